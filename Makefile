@@ -1,0 +1,55 @@
+# lakewarden developer commands. Everything runs from the project's own virtualenv (.venv).
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: setup kafka-jars deps up down demo test test-fast lint typecheck bench clean
+
+# Idempotent and fast: reinstalls only when pyproject.toml changed since the last install.
+setup: $(STAMP) kafka-jars
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+# Apache Kafka's own jars (plus an slf4j binding), fetched by Maven into infra/kafka/lib.
+kafka-jars: infra/kafka/lib/.fetched
+
+infra/kafka/lib/.fetched: infra/kafka/pom.xml
+	mvn -q -f infra/kafka/pom.xml dependency:copy-dependencies -DoutputDirectory=lib
+	touch $@
+
+deps: setup
+
+up: setup
+	$(BIN)/lakewarden dev up $(UP_ARGS)
+
+down:
+	$(BIN)/lakewarden dev down
+
+demo: setup
+	$(BIN)/python -m lakewarden.demo
+
+lint: setup
+	$(BIN)/ruff check lakewarden services tests benchmarks
+	$(BIN)/ruff format --check lakewarden services tests benchmarks
+
+typecheck: setup
+	$(BIN)/mypy
+
+# The whole suite: unit, integration (real Kafka + SeaweedFS) and system tests.
+test: setup lint typecheck
+	$(BIN)/pytest -q
+
+# Everything but the slow suites, for the edit-test loop.
+test-fast: setup
+	$(BIN)/pytest -q -m 'not slow'
+
+bench: setup
+	$(BIN)/python -m benchmarks
+
+clean:
+	rm -rf $(VENV) infra/kafka/lib .lakewarden-state .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,177 @@
+"""The storage contract every lakewarden component writes through.
+
+A ``Storage`` addresses objects by *key*: a ``/``-separated path relative to the storage root
+(no leading ``/``, no ``..`` segments). Backends are ``local`` (a directory) and ``s3``
+(a bucket and prefix). Guarantees every backend gives:
+
+1. **Atomic visibility.** ``write`` and ``write_if_absent`` make an object visible whole or not
+   at all; a reader never sees a torn object.
+2. **Put-if-absent.** ``write_if_absent`` creates the object only if no object has that key and
+   raises ``AlreadyExistsError`` otherwise. It is one atomic primitive: ``os.link`` of a
+   fully written temporary file on a filesystem, ``PutObject`` with ``If-None-Match: *`` on S3.
+   It is never "check, then write". Of N concurrent callers on one key exactly one succeeds.
+3. **Consistent listing.** After a write or delete returns, ``list`` reflects it
+   (local filesystems, S3 since 2020, SeaweedFS).
+4. **Named errors.** A missing key raises ``NotFoundError``; an operation the backend cannot do
+   (``rename`` or ``append`` on S3) raises ``UnsupportedOperationError``; a fault in the store
+   raises ``StorageIOError`` (retryable). Callers handle ``AlreadyExistsError`` by rebasing.
+
+Multipart uploads (S3 only) let a task attempt upload a data file to its *final* key while
+holding back completion; the job commit completes them (``complete_multipart`` with
+``If-None-Match: *``) or aborts them. ``list_multipart_uploads`` requires a prefix ending in
+``/`` so one job never sees another job's uploads by a shared name prefix.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from lakewarden.errors import LakewardenError, NonRetryableError, RetryableError
+
+
+class StorageError(LakewardenError):
+    """Root of storage errors; carries the key it concerns."""
+
+    def __init__(self, message: str, *, key: str | None = None) -> None:
+        super().__init__(message)
+        self.key = key
+
+
+class AlreadyExistsError(StorageError, RetryableError):
+    """``write_if_absent`` lost: an object with this key exists. Rebase and retry."""
+
+
+class NotFoundError(StorageError, NonRetryableError):
+    """No object has this key."""
+
+
+class UnsupportedOperationError(StorageError, NonRetryableError):
+    """This backend cannot do this operation (rename and append on S3)."""
+
+
+class InvalidKeyError(StorageError, NonRetryableError):
+    """The key is absolute, has ``..`` segments or otherwise escapes the storage root."""
+
+
+class StorageIOError(StorageError, RetryableError):
+    """The store failed (I/O error, network error, 5xx). The effect may or may not have happened."""
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectInfo:
+    key: str
+    size: int
+    mtime_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class UploadedPart:
+    part_number: int
+    etag: str
+
+
+@dataclass(frozen=True, slots=True)
+class PendingUpload:
+    key: str
+    upload_id: str
+
+
+class Storage(abc.ABC):
+    """Keyed object storage rooted at ``uri``. See the module docstring for the contract."""
+
+    uri: str
+
+    @abc.abstractmethod
+    def read(self, key: str) -> bytes:
+        """Return the whole object. Raises: NotFoundError."""
+
+    @abc.abstractmethod
+    def write(self, key: str, data: bytes) -> None:
+        """Create or replace the object atomically."""
+
+    @abc.abstractmethod
+    def write_if_absent(self, key: str, data: bytes) -> None:
+        """Create the object atomically only if absent. Raises: AlreadyExistsError."""
+
+    @abc.abstractmethod
+    def list(self, prefix: str = "", *, start_after: str | None = None) -> Iterator[ObjectInfo]:
+        """Objects whose key starts with ``prefix``, in ascending key order, only keys greater
+        than ``start_after`` when given. Directories are not objects."""
+
+    @abc.abstractmethod
+    def stat(self, key: str) -> ObjectInfo:
+        """Size and modification time. Raises: NotFoundError."""
+
+    @abc.abstractmethod
+    def exists(self, key: str) -> bool:
+        """Whether an object has this key (for reporting, never to guard a write)."""
+
+    @abc.abstractmethod
+    def delete(self, key: str) -> None:
+        """Remove the object; deleting a missing key is not an error (idempotent cleanup)."""
+
+    @abc.abstractmethod
+    def rename(self, src: str, dst: str) -> None:
+        """Move ``src`` to ``dst`` without replacing an existing ``dst``.
+
+        Raises: NotFoundError (no src), AlreadyExistsError (dst exists),
+        UnsupportedOperationError (S3)."""
+
+    @abc.abstractmethod
+    def append(self, key: str, data: bytes) -> None:
+        """Append to the object, creating it if absent. Raises: UnsupportedOperationError (S3)."""
+
+    @abc.abstractmethod
+    def local_path(self, key: str) -> str | None:
+        """A filesystem path for the key when the backend is local (pyarrow reads it directly),
+        else None."""
+
+    # -- multipart uploads (S3); local raises UnsupportedOperationError ------------------------
+
+    def create_multipart(self, key: str) -> str:
+        """Start a multipart upload to ``key``; returns its upload id."""
+        raise UnsupportedOperationError(f"{type(self).__name__} has no multipart uploads", key=key)
+
+    def upload_part(self, key: str, upload_id: str, part_number: int, data: bytes) -> UploadedPart:
+        """Upload one part (numbers from 1; all but the last at least 5 MiB on real S3)."""
+        raise UnsupportedOperationError(f"{type(self).__name__} has no multipart uploads", key=key)
+
+    def complete_multipart(self, key: str, upload_id: str, parts: list[UploadedPart]) -> None:
+        """Complete the upload with ``If-None-Match: *``. Raises: AlreadyExistsError when an
+        object already has the key (a completed upload is never silently replaced)."""
+        raise UnsupportedOperationError(f"{type(self).__name__} has no multipart uploads", key=key)
+
+    def abort_multipart(self, key: str, upload_id: str) -> None:
+        """Abort the upload; aborting an unknown or finished upload is not an error."""
+        raise UnsupportedOperationError(f"{type(self).__name__} has no multipart uploads", key=key)
+
+    def list_multipart_uploads(self, prefix: str) -> Iterator[PendingUpload]:
+        """Pending uploads under ``prefix``, which must end in ``/``."""
+        raise UnsupportedOperationError(
+            f"{type(self).__name__} has no multipart uploads", key=prefix
+        )
+
+
+def open_storage(uri: str, settings: object | None = None) -> Storage:
+    """The backend for ``uri``: a plain path or ``file://`` URI (local), ``s3://bucket/prefix``
+    (S3, endpoint and credentials from ``settings.s3`` or the environment)."""
+    from lakewarden.storage._uri import open_storage as _open
+
+    return _open(uri, settings)
+
+
+__all__ = [
+    "AlreadyExistsError",
+    "InvalidKeyError",
+    "NotFoundError",
+    "ObjectInfo",
+    "PendingUpload",
+    "Storage",
+    "StorageError",
+    "StorageIOError",
+    "UnsupportedOperationError",
+    "UploadedPart",
+    "open_storage",
+]

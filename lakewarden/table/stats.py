@@ -1,0 +1,65 @@
+"""Payloads that timeline entries carry: workload profiles and write statistics.
+
+These are the shared vocabulary of the writer (which produces them), the conflict rules and
+the state machine (which judge them) and snapshots (which read files from them). Frozen
+pydantic, persisted inside timeline entries.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class FileGroupId(BaseModel):
+    """A file group: all versions (slices) of one file id in one partition."""
+
+    model_config = ConfigDict(frozen=True)
+
+    partition_path: str = Field(description="'' for an unpartitioned table, else 'k=v/k2=v2'")
+    file_id: str
+
+    def __str__(self) -> str:
+        return f"{self.partition_path}/{self.file_id}" if self.partition_path else self.file_id
+
+
+class WorkloadProfile(BaseModel):
+    """What an instant is going to touch, recorded with its ``inflight`` entry."""
+
+    model_config = ConfigDict(frozen=True)
+
+    operation: str = Field(description="insert | upsert | delete | bulk_insert | overwrite | ...")
+    file_groups: tuple[FileGroupId, ...] = ()
+    # Overwrite replaces every file group of the table (or of the named partitions).
+    replaces_all: bool = False
+
+
+class WriteStat(BaseModel):
+    """One file written by a completed instant: the new slice of one file group."""
+
+    model_config = ConfigDict(frozen=True)
+
+    file_group: FileGroupId
+    path: str = Field(description="key of the new file, relative to the table root")
+    base_instant: str = Field(description="instant whose base file this slice builds on")
+    num_records: int = Field(ge=0, description="records in the new file")
+    num_inserts: int = Field(default=0, ge=0)
+    num_updates: int = Field(default=0, ge=0)
+    num_deletes: int = Field(default=0, ge=0)
+    size_bytes: int = Field(ge=0)
+    # Merge-on-read log files: the committed attempt and how many blocks it wrote. Authoritative
+    # for readers, which drop any other block (see lakewarden.logfile).
+    log_attempt: str | None = None
+    log_block_count: int | None = None
+
+
+class CommitStats(BaseModel):
+    """The payload of a ``completed`` entry of a write."""
+
+    model_config = ConfigDict(frozen=True)
+
+    operation: str
+    write_stats: tuple[WriteStat, ...] = ()
+    # File groups whose every slice this instant makes invisible (overwrite, delete-all).
+    replaced_file_groups: tuple[FileGroupId, ...] = ()
+    failed_records: int = Field(default=0, ge=0)
+    extra_metadata: dict[str, str] = Field(default_factory=dict)
