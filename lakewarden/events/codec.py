@@ -1,0 +1,219 @@
+"""Avro single-object encoding of lakewarden events.
+
+A message is ``C3 01`` + the writer schema's 8-byte CRC-64-AVRO fingerprint (little-endian) +
+the schemaless Avro body. Any consumer decodes any message from the schema files alone: the
+fingerprint selects the writer schema (current or ``schemas/history/``) and fastavro resolves
+it to the current schema of the same event, so a reader that added a field with a default reads
+messages written before the change.
+
+Records are plain dicts (the hot path stays in fastavro's C code). Decoded values are what
+fastavro returns: enums as ``str``, ``timestamp-millis`` fields (``envelope.event_time``) as
+timezone-aware UTC ``datetime``; encoding accepts a ``datetime`` or epoch milliseconds there.
+
+Every failure to decode is an ``EventDecodeError`` whose ``reason`` is one of
+``DecodeReason``; callers dead-letter the message and keep going.
+"""
+
+from __future__ import annotations
+
+import functools
+from io import BytesIO
+from typing import Any, Final, Literal, NamedTuple, cast, get_args
+
+from fastavro import schemaless_reader, schemaless_writer
+
+from lakewarden.errors import NonRetryableError
+from lakewarden.events._schemas import (
+    EventSchema,
+    SchemaSet,
+    default_schema_dir,
+    load_schema_set,
+)
+
+MAGIC: Final = b"\xc3\x01"
+HEADER_SIZE: Final = 10  # magic (2) + fingerprint (8)
+
+DecodeReason = Literal["too_short", "bad_magic", "unknown_fingerprint", "corrupt_body"]
+DECODE_REASONS: Final[tuple[str, ...]] = get_args(DecodeReason)
+
+
+class EventDecodeError(NonRetryableError):
+    """A message is not a lakewarden event this process can read.
+
+    ``reason`` says which check failed (one of ``DECODE_REASONS``); redelivering the same
+    bytes fails the same way, so the message belongs in the dead-letter queue.
+    """
+
+    def __init__(self, reason: DecodeReason, message: str) -> None:
+        super().__init__(f"{reason}: {message}")
+        self.reason: DecodeReason = reason
+
+
+class EventEncodeError(NonRetryableError):
+    """A record does not fit its event schema, or the event name is unknown."""
+
+    def __init__(self, event: str, message: str) -> None:
+        super().__init__(f"cannot encode {event}: {message}")
+        self.event = event
+
+
+class Event(NamedTuple):
+    """A decoded event: its short schema name (``"Heartbeat"``) and its record."""
+
+    name: str
+    record: dict[str, Any]
+
+
+class _Reader(NamedTuple):
+    name: str
+    writer: dict[str, Any]
+    reader: dict[str, Any] | None  # None when the writer schema is the current one
+    envelope: dict[str, Any]
+
+
+class EventCodec:
+    """Encodes and decodes the events of one schema set; immutable and thread-safe."""
+
+    def __init__(self, schemas: SchemaSet) -> None:
+        self.schemas = schemas
+        self._writers: dict[str, tuple[bytes, dict[str, Any]]] = {}
+        for schema in schemas.current.values():
+            entry = (MAGIC + schema.fingerprint, schema.parsed)
+            self._writers[schema.name] = entry
+            self._writers[schema.fullname] = entry
+        self._readers: dict[bytes, _Reader] = {}
+        for fingerprint, writer in schemas.by_fingerprint.items():
+            current = schemas.current.get(writer.name)
+            if current is None:
+                continue  # a retired event: its messages decode as unknown
+            reader = None if current.fingerprint == fingerprint else current.parsed
+            self._readers[fingerprint] = _Reader(
+                current.name, writer.parsed, reader, writer.envelope
+            )
+
+    def schema(self, event: str) -> EventSchema:
+        """The current schema of ``event`` (short or full name).
+
+        Raises:
+            EventEncodeError: no such event.
+        """
+        schema = self.schemas.current.get(event.rsplit(".", 1)[-1])
+        if schema is None:
+            raise EventEncodeError(event, f"unknown event; known: {sorted(self.schemas.current)}")
+        return schema
+
+    @property
+    def event_names(self) -> list[str]:
+        """Short names of every current event, sorted."""
+        return sorted(self.schemas.current)
+
+    def encode(self, event: str | EventSchema, record: dict[str, Any]) -> bytes:
+        """Single-object encode ``record`` with the current schema of ``event``.
+
+        Fields with a default may be omitted; a field the schema does not have is an error
+        (it is almost always a typo that would otherwise be dropped silently).
+
+        Raises:
+            EventEncodeError: unknown event, or the record does not fit the schema.
+        """
+        name = event if isinstance(event, str) else event.name
+        try:
+            header, schema = self._writers[name]
+        except KeyError:
+            raise EventEncodeError(name, f"unknown event; known: {self.event_names}") from None
+        buffer = BytesIO()
+        buffer.write(header)
+        try:
+            schemaless_writer(buffer, schema, record, strict_allow_default=True)
+        except Exception as err:  # fastavro raises ValueError, TypeError, KeyError, ...
+            raise EventEncodeError(name, f"{type(err).__name__}: {err}") from err
+        return buffer.getvalue()
+
+    def decode(self, data: bytes) -> Event:
+        """Decode a single-object encoded message into ``Event(name, record)``.
+
+        Raises:
+            EventDecodeError: too short, bad magic, unknown fingerprint, or a body that is
+                truncated, corrupt or followed by trailing bytes.
+        """
+        reader = self._reader_for(data)
+        buffer = BytesIO(data)
+        buffer.seek(HEADER_SIZE)
+        try:
+            record = cast(dict[str, Any], schemaless_reader(buffer, reader.writer, reader.reader))
+        except Exception as err:  # truncation: EOFError; corruption: many types
+            raise EventDecodeError(
+                "corrupt_body",
+                f"{reader.name} body unreadable ({len(data)} bytes): {type(err).__name__}: {err}",
+            ) from err
+        if buffer.tell() != len(data):
+            raise EventDecodeError(
+                "corrupt_body",
+                f"{reader.name} body has {len(data) - buffer.tell()} trailing bytes",
+            )
+        return Event(reader.name, record)
+
+    def decode_envelope(self, data: bytes) -> tuple[str, dict[str, Any]]:
+        """Read only the event name and envelope of a message (cheap: the envelope leads).
+
+        Raises:
+            EventDecodeError: as ``decode`` for the header and the envelope bytes.
+        """
+        reader = self._reader_for(data)
+        buffer = BytesIO(data)
+        buffer.seek(HEADER_SIZE)
+        try:
+            envelope = cast(dict[str, Any], schemaless_reader(buffer, reader.envelope, None))
+        except Exception as err:
+            raise EventDecodeError(
+                "corrupt_body", f"{reader.name} envelope unreadable: {type(err).__name__}: {err}"
+            ) from err
+        return reader.name, envelope
+
+    def _reader_for(self, data: bytes) -> _Reader:
+        if len(data) < HEADER_SIZE:
+            raise EventDecodeError(
+                "too_short",
+                f"{len(data)} bytes, a single-object encoded message has at least {HEADER_SIZE}",
+            )
+        if data[:2] != MAGIC:
+            raise EventDecodeError(
+                "bad_magic", f"starts with {bytes(data[:2]).hex()}, expected {MAGIC.hex()}"
+            )
+        fingerprint = bytes(data[2:HEADER_SIZE])
+        reader = self._readers.get(fingerprint)
+        if reader is None:
+            raise EventDecodeError(
+                "unknown_fingerprint",
+                f"writer schema {fingerprint.hex()} is not in {self.schemas.directory} "
+                "(a newer producer, or not a lakewarden event)",
+            )
+        return reader
+
+
+@functools.cache
+def default_codec() -> EventCodec:
+    """The codec for the project's ``schemas/`` directory, loaded once per process.
+
+    Raises:
+        ConfigurationError: the schema directory is missing or invalid.
+    """
+    return EventCodec(load_schema_set(default_schema_dir()))
+
+
+def encode(event: str | EventSchema, record: dict[str, Any]) -> bytes:
+    """``default_codec().encode``: see ``EventCodec.encode``.
+
+    Raises:
+        EventEncodeError: unknown event, or the record does not fit the schema.
+    """
+    return default_codec().encode(event, record)
+
+
+def decode(data: bytes) -> Event:
+    """``default_codec().decode``: see ``EventCodec.decode``.
+
+    Raises:
+        EventDecodeError: the message cannot be decoded (``reason`` says why).
+    """
+    return default_codec().decode(data)
