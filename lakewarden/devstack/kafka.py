@@ -1,0 +1,220 @@
+"""A single-node KRaft Kafka broker run from Apache Kafka's own jars (``infra/kafka/lib``).
+
+Start-up, as :meth:`KafkaBroker.start` performs it:
+
+1. check that the jars were fetched (``make kafka-jars``);
+2. render ``infra/kafka/server.properties`` into the broker's home with its ports and data dir;
+3. format the KRaft storage with a random cluster id (``kafka.tools.StorageTool``), unless the
+   data dir is already formatted, so a restarted dev broker keeps its topics;
+4. start ``java -cp 'lib/*' kafka.Kafka server.properties`` in the background (pid file and log
+   file in the home folder);
+5. wait until it answers a metadata request with itself as a live broker.
+
+Everything binds to 127.0.0.1 only.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import secrets
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lakewarden.devstack import _process
+from lakewarden.devstack.errors import DevStackError
+from lakewarden.devstack.paths import INFRA_DIR
+
+log = logging.getLogger(__name__)
+
+_NODE_KEYS = ("listeners", "advertised.listeners", "controller.quorum.voters", "log.dirs")
+
+
+def random_cluster_id() -> str:
+    """A Kafka cluster id: 16 random bytes, URL-safe base64 without padding (22 characters).
+
+    Kafka's own generator skips ids starting with '-' (they read as command-line options).
+    """
+    while True:
+        cluster_id = base64.urlsafe_b64encode(secrets.token_bytes(16)).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
+
+
+@dataclass(frozen=True, kw_only=True)
+class KafkaBroker:
+    """One broker+controller process whose files all live under ``home``."""
+
+    home: Path
+    port: int = 9092
+    controller_port: int = 9093
+    infra_dir: Path = INFRA_DIR
+    heap: str = "512m"
+    java: str = "java"
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{_process.LOOPBACK}:{self.port}"
+
+    @property
+    def lib_dir(self) -> Path:
+        return self.infra_dir / "kafka" / "lib"
+
+    @property
+    def pid_file(self) -> Path:
+        return self.home / "kafka.pid"
+
+    @property
+    def log_file(self) -> Path:
+        return self.home / "kafka.log"
+
+    @property
+    def data_dir(self) -> Path:
+        return self.home / "data"
+
+    @property
+    def properties_file(self) -> Path:
+        return self.home / "server.properties"
+
+    def check_jars(self) -> None:
+        """Raises:
+        DevStackError: the Kafka jars are not in ``infra/kafka/lib`` (run ``make kafka-jars``).
+        """
+        if not any(self.lib_dir.glob("kafka_2.13-*.jar")):
+            raise DevStackError(
+                f"Kafka jars are missing from {self.lib_dir}. "
+                "Help: run `make kafka-jars` (needs Maven and Java 17) and try again."
+            )
+
+    def render_properties(self) -> Path:
+        """Write ``server.properties`` for this broker: the template with this broker's ports
+        and data dir in place of the template's node-specific keys. Returns its path."""
+        template = (self.infra_dir / "kafka" / "server.properties").read_text()
+        kept = [
+            line
+            for line in template.splitlines()
+            if line.split("=", 1)[0].strip() not in _NODE_KEYS
+        ]
+        host = _process.LOOPBACK
+        node = [
+            f"listeners=PLAINTEXT://{host}:{self.port},CONTROLLER://{host}:{self.controller_port}",
+            f"advertised.listeners=PLAINTEXT://{host}:{self.port}",
+            f"controller.quorum.voters=1@{host}:{self.controller_port}",
+            f"log.dirs={self.data_dir.resolve()}",
+        ]
+        self.home.mkdir(parents=True, exist_ok=True)
+        self.properties_file.write_text("\n".join([*kept, "", "# set by lakewarden", *node, ""]))
+        return self.properties_file
+
+    def _jvm(self, main: str, *, heap: str, extra: list[str]) -> list[str]:
+        log4j = (self.infra_dir / "kafka" / "log4j.properties").resolve()
+        return [
+            self.java,
+            "-Xms64m",
+            f"-Xmx{heap}",
+            "-XX:+ExitOnOutOfMemoryError",
+            "-Djava.awt.headless=true",
+            f"-Dlog4j.configuration=file:{log4j}",
+            *extra,
+            "-cp",
+            f"{self.lib_dir.resolve()}/*",
+            main,
+        ]
+
+    def format_storage(self) -> bool:
+        """Format the KRaft data dir with a new cluster id; skip it when already formatted.
+
+        Returns True when it formatted, False when the data dir already was.
+
+        Raises:
+            DevStackError: StorageTool failed; its output is in the message.
+        """
+        if (self.data_dir / "meta.properties").exists():
+            return False
+        # A short-lived JVM: C1 only starts faster and this tool does almost no work.
+        argv = self._jvm("kafka.tools.StorageTool", heap="256m", extra=["-XX:TieredStopAtLevel=1"])
+        argv += ["format", "-t", random_cluster_id(), "-c", str(self.properties_file)]
+        argv += ["--ignore-formatted"]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+        if done.returncode != 0:
+            raise DevStackError(
+                f"formatting Kafka storage in {self.data_dir} failed "
+                f"(exit {done.returncode}):\n{done.stdout}{done.stderr}"
+            )
+        return True
+
+    def answers_metadata(self, *, timeout_s: float = 2.0) -> bool:
+        """True when the broker answers a metadata request and lists itself as a live broker."""
+        if not _process.port_answers(self.port):
+            return False
+        from confluent_kafka.admin import AdminClient
+
+        config: dict[str, Any] = {
+            "bootstrap.servers": self.bootstrap,
+            "socket.connection.setup.timeout.ms": int(timeout_s * 1000),
+            # librdkafka logs every refused connection; route it to logging, not stderr.
+            "logger": logging.getLogger(f"{__name__}.client"),
+        }
+        admin = AdminClient(config)
+        try:
+            metadata = admin.list_topics(timeout=timeout_s)
+        except Exception:  # KafkaException while the broker is still fenced or loading
+            return False
+        return len(metadata.brokers) > 0
+
+    def running_pid(self) -> int | None:
+        """The pid from this broker's pid file if that process is alive, else None."""
+        pid = _process.read_pid_file(self.pid_file)
+        return pid if pid is not None and _process.pid_alive(pid) else None
+
+    def start(self, *, timeout_s: float = 90.0) -> int:
+        """Format (if needed), start the broker and wait until it answers metadata requests.
+
+        Returns the broker's pid. On failure the started process is stopped again.
+
+        Raises:
+            DevStackError: jars missing, already running, format failed, or the broker exited
+                or did not answer within ``timeout_s`` (the message has its log tail).
+        """
+        self.check_jars()
+        if (pid := self.running_pid()) is not None:
+            raise DevStackError(f"a Kafka broker from {self.home} already runs (pid {pid})")
+        began = time.monotonic()
+        self.render_properties()
+        formatted = self.format_storage()
+        jvm_opts = ["-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20"]
+        argv = [*self._jvm("kafka.Kafka", heap=self.heap, extra=jvm_opts)]
+        argv.append(str(self.properties_file))
+        pid = _process.spawn(argv, log_file=self.log_file, pid_file=self.pid_file)
+        try:
+            _process.wait_ready(
+                "Kafka broker",
+                pid,
+                self.answers_metadata,
+                timeout_s=timeout_s,
+                log_file=self.log_file,
+                interval_s=0.2,
+            )
+        except DevStackError:
+            self.stop()
+            raise
+        log.info(
+            "kafka ready",
+            extra={
+                "pid": pid,
+                "bootstrap": self.bootstrap,
+                "formatted": formatted,
+                "seconds": round(time.monotonic() - began, 2),
+            },
+        )
+        return pid
+
+    def stop(self, *, timeout_s: float = 20.0) -> None:
+        """Stop the broker recorded in the pid file (if any) and remove the pid file."""
+        pid = _process.read_pid_file(self.pid_file)
+        if pid is not None:
+            _process.stop(pid, timeout_s=timeout_s, name="kafka")
+        self.pid_file.unlink(missing_ok=True)
