@@ -3,13 +3,17 @@
 Public surface (import from here)::
 
     encode, decode, default_codec, EventCodec, Event     single-object Avro codec
-    EventDecodeError, EventEncodeError                    codec failures
+    EventDecodeError, EventEncodeError, DECODE_REASONS    codec failures
     new_envelope, make_event, now_ms                      building records
-    TOPICS, TopicSpec, topic_name, topic_for_event, ensure_topics
-    EventProducer, EventConsumer, ConsumedEvent, EventDeliveryError
+    TOPICS, TopicSpec, topic_for_event, ensure_topics     topics (and the specs, e.g. DLQ)
+    EventProducer, EventDeliveryError                     keyed, encoding producer
+    EventConsumer, ConsumedEvent                          decoding consumer with dead-lettering
+    dead_letter_record, Undecodable                       the dead-letter contract
+    sample_events                                         one realistic record per event
 
 The faust codec lives in ``lakewarden.events.faust_codec`` (importing it registers
-``"lakewarden-avro"``) so that importing this package never imports faust.
+``"lakewarden-avro"``) so that importing this package never imports faust; the hypothesis
+strategies live in ``lakewarden.events.strategies`` (dev extra).
 """
 
 from lakewarden.events.codec import (
@@ -22,18 +26,35 @@ from lakewarden.events.codec import (
     default_codec,
     encode,
 )
+from lakewarden.events.consumer import ConsumedEvent, EventConsumer
+from lakewarden.events.dlq import Undecodable, dead_letter_record
 from lakewarden.events.envelope import make_event, new_envelope, now_ms
+from lakewarden.events.producer import EventDeliveryError, EventProducer
+from lakewarden.events.samples import sample_events
+from lakewarden.events.topics import DLQ, TOPICS, TopicSpec, ensure_topics, topic_for_event
 
 __all__ = [
     "DECODE_REASONS",
+    "DLQ",
+    "TOPICS",
+    "ConsumedEvent",
     "Event",
     "EventCodec",
+    "EventConsumer",
     "EventDecodeError",
+    "EventDeliveryError",
     "EventEncodeError",
+    "EventProducer",
+    "TopicSpec",
+    "Undecodable",
+    "dead_letter_record",
     "decode",
     "default_codec",
     "encode",
+    "ensure_topics",
     "make_event",
     "new_envelope",
     "now_ms",
+    "sample_events",
+    "topic_for_event",
 ]
