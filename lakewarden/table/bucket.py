@@ -1,0 +1,202 @@
+"""The bucket index: record key -> bucket, and partition values -> Hive-style partition path.
+
+**Hash.** A key's bucket is ``fold(fnv1a64(utf8(key))) mod buckets`` where ``utf8(key)`` is the
+key cast to an Arrow string (``pyarrow.compute.cast``: ``123`` for integers, the ISO-like text
+for dates and timestamps), ``fnv1a64`` is 64-bit FNV-1a over those bytes and
+``fold(h) = h ^ (h >> 32)`` mixes the high bits into the low ones before the modulo. FNV-1a is
+fixed by its definition, so a key lands in the same bucket in every process, run and platform
+(Python's ``hash()`` is salted per process and must never be used). The hash is computed
+vectorised with Arrow kernels: one pass per byte position over the keys still that long, so
+the work is proportional to the total key bytes; no Python loop per record.
+
+Keys are unique per partition (Hudi's non-global bucket index): the same key in two partitions
+is two records.
+
+**Partition paths** are Hive style ``k=v/k2=v2``. Values are the Arrow string cast of the column
+value with Hive's unsafe characters (``/``, ``=``, ``%``, ``:``, ``#``, control characters, ...)
+escaped as ``%XX``; null and the empty string map to ``__HIVE_DEFAULT_PARTITION__`` as in Hive.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from lakewarden.errors import NonRetryableError
+
+FNV_OFFSET_BASIS = 0xCBF29CE484222325
+FNV_PRIME = 0x100000001B3
+_MASK64 = (1 << 64) - 1
+DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
+_UNSAFE = frozenset("\"#%'*/:=?\\{[]^\x7f") | frozenset(chr(c) for c in range(0x20))
+
+
+class MalformedPartitionPathError(NonRetryableError):
+    """A partition path is not ``k=v/k2=v2`` over the table's partition fields."""
+
+
+def fnv1a64_bytes(data: bytes) -> int:
+    """Reference 64-bit FNV-1a of ``data`` (scalar; the vectorised form is ``key_hashes``)."""
+    h = FNV_OFFSET_BASIS
+    for byte in data:
+        h = ((h ^ byte) * FNV_PRIME) & _MASK64
+    return h
+
+
+def bucket_of(key: object, buckets: int) -> int:
+    """The bucket of one key (for tools and tests; writers use ``key_buckets``)."""
+    text = pc.cast(pa.array([key]), pa.large_string())[0].as_py()
+    h = fnv1a64_bytes(text.encode("utf-8"))
+    return ((h ^ (h >> 32)) & _MASK64) % buckets
+
+
+def key_strings(keys: pa.Array | pa.ChunkedArray) -> pa.LargeStringArray:
+    """The text form of record keys that is hashed and stored in ``_lw_record_key``."""
+    arr = pc.cast(keys, pa.large_string())
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    return arr
+
+
+def key_hashes(keys: pa.Array | pa.ChunkedArray) -> pa.UInt64Array:
+    """FNV-1a 64 of the UTF-8 text of every key (nulls hash as the empty string)."""
+    arr = key_strings(keys)
+    n = len(arr)
+    if n == 0:
+        return pa.array([], pa.uint64())
+    offsets_buf, data_buf = arr.buffers()[1], arr.buffers()[2]
+    offsets = pa.Array.from_buffers(pa.int64(), n + 1, [None, offsets_buf], offset=arr.offset)
+    starts, ends = offsets.slice(0, n), offsets.slice(1, n)
+    lengths = pc.subtract(ends, starts)
+    if data_buf is None or data_buf.size == 0:
+        return pa.repeat(pa.scalar(FNV_OFFSET_BASIS, pa.uint64()), n)
+    data = pa.Array.from_buffers(pa.uint8(), data_buf.size, [None, data_buf])
+    # Longest keys first, so the keys still being hashed at byte k are always a prefix.
+    order = pc.array_sort_indices(lengths, order="descending")
+    sorted_starts = pc.take(starts, order)
+    active = _active_counts(lengths)
+    h = pa.repeat(pa.scalar(FNV_OFFSET_BASIS, pa.uint64()), n)
+    finished: list[pa.Array] = []
+    prime = pa.scalar(FNV_PRIME, pa.uint64())
+    for k, count in enumerate(active):
+        if count < len(h):
+            finished.append(h.slice(count))
+            h = h.slice(0, count)
+        byte = pc.take(data, pc.add(sorted_starts.slice(0, count), k)).cast(pa.uint64())
+        h = pc.multiply(pc.bit_wise_xor(h, byte), prime)  # wraps modulo 2**64, as FNV wants
+    in_sorted_order = pa.concat_arrays([h, *reversed(finished)])
+    return pc.take(in_sorted_order, pc.inverse_permutation(order.cast(pa.int64())))
+
+
+def _active_counts(lengths: pa.Array) -> list[int]:
+    """``[number of keys longer than k for k in range(max length)]``."""
+    counts = pc.value_counts(lengths)
+    by_length = dict(
+        zip(counts.field("values").to_pylist(), counts.field("counts").to_pylist(), strict=True)
+    )
+    longest = max(by_length)
+    active: list[int] = []
+    remaining = len(lengths)
+    for k in range(longest):
+        remaining -= by_length.get(k, 0)
+        active.append(remaining)
+    return active
+
+
+def key_buckets(keys: pa.Array | pa.ChunkedArray, buckets: int) -> pa.Int32Array:
+    """The bucket of every key, vectorised. See the module docstring for the definition."""
+    if buckets < 1:
+        raise ValueError(f"buckets must be >= 1, got {buckets}")
+    h = key_hashes(keys)
+    folded = pc.bit_wise_xor(h, pc.shift_right(h, pa.scalar(32, pa.uint64())))
+    n = pa.scalar(buckets, pa.uint64())
+    remainder = pc.subtract(folded, pc.multiply(pc.divide(folded, n), n))
+    return remainder.cast(pa.int32())
+
+
+def escape_partition_value(value: str | None) -> str:
+    """Hive's escaping of one partition value (``%XX`` for unsafe characters)."""
+    if value is None or value == "":
+        return DEFAULT_PARTITION
+    return "".join(f"%{ord(c):02X}" if c in _UNSAFE else c for c in value)
+
+
+def unescape_partition_value(text: str) -> str | None:
+    """Inverse of ``escape_partition_value`` (the default partition reads as None).
+
+    Raises: MalformedPartitionPathError."""
+    if text == DEFAULT_PARTITION:
+        return None
+    out: list[str] = []
+    i = 0
+    while i < len(text):
+        if text[i] == "%":
+            digits = text[i + 1 : i + 3]
+            if len(digits) != 2 or not all(c in "0123456789ABCDEFabcdef" for c in digits):
+                raise MalformedPartitionPathError(f"bad escape {text[i : i + 3]!r} in {text!r}")
+            out.append(chr(int(digits, 16)))
+            i += 3
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out)
+
+
+def render_partition_path(fields: Sequence[str], values: Sequence[str | None]) -> str:
+    """``k=v/k2=v2`` for the given field names and (text) values; ``''`` when unpartitioned."""
+    return "/".join(
+        f"{escape_partition_value(f)}={escape_partition_value(v)}"
+        for f, v in zip(fields, values, strict=True)
+    )
+
+
+def parse_partition_path(path: str, fields: Sequence[str]) -> list[str | None]:
+    """The text values of ``path`` for ``fields`` (in order).
+
+    Raises: MalformedPartitionPathError."""
+    if not fields:
+        if path:
+            raise MalformedPartitionPathError(f"unpartitioned table has partition path {path!r}")
+        return []
+    segments = path.split("/")
+    if len(segments) != len(fields):
+        raise MalformedPartitionPathError(f"{path!r} does not have one segment per {list(fields)}")
+    values: list[str | None] = []
+    for segment, field in zip(segments, fields, strict=True):
+        name, sep, text = segment.partition("=")
+        if not sep or unescape_partition_value(name) != field:
+            raise MalformedPartitionPathError(f"segment {segment!r} of {path!r} is not {field}=...")
+        values.append(unescape_partition_value(text))
+    return values
+
+
+def partition_codes(table: pa.Table, partition_by: Sequence[str]) -> tuple[pa.Array, list[str]]:
+    """``(codes, paths)``: the partition path of row ``i`` is ``paths[codes[i]]``.
+
+    Vectorised: each partition column is dictionary-encoded, the per-column indices are combined
+    into one code, and only the distinct combinations (few) are rendered in Python."""
+    n = table.num_rows
+    if not partition_by:
+        return pa.repeat(pa.scalar(0, pa.int64()), n), [""]
+    combined: pa.Array | None = None
+    dictionaries: list[list[str | None]] = []
+    for name in partition_by:
+        column = table.column(name).combine_chunks()
+        encoded = pc.dictionary_encode(column, null_encoding="encode")
+        dictionary = pc.cast(encoded.dictionary, pa.string()).to_pylist()
+        indices = encoded.indices.cast(pa.int64())
+        size = pa.scalar(len(dictionary), pa.int64())
+        combined = indices if combined is None else pc.add(pc.multiply(combined, size), indices)
+        dictionaries.append(dictionary)
+    assert combined is not None
+    distinct = pc.dictionary_encode(combined)
+    paths = []
+    for code in distinct.dictionary.to_pylist():
+        values: list[str | None] = []
+        for dictionary in reversed(dictionaries):
+            code, index = divmod(code, len(dictionary))
+            values.append(dictionary[index])
+        paths.append(render_partition_path(partition_by, values[::-1]))
+    return distinct.indices.cast(pa.int64()), paths

@@ -1,0 +1,259 @@
+"""The table configuration, persisted at ``.lakewarden/table.json``.
+
+The schema is stored twice: ``arrow_schema`` is the Arrow IPC serialisation of the
+``pyarrow.Schema`` (base64), which round-trips exactly (types, nullability, metadata) and is
+what lakewarden reads; ``fields`` is a readable list of ``name: type`` for people and tools
+that do not speak Arrow. Loading checks that the two agree.
+
+Reading a config is two-phase: the ``format_version`` is checked before anything else so that
+a table written by a newer lakewarden fails with ``UnsupportedFormatVersionError`` rather than
+with a validation error about fields this version does not know.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import uuid
+from collections.abc import Sequence
+from functools import cached_property
+from typing import Any, Literal
+
+import pyarrow as pa
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from lakewarden.errors import ConfigurationError, NonRetryableError
+from lakewarden.storage import AlreadyExistsError, NotFoundError, Storage
+
+FORMAT_VERSION = 1
+CONFIG_KEY = ".lakewarden/table.json"
+
+# Columns the writer adds to every data file (Hudi's ``_hoodie_*`` meta columns).
+META_COMMIT_TIME = "_lw_commit_time"
+META_RECORD_KEY = "_lw_record_key"
+META_PARTITION_PATH = "_lw_partition_path"
+META_FILE_NAME = "_lw_file_name"
+META_COLUMNS = (META_COMMIT_TIME, META_RECORD_KEY, META_PARTITION_PATH, META_FILE_NAME)
+
+
+class NotATableError(NonRetryableError):
+    """The location holds no ``.lakewarden/table.json``."""
+
+
+class UnsupportedFormatVersionError(NonRetryableError):
+    """The table was written by a newer lakewarden than this one."""
+
+
+class TableAlreadyExistsError(NonRetryableError):
+    """``Table.create`` found a table config already at the location."""
+
+
+class InvalidTableConfigError(ConfigurationError):
+    """The table configuration is inconsistent (unknown fields, unusable types, ...)."""
+
+
+class SchemaField(BaseModel):
+    """One top-level field, for people reading ``table.json``."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    type: str
+    nullable: bool
+
+
+def _key_type_ok(t: pa.DataType) -> bool:
+    # Keys are hashed and compared as strings; floats have no stable text form.
+    return bool(
+        pa.types.is_integer(t)
+        or pa.types.is_string(t)
+        or pa.types.is_large_string(t)
+        or pa.types.is_date(t)
+        or pa.types.is_timestamp(t)
+        or pa.types.is_decimal(t)
+    )
+
+
+def _ordering_type_ok(t: pa.DataType) -> bool:
+    return bool(
+        pa.types.is_integer(t)
+        or pa.types.is_floating(t)
+        or pa.types.is_temporal(t)
+        or pa.types.is_decimal(t)
+        or pa.types.is_string(t)
+        or pa.types.is_large_string(t)
+    )
+
+
+def _partition_type_ok(t: pa.DataType) -> bool:
+    return bool(_key_type_ok(t) or pa.types.is_boolean(t))
+
+
+def encode_schema(schema: pa.Schema) -> str:
+    """Arrow IPC serialisation of ``schema``, base64 (the persisted form)."""
+    return base64.b64encode(schema.serialize().to_pybytes()).decode("ascii")
+
+
+def decode_schema(encoded: str) -> pa.Schema:
+    """Inverse of ``encode_schema``. Raises: InvalidTableConfigError."""
+    try:
+        return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(encoded, validate=True)))
+    except (ValueError, pa.ArrowException) as err:
+        raise InvalidTableConfigError(
+            f"arrow_schema is not a valid Arrow IPC schema: {err}"
+        ) from err
+
+
+def describe_fields(schema: pa.Schema) -> tuple[SchemaField, ...]:
+    return tuple(SchemaField(name=f.name, type=str(f.type), nullable=f.nullable) for f in schema)
+
+
+class TableConfig(BaseModel):
+    """What a table is: persisted once by ``Table.create``, never rewritten by writers."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    format_version: int = FORMAT_VERSION
+    table_id: str = Field(description="uuid4 string; the table's identity on the timeline")
+    name: str = Field(min_length=1)
+    table_type: Literal["cow", "mor"] = "cow"
+    record_key: str
+    partition_by: tuple[str, ...] = ()
+    ordering_field: str | None = None
+    buckets: int = Field(default=1, ge=1)
+    arrow_schema: str = Field(description="Arrow IPC schema, base64")
+    fields: tuple[SchemaField, ...] = Field(description="readable copy of arrow_schema")
+
+    @model_validator(mode="after")
+    def _check(self) -> TableConfig:
+        try:
+            if uuid.UUID(self.table_id).version != 4:
+                raise ValueError("not version 4")
+        except ValueError as err:
+            raise ValueError(f"table_id {self.table_id!r} is not a uuid4 string") from err
+        schema = decode_schema(self.arrow_schema)
+        if describe_fields(schema) != self.fields:
+            raise ValueError("fields does not match arrow_schema")
+        _check_columns(schema, self.record_key, self.partition_by, self.ordering_field)
+        return self
+
+    @cached_property
+    def pa_schema(self) -> pa.Schema:
+        """The table's Arrow schema (user columns only, without meta columns)."""
+        return decode_schema(self.arrow_schema)
+
+    @classmethod
+    def new(
+        cls,
+        *,
+        name: str,
+        record_key: str,
+        schema: pa.Schema,
+        partition_by: Sequence[str] = (),
+        ordering_field: str | None = None,
+        table_type: Literal["cow", "mor"] = "cow",
+        buckets: int = 1,
+    ) -> TableConfig:
+        """A config with a fresh table id. Raises: InvalidTableConfigError."""
+        return _validated(
+            table_id=str(uuid.uuid4()),
+            name=name,
+            table_type=table_type,
+            record_key=record_key,
+            partition_by=tuple(partition_by),
+            ordering_field=ordering_field,
+            buckets=buckets,
+            arrow_schema=encode_schema(schema),
+            fields=describe_fields(schema),
+        )
+
+    def to_json(self) -> bytes:
+        return self.model_dump_json(indent=2).encode("utf-8")
+
+
+def _check_columns(
+    schema: pa.Schema, record_key: str, partition_by: tuple[str, ...], ordering: str | None
+) -> None:
+    names = schema.names
+    if len(set(names)) != len(names):
+        raise ValueError(f"schema has duplicate field names: {names}")
+    meta = sorted(set(names) & set(META_COLUMNS))
+    if meta:
+        raise ValueError(f"schema uses reserved meta column names {meta}")
+
+    def field(role: str, name: str, ok: Any, what: str) -> None:
+        if name not in names:
+            raise ValueError(f"{role} {name!r} is not a field of the schema (fields: {names})")
+        t = schema.field(name).type
+        if not ok(t):
+            raise ValueError(f"{role} {name!r} has type {t}; it must be {what}")
+
+    field("record_key", record_key, _key_type_ok, "an integer, string, date, timestamp or decimal")
+    if len(set(partition_by)) != len(partition_by):
+        raise ValueError(f"partition_by names a field twice: {list(partition_by)}")
+    for p in partition_by:
+        field("partition_by field", p, _partition_type_ok, "a primitive non-float type")
+    if ordering is not None:
+        field("ordering_field", ordering, _ordering_type_ok, "a number, temporal or string")
+
+
+def _validated(**values: Any) -> TableConfig:
+    try:
+        return TableConfig(**values)
+    except ValidationError as err:
+        raise InvalidTableConfigError(f"invalid table config: {_summary(err)}") from err
+
+
+def _summary(err: ValidationError) -> str:
+    return "; ".join(
+        f"{'.'.join(str(p) for p in e['loc']) or 'config'}: {e['msg']}" for e in err.errors()
+    )
+
+
+def parse_config(data: bytes, *, location: str = "") -> TableConfig:
+    """Parse a persisted config, checking the format version first.
+
+    Raises: UnsupportedFormatVersionError, InvalidTableConfigError."""
+    try:
+        raw = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as err:
+        raise InvalidTableConfigError(f"{location}{CONFIG_KEY} is not JSON: {err}") from err
+    if not isinstance(raw, dict):
+        raise InvalidTableConfigError(f"{location}{CONFIG_KEY} is not a JSON object")
+    version = raw.get("format_version")
+    if not isinstance(version, int):
+        raise InvalidTableConfigError(f"{location}{CONFIG_KEY} has no integer format_version")
+    if version > FORMAT_VERSION:
+        raise UnsupportedFormatVersionError(
+            f"table at {location!r} has format_version {version}; this lakewarden reads up to "
+            f"{FORMAT_VERSION}. Help: upgrade lakewarden to open this table."
+        )
+    return _validated(**raw)
+
+
+def load_config(storage: Storage) -> TableConfig:
+    """Read the config of the table rooted at ``storage``.
+
+    Raises: NotATableError, UnsupportedFormatVersionError, InvalidTableConfigError."""
+    try:
+        data = storage.read(CONFIG_KEY)
+    except NotFoundError as err:
+        raise NotATableError(
+            f"{storage.uri!r} is not a lakewarden table: it has no {CONFIG_KEY}. "
+            "Help: check the URI, or create the table with lakewarden.Table.create."
+        ) from err
+    return parse_config(data, location=storage.uri)
+
+
+def save_new_config(storage: Storage, config: TableConfig) -> None:
+    """Persist the config of a new table, atomically and only if none exists.
+
+    Raises: TableAlreadyExistsError."""
+    try:
+        storage.write_if_absent(CONFIG_KEY, config.to_json())
+    except AlreadyExistsError as err:
+        raise TableAlreadyExistsError(
+            f"a table already exists at {storage.uri!r}. "
+            "Help: open it with lakewarden.Table.open, or choose another location.",
+            table=storage.uri,
+        ) from err

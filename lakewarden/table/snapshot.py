@@ -1,0 +1,164 @@
+"""Snapshots: which files make up the table as of a completed instant.
+
+A snapshot is computed from the completed instants alone, in completion order (the order of
+their ``completed`` entries on the timeline), applying each instant's ``CommitStats``:
+
+1. every file group in ``replaced_file_groups`` leaves the snapshot;
+2. every write statistic names a file: a base file starts a new file slice of its file group
+   (the previous slice is superseded), a log file joins the slice of its base instant.
+
+Nothing is found by listing data directories: a file no completed instant names is invisible,
+wherever it sits. Pending, rolled-back and aborted instants are simply not in the input.
+The conflict rules guarantee that two instants touching one file group are ordered, so
+completion order is the order in which their slices were built on each other.
+
+Incremental reads use ``changes_since``: the instants completed after a given one and the
+latest slices they wrote (see ``lakewarden.table.reader``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from lakewarden.errors import NonRetryableError
+from lakewarden.table.files import LogFileName, is_log_file, split_key
+from lakewarden.table.stats import CommitStats, FileGroupId, WriteStat
+
+
+class InstantNotCompletedError(NonRetryableError):
+    """A snapshot or incremental read names an instant that is not completed."""
+
+
+class CompletedInstant(Protocol):
+    """What a snapshot needs of a completed instant (``timeline.InstantState`` has it)."""
+
+    @property
+    def instant(self) -> str: ...
+
+    @property
+    def commit(self) -> CommitStats | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class FileSlice:
+    """The current files of one file group: a base file and the log files built on it."""
+
+    file_group: FileGroupId
+    base_instant: str
+    base_file: WriteStat | None
+    log_files: tuple[WriteStat, ...] = ()
+    # The completed instant that last added a file to this slice (incremental reads).
+    latest_instant: str = ""
+
+    @property
+    def paths(self) -> tuple[str, ...]:
+        base = (self.base_file.path,) if self.base_file is not None else ()
+        return base + tuple(s.path for s in self.log_files)
+
+    @property
+    def num_records(self) -> int:
+        return sum(s.num_records for s in ((self.base_file,) if self.base_file else ()))
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The table as of ``as_of`` (None: nothing completed yet)."""
+
+    as_of: str | None
+    slices: Mapping[FileGroupId, FileSlice] = field(default_factory=dict)
+
+    def base_files(self) -> list[WriteStat]:
+        """Base files in a stable order (partition path, file id)."""
+        ordered = sorted(
+            self.slices.values(), key=lambda s: (s.file_group.partition_path, s.file_group.file_id)
+        )
+        return [s.base_file for s in ordered if s.base_file is not None]
+
+    def slice_of(self, file_group: FileGroupId) -> FileSlice | None:
+        return self.slices.get(file_group)
+
+    @property
+    def num_records(self) -> int:
+        """Records in the base files (exact for copy-on-write tables)."""
+        return sum(s.num_records for s in self.slices.values())
+
+
+def _position(completed: Sequence[CompletedInstant], instant: str, what: str) -> int:
+    for i, state in enumerate(completed):
+        if state.instant == instant:
+            return i
+    raise InstantNotCompletedError(
+        f"{what} {instant!r} is not a completed instant of this table. "
+        "Help: pass an instant from CommitResult.instant or table.timeline() whose state is "
+        "completed.",
+        instant=instant,
+    )
+
+
+def build_snapshot(completed: Sequence[CompletedInstant], as_of: str | None = None) -> Snapshot:
+    """The snapshot as of ``as_of`` (default: the last completed instant).
+
+    ``completed`` must be in completion order. Raises: InstantNotCompletedError."""
+    end = len(completed) if as_of is None else _position(completed, as_of, "as_of") + 1
+    slices: dict[FileGroupId, FileSlice] = {}
+    for state in completed[:end]:
+        if state.commit is not None:
+            _apply(slices, state.instant, state.commit)
+    last = completed[end - 1].instant if end else None
+    return Snapshot(as_of=last, slices=slices)
+
+
+def _apply(slices: dict[FileGroupId, FileSlice], instant: str, commit: CommitStats) -> None:
+    for group in commit.replaced_file_groups:
+        slices.pop(group, None)
+    for stat in commit.write_stats:
+        name = split_key(stat.path)[1]
+        current = slices.get(stat.file_group)
+        if not is_log_file(name):
+            slices[stat.file_group] = FileSlice(stat.file_group, instant, stat, (), instant)
+            continue
+        base_instant = LogFileName.parse(name).base_instant
+        if current is not None and current.base_instant == base_instant:
+            logs = current.log_files + (stat,)
+            slices[stat.file_group] = FileSlice(
+                stat.file_group, base_instant, current.base_file, logs, instant
+            )
+        else:
+            # A log file on a base instant no longer current starts a log-only slice (MOR
+            # inserts into a new file group write logs before any base file exists).
+            slices[stat.file_group] = FileSlice(
+                stat.file_group, base_instant, None, (stat,), instant
+            )
+
+
+@dataclass(frozen=True)
+class Changes:
+    """What an incremental read covers: ``instants`` completed after ``since`` up to
+    ``snapshot.as_of``, and the slices of ``snapshot`` they last wrote."""
+
+    since: str | None
+    instants: tuple[str, ...]
+    snapshot: Snapshot
+
+    def slices(self) -> list[FileSlice]:
+        written = set(self.instants)
+        return [s for s in self.snapshot.slices.values() if s.latest_instant in written]
+
+
+def changes_since(
+    completed: Sequence[CompletedInstant], since: str | None, until: str | None = None
+) -> Changes:
+    """The instants completed after ``since`` (None: from the start) up to ``until`` (default:
+    the last completed), in completion order, with the snapshot as of ``until``.
+
+    Raises: InstantNotCompletedError."""
+    start = 0 if since is None else _position(completed, since, "since_instant") + 1
+    end = len(completed) if until is None else _position(completed, until, "until") + 1
+    snapshot = build_snapshot(completed[:end])
+    return Changes(since, _instants(completed[start:end]), snapshot)
+
+
+def _instants(states: Iterable[CompletedInstant]) -> tuple[str, ...]:
+    return tuple(s.instant for s in states)

@@ -1,0 +1,150 @@
+"""Snapshots computed from hand-built sequences of completed instants."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from lakewarden.table.files import BaseFileName, LogFileName, WriteToken, file_key
+from lakewarden.table.snapshot import (
+    InstantNotCompletedError,
+    build_snapshot,
+    changes_since,
+)
+from lakewarden.table.stats import CommitStats, FileGroupId, WriteStat
+
+T1, T2, T3, T4 = (f"2024010100000000{i}" for i in range(1, 5))
+EU = FileGroupId(partition_path="region=eu", file_id="00000000-0000")
+EU1 = FileGroupId(partition_path="region=eu", file_id="00000001-0000")
+US = FileGroupId(partition_path="region=us", file_id="00000000-0000")
+
+
+@dataclass(frozen=True)
+class Done:
+    instant: str
+    commit: CommitStats | None
+
+
+def base(group: FileGroupId, instant: str, records: int = 10) -> WriteStat:
+    name = BaseFileName(group.file_id, WriteToken(0, 0, 0), instant).render()
+    return WriteStat(
+        file_group=group,
+        path=file_key(group.partition_path, name),
+        base_instant=instant,
+        num_records=records,
+        size_bytes=100,
+    )
+
+
+def log(group: FileGroupId, base_instant: str, version: int) -> WriteStat:
+    name = LogFileName(group.file_id, base_instant, version, WriteToken(0, 0, 0)).render()
+    return WriteStat(
+        file_group=group,
+        path=file_key(group.partition_path, name),
+        base_instant=base_instant,
+        num_records=3,
+        size_bytes=10,
+    )
+
+
+def commit(*stats: WriteStat, replaced: tuple[FileGroupId, ...] = ()) -> CommitStats:
+    return CommitStats(operation="upsert", write_stats=stats, replaced_file_groups=replaced)
+
+
+HISTORY = [
+    Done(T1, commit(base(EU, T1), base(US, T1, 5))),
+    Done(T3, commit(base(EU, T3, 12))),  # completed before T2: completion order is what counts
+    Done(T2, commit(base(EU1, T2, 7))),
+    Done(T4, None),  # a completed action without write statistics (e.g. a clean)
+]
+
+
+def paths(snapshot_files: list[WriteStat]) -> list[str]:
+    return [s.path for s in snapshot_files]
+
+
+def test_empty_timeline_is_an_empty_snapshot() -> None:
+    snapshot = build_snapshot([])
+    assert snapshot.as_of is None
+    assert snapshot.base_files() == []
+    assert snapshot.num_records == 0
+
+
+def test_latest_slice_of_every_group() -> None:
+    snapshot = build_snapshot(HISTORY)
+    assert snapshot.as_of == T4
+    assert paths(snapshot.base_files()) == [
+        base(EU, T3).path,
+        base(EU1, T2).path,
+        base(US, T1).path,
+    ]
+    assert snapshot.num_records == 12 + 7 + 5
+    eu = snapshot.slice_of(EU)
+    assert eu is not None and eu.base_instant == T3 and eu.latest_instant == T3
+
+
+def test_as_of_any_completed_instant() -> None:
+    assert paths(build_snapshot(HISTORY, as_of=T1).base_files()) == [
+        base(EU, T1).path,
+        base(US, T1).path,
+    ]
+    # T3 completed before T2, so the snapshot as of T3 does not contain T2's file group.
+    as_of_t3 = build_snapshot(HISTORY, as_of=T3)
+    assert as_of_t3.as_of == T3
+    assert paths(as_of_t3.base_files()) == [base(EU, T3).path, base(US, T1).path]
+
+
+def test_as_of_an_unknown_instant_is_named() -> None:
+    with pytest.raises(InstantNotCompletedError, match="as_of '20990101000000000' is not a"):
+        build_snapshot(HISTORY, as_of="20990101000000000")
+
+
+def test_replaced_groups_leave_and_may_come_back() -> None:
+    history = [
+        *HISTORY,
+        Done("20240101000000005", commit(replaced=(EU, US))),
+    ]
+    assert paths(build_snapshot(history).base_files()) == [base(EU1, T2).path]
+    history.append(Done("20240101000000006", commit(base(US, "20240101000000006"))))
+    assert paths(build_snapshot(history).base_files()) == [
+        base(EU1, T2).path,
+        base(US, "20240101000000006").path,
+    ]
+
+
+def test_log_files_join_the_slice_of_their_base_instant() -> None:
+    history = [
+        Done(T1, commit(base(EU, T1))),
+        Done(T2, commit(log(EU, T1, 1))),
+        Done(T3, commit(log(EU, T1, 2), log(US, T3, 1))),
+    ]
+    snapshot = build_snapshot(history)
+    eu = snapshot.slice_of(EU)
+    assert eu is not None
+    assert eu.paths == (base(EU, T1).path, log(EU, T1, 1).path, log(EU, T1, 2).path)
+    assert eu.base_instant == T1 and eu.latest_instant == T3
+    us = snapshot.slice_of(US)
+    assert us is not None and us.base_file is None and us.paths == (log(US, T3, 1).path,)
+    # A new base file supersedes the slice and its logs.
+    history.append(Done(T4, commit(base(EU, T4))))
+    eu = build_snapshot(history).slice_of(EU)
+    assert eu is not None and eu.paths == (base(EU, T4).path,)
+
+
+def test_changes_since() -> None:
+    changes = changes_since(HISTORY, since=T1)
+    assert changes.instants == (T3, T2, T4)
+    assert sorted(s.file_group.file_id for s in changes.slices()) == [EU.file_id, EU1.file_id]
+    everything = changes_since(HISTORY, since=None)
+    assert everything.instants == (T1, T3, T2, T4)
+    assert len(everything.slices()) == 3
+    until = changes_since(HISTORY, since=T1, until=T3)
+    assert until.instants == (T3,)
+    assert [s.file_group for s in until.slices()] == [EU]
+    assert changes_since(HISTORY, since=T4).slices() == []
+
+
+def test_changes_since_an_instant_that_is_not_completed() -> None:
+    with pytest.raises(InstantNotCompletedError, match="since_instant '20240101000000009'"):
+        changes_since(HISTORY, since="20240101000000009")
