@@ -198,7 +198,7 @@ class KafkaBroker:
                 log_file=self.log_file,
                 interval_s=0.2,
             )
-        except DevStackError:
+        except BaseException:  # also Ctrl-C: never leave a half-started server behind
             self.stop()
             raise
         log.info(

@@ -215,7 +215,7 @@ class SeaweedS3:
             )
             if bucket is not None:
                 self.create_bucket(bucket)
-        except DevStackError:
+        except BaseException:  # also Ctrl-C: never leave a half-started server behind
             self.stop()
             raise
         log.info(

@@ -1,0 +1,68 @@
+"""The ``lakewarden`` command.
+
+Subcommands plug in without touching this file: every public module of this package
+(``lakewarden/cli/<name>.py``, not starting with ``_``) defines ``command``, a
+:class:`click.Command` or :class:`click.Group`, which becomes ``lakewarden <name>``
+(underscores in the module name become dashes). Modules are imported only when their command
+runs (or ``--help`` lists them), so ``lakewarden dev up`` never pays for importing Spark.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from typing import Any
+
+import click
+
+from lakewarden.cli._logging import configure_logging
+
+
+class _PackageGroup(click.Group):
+    """A group whose subcommands are the public modules of ``lakewarden.cli``."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        names = {
+            info.name.replace("_", "-")
+            for info in pkgutil.iter_modules(__path__)
+            if not info.name.startswith("_")
+        }
+        return sorted(names | set(self.commands))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.commands:
+            return self.commands[cmd_name]
+        module_name = cmd_name.replace("-", "_")
+        if module_name.startswith("_") or module_name not in {
+            info.name for info in pkgutil.iter_modules(__path__)
+        }:
+            return None
+        module = importlib.import_module(f"{__name__}.{module_name}")
+        command = getattr(module, "command", None)
+        if not isinstance(command, click.Command):
+            raise click.ClickException(
+                f"lakewarden.cli.{module_name} defines no `command` (a click.Command)"
+            )
+        return command
+
+
+@click.group(cls=_PackageGroup)
+@click.option(
+    "--log-level",
+    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+    default="INFO",
+    show_default=True,
+    help="Threshold of the structured (logfmt) log on stderr.",
+)
+@click.version_option(package_name="lakewarden")
+def cli(log_level: str) -> None:
+    """lakewarden: commit coordination for data-lake tables written by Spark."""
+    configure_logging(log_level.upper())
+
+
+def main(argv: list[str] | None = None, **kwargs: Any) -> None:
+    """Console-script entry point (``lakewarden = "lakewarden.cli:main"``)."""
+    cli.main(args=argv, prog_name="lakewarden", **kwargs)
+
+
+__all__ = ["cli", "main"]

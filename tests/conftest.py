@@ -1,0 +1,129 @@
+"""Session fixtures that run a real Kafka broker and a real S3 endpoint for the tests.
+
+Each is started lazily, the first time a test asks for it, on free ephemeral ports bound to
+127.0.0.1 with its files in the session's pytest temp dir, and stopped by pid at session end.
+So several people (or CI and a person) can run the suite on one machine at the same time.
+
+- ``kafka_bootstrap``: ``"127.0.0.1:<port>"`` of a single-node KRaft broker
+- ``kafka_settings``: ``Settings`` with ``kafka.bootstrap_servers`` pointing at it
+- ``s3_settings``: ``Settings`` with ``s3.endpoint_url`` and credentials of a SeaweedFS
+- ``s3_bucket``: the name of a bucket created on that endpoint for this session
+
+A missing prerequisite (Kafka jars, ``weed``) FAILS the test with what to run, it never skips:
+a suite that silently skips its integration tests proves nothing.
+
+Tests that use these fixtures get the ``kafka`` / ``s3`` marker automatically, so
+``pytest -m 'not kafka'`` selects the tests that need no broker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from pydantic import SecretStr
+
+from lakewarden.devstack import _process
+from lakewarden.devstack.errors import DevStackError
+from lakewarden.devstack.kafka import KafkaBroker
+from lakewarden.devstack.s3 import SeaweedS3
+from lakewarden.settings import KafkaSettings, S3Settings, Settings
+
+_KAFKA_FIXTURES = {"kafka_broker", "kafka_bootstrap", "kafka_settings"}
+_S3_FIXTURES = {"seaweed_s3", "s3_settings", "s3_bucket"}
+TEST_BUCKET = "lakewarden-tests"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        names = set(getattr(item, "fixturenames", ()))
+        if names & _KAFKA_FIXTURES:
+            item.add_marker(pytest.mark.kafka)
+        if names & _S3_FIXTURES:
+            item.add_marker(pytest.mark.s3)
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
+    """A running broker for the whole session (stopped by pid at the end)."""
+    broker = KafkaBroker(
+        home=tmp_path_factory.mktemp("kafka"),
+        port=_process.free_port(),
+        controller_port=_process.free_port(),
+    )
+    try:
+        broker.start()
+    except DevStackError as err:  # jars missing, port taken, JVM failed: say so and fail
+        pytest.fail(f"cannot start the test Kafka broker: {err}", pytrace=False)
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(kafka_broker: KafkaBroker) -> str:
+    """``"127.0.0.1:<port>"`` of the session's broker."""
+    return kafka_broker.bootstrap
+
+
+@pytest.fixture(scope="session")
+def kafka_settings(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Settings:
+    """Settings pointing at the session's broker (state dir in the session's temp dir)."""
+    return Settings(
+        kafka=KafkaSettings(bootstrap_servers=kafka_bootstrap),
+        state_dir=tmp_path_factory.mktemp("state"),
+    )
+
+
+@pytest.fixture(scope="session")
+def seaweed_s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedS3]:
+    """A running SeaweedFS S3 endpoint for the whole session (stopped by pid at the end)."""
+    defaults = S3Settings()
+    endpoint = SeaweedS3(
+        home=tmp_path_factory.mktemp("seaweedfs"),
+        port=_process.free_port(),
+        access_key=defaults.access_key_id.get_secret_value(),
+        secret_key=defaults.secret_access_key.get_secret_value(),
+        region=defaults.region,
+    )
+    try:
+        endpoint.start()
+    except DevStackError as err:
+        pytest.fail(f"cannot start the test S3 endpoint (SeaweedFS): {err}", pytrace=False)
+    try:
+        yield endpoint
+    finally:
+        endpoint.stop()
+
+
+@pytest.fixture(scope="session")
+def s3_settings(seaweed_s3: SeaweedS3, tmp_path_factory: pytest.TempPathFactory) -> Settings:
+    """Settings pointing at the session's S3 endpoint, with its credentials."""
+    return Settings(
+        s3=S3Settings(
+            endpoint_url=seaweed_s3.endpoint_url,
+            region=seaweed_s3.region,
+            access_key_id=SecretStr(seaweed_s3.access_key),
+            secret_access_key=SecretStr(seaweed_s3.secret_key),
+        ),
+        state_dir=tmp_path_factory.mktemp("state"),
+    )
+
+
+@pytest.fixture(scope="session")
+def s3_bucket(seaweed_s3: SeaweedS3) -> str:
+    """A bucket created on the session's S3 endpoint (shared by the session's tests: use
+    per-test key prefixes, e.g. from ``tmp_path.name``, to keep tests apart)."""
+    try:
+        seaweed_s3.create_bucket(TEST_BUCKET)
+    except DevStackError as err:
+        pytest.fail(str(err), pytrace=False)
+    return TEST_BUCKET
+
+
+@pytest.fixture
+def repo_root() -> Path:
+    """The repository root (for tests that read infra/ or schemas/)."""
+    return Path(__file__).resolve().parents[1]
