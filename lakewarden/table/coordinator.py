@@ -1,0 +1,173 @@
+"""What writers need from the outside world: a table lock with a fencing token, and liveness.
+
+``Coordinator`` is the interface; ``EmbeddedCoordinator`` is the in-process implementation
+used when no Kafka is configured (the Kafka-backed one talks to the timeline-lock and
+heartbeat-monitor services). The lock makes writers of one table take turns, which keeps
+instant times increasing and rebases rare; **safety never depends on it**. Two processes each
+have their own embedded coordinator, a lease can expire while its holder is paused, and the log
+(``write_if_absent`` at the tail, the state machine, the conflict rules) keeps them safe anyway.
+Every entry records the token of the lease its writer held, for audit.
+"""
+
+from __future__ import annotations
+
+import abc
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from lakewarden.errors import NonRetryableError, RetryableError
+
+
+class Liveness(StrEnum):
+    """Whether the executor of an instant is known to be working on it."""
+
+    ALIVE = "alive"
+    DEAD = "dead"
+    UNKNOWN = "unknown"
+
+
+class LockTimeoutError(RetryableError):
+    """The table lock was not granted within ``wait_s``."""
+
+
+class LockReentryError(NonRetryableError):
+    """The thread asked for a table lock it already holds (it would wait for itself)."""
+
+
+@dataclass(eq=False)
+class Lease:
+    """A grant of the table lock. ``token`` increases with every grant per table (fencing)."""
+
+    table_id: str
+    token: int
+    ttl_s: float
+    expires_at: float = field(repr=False)  # time.monotonic() deadline
+    released: bool = field(default=False, repr=False)
+
+    @property
+    def lost(self) -> bool:
+        """Released, or expired (another writer may hold the lock now)."""
+        return self.released or time.monotonic() >= self.expires_at
+
+
+class Coordinator(abc.ABC):
+    """Per-table mutual exclusion with leases, and liveness of instants."""
+
+    @abc.abstractmethod
+    def lock(
+        self, table_id: str, *, ttl_s: float = 30.0, wait_s: float = 30.0
+    ) -> AbstractContextManager[Lease]:
+        """Hold the table lock for the ``with`` block; grants are FIFO.
+
+        Raises: LockTimeoutError when not granted within ``wait_s``.
+        """
+
+    @abc.abstractmethod
+    def liveness(self, table_id: str, instant: str) -> Liveness:
+        """Whether the executor of ``instant`` is alive, known dead, or unknown."""
+
+    @abc.abstractmethod
+    def heartbeat(self, table_id: str, instant: str, owner: str) -> AbstractContextManager[None]:
+        """Declare ``instant`` alive (executed by ``owner``) for the ``with`` block."""
+
+
+class _TableLock:
+    def __init__(self) -> None:
+        self.cond = threading.Condition()
+        self.holder: Lease | None = None
+        self.holder_thread: int | None = None
+        self.last_token = 0
+        self.queue: deque[object] = deque()
+
+
+class EmbeddedCoordinator(Coordinator):
+    """In-process coordinator: a FIFO lock per table and liveness from the heartbeats of this
+    process. A lease whose ``ttl_s`` passed may be taken over by a waiter; its holder sees
+    ``lease.lost``. Liveness is ``UNKNOWN`` for instants this process never heard of (another
+    process may be executing them)."""
+
+    def __init__(self) -> None:
+        self._guard = threading.Lock()
+        self._tables: dict[str, _TableLock] = {}
+        self._beating: dict[tuple[str, str], int] = {}
+        self._ended: set[tuple[str, str]] = set()
+
+    @contextmanager
+    def lock(self, table_id: str, *, ttl_s: float = 30.0, wait_s: float = 30.0) -> Iterator[Lease]:
+        table = self._table(table_id)
+        lease = self._acquire(table, table_id, ttl_s=ttl_s, wait_s=wait_s)
+        try:
+            yield lease
+        finally:
+            with table.cond:
+                lease.released = True
+                if table.holder is lease:
+                    table.holder = None
+                    table.holder_thread = None
+                    table.cond.notify_all()
+
+    def _table(self, table_id: str) -> _TableLock:
+        with self._guard:
+            return self._tables.setdefault(table_id, _TableLock())
+
+    def _acquire(self, table: _TableLock, table_id: str, *, ttl_s: float, wait_s: float) -> Lease:
+        me = threading.get_ident()
+        deadline = time.monotonic() + wait_s
+        with table.cond:
+            if table.holder is not None and not table.holder.lost and table.holder_thread == me:
+                raise LockReentryError(
+                    f"this thread already holds the lock of table {table_id} (token "
+                    f"{table.holder.token}). Help: do the work inside the first `with` block.",
+                    table=table_id,
+                )
+            ticket = object()
+            table.queue.append(ticket)
+            while True:
+                now = time.monotonic()
+                free = table.holder is None or table.holder.lost
+                if free and table.queue[0] is ticket:
+                    table.queue.popleft()
+                    table.last_token += 1
+                    lease = Lease(table_id, table.last_token, ttl_s, expires_at=now + ttl_s)
+                    table.holder, table.holder_thread = lease, me
+                    table.cond.notify_all()  # the next in line re-checks its place
+                    return lease
+                if now >= deadline:
+                    table.queue.remove(ticket)
+                    table.cond.notify_all()
+                    raise LockTimeoutError(
+                        f"the lock of table {table_id} was not granted within {wait_s:g} s. "
+                        "Help: retry; a writer holding it for long should use a longer ttl.",
+                        table=table_id,
+                    )
+                wake = deadline
+                if table.holder is not None:
+                    wake = min(wake, table.holder.expires_at)
+                table.cond.wait(timeout=max(wake - now, 0.001))
+
+    def liveness(self, table_id: str, instant: str) -> Liveness:
+        key = (table_id, instant)
+        with self._guard:
+            if self._beating.get(key, 0) > 0:
+                return Liveness.ALIVE
+            return Liveness.DEAD if key in self._ended else Liveness.UNKNOWN
+
+    @contextmanager
+    def heartbeat(self, table_id: str, instant: str, owner: str) -> Iterator[None]:
+        key = (table_id, instant)
+        with self._guard:
+            self._beating[key] = self._beating.get(key, 0) + 1
+            self._ended.discard(key)
+        try:
+            yield
+        finally:
+            with self._guard:
+                self._beating[key] -= 1
+                if self._beating[key] == 0:
+                    del self._beating[key]
+                    self._ended.add(key)

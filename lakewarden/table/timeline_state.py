@@ -1,0 +1,201 @@
+"""The timeline's persisted records and the state they fold into.
+
+``TimelineEntry`` is one entry of the sequenced log (``.lakewarden/timeline/<seq:020d>.json``);
+``EntryDraft`` is what a writer wants to append (everything but the seq, which the append
+protocol assigns). ``TimelineState`` is the fold of ``state_machine.apply`` over a prefix of the
+log: one ``InstantState`` per instant, the tail seq, and the entries that were ignored as
+illegal. All are frozen pydantic; ``timeline`` re-exports them, this module exists only so the
+state machine, the conflict rules and the log share them without import cycles.
+
+Payload shapes per transition (checked by the state machine; a malformed payload is rejected):
+
+- requested: ``RequestedPayload`` ``{"operation": str, "cancellable": bool, "plan": ...}``;
+  compaction/clustering plans are ``ServicePlan`` (the file groups the plan rewrites), rollback
+  plans are ``RollbackPlan`` (the instant being rolled back);
+- inflight: ``WorkloadProfile.model_dump()``; completed: ``CommitStats.model_dump()``;
+- cancel_requested, aborted, rolled_back: ``ReasonPayload`` ``{"reason": str}``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from lakewarden.table.instant import (
+    PENDING_STATES,
+    TABLE_SERVICE_ACTIONS,
+    Action,
+    Instant,
+    QualifiedInstant,
+    Transition,
+)
+from lakewarden.table.stats import CommitStats, FileGroupId, WorkloadProfile
+
+_INSTANT_PATTERN = r"^\d{17}$"
+
+
+class EntryDraft(BaseModel):
+    """An entry a writer wants to append; the append protocol assigns its seq."""
+
+    model_config = ConfigDict(frozen=True)
+
+    instant: str = Field(pattern=_INSTANT_PATTERN)
+    action: Action
+    transition: Transition
+    actor: str = Field(min_length=1, description="who appends: writer, service or tool id")
+    lock_token: int | None = Field(description="fencing token of the lease held, if any")
+    wall_time_ms: int = Field(description="the appender's clock, for humans; never for order")
+    payload: dict[str, Any] = Field(default_factory=dict)
+
+    def at(self, seq: int) -> TimelineEntry:
+        """This draft as the entry with sequence number ``seq``."""
+        return TimelineEntry(seq=seq, **self.model_dump())
+
+
+class TimelineEntry(EntryDraft):
+    """Entry ``seq`` of the log: one transition of one instant."""
+
+    seq: int = Field(ge=0)
+
+    @property
+    def qualified(self) -> QualifiedInstant:
+        return QualifiedInstant(Instant(self.instant), self.action, self.transition)
+
+
+class RequestedPayload(BaseModel):
+    """Payload of a ``requested`` entry."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    operation: str = Field(min_length=1)
+    cancellable: bool = False
+    plan: Any = None
+
+
+class ServicePlan(BaseModel):
+    """The plan of a compaction or clustering: the file groups it rewrites. Other keys
+    (cancellation policy, strategy) are kept as they are."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+    file_groups: tuple[FileGroupId, ...] = Field(min_length=1)
+
+
+class RollbackPlan(BaseModel):
+    """The plan of a rollback: the pending ingestion instant it rolls back. Appending it is the
+    rollback *intent*: from then on the target can only be rolled back."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+    target: str = Field(pattern=_INSTANT_PATTERN)
+
+
+class ReasonPayload(BaseModel):
+    """Payload of ``cancel_requested``, ``aborted`` and ``rolled_back`` entries."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+    reason: str = Field(min_length=1)
+
+
+class Rejection(BaseModel):
+    """An entry that was illegal against its prefix: ignored by every reader, reported."""
+
+    model_config = ConfigDict(frozen=True)
+
+    seq: int
+    instant: str | None = None
+    action: Action | None = None
+    transition: Transition | None = None
+    reason: str
+
+
+class InstantState(BaseModel):
+    """Where one instant stands after a prefix of the log."""
+
+    model_config = ConfigDict(frozen=True)
+
+    instant: str
+    action: Action
+    state: Transition
+    cancellable: bool = False
+    operation: str | None = None
+    requested_seq: int
+    last_seq: int
+    completed_seq: int | None = None
+    workload: WorkloadProfile | None = None
+    commit: CommitStats | None = None
+    lock_token: int | None = None
+    plan: Any = None
+    # Compaction/clustering: the file groups the plan rewrites (from ServicePlan).
+    plan_file_groups: tuple[FileGroupId, ...] = ()
+    # Ingestion: the rollback instant whose intent makes this one uncommittable.
+    rollback_by: str | None = None
+    # Why it was cancelled, aborted or rolled back.
+    reason: str | None = None
+
+    @property
+    def is_pending(self) -> bool:
+        return self.state in PENDING_STATES
+
+    @property
+    def qualified(self) -> QualifiedInstant:
+        return QualifiedInstant(Instant(self.instant), self.action, self.state)
+
+
+class TimelineState(BaseModel):
+    """The fold of the state machine over entries ``0..tail_seq`` of the log."""
+
+    model_config = ConfigDict(frozen=True)
+
+    instants: dict[str, InstantState] = Field(default_factory=dict)
+    tail_seq: int = -1
+    # The newest requested instant time: the floor for the next one.
+    last_requested_time: str | None = None
+    rejected: tuple[Rejection, ...] = ()
+
+    def get(self, instant: str | Instant) -> InstantState | None:
+        return self.instants.get(str(instant))
+
+    def completed(self) -> list[InstantState]:
+        """Completed instants in completion (log) order."""
+        done = [i for i in self.instants.values() if i.completed_seq is not None]
+        done.sort(key=lambda i: i.completed_seq or 0)
+        return done
+
+    def pending(self) -> list[InstantState]:
+        """Instants not yet in a terminal state (requested, inflight, cancel_requested), in
+        requested order."""
+        pending = [i for i in self.instants.values() if i.is_pending]
+        pending.sort(key=lambda i: i.requested_seq)
+        return pending
+
+    def last_requested(self) -> Instant | None:
+        """The newest requested instant (``Instant.next_after`` of it is the next instant)."""
+        return None if self.last_requested_time is None else Instant(self.last_requested_time)
+
+    # -- the StateView protocol (the state machine's and the conflict rules' read interface) --
+
+    def completed_since(self, seq: int) -> Iterable[InstantState]:
+        """Instants completed by an entry after ``seq``, newest first."""
+        return [i for i in reversed(self.completed()) if (i.completed_seq or 0) > seq]
+
+    def pending_plans(self) -> Iterable[InstantState]:
+        """Pending compaction and clustering plans."""
+        return [i for i in self.pending() if i.action in TABLE_SERVICE_ACTIONS]
+
+
+class StateView(Protocol):
+    """What judging one entry needs to know about its prefix. ``TimelineState`` implements it
+    by scanning; the replayer implements it with indexes (same answers, faster)."""
+
+    @property
+    def last_requested_time(self) -> str | None: ...
+
+    def get(self, instant: str) -> InstantState | None: ...
+
+    def completed_since(self, seq: int) -> Iterable[InstantState]: ...
+
+    def pending_plans(self) -> Iterable[InstantState]: ...

@@ -1,0 +1,207 @@
+"""A write transaction: one instant from ``requested`` to ``completed`` or ``rolled_back``.
+
+    tx = WriteTransaction.begin(timeline, coordinator, table_id, operation="upsert", actor=me)
+    tx.inflight(WorkloadProfile(operation="upsert", file_groups=...))
+    ... write data files (invisible until completed: no completed instant names them) ...
+    try:
+        tx.complete(CommitStats(...))
+    except WriteConflictError:
+        ... delete the files written ...
+        tx.rollback("conflict")
+        raise
+
+Every entry is appended under the table lock (taken per step, not held across the file
+writes) and records the lease token. The lock only makes writers take turns; the conflict
+rules, checked against the log at completion and re-checked after every rebase, decide.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Any
+
+from pydantic import BaseModel
+
+from lakewarden.table import conflicts
+from lakewarden.table.coordinator import Coordinator, Lease
+from lakewarden.table.instant import Action, Instant, Transition
+from lakewarden.table.stats import CommitStats, WorkloadProfile
+from lakewarden.table.timeline import (
+    IllegalTransitionError,
+    InstantState,
+    Timeline,
+    TimelineEntry,
+    TimelineState,
+)
+from lakewarden.table.timeline_state import EntryDraft
+
+
+class WriteTransaction:
+    """One instant's way through the timeline; create it with ``begin``."""
+
+    def __init__(
+        self,
+        timeline: Timeline,
+        coordinator: Coordinator,
+        table_id: str,
+        *,
+        instant: str,
+        action: Action,
+        operation: str,
+        actor: str,
+        lock_ttl_s: float = 30.0,
+        lock_wait_s: float = 30.0,
+    ) -> None:
+        self.timeline = timeline
+        self.coordinator = coordinator
+        self.table_id = table_id
+        self.instant = instant
+        self.action = action
+        self.operation = operation
+        self.actor = actor
+        self._lock_ttl_s = lock_ttl_s
+        self._lock_wait_s = lock_wait_s
+
+    @classmethod
+    def begin(
+        cls,
+        timeline: Timeline,
+        coordinator: Coordinator,
+        table_id: str,
+        *,
+        operation: str,
+        actor: str,
+        action: Action = Action.COMMIT,
+        cancellable: bool = False,
+        plan: Any = None,
+        lock_ttl_s: float = 30.0,
+        lock_wait_s: float = 30.0,
+    ) -> WriteTransaction:
+        """Start an instant: append its ``requested`` entry.
+
+        Protocol:
+          1. Take the table lock.
+          2. Load the timeline; the instant time is ``Instant.next_after(last requested)``.
+          3. Append ``requested`` {operation, cancellable, plan} with the lease token; on a
+             rebase step 2 runs again, so the time stays after every requested instant.
+          4. Release the lock.
+
+        Raises: LockTimeoutError, IllegalTransitionError (e.g. a malformed plan),
+        ConcurrentAppendError, CommitStateUnknownError.
+        """
+        if isinstance(plan, BaseModel):
+            plan = plan.model_dump(mode="json")
+        payload = {"operation": operation, "cancellable": cancellable, "plan": plan}
+        with coordinator.lock(table_id, ttl_s=lock_ttl_s, wait_s=lock_wait_s) as lease:  # 1.
+
+            def draft(state: TimelineState) -> EntryDraft:
+                instant = Instant.next_after(state.last_requested())  # 2.
+                return _draft(str(instant), action, Transition.REQUESTED, actor, lease, payload)
+
+            entry, _ = timeline.append(draft)  # 3.
+        return cls(
+            timeline,
+            coordinator,
+            table_id,
+            instant=entry.instant,
+            action=action,
+            operation=operation,
+            actor=actor,
+            lock_ttl_s=lock_ttl_s,
+            lock_wait_s=lock_wait_s,
+        )
+
+    def status(self) -> InstantState | None:
+        """Where the instant stands now (reloads the timeline)."""
+        return self.timeline.load().get(self.instant)
+
+    def heartbeat(self) -> AbstractContextManager[None]:
+        """Declare this instant alive for the ``with`` block (hold it while writing files)."""
+        return self.coordinator.heartbeat(self.table_id, self.instant, self.actor)
+
+    def inflight(self, workload: WorkloadProfile) -> None:
+        """Record the workload profile (the file groups the write will touch).
+
+        Raises: IllegalTransitionError (not requested any more: rolled back, cancelled, or a
+        rollback intent targets it), ConcurrentAppendError, CommitStateUnknownError.
+        """
+        self._append(Transition.INFLIGHT, workload.model_dump(mode="json"))
+
+    def complete(self, stats: CommitStats) -> TimelineEntry:
+        """Make the write visible: append ``completed`` with the write statistics.
+
+        Protocol:
+          1. Take the table lock.
+          2. Load the timeline (the whole prefix).
+          3. Run the conflict rules for the entries after our ``requested``; a finding raises
+             its named ``WriteConflictError`` and leaves the instant pending, so the caller can
+             delete its files and ``rollback``.
+          4. Append ``completed`` (the state machine re-checks); a rebase re-runs step 3.
+          5. Release the lock.
+
+        Raises: OverlappingCommitConflict, PendingPlanConflict, IllegalTransitionError
+        (cancel requested, rollback intent, not inflight), LockTimeoutError,
+        ConcurrentAppendError, CommitStateUnknownError (reconcile with ``status()``).
+        """
+
+        def no_conflict(state: TimelineState, draft: EntryDraft) -> None:  # 3.
+            current = state.get(self.instant)
+            if current is not None and current.is_pending:
+                conflicts.check_completion(state, current, stats, table=self.table_id)
+
+        return self._append(Transition.COMPLETED, stats.model_dump(mode="json"), no_conflict)
+
+    def rollback(self, reason: str) -> None:
+        """Append ``rolled_back``; a no-op when the instant is rolled back already. Delete the
+        instant's files *before* calling it.
+
+        Raises: IllegalTransitionError (completed, or not an ingestion instant),
+        LockTimeoutError, ConcurrentAppendError, CommitStateUnknownError.
+        """
+        current = self.status()
+        if current is not None and current.state is Transition.ROLLED_BACK:
+            return
+        try:
+            self._append(Transition.ROLLED_BACK, {"reason": reason})
+        except IllegalTransitionError:
+            current = self.status()
+            if current is not None and current.state is Transition.ROLLED_BACK:
+                return  # someone else (the cleaner) rolled it back meanwhile
+            raise
+
+    def _append(
+        self,
+        transition: Transition,
+        payload: dict[str, Any],
+        validate: Callable[[TimelineState, EntryDraft], None] | None = None,
+    ) -> TimelineEntry:
+        with self.coordinator.lock(
+            self.table_id, ttl_s=self._lock_ttl_s, wait_s=self._lock_wait_s
+        ) as lease:
+
+            def draft(state: TimelineState) -> EntryDraft:
+                return _draft(self.instant, self.action, transition, self.actor, lease, payload)
+
+            entry, _ = self.timeline.append(draft, validate=validate)
+        return entry
+
+
+def _draft(
+    instant: str,
+    action: Action,
+    transition: Transition,
+    actor: str,
+    lease: Lease,
+    payload: dict[str, Any],
+) -> EntryDraft:
+    return EntryDraft(
+        instant=instant,
+        action=action,
+        transition=transition,
+        actor=actor,
+        lock_token=lease.token,
+        wall_time_ms=time.time_ns() // 1_000_000,
+        payload=payload,
+    )

@@ -1,0 +1,113 @@
+"""A small, thread-safe in-memory ``Storage`` for timeline tests, with two test hooks:
+
+- ``before_write_if_absent``: called (once, then cleared) just before the next
+  ``write_if_absent`` takes effect, so a test can slip another writer's append in between a
+  writer's read of the tail and its write (a deterministic race);
+- ``lose_next_reply``: the next ``write_if_absent`` takes effect, then raises
+  ``StorageIOError`` as if the reply had been lost.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+from lakewarden.storage import (
+    AlreadyExistsError,
+    NotFoundError,
+    ObjectInfo,
+    Storage,
+    StorageIOError,
+)
+
+
+class MemStorage(Storage):
+    def __init__(self) -> None:
+        self.uri = "mem://"
+        self._lock = threading.RLock()
+        self._objects: dict[str, bytes] = {}
+        self._keys: list[str] = []
+        self.before_write_if_absent: Callable[[], None] | None = None
+        self.lose_next_reply = False
+        self.calls: dict[str, int] = {}
+
+    def _count(self, op: str) -> None:
+        self.calls[op] = self.calls.get(op, 0) + 1
+
+    def _put(self, key: str, data: bytes) -> None:
+        if key not in self._objects:
+            bisect.insort(self._keys, key)
+        self._objects[key] = bytes(data)
+
+    def read(self, key: str) -> bytes:
+        with self._lock:
+            self._count("read")
+            try:
+                return self._objects[key]
+            except KeyError:
+                raise NotFoundError(f"no object {key}", key=key) from None
+
+    def write(self, key: str, data: bytes) -> None:
+        with self._lock:
+            self._count("write")
+            self._put(key, data)
+
+    def write_if_absent(self, key: str, data: bytes) -> None:
+        hook, self.before_write_if_absent = self.before_write_if_absent, None
+        if hook is not None:
+            hook()
+        with self._lock:
+            self._count("write_if_absent")
+            if key in self._objects:
+                raise AlreadyExistsError(f"object {key} exists", key=key)
+            self._put(key, data)
+            if self.lose_next_reply:
+                self.lose_next_reply = False
+                raise StorageIOError(f"reply lost after writing {key}", key=key)
+
+    def list(self, prefix: str = "", *, start_after: str | None = None) -> Iterator[ObjectInfo]:
+        with self._lock:
+            self._count("list")
+            lo = bisect.bisect_left(self._keys, prefix)
+            if start_after is not None:
+                lo = max(lo, bisect.bisect_right(self._keys, start_after))
+            keys = []
+            for key in self._keys[lo:]:
+                if not key.startswith(prefix):
+                    break
+                keys.append(key)
+            infos = [ObjectInfo(k, len(self._objects[k]), 0) for k in keys]
+        return iter(infos)
+
+    def stat(self, key: str) -> ObjectInfo:
+        with self._lock:
+            if key not in self._objects:
+                raise NotFoundError(f"no object {key}", key=key)
+            return ObjectInfo(key, len(self._objects[key]), int(time.time() * 1000))
+
+    def exists(self, key: str) -> bool:
+        with self._lock:
+            return key in self._objects
+
+    def delete(self, key: str) -> None:
+        with self._lock:
+            if self._objects.pop(key, None) is not None:
+                self._keys.remove(key)
+
+    def rename(self, src: str, dst: str) -> None:
+        with self._lock:
+            if src not in self._objects:
+                raise NotFoundError(f"no object {src}", key=src)
+            if dst in self._objects:
+                raise AlreadyExistsError(f"object {dst} exists", key=dst)
+            self._put(dst, self._objects[src])
+            self.delete(src)
+
+    def append(self, key: str, data: bytes) -> None:
+        with self._lock:
+            self._put(key, self._objects.get(key, b"") + data)
+
+    def local_path(self, key: str) -> str | None:
+        return None
