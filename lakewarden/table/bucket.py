@@ -25,6 +25,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lakewarden.errors import NonRetryableError
+from lakewarden.table.config import META_PARTITION_PATH, META_RECORD_KEY, TableConfig
+from lakewarden.table.files import bucket_file_id
+from lakewarden.table.stats import FileGroupId
 
 FNV_OFFSET_BASIS = 0xCBF29CE484222325
 FNV_PRIME = 0x100000001B3
@@ -200,3 +203,26 @@ def partition_codes(table: pa.Table, partition_by: Sequence[str]) -> tuple[pa.Ar
             values.append(dictionary[index])
         paths.append(render_partition_path(partition_by, values[::-1]))
     return distinct.indices.cast(pa.int64()), paths
+
+
+def route(data: pa.Table, config: TableConfig) -> dict[FileGroupId, pa.Table]:
+    """Split ``data`` by file group (partition path x bucket), vectorised: one sort, then
+    slices. Adds the ``_lw_record_key`` and ``_lw_partition_path`` columns in front."""
+    keys = key_strings(data.column(config.record_key))
+    codes, paths = partition_codes(data, config.partition_by)
+    buckets = key_buckets(keys, config.buckets).cast(pa.int64())
+    group_code = pc.add(pc.multiply(codes, pa.scalar(config.buckets, pa.int64())), buckets)
+    path_column = pc.take(pa.array(paths, pa.string()), codes)
+    data = data.add_column(0, META_PARTITION_PATH, path_column)
+    data = data.add_column(0, META_RECORD_KEY, keys.cast(pa.string()))
+    order = pc.sort_indices(group_code)
+    data = data.take(order)
+    runs = pc.run_end_encode(pc.take(group_code, order), run_end_type=pa.int64())
+    groups: dict[FileGroupId, pa.Table] = {}
+    start = 0
+    for code, end in zip(runs.values.to_pylist(), runs.run_ends.to_pylist(), strict=True):
+        partition, bucket = divmod(code, config.buckets)
+        group = FileGroupId(partition_path=paths[partition], file_id=bucket_file_id(bucket))
+        groups[group] = data.slice(start, end - start)
+        start = end
+    return groups

@@ -167,6 +167,12 @@ class TableConfig(BaseModel):
             fields=describe_fields(schema),
         )
 
+    @cached_property
+    def file_schema(self) -> pa.Schema:
+        """The schema of every data file: the meta columns, then the table's columns."""
+        meta = [pa.field(name, pa.string(), nullable=False) for name in META_COLUMNS]
+        return pa.schema(meta + list(self.pa_schema), metadata=self.pa_schema.metadata)
+
     def to_json(self) -> bytes:
         return self.model_dump_json(indent=2).encode("utf-8")
 

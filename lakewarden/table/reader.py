@@ -1,0 +1,204 @@
+"""Reading a snapshot or the changes since an instant into a ``pyarrow.Table``.
+
+The files come from the snapshot (``lakewarden.table.snapshot``), never from listing. They are
+scanned as one ``pyarrow.dataset.FileSystemDataset`` whose fragments carry their partition
+values as ``partition_expression``: a filter on partition columns skips whole files before
+they are opened, other filters are pushed into the Parquet scan, and fragments are read in
+parallel, so a read costs what ``pyarrow.parquet.read_table`` over the same files costs.
+
+IO goes through ``Storage``: on a local table pyarrow reads ``storage.local_path`` directly
+(memory-mapped, parallel); elsewhere (S3) a read-only pyarrow filesystem adapter fetches each
+fragment's object with ``storage.read`` when the scan opens it.
+
+Meta columns (``_lw_*``) are stripped unless ``with_meta=True`` or named in ``columns``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from lakewarden.errors import NonRetryableError
+from lakewarden.storage import Storage
+from lakewarden.table.bucket import MalformedPartitionPathError, parse_partition_path
+from lakewarden.table.config import META_COLUMNS, META_COMMIT_TIME, TableConfig
+from lakewarden.table.snapshot import Changes, Snapshot
+from lakewarden.table.stats import WriteStat
+
+_PARQUET = ds.ParquetFileFormat()
+
+
+class ColumnNotFoundError(NonRetryableError):
+    """A read names a column the table does not have."""
+
+
+class UnsupportedSliceError(NonRetryableError):
+    """The snapshot holds files this reader cannot merge yet (merge-on-read log files)."""
+
+
+def read_data_file(storage: Storage, key: str, *, columns: Sequence[str] | None = None) -> pa.Table:
+    """One whole data file (the writer reads base files to merge them)."""
+    path = storage.local_path(key)
+    source: Any = path if path is not None else pa.BufferReader(storage.read(key))
+    return pq.read_table(source, columns=list(columns) if columns is not None else None)
+
+
+def read_snapshot(
+    storage: Storage,
+    config: TableConfig,
+    snapshot: Snapshot,
+    *,
+    columns: Sequence[str] | None = None,
+    filter: pc.Expression | None = None,
+    with_meta: bool = False,
+) -> pa.Table:
+    """The records of ``snapshot``. Raises: ColumnNotFoundError, UnsupportedSliceError."""
+    for file_slice in snapshot.slices.values():
+        if file_slice.log_files:
+            raise UnsupportedSliceError(
+                f"file group {file_slice.file_group} of table {config.name!r} has log files; "
+                "this reader reads copy-on-write base files only.",
+                table=config.name,
+            )
+    return scan(storage, config, snapshot.base_files(), columns, filter, with_meta)
+
+
+def read_changes(
+    storage: Storage,
+    config: TableConfig,
+    changes: Changes,
+    *,
+    columns: Sequence[str] | None = None,
+    filter: pc.Expression | None = None,
+    with_meta: bool = False,
+) -> pa.Table:
+    """The latest version of every record written by the instants of ``changes`` (Hudi's
+    incremental query): the latest slices those instants wrote, restricted to the records whose
+    ``_lw_commit_time`` is one of them. Deleted records do not appear."""
+    stats = [s.base_file for s in changes.slices() if s.base_file is not None]
+    written = pc.field(META_COMMIT_TIME).isin(pa.array(changes.instants, pa.string()))
+    combined = written if filter is None else written & filter
+    return scan(storage, config, stats, columns, combined, with_meta)
+
+
+def scan(
+    storage: Storage,
+    config: TableConfig,
+    files: Sequence[WriteStat],
+    columns: Sequence[str] | None,
+    filter: pc.Expression | None,
+    with_meta: bool,
+) -> pa.Table:
+    """Scan ``files`` as one dataset. Raises: ColumnNotFoundError."""
+    schema = config.file_schema
+    selected = _columns(config, columns, with_meta)
+    filesystem, to_path = _filesystem(storage, files)
+    fragments = [
+        _PARQUET.make_fragment(
+            to_path(stat.path),
+            filesystem=filesystem,
+            partition_expression=partition_expression(config, stat.file_group.partition_path),
+            file_size=stat.size_bytes,
+        )
+        for stat in files
+    ]
+    dataset = ds.FileSystemDataset(fragments, schema, _PARQUET, filesystem)
+    return dataset.to_table(columns=selected, filter=filter)
+
+
+def _columns(config: TableConfig, columns: Sequence[str] | None, with_meta: bool) -> list[str]:
+    if columns is None:
+        return list(config.file_schema.names if with_meta else config.pa_schema.names)
+    known = list(config.file_schema.names)
+    unknown = [c for c in columns if c not in known]
+    if unknown:
+        raise ColumnNotFoundError(
+            f"table {config.name!r} has no columns {unknown}; its columns are "
+            f"{config.pa_schema.names} (meta columns: {list(META_COLUMNS)})",
+            table=config.name,
+        )
+    return list(columns)
+
+
+def partition_expression(config: TableConfig, partition_path: str) -> pc.Expression:
+    """What every record of a file in ``partition_path`` satisfies, for pruning.
+
+    A value whose text does not round-trip through the column type gives no constraint
+    (``True``): a wrong constraint would silently drop records, a missing one only costs a
+    file read."""
+    condition: pc.Expression = ds.scalar(True)
+    try:
+        values = parse_partition_path(partition_path, config.partition_by)
+    except MalformedPartitionPathError:
+        return condition
+    for name, text in zip(config.partition_by, values, strict=True):
+        field_type = config.pa_schema.field(name).type
+        column = pc.field(name)
+        if text is None:
+            empty = column == "" if pa.types.is_string(field_type) else ds.scalar(False)
+            condition = condition & (column.is_null() | empty)
+            continue
+        try:
+            value = pc.cast(pa.scalar(text), field_type)
+            if pc.cast(value, pa.string()).as_py() != text:
+                continue
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            continue
+        condition = condition & (column == value)
+    return condition
+
+
+def _filesystem(storage: Storage, files: Sequence[WriteStat]) -> tuple[pafs.FileSystem, Any]:
+    """A pyarrow filesystem for the files and the function mapping a key to its path."""
+    if not files or storage.local_path(files[0].path) is not None:
+
+        def local(key: str) -> str:
+            path = storage.local_path(key)
+            assert path is not None  # one backend serves every key of a table
+            return path
+
+        return pafs.LocalFileSystem(use_mmap=True), local
+    return pafs.PyFileSystem(_StorageHandler(storage)), str
+
+
+class _StorageHandler(pafs.FileSystemHandler):  # type: ignore[misc]
+    """Read-only pyarrow filesystem over a ``Storage`` (fragments know their sizes, so only
+    ``open_input_file`` is on the read path)."""
+
+    def __init__(self, storage: Storage) -> None:
+        self._storage = storage
+
+    def get_type_name(self) -> str:
+        return f"lakewarden+{self._storage.uri}"
+
+    def normalize_path(self, path: str) -> str:
+        return path
+
+    def equals(self, other: object) -> bool:
+        return isinstance(other, _StorageHandler) and other._storage is self._storage
+
+    def get_file_info(self, paths: list[str]) -> list[pafs.FileInfo]:
+        infos = []
+        for path in paths:
+            info = self._storage.stat(path)
+            infos.append(pafs.FileInfo(path, pafs.FileType.File, size=info.size))
+        return infos
+
+    def open_input_file(self, path: str) -> pa.NativeFile:
+        return pa.BufferReader(self._storage.read(path))
+
+    def open_input_stream(self, path: str) -> pa.NativeFile:
+        return self.open_input_file(path)
+
+    def _read_only(self, *args: object, **kwargs: object) -> NoReturn:
+        raise NotImplementedError("the lakewarden read adapter is read-only")
+
+    get_file_info_selector = create_dir = delete_dir = delete_dir_contents = _read_only
+    delete_root_dir_contents = delete_file = move = copy_file = _read_only
+    open_output_stream = open_append_stream = _read_only

@@ -1,0 +1,211 @@
+"""``Table``: create or open a table, write to it, read it, travel in time, read changes.
+
+    table = Table.create("/data/orders", name="orders", record_key="id", schema=schema,
+                         partition_by=["region"], ordering_field="ts", buckets=4)
+    result = table.write(batch, operation="upsert")        # CommitResult(instant, stats)
+    table.read(filter=pc.field("region") == "eu")          # the latest snapshot
+    table.read(as_of=result.instant)                       # time travel
+    table.changes(since_instant=result.instant)            # incremental
+
+Without Kafka the table lock and heartbeats come from an in-process ``EmbeddedCoordinator``,
+one per process shared by every table opened without an explicit coordinator (so two ``Table``
+objects on one table in one process take turns on one lock). Safety never depends on it:
+concurrent processes are kept apart by the timeline's put-if-absent appends and the conflict
+rules the state machine replays.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from collections.abc import Sequence
+from typing import Literal
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from lakewarden.settings import Settings
+from lakewarden.storage import Storage, open_storage
+from lakewarden.table.config import TableConfig, load_config, save_new_config
+from lakewarden.table.coordinator import Coordinator, EmbeddedCoordinator
+from lakewarden.table.reader import read_changes, read_snapshot
+from lakewarden.table.snapshot import Snapshot, build_snapshot, changes_since
+from lakewarden.table.timeline import InstantState, Timeline, TimelineState
+from lakewarden.table.writer import CommitResult, WriteContext, write
+
+_default_coordinator: Coordinator | None = None
+_default_guard = threading.Lock()
+
+
+def default_coordinator() -> Coordinator:
+    """The process-wide embedded coordinator (created on first use)."""
+    global _default_coordinator
+    with _default_guard:
+        if _default_coordinator is None:
+            _default_coordinator = EmbeddedCoordinator()
+        return _default_coordinator
+
+
+class Table:
+    """A lakewarden table; make one with ``Table.create`` or ``Table.open``."""
+
+    def __init__(
+        self,
+        storage: Storage,
+        config: TableConfig,
+        *,
+        coordinator: Coordinator | None = None,
+        actor: str | None = None,
+    ) -> None:
+        self.storage = storage
+        self.config = config
+        self.coordinator = coordinator if coordinator is not None else default_coordinator()
+        self.actor = actor or f"python-writer@{socket.gethostname()}:{os.getpid()}"
+        self.timeline_log = Timeline(storage, table=config.name)
+
+    @classmethod
+    def create(
+        cls,
+        uri: str,
+        *,
+        name: str,
+        record_key: str,
+        schema: pa.Schema,
+        partition_by: Sequence[str] = (),
+        ordering_field: str | None = None,
+        table_type: Literal["cow", "mor"] = "cow",
+        buckets: int = 1,
+        coordinator: Coordinator | None = None,
+        settings: Settings | None = None,
+    ) -> Table:
+        """Create a table at ``uri`` (a path, ``file://`` or ``s3://bucket/prefix``).
+
+        Raises: InvalidTableConfigError, TableAlreadyExistsError."""
+        config = TableConfig.new(
+            name=name,
+            record_key=record_key,
+            schema=schema,
+            partition_by=partition_by,
+            ordering_field=ordering_field,
+            table_type=table_type,
+            buckets=buckets,
+        )
+        storage = open_storage(uri, settings)
+        save_new_config(storage, config)
+        return cls(storage, config, coordinator=coordinator)
+
+    @classmethod
+    def open(
+        cls, uri: str, *, coordinator: Coordinator | None = None, settings: Settings | None = None
+    ) -> Table:
+        """Open the table at ``uri``.
+
+        Raises: NotATableError, UnsupportedFormatVersionError, InvalidTableConfigError."""
+        storage = open_storage(uri, settings)
+        return cls(storage, load_config(storage), coordinator=coordinator)
+
+    @property
+    def uri(self) -> str:
+        return self.storage.uri
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    @property
+    def table_id(self) -> str:
+        return self.config.table_id
+
+    @property
+    def schema(self) -> pa.Schema:
+        """The table's columns (without the ``_lw_*`` meta columns)."""
+        return self.config.pa_schema
+
+    def __repr__(self) -> str:
+        return f"Table({self.uri!r}, name={self.name!r}, id={self.table_id})"
+
+    # -- timeline -----------------------------------------------------------------------------
+
+    def state(self) -> TimelineState:
+        """The timeline folded to its tail (reloads only new entries)."""
+        return self.timeline_log.load()
+
+    def timeline(self) -> list[InstantState]:
+        """Every instant with its current state, in requested order."""
+        return sorted(self.state().instants.values(), key=lambda s: s.requested_seq)
+
+    def snapshot(self, as_of: str | None = None) -> Snapshot:
+        """The files of the table as of a completed instant (default: the latest).
+
+        Raises: InstantNotCompletedError."""
+        return build_snapshot(self.state().completed(), as_of)
+
+    # -- write and read -----------------------------------------------------------------------
+
+    def write(self, data: pa.Table | pa.RecordBatch, operation: str = "upsert") -> CommitResult:
+        """Write ``data`` as one commit (``insert``, ``upsert`` or ``delete``); see
+        ``lakewarden.table.writer`` for the protocol and the merge rules.
+
+        Raises: SchemaMismatchError, InvalidRecordError (nothing committed),
+        OverlappingCommitConflict / PendingPlanConflict (rolled back), LockTimeoutError,
+        CommitStateUnknownError."""
+        if isinstance(data, pa.RecordBatch):
+            data = pa.Table.from_batches([data])
+        ctx = WriteContext(
+            self.storage, self.config, self.timeline_log, self.coordinator, self.actor
+        )
+        return write(ctx, data, operation)
+
+    def read(
+        self,
+        *,
+        as_of: str | None = None,
+        columns: Sequence[str] | None = None,
+        filter: pc.Expression | None = None,
+        with_meta: bool = False,
+    ) -> pa.Table:
+        """The records as of ``as_of`` (default: the latest completed instant).
+
+        Raises: InstantNotCompletedError, ColumnNotFoundError."""
+        return read_snapshot(
+            self.storage,
+            self.config,
+            self.snapshot(as_of),
+            columns=columns,
+            filter=filter,
+            with_meta=with_meta,
+        )
+
+    def changes(
+        self,
+        since_instant: str | None,
+        *,
+        until: str | None = None,
+        columns: Sequence[str] | None = None,
+        filter: pc.Expression | None = None,
+        with_meta: bool = False,
+    ) -> pa.Table:
+        """Records written by the instants completed after ``since_instant`` (a completed
+        instant; None: from the start) up to ``until``, each in its latest version.
+
+        Raises: InstantNotCompletedError, ColumnNotFoundError."""
+        changes = changes_since(self.state().completed(), since_instant, until)
+        return read_changes(
+            self.storage, self.config, changes, columns=columns, filter=filter, with_meta=with_meta
+        )
+
+
+def read(
+    uri: str,
+    as_of: str | None = None,
+    columns: Sequence[str] | None = None,
+    filter: pc.Expression | None = None,
+    *,
+    settings: Settings | None = None,
+) -> pa.Table:
+    """Read the table at ``uri`` as of ``as_of`` (default: latest) into a ``pyarrow.Table``.
+
+    Raises: NotATableError, UnsupportedFormatVersionError, InstantNotCompletedError,
+    ColumnNotFoundError."""
+    return Table.open(uri, settings=settings).read(as_of=as_of, columns=columns, filter=filter)

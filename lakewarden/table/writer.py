@@ -1,0 +1,382 @@
+"""The Python copy-on-write writer: ``Table.write(data, operation=...)``.
+
+A write is one transaction on the timeline (``lakewarden.table.transaction``):
+
+1. validate the input against the table schema: every record has a non-null record key and
+   non-null values for required fields, else ``InvalidRecordError`` naming the record; nothing
+   has touched the table yet, so nothing is committed;
+2. route every record to its file group: partition path (Hive style) x bucket (hash of the
+   record key, ``lakewarden.table.bucket``); the file id of bucket ``b`` is fixed, so two
+   writers of one bucket name the same file group and the conflict rules see them overlap;
+3. ``requested``, then load the snapshot as of that entry (the base this write builds on);
+4. ``inflight`` with the workload profile (the file groups to touch);
+5. per file group, read the current base file, merge, and write a new base file under its
+   final name with a fresh write token; it stays invisible until ``completed`` names it;
+6. ``completed`` with the write statistics. On a conflict (or any failure before completion)
+   the files written are deleted, the instant is rolled back, and the error is re-raised.
+   When the completion's outcome is unknown the timeline is re-read: a completed instant is a
+   success; otherwise the write is abandoned the same way (the ``rolled_back`` entry settles
+   that it never completes). Steps 4-6 run under the instant's heartbeat.
+
+Merge semantics (per file group, keyed by ``_lw_record_key``):
+
+- **upsert**: incoming records replace stored ones with the same key; with an ordering field
+  the larger ordering value wins (null is the smallest) and ties go to the incoming record.
+  Duplicates within the input are reduced the same way, a later input record winning a tie.
+- **insert**: append without deduplication, as Hudi's insert does (no lookup, duplicates are
+  the caller's choice; use upsert to replace).
+- **delete**: drop stored records whose key is in the input (only the key and partition columns
+  are needed). A file group left empty is listed in ``replaced_file_groups``; a file group with
+  nothing to delete is not rewritten.
+
+Every data file carries the meta columns ``_lw_commit_time`` (instant that wrote the record),
+``_lw_record_key`` (key text), ``_lw_partition_path`` and ``_lw_file_name``, before the user
+columns; readers strip them unless asked.
+
+The action is ``commit`` for both table types: merge-on-read log files come with
+``lakewarden.logfile``; until then a ``mor`` table is written copy-on-write, which is a valid
+MOR layout (base files only).
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Literal
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from lakewarden.errors import CommitStateUnknownError, NonRetryableError
+from lakewarden.storage import Storage
+from lakewarden.table.bucket import route
+from lakewarden.table.config import (
+    META_COMMIT_TIME,
+    META_FILE_NAME,
+    META_RECORD_KEY,
+    TableConfig,
+)
+from lakewarden.table.coordinator import Coordinator
+from lakewarden.table.files import BaseFileName, WriteToken, file_key
+from lakewarden.table.instant import Transition
+from lakewarden.table.reader import read_data_file
+from lakewarden.table.snapshot import Snapshot, build_snapshot
+from lakewarden.table.stats import CommitStats, FileGroupId, WorkloadProfile, WriteStat
+from lakewarden.table.timeline import Timeline
+from lakewarden.table.transaction import WriteTransaction
+
+Operation = Literal["insert", "upsert", "delete"]
+OPERATIONS: tuple[str, ...] = ("insert", "upsert", "delete")
+_SEQ = "__lw_seq"
+_MAX_REPR = 300
+
+
+class SchemaMismatchError(NonRetryableError):
+    """The input's columns or types do not match the table schema."""
+
+
+class InvalidRecordError(NonRetryableError):
+    """A record cannot be written (null record key, null in a required field).
+
+    ``record_index`` is its row number in the input, ``record`` its values."""
+
+    def __init__(self, message: str, *, table: str, record_index: int, record: object) -> None:
+        super().__init__(message, table=table)
+        self.record_index = record_index
+        self.record = record
+
+
+# -- 1. validation --------------------------------------------------------------------------
+
+
+def validate_input(data: pa.Table, config: TableConfig, operation: str) -> pa.Table:
+    """The input conformed to the table schema (column order, schema metadata).
+
+    Delete needs only the record key and the partition columns; other columns are dropped.
+    Raises: SchemaMismatchError, InvalidRecordError, ValueError (unknown operation)."""
+    if operation not in OPERATIONS:
+        raise ValueError(f"operation must be one of {', '.join(OPERATIONS)}, got {operation!r}")
+    schema = config.pa_schema
+    needed = [config.record_key, *config.partition_by] if operation == "delete" else schema.names
+    _check_columns(data.schema, schema, needed, config.name, operation)
+    data = data.select(needed)
+    if operation != "delete":
+        data = data.cast(schema)  # types are equal; this only sets metadata and nullability
+    _check_not_null(data, config.record_key, "has a null record key", config)
+    for field in schema:
+        if not field.nullable and field.name in data.column_names:
+            _check_not_null(
+                data, field.name, f"has a null in required field {field.name!r}", config
+            )
+    return data
+
+
+def _check_columns(
+    got: pa.Schema, want: pa.Schema, needed: Sequence[str], table: str, operation: str
+) -> None:
+    missing = [n for n in needed if n not in got.names]
+    extra = [n for n in got.names if n not in want.names]
+    dupes = sorted({n for n in got.names if got.names.count(n) > 1})
+    wrong = [
+        f"{n}: {got.field(n).type} (table: {want.field(n).type})"
+        for n in needed
+        if n in got.names and n not in dupes and not got.field(n).type.equals(want.field(n).type)
+    ]
+    problems = [
+        f"missing columns {missing}" if missing else "",
+        f"columns not in the table {extra}" if extra and operation != "delete" else "",
+        f"duplicate columns {dupes}" if dupes else "",
+        f"wrong types {wrong}" if wrong else "",
+    ]
+    found = [p for p in problems if p]
+    if found:
+        raise SchemaMismatchError(
+            f"{operation} input does not match the schema of table {table!r}: "
+            f"{'; '.join(found)}. Help: cast or select the input to the table schema "
+            f"({want.names}); nothing was written.",
+            table=table,
+        )
+
+
+def _check_not_null(data: pa.Table, column: str, problem: str, config: TableConfig) -> None:
+    values = data.column(column)
+    if values.null_count == 0:
+        return
+    index = pc.index(pc.is_null(values), True).as_py()
+    record = data.slice(index, 1).to_pylist()[0]
+    shown = repr(record)
+    shown = shown if len(shown) <= _MAX_REPR else shown[:_MAX_REPR] + "...}"
+    raise InvalidRecordError(
+        f"record {index} {problem} (record key field {config.record_key!r}): {shown}. "
+        f"{values.null_count} record(s) of the input have this problem; nothing was written.",
+        table=config.name,
+        record_index=index,
+        record=record,
+    )
+
+
+# -- 5. merge -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Merged:
+    """The new content of a file group (None: the group became empty) and what changed."""
+
+    table: pa.Table | None
+    inserts: int = 0
+    updates: int = 0
+    deletes: int = 0
+    changed: bool = True
+
+
+def with_commit_time(incoming: pa.Table, instant: str) -> pa.Table:
+    return incoming.add_column(0, META_COMMIT_TIME, pa.repeat(pa.scalar(instant), len(incoming)))
+
+
+def merge(
+    operation: str,
+    existing: pa.Table | None,
+    incoming: pa.Table,
+    ordering_field: str | None,
+) -> Merged:
+    """The merge of one file group. ``existing`` and ``incoming`` carry the meta columns
+    (``_lw_file_name`` excluded) and the same user columns (for delete, incoming has only the
+    key and partition columns)."""
+    if operation == "delete":
+        return _merge_delete(existing, incoming)
+    if operation == "insert":
+        table = incoming if existing is None else pa.concat_tables([existing, incoming])
+        return Merged(table, inserts=len(incoming))
+    return _merge_upsert(existing, incoming, ordering_field)
+
+
+def _merge_delete(existing: pa.Table | None, incoming: pa.Table) -> Merged:
+    if existing is None:
+        return Merged(None, changed=False)
+    doomed = pc.is_in(existing.column(META_RECORD_KEY), value_set=incoming.column(META_RECORD_KEY))
+    deletes = pc.sum(doomed).as_py() or 0
+    if deletes == 0:
+        return Merged(existing, changed=False)
+    kept = existing.filter(pc.invert(doomed))
+    return Merged(kept if len(kept) else None, deletes=deletes)
+
+
+def _merge_upsert(existing: pa.Table | None, incoming: pa.Table, ordering: str | None) -> Merged:
+    incoming_keys = incoming.column(META_RECORD_KEY)
+    if existing is None:
+        winners = _dedupe(incoming, ordering)
+        return Merged(winners, inserts=len(winners))
+    touched = pc.is_in(existing.column(META_RECORD_KEY), value_set=incoming_keys)
+    untouched = existing.filter(pc.invert(touched))
+    # Only records sharing a key with the input need ordering; the rest are carried over.
+    candidates = pa.concat_tables([existing.filter(touched), incoming])
+    winners = _dedupe(candidates, ordering)
+    updates = pc.count_distinct(existing.filter(touched).column(META_RECORD_KEY)).as_py()
+    inserts = pc.count_distinct(incoming_keys).as_py() - updates
+    return Merged(pa.concat_tables([untouched, winners]), inserts=inserts, updates=updates)
+
+
+def _dedupe(table: pa.Table, ordering: str | None) -> pa.Table:
+    """One record per key: the largest ordering value, then the latest row (incoming rows
+    follow stored ones, so ties go to the incoming record, then to the later input record)."""
+    if len(table) == 0:
+        return table
+    ones = pa.repeat(pa.scalar(1, pa.int64()), len(table))
+    ranked = table.append_column(_SEQ, pc.cumulative_sum(ones))
+    sort_keys = [(META_RECORD_KEY, "ascending")]
+    if ordering is not None:
+        sort_keys.append((ordering, "descending"))
+    sort_keys.append((_SEQ, "descending"))
+    ranked = ranked.take(pc.sort_indices(ranked, sort_keys=sort_keys, null_placement="at_end"))
+    keys = ranked.column(META_RECORD_KEY).combine_chunks()
+    first = pa.concat_arrays(
+        [pa.array([True]), pc.not_equal(keys.slice(1), keys.slice(0, len(keys) - 1))]
+    )
+    return ranked.filter(first).drop_columns([_SEQ])
+
+
+# -- the write protocol ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    """What ``Table.write`` returns: the completed instant and its write statistics."""
+
+    instant: str
+    stats: CommitStats
+
+
+@dataclass(frozen=True)
+class WriteContext:
+    """Everything a write needs about its table."""
+
+    storage: Storage
+    config: TableConfig
+    timeline: Timeline
+    coordinator: Coordinator
+    actor: str
+    max_threads: int = 8
+
+
+def write(ctx: WriteContext, data: pa.Table, operation: str) -> CommitResult:
+    """Write ``data`` as one instant (steps in the module docstring).
+
+    Raises: SchemaMismatchError, InvalidRecordError (nothing written); WriteConflictError
+    subclasses (files deleted, instant rolled back); CommitStateUnknownError (the outcome could
+    not be established; the files stay for the cleaner)."""
+    data = validate_input(data, ctx.config, operation)  # 1
+    groups = route(data, ctx.config)  # 2
+    txn = WriteTransaction.begin(  # 3
+        ctx.timeline, ctx.coordinator, ctx.config.table_id, operation=operation, actor=ctx.actor
+    )
+    written: list[str] = []
+    try:
+        with txn.heartbeat():
+            base = _base_snapshot(ctx.timeline, txn.instant)
+            txn.inflight(WorkloadProfile(operation=operation, file_groups=tuple(groups)))  # 4
+            stats = _write_groups(ctx, txn.instant, base, groups, operation, written)  # 5
+            return _complete(ctx, txn, stats)  # 6
+    except Exception as err:
+        _abandon(ctx.storage, txn, written, err)
+        raise
+
+
+def _base_snapshot(timeline: Timeline, instant: str) -> Snapshot:
+    """The snapshot as of this instant's ``requested`` entry: what the write builds on. A
+    completion after that entry on a file group this write touches is a conflict anyway."""
+    state = timeline.load()
+    mine = state.get(instant)
+    assert mine is not None, "the transaction's requested entry is on the log"
+    before = [s for s in state.completed() if (s.completed_seq or 0) < mine.requested_seq]
+    return build_snapshot(before)
+
+
+def _write_groups(
+    ctx: WriteContext,
+    instant: str,
+    base: Snapshot,
+    routed: dict[FileGroupId, pa.Table],
+    operation: str,
+    written: list[str],
+) -> CommitStats:
+    groups = list(routed.items())
+
+    def one(task: int) -> tuple[FileGroupId, WriteStat | None, bool]:
+        group, incoming = groups[task]
+        current = base.slice_of(group)
+        existing = None
+        if current is not None and current.base_file is not None:
+            existing = read_data_file(ctx.storage, current.base_file.path)
+            existing = existing.drop_columns([META_FILE_NAME])
+        merged = merge(
+            operation, existing, with_commit_time(incoming, instant), ctx.config.ordering_field
+        )
+        if not merged.changed:
+            return group, None, False
+        if merged.table is None:
+            return group, None, True
+        name = BaseFileName(group.file_id, WriteToken(task, 0, 0), instant).render()
+        key = file_key(group.partition_path, name)
+        written.append(key)  # before the write: a failed write may still leave an object
+        size = _write_file(ctx.storage, ctx.config, key, name, merged.table)
+        stat = WriteStat(
+            file_group=group,
+            path=key,
+            base_instant=instant,
+            num_records=len(merged.table),
+            num_inserts=merged.inserts,
+            num_updates=merged.updates,
+            num_deletes=merged.deletes,
+            size_bytes=size,
+        )
+        return group, stat, False
+
+    with ThreadPoolExecutor(max_workers=max(1, min(ctx.max_threads, len(groups)))) as pool:
+        results = list(pool.map(one, range(len(groups))))
+    return CommitStats(
+        operation=operation,
+        write_stats=tuple(stat for _, stat, _ in results if stat is not None),
+        replaced_file_groups=tuple(group for group, _, emptied in results if emptied),
+    )
+
+
+def _write_file(storage: Storage, config: TableConfig, key: str, name: str, table: pa.Table) -> int:
+    table = table.append_column(META_FILE_NAME, pa.repeat(pa.scalar(name), len(table)))
+    table = table.select(config.file_schema.names).cast(config.file_schema)
+    buffer = io.BytesIO()
+    pq.write_table(table, buffer)
+    data = buffer.getvalue()
+    storage.write_if_absent(key, data)
+    return len(data)
+
+
+def _complete(ctx: WriteContext, txn: WriteTransaction, stats: CommitStats) -> CommitResult:
+    """Append ``completed``; when its reply was lost, the log says whether it happened (if it
+    did not, the caller rolls back, and the rollback entry settles the question)."""
+    try:
+        txn.complete(stats)
+    except CommitStateUnknownError:
+        mine = ctx.timeline.load().get(txn.instant)
+        if mine is None or mine.state != Transition.COMPLETED:
+            raise
+        return CommitResult(txn.instant, mine.commit or stats)
+    return CommitResult(txn.instant, stats)
+
+
+def _abandon(storage: Storage, txn: WriteTransaction, written: list[str], err: Exception) -> None:
+    """Delete the instant's files, then append ``rolled_back``. Deleting first is safe because
+    only this writer could complete the instant and it will not; a crash in between leaves a
+    pending instant without files, which the cleaner rolls back after its heartbeat expires.
+    A failure here is attached to ``err`` as a note: ``err`` is what the caller must see."""
+    for key in written:
+        try:
+            storage.delete(key)
+        except Exception as delete_err:
+            err.add_note(f"deleting {key} of instant {txn.instant} failed: {delete_err!r}")
+    try:
+        txn.rollback(f"{type(err).__name__}: {err}")
+    except Exception as rollback_err:
+        err.add_note(f"rolling back instant {txn.instant} failed: {rollback_err!r}")
