@@ -332,6 +332,8 @@ def _cancel_requested(
 
 
 def _aborted(view: StateView, current: InstantState, entry: TimelineEntry) -> Updates | Rejected:
+    if entry.action not in TABLE_SERVICE_ACTIONS or not current.cancellable:
+        return Rejected(f"instant {entry.instant} is not a cancellable plan: it cannot be aborted")
     if current.state is not Transition.CANCEL_REQUESTED:
         return Rejected(
             f"instant {entry.instant} is {current.state}: aborted only follows cancel_requested"

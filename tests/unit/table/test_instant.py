@@ -33,7 +33,9 @@ def test_parse_render_round_trip(moment: datetime) -> None:
 
 
 @given(st.sampled_from(Action), st.sampled_from(Transition), moments)
-def test_qualified_name_round_trip(action: Action, transition: Transition, moment: datetime) -> None:
+def test_qualified_name_round_trip(
+    action: Action, transition: Transition, moment: datetime
+) -> None:
     instant = Instant.from_epoch_ms(int(moment.timestamp() * 1000))
     qualified = QualifiedInstant(instant, action, transition)
     assert qualified.file_name == f"{instant}.{action.value}.{transition.value}"
