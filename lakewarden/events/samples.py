@@ -1,12 +1,14 @@
 """A realistic sample record of every event, for the demo, round-trip tests and benchmarks.
 
 ``sample_events(table_id=...)`` returns ``{event name: record}``; a test fails if an event of
-``schemas/`` has no sample here, so new events get one.
+``schemas/`` has no sample here, so new events get one. Apart from ``envelope.event_time``
+(epoch ms, as ``new_envelope`` writes it) each record equals what decoding it gives back.
 """
 
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 from lakewarden.events.codec import EventCodec
@@ -54,7 +56,7 @@ def _fields(table_id: str) -> dict[str, dict[str, Any]]:
             "transition": "completed",
             "actor": "job-committer-0",
             "lock_token": 42,
-            "wall_time": 1_741_944_414_000,
+            "wall_time": datetime(2025, 3, 14, 9, 26, 54, tzinfo=UTC),
             "payload": json.dumps({"write_stats": stats}),
         },
         "TaskManifest": {
