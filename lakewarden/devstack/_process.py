@@ -120,21 +120,42 @@ def pid_alive(pid: int) -> bool:
 def stop(pid: int, *, timeout_s: float = 15.0, name: str = "process") -> None:
     """Stop the process group led by ``pid``: SIGTERM, then SIGKILL after ``timeout_s``.
 
-    Returns once the process is gone. A pid that is already gone is not an error.
+    Returns once the leader and every other member of its group are gone. A pid that is
+    already gone is not an error.
 
     Raises:
-        DevStackError: the process survived SIGKILL (it should not; permissions, D state).
+        DevStackError: a member survived SIGKILL (it should not; permissions, D state).
     """
-    if not pid_alive(pid):
+    if not pid_alive(pid) and not group_members(pid):
         return
     _signal_group(pid, signal.SIGTERM)
-    if wait_for(lambda: not pid_alive(pid), timeout_s=timeout_s):
-        log.info("stopped", extra={"part": name, "pid": pid, "signal": "SIGTERM"})
-        return
-    log.warning("did not stop in time, killing", extra={"part": name, "pid": pid})
-    _signal_group(pid, signal.SIGKILL)
-    if not wait_for(lambda: not pid_alive(pid), timeout_s=5.0):
-        raise DevStackError(f"{name} (pid {pid}) survived SIGKILL")
+    how = "SIGTERM"
+    if not wait_for(lambda: not pid_alive(pid), timeout_s=timeout_s):
+        log.warning("did not stop in time, killing", extra={"part": name, "pid": pid})
+        how = "SIGKILL"
+        _signal_group(pid, signal.SIGKILL)
+    # Members the leader left behind (forked helpers) must not outlive it.
+    if not wait_for(lambda: not group_members(pid), timeout_s=2.0):
+        how = "SIGKILL"
+        _signal_group(pid, signal.SIGKILL)
+    if not wait_for(lambda: not pid_alive(pid) and not group_members(pid), timeout_s=5.0):
+        raise DevStackError(f"{name} (pid {pid}) or its process group survived SIGKILL")
+    log.info("stopped", extra={"part": name, "pid": pid, "signal": how})
+
+
+def group_members(pgid: int) -> set[int]:
+    """The pids of live (non-zombie) processes in process group ``pgid``."""
+    members = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # exited while we looked
+        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+            members.add(int(entry.name))
+    return members
 
 
 def _signal_group(pid: int, sig: signal.Signals) -> None:

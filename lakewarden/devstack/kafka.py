@@ -117,6 +117,9 @@ class KafkaBroker:
             f"-Xmx{heap}",
             "-XX:+ExitOnOutOfMemoryError",
             "-Djava.awt.headless=true",
+            # Plain IPv4 sockets: bound to 127.0.0.1 either way, but without this the JVM opens
+            # IPv6 sockets bound to ::ffff:127.0.0.1, which confuses port audits.
+            "-Djava.net.preferIPv4Stack=true",
             f"-Dlog4j.configuration=file:{log4j}",
             *extra,
             "-cp",

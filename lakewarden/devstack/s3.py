@@ -133,6 +133,8 @@ class SeaweedS3:
             "-s3.port.lance=0",
             # Small volumes: a dev box does not need 1 GiB volume files.
             "-master.volumeSizeLimitMB=64",
+            # No grace period for clients to move away on shutdown: nothing else reads from it.
+            "-volume.preStopSeconds=0",
             f"-s3.port={self.port}",
             f"-s3.config={self.identities_file.resolve()}",
         ]
@@ -159,8 +161,12 @@ class SeaweedS3:
         )
 
     def answers(self) -> bool:
-        """True when the S3 API answers a signed ListBuckets."""
-        if not _process.port_answers(self.port):
+        """True when every listener accepts connections and S3 answers a signed ListBuckets.
+
+        All listeners, not just S3: the admin server comes up last, and a port another process
+        took meanwhile must show up as a failed start, not as a hole found later.
+        """
+        if not all(_process.port_answers(port) for port in self.all_ports().values()):
             return False
         try:
             self.client().list_buckets()
