@@ -46,7 +46,9 @@ def read_data_file(storage: Storage, key: str, *, columns: Sequence[str] | None 
     """One whole data file (the writer reads base files to merge them)."""
     path = storage.local_path(key)
     source: Any = path if path is not None else pa.BufferReader(storage.read(key))
-    return pq.read_table(source, columns=list(columns) if columns is not None else None)
+    selected = list(columns) if columns is not None else None
+    # partitioning=None: a path under "k=v/" must not grow a dictionary column "k".
+    return pq.read_table(source, columns=selected, partitioning=None)
 
 
 def read_snapshot(

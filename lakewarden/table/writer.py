@@ -103,14 +103,13 @@ def validate_input(data: pa.Table, config: TableConfig, operation: str) -> pa.Ta
     needed = [config.record_key, *config.partition_by] if operation == "delete" else schema.names
     _check_columns(data.schema, schema, needed, config.name, operation)
     data = data.select(needed)
-    if operation != "delete":
-        data = data.cast(schema)  # types are equal; this only sets metadata and nullability
     _check_not_null(data, config.record_key, "has a null record key", config)
     for field in schema:
         if not field.nullable and field.name in data.column_names:
-            _check_not_null(
-                data, field.name, f"has a null in required field {field.name!r}", config
-            )
+            problem = f"has a null in required field {field.name!r}"
+            _check_not_null(data, field.name, problem, config)
+    if operation != "delete":
+        data = data.cast(schema)  # types are equal; this only sets metadata and nullability
     return data
 
 
@@ -172,8 +171,22 @@ class Merged:
     changed: bool = True
 
 
-def with_commit_time(incoming: pa.Table, instant: str) -> pa.Table:
-    return incoming.add_column(0, META_COMMIT_TIME, pa.repeat(pa.scalar(instant), len(incoming)))
+def merge_schema(config: TableConfig) -> pa.Schema:
+    """The schema merges work in: the file schema without ``_lw_file_name`` (set on write)."""
+    schema = config.file_schema
+    return schema.remove(schema.get_field_index(META_FILE_NAME))
+
+
+def stamped(incoming: pa.Table, instant: str, config: TableConfig, operation: str) -> pa.Table:
+    """Routed input with ``_lw_commit_time``; in the merge schema unless it is a delete."""
+    times = pa.repeat(pa.scalar(instant), len(incoming))
+    incoming = incoming.add_column(0, META_COMMIT_TIME, times)
+    return incoming if operation == "delete" else incoming.cast(merge_schema(config))
+
+
+def stored(existing: pa.Table, config: TableConfig) -> pa.Table:
+    """A base file's records in the merge schema."""
+    return existing.drop_columns([META_FILE_NAME]).cast(merge_schema(config))
 
 
 def merge(
@@ -302,26 +315,22 @@ def _write_groups(
     operation: str,
     written: list[str],
 ) -> CommitStats:
+    """Merge and write every file group, in parallel (pyarrow releases the GIL)."""
     groups = list(routed.items())
 
-    def one(task: int) -> tuple[FileGroupId, WriteStat | None, bool]:
+    def one(task: int) -> tuple[FileGroupId, Merged, WriteStat | None]:
         group, incoming = groups[task]
         current = base.slice_of(group)
         existing = None
         if current is not None and current.base_file is not None:
-            existing = read_data_file(ctx.storage, current.base_file.path)
-            existing = existing.drop_columns([META_FILE_NAME])
-        merged = merge(
-            operation, existing, with_commit_time(incoming, instant), ctx.config.ordering_field
-        )
-        if not merged.changed:
-            return group, None, False
-        if merged.table is None:
-            return group, None, True
+            existing = stored(read_data_file(ctx.storage, current.base_file.path), ctx.config)
+        incoming = stamped(incoming, instant, ctx.config, operation)
+        merged = merge(operation, existing, incoming, ctx.config.ordering_field)
+        if not merged.changed or merged.table is None:
+            return group, merged, None
         name = BaseFileName(group.file_id, WriteToken(task, 0, 0), instant).render()
         key = file_key(group.partition_path, name)
         written.append(key)  # before the write: a failed write may still leave an object
-        size = _write_file(ctx.storage, ctx.config, key, name, merged.table)
         stat = WriteStat(
             file_group=group,
             path=key,
@@ -330,16 +339,21 @@ def _write_groups(
             num_inserts=merged.inserts,
             num_updates=merged.updates,
             num_deletes=merged.deletes,
-            size_bytes=size,
+            size_bytes=_write_file(ctx.storage, ctx.config, key, name, merged.table),
         )
-        return group, stat, False
+        return group, merged, stat
 
     with ThreadPoolExecutor(max_workers=max(1, min(ctx.max_threads, len(groups)))) as pool:
         results = list(pool.map(one, range(len(groups))))
+    emptied = [(g, m) for g, m, _ in results if m.changed and m.table is None]
     return CommitStats(
         operation=operation,
-        write_stats=tuple(stat for _, stat, _ in results if stat is not None),
-        replaced_file_groups=tuple(group for group, _, emptied in results if emptied),
+        write_stats=tuple(stat for _, _, stat in results if stat is not None),
+        replaced_file_groups=tuple(g for g, _ in emptied),
+        # Deletes that emptied a file group have no write statistic to count them.
+        extra_metadata={"num_deletes": str(sum(m.deletes for _, m, _ in results))}
+        if operation == "delete"
+        else {},
     )
 
 

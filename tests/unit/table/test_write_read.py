@@ -1,0 +1,420 @@
+"""Table.write / read / changes round trips, merge rules, bad input, and conflicts.
+
+Round trips run on three backends: a local directory, an in-memory store (which exercises the
+reader's non-local path: no ``local_path``), and S3 on SeaweedFS (marked ``s3``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from _memstore import MemStorage
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import lakewarden
+from lakewarden.settings import Settings
+from lakewarden.storage import ObjectInfo, Storage
+from lakewarden.table.bucket import bucket_of
+from lakewarden.table.config import (
+    META_COLUMNS,
+    NotATableError,
+    TableAlreadyExistsError,
+    TableConfig,
+    UnsupportedFormatVersionError,
+    save_new_config,
+)
+from lakewarden.table.conflicts import OverlappingCommitConflict
+from lakewarden.table.files import bucket_file_id
+from lakewarden.table.instant import Transition
+from lakewarden.table.reader import ColumnNotFoundError
+from lakewarden.table.snapshot import InstantNotCompletedError
+from lakewarden.table.stats import FileGroupId
+from lakewarden.table.table import Table
+from lakewarden.table.writer import (
+    InvalidRecordError,
+    SchemaMismatchError,
+    merge,
+    stamped,
+    stored,
+)
+
+SCHEMA = pa.schema(
+    [
+        pa.field("id", pa.int64(), nullable=False),
+        pa.field("region", pa.string()),
+        pa.field("ts", pa.int64()),
+        pa.field("v", pa.string()),
+    ]
+)
+MakeTable = Callable[..., Table]
+
+
+def rows(*records: tuple[int, str | None, int | None, str]) -> pa.Table:
+    return pa.Table.from_pylist(
+        [dict(zip(SCHEMA.names, r, strict=True)) for r in records], schema=SCHEMA
+    )
+
+
+def as_set(table: pa.Table) -> set[tuple[Any, ...]]:
+    return {tuple(r.values()) for r in table.select(SCHEMA.names).to_pylist()}
+
+
+@pytest.fixture(params=["local", "memory", pytest.param("s3", marks=pytest.mark.s3)])
+def make_table(request: pytest.FixtureRequest, tmp_path: Path) -> MakeTable:
+    """``make_table(**config)`` -> a new table on the parametrised backend."""
+    counter = iter(range(1000))
+
+    def make(**overrides: Any) -> Table:
+        args: dict[str, Any] = {
+            "name": "orders",
+            "record_key": "id",
+            "schema": SCHEMA,
+            "partition_by": ["region"],
+            "ordering_field": "ts",
+            "buckets": 3,
+        }
+        args.update(overrides)
+        n = next(counter)
+        if request.param == "memory":
+            storage = MemStorage()
+            config = TableConfig.new(**args)
+            save_new_config(storage, config)
+            return Table(storage, config)
+        if request.param == "local":
+            return Table.create(str(tmp_path / f"t{n}"), **args)
+        s3_settings: Settings = request.getfixturevalue("s3_settings")
+        bucket: str = request.getfixturevalue("s3_bucket")
+        uri = f"s3://{bucket}/{tmp_path.name}/t{n}"
+        return Table.create(uri, settings=s3_settings, **args)
+
+    return make
+
+
+@pytest.fixture
+def local_table(tmp_path: Path) -> Table:
+    return Table.create(
+        str(tmp_path / "t"),
+        name="orders",
+        record_key="id",
+        schema=SCHEMA,
+        partition_by=["region"],
+        ordering_field="ts",
+        buckets=3,
+    )
+
+
+def data_files(storage: Storage) -> list[ObjectInfo]:
+    return [o for o in storage.list("") if not o.key.startswith(".lakewarden/")]
+
+
+# -- round trips ----------------------------------------------------------------------------
+
+
+def test_insert_upsert_delete_round_trip(make_table: MakeTable) -> None:
+    table = make_table()
+    first = table.write(rows((1, "eu", 1, "a"), (2, "eu", 1, "b"), (3, "us", 1, "c")), "insert")
+    assert sum(s.num_inserts for s in first.stats.write_stats) == 3
+    assert as_set(table.read()) == {(1, "eu", 1, "a"), (2, "eu", 1, "b"), (3, "us", 1, "c")}
+
+    second = table.write(rows((1, "eu", 2, "A"), (2, "eu", 0, "B"), (4, "us", 1, "d")))
+    assert second.stats.operation == "upsert"
+    assert as_set(table.read()) == {
+        (1, "eu", 2, "A"),  # larger ts wins
+        (2, "eu", 1, "b"),  # smaller ts loses to the stored record
+        (3, "us", 1, "c"),
+        (4, "us", 1, "d"),
+    }
+    third = table.write(pa.table({"id": [3, 99], "region": ["us", "us"]}), "delete")
+    assert third.stats.extra_metadata == {"num_deletes": "1"}
+    assert as_set(table.read()) == {(1, "eu", 2, "A"), (2, "eu", 1, "b"), (4, "us", 1, "d")}
+
+    # time travel and the top-level reader agree
+    assert as_set(table.read(as_of=first.instant)) == {
+        (1, "eu", 1, "a"),
+        (2, "eu", 1, "b"),
+        (3, "us", 1, "c"),
+    }
+    states = [(s.instant, s.state) for s in table.timeline()]
+    assert states == [(r.instant, Transition.COMPLETED) for r in (first, second, third)]
+
+
+def test_changes_since_an_instant(make_table: MakeTable) -> None:
+    table = make_table()
+    first = table.write(rows((1, "eu", 1, "a"), (2, "eu", 1, "b"), (3, "us", 1, "c")))
+    second = table.write(rows((1, "eu", 2, "A"), (4, "us", 1, "d")))
+    third = table.write(rows((1, "eu", 3, "AA")))
+    changed = table.changes(first.instant, with_meta=True)
+    assert as_set(changed) == {(1, "eu", 3, "AA"), (4, "us", 1, "d")}
+    assert set(changed.column("_lw_commit_time").to_pylist()) == {second.instant, third.instant}
+    assert as_set(table.changes(second.instant)) == {(1, "eu", 3, "AA")}
+    assert as_set(table.changes(second.instant, until=second.instant)) == set()
+    assert as_set(table.changes(first.instant, until=second.instant)) == {
+        (1, "eu", 2, "A"),
+        (4, "us", 1, "d"),
+    }
+    assert table.changes(third.instant).num_rows == 0
+    assert as_set(table.changes(None)) == as_set(table.read())
+    with pytest.raises(InstantNotCompletedError, match="since_instant '20000101000000000'"):
+        table.changes("20000101000000000")
+
+
+def test_columns_filter_and_meta(make_table: MakeTable) -> None:
+    table = make_table()
+    table.write(rows((1, "eu", 1, "a"), (2, "us", 5, "b"), (3, None, 7, "c")))
+    assert table.read().column_names == SCHEMA.names
+    assert table.read(columns=["v", "id"]).column_names == ["v", "id"]
+    with_meta = table.read(with_meta=True)
+    assert with_meta.column_names == [*META_COLUMNS, *SCHEMA.names]
+    ids, paths = with_meta["id"].to_pylist(), with_meta["_lw_partition_path"].to_pylist()
+    paths = dict(zip(ids, paths, strict=True))
+    assert paths == {1: "region=eu", 2: "region=us", 3: "region=__HIVE_DEFAULT_PARTITION__"}
+    assert as_set(table.read(filter=pc.field("region") == "us")) == {(2, "us", 5, "b")}
+    assert as_set(table.read(filter=pc.field("region").is_null())) == {(3, None, 7, "c")}
+    assert as_set(table.read(filter=pc.field("ts") > 4)) == {(2, "us", 5, "b"), (3, None, 7, "c")}
+    with pytest.raises(ColumnNotFoundError, match=r"has no columns \['nope'\]"):
+        table.read(columns=["id", "nope"])
+
+
+def test_empty_table_reads_empty_with_schema(make_table: MakeTable) -> None:
+    table = make_table()
+    empty = table.read()
+    assert empty.num_rows == 0 and empty.schema.names == SCHEMA.names
+    assert table.changes(None).num_rows == 0
+
+
+def test_top_level_read(local_table: Table) -> None:
+    result = local_table.write(rows((1, "eu", 1, "a")))
+    assert lakewarden.read(local_table.uri).to_pylist() == [
+        {"id": 1, "region": "eu", "ts": 1, "v": "a"}
+    ]
+    got = lakewarden.read(local_table.uri, as_of=result.instant, columns=["id"])
+    assert got.to_pylist() == [{"id": 1}]
+    assert lakewarden.Table is Table
+
+
+# -- merge rules ----------------------------------------------------------------------------
+
+
+def test_upsert_ties_and_duplicates_within_the_input(local_table: Table) -> None:
+    local_table.write(rows((1, "eu", 5, "stored"), (2, "eu", 5, "stored")))
+    local_table.write(
+        rows(
+            (1, "eu", 5, "tie-first"),
+            (1, "eu", 5, "tie-last"),  # a tie goes to the incoming record, the later one
+            (2, "eu", None, "null-ts"),  # null orders below everything
+            (3, "eu", 1, "x"),
+            (3, "eu", 9, "y"),
+            (3, "eu", 4, "z"),
+        )
+    )
+    assert as_set(local_table.read()) == {
+        (1, "eu", 5, "tie-last"),
+        (2, "eu", 5, "stored"),
+        (3, "eu", 9, "y"),
+    }
+
+
+def test_upsert_without_ordering_field_takes_the_last_record(tmp_path: Path) -> None:
+    table = Table.create(str(tmp_path / "t"), name="t", record_key="id", schema=SCHEMA)
+    table.write(rows((1, "eu", 5, "a"), (2, "eu", 5, "b")))
+    table.write(rows((1, "eu", 0, "x"), (1, "eu", 0, "y")))
+    assert as_set(table.read()) == {(1, "eu", 0, "y"), (2, "eu", 5, "b")}
+
+
+def test_insert_appends_without_deduplication(local_table: Table) -> None:
+    local_table.write(rows((1, "eu", 1, "a")), "insert")
+    local_table.write(rows((1, "eu", 2, "b"), (1, "eu", 3, "c")), "insert")
+    assert sorted(local_table.read()["v"].to_pylist()) == ["a", "b", "c"]
+
+
+def test_delete_that_empties_a_file_group_replaces_it(local_table: Table) -> None:
+    local_table.write(rows((1, "eu", 1, "a"), (2, "us", 1, "b")))
+    result = local_table.write(pa.table({"id": [1], "region": ["eu"]}), "delete")
+    group = FileGroupId(partition_path="region=eu", file_id=bucket_file_id(bucket_of(1, 3)))
+    assert result.stats.replaced_file_groups == (group,)
+    assert result.stats.write_stats == ()
+    assert as_set(local_table.read()) == {(2, "us", 1, "b")}
+    assert len(local_table.snapshot().base_files()) == 1
+    # the group can be written again
+    local_table.write(rows((5, "eu", 1, "again")))
+    assert as_set(local_table.read()) == {(2, "us", 1, "b"), (5, "eu", 1, "again")}
+
+
+keyed_records = st.tuples(st.integers(0, 6), st.none() | st.integers(0, 3))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(keyed_records, max_size=12), st.lists(keyed_records, min_size=1, max_size=12))
+def test_upsert_merge_equals_the_model(
+    stored_records: list[tuple[int, int | None]], incoming_records: list[tuple[int, int | None]]
+) -> None:
+    """The vectorised merge against a record-at-a-time model of the upsert rule."""
+    config = TableConfig.new(name="m", record_key="id", schema=SCHEMA, ordering_field="ts")
+    model: dict[int, tuple[int | None, str]] = {}
+    for n, (key, ts) in enumerate(stored_records):  # a stored file has one record per key
+        model.setdefault(key, (ts, f"s{n}"))
+    stored_rows = rows(*((k, "eu", ts, v) for k, (ts, v) in model.items()))
+    for n, (key, ts) in enumerate(incoming_records):
+        old = model.get(key)
+        if old is None or _rank(ts) >= _rank(old[0]):
+            model[key] = (ts, f"i{n}")
+    existing = None
+    if stored_rows.num_rows:
+        existing = stored(_as_file(stored_rows, config, "20240101000000000"), config)
+    incoming = rows(*((k, "eu", ts, f"i{n}") for n, (k, ts) in enumerate(incoming_records)))
+    incoming = stamped(_routed(incoming), "20240101000000001", config, "upsert")
+    merged = merge("upsert", existing, incoming, "ts")
+    assert merged.table is not None
+    got = {r["id"]: (r["ts"], r["v"]) for r in merged.table.to_pylist()}
+    assert len(got) == merged.table.num_rows  # one record per key
+    assert got == model
+    assert merged.inserts + merged.updates == len({k for k, _ in incoming_records})
+
+
+def _rank(ts: int | None) -> int:
+    return -1 if ts is None else ts
+
+
+def _routed(table: pa.Table) -> pa.Table:
+    """What ``bucket.route`` adds to the input (unpartitioned)."""
+    keys = pc.cast(table["id"], pa.string())
+    table = table.add_column(0, "_lw_partition_path", pa.repeat(pa.scalar(""), table.num_rows))
+    return table.add_column(0, "_lw_record_key", keys)
+
+
+def _as_file(table: pa.Table, config: TableConfig, instant: str) -> pa.Table:
+    """``table`` as the writer stores it: meta columns in front."""
+    with_meta = stamped(_routed(table), instant, config, "upsert")
+    return with_meta.append_column("_lw_file_name", pa.repeat(pa.scalar("f"), table.num_rows))
+
+
+# -- bad input: a clear error naming the record, nothing committed ---------------------------
+
+
+def _assert_nothing_committed(table: Table, tail_before: int) -> None:
+    state = table.state()
+    assert state.tail_seq == tail_before
+    assert data_files(table.storage) == [] or all(
+        o.key in {s.path for s in table.snapshot().base_files()} for o in data_files(table.storage)
+    )
+
+
+def test_null_record_key_names_the_record(local_table: Table) -> None:
+    local_table.write(rows((1, "eu", 1, "a")))
+    tail = local_table.state().tail_seq
+    bad = pa.table(
+        {
+            "id": [7, 8, None, None],
+            "region": ["eu", "us", "us", "eu"],
+            "ts": [1, 2, 3, 4],
+            "v": ["ok", "ok", "bad", "bad"],
+        },
+    )
+    with pytest.raises(InvalidRecordError, match="record 2 has a null record key") as info:
+        local_table.write(bad)
+    err = info.value
+    assert err.record_index == 2
+    assert err.record == {"id": None, "region": "us", "ts": 3, "v": "bad"}
+    assert "'region': 'us'" in str(err) and "2 record(s)" in str(err)
+    assert "nothing was written" in str(err)
+    _assert_nothing_committed(local_table, tail)
+    assert as_set(local_table.read()) == {(1, "eu", 1, "a")}
+
+
+def test_null_in_a_required_field(tmp_path: Path) -> None:
+    schema = pa.schema([pa.field("id", pa.string()), pa.field("n", pa.int64(), nullable=False)])
+    table = Table.create(str(tmp_path / "t"), name="t", record_key="id", schema=schema)
+    with pytest.raises(InvalidRecordError, match="record 1 has a null in required field 'n'"):
+        table.write(pa.table({"id": ["a", "b"], "n": [1, None]}))
+    assert table.timeline() == []
+    assert data_files(table.storage) == []
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (pa.table({"id": [1], "region": ["eu"], "ts": [1]}), r"missing columns \['v'\]"),
+        (
+            pa.table({"id": [1], "region": ["eu"], "ts": [1], "v": ["a"], "x": [1]}),
+            r"columns not in the table \['x'\]",
+        ),
+        (
+            pa.table({"id": ["1"], "region": ["eu"], "ts": [1], "v": ["a"]}),
+            r"wrong types \['id: string \(table: int64\)'\]",
+        ),
+    ],
+)
+def test_schema_mismatch_commits_nothing(local_table: Table, data: pa.Table, message: str) -> None:
+    with pytest.raises(SchemaMismatchError, match=message) as info:
+        local_table.write(data)
+    assert "Help: cast or select the input" in str(info.value)
+    assert local_table.timeline() == []
+    assert data_files(local_table.storage) == []
+
+
+def test_unknown_operation(local_table: Table) -> None:
+    with pytest.raises(ValueError, match="operation must be one of insert, upsert, delete"):
+        local_table.write(rows((1, "eu", 1, "a")), "merge")
+    assert local_table.timeline() == []
+
+
+# -- table lifecycle errors -----------------------------------------------------------------
+
+
+def test_create_twice_and_open_errors(tmp_path: Path, local_table: Table) -> None:
+    with pytest.raises(TableAlreadyExistsError, match="a table already exists"):
+        Table.create(local_table.uri, name="again", record_key="id", schema=SCHEMA)
+    assert Table.open(local_table.uri).config == local_table.config
+    with pytest.raises(NotATableError, match="is not a lakewarden table"):
+        Table.open(str(tmp_path / "nothing-here"))
+    config_path = tmp_path / "t" / ".lakewarden" / "table.json"
+    raw = json.loads(config_path.read_text())
+    raw["format_version"] = 99
+    config_path.write_text(json.dumps(raw))
+    with pytest.raises(UnsupportedFormatVersionError, match="format_version 99"):
+        lakewarden.read(local_table.uri)
+
+
+def test_as_of_a_pending_instant_is_an_error(local_table: Table) -> None:
+    with pytest.raises(InstantNotCompletedError, match="as_of '20240101000000000'"):
+        local_table.read(as_of="20240101000000000")
+
+
+# -- conflicts ------------------------------------------------------------------------------
+
+
+class _Interleaving(MemStorage):
+    """Runs ``hook`` just before the first data file is written (a racing writer)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hook: Callable[[], None] | None = None
+
+    def write_if_absent(self, key: str, data: bytes) -> None:
+        if key.endswith(".parquet") and self.hook is not None:
+            hook, self.hook = self.hook, None
+            hook()
+        super().write_if_absent(key, data)
+
+
+def test_the_loser_of_an_overlap_is_rolled_back_and_leaves_no_files() -> None:
+    storage = _Interleaving()
+    config = TableConfig.new(name="t", record_key="id", schema=SCHEMA, buckets=1)
+    save_new_config(storage, config)
+    loser, winner = Table(storage, config, actor="loser"), Table(storage, config, actor="winner")
+    storage.hook = lambda: winner.write(rows((1, "eu", 1, "winner")))
+    with pytest.raises(OverlappingCommitConflict) as info:
+        loser.write(rows((1, "eu", 1, "loser"), (2, "eu", 1, "loser")))
+    assert "Help:" in str(info.value)
+    states = {s.instant: s for s in loser.timeline()}
+    (lost,) = [s for s in states.values() if s.state == Transition.ROLLED_BACK]
+    assert info.value.instant == lost.instant
+    assert as_set(loser.read()) == {(1, "eu", 1, "winner")}
+    assert [o.key for o in data_files(storage) if lost.instant in o.key] == []
