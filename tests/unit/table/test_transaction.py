@@ -1,0 +1,224 @@
+"""The write transaction and the embedded coordinator it runs under."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from _memstore import MemStorage
+
+from lakewarden.table.conflicts import OverlappingCommitConflict, PendingPlanConflict
+from lakewarden.table.coordinator import (
+    EmbeddedCoordinator,
+    Liveness,
+    LockReentryError,
+    LockTimeoutError,
+)
+from lakewarden.table.instant import Action, Transition
+from lakewarden.table.stats import CommitStats, FileGroupId, WorkloadProfile, WriteStat
+from lakewarden.table.timeline import IllegalTransitionError, Timeline
+from lakewarden.table.transaction import WriteTransaction
+
+FG = FileGroupId(partition_path="", file_id="bucket-0")
+
+
+def stats_for(tx: WriteTransaction, *groups: FileGroupId) -> CommitStats:
+    return CommitStats(
+        operation=tx.operation,
+        write_stats=tuple(
+            WriteStat(
+                file_group=g,
+                path=f"{g.file_id}_{tx.instant}.parquet",
+                base_instant=tx.instant,
+                num_records=3,
+                size_bytes=100,
+            )
+            for g in groups
+        ),
+    )
+
+
+@pytest.fixture
+def timeline() -> Timeline:
+    return Timeline(MemStorage(), table="orders")
+
+
+def begin(
+    timeline: Timeline, coord: EmbeddedCoordinator, actor: str = "w", **kwargs: object
+) -> WriteTransaction:
+    return WriteTransaction.begin(
+        timeline, coord, "orders", operation="upsert", actor=actor, **kwargs
+    )  # type: ignore[arg-type]
+
+
+def test_requested_inflight_completed_with_lease_tokens(timeline: Timeline) -> None:
+    coord = EmbeddedCoordinator()
+    tx = begin(timeline, coord)
+    tx.inflight(WorkloadProfile(operation="upsert", file_groups=(FG,)))
+    entry = tx.complete(stats_for(tx, FG))
+    assert entry.transition is Transition.COMPLETED and entry.instant == tx.instant
+    entries = list(timeline.entries())
+    assert [e.transition for e in entries] == ["requested", "inflight", "completed"]
+    assert [e.lock_token for e in entries] == [1, 2, 3]  # one grant per step, increasing
+    assert entries[0].payload == {"operation": "upsert", "cancellable": False, "plan": None}
+    done = tx.status()
+    assert done is not None and done.state is Transition.COMPLETED
+    assert done.commit == stats_for(tx, FG) and done.workload is not None
+
+
+def test_instants_increase_even_when_the_clock_goes_back(
+    timeline: Timeline, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    coord = EmbeddedCoordinator()
+    first = begin(timeline, coord)
+    monkeypatch.setattr(time, "time_ns", lambda: 0)  # the clock jumps to 1970
+    second = begin(timeline, coord)
+    assert second.instant > first.instant
+
+
+def test_overlapping_commit_fails_and_can_roll_back(timeline: Timeline) -> None:
+    coord = EmbeddedCoordinator()
+    a, b = begin(timeline, coord, "a"), begin(timeline, coord, "b")
+    for tx in (a, b):
+        tx.inflight(WorkloadProfile(operation="upsert", file_groups=(FG,)))
+    a.complete(stats_for(a, FG))
+    with pytest.raises(OverlappingCommitConflict, match=f"{b.instant}.*{a.instant}") as info:
+        b.complete(stats_for(b, FG))
+    assert info.value.file_group == "bucket-0" and info.value.other_instant == a.instant
+    status = b.status()
+    assert status is not None and status.state is Transition.INFLIGHT  # left pending
+    b.rollback("conflict with " + a.instant)
+    b.rollback("again")  # idempotent
+    status = b.status()
+    assert status is not None and status.state is Transition.ROLLED_BACK
+    assert status.reason == "conflict with " + a.instant
+    assert [e.transition for e in timeline.entries()].count("rolled_back") == 1
+
+
+def test_rebase_between_two_processes_rechecks_conflicts() -> None:
+    """Two processes (own coordinator, own timeline cache) on one storage: the later one's
+    append loses the race, rebases, and the re-run conflict check fails it."""
+    storage = MemStorage()
+    t1, t2 = Timeline(storage, table="orders"), Timeline(storage, table="orders")
+    c1, c2 = EmbeddedCoordinator(), EmbeddedCoordinator()
+    a, b = begin(t1, c1, "a"), begin(t2, c2, "b")
+    for tx in (a, b):
+        tx.inflight(WorkloadProfile(operation="upsert", file_groups=(FG,)))
+    storage.before_write_if_absent = lambda: a.complete(stats_for(a, FG)) and None
+    with pytest.raises(OverlappingCommitConflict):
+        b.complete(stats_for(b, FG))
+    state = Timeline(storage).load()
+    assert [i.instant for i in state.completed()] == [a.instant] and state.rejected == ()
+
+
+def test_pending_plan_blocks_ingestion_and_a_completed_plan_beats_it(timeline: Timeline) -> None:
+    coord = EmbeddedCoordinator()
+    plan = {"file_groups": [FG.model_dump()]}
+    compaction = begin(timeline, coord, "svc", action=Action.COMPACTION, plan=plan)
+    tx = begin(timeline, coord)
+    tx.inflight(WorkloadProfile(operation="upsert", file_groups=(FG,)))
+    with pytest.raises(PendingPlanConflict, match="pending non-cancellable compaction plan"):
+        tx.complete(stats_for(tx, FG))
+    compaction.inflight(WorkloadProfile(operation="compact", file_groups=(FG,)))
+    compaction.complete(stats_for(compaction, FG))
+    with pytest.raises(OverlappingCommitConflict, match=f"{compaction.instant} \\(compaction"):
+        tx.complete(stats_for(tx, FG))
+    later = begin(timeline, coord)  # requested after the plan completed: ordered, no conflict
+    later.inflight(WorkloadProfile(operation="upsert", file_groups=(FG,)))
+    later.complete(stats_for(later, FG))
+
+
+def test_cancel_requested_plan_never_completes(timeline: Timeline) -> None:
+    coord = EmbeddedCoordinator()
+    plan = {"file_groups": [FG.model_dump()]}
+    tx = begin(timeline, coord, "svc", action=Action.CLUSTERING, cancellable=True, plan=plan)
+    tx.inflight(WorkloadProfile(operation="cluster", file_groups=(FG,)))
+    tx._append(Transition.CANCEL_REQUESTED, {"reason": "ingestion first"})
+    with pytest.raises(IllegalTransitionError, match="has a cancel request") as info:
+        tx.complete(stats_for(tx, FG))
+    assert info.value.instant == tx.instant and info.value.table == "orders"
+    with pytest.raises(IllegalTransitionError, match="only ingestion is rolled back"):
+        tx.rollback("no")
+
+
+def test_rollback_of_a_completed_instant_is_refused(timeline: Timeline) -> None:
+    coord = EmbeddedCoordinator()
+    tx = begin(timeline, coord)
+    tx.inflight(WorkloadProfile(operation="upsert"))
+    tx.complete(stats_for(tx))
+    with pytest.raises(IllegalTransitionError, match="already completed"):
+        tx.rollback("too late")
+
+
+# -- the embedded coordinator -----------------------------------------------------------------
+
+
+def test_lock_is_exclusive_fifo_with_increasing_tokens() -> None:
+    coord = EmbeddedCoordinator()
+    order: list[tuple[int, int]] = []
+    inside = threading.Lock()
+
+    def worker(i: int) -> None:
+        with coord.lock("t", wait_s=10) as lease:
+            assert inside.acquire(blocking=False), "two holders at once"
+            order.append((i, lease.token))
+            time.sleep(0.002)
+            inside.release()
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(tok for _, tok in order) == list(range(1, 9))
+    assert [tok for _, tok in order] == list(range(1, 9))
+    with coord.lock("other") as lease:  # tokens are per table
+        assert lease.token == 1
+
+
+def test_lock_timeout_and_reentry() -> None:
+    coord = EmbeddedCoordinator()
+    with coord.lock("t") as lease:
+        assert not lease.lost
+        with pytest.raises(LockReentryError, match="already holds the lock of table t"):
+            with coord.lock("t"):
+                pass
+        got: list[BaseException] = []
+        thread = threading.Thread(target=lambda: _try_lock(coord, got))
+        thread.start()
+        thread.join()
+        assert isinstance(got[0], LockTimeoutError)
+        assert "not granted within 0.05 s" in str(got[0])
+    assert lease.lost
+
+
+def _try_lock(coord: EmbeddedCoordinator, got: list[BaseException]) -> None:
+    try:
+        with coord.lock("t", wait_s=0.05):
+            pass
+    except LockTimeoutError as err:
+        got.append(err)
+
+
+def test_an_expired_lease_is_taken_over_and_reports_lost() -> None:
+    coord = EmbeddedCoordinator()
+    with coord.lock("t", ttl_s=0.05) as stale:
+        tokens: list[int] = []
+
+        def take() -> None:
+            with coord.lock("t", wait_s=5) as lease:
+                tokens.append(lease.token)
+
+        thread = threading.Thread(target=take)
+        thread.start()
+        thread.join()
+        assert tokens == [2] and stale.lost
+
+
+def test_liveness_from_heartbeats() -> None:
+    coord = EmbeddedCoordinator()
+    assert coord.liveness("t", "20240101000000000") is Liveness.UNKNOWN
+    with coord.heartbeat("t", "20240101000000000", "w"):
+        assert coord.liveness("t", "20240101000000000") is Liveness.ALIVE
+    assert coord.liveness("t", "20240101000000000") is Liveness.DEAD
