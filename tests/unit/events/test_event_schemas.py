@@ -119,6 +119,7 @@ def test_every_history_schema_is_readable_by_the_current_one(
     buffer.seek(0)
     current = SCHEMAS.current[writer.name].parsed
     decoded = schemaless_reader(buffer, writer.parsed, current)
+    assert isinstance(decoded, dict)
     assert decoded["envelope"] == record["envelope"]
 
 

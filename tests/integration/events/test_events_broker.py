@@ -1,0 +1,179 @@
+"""Events through a real Kafka broker: topics, every event type, the dead-letter queue."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource
+
+from lakewarden.events import (
+    DLQ,
+    TOPICS,
+    ConsumedEvent,
+    EventConsumer,
+    EventProducer,
+    encode,
+    ensure_topics,
+    sample_events,
+    topic_for_event,
+)
+from lakewarden.events.codec import MAGIC
+from lakewarden.events.topics import HEARTBEATS, TIMELINE
+from lakewarden.settings import Settings
+
+pytestmark = pytest.mark.kafka
+
+
+@pytest.fixture
+def settings(kafka_settings: Settings) -> Settings:
+    """The session broker with a topic prefix of this test's own, so tests never share topics."""
+    prefix = f"t{uuid.uuid4().hex[:8]}.lakewarden."
+    kafka = kafka_settings.kafka.model_copy(update={"topic_prefix": prefix})
+    return kafka_settings.model_copy(update={"kafka": kafka})
+
+
+@pytest.fixture
+def topics(settings: Settings) -> list[str]:
+    return ensure_topics(settings)
+
+
+def _consumer(settings: Settings, group: str, *topics: str) -> EventConsumer:
+    return EventConsumer(settings, group_id=group, topics=topics, consumer_id=f"test-{group}")
+
+
+def _drain(consumer: EventConsumer, count: int, timeout_s: float = 30.0) -> list[ConsumedEvent]:
+    events: list[ConsumedEvent] = []
+    for event in consumer.events(idle_timeout_s=timeout_s):
+        events.append(event)
+        if len(events) == count:
+            break
+    return events
+
+
+def test_ensure_topics_creates_every_topic_once(settings: Settings, topics: list[str]) -> None:
+    assert sorted(topics) == sorted(spec.name(settings) for spec in TOPICS)
+    assert ensure_topics(settings) == []  # idempotent: everything exists now
+
+    admin = AdminClient(settings.kafka.librdkafka_config())
+    metadata = admin.list_topics(timeout=10)
+    for spec in TOPICS:
+        assert len(metadata.topics[spec.name(settings)].partitions) == spec.partitions
+    resources = [ConfigResource("topic", spec.name(settings)) for spec in (TIMELINE, HEARTBEATS)]
+    configs = {r.name: f.result(10) for r, f in admin.describe_configs(resources).items()}
+    assert configs[TIMELINE.name(settings)]["retention.ms"].value == "-1"
+    assert configs[HEARTBEATS.name(settings)]["retention.ms"].value == str(HEARTBEATS.retention_ms)
+
+
+def test_every_event_type_round_trips(settings: Settings, topics: list[str]) -> None:
+    sent = sample_events(table_id="orders", producer_id="it-producer")
+    with EventProducer(settings, producer_id="it-producer") as producer:
+        for name, record in sent.items():
+            producer.send(name, record)
+        producer.flush()
+    assert producer.delivered == len(sent)
+
+    consumer = _consumer(settings, "round-trip", *(spec.name(settings) for spec in TOPICS))
+    try:
+        received = {event.name: event for event in _drain(consumer, len(sent))}
+    finally:
+        consumer.close()
+
+    assert set(received) == set(sent)
+    for name, event in received.items():
+        assert event.topic == topic_for_event(name).name(settings)
+        assert event.key == b"orders"
+        assert event.record["envelope"]["event_id"] == sent[name]["envelope"]["event_id"]
+        expected_fields = {k: v for k, v in sent[name].items() if k != "envelope"}
+        assert {k: v for k, v in event.record.items() if k != "envelope"} == expected_fields
+    assert consumer.dead_lettered == 0
+
+
+@pytest.fixture
+def raw_producer(settings: Settings) -> Iterator[EventProducer]:
+    producer = EventProducer(settings, producer_id="poisoner")
+    yield producer
+    producer.close()
+
+
+def test_poison_messages_go_to_the_dlq_and_consuming_goes_on(
+    settings: Settings, topics: list[str], raw_producer: EventProducer
+) -> None:
+    heartbeats = HEARTBEATS.name(settings)
+    events = sample_events(table_id="t1")
+    good = encode("Heartbeat", events["Heartbeat"])
+    unknown = MAGIC + b"\x11" * 8 + good[10:]
+    poison = [
+        (b"\x00garbage, not avro", "bad_magic"),
+        (unknown, "unknown_fingerprint"),
+        (b"", "too_short"),
+    ]
+    # Everything on one partition, so the order is known: good, 3 poisons, good, good.
+    values = [good, *(value for value, _ in poison), good, good]
+    for value in values:
+        raw_producer.produce_bytes(heartbeats, value, key=b"t1", partition=0)
+    raw_producer.flush()
+
+    consumer = _consumer(settings, "monitor", heartbeats)
+    try:
+        received = _drain(consumer, 3)
+        consumer.commit()
+    finally:
+        consumer.close()
+
+    assert [e.offset for e in received] == [0, 4, 5]
+    assert all(e.name == "Heartbeat" for e in received)
+    assert consumer.dead_lettered == 3
+
+    dlq = _consumer(settings, "dlq-reader", DLQ.name(settings))
+    try:
+        letters = [e.record for e in _drain(dlq, 3)]
+    finally:
+        dlq.close()
+    assert [(r["offset"], r["reason"]) for r in letters] == [
+        (1, "bad_magic"),
+        (2, "unknown_fingerprint"),
+        (3, "too_short"),
+    ]
+    for letter, (value, reason) in zip(letters, poison, strict=True):
+        assert letter["value"] == value
+        assert letter["key"] == b"t1"
+        assert (letter["topic"], letter["partition"]) == (heartbeats, 0)
+        assert letter["error_type"] == "EventDecodeError"
+        assert letter["detail"].startswith(f"{reason}: ")
+        assert letter["consumer_group"] == "monitor"
+        assert letter["envelope"]["table_id"] == "t1"
+        assert letter["envelope"]["producer_id"] == "test-monitor"
+
+    # The group's committed offset is past everything it consumed: a restart reads nothing.
+    committed = _committed(settings, "monitor", heartbeats)
+    assert committed == len(values)
+
+
+def test_poison_after_last_event_is_committed_past(
+    settings: Settings, topics: list[str], raw_producer: EventProducer
+) -> None:
+    """A poison message is skipped for good even when no good event follows it."""
+    heartbeats = HEARTBEATS.name(settings)
+    raw_producer.produce_bytes(heartbeats, b"\xc3\x01short", key=None, partition=0)
+    raw_producer.flush()
+    consumer = _consumer(settings, "tail", heartbeats)
+    try:
+        for _ in range(30):
+            if consumer.poll(1.0) is None and consumer.dead_lettered:
+                break
+    finally:
+        consumer.close()
+    assert consumer.dead_lettered == 1
+    assert _committed(settings, "tail", heartbeats) == 1
+
+
+def _committed(settings: Settings, group: str, topic: str) -> int:
+    probe = Consumer(settings.kafka.librdkafka_config(group_id=group))
+    try:
+        (partition,) = probe.committed([TopicPartition(topic, 0)], timeout=10)
+        return int(partition.offset)
+    finally:
+        probe.close()
