@@ -32,7 +32,7 @@ from lakewarden.table.coordinator import Coordinator, EmbeddedCoordinator
 from lakewarden.table.reader import read_changes, read_snapshot
 from lakewarden.table.snapshot import Snapshot, build_snapshot, changes_since
 from lakewarden.table.timeline import InstantState, Timeline, TimelineState
-from lakewarden.table.writer import CommitResult, WriteContext, write
+from lakewarden.table.writer import CommitResult, Operation, WriteContext, write
 
 _default_coordinator: Coordinator | None = None
 _default_guard = threading.Lock()
@@ -143,7 +143,9 @@ class Table:
 
     # -- write and read -----------------------------------------------------------------------
 
-    def write(self, data: pa.Table | pa.RecordBatch, operation: str = "upsert") -> CommitResult:
+    def write(
+        self, data: pa.Table | pa.RecordBatch, operation: Operation = "upsert"
+    ) -> CommitResult:
         """Write ``data`` as one commit (``insert``, ``upsert`` or ``delete``); see
         ``lakewarden.table.writer`` for the protocol and the merge rules.
 

@@ -274,7 +274,7 @@ class WriteContext:
     max_threads: int = 8
 
 
-def write(ctx: WriteContext, data: pa.Table, operation: str) -> CommitResult:
+def write(ctx: WriteContext, data: pa.Table, operation: Operation) -> CommitResult:
     """Write ``data`` as one instant (steps in the module docstring).
 
     Raises: SchemaMismatchError, InvalidRecordError (nothing written); WriteConflictError

@@ -182,6 +182,25 @@ def test_columns_filter_and_meta(make_table: MakeTable) -> None:
         table.read(columns=["id", "nope"])
 
 
+def test_partition_filter_skips_other_partitions_files(local_table: Table) -> None:
+    local_table.write(rows((1, "eu", 1, "a"), (2, "us", 1, "b")))
+    us = [s for s in local_table.snapshot().base_files() if s.path.startswith("region=us/")]
+    assert len(us) == 1
+    local_table.storage.delete(us[0].path)  # only a read that opens it can fail
+    assert as_set(local_table.read(filter=pc.field("region") == "eu")) == {(1, "eu", 1, "a")}
+    with pytest.raises(OSError, match="region=us"):
+        local_table.read()
+
+
+def test_empty_input_commits_an_empty_instant(local_table: Table) -> None:
+    result = local_table.write(SCHEMA.empty_table())
+    assert result.stats.write_stats == ()
+    assert [s.state for s in local_table.timeline()] == [Transition.COMPLETED]
+    batch = rows((1, "eu", 1, "a")).to_batches()[0]
+    local_table.write(batch)  # a RecordBatch is accepted too
+    assert as_set(local_table.read()) == {(1, "eu", 1, "a")}
+
+
 def test_empty_table_reads_empty_with_schema(make_table: MakeTable) -> None:
     table = make_table()
     empty = table.read()
@@ -361,7 +380,7 @@ def test_schema_mismatch_commits_nothing(local_table: Table, data: pa.Table, mes
 
 def test_unknown_operation(local_table: Table) -> None:
     with pytest.raises(ValueError, match="operation must be one of insert, upsert, delete"):
-        local_table.write(rows((1, "eu", 1, "a")), "merge")
+        local_table.write(rows((1, "eu", 1, "a")), "merge")  # type: ignore[arg-type]
     assert local_table.timeline() == []
 
 
