@@ -18,8 +18,9 @@ Tests that use these fixtures get the ``kafka`` / ``s3`` marker automatically, s
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 from pydantic import SecretStr
@@ -27,7 +28,7 @@ from pydantic import SecretStr
 from lakewarden.devstack import _process
 from lakewarden.devstack.errors import DevStackError
 from lakewarden.devstack.kafka import KafkaBroker
-from lakewarden.devstack.s3 import SeaweedS3
+from lakewarden.devstack.s3 import SeaweedS3, weed_binary
 from lakewarden.settings import KafkaSettings, S3Settings, Settings
 
 _KAFKA_FIXTURES = {"kafka_broker", "kafka_bootstrap", "kafka_settings"}
@@ -44,18 +45,46 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.s3)
 
 
+def _require(what: str, check: Callable[[], object]) -> None:
+    try:
+        check()
+    except DevStackError as err:  # fail, never skip: a skipped integration suite proves nothing
+        pytest.fail(f"{what} missing: {err}", pytrace=False)
+
+
+_Server = TypeVar("_Server", KafkaBroker, SeaweedS3)
+
+
+def _start_with_retry(what: str, make: Callable[[], _Server], attempts: int = 3) -> _Server:
+    """Start a server on fresh free ports, retrying when a start fails.
+
+    A port found free can be taken (by any process's outgoing connection, say) before the
+    server binds it; new ports on the next attempt make that race harmless. Prerequisites
+    (jars, binaries) are checked by the caller first: retrying cannot fix them.
+    """
+    for attempt in range(1, attempts + 1):
+        server = make()
+        try:
+            server.start()
+            return server
+        except DevStackError as err:
+            if attempt == attempts:
+                pytest.fail(f"cannot start {what}: {err}", pytrace=False)
+    raise AssertionError("unreachable")
+
+
 @pytest.fixture(scope="session")
 def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
     """A running broker for the whole session (stopped by pid at the end)."""
-    broker = KafkaBroker(
-        home=tmp_path_factory.mktemp("kafka"),
-        port=_process.free_port(),
-        controller_port=_process.free_port(),
-    )
-    try:
-        broker.start()
-    except DevStackError as err:  # jars missing, port taken, JVM failed: say so and fail
-        pytest.fail(f"cannot start the test Kafka broker: {err}", pytrace=False)
+    home = tmp_path_factory.mktemp("kafka")
+
+    def make() -> KafkaBroker:
+        return KafkaBroker(
+            home=home, port=_process.free_port(), controller_port=_process.free_port()
+        )
+
+    _require("Kafka jars", make().check_jars)
+    broker = _start_with_retry("the test Kafka broker", make)
     try:
         yield broker
     finally:
@@ -81,17 +110,19 @@ def kafka_settings(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactor
 def seaweed_s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedS3]:
     """A running SeaweedFS S3 endpoint for the whole session (stopped by pid at the end)."""
     defaults = S3Settings()
-    endpoint = SeaweedS3(
-        home=tmp_path_factory.mktemp("seaweedfs"),
-        port=_process.free_port(),
-        access_key=defaults.access_key_id.get_secret_value(),
-        secret_key=defaults.secret_access_key.get_secret_value(),
-        region=defaults.region,
-    )
-    try:
-        endpoint.start()
-    except DevStackError as err:
-        pytest.fail(f"cannot start the test S3 endpoint (SeaweedFS): {err}", pytrace=False)
+    home = tmp_path_factory.mktemp("seaweedfs")
+
+    def make() -> SeaweedS3:
+        return SeaweedS3(
+            home=home,
+            port=_process.free_port(),
+            access_key=defaults.access_key_id.get_secret_value(),
+            secret_key=defaults.secret_access_key.get_secret_value(),
+            region=defaults.region,
+        )
+
+    _require("SeaweedFS", weed_binary)
+    endpoint = _start_with_retry("the test S3 endpoint (SeaweedFS)", make)
     try:
         yield endpoint
     finally:
