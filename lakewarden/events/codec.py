@@ -17,6 +17,7 @@ Every failure to decode is an ``EventDecodeError`` whose ``reason`` is one of
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from io import BytesIO
 from typing import Any, Final, Literal, NamedTuple, cast, get_args
 
@@ -81,13 +82,14 @@ class EventCodec:
             entry = (MAGIC + schema.fingerprint, schema.parsed)
             self._writers[schema.name] = entry
             self._writers[schema.fullname] = entry
+        # Keyed by the whole 10-byte header (magic + fingerprint).
         self._readers: dict[bytes, _Reader] = {}
         for fingerprint, writer in schemas.by_fingerprint.items():
             current = schemas.current.get(writer.name)
             if current is None:
                 continue  # a retired event: its messages decode as unknown
             reader = None if current.fingerprint == fingerprint else current.parsed
-            self._readers[fingerprint] = _Reader(
+            self._readers[MAGIC + fingerprint] = _Reader(
                 current.name, writer.parsed, reader, writer.envelope
             )
 
@@ -136,11 +138,16 @@ class EventCodec:
             EventDecodeError: too short, bad magic, unknown fingerprint, or a body that is
                 truncated, corrupt or followed by trailing bytes.
         """
-        reader = self._reader_for(data)
+        if type(data) is not bytes:
+            data = bytes(data)  # memoryview/bytearray: slices must be hashable
+        # Hot path: one slice and one lookup check magic and fingerprint together.
+        reader = self._readers.get(data[:HEADER_SIZE])
+        if reader is None:
+            raise self._header_error(data)
         buffer = BytesIO(data)
         buffer.seek(HEADER_SIZE)
         try:
-            record = cast(dict[str, Any], schemaless_reader(buffer, reader.writer, reader.reader))
+            record = _read(buffer, reader.writer, reader.reader)
         except Exception as err:  # truncation: EOFError; corruption: many types
             raise EventDecodeError(
                 "corrupt_body",
@@ -151,7 +158,7 @@ class EventCodec:
                 "corrupt_body",
                 f"{reader.name} body has {len(data) - buffer.tell()} trailing bytes",
             )
-        return Event(reader.name, record)
+        return _new_event(Event, (reader.name, record))
 
     def decode_envelope(self, data: bytes) -> tuple[str, dict[str, Any]]:
         """Read only the event name and envelope of a message (cheap: the envelope leads).
@@ -159,36 +166,45 @@ class EventCodec:
         Raises:
             EventDecodeError: as ``decode`` for the header and the envelope bytes.
         """
-        reader = self._reader_for(data)
+        data = bytes(data)
+        reader = self._readers.get(data[:HEADER_SIZE])
+        if reader is None:
+            raise self._header_error(data)
         buffer = BytesIO(data)
         buffer.seek(HEADER_SIZE)
         try:
-            envelope = cast(dict[str, Any], schemaless_reader(buffer, reader.envelope, None))
+            envelope = _read(buffer, reader.envelope, None)
         except Exception as err:
             raise EventDecodeError(
                 "corrupt_body", f"{reader.name} envelope unreadable: {type(err).__name__}: {err}"
             ) from err
         return reader.name, envelope
 
-    def _reader_for(self, data: bytes) -> _Reader:
+    def _header_error(self, data: bytes) -> EventDecodeError:
+        """Why ``data`` has no known header (called only once the fast lookup failed)."""
         if len(data) < HEADER_SIZE:
-            raise EventDecodeError(
+            return EventDecodeError(
                 "too_short",
                 f"{len(data)} bytes, a single-object encoded message has at least {HEADER_SIZE}",
             )
         if data[:2] != MAGIC:
-            raise EventDecodeError(
-                "bad_magic", f"starts with {bytes(data[:2]).hex()}, expected {MAGIC.hex()}"
+            return EventDecodeError(
+                "bad_magic", f"starts with {data[:2].hex()}, expected {MAGIC.hex()}"
             )
-        fingerprint = bytes(data[2:HEADER_SIZE])
-        reader = self._readers.get(fingerprint)
-        if reader is None:
-            raise EventDecodeError(
-                "unknown_fingerprint",
-                f"writer schema {fingerprint.hex()} is not in {self.schemas.directory} "
-                "(a newer producer, or not a lakewarden event)",
-            )
-        return reader
+        return EventDecodeError(
+            "unknown_fingerprint",
+            f"writer schema {data[2:HEADER_SIZE].hex()} is not in {self.schemas.directory} "
+            "(a newer producer, or not a lakewarden event)",
+        )
+
+
+# fastavro returns ``Any``-ish unions; typing the function once keeps ``cast`` off the hot path.
+_read = cast(
+    Callable[[BytesIO, dict[str, Any], dict[str, Any] | None], dict[str, Any]],
+    schemaless_reader,
+)
+# NamedTuple's generated __new__ is Python code; tuple.__new__ builds the same object faster.
+_new_event = tuple.__new__
 
 
 @functools.cache
