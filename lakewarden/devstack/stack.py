@@ -55,6 +55,7 @@ def _port(requested: int) -> int:
 def _part(
     name: str, kind: str, pid: int, pid_file: Path, log_file: Path, **ports: int
 ) -> PartRecord:
+    """The record of a started part; its first port is the one ``status`` probes."""
     health_port = next(iter(ports.values()))
     return PartRecord.model_validate(
         {

@@ -241,3 +241,35 @@ def test_console_script_reports_a_stopped_stack(tmp_path: Path) -> None:
     )
     assert done.returncode == 1, done.stderr
     assert "stack is down" in done.stdout
+
+
+def test_cli_finds_subcommands_by_module() -> None:
+    import click
+
+    ctx = click.Context(cli)
+    assert "dev" in cli.list_commands(ctx)
+    dev = cli.get_command(ctx, "dev")
+    assert isinstance(dev, click.Group)
+    assert set(dev.commands) == {"up", "down", "status"}
+    assert cli.get_command(ctx, "no-such-command") is None
+    assert cli.get_command(ctx, "_logging") is None  # private modules are not commands
+
+
+def test_stack_logs_are_logfmt() -> None:
+    import logging
+
+    from lakewarden.cli._logging import LogfmtFormatter
+
+    record = logging.LogRecord(
+        "lakewarden.devstack", logging.INFO, __file__, 1, "kafka ready", None, None
+    )
+    record.pid = 42
+    record.bootstrap = "127.0.0.1:9092"
+    record.note = 'has "quotes" and spaces'
+    line = LogfmtFormatter().format(record)
+    stamp, rest = line.split(" ", 1)
+    assert stamp.startswith("ts=") and stamp.endswith("Z")
+    assert rest == (
+        'level=info logger=lakewarden.devstack msg="kafka ready" pid=42 '
+        'bootstrap=127.0.0.1:9092 note="has \\"quotes\\" and spaces"'
+    )
