@@ -25,10 +25,14 @@ holding back completion; the job commit completes them (``complete_multipart`` w
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from lakewarden.errors import LakewardenError, NonRetryableError, RetryableError
+
+if TYPE_CHECKING:
+    from lakewarden.settings import Settings
 
 
 class StorageError(LakewardenError):
@@ -53,6 +57,12 @@ class UnsupportedOperationError(StorageError, NonRetryableError):
 
 class InvalidKeyError(StorageError, NonRetryableError):
     """The key is absolute, has ``..`` segments or otherwise escapes the storage root."""
+
+
+class RequestRejectedError(StorageError, NonRetryableError):
+    """The store refused the request for a reason repeating it will not fix: credentials or
+    permissions, a missing bucket, a malformed request (an unknown part in a multipart
+    completion, say). The message carries the store's error code."""
 
 
 class StorageIOError(StorageError, RetryableError):
@@ -138,7 +148,7 @@ class Storage(abc.ABC):
         """Upload one part (numbers from 1; all but the last at least 5 MiB on real S3)."""
         raise UnsupportedOperationError(f"{type(self).__name__} has no multipart uploads", key=key)
 
-    def complete_multipart(self, key: str, upload_id: str, parts: list[UploadedPart]) -> None:
+    def complete_multipart(self, key: str, upload_id: str, parts: Sequence[UploadedPart]) -> None:
         """Complete the upload with ``If-None-Match: *``. Raises: AlreadyExistsError when an
         object already has the key (a completed upload is never silently replaced)."""
         raise UnsupportedOperationError(f"{type(self).__name__} has no multipart uploads", key=key)
@@ -154,9 +164,11 @@ class Storage(abc.ABC):
         )
 
 
-def open_storage(uri: str, settings: object | None = None) -> Storage:
+def open_storage(uri: str, settings: Settings | None = None) -> Storage:
     """The backend for ``uri``: a plain path or ``file://`` URI (local), ``s3://bucket/prefix``
-    (S3, endpoint and credentials from ``settings.s3`` or the environment)."""
+    (S3, endpoint and credentials from ``settings.s3`` or the environment).
+
+    Raises: ConfigurationError (unknown scheme, malformed URI)."""
     from lakewarden.storage._uri import open_storage as _open
 
     return _open(uri, settings)
@@ -168,6 +180,7 @@ __all__ = [
     "NotFoundError",
     "ObjectInfo",
     "PendingUpload",
+    "RequestRejectedError",
     "Storage",
     "StorageError",
     "StorageIOError",

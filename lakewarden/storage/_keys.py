@@ -1,0 +1,87 @@
+"""Key and prefix validation shared by every backend, so a key means the same on all of them.
+
+A key is ``/``-separated, relative, with no empty, ``.`` or ``..`` segments, no NUL and no
+backslash (which a filesystem could treat as a separator). Segments starting with
+``TEMP_PREFIX`` are reserved: the local backend names its temporary files that way, and a key
+that looked like one would be hidden from listings.
+"""
+
+from __future__ import annotations
+
+from lakewarden.storage import InvalidKeyError
+
+TEMP_PREFIX = ".lw-tmp-"
+_FORBIDDEN_CHARS = ("\x00", "\\")
+
+
+def _check_segments(segments: list[str], *, what: str, original: str) -> None:
+    for segment in segments:
+        if segment in ("", ".", ".."):
+            raise InvalidKeyError(
+                f"invalid {what} {original!r}: empty, '.' or '..' segments are not allowed. "
+                "Help: use a relative path like 'a/b/c'.",
+                key=original,
+            )
+        if segment.startswith(TEMP_PREFIX):
+            raise InvalidKeyError(
+                f"invalid {what} {original!r}: segments starting with {TEMP_PREFIX!r} are "
+                "reserved for temporary files.",
+                key=original,
+            )
+
+
+def _check_common(value: str, *, what: str) -> None:
+    if value.startswith("/"):
+        raise InvalidKeyError(
+            f"invalid {what} {value!r}: it is absolute. Help: keys are relative to the "
+            "storage root, e.g. 'a/b/c'.",
+            key=value,
+        )
+    for char in _FORBIDDEN_CHARS:
+        if char in value:
+            raise InvalidKeyError(f"invalid {what} {value!r}: it contains {char!r}.", key=value)
+
+
+def check_key(key: str) -> str:
+    """Return ``key`` unchanged if it is a valid object key.
+
+    Raises:
+        InvalidKeyError: empty, absolute, with empty/``.``/``..``/reserved segments, NUL or
+            backslash.
+    """
+    if not key:
+        raise InvalidKeyError("invalid key '': keys are not empty.", key=key)
+    _check_common(key, what="key")
+    _check_segments(key.split("/"), what="key", original=key)
+    return key
+
+
+def check_prefix(prefix: str) -> str:
+    """Return ``prefix`` unchanged if it is a valid listing prefix.
+
+    A prefix is a plain string prefix of keys: its last segment may be partial (``"tl/000"``)
+    or empty (``"tl/"``); every complete segment before it follows the key rules.
+
+    Raises:
+        InvalidKeyError: absolute, NUL or backslash, or a bad complete segment.
+    """
+    if not prefix:
+        return prefix
+    _check_common(prefix, what="prefix")
+    _check_segments(prefix.split("/")[:-1], what="prefix", original=prefix)
+    return prefix
+
+
+def check_directory_prefix(prefix: str) -> str:
+    """Return ``prefix`` if it names a directory: valid and ending in ``/``.
+
+    Raises:
+        InvalidKeyError: it does not end in ``/`` or is otherwise invalid.
+    """
+    if not prefix.endswith("/"):
+        raise InvalidKeyError(
+            f"invalid prefix {prefix!r}: it must end in '/'. Help: without it, 'job1' would "
+            "also match the uploads of 'job10'.",
+            key=prefix,
+        )
+    return check_prefix(prefix)

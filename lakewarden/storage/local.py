@@ -1,0 +1,296 @@
+"""The local filesystem backend: keys are files under a root directory.
+
+How each guarantee of the contract is met:
+
+- ``write``: the data goes to a temporary file in the key's directory, is fsynced, then
+  ``os.replace``\\ d over the key (atomic on POSIX), and the directory is fsynced so the new
+  name survives a crash.
+- ``write_if_absent``: the same temporary file, then ``os.link(tmp, key)``, which fails with
+  ``EEXIST`` if the key exists: the check and the creation are one system call. The temporary
+  name is unlinked afterwards whatever happened.
+- ``rename``: ``os.link`` then ``os.unlink`` of the source, so an existing destination is never
+  replaced. A crash between the two leaves both names on one inode; repeating the rename
+  finishes it.
+- Temporary files are named ``.lw-tmp-<uuid>``; keys may not have such segments, so listings
+  skip them without ambiguity.
+
+Directories are not objects: they are created on demand and never listed; a key whose path
+is a directory (because longer keys exist under it) is reported as absent on read and
+refused on write with ``InvalidKeyError``. Empty directories are left behind by ``delete``
+(removing them would race with concurrent writers creating files in them).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+from lakewarden.storage import (
+    AlreadyExistsError,
+    InvalidKeyError,
+    NotFoundError,
+    ObjectInfo,
+    Storage,
+    StorageIOError,
+)
+from lakewarden.storage._keys import TEMP_PREFIX, check_key, check_prefix
+
+# Errors that mean "a path component is a file where a directory should be, or vice versa":
+# the key collides with the directory structure of other keys.
+_SHAPE_ERRNOS = (errno.EISDIR, errno.ENOTDIR)
+
+
+# (name, is_directory, stat) of one directory's entries; ``list`` is a method name in the class.
+_Entries = list[tuple[str, bool, os.stat_result]]
+
+
+def _io_error(err: OSError, op: str, key: str) -> StorageIOError:
+    return StorageIOError(f"local {op} of {key!r} failed: {err}", key=key)
+
+
+def _shape_error(err: OSError, key: str) -> InvalidKeyError:
+    return InvalidKeyError(
+        f"key {key!r} collides with the directory layout of other keys on local storage "
+        f"({err.strerror}): a key cannot be both an object and a prefix of other keys.",
+        key=key,
+    )
+
+
+class LocalStorage(Storage):
+    """Objects as files under ``root`` (created on first write)."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root).absolute()
+        self.uri = self.root.as_uri()
+
+    def __repr__(self) -> str:
+        return f"LocalStorage({str(self.root)!r})"
+
+    def _path(self, key: str) -> Path:
+        return self.root.joinpath(*check_key(key).split("/"))
+
+    # -- reads --------------------------------------------------------------------------------
+
+    def read(self, key: str) -> bytes:
+        path = self._path(key)
+        try:
+            return path.read_bytes()
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError) as err:
+            raise NotFoundError(f"no object {key!r} in {self.uri}", key=key) from err
+        except OSError as err:
+            raise _io_error(err, "read", key) from err
+
+    def stat(self, key: str) -> ObjectInfo:
+        path = self._path(key)
+        try:
+            st = path.stat()
+        except (FileNotFoundError, NotADirectoryError) as err:
+            raise NotFoundError(f"no object {key!r} in {self.uri}", key=key) from err
+        except OSError as err:
+            raise _io_error(err, "stat", key) from err
+        if not stat.S_ISREG(st.st_mode):
+            raise NotFoundError(f"no object {key!r} in {self.uri} (it is a directory)", key=key)
+        return ObjectInfo(key=key, size=st.st_size, mtime_ms=st.st_mtime_ns // 1_000_000)
+
+    def exists(self, key: str) -> bool:
+        return self._path(key).is_file()
+
+    def local_path(self, key: str) -> str | None:
+        return str(self._path(key))
+
+    def list(self, prefix: str = "", *, start_after: str | None = None) -> Iterator[ObjectInfo]:
+        """See ``Storage.list``. Lazy: directories are read one at a time, in key order.
+
+        Raises: InvalidKeyError (bad prefix), StorageIOError (a directory cannot be read).
+        """
+        check_prefix(prefix)
+        directory, _, _ = prefix.rpartition("/")
+        base = directory + "/" if directory else ""
+        return self._walk(self.root.joinpath(*base.split("/")[:-1]), base, prefix, start_after)
+
+    def _walk(
+        self, path: Path, base: str, prefix: str, start_after: str | None
+    ) -> Iterator[ObjectInfo]:
+        """Objects under directory ``path`` (whose keys start with ``base``) in key order.
+
+        Sorting siblings by ``name`` for files and ``name + "/"`` for directories yields global
+        key order, because every key under directory ``d`` starts with ``d/``.
+        """
+        for name, is_dir, st in self._entries(path, base):
+            key = base + name
+            if is_dir:
+                sub = key + "/"
+                if not sub.startswith(prefix):
+                    continue  # the walk starts at the prefix's directory: only siblings differ
+                if (
+                    start_after is not None
+                    and start_after > sub
+                    and not start_after.startswith(sub)
+                ):
+                    continue  # every key under this directory is <= start_after
+                yield from self._walk(path / name, sub, prefix, start_after)
+            elif key.startswith(prefix) and (start_after is None or key > start_after):
+                yield ObjectInfo(key=key, size=st.st_size, mtime_ms=st.st_mtime_ns // 1_000_000)
+
+    def _entries(self, path: Path, base: str) -> _Entries:
+        entries: _Entries = []
+        try:
+            with os.scandir(path) as scan:
+                for entry in scan:
+                    if entry.name.startswith(TEMP_PREFIX):
+                        continue
+                    try:
+                        if entry.is_dir(follow_symlinks=False):
+                            entries.append((entry.name, True, entry.stat(follow_symlinks=False)))
+                        elif entry.is_file(follow_symlinks=False):
+                            entries.append((entry.name, False, entry.stat(follow_symlinks=False)))
+                    except FileNotFoundError:
+                        continue  # deleted while we listed: it is simply not there
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        except OSError as err:
+            raise _io_error(err, "list", base) from err
+        entries.sort(key=lambda e: e[0] + "/" if e[1] else e[0])
+        return entries
+
+    # -- writes -------------------------------------------------------------------------------
+
+    def write(self, key: str, data: bytes) -> None:
+        path = self._path(key)
+        tmp = self._write_temp(path, key, data)
+        try:
+            os.replace(tmp, path)
+        except OSError as err:
+            _unlink_quietly(tmp)
+            if err.errno in _SHAPE_ERRNOS:
+                raise _shape_error(err, key) from err
+            raise _io_error(err, "write", key) from err
+        _fsync_dir(path.parent, key)
+
+    def write_if_absent(self, key: str, data: bytes) -> None:
+        path = self._path(key)
+        tmp = self._write_temp(path, key, data)
+        try:
+            os.link(tmp, path)
+        except FileExistsError as err:
+            raise AlreadyExistsError(
+                f"object {key!r} already exists in {self.uri}", key=key
+            ) from err
+        except OSError as err:
+            if err.errno in _SHAPE_ERRNOS:
+                raise _shape_error(err, key) from err
+            raise _io_error(err, "write_if_absent", key) from err
+        finally:
+            _unlink_quietly(tmp)
+        _fsync_dir(path.parent, key)
+
+    def _write_temp(self, path: Path, key: str, data: bytes) -> Path:
+        """A fully written, fsynced temporary file beside ``path`` (same filesystem, so it can
+        be linked or renamed onto ``path``)."""
+        _make_parents(path, key)
+        tmp = path.with_name(f"{TEMP_PREFIX}{uuid.uuid4().hex}")
+        try:
+            with open(tmp, "xb") as out:
+                out.write(data)
+                out.flush()
+                os.fsync(out.fileno())
+        except OSError as err:
+            _unlink_quietly(tmp)
+            raise _io_error(err, "write", key) from err
+        return tmp
+
+    def append(self, key: str, data: bytes) -> None:
+        path = self._path(key)
+        _make_parents(path, key)
+        try:
+            with open(path, "ab") as out:
+                out.write(data)
+                out.flush()
+                os.fsync(out.fileno())
+        except OSError as err:
+            if err.errno in _SHAPE_ERRNOS:
+                raise _shape_error(err, key) from err
+            raise _io_error(err, "append", key) from err
+
+    def delete(self, key: str) -> None:
+        path = self._path(key)
+        try:
+            path.unlink()
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            return  # absent (a directory is not an object): deleting is idempotent
+        except OSError as err:
+            if err.errno == errno.EPERM and path.is_dir():
+                return  # Linux reports unlink of a directory as EPERM
+            raise _io_error(err, "delete", key) from err
+
+    def rename(self, src: str, dst: str) -> None:
+        """See ``Storage.rename``. Repeating a rename interrupted between its link and its
+        unlink completes it instead of reporting ``AlreadyExistsError``."""
+        src_path, dst_path = self._path(src), self._path(dst)
+        if not src_path.is_file():
+            raise NotFoundError(f"cannot rename {src!r}: no such object in {self.uri}", key=src)
+        _make_parents(dst_path, dst)
+        try:
+            os.link(src_path, dst_path)
+        except FileExistsError as err:
+            if not _same_file(src_path, dst_path):
+                raise AlreadyExistsError(
+                    f"cannot rename {src!r} to {dst!r}: the destination exists in {self.uri}",
+                    key=dst,
+                ) from err
+        except FileNotFoundError as err:
+            raise NotFoundError(
+                f"cannot rename {src!r}: no such object in {self.uri}", key=src
+            ) from err
+        except OSError as err:
+            if err.errno in _SHAPE_ERRNOS:
+                raise _shape_error(err, dst) from err
+            raise _io_error(err, "rename", src) from err
+        try:
+            src_path.unlink()
+        except FileNotFoundError:
+            pass  # a concurrent identical rename finished first: same outcome
+        except OSError as err:
+            raise _io_error(err, "rename", src) from err
+        _fsync_dir(dst_path.parent, dst)
+
+
+def _make_parents(path: Path, key: str) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError) as err:
+        raise _shape_error(err, key) from err
+    except OSError as err:
+        raise _io_error(err, "mkdir", key) from err
+
+
+def _fsync_dir(directory: Path, key: str) -> None:
+    """Persist a directory entry just created (without it a crash can forget the new name)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError as err:
+        raise _io_error(err, "fsync", key) from err
+    try:
+        os.fsync(fd)
+    except OSError as err:
+        raise _io_error(err, "fsync", key) from err
+    finally:
+        os.close(fd)
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def _unlink_quietly(path: Path) -> None:
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        pass
