@@ -39,6 +39,8 @@ _DEFAULT_CONFIG: dict[str, Any] = {
     "enable_auto_commit": True,
     "enable_auto_offset_store": False,
     "auto_offset_reset": "earliest",
+    # librdkafka's own log lines go to this module's logger instead of stderr.
+    "logger": log,
 }
 
 

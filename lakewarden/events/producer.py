@@ -21,7 +21,8 @@ from lakewarden.settings import Settings
 log = logging.getLogger(__name__)
 
 # Durable by default: every in-sync replica has the message, and retries cannot duplicate it.
-_DEFAULT_CONFIG: dict[str, Any] = {"acks": "all", "enable_idempotence": True}
+# librdkafka's own log lines go to this module's logger instead of stderr.
+_DEFAULT_CONFIG: dict[str, Any] = {"acks": "all", "enable_idempotence": True, "logger": log}
 
 
 class EventDeliveryError(RetryableError):

@@ -1,0 +1,126 @@
+"""The Kafka produce->consume round-trip floor on this broker, p50 and p99.
+
+One message at a time: produce, then poll until that message is consumed; the clock runs from
+the produce call to the consumed message in hand. The floor is raw confluent-kafka with
+pre-encoded bytes (acks=all, idempotent, linger.ms=0); measured beside it, interleaved message
+by message on a topic of its own, is the same trip through EventProducer/EventConsumer
+(encode, key by table, decode, offset store). Later benchmarks (the lock service) compare
+against the raw floor recorded in the JSON.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from benchmarks._registry import BenchContext, Result, benchmark
+from lakewarden.events import EventConsumer, EventProducer, TopicSpec, encode, ensure_topics
+from lakewarden.events.samples import sample_events
+from lakewarden.settings import Settings
+
+_TIMEOUT_S = 10.0
+_PRODUCER_CONFIG: dict[str, Any] = {"acks": "all", "enable_idempotence": True, "linger_ms": 0}
+RAW = TopicSpec("bench.raw", 1, 3_600_000)
+EVENTS = TopicSpec("bench.events", 1, 3_600_000)
+
+
+@benchmark("kafka", "single-message produce->consume round trip (p50, p99) on the broker")
+def kafka_round_trip(ctx: BenchContext) -> Iterator[Result]:
+    base = ctx.kafka_settings()
+    run = uuid.uuid4().hex[:8]
+    kafka = base.kafka.model_copy(update={"topic_prefix": f"lakewarden.bench-{run}."})
+    settings = base.model_copy(update={"kafka": kafka})
+    ensure_topics(settings, specs=(RAW, EVENTS))
+    try:
+        raw, ours = _measure(settings, samples=ctx.scale(1_000, 100), warmup=ctx.scale(300, 30))
+    finally:
+        _delete_topics(settings)
+    for label, quantile in (("p50", 0.50), ("p99", 0.99)):
+        yield Result(
+            benchmark="kafka",
+            metric=f"round trip {label}",
+            unit="ms",
+            value=_quantile(ours, quantile),
+            baseline=_quantile(raw, quantile),
+            baseline_label="raw confluent-kafka (the floor)",
+            details={
+                "floor_ms": round(_quantile(raw, quantile), 3),
+                "samples": len(raw),
+                "raw_mean_ms": round(statistics.fmean(raw), 3),
+                "ours_mean_ms": round(statistics.fmean(ours), 3),
+                "raw_max_ms": round(max(raw), 3),
+                "ours_max_ms": round(max(ours), 3),
+            },
+        )
+
+
+def _measure(settings: Settings, *, samples: int, warmup: int) -> tuple[list[float], list[float]]:
+    """Round-trip times in ms for the raw pair and for the lakewarden pair, interleaved."""
+    record = sample_events(table_id="bench")["Heartbeat"]
+    value = encode("Heartbeat", record)
+    producer = Producer(settings.kafka.librdkafka_config(**_PRODUCER_CONFIG))
+    consumer = Consumer(settings.kafka.librdkafka_config(group_id=f"bench-raw-{uuid.uuid4()}"))
+    consumer.assign([TopicPartition(RAW.name(settings), 0, 0)])
+    events_out = EventProducer(settings, producer_id="bench", **_PRODUCER_CONFIG)
+    events_in = EventConsumer(settings, group_id=f"bench-{uuid.uuid4()}", topics=[EVENTS])
+
+    def raw_trip() -> None:
+        producer.produce(RAW.name(settings), value, key=b"bench")
+        producer.poll(0)
+        while (msg := consumer.poll(_TIMEOUT_S)) is None or msg.error() is not None:
+            if msg is None:
+                raise TimeoutError("raw round trip: no message within 10 s")
+
+    def our_trip() -> None:
+        events_out.send("Heartbeat", record, topic=EVENTS)
+        if events_in.poll(_TIMEOUT_S) is None:
+            raise TimeoutError("lakewarden round trip: no event within 10 s")
+
+    try:
+        # The first trips pay for connections, the group join and a freshly started broker's
+        # JIT warm-up.
+        for _ in range(warmup):
+            raw_trip()
+            our_trip()
+        raw_ms: list[float] = []
+        ours_ms: list[float] = []
+        for i in range(samples):
+            # Alternate who goes first, so neither side always follows the other's trip.
+            if i % 2:
+                ours_ms.append(_timed(our_trip))
+                raw_ms.append(_timed(raw_trip))
+            else:
+                raw_ms.append(_timed(raw_trip))
+                ours_ms.append(_timed(our_trip))
+        return raw_ms, ours_ms
+    finally:
+        consumer.close()
+        events_in.close()
+        producer.flush(_TIMEOUT_S)
+        events_out.close()
+
+
+def _timed(trip: Callable[[], None]) -> float:
+    start = time.perf_counter_ns()
+    trip()
+    return (time.perf_counter_ns() - start) / 1e6
+
+
+def _quantile(values: list[float], q: float) -> float:
+    """The q-quantile (inclusive method, as latency percentiles are usually reported)."""
+    if q == 0.5:
+        return statistics.median(values)
+    return statistics.quantiles(values, n=100, method="inclusive")[round(q * 100) - 1]
+
+
+def _delete_topics(settings: Settings) -> None:
+    admin = AdminClient(settings.kafka.librdkafka_config())
+    futures = admin.delete_topics([RAW.name(settings), EVENTS.name(settings)])
+    for future in futures.values():
+        future.result(_TIMEOUT_S)
