@@ -18,8 +18,10 @@ $(STAMP): pyproject.toml
 # Apache Kafka's own jars (plus an slf4j binding), fetched by Maven into infra/kafka/lib.
 kafka-jars: infra/kafka/lib/.fetched
 
+# A changed pom starts from an empty lib/, so jars of an older Kafka never share the classpath.
 infra/kafka/lib/.fetched: infra/kafka/pom.xml
-	mvn -q -f infra/kafka/pom.xml dependency:copy-dependencies -DoutputDirectory=lib
+	rm -rf infra/kafka/lib
+	mvn -B -q -Dstyle.color=never -f infra/kafka/pom.xml dependency:copy-dependencies -DoutputDirectory=lib
 	touch $@
 
 deps: setup
