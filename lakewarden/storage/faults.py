@@ -1,0 +1,150 @@
+"""``FaultyStorage``: a storage wrapper that injects faults, the test harness for every caller.
+
+Two faults, chosen per operation and call number:
+
+- ``fail``: the call raises ``InjectedFaultError`` (a ``StorageIOError``) *before* reaching
+  the wrapped storage, so nothing happened;
+- ``lose_reply``: the call reaches the wrapped storage and takes effect, then raises
+  ``InjectedFaultError`` as a lost network reply would. Callers must reconcile by reading
+  state, never assume the write failed. If the wrapped call itself raises, that error
+  propagates unchanged (there was no reply to lose).
+
+Optionally every call (or every call of some operations) sleeps ``latency_s`` first, to
+model a remote store (the timeline benchmark uses 5 ms per metadata call).
+
+Calls are counted per operation from construction, faulted ones included; ``nth`` numbers
+are these counts (1-based), so ``fail("write_if_absent", nth=faulty.calls("write_if_absent")
++ 1)`` targets the next call, which is also what ``nth=None`` means.
+
+Usage::
+
+    faulty = FaultyStorage(LocalStorage(tmp_path))
+    faulty.lose_reply("write_if_absent")        # the next one lands, then "fails"
+    with pytest.raises(InjectedFaultError):
+        faulty.write_if_absent("k", b"v")
+    assert faulty.read("k") == b"v"
+"""
+
+from __future__ import annotations
+
+import enum
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable
+from typing import TypeVar
+
+from lakewarden.storage import Storage, StorageIOError
+from lakewarden.storage._forwarding import OPERATIONS, ForwardingStorage, Operation
+
+T = TypeVar("T")
+
+__all__ = ["OPERATIONS", "FaultKind", "FaultyStorage", "InjectedFaultError", "Operation"]
+
+
+class FaultKind(enum.Enum):
+    FAIL = "fail"
+    LOSE_REPLY = "lose_reply"
+
+
+class InjectedFaultError(StorageIOError):
+    """A fault ``FaultyStorage`` injected; ``effect_applied`` tells whether the call took
+    effect before it was raised (``lose_reply``) or not (``fail``)."""
+
+    def __init__(
+        self, message: str, *, key: str, operation: Operation, call: int, effect_applied: bool
+    ) -> None:
+        super().__init__(message, key=key)
+        self.operation = operation
+        self.call = call
+        self.effect_applied = effect_applied
+
+
+class FaultyStorage(ForwardingStorage):
+    """Wraps ``inner``; faults are armed with ``fail`` and ``lose_reply``. Thread-safe."""
+
+    def __init__(
+        self,
+        inner: Storage,
+        *,
+        latency_s: float = 0.0,
+        latency_ops: Iterable[Operation] | None = None,
+    ) -> None:
+        super().__init__(inner)
+        self.latency_s = latency_s
+        self.latency_ops = frozenset(OPERATIONS if latency_ops is None else latency_ops)
+        self._lock = threading.Lock()
+        self._counts: Counter[str] = Counter()
+        self._armed: dict[tuple[Operation, int], FaultKind] = {}
+
+    def __repr__(self) -> str:
+        return f"FaultyStorage({self.inner!r})"
+
+    # -- arming -------------------------------------------------------------------------------
+
+    def fail(self, op: Operation, *, nth: int | None = None) -> None:
+        """Make call ``nth`` of ``op`` (default: the next) raise before taking effect.
+
+        Raises: ValueError (unknown operation, or ``nth`` already past)."""
+        self._arm(op, nth, FaultKind.FAIL)
+
+    def lose_reply(self, op: Operation, *, nth: int | None = None) -> None:
+        """Make call ``nth`` of ``op`` (default: the next) take effect, then raise.
+
+        Raises: ValueError (unknown operation, or ``nth`` already past)."""
+        self._arm(op, nth, FaultKind.LOSE_REPLY)
+
+    def _arm(self, op: Operation, nth: int | None, kind: FaultKind) -> None:
+        if op not in OPERATIONS:  # a typo would otherwise arm a fault that never fires
+            raise ValueError(f"unknown storage operation {op!r}; one of {OPERATIONS}")
+        with self._lock:
+            done = self._counts[op]
+            call = done + 1 if nth is None else nth
+            if call <= done:
+                raise ValueError(f"call {call} of {op} already happened ({done} so far)")
+            self._armed[(op, call)] = kind
+
+    def clear_faults(self) -> None:
+        """Disarm every fault not yet fired."""
+        with self._lock:
+            self._armed.clear()
+
+    def calls(self, op: Operation) -> int:
+        """How many times ``op`` was called so far (faulted calls included)."""
+        with self._lock:
+            return self._counts[op]
+
+    @property
+    def call_counts(self) -> dict[str, int]:
+        """Calls so far, by operation (only operations called at least once)."""
+        with self._lock:
+            return dict(self._counts)
+
+    # -- the hook -----------------------------------------------------------------------------
+
+    def _invoke(self, op: Operation, key: str, call: Callable[[], T]) -> T:
+        with self._lock:
+            self._counts[op] += 1
+            number = self._counts[op]
+            kind = self._armed.pop((op, number), None)
+        if self.latency_s > 0 and op in self.latency_ops:
+            time.sleep(self.latency_s)
+        if kind is FaultKind.FAIL:
+            raise InjectedFaultError(
+                f"injected fault: {op} call {number} on {key!r} failed before its effect",
+                key=key,
+                operation=op,
+                call=number,
+                effect_applied=False,
+            )
+        result = call()
+        if kind is FaultKind.LOSE_REPLY:
+            raise InjectedFaultError(
+                f"injected fault: the reply of {op} call {number} on {key!r} was lost "
+                "after its effect",
+                key=key,
+                operation=op,
+                call=number,
+                effect_applied=True,
+            )
+        return result
