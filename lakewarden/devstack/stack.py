@@ -24,7 +24,7 @@ from lakewarden.devstack import _process, _state
 from lakewarden.devstack._state import PartRecord, StackRecord
 from lakewarden.devstack.config import DevSettings
 from lakewarden.devstack.kafka import KafkaBroker
-from lakewarden.devstack.s3 import SeaweedS3
+from lakewarden.devstack.s3 import SeaweedS3, remove_socket_files
 from lakewarden.devstack.services import ServiceSpec
 from lakewarden.settings import Settings
 
@@ -139,6 +139,8 @@ class DevStack:
     def _stop_part(self, record: StackRecord, part: PartRecord) -> StackRecord:
         if part.is_ours_and_alive():
             _process.stop(part.pid, name=part.name)
+            if part.kind == "s3":
+                remove_socket_files(part.ports.values())
         elif _process.pid_alive(part.pid):
             log.warning(
                 "pid now belongs to another process; not signalling it",

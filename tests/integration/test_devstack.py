@@ -226,6 +226,9 @@ def test_dev_up_status_down_leaves_nothing(tmp_path: Path, monkeypatch: pytest.M
         assert not part.pid_file.exists()
         assert not _process.port_answers(part.health_port)
     assert not _state.record_path(state).exists()
+    s3_ports = next(part.ports for part in record.parts if part.kind == "s3").values()
+    leftovers = [p for port in s3_ports for p in Path("/tmp").glob(f"seaweedfs-*-{port}.sock")]
+    assert leftovers == []
     after = runner.invoke(cli, ["dev", "status", "--state-dir", str(state)])
     assert after.exit_code == 1 and "stack is down" in after.output
 
