@@ -38,26 +38,29 @@ def environment() -> dict[str, Any]:
 
 
 def print_table(console: Console, results: list[Result], errors: dict[str, str]) -> None:
-    table = Table(title="lakewarden benchmarks", title_justify="left")
-    for column in ("benchmark", "metric", "value", "baseline (same run)", "ratio", "goal"):
-        table.add_column(column, justify="right" if column in ("value", "ratio") else "left")
+    baselines = {f"{r.benchmark}: {r.baseline_label}" for r in results}
+    table = Table(
+        title="lakewarden benchmarks",
+        title_justify="left",
+        caption="baseline, measured in the same run -- " + "; ".join(sorted(baselines)),
+        caption_justify="left",
+    )
+    for column in ("benchmark", "metric", "value", "baseline", "ratio", "goal"):
+        table.add_column(column, justify="left" if column in ("benchmark", "metric") else "right")
     for result in results:
-        goal = (
-            "-"
-            if result.goal is None
-            else f"{'≤' if result.lower_is_better else '≥'}{result.goal:g}"
-        )
+        sign = "≤" if result.lower_is_better else "≥"
+        goal = "-" if result.goal is None else f"{sign}{result.goal:g}"
         status = {None: "", True: " [green]ok[/]", False: " [red]MISSED[/]"}[result.passed]
         table.add_row(
             result.benchmark,
             result.metric,
             f"{result.value:.3f} {result.unit}",
-            f"{result.baseline:.3f} {result.unit} {result.baseline_label}",
+            f"{result.baseline:.3f} {result.unit}",
             f"{result.ratio:.3f}",
             goal + status,
         )
     for name, error in errors.items():
-        table.add_row(name, "[red]failed[/]", "", error, "", "")
+        table.add_row(name, "[red]failed[/]", "", "", "", error)
     console.print(table)
 
 

@@ -10,6 +10,7 @@ against the raw floor recorded in the JSON.
 
 from __future__ import annotations
 
+import logging
 import statistics
 import time
 import uuid
@@ -64,8 +65,11 @@ def _measure(settings: Settings, *, samples: int, warmup: int) -> tuple[list[flo
     """Round-trip times in ms for the raw pair and for the lakewarden pair, interleaved."""
     record = sample_events(table_id="bench")["Heartbeat"]
     value = encode("Heartbeat", record)
-    producer = Producer(settings.kafka.librdkafka_config(**_PRODUCER_CONFIG))
-    consumer = Consumer(settings.kafka.librdkafka_config(group_id=f"bench-raw-{uuid.uuid4()}"))
+    quiet = {"logger": logging.getLogger(__name__)}  # librdkafka logs via logging, not stderr
+    producer = Producer(settings.kafka.librdkafka_config(**_PRODUCER_CONFIG, **quiet))
+    consumer = Consumer(
+        settings.kafka.librdkafka_config(group_id=f"bench-raw-{uuid.uuid4()}", **quiet)
+    )
     consumer.assign([TopicPartition(RAW.name(settings), 0, 0)])
     events_out = EventProducer(settings, producer_id="bench", **_PRODUCER_CONFIG)
     events_in = EventConsumer(settings, group_id=f"bench-{uuid.uuid4()}", topics=[EVENTS])
@@ -120,7 +124,7 @@ def _quantile(values: list[float], q: float) -> float:
 
 
 def _delete_topics(settings: Settings) -> None:
-    admin = AdminClient(settings.kafka.librdkafka_config())
+    admin = AdminClient(settings.kafka.librdkafka_config(logger=logging.getLogger(__name__)))
     futures = admin.delete_topics([RAW.name(settings), EVENTS.name(settings)])
     for future in futures.values():
         future.result(_TIMEOUT_S)

@@ -109,7 +109,7 @@ def ensure_topics(
         RetryableError: the broker did not answer or refused a creation.
     """
     timeout = settings.kafka.request_timeout_s if timeout_s is None else timeout_s
-    admin = AdminClient(settings.kafka.librdkafka_config())
+    admin = AdminClient(settings.kafka.librdkafka_config(logger=log))
     try:
         existing = set(admin.list_topics(timeout=timeout).topics)
     except KafkaException as err:

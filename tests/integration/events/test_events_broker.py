@@ -14,6 +14,7 @@ from lakewarden.events import (
     TOPICS,
     ConsumedEvent,
     EventConsumer,
+    EventDeliveryError,
     EventProducer,
     encode,
     ensure_topics,
@@ -177,3 +178,34 @@ def _committed(settings: Settings, group: str, topic: str) -> int:
         return int(partition.offset)
     finally:
         probe.close()
+
+
+def test_undeliverable_dead_letter_stops_and_commits_nothing(
+    settings: Settings, topics: list[str], raw_producer: EventProducer
+) -> None:
+    """If the DLQ cannot take the poison message, the consumer raises instead of skipping it:
+    its offset is not committed, so the message is read again, never lost."""
+    heartbeats = HEARTBEATS.name(settings)
+    good = encode("Heartbeat", sample_events(table_id="t1")["Heartbeat"])
+    for value in (good, b"\x00poison-poison"):
+        raw_producer.produce_bytes(heartbeats, value, key=b"t1", partition=0)
+    raw_producer.flush()
+    nowhere = settings.model_copy(
+        update={"kafka": settings.kafka.model_copy(update={"bootstrap_servers": "127.0.0.1:1"})}
+    )
+    broken_dlq = EventProducer(nowhere, producer_id="broken", message_timeout_ms=1000)
+    consumer = EventConsumer(
+        settings, group_id="stuck", topics=[heartbeats], dlq_producer=broken_dlq
+    )
+    try:
+        first = consumer.poll(30.0)
+        assert first is not None and first.offset == 0
+        with pytest.raises(EventDeliveryError, match="1 message\\(s\\) failed") as info:
+            consumer.poll(30.0)
+        assert info.value.failures[0][0] == DLQ.name(nowhere)
+        assert consumer.dead_lettered == 0
+    finally:
+        consumer.close()
+        broken_dlq.close(timeout_s=1.0)
+    # The good event before it was marked done; the poison message was not skipped.
+    assert _committed(settings, "stuck", heartbeats) == 1
