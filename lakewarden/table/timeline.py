@@ -18,15 +18,17 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 from pydantic import ValidationError
 
 from lakewarden.errors import CommitStateUnknownError, NonRetryableError, RetryableError
-from lakewarden.storage import AlreadyExistsError, Storage, StorageIOError
+from lakewarden.storage import AlreadyExistsError, NotFoundError, Storage, StorageIOError
 from lakewarden.table.checkpoint import (
     TIMELINE_PREFIX,
     CheckpointStore,
     entry_key,
+    gc_paused,
     seq_of,
 )
 from lakewarden.table.state_machine import Rejected, Replayer, apply
@@ -40,6 +42,7 @@ from lakewarden.table.timeline_state import (
 
 log = logging.getLogger(__name__)
 
+_Read = tuple[int, bytes, "TimelineEntry | str"]  # seq, raw bytes, entry or why malformed
 DraftFactory = Callable[[TimelineState], EntryDraft]
 Validator = Callable[[TimelineState, EntryDraft], None]
 
@@ -66,7 +69,8 @@ class Timeline:
 
     ``checkpoint_interval`` K: after appending entry ``seq`` with ``(seq + 1) % K == 0`` the
     appender writes a checkpoint. ``max_append_attempts`` bounds the rebases of one append.
-    ``table`` only names the table in errors.
+    ``read_ahead`` bounds the parallel reads of new entries (default: 1 on a local
+    filesystem, 16 on remote stores). ``table`` only names the table in errors.
     """
 
     def __init__(
@@ -75,12 +79,15 @@ class Timeline:
         *,
         checkpoint_interval: int = 100,
         max_append_attempts: int = 16,
+        read_ahead: int | None = None,
         table: str | None = None,
     ) -> None:
         self.storage = storage
         self.table = table
         self.checkpoints = CheckpointStore(storage, interval=checkpoint_interval)
         self._max_attempts = max_append_attempts
+        local = storage.local_path(entry_key(0)) is not None
+        self._read_ahead = max(1, read_ahead if read_ahead is not None else 1 if local else 16)
         self._lock = threading.Lock()
         self._cached: TimelineState | None = None
 
@@ -88,28 +95,33 @@ class Timeline:
 
     def load(self, *, full_replay: bool = False) -> TimelineState:
         """The state as of the current tail: the cached (or newest checkpoint's) state plus the
-        entries after it. ``full_replay`` ignores cache and checkpoints (replays from 0).
+        entries after it, read by key. ``full_replay`` ignores cache and checkpoints: it lists
+        the log and replays every entry from 0 (what a verifier or the replay tool does).
 
-        Raises: TimelineCorruptError (a hole in the log), StorageError.
+        Raises: TimelineCorruptError (full replay found a hole in the log), StorageError.
         """
         if full_replay:
-            return self._extend(TimelineState())[0]
+            return self._extend(TimelineState(), self._list_after(-1))[0]
         with self._lock:
             start = self._cached
         if start is None:
             start = self.checkpoints.newest() or TimelineState()
-        return self._extend(start)[0]
+        return self._extend(start, self._probe_after(start.tail_seq))[0]
 
     def entries(self, after_seq: int = -1) -> Iterator[TimelineEntry]:
-        """The well-formed entries after ``after_seq``, in seq order (malformed ones are
-        skipped with a warning; ``load`` reports them as rejected)."""
-        for seq, _, parsed in self._read_after(after_seq):
+        """The well-formed entries after ``after_seq``, in seq order, from a listing (malformed
+        ones are skipped with a warning; ``load`` reports them as rejected).
+
+        Raises: TimelineCorruptError (a hole in the log), StorageError.
+        """
+        for seq, _, parsed in self._list_after(after_seq):
             if isinstance(parsed, TimelineEntry):
                 yield parsed
             else:
                 log.warning("timeline entry %d is malformed, skipped: %s", seq, parsed)
 
-    def _read_after(self, after_seq: int) -> Iterator[tuple[int, bytes, TimelineEntry | str]]:
+    def _list_after(self, after_seq: int) -> Iterator[_Read]:
+        """The entries after ``after_seq`` by listing, which also proves the log has no hole."""
         start_after = entry_key(after_seq) if after_seq >= 0 else None
         expected = after_seq + 1
         for info in self.storage.list(TIMELINE_PREFIX, start_after=start_after):
@@ -129,20 +141,51 @@ class Timeline:
             yield seq, data, _parse_entry(seq, data)
             expected += 1
 
-    def _extend(self, state: TimelineState) -> tuple[TimelineState, dict[int, bytes]]:
-        """``state`` plus the entries after its tail; also returns their raw bytes by seq."""
+    def _probe_after(self, after_seq: int) -> Iterator[_Read]:
+        """The entries after ``after_seq`` read by key until the first missing one.
+
+        The log has no holes (an entry is written only at tail + 1, after reading the tail), so
+        the first missing key is the end. This costs one read per new entry however long the
+        log is, where a listing costs the whole directory on a filesystem. Remote stores read
+        ahead in parallel batches (doubling up to ``read_ahead``) to hide latency.
+        """
+        seq, batch = after_seq + 1, 1
+        while True:
+            for data in self._read_many([entry_key(s) for s in range(seq, seq + batch)]):
+                if data is None:
+                    return
+                yield seq, data, _parse_entry(seq, data)
+                seq += 1
+            batch = min(batch * 2, self._read_ahead)
+
+    def _read_many(self, keys: list[str]) -> list[bytes | None]:
+        def read(key: str) -> bytes | None:
+            try:
+                return self.storage.read(key)
+            except NotFoundError:
+                return None
+
+        if len(keys) == 1:
+            return [read(keys[0])]
+        return list(_read_pool().map(read, keys))
+
+    def _extend(
+        self, state: TimelineState, reads: Iterator[_Read]
+    ) -> tuple[TimelineState, dict[int, bytes]]:
+        """``state`` plus the entries ``reads`` yields; also returns their raw bytes by seq."""
         replayer: Replayer | None = None
         raw: dict[int, bytes] = {}
-        for seq, data, parsed in self._read_after(state.tail_seq):
-            replayer = replayer or Replayer(state)
-            raw[seq] = data
-            if isinstance(parsed, str):
-                replayer.reject(seq, parsed)
-            else:
-                replayer.feed(parsed)
-        if replayer is None:
-            return state, raw
-        new_state = replayer.state()
+        with gc_paused():
+            for seq, data, parsed in reads:
+                replayer = replayer or Replayer(state)
+                raw[seq] = data
+                if isinstance(parsed, str):
+                    replayer.reject(seq, parsed)
+                else:
+                    replayer.feed(parsed)
+            if replayer is None:
+                return state, raw
+            new_state = replayer.state()
         for rejection in new_state.rejected[len(state.rejected) :]:
             log.warning("timeline entry ignored: %s", _describe(rejection))
         with self._lock:
@@ -192,7 +235,7 @@ class Timeline:
             else:
                 self._landed(new_state)  # 6.
                 return entry, new_state
-            state, raw = self._extend(state)  # 4.
+            state, raw = self._extend(state, self._probe_after(state.tail_seq))  # 4.
             mine = next((seq for seq, d in raw.items() if (seq, d) in tried), None)
             if mine is not None:
                 return _parse_entry_ok(mine, raw[mine]), state
@@ -238,6 +281,20 @@ class Timeline:
                 self._cached = state
         if self.checkpoints.due(state.tail_seq):
             self.checkpoints.write(state)
+
+
+_POOL_LOCK = threading.Lock()
+_POOL: ThreadPoolExecutor | None = None
+
+
+def _read_pool() -> ThreadPoolExecutor:
+    """One I/O pool for the read-ahead of every timeline in the process: its threads are
+    created on first use and reused (a pool per load cost more than the reads it saved)."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = ThreadPoolExecutor(max_workers=16, thread_name_prefix="lakewarden-timeline")
+        return _POOL
 
 
 def _parse_entry(seq: int, data: bytes) -> TimelineEntry | str:

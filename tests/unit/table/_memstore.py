@@ -32,6 +32,7 @@ class MemStorage(Storage):
         self.before_write_if_absent: Callable[[], None] | None = None
         self.lose_next_reply = False
         self.calls: dict[str, int] = {}
+        self.reads: list[str] = []  # keys read successfully, in order
 
     def _count(self, op: str) -> None:
         self.calls[op] = self.calls.get(op, 0) + 1
@@ -45,9 +46,11 @@ class MemStorage(Storage):
         with self._lock:
             self._count("read")
             try:
-                return self._objects[key]
+                data = self._objects[key]
             except KeyError:
                 raise NotFoundError(f"no object {key}", key=key) from None
+            self.reads.append(key)
+            return data
 
     def write(self, key: str, data: bytes) -> None:
         with self._lock:

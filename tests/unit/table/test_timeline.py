@@ -85,7 +85,9 @@ def test_checkpoints_every_k_entries_and_load_uses_the_newest(storage: Storage) 
         counting.write(key, storage.read(key))
     state = Timeline(counting, checkpoint_interval=5).load()
     assert state == Timeline(storage).load(full_replay=True)
-    assert counting.calls["read"] == 3  # the checkpoint of seq 9, then entries 10 and 11
+    # the checkpoint of seq 9, then entries 10 and 11 by key (and a miss at 12): no listing
+    assert counting.reads == [checkpoint_key(9), entry_key(10), entry_key(11)]
+    assert counting.calls["list"] == 1  # of the checkpoints
 
 
 @pytest.mark.parametrize(
@@ -231,11 +233,13 @@ def test_illegal_entries_written_anyway_are_ignored_by_readers(storage: Storage)
     assert "completes only from inflight" in state.rejected[0].reason
 
 
-def test_a_hole_in_the_log_is_an_error(storage: Storage) -> None:
+def test_a_hole_in_the_log_is_an_error_for_listing_readers(storage: Storage) -> None:
     fill(Timeline(storage), 3)
     storage.delete(entry_key(1))
     with pytest.raises(TimelineCorruptError, match="entry 1 is missing but entry 2 exists"):
-        Timeline(storage).load()
+        Timeline(storage).load(full_replay=True)
+    with pytest.raises(TimelineCorruptError, match="entry 1 is missing but entry 2 exists"):
+        list(Timeline(storage).entries())
 
 
 def test_sixteen_racing_appenders_land_every_entry_exactly_once(storage: Storage) -> None:

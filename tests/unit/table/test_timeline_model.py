@@ -330,7 +330,7 @@ def assert_no_unordered_overlap(state: TimelineState) -> None:
 
 
 TimelineModel.TestCase.settings = settings(
-    max_examples=80,
+    max_examples=60,
     stateful_step_count=40,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
