@@ -28,6 +28,9 @@ def _fields(table_id: str) -> dict[str, dict[str, Any]]:
             "token": None,
             "reply_topic": "lakewarden.lock.replies",
             "reply_partition": 3,
+            "reply_key": "lock-client-5d1c",
+            "acquire_id": None,
+            "lease_expires_ms": None,
         },
         "LockReply": {
             "request_id": "req-7f3a",
@@ -36,6 +39,7 @@ def _fields(table_id: str) -> dict[str, dict[str, Any]]:
             "token": 42,
             "lease_expires_ms": 1_741_944_443_589,
             "reason": None,
+            "queue_position": None,
         },
         "Heartbeat": {
             "instant": _INSTANT,
