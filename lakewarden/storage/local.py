@@ -26,7 +26,7 @@ import errno
 import os
 import stat
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from lakewarden.storage import (
@@ -38,14 +38,11 @@ from lakewarden.storage import (
     StorageIOError,
 )
 from lakewarden.storage._keys import TEMP_PREFIX, check_key, check_prefix
+from lakewarden.storage._walk import LevelEntry, ordered_walk
 
 # Errors that mean "a path component is a file where a directory should be, or vice versa":
 # the key collides with the directory structure of other keys.
 _SHAPE_ERRNOS = (errno.EISDIR, errno.ENOTDIR)
-
-
-# (name, is_directory, stat) of one directory's entries; ``list`` is a method name in the class.
-_Entries = list[tuple[str, bool, os.stat_result]]
 
 
 def _io_error(err: OSError, op: str, key: str) -> StorageIOError:
@@ -107,55 +104,10 @@ class LocalStorage(Storage):
 
         Raises: InvalidKeyError (bad prefix), StorageIOError (a directory cannot be read).
         """
-        check_prefix(prefix)
-        directory, _, _ = prefix.rpartition("/")
-        base = directory + "/" if directory else ""
-        return self._walk(self.root.joinpath(*base.split("/")[:-1]), base, prefix, start_after)
+        return ordered_walk(self._list_level, check_prefix(prefix), start_after)
 
-    def _walk(
-        self, path: Path, base: str, prefix: str, start_after: str | None
-    ) -> Iterator[ObjectInfo]:
-        """Objects under directory ``path`` (whose keys start with ``base``) in key order.
-
-        Sorting siblings by ``name`` for files and ``name + "/"`` for directories yields global
-        key order, because every key under directory ``d`` starts with ``d/``.
-        """
-        for name, is_dir, st in self._entries(path, base):
-            key = base + name
-            if is_dir:
-                sub = key + "/"
-                if not sub.startswith(prefix):
-                    continue  # the walk starts at the prefix's directory: only siblings differ
-                if (
-                    start_after is not None
-                    and start_after > sub
-                    and not start_after.startswith(sub)
-                ):
-                    continue  # every key under this directory is <= start_after
-                yield from self._walk(path / name, sub, prefix, start_after)
-            elif key.startswith(prefix) and (start_after is None or key > start_after):
-                yield ObjectInfo(key=key, size=st.st_size, mtime_ms=st.st_mtime_ns // 1_000_000)
-
-    def _entries(self, path: Path, base: str) -> _Entries:
-        entries: _Entries = []
-        try:
-            with os.scandir(path) as scan:
-                for entry in scan:
-                    if entry.name.startswith(TEMP_PREFIX):
-                        continue
-                    try:
-                        if entry.is_dir(follow_symlinks=False):
-                            entries.append((entry.name, True, entry.stat(follow_symlinks=False)))
-                        elif entry.is_file(follow_symlinks=False):
-                            entries.append((entry.name, False, entry.stat(follow_symlinks=False)))
-                    except FileNotFoundError:
-                        continue  # deleted while we listed: it is simply not there
-        except (FileNotFoundError, NotADirectoryError):
-            return []
-        except OSError as err:
-            raise _io_error(err, "list", base) from err
-        entries.sort(key=lambda e: e[0] + "/" if e[1] else e[0])
-        return entries
+    def _list_level(self, base: str, partial: str, hint: str | None) -> Iterable[LevelEntry]:
+        return _scan_level(self.root.joinpath(*base.split("/")[:-1]), base, partial, hint)
 
     # -- writes -------------------------------------------------------------------------------
 
@@ -257,6 +209,38 @@ class LocalStorage(Storage):
         except OSError as err:
             raise _io_error(err, "rename", src) from err
         _fsync_dir(dst_path.parent, dst)
+
+
+def _scan_level(directory: Path, base: str, partial: str, hint: str | None) -> list[LevelEntry]:
+    """The files and subdirectories of ``directory`` (key prefix ``base``) whose names start
+    with ``partial`` and are greater than ``hint``; temporary files are skipped.
+
+    Names are filtered before anything is stat'ed: listing the tail of a 100k-entry timeline
+    directory then costs one ``stat`` per entry returned, not per entry present."""
+    entries: list[LevelEntry] = []
+    try:
+        with os.scandir(directory) as scan:
+            for entry in scan:
+                name = entry.name
+                if (
+                    name.startswith(TEMP_PREFIX)
+                    or not name.startswith(partial)
+                    or (hint is not None and name <= hint)
+                ):
+                    continue
+                try:
+                    if entry.is_dir(follow_symlinks=False):
+                        entries.append(LevelEntry(name, True))
+                    elif entry.is_file(follow_symlinks=False):
+                        st = entry.stat(follow_symlinks=False)
+                        entries.append(LevelEntry(name, False, st.st_size, st.st_mtime_ns // 10**6))
+                except FileNotFoundError:
+                    continue  # deleted while we listed: it is simply not there
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    except OSError as err:
+        raise _io_error(err, "list", base) from err
+    return entries
 
 
 def _make_parents(path: Path, key: str) -> None:

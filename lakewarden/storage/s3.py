@@ -19,6 +19,9 @@ How each guarantee of the contract is met:
   lost, although it won. Without retries a transport failure surfaces as ``StorageIOError``
   ("outcome unknown"), which callers reconcile by reading. Other requests are idempotent and
   retried by botocore (standard mode, 3 attempts).
+- ``list``: SeaweedFS lists directory by directory, not in key order (``a/b`` before
+  ``a-b``), and its ``StartAfter`` follows that order; so listings go one level at a time
+  (``Delimiter="/"``) and are ordered here (``_walk``), one request per directory entered.
 - ``rename`` and ``append`` do not exist on S3 (``UnsupportedOperationError``); tasks upload
   to final keys with multipart uploads instead.
 
@@ -50,6 +53,7 @@ from lakewarden.storage import (
     UploadedPart,
 )
 from lakewarden.storage._keys import check_directory_prefix, check_key, check_prefix
+from lakewarden.storage._walk import LevelEntry, ordered_walk
 
 _NOT_FOUND_CODES = frozenset({"NoSuchKey", "NotFound", "404", "NoSuchUpload"})
 _CONFLICT_CODES = frozenset({"PreconditionFailed", "ConditionalRequestConflict", "412"})
@@ -177,30 +181,31 @@ class S3Storage(Storage):
         self._call("delete_object", key, Key=self._full(key))
 
     def list(self, prefix: str = "", *, start_after: str | None = None) -> Iterator[ObjectInfo]:
-        """See ``Storage.list``. Lazy: one page (up to 1000 keys) per request.
+        """See ``Storage.list``. Lazy, one directory level (``Delimiter="/"``) at a time, so
+        the order is true key order on stores that list otherwise (see ``_walk``).
 
         Raises: InvalidKeyError (bad prefix), StorageIOError while iterating."""
-        check_prefix(prefix)
-        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": self._root + prefix}
-        if start_after is not None:
-            kwargs["StartAfter"] = self._root + start_after
-        return self._list_pages(kwargs, prefix)
+        return ordered_walk(self._list_level, check_prefix(prefix), start_after)
 
-    def _list_pages(self, kwargs: dict[str, Any], prefix: str) -> Iterator[ObjectInfo]:
+    def _list_level(self, base: str, partial: str, hint: str | None) -> Iterator[LevelEntry]:
+        kwargs: dict[str, Any] = {
+            "Bucket": self.bucket,
+            "Prefix": self._root + base + partial,
+            "Delimiter": "/",
+        }
+        if hint is not None:
+            kwargs["StartAfter"] = self._root + base + hint
+        cut = len(self._root + base)
         paginator = self._client().get_paginator("list_objects_v2")
         try:
             for page in paginator.paginate(**kwargs):
                 for item in page.get("Contents", ()):
-                    key = str(item["Key"])[len(self._root) :]
-                    if key.endswith("/"):
-                        continue  # a directory marker some tools create; not an object
-                    yield ObjectInfo(
-                        key=key,
-                        size=int(item["Size"]),
-                        mtime_ms=int(item["LastModified"].timestamp() * 1000),
-                    )
+                    mtime_ms = int(item["LastModified"].timestamp() * 1000)
+                    yield LevelEntry(str(item["Key"])[cut:], False, int(item["Size"]), mtime_ms)
+                for common in page.get("CommonPrefixes", ()):
+                    yield LevelEntry(str(common["Prefix"])[cut:].rstrip("/"), True)
         except (ClientError, BotoCoreError) as err:
-            raise _translate(err, "list_objects_v2", prefix) from err
+            raise _translate(err, "list_objects_v2", base + partial) from err
 
     def rename(self, src: str, dst: str) -> None:
         raise UnsupportedOperationError(
