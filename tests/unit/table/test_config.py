@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
 import pyarrow as pa
 import pytest
+from _memstore import MemStorage
 
 from lakewarden.errors import ConfigurationError, NonRetryableError
-from lakewarden.storage import AlreadyExistsError, NotFoundError, ObjectInfo, Storage
 from lakewarden.table.config import (
     CONFIG_KEY,
     FORMAT_VERSION,
@@ -24,49 +23,6 @@ from lakewarden.table.config import (
     parse_config,
     save_new_config,
 )
-
-
-class MemoryStorage(Storage):
-    """Just enough of the contract for config persistence."""
-
-    def __init__(self) -> None:
-        self.uri = "memory://t"
-        self.objects: dict[str, bytes] = {}
-
-    def read(self, key: str) -> bytes:
-        if key not in self.objects:
-            raise NotFoundError(key, key=key)
-        return self.objects[key]
-
-    def write(self, key: str, data: bytes) -> None:
-        self.objects[key] = data
-
-    def write_if_absent(self, key: str, data: bytes) -> None:
-        if key in self.objects:
-            raise AlreadyExistsError(key, key=key)
-        self.objects[key] = data
-
-    def list(self, prefix: str = "", *, start_after: str | None = None) -> Iterator[ObjectInfo]:
-        raise NotImplementedError
-
-    def stat(self, key: str) -> ObjectInfo:
-        raise NotImplementedError
-
-    def exists(self, key: str) -> bool:
-        return key in self.objects
-
-    def delete(self, key: str) -> None:
-        self.objects.pop(key, None)
-
-    def rename(self, src: str, dst: str) -> None:
-        raise NotImplementedError
-
-    def append(self, key: str, data: bytes) -> None:
-        raise NotImplementedError
-
-    def local_path(self, key: str) -> str | None:
-        return None
-
 
 SCHEMA = pa.schema(
     [
@@ -173,16 +129,16 @@ def test_garbage_config_is_invalid(data: bytes) -> None:
 
 
 def test_save_then_load_and_create_twice_is_an_error() -> None:
-    storage = MemoryStorage()
+    storage = MemStorage()
     config = make()
     save_new_config(storage, config)
-    assert CONFIG_KEY in storage.objects
+    assert storage.exists(CONFIG_KEY)
     assert load_config(storage) == config
-    with pytest.raises(TableAlreadyExistsError, match="a table already exists at 'memory://t'"):
+    with pytest.raises(TableAlreadyExistsError, match="a table already exists at 'mem://'"):
         save_new_config(storage, make())
     assert load_config(storage) == config  # the first config is untouched
 
 
 def test_loading_a_non_table_is_named() -> None:
-    with pytest.raises(NotATableError, match="'memory://t' is not a lakewarden table"):
-        load_config(MemoryStorage())
+    with pytest.raises(NotATableError, match="'mem://' is not a lakewarden table"):
+        load_config(MemStorage())

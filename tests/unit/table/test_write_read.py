@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 import lakewarden
 from lakewarden.settings import Settings
-from lakewarden.storage import ObjectInfo, Storage
+from lakewarden.storage import ObjectInfo, Storage, StorageIOError
 from lakewarden.table.bucket import bucket_of
 from lakewarden.table.config import (
     META_COLUMNS,
@@ -410,23 +410,33 @@ def test_as_of_a_pending_instant_is_an_error(local_table: Table) -> None:
 
 
 class _Interleaving(MemStorage):
-    """Runs ``hook`` just before the first data file is written (a racing writer)."""
+    """Runs ``hook`` (once) just before the first data file is written (a racing writer, a
+    failing store) and ``after`` (once) just after it (arming a lost reply)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.hook: Callable[[], None] | None = None
+        self.after: Callable[[], None] | None = None
 
     def write_if_absent(self, key: str, data: bytes) -> None:
         if key.endswith(".parquet") and self.hook is not None:
             hook, self.hook = self.hook, None
             hook()
         super().write_if_absent(key, data)
+        if key.endswith(".parquet") and self.after is not None:
+            after, self.after = self.after, None
+            after()
+
+
+def _shared_table(buckets: int = 1) -> tuple[_Interleaving, TableConfig]:
+    storage = _Interleaving()
+    config = TableConfig.new(name="t", record_key="id", schema=SCHEMA, buckets=buckets)
+    save_new_config(storage, config)
+    return storage, config
 
 
 def test_the_loser_of_an_overlap_is_rolled_back_and_leaves_no_files() -> None:
-    storage = _Interleaving()
-    config = TableConfig.new(name="t", record_key="id", schema=SCHEMA, buckets=1)
-    save_new_config(storage, config)
+    storage, config = _shared_table()
     loser, winner = Table(storage, config, actor="loser"), Table(storage, config, actor="winner")
     storage.hook = lambda: winner.write(rows((1, "eu", 1, "winner")))
     with pytest.raises(OverlappingCommitConflict) as info:
@@ -437,3 +447,37 @@ def test_the_loser_of_an_overlap_is_rolled_back_and_leaves_no_files() -> None:
     assert info.value.instant == lost.instant
     assert as_set(loser.read()) == {(1, "eu", 1, "winner")}
     assert [o.key for o in data_files(storage) if lost.instant in o.key] == []
+
+
+def test_a_store_failure_while_writing_files_rolls_back() -> None:
+    storage, config = _shared_table(buckets=2)
+    table = Table(storage, config)
+    table.write(rows((1, "eu", 1, "old"), (2, "eu", 1, "old")))
+
+    def fail() -> None:
+        raise StorageIOError("disk on fire", key="x")
+
+    storage.hook = fail
+    with pytest.raises(StorageIOError, match="disk on fire"):
+        table.write(rows((1, "eu", 2, "new"), (2, "eu", 2, "new")))
+    last = table.timeline()[-1]
+    assert last.state == Transition.ROLLED_BACK
+    assert last.reason is not None and "disk on fire" in last.reason
+    assert [o.key for o in data_files(storage) if last.instant in o.key] == []
+    assert as_set(table.read()) == {(1, "eu", 1, "old"), (2, "eu", 1, "old")}
+
+
+def test_a_lost_reply_on_completion_is_reconciled_from_the_log() -> None:
+    storage, config = _shared_table()
+    table = Table(storage, config)
+
+    def lose_the_completed_reply() -> None:
+        storage.lose_next_reply = True  # one group: the next create is the completed entry
+
+    storage.after = lose_the_completed_reply
+    result = table.write(rows((1, "eu", 1, "a")))
+    assert storage.lose_next_reply is False  # the fault fired
+    assert [(s.instant, s.state) for s in table.timeline()] == [
+        (result.instant, Transition.COMPLETED)
+    ]
+    assert as_set(table.read()) == {(1, "eu", 1, "a")}
