@@ -33,7 +33,7 @@ from lakewarden.table.config import (
 from lakewarden.table.conflicts import OverlappingCommitConflict
 from lakewarden.table.files import bucket_file_id
 from lakewarden.table.instant import Transition
-from lakewarden.table.reader import ColumnNotFoundError
+from lakewarden.table.reader import ColumnNotFoundError, partition_expression
 from lakewarden.table.snapshot import InstantNotCompletedError
 from lakewarden.table.stats import FileGroupId
 from lakewarden.table.table import Table
@@ -481,3 +481,54 @@ def test_a_lost_reply_on_completion_is_reconciled_from_the_log() -> None:
         (result.instant, Transition.COMPLETED)
     ]
     assert as_set(table.read()) == {(1, "eu", 1, "a")}
+
+
+def test_partition_values_of_many_types_prune_correctly(tmp_path: Path) -> None:
+    """A wrong partition expression would silently drop records: check every type we allow."""
+    import datetime as dt
+
+    schema = pa.schema(
+        [
+            ("id", pa.string()),
+            ("day", pa.date32()),
+            ("flag", pa.bool_()),
+            ("at", pa.timestamp("ms", tz="UTC")),
+            ("n", pa.int16()),
+        ]
+    )
+    table = Table.create(
+        str(tmp_path / "t"),
+        name="t",
+        record_key="id",
+        schema=schema,
+        partition_by=["day", "flag", "at", "n"],
+    )
+    day, at = dt.date(2024, 1, 2), dt.datetime(2024, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
+    data = pa.table(
+        {
+            "id": ["a", "b", "c"],
+            "day": [day, day, None],
+            "flag": [True, False, None],
+            "at": [at, at, None],
+            "n": [-1, 7, None],
+        },
+        schema=schema,
+    )
+    table.write(data)
+    paths = {s.file_group.partition_path for s in table.snapshot().base_files()}
+    first = "day=2024-01-02/flag=true/at=2024-01-02 03%3A04%3A05.000Z/n=-1"
+    assert first in paths
+    cases = [
+        (pc.field("day") == pa.scalar(day), {"a", "b"}),
+        (pc.field("flag") == True, {"a"}),  # noqa: E712 (an Arrow expression, not a bool)
+        (pc.field("at") == pa.scalar(at, pa.timestamp("ms", tz="UTC")), {"a", "b"}),
+        (pc.field("n") == -1, {"a"}),
+        (pc.field("n").is_null(), {"c"}),
+        (pc.field("day").is_null() | (pc.field("n") == 7), {"b", "c"}),
+    ]
+    for condition, expected in cases:
+        assert set(table.read(filter=condition)["id"].to_pylist()) == expected, condition
+    # ...and each partition value does constrain its files (pruning is not silently off)
+    expression = str(partition_expression(table.config, first))
+    for column in ("day ==", "flag ==", "at ==", "n =="):
+        assert column in expression
