@@ -129,6 +129,8 @@ class LocalStorage(Storage):
         try:
             os.link(tmp, path)
         except FileExistsError as err:
+            if path.is_dir():
+                raise _shape_error(err, key) from err
             raise AlreadyExistsError(
                 f"object {key!r} already exists in {self.uri}", key=key
             ) from err
@@ -189,6 +191,8 @@ class LocalStorage(Storage):
         try:
             os.link(src_path, dst_path)
         except FileExistsError as err:
+            if dst_path.is_dir():
+                raise _shape_error(err, dst) from err
             if not _same_file(src_path, dst_path):
                 raise AlreadyExistsError(
                     f"cannot rename {src!r} to {dst!r}: the destination exists in {self.uri}",

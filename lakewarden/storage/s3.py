@@ -96,12 +96,12 @@ class S3Storage(Storage):
             check_key(self.prefix)
         self._root = self.prefix + "/" if self.prefix else ""
         self.uri = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
-        self._settings = settings or S3Settings()
+        self.settings = settings or S3Settings()
         self._lock = threading.Lock()
         self._clients: dict[bool, Any] = {}
 
     def __repr__(self) -> str:
-        return f"S3Storage({self.uri!r}, endpoint={self._settings.endpoint_url!r})"
+        return f"S3Storage({self.uri!r}, endpoint={self.settings.endpoint_url!r})"
 
     def _client(self, *, retries: bool = True) -> Any:
         """The boto3 S3 client; ``retries=False`` gives the one for conditional requests."""
@@ -114,7 +114,7 @@ class S3Storage(Storage):
             return self._clients[retries]
 
     def _make_client(self, retries: bool) -> Any:
-        s = self._settings
+        s = self.settings
         config = Config(
             retries={"mode": "standard", "max_attempts": 3 if retries else 1},
             max_pool_connections=32,  # thread pools of renames/uploads and racing writers

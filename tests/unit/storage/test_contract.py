@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
 
 import pytest
+from _storage_helpers import race
 
 from lakewarden.errors import NonRetryableError, RetryableError
 from lakewarden.storage import (
@@ -74,36 +74,10 @@ def test_write_if_absent_after_delete_succeeds(storage: Storage) -> None:
     assert storage.read("k") == b"2"
 
 
-def _race(threads: int, attempt: Callable[[int], None]) -> tuple[list[int], list[Exception]]:
-    """Run ``attempt(i)`` in ``threads`` threads released together; winners and errors."""
-    barrier = threading.Barrier(threads)
-    winners: list[int] = []
-    errors: list[Exception] = []
-    lock = threading.Lock()
-
-    def run(i: int) -> None:
-        barrier.wait()
-        try:
-            attempt(i)
-        except Exception as err:  # collected and asserted on below
-            with lock:
-                errors.append(err)
-        else:
-            with lock:
-                winners.append(i)
-
-    workers = [threading.Thread(target=run, args=(i,)) for i in range(threads)]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join()
-    return winners, errors
-
-
 @pytest.mark.parametrize("round_", range(3))
 def test_racing_write_if_absent_has_exactly_one_winner(storage: Storage, round_: int) -> None:
     key = f"race/{round_:020d}.json"
-    winners, errors = _race(16, lambda i: storage.write_if_absent(key, f"writer {i}".encode()))
+    winners, errors = race(16, lambda i: storage.write_if_absent(key, f"writer {i}".encode()))
     assert len(winners) == 1, f"winners: {winners}"
     assert len(errors) == 15
     assert all(isinstance(err, AlreadyExistsError) for err in errors), errors

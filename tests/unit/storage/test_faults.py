@@ -1,0 +1,115 @@
+"""The fault-injecting wrapper, over every backend: a failed call has no effect, a lost reply
+has its effect, calls are counted, latency is added."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from lakewarden.errors import RetryableError
+from lakewarden.storage import AlreadyExistsError, NotFoundError, Storage, StorageIOError
+from lakewarden.storage.faults import FaultyStorage, InjectedFaultError
+
+
+def test_nth_call_fails_before_its_effect(storage: Storage) -> None:
+    faulty = FaultyStorage(storage)
+    faulty.fail("write_if_absent", nth=2)
+    faulty.write_if_absent("tl/1", b"one")
+    with pytest.raises(InjectedFaultError, match="write_if_absent call 2 on 'tl/2' failed") as e:
+        faulty.write_if_absent("tl/2", b"two")
+    assert (e.value.operation, e.value.call, e.value.effect_applied) == (
+        "write_if_absent",
+        2,
+        False,
+    )
+    assert isinstance(e.value, StorageIOError) and isinstance(e.value, RetryableError)
+    assert not storage.exists("tl/2")
+    faulty.write_if_absent("tl/2", b"two")  # the fault fired once; the retry goes through
+    assert storage.read("tl/2") == b"two"
+    assert faulty.calls("write_if_absent") == 3
+
+
+def test_lost_reply_has_its_effect(storage: Storage) -> None:
+    faulty = FaultyStorage(storage)
+    faulty.lose_reply("write_if_absent")
+    with pytest.raises(InjectedFaultError, match="reply of write_if_absent call 1 .* lost") as e:
+        faulty.write_if_absent("k", b"mine")
+    assert e.value.effect_applied
+    assert storage.read("k") == b"mine"
+    # A blind retry now loses to itself: the caller must reconcile by reading.
+    with pytest.raises(AlreadyExistsError):
+        faulty.write_if_absent("k", b"mine")
+    assert faulty.read("k") == b"mine"
+
+
+def test_lost_reply_of_a_failing_call_raises_the_real_error(storage: Storage) -> None:
+    faulty = FaultyStorage(storage)
+    faulty.lose_reply("read")
+    with pytest.raises(NotFoundError):
+        faulty.read("missing")
+
+
+def test_faults_on_delete_and_list(storage: Storage) -> None:
+    storage.write("a/1", b"x")
+    faulty = FaultyStorage(storage)
+    faulty.fail("delete")
+    with pytest.raises(InjectedFaultError):
+        faulty.delete("a/1")
+    assert storage.exists("a/1")
+    faulty.lose_reply("delete")
+    with pytest.raises(InjectedFaultError):
+        faulty.delete("a/1")
+    assert not storage.exists("a/1")
+    storage.write("a/2", b"x")
+    faulty.fail("list")
+    with pytest.raises(InjectedFaultError, match="list call 1 on 'a/'"):
+        faulty.list("a/")
+    assert [i.key for i in faulty.list("a/")] == ["a/2"]
+
+
+def test_calls_are_counted_per_operation(storage: Storage) -> None:
+    faulty = FaultyStorage(storage)
+    faulty.write("k", b"x")
+    faulty.read("k")
+    faulty.read("k")
+    list(faulty.list())
+    faulty.exists("k")
+    assert faulty.call_counts == {"write": 1, "read": 2, "list": 1, "exists": 1}
+    assert faulty.calls("delete") == 0
+
+
+def test_added_latency(storage: Storage) -> None:
+    faulty = FaultyStorage(storage, latency_s=0.05, latency_ops=["stat"])
+    storage.write("k", b"x")
+    start = time.perf_counter()
+    for _ in range(3):
+        faulty.stat("k")
+    assert time.perf_counter() - start >= 0.15
+    start = time.perf_counter()
+    faulty.read("k")  # not a latency operation
+    assert time.perf_counter() - start < 0.05
+
+
+def test_arming_errors(storage: Storage) -> None:
+    faulty = FaultyStorage(storage)
+    with pytest.raises(ValueError, match="unknown storage operation 'wirte'"):
+        faulty.fail("wirte")  # type: ignore[arg-type]
+    faulty.write("k", b"x")
+    with pytest.raises(ValueError, match="call 1 of write already happened"):
+        faulty.fail("write", nth=1)
+
+
+def test_clear_faults(storage: Storage) -> None:
+    faulty = FaultyStorage(storage)
+    faulty.fail("write")
+    faulty.clear_faults()
+    faulty.write("k", b"x")
+    assert storage.read("k") == b"x"
+
+
+def test_wrapper_is_a_storage_with_the_same_uri(storage: Storage) -> None:
+    faulty = FaultyStorage(storage)
+    assert isinstance(faulty, Storage)
+    assert faulty.uri == storage.uri
+    assert faulty.local_path("k") == storage.local_path("k")
