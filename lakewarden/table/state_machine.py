@@ -19,7 +19,8 @@ compaction, clustering):
 - completed: from inflight; clean and rollback (no workload phase) also from requested.
   Never for a cancel-requested instant (invariant 3) or one with a rollback intent. A
   rollback completes only after its target's rolled_back entry. The conflict rules of
-  ``lakewarden.table.conflicts`` must find nothing.
+  ``lakewarden.table.conflicts`` must find nothing. The completed state keeps the write
+  statistics and drops the workload profile (unless it ``replaces_all``).
 - cancel_requested: only for a pending (requested or inflight) plan scheduled cancellable;
   never after completed. Irrevocable: the instant can then only be aborted.
 - aborted: only from cancel_requested (RFC-79: a cancelled plan ends aborted).
@@ -314,7 +315,11 @@ def _completed(view: StateView, current: InstantState, entry: TimelineEntry) -> 
     finding = conflicts.find_conflict(view, current, stats)
     if finding is not None:
         return Rejected(finding.describe())
-    return (_advance(current, entry, commit=stats, completed_seq=entry.seq),)
+    # The write statistics are authoritative from now on; the workload profile only served
+    # conflict checks while pending (a file group it named but did not write did not change).
+    # An overwrite's claim on every file group is kept. Dropping it keeps checkpoints small.
+    workload = current.workload if current.workload and current.workload.replaces_all else None
+    return (_advance(current, entry, commit=stats, completed_seq=entry.seq, workload=workload),)
 
 
 def _cancel_requested(

@@ -125,6 +125,8 @@ class InstantState(BaseModel):
     requested_seq: int
     last_seq: int
     completed_seq: int | None = None
+    # From inflight until completion; a completed instant keeps it only if it replaces_all
+    # (its write statistics say what it touched).
     workload: WorkloadProfile | None = None
     commit: CommitStats | None = None
     lock_token: int | None = None

@@ -219,8 +219,35 @@ def test_completed_fields_are_recorded() -> None:
     assert isinstance(after, TimelineState)
     done = after.get(T1)
     assert done is not None and done.completed_seq == 4 and done.commit == STATS
+    assert done.workload is None  # the write statistics are authoritative once completed
     assert [i.instant for i in after.completed()] == [T1]
     assert after.pending() == []
+
+
+def test_an_overwrite_keeps_its_claim_on_every_file_group() -> None:
+    everything = WorkloadProfile(operation="overwrite", replaces_all=True)
+    state = _fixture(Action.COMMIT, False, "inflight")
+    state = state.model_copy(
+        update={
+            "instants": {
+                **state.instants,
+                T1: state.instants[T1].model_copy(update={"workload": everything}),
+            }
+        }
+    )
+    after = apply(
+        state,
+        _entry(
+            4,
+            T1,
+            Action.COMMIT,
+            Transition.COMPLETED,
+            _payload(Action.COMMIT, False, Transition.COMPLETED),
+        ),
+    )
+    assert isinstance(after, TimelineState)
+    done = after.get(T1)
+    assert done is not None and done.workload == everything
 
 
 # -- requested ---------------------------------------------------------------------------------
