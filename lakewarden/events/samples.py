@@ -46,12 +46,16 @@ def _fields(table_id: str) -> dict[str, dict[str, Any]]:
             "owner": "spark-driver-1",
             "interval_ms": 10_000,
             "seq": 7,
+            "kind": "beat",
+            "tolerable_misses": 3,
         },
         "HeartbeatExpired": {
             "instant": _INSTANT,
             "owner": "spark-driver-1",
             "last_seen_ms": 1_741_944_413_589,
             "detected_ms": 1_741_944_443_600,
+            "tolerance_ms": 30_000,
+            "frontier_ms": 1_741_944_443_595,
         },
         "TimelineTransition": {
             "seq": 118,

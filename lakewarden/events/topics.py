@@ -35,6 +35,7 @@ class TopicSpec:
     retention_ms: int
     cleanup_policy: Literal["delete", "compact"] = "delete"
     events: tuple[str, ...] = ()
+    extra_config: tuple[tuple[str, str], ...] = ()
 
     def name(self, settings: Settings) -> str:
         """The full topic name under the configured prefix."""
@@ -42,13 +43,24 @@ class TopicSpec:
 
     def config(self) -> dict[str, str]:
         """Topic-level configuration for CreateTopics."""
-        return {"retention.ms": str(self.retention_ms), "cleanup.policy": self.cleanup_policy}
+        return {
+            "retention.ms": str(self.retention_ms),
+            "cleanup.policy": self.cleanup_policy,
+            **dict(self.extra_config),
+        }
 
 
 LOCK_REQUESTS: Final = TopicSpec("lock.requests", 6, DAY_MS, events=("LockRequest",))
 # Replies are only useful while a client waits for them.
 LOCK_REPLIES: Final = TopicSpec("lock.replies", 6, HOUR_MS, events=("LockReply",))
-HEARTBEATS: Final = TopicSpec("heartbeats", 6, DAY_MS, events=("Heartbeat",))
+# heartbeat-monitor judges liveness by broker time: the broker stamps every beat on append.
+HEARTBEATS: Final = TopicSpec(
+    "heartbeats",
+    6,
+    DAY_MS,
+    events=("Heartbeat",),
+    extra_config=(("message.timestamp.type", "LogAppendTime"),),
+)
 HEARTBEAT_EXPIRED: Final = TopicSpec(
     "heartbeat.expired", 6, 7 * DAY_MS, events=("HeartbeatExpired",)
 )
