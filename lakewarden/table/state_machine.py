@@ -127,7 +127,9 @@ class Replayer:
         self._tail_seq = start.tail_seq
         self._last_requested_time = start.last_requested_time
         self._rejected = list(start.rejected)
-        self._completion_order = [i.instant for i in start.completed()]
+        self._start = start
+        # Completions fed to this replayer, in log order; older ones are found in ``start``.
+        self._completion_order: list[str] = []
         self._pending_plans = {i.instant for i in start.pending_plans()}
 
     # -- StateView ------------------------------------------------------------------------------
@@ -146,6 +148,8 @@ class Replayer:
             if (inst.completed_seq or 0) <= seq:
                 return
             yield inst
+        if seq < self._start.tail_seq:  # completed is terminal: start's copies are current
+            yield from self._start.completed_since(seq)
 
     def pending_plans(self) -> Iterable[InstantState]:
         return [self._instants[name] for name in sorted(self._pending_plans)]

@@ -182,11 +182,23 @@ class TimelineState(BaseModel):
 
     def completed_since(self, seq: int) -> Iterable[InstantState]:
         """Instants completed by an entry after ``seq``, newest first."""
-        return [i for i in reversed(self.completed()) if (i.completed_seq or 0) > seq]
+        # A scan, not completed(): sorting every completed instant per check is the cost
+        # that grows with the log; the recent ones are few.
+        recent = [
+            i
+            for i in self.instants.values()
+            if i.completed_seq is not None and i.completed_seq > seq
+        ]
+        recent.sort(key=lambda i: i.completed_seq or 0, reverse=True)
+        return recent
 
     def pending_plans(self) -> Iterable[InstantState]:
-        """Pending compaction and clustering plans."""
-        return [i for i in self.pending() if i.action in TABLE_SERVICE_ACTIONS]
+        """Pending compaction and clustering plans, in requested order."""
+        plans = [
+            i for i in self.instants.values() if i.action in TABLE_SERVICE_ACTIONS and i.is_pending
+        ]
+        plans.sort(key=lambda i: i.requested_seq)
+        return plans
 
 
 class StateView(Protocol):
