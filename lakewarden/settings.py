@@ -61,6 +61,49 @@ class S3Settings(BaseModel):
     secret_access_key: SecretStr = SecretStr("lakewarden")
 
 
+class HeartbeatPolicy(BaseModel):
+    """How often an instant's executor beats, and how many beats may be missed before
+    heartbeat-monitor declares it dead (``tolerance_s = interval_s * tolerable_misses``)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    interval_s: float = Field(default=10.0, gt=0)
+    tolerable_misses: int = Field(default=3, ge=1)
+
+    @property
+    def tolerance_s(self) -> float:
+        return self.interval_s * self.tolerable_misses
+
+
+class HeartbeatSettings(HeartbeatPolicy):
+    """Heartbeats: the default policy, per-table overrides, and heartbeat-monitor's knobs.
+
+    ``tables`` maps a table id to its own policy, e.g.
+    ``LAKEWARDEN_HEARTBEAT__TABLES='{"orders": {"interval_s": 2, "tolerable_misses": 5}}'``.
+    Each beat carries its policy, so the monitor judges an instant by its writer's settings.
+    """
+
+    tables: dict[str, HeartbeatPolicy] = Field(default_factory=dict)
+    monitor_tick_s: float = Field(
+        default=0.2,
+        gt=0,
+        description="how often heartbeat-monitor stamps every partition with broker time; "
+        "deaths are detected up to this much after the tolerance ran out",
+    )
+    forget_after_s: float = Field(
+        default=3600.0,
+        gt=0,
+        description="how long the monitor remembers an instant declared dead or ended",
+    )
+
+    def policy_for(self, table_id: str) -> HeartbeatPolicy:
+        """The policy of ``table_id``: its override, else the defaults."""
+        override = self.tables.get(table_id)
+        if override is not None:
+            return override
+        return HeartbeatPolicy(interval_s=self.interval_s, tolerable_misses=self.tolerable_misses)
+
+
 class Settings(BaseSettings):
     """Everything a lakewarden client, service or tool can be configured with."""
 
@@ -70,6 +113,7 @@ class Settings(BaseSettings):
 
     kafka: KafkaSettings = KafkaSettings()
     s3: S3Settings = S3Settings()
+    heartbeat: HeartbeatSettings = HeartbeatSettings()
     state_dir: Path = Field(
         default=Path(".lakewarden-state"),
         description="where the local stack keeps broker data, pid files and logs",
