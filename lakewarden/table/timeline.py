@@ -7,7 +7,10 @@ entries deterministically and report them (``TimelineState.rejected``, and a war
 Checkpoints (``lakewarden.table.checkpoint``) every K entries bound load time.
 
 A ``Timeline`` caches the newest state it has loaded: the log is append-only and entries are
-immutable once written, so loading again only reads the entries after the cached tail.
+immutable once written, so loading again only reads the entries after the cached tail. Those
+are read by key (tail + 1, tail + 2, ... until one is missing), never by listing: a listing
+costs the whole directory on a filesystem. Listing readers (``entries``, a full replay) also
+prove the log has no hole.
 
 The records (``TimelineEntry``, ``EntryDraft``, ``InstantState``, ``TimelineState``,
 ``Rejection``) are defined in ``timeline_state`` and re-exported here.
@@ -23,7 +26,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pydantic import ValidationError
 
 from lakewarden.errors import CommitStateUnknownError, NonRetryableError, RetryableError
-from lakewarden.storage import AlreadyExistsError, NotFoundError, Storage, StorageIOError
+from lakewarden.storage import (
+    AlreadyExistsError,
+    NotFoundError,
+    Storage,
+    StorageError,
+    StorageIOError,
+)
 from lakewarden.table.checkpoint import (
     TIMELINE_PREFIX,
     CheckpointStore,
@@ -235,23 +244,31 @@ class Timeline:
             else:
                 self._landed(new_state)  # 6.
                 return entry, new_state
-            state, raw = self._extend(state, self._probe_after(state.tail_seq))  # 4.
+            try:
+                state, raw = self._extend(state, self._probe_after(state.tail_seq))  # 4.
+            except StorageError as err:
+                if unknown:  # cannot tell whether our write landed
+                    raise self._unknown(unknown) from err
+                raise
             mine = next((seq for seq, d in raw.items() if (seq, d) in tried), None)
             if mine is not None:
                 return _parse_entry_ok(mine, raw[mine]), state
             # A write whose seq someone else filled can never land any more.
             unknown = {seq: err for seq, err in unknown.items() if seq > state.tail_seq}
         if unknown:  # 5.
-            cause = unknown[min(unknown)]
-            raise CommitStateUnknownError(
-                f"appending to the timeline: the outcome of the write of entry {min(unknown)} "
-                f"is unknown ({cause}) and {self._max_attempts} attempts did not settle it. "
-                "Help: reload the timeline and look for the entry before doing anything else.",
-                table=self.table,
-            ) from cause
+            raise self._unknown(unknown) from unknown[min(unknown)]
         raise ConcurrentAppendError(
             f"lost the race for the timeline tail {self._max_attempts} times in a row. Help: "
             "retry later; if it persists, fewer writers per table or a coordinator lock.",
+            table=self.table,
+        )
+
+    def _unknown(self, unknown: dict[int, StorageIOError]) -> CommitStateUnknownError:
+        seq = min(unknown)
+        return CommitStateUnknownError(
+            f"appending to the timeline: the outcome of the write of entry {seq} is unknown "
+            f"({unknown[seq]}) and reading the timeline back did not settle it. Help: reload "
+            "the timeline and look for the entry before doing anything else.",
             table=self.table,
         )
 

@@ -202,6 +202,21 @@ def test_unknown_outcome_that_never_settles() -> None:
         timeline.append(requested())
 
 
+def test_unknown_outcome_and_failing_reads() -> None:
+    class ReadsFailAfterWrite(MemStorage):
+        def read(self, key: str) -> bytes:
+            if self.calls.get("write_if_absent"):
+                raise StorageIOError("timeout", key=key)
+            return super().read(key)
+
+    storage = ReadsFailAfterWrite()
+    storage.lose_next_reply = True
+    with pytest.raises(CommitStateUnknownError, match="entry 0 is unknown") as info:
+        Timeline(storage, table="t1").append(requested())
+    assert isinstance(info.value.__cause__, StorageIOError)
+    assert info.value.table == "t1"
+
+
 def test_malformed_entries_are_reported_and_skipped(
     storage: Storage, caplog: pytest.LogCaptureFixture
 ) -> None:
