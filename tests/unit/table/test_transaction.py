@@ -17,7 +17,7 @@ from lakewarden.table.coordinator import (
 )
 from lakewarden.table.instant import Action, Transition
 from lakewarden.table.stats import CommitStats, FileGroupId, WorkloadProfile, WriteStat
-from lakewarden.table.timeline import IllegalTransitionError, Timeline
+from lakewarden.table.timeline import EntryDraft, IllegalTransitionError, Timeline
 from lakewarden.table.transaction import WriteTransaction
 
 FG = FileGroupId(partition_path="", file_id="bucket-0")
@@ -135,7 +135,16 @@ def test_cancel_requested_plan_never_completes(timeline: Timeline) -> None:
     plan = {"file_groups": [FG.model_dump()]}
     tx = begin(timeline, coord, "svc", action=Action.CLUSTERING, cancellable=True, plan=plan)
     tx.inflight(WorkloadProfile(operation="cluster", file_groups=(FG,)))
-    tx._append(Transition.CANCEL_REQUESTED, {"reason": "ingestion first"})
+    cancel = EntryDraft(
+        instant=tx.instant,
+        action=Action.CLUSTERING,
+        transition=Transition.CANCEL_REQUESTED,
+        actor="cancel-manager",
+        lock_token=None,
+        wall_time_ms=0,
+        payload={"reason": "ingestion first"},
+    )
+    timeline.append(cancel)
     with pytest.raises(IllegalTransitionError, match="has a cancel request") as info:
         tx.complete(stats_for(tx, FG))
     assert info.value.instant == tx.instant and info.value.table == "orders"
