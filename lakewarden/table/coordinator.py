@@ -35,6 +35,11 @@ class LockTimeoutError(RetryableError):
     """The table lock was not granted within ``wait_s``."""
 
 
+class LeaseLostError(RetryableError):
+    """The holder's lease was lost (expired or not renewable) before it appended an entry;
+    nothing was appended. Take the lock again and re-validate against the reloaded log."""
+
+
 class LockReentryError(NonRetryableError):
     """The thread asked for a table lock it already holds (it would wait for itself)."""
 

@@ -25,7 +25,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from lakewarden.table import conflicts
-from lakewarden.table.coordinator import Coordinator, Lease
+from lakewarden.table.coordinator import Coordinator, Lease, LeaseLostError
 from lakewarden.table.instant import Action, Instant, Transition
 from lakewarden.table.stats import CommitStats, WorkloadProfile
 from lakewarden.table.timeline import (
@@ -196,6 +196,16 @@ def _draft(
     lease: Lease,
     payload: dict[str, Any],
 ) -> EntryDraft:
+    # The last moment before an append: a holder whose lease is gone stops here. (Safety does
+    # not depend on it: a pause between this check and the write is judged by the log.)
+    if lease.lost:
+        raise LeaseLostError(
+            f"the lease on table {lease.table_id} (token {lease.token}) was lost before "
+            f"{transition} of {instant} could be appended; nothing was appended. "
+            "Help: retry the step; it takes the lock again and re-validates.",
+            table=lease.table_id,
+            instant=instant,
+        )
     return EntryDraft(
         instant=instant,
         action=action,
