@@ -153,11 +153,11 @@ KEY_OPERATIONS: dict[str, Callable[[Storage, str], object]] = {
 
 
 @pytest.mark.parametrize("key", INVALID_KEYS)
-@pytest.mark.parametrize("operation", sorted(KEY_OPERATIONS))
-def test_invalid_keys_are_refused(storage: Storage, operation: str, key: str) -> None:
-    with pytest.raises(InvalidKeyError, match="invalid key") as info:
-        KEY_OPERATIONS[operation](storage, key)
-    assert info.value.key == key
+def test_invalid_keys_are_refused(storage: Storage, key: str) -> None:
+    for operation, call in KEY_OPERATIONS.items():
+        with pytest.raises(InvalidKeyError, match="invalid key") as info:
+            call(storage, key)
+        assert info.value.key == key, operation
     assert _keys(storage) == []  # nothing was written anywhere
 
 

@@ -147,7 +147,7 @@ def test_multipart_refuses_invalid_keys(storage: Storage) -> None:
     strict=False,
 )
 def test_racing_completions_have_exactly_one_winner(storage: Storage) -> None:
-    for round_ in range(4):
+    for round_ in range(10):
         key = f"race/{round_}"
         uploads = [_upload(storage, key, f"w{i}".encode()) for i in range(16)]
 
