@@ -1,0 +1,320 @@
+"""The background half of ``LockClient``: one thread that reads replies, renews, resends.
+
+Callers (any thread) register a pending request, then produce it; the IO thread reads the
+client's one partition of ``lock.replies``, skips other clients' replies by key without
+decoding them, and completes the pending request with the reply. It also
+
+- renews every held lease every ``ttl / 3`` (measured from the send time of the last request
+  the service confirmed), and resends a renewal that got no answer after ``resend_s``;
+- resends an acquire that got no answer (a reply lost when the service restarted between
+  storing a grant and answering it), as the same request, which the service answers again;
+- drops leases that are lost (expired notice, refused renewal, or ``ttl`` passed since the last
+  confirmed request) from the renewal set.
+
+A lease's deadline is always measured from when the client *sent* a request the service later
+confirmed: the service started counting no earlier than it received it, so the client's view
+of the deadline is never later than the service's.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from confluent_kafka import Consumer, KafkaError, Message, Producer
+
+from lakewarden.clients._lock_wire import lock_request, table_partition
+from lakewarden.events.codec import EventCodec, EventDecodeError
+from lakewarden.table.coordinator import Lease
+
+log = logging.getLogger(__name__)
+
+Kind = Literal["acquire", "renew", "release"]
+
+# How long the IO thread waits for a reply before it looks at renewals and resends again.
+_POLL_S = 0.05
+
+
+@dataclass(eq=False)
+class LockLease(Lease):
+    """A lease from timeline-lock. ``lost`` turns true when it was released, when the service
+    said it expired or refused its renewal, or when ``ttl_s`` passed since the send time of
+    the last request the service confirmed (its renewals failed for a whole ttl)."""
+
+    request_id: str = ""
+    owner: str = ""
+    lost_reason: str | None = field(default=None, repr=False)
+    confirmed_at: float = field(default=0.0, repr=False)  # monotonic send time, confirmed
+
+    @property
+    def lost(self) -> bool:
+        return self.released or self.lost_reason is not None or time.monotonic() >= self.expires_at
+
+
+@dataclass(eq=False)
+class Pending:
+    """A request waiting for its reply."""
+
+    kind: Kind
+    table_id: str
+    request_id: str
+    ttl_ms: int
+    sent_at: float  # first send: a lease granted on it is counted from here
+    last_sent: float = 0.0  # last (re)send, for the resend timer
+    future: Future[Any] = field(default_factory=Future)
+    lease: LockLease | None = None
+    queued: bool = False
+    on_queued: Callable[[int], None] | None = None
+    record: dict[str, Any] | None = None  # an acquire keeps its record, to resend it
+
+
+class LockIO:
+    """Owns the producer, the reply consumer and the IO thread of one ``LockClient``."""
+
+    def __init__(
+        self,
+        *,
+        producer: Producer,
+        consumer: Consumer,
+        codec: EventCodec,
+        requests_topic: str,
+        request_partitions: int,
+        reply_topic: str,
+        reply_partition: int,
+        client_id: str,
+        owner: str,
+        resend_s: float,
+    ) -> None:
+        self.producer = producer
+        self.consumer = consumer
+        self.codec = codec
+        self.requests_topic = requests_topic
+        self.request_partitions = request_partitions
+        self.reply_topic = reply_topic
+        self.reply_partition = reply_partition
+        self.client_id = client_id
+        self.owner = owner
+        self.resend_s = resend_s
+        self.guard = threading.Lock()
+        self.pending: dict[str, Pending] = {}
+        self.leases: dict[str, LockLease] = {}  # by acquire request id
+        self._renewing: dict[str, float] = {}  # acquire id -> send time of the renewal in flight
+        self._key = client_id.encode()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"lock-io-{client_id}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the thread, flush what is queued, close the consumer (idempotent)."""
+        if self._stop.is_set():
+            return
+        self._stop.set()
+        self._thread.join(timeout=10)
+        self.producer.flush(5)
+        self.consumer.close()
+
+    # -- requests -------------------------------------------------------------------------
+
+    def send(self, pending: Pending, **fields: Any) -> None:
+        """Register ``pending`` and produce its request (fields: token, acquire_id)."""
+        record = lock_request(
+            table_id=pending.table_id,
+            producer_id=self.client_id,
+            request_id=pending.request_id,
+            kind=pending.kind,
+            owner=self.owner,
+            ttl_ms=pending.ttl_ms,
+            reply_topic=self.reply_topic,
+            reply_partition=self.reply_partition,
+            reply_key=self.client_id,
+            **fields,
+        )
+        if pending.kind == "acquire":
+            pending.record = record
+        pending.last_sent = pending.sent_at
+        with self.guard:
+            self.pending[pending.request_id] = pending
+        self.produce(pending.table_id, record)
+
+    def send_untracked(self, kind: Kind, table_id: str, **fields: Any) -> None:
+        """Produce a request whose answer nobody waits for (release, withdraw)."""
+        pending = Pending(kind, table_id, uuid.uuid4().hex, 0, time.monotonic())
+        record = lock_request(
+            table_id=table_id,
+            producer_id=self.client_id,
+            request_id=pending.request_id,
+            kind=kind,
+            owner=self.owner,
+            ttl_ms=0,
+            reply_topic=self.reply_topic,
+            reply_partition=self.reply_partition,
+            reply_key=self.client_id,
+            **fields,
+        )
+        self.produce(table_id, record)
+
+    def produce(self, table_id: str, record: dict[str, Any]) -> None:
+        value = self.codec.encode("LockRequest", record)
+        partition = table_partition(table_id, self.request_partitions)
+        try:
+            self.producer.produce(
+                self.requests_topic,
+                value,
+                key=table_id.encode(),
+                partition=partition,
+                on_delivery=_on_delivery,
+            )
+        except BufferError:
+            self.producer.poll(0.1)  # full local queue: serve delivery reports, try once more
+            self.producer.produce(
+                self.requests_topic, value, key=table_id.encode(), partition=partition
+            )
+
+    def forget(self, request_id: str) -> LockLease | None:
+        """Drop a pending request and, if it was granted meanwhile, its lease."""
+        with self.guard:
+            self.pending.pop(request_id, None)
+            self._renewing.pop(request_id, None)
+            return self.leases.pop(request_id, None)
+
+    # -- the IO thread --------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                # poll() returns as soon as a reply arrives (consume() would wait for a batch).
+                msg = self.consumer.poll(_POLL_S)
+                while msg is not None:
+                    self._on_message(msg)
+                    msg = self.consumer.poll(0)
+                self.producer.poll(0)
+                self._tick(time.monotonic())
+            except Exception:  # the thread must survive anything a reply or librdkafka throws
+                log.exception("lock client IO loop error", extra={"client_id": self.client_id})
+                self._stop.wait(0.1)
+
+    def _on_message(self, msg: Message) -> None:
+        error = msg.error()
+        if error is not None:
+            if error.code() != KafkaError._PARTITION_EOF:
+                log.warning("lock reply consumer error: %s", error.str())
+            return
+        if msg.key() != self._key:
+            return  # another client's reply: not even decoded
+        try:
+            name, record = self.codec.decode(msg.value() or b"")
+        except EventDecodeError as err:
+            log.warning("undecodable lock reply skipped: %s", err)
+            return
+        if name == "LockReply":
+            self._on_reply(record)
+
+    def _on_reply(self, reply: dict[str, Any]) -> None:
+        request_id, status = reply["request_id"], reply["status"]
+        with self.guard:
+            pending = self.pending.get(request_id)
+            if status == "expired":
+                self._lost(request_id, reply.get("reason") or "expired")
+                return
+            if pending is None:
+                return  # answered already, or given up: a duplicate or late reply
+            if status == "queued" and pending.kind == "acquire":
+                self._queued(pending, int(reply.get("queue_position") or 0))
+                return
+            del self.pending[request_id]
+            if pending.kind == "acquire":
+                self._acquired(pending, reply)
+            elif pending.kind == "renew":
+                self._renewed(pending, reply)
+            elif not pending.future.done():
+                pending.future.set_result(reply)
+
+    def _queued(self, pending: Pending, position: int) -> None:
+        first = not pending.queued
+        pending.queued = True
+        if first and pending.on_queued is not None:
+            pending.on_queued(position)
+
+    def _acquired(self, pending: Pending, reply: dict[str, Any]) -> None:
+        if reply["status"] != "granted":
+            pending.future.set_result(reply)  # the caller raises the refusal
+            return
+        ttl_s = pending.ttl_ms / 1000
+        lease = LockLease(
+            table_id=pending.table_id,
+            token=int(reply["token"]),
+            ttl_s=ttl_s,
+            expires_at=pending.sent_at + ttl_s,
+            request_id=pending.request_id,
+            owner=self.owner,
+            confirmed_at=pending.sent_at,
+        )
+        self.leases[pending.request_id] = lease
+        pending.future.set_result(lease)
+
+    def _renewed(self, pending: Pending, reply: dict[str, Any]) -> None:
+        lease = pending.lease
+        if lease is None:
+            return
+        self._renewing.pop(lease.request_id, None)
+        if reply["status"] == "granted":
+            if pending.sent_at > lease.confirmed_at:
+                lease.confirmed_at = pending.sent_at
+                lease.expires_at = pending.sent_at + lease.ttl_s
+        else:
+            self._lost(lease.request_id, reply.get("reason") or "renewal refused")
+
+    def _lost(self, acquire_id: str, reason: str) -> None:
+        lease = self.leases.pop(acquire_id, None)
+        self._renewing.pop(acquire_id, None)
+        if lease is not None and lease.lost_reason is None:
+            lease.lost_reason = reason
+            log.warning(
+                "lease lost: %s",
+                reason,
+                extra={"table": lease.table_id, "token": lease.token},
+            )
+
+    def _tick(self, now: float) -> None:
+        renewals: list[LockLease] = []
+        resends: list[Pending] = []
+        with self.guard:
+            for acquire_id, lease in list(self.leases.items()):
+                if lease.lost:
+                    self.leases.pop(acquire_id, None)
+                    self._renewing.pop(acquire_id, None)
+                    continue
+                in_flight = self._renewing.get(acquire_id)
+                due = lease.confirmed_at + lease.ttl_s / 3
+                if now >= due and (in_flight is None or now - in_flight >= self.resend_s):
+                    self._renewing[acquire_id] = now
+                    renewals.append(lease)
+            for pending in self.pending.values():
+                wait = self.resend_s * (3 if pending.queued else 1)
+                if pending.kind == "acquire" and now - pending.last_sent >= wait:
+                    resends.append(pending)
+        for lease in renewals:
+            self._renew(lease, now)
+        for pending in resends:
+            if pending.record is not None:
+                pending.last_sent = now  # same request id: the service answers it again
+                self.produce(pending.table_id, pending.record)
+
+    def _renew(self, lease: LockLease, now: float) -> None:
+        pending = Pending(
+            "renew", lease.table_id, uuid.uuid4().hex, int(lease.ttl_s * 1000), now, lease=lease
+        )
+        self.send(pending, token=lease.token)
+
+
+def _on_delivery(err: KafkaError | None, msg: Message) -> None:
+    if err is not None:
+        log.warning("lock request not delivered: %s", err, extra={"kafka_topic": msg.topic()})

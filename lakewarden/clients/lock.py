@@ -1,0 +1,282 @@
+"""LockClient: per-table leases from the timeline-lock service, usable from plain threads.
+
+    client = LockClient(settings)
+    with client.hold("orders", ttl_s=30, wait_s=60) as lease:
+        ...                       # lease.token goes into every timeline entry appended
+        if lease.lost: ...        # stop before appending anything
+    client.close()
+
+One client serves any number of threads and tables. It holds one confluent-kafka producer and
+one consumer that reads a single partition of ``lock.replies`` (``crc32(client id) % P``, no
+consumer group); a background thread completes the future of each request and renews held
+leases (see ``_lock_io``). No network IO happens until the first ``acquire``.
+
+Lost leases: the client marks a lease lost when the service says it expired, refuses its
+renewal (stale token), or when ``ttl_s`` passed since the send time of the last request the
+service confirmed. Holders check ``lease.lost`` before appending (``WriteTransaction`` does);
+safety still never depends on it: the timeline's put-if-absent log and its state machine
+judge a late append.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+
+from lakewarden.clients._lock_io import LockIO, LockLease, Pending
+from lakewarden.clients._lock_wire import client_partition
+from lakewarden.errors import NonRetryableError, RetryableError
+from lakewarden.events.codec import default_codec
+from lakewarden.events.topics import LOCK_REPLIES, LOCK_REQUESTS
+from lakewarden.settings import Settings
+from lakewarden.table.coordinator import LockTimeoutError
+
+log = logging.getLogger(__name__)
+
+_PRODUCER_CONFIG: dict[str, Any] = {
+    "acks": "all",
+    "enable_idempotence": True,
+    "linger_ms": 0,  # a waiting caller, not throughput, is what matters here
+    "logger": log,
+}
+
+
+class LockRefusedError(NonRetryableError):
+    """timeline-lock refused an acquire (``reason`` says why)."""
+
+    def __init__(self, message: str, *, table: str, reason: str) -> None:
+        super().__init__(message, table=table)
+        self.reason = reason
+
+
+class LockServiceUnavailableError(RetryableError):
+    """The lock topics cannot be reached (broker down, or timeline-lock never started)."""
+
+
+class LockClient:
+    """Leases on table locks, from any thread. Thread-safe; close it when done.
+
+    ``owner`` names the holder in the service's state and logs (default ``host:pid``);
+    ``resend_s`` is how long an unanswered acquire or renewal waits before it is sent again.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        owner: str | None = None,
+        client_id: str | None = None,
+        resend_s: float = 1.0,
+    ) -> None:
+        self.settings = settings
+        self.client_id = client_id or f"lock-client-{uuid.uuid4().hex[:16]}"
+        self.owner = owner or f"{socket.gethostname()}:{os.getpid()}"
+        self.resend_s = resend_s
+        self._guard = threading.Lock()
+        self._io: LockIO | None = None
+        self._closed = False
+
+    @contextmanager
+    def hold(
+        self,
+        table_id: str,
+        *,
+        ttl_s: float = 30.0,
+        wait_s: float = 30.0,
+        on_queued: Callable[[int], None] | None = None,
+    ) -> Iterator[LockLease]:
+        """Hold the lock of ``table_id`` for the ``with`` block; renewed in the background.
+
+        Raises:
+            LockTimeoutError: not granted within ``wait_s``.
+            LockRefusedError: the service refused the acquire.
+            LockServiceUnavailableError: the lock topics cannot be reached.
+        """
+        lease = self.acquire(table_id, ttl_s=ttl_s, wait_s=wait_s, on_queued=on_queued)
+        try:
+            yield lease
+        finally:
+            self.release(lease)
+
+    def acquire(
+        self,
+        table_id: str,
+        *,
+        ttl_s: float = 30.0,
+        wait_s: float = 30.0,
+        on_queued: Callable[[int], None] | None = None,
+    ) -> LockLease:
+        """Wait (FIFO) for the lock of ``table_id``; ``on_queued(position)`` is called (on the
+        IO thread) once the service has queued the request behind others.
+
+        Protocol: 1. register and send the acquire; 2. wait for the grant up to ``wait_s``;
+        3. on timeout, withdraw it (a grant that raced the timeout is released by the service).
+
+        Raises:
+            LockTimeoutError: not granted within ``wait_s``.
+            LockRefusedError: the service refused the acquire.
+            LockServiceUnavailableError: the lock topics cannot be reached.
+        """
+        io = self._started()
+        pending = Pending(
+            "acquire",
+            table_id,
+            uuid.uuid4().hex,
+            max(1, round(ttl_s * 1000)),
+            time.monotonic(),
+            on_queued=on_queued,
+        )
+        io.send(pending)  # 1.
+        try:
+            result = pending.future.result(timeout=wait_s)  # 2.
+        except TimeoutError:
+            io.forget(pending.request_id)  # 3.
+            io.send_untracked("release", table_id, acquire_id=pending.request_id)
+            raise LockTimeoutError(
+                f"the lock of table {table_id} was not granted within {wait_s:g} s. "
+                "Help: retry; a holder that needs long should renew (it does) or the "
+                "timeline-lock service may be down (`lakewarden dev status`).",
+                table=table_id,
+            ) from None
+        if isinstance(result, LockLease):
+            return result
+        reason = str(result.get("reason") or "no reason given")
+        raise LockRefusedError(
+            f"timeline-lock refused the lock of table {table_id}: {reason}",
+            table=table_id,
+            reason=reason,
+        )
+
+    def release(self, lease: LockLease, *, wait_s: float | None = None) -> bool | None:
+        """Give the lease back. Without ``wait_s`` it returns at once (None); with it, it
+        waits for the answer: True when released, False when the lease was already lost.
+
+        Raises:
+            TimeoutError: ``wait_s`` passed without an answer.
+        """
+        lease.released = True
+        io = self._io
+        if io is None:
+            return None
+        io.forget(lease.request_id)  # no more renewals
+        if wait_s is None:
+            io.send_untracked("release", lease.table_id, token=lease.token)
+            return None
+        pending = Pending("release", lease.table_id, uuid.uuid4().hex, 0, time.monotonic())
+        io.send(pending, token=lease.token)
+        reply = pending.future.result(timeout=wait_s)
+        return bool(reply["status"] == "granted")
+
+    def close(self) -> None:
+        """Release every held lease, flush, stop the IO thread (idempotent)."""
+        with self._guard:
+            io, self._io, self._closed = self._io, None, True
+        if io is None:
+            return
+        with io.guard:
+            held = list(io.leases.values())
+        for lease in held:
+            lease.released = True
+            io.send_untracked("release", lease.table_id, token=lease.token)
+        io.stop()
+
+    def __enter__(self) -> LockClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _started(self) -> LockIO:
+        with self._guard:
+            if self._closed:
+                raise NonRetryableError("this LockClient is closed")
+            if self._io is None:
+                self._io = self._connect()
+                self._io.start()
+            return self._io
+
+    def _connect(self) -> LockIO:
+        """Create the producer and the reply consumer, positioned at the partition's end.
+
+        Raises:
+            ConfigurationError: Kafka is not configured.
+            LockServiceUnavailableError: the lock topics cannot be found.
+        """
+        kafka = self.settings.kafka
+        timeout = kafka.request_timeout_s
+        requests, replies = LOCK_REQUESTS.name(self.settings), LOCK_REPLIES.name(self.settings)
+        producer = Producer(kafka.librdkafka_config(**_PRODUCER_CONFIG))
+        counts = _partition_counts(producer, (requests, replies), timeout)
+        reply_partition = client_partition(self.client_id, counts[replies])
+        consumer = Consumer(
+            kafka.librdkafka_config(
+                group_id=self.client_id,  # never joined: the partition is assigned by hand
+                enable_auto_commit=False,
+                enable_partition_eof=False,
+                fetch_wait_max_ms=100,
+                logger=log,
+            )
+        )
+        # Start at the current end, read before the first request is sent, so no reply to
+        # this client can be produced before the consumer's position.
+        try:
+            _, high = consumer.get_watermark_offsets(
+                TopicPartition(replies, reply_partition), timeout=timeout
+            )
+        except KafkaException as err:
+            consumer.close()
+            raise LockServiceUnavailableError(f"cannot read {replies}: {err}") from err
+        consumer.assign([TopicPartition(replies, reply_partition, high)])
+        return LockIO(
+            producer=producer,
+            consumer=consumer,
+            codec=default_codec(),
+            requests_topic=requests,
+            request_partitions=counts[requests],
+            reply_topic=replies,
+            reply_partition=reply_partition,
+            client_id=self.client_id,
+            owner=self.owner,
+            resend_s=self.resend_s,
+        )
+
+
+def _partition_counts(
+    producer: Producer, topics: tuple[str, ...], timeout: float
+) -> dict[str, int]:
+    """Partition count of each topic.
+
+    Raises:
+        LockServiceUnavailableError: the broker does not answer or a topic does not exist.
+    """
+    counts: dict[str, int] = {}
+    for topic in topics:
+        try:
+            metadata = producer.list_topics(topic, timeout=timeout).topics.get(topic)
+        except KafkaException as err:
+            raise LockServiceUnavailableError(f"cannot reach the broker: {err}") from err
+        if metadata is None or metadata.error is not None or not metadata.partitions:
+            raise LockServiceUnavailableError(
+                f"topic {topic} does not exist. Help: start timeline-lock (`lakewarden dev up`) "
+                "or create the topics (lakewarden.events.ensure_topics)."
+            )
+        counts[topic] = len(metadata.partitions)
+    return counts
+
+
+__all__ = [
+    "LockClient",
+    "LockLease",
+    "LockRefusedError",
+    "LockServiceUnavailableError",
+    "LockTimeoutError",
+]

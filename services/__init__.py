@@ -1,0 +1,2 @@
+"""lakewarden services: one faust-streaming app per service (``services/<name>/``), built on
+the shared scaffolding in ``services._common``."""

@@ -1,0 +1,27 @@
+"""What every lakewarden service shares: a faust app made from ``Settings``, the health and
+metrics endpoint, logfmt logging, dead-lettering of bad events, and the process runner.
+
+A service is a package ``services/<name>/`` with::
+
+    app.py       app = make_app("<name>", settings); topics, tables declared at module top
+    agents.py    agents (concurrency 1, idempotent handlers) and timers, at module top
+    __main__.py  run_service(app, ...) : python -m services.<name>
+
+and one ``ServiceSpec`` line in ``lakewarden/devstack/services.py``.
+"""
+
+from services._common.app import ServiceSettings, make_app
+from services._common.dlq import DeadLetters
+from services._common.health import HealthServer
+from services._common.logs import setup_logging
+from services._common.runner import Lifecycle, run_service
+
+__all__ = [
+    "DeadLetters",
+    "HealthServer",
+    "Lifecycle",
+    "ServiceSettings",
+    "make_app",
+    "run_service",
+    "setup_logging",
+]

@@ -1,0 +1,93 @@
+"""Dead-lettering from a faust agent: a bad event goes to ``<prefix>dlq``, the agent goes on.
+
+Two kinds of bad events, one contract (``schemas/DeadLetter.avsc``, the original bytes kept):
+
+- undecodable bytes: the faust codec hands the agent ``Undecodable`` instead of raising;
+  ``reason`` is the codec's (``too_short``, ``bad_magic``, ``unknown_fingerprint``, ...);
+- decodable but unusable: the wrong event type on the topic, a missing field, a key that does
+  not match the table; the service names the reason (``unexpected_event``, ``invalid_request``,
+  ``key_mismatch``, ``misrouted``, ``handler_error``).
+
+The dead letter is produced before the agent takes the next event; faust flushes the producer
+before it commits offsets, so the offset past a bad event is never committed before its dead
+letter is durable (nothing is lost).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import faust
+from faust.types import Message
+from prometheus_client import Counter
+
+from lakewarden.events import Event, Undecodable, dead_letter_record, make_event
+from lakewarden.events.dlq import table_id_from_key
+
+log = logging.getLogger(__name__)
+
+DEAD_LETTERS = Counter(
+    "lakewarden_dead_letters_total",
+    "Events a service could not use and sent to the dead-letter topic",
+    ["service", "reason"],
+)
+
+
+class DeadLetters:
+    """Sends the dead letters of one service to its DLQ topic."""
+
+    def __init__(self, topic: faust.TopicT, *, service: str, consumer_group: str) -> None:
+        self.topic = topic
+        self.service = service
+        self.consumer_group = consumer_group
+
+    async def undecodable(self, message: Message, value: Undecodable) -> None:
+        """Dead-letter a message the codec could not decode."""
+        record = dead_letter_record(
+            error=value.error,
+            value=value.data,
+            topic=message.topic,
+            partition=message.partition,
+            offset=message.offset,
+            key=message.key,
+            producer_id=self.service,
+            consumer_group=self.consumer_group,
+        )
+        await self._send(message, record, value.error.reason, str(value.error))
+
+    async def reject(
+        self, message: Message, *, reason: str, detail: str, error_type: str = "InvalidEvent"
+    ) -> None:
+        """Dead-letter a decodable message the service cannot use, saying why."""
+        record = make_event(
+            "DeadLetter",
+            table_id=table_id_from_key(message.key),
+            producer_id=self.service,
+            topic=message.topic,
+            partition=message.partition,
+            offset=message.offset,
+            key=message.key,
+            value=bytes(message.value or b""),
+            reason=reason,
+            detail=detail,
+            error_type=error_type,
+            consumer_group=self.consumer_group,
+        )
+        await self._send(message, record, reason, detail)
+
+    async def _send(
+        self, message: Message, record: dict[str, Any], reason: str, detail: str
+    ) -> None:
+        await self.topic.send(key=message.key, value=Event("DeadLetter", record))
+        DEAD_LETTERS.labels(self.service, reason).inc()
+        log.warning(
+            "dead-lettered an event: %s",
+            detail,
+            extra={
+                "reason": reason,
+                "kafka_topic": message.topic,
+                "kafka_partition": message.partition,
+                "kafka_offset": message.offset,
+            },
+        )

@@ -1,0 +1,9 @@
+"""timeline-lock: per-table leases with fencing tokens, served over Kafka.
+
+    python -m services.timeline_lock
+
+Clients (``lakewarden.clients.LockClient``) send ``LockRequest`` events to ``lock.requests``
+keyed by table id and read ``LockReply`` events from one partition of ``lock.replies``.
+``state`` holds the lock logic (pure), ``protocol`` the record conversions, ``handler`` what the
+agent and the timer do, ``app`` and ``agents`` the faust declarations.
+"""

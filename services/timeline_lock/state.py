@@ -1,0 +1,451 @@
+"""The lock of one table and the pure function that applies one request to it.
+
+timeline-lock keeps one ``TableLock`` per table in a faust table (changelog-backed) and folds
+the table's requests, in the order of their partition of ``lock.requests``, through
+:func:`apply`. Everything that decides *who* holds the lock is a function of that request
+sequence alone:
+
+- acquire: granted when nobody holds the lock, else queued (FIFO);
+- renew / release: take effect only with the holder's fencing token (stale tokens are refused);
+- release with no token and an ``acquire_id``: withdraws a waiter that stopped waiting, or
+  releases the lease if it was granted meanwhile;
+- expire: sent by the service's own timer; takes effect only on the exact lease version it
+  names (token and ``expires_ms``), so a renewal that got in first wins.
+
+The clock (``now_ms``) only sets ``expires_ms`` values, never a decision. That is what makes
+replies safe to send before the new state is durable: after a crash the service restores
+each table from its changelog, skips requests it already applied (``applied_offset``) and
+re-applies the rest to the same decisions; the timer's judgement that a lease ran out is
+itself a request in the log, not a side effect.
+
+Tokens: ``last_token`` increases by one per grant and is never reset (the state of a table is
+never deleted), so tokens strictly increase per table across restarts and rebalances.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Final, Literal
+
+RequestKind = Literal["acquire", "renew", "release", "expire"]
+ReplyStatus = Literal["granted", "refused", "queued", "expired"]
+EndHow = Literal["released", "expired", "withdrawn"]
+
+REQUEST_KINDS: Final[tuple[RequestKind, ...]] = ("acquire", "renew", "release", "expire")
+# Acquire ids a table remembers as finished, so a duplicate acquire that arrives after its
+# lease ended (a client's resend racing its grant) is refused instead of granted to nobody.
+FINISHED_MEMORY: Final = 8
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """Where the reply to a request goes: a partition of lock.replies and a message key."""
+
+    partition: int | None
+    key: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Waiter:
+    """An acquire waiting its turn."""
+
+    request_id: str
+    owner: str
+    ttl_ms: int
+    route: Route
+    queued_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Holder:
+    """The current lease. ``expires_ms`` is on the service clock."""
+
+    request_id: str
+    owner: str
+    token: int
+    ttl_ms: int
+    route: Route
+    granted_ms: int
+    expires_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class TableLock:
+    """The lock of one table: holder, FIFO queue, last token, last applied request offset."""
+
+    last_token: int = 0
+    applied_offset: int = -1
+    holder: Holder | None = None
+    queue: tuple[Waiter, ...] = ()
+    finished: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-able dict (the faust table value and its changelog record)."""
+        return {
+            "last_token": self.last_token,
+            "applied_offset": self.applied_offset,
+            "holder": None if self.holder is None else _holder_json(self.holder),
+            "queue": [_waiter_json(waiter) for waiter in self.queue],
+            "finished": list(self.finished),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any] | None) -> TableLock:
+        """The inverse of ``to_json``; ``None`` (a table never seen) is the empty lock.
+
+        Raises:
+            KeyError, TypeError, ValueError: ``data`` is not a ``to_json`` value.
+        """
+        if data is None:
+            return cls()
+        holder = data["holder"]
+        return cls(
+            last_token=int(data["last_token"]),
+            applied_offset=int(data["applied_offset"]),
+            holder=None if holder is None else _holder_from(holder),
+            queue=tuple(_waiter_from(item) for item in data["queue"]),
+            finished=tuple(str(item) for item in data["finished"]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """A decoded, validated ``LockRequest`` (see ``schemas/LockRequest.avsc``)."""
+
+    kind: RequestKind
+    request_id: str
+    owner: str
+    ttl_ms: int
+    route: Route
+    token: int | None = None
+    acquire_id: str | None = None
+    lease_expires_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """A ``LockReply`` to send (see ``schemas/LockReply.avsc``)."""
+
+    request_id: str
+    owner: str
+    status: ReplyStatus
+    route: Route
+    token: int | None = None
+    lease_expires_ms: int | None = None
+    reason: str | None = None
+    queue_position: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """A lease handed out (for metrics): its token and how long the request waited."""
+
+    token: int
+    waited_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Ended:
+    """A lease that ended (for metrics): how, and how long it was held."""
+
+    token: int
+    how: EndHow
+    held_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """The result of applying one request: the new state and what to tell whom."""
+
+    state: TableLock
+    replies: tuple[Reply, ...] = ()
+    grants: tuple[Grant, ...] = ()
+    ended: tuple[Ended, ...] = ()
+    duplicate: bool = False
+
+
+def validate(request: Request) -> str | None:
+    """Why ``request`` cannot be applied (it belongs in the dead-letter queue), or ``None``."""
+    if not request.request_id:
+        return "request_id is empty"
+    if not request.owner:
+        return "owner is empty"
+    if request.kind in ("acquire", "renew") and request.ttl_ms <= 0:
+        return f"{request.kind} needs ttl_ms > 0, got {request.ttl_ms}"
+    if request.kind == "renew" and request.token is None:
+        return "renew needs the token of the lease"
+    if request.kind == "release" and request.token is None and not request.acquire_id:
+        return "release needs the token of the lease or the acquire_id to withdraw"
+    if request.kind == "expire" and (request.token is None or request.lease_expires_ms is None):
+        return "expire needs token and lease_expires_ms"
+    return None
+
+
+def apply(state: TableLock, request: Request, *, offset: int, now_ms: int) -> Outcome:
+    """Apply one valid request (``validate`` returned ``None``) read at ``offset``.
+
+    A request at or below ``state.applied_offset`` was applied before (at-least-once
+    redelivery after a restart): it changes nothing and is answered by nobody.
+    """
+    if offset <= state.applied_offset:
+        return Outcome(state, duplicate=True)
+    state = replace(state, applied_offset=offset)
+    if request.kind == "acquire":
+        return _acquire(state, request, now_ms)
+    if request.kind == "renew":
+        return _renew(state, request, now_ms)
+    if request.kind == "release":
+        return _release(state, request, now_ms)
+    return _expire(state, request, now_ms)
+
+
+def effective_expiry_ms(holder: Holder, *, owned_since_ms: int) -> int:
+    """When the service may expire ``holder``: its ``expires_ms``, but never earlier than one
+    full ttl after this service instance took over the table (``owned_since_ms``).
+
+    After a restart or a rebalance the holder's renewals may have gone unanswered while no
+    instance served the table; the new owner gives it a whole ttl to renew rather than trust
+    a deadline that passed while nobody could take its renewal.
+    """
+    return max(holder.expires_ms, owned_since_ms + holder.ttl_ms)
+
+
+def due_expiry(state: TableLock, *, now_ms: int, owned_since_ms: int) -> Holder | None:
+    """The holder whose lease ran out by ``now_ms``, if any (the timer then sends expire)."""
+    holder = state.holder
+    if holder is None or now_ms < effective_expiry_ms(holder, owned_since_ms=owned_since_ms):
+        return None
+    return holder
+
+
+def due_expiry_json(data: dict[str, Any], *, now_ms: int, owned_since_ms: int) -> Holder | None:
+    """``due_expiry`` on a ``TableLock.to_json`` value, decoding only an overdue holder (the
+    timer scans every table several times a second).
+
+    Raises:
+        KeyError, TypeError, ValueError: ``data`` is not a ``to_json`` value.
+    """
+    holder = data.get("holder")
+    if holder is None:
+        return None
+    if now_ms < max(int(holder["expires_ms"]), owned_since_ms + int(holder["ttl_ms"])):
+        return None
+    return _holder_from(holder)
+
+
+def expire_request(holder: Holder, *, request_id: str, owner: str) -> Request:
+    """The ``expire`` request the timer sends for ``holder``'s current lease version."""
+    return Request(
+        kind="expire",
+        request_id=request_id,
+        owner=owner,
+        ttl_ms=0,
+        route=Route(None, None),
+        token=holder.token,
+        lease_expires_ms=holder.expires_ms,
+    )
+
+
+# -- the four kinds --------------------------------------------------------------------------
+
+
+def _acquire(state: TableLock, request: Request, now_ms: int) -> Outcome:
+    holder = state.holder
+    if holder is not None and holder.request_id == request.request_id:
+        return Outcome(state, (_granted(holder, request),))  # a resend: answer again
+    for position, waiter in enumerate(state.queue, start=1):
+        if waiter.request_id == request.request_id:
+            return Outcome(state, (_queued(request, position),))
+    if request.request_id in state.finished:
+        reason = (
+            f"acquire {request.request_id} already ended (released, withdrawn or expired). "
+            "Help: a new acquire needs a new request id."
+        )
+        return Outcome(state, (_refused(request, reason),))
+    waiter = Waiter(request.request_id, request.owner, request.ttl_ms, request.route, now_ms)
+    state = replace(state, queue=(*state.queue, waiter))
+    if holder is None:
+        return _grant_next(state, now_ms)
+    return Outcome(state, (_queued(request, len(state.queue)),))
+
+
+def _renew(state: TableLock, request: Request, now_ms: int) -> Outcome:
+    holder = state.holder
+    if holder is None or holder.token != request.token:
+        return Outcome(state, (_refused(request, _stale(state, request)),))
+    holder = replace(holder, ttl_ms=request.ttl_ms, expires_ms=now_ms + request.ttl_ms)
+    return Outcome(replace(state, holder=holder), (_granted(holder, request),))
+
+
+def _release(state: TableLock, request: Request, now_ms: int) -> Outcome:
+    holder = state.holder
+    if request.token is not None:
+        if holder is None or holder.token != request.token:
+            return Outcome(state, (_refused(request, _stale(state, request)),))
+        return _end(state, "released", now_ms, answer=_ok(request, holder.token))
+    acquire_id = request.acquire_id or ""
+    if holder is not None and holder.request_id == acquire_id:
+        return _end(state, "withdrawn", now_ms, answer=_ok(request, holder.token))
+    queue = tuple(waiter for waiter in state.queue if waiter.request_id != acquire_id)
+    # Remember it even when it is unknown: the acquire it withdraws may be resent later.
+    state = replace(state, queue=queue, finished=_remember(state.finished, acquire_id))
+    return Outcome(state, (_ok(request, None),))
+
+
+def _expire(state: TableLock, request: Request, now_ms: int) -> Outcome:
+    holder = state.holder
+    if (
+        holder is None
+        or holder.token != request.token
+        or holder.expires_ms != request.lease_expires_ms
+    ):
+        return Outcome(state)  # renewed, released or expired meanwhile: nothing to do
+    notice = Reply(
+        holder.request_id,
+        holder.owner,
+        "expired",
+        holder.route,
+        token=holder.token,
+        lease_expires_ms=holder.expires_ms,
+        reason="the lease was not renewed within its ttl",
+    )
+    return _end(state, "expired", now_ms, answer=notice)
+
+
+# -- helpers ---------------------------------------------------------------------------------
+
+
+def _end(state: TableLock, how: EndHow, now_ms: int, *, answer: Reply) -> Outcome:
+    """End the current lease and hand the lock to the next waiter, if any."""
+    holder = state.holder
+    assert holder is not None  # callers checked
+    ended = Ended(holder.token, how, max(0, now_ms - holder.granted_ms))
+    state = replace(state, holder=None, finished=_remember(state.finished, holder.request_id))
+    nxt = _grant_next(state, now_ms)
+    return replace(nxt, replies=(answer, *nxt.replies), ended=(ended,))
+
+
+def _grant_next(state: TableLock, now_ms: int) -> Outcome:
+    if not state.queue:
+        return Outcome(state)
+    waiter, rest = state.queue[0], state.queue[1:]
+    token = state.last_token + 1
+    holder = Holder(
+        waiter.request_id,
+        waiter.owner,
+        token,
+        waiter.ttl_ms,
+        waiter.route,
+        granted_ms=now_ms,
+        expires_ms=now_ms + waiter.ttl_ms,
+    )
+    state = replace(state, last_token=token, holder=holder, queue=rest)
+    reply = Reply(
+        waiter.request_id,
+        waiter.owner,
+        "granted",
+        waiter.route,
+        token=token,
+        lease_expires_ms=holder.expires_ms,
+    )
+    grant = Grant(token, max(0, now_ms - waiter.queued_ms))
+    return Outcome(state, (reply,), grants=(grant,))
+
+
+def _remember(finished: tuple[str, ...], request_id: str) -> tuple[str, ...]:
+    if request_id in finished:
+        return finished
+    return (*finished, request_id)[-FINISHED_MEMORY:]
+
+
+def _stale(state: TableLock, request: Request) -> str:
+    current = "nobody holds it" if state.holder is None else f"the holder has {state.holder.token}"
+    return (
+        f"stale token {request.token}: {current}. The lease was lost (expired or released); "
+        "Help: stop, acquire again, and reload the timeline before appending."
+    )
+
+
+def _granted(holder: Holder, request: Request) -> Reply:
+    return Reply(
+        request.request_id,
+        request.owner,
+        "granted",
+        request.route,
+        token=holder.token,
+        lease_expires_ms=holder.expires_ms,
+    )
+
+
+def _ok(request: Request, token: int | None) -> Reply:
+    return Reply(request.request_id, request.owner, "granted", request.route, token=token)
+
+
+def _queued(request: Request, position: int) -> Reply:
+    return Reply(
+        request.request_id, request.owner, "queued", request.route, queue_position=position
+    )
+
+
+def _refused(request: Request, reason: str) -> Reply:
+    return Reply(
+        request.request_id,
+        request.owner,
+        "refused",
+        request.route,
+        token=request.token,
+        reason=reason,
+    )
+
+
+def _route_json(route: Route) -> list[Any]:
+    return [route.partition, route.key]
+
+
+def _route_from(data: list[Any]) -> Route:
+    partition, key = data
+    return Route(None if partition is None else int(partition), key)
+
+
+def _holder_json(holder: Holder) -> dict[str, Any]:
+    return {
+        "request_id": holder.request_id,
+        "owner": holder.owner,
+        "token": holder.token,
+        "ttl_ms": holder.ttl_ms,
+        "route": _route_json(holder.route),
+        "granted_ms": holder.granted_ms,
+        "expires_ms": holder.expires_ms,
+    }
+
+
+def _holder_from(data: dict[str, Any]) -> Holder:
+    return Holder(
+        request_id=str(data["request_id"]),
+        owner=str(data["owner"]),
+        token=int(data["token"]),
+        ttl_ms=int(data["ttl_ms"]),
+        route=_route_from(data["route"]),
+        granted_ms=int(data["granted_ms"]),
+        expires_ms=int(data["expires_ms"]),
+    )
+
+
+def _waiter_json(waiter: Waiter) -> dict[str, Any]:
+    return {
+        "request_id": waiter.request_id,
+        "owner": waiter.owner,
+        "ttl_ms": waiter.ttl_ms,
+        "route": _route_json(waiter.route),
+        "queued_ms": waiter.queued_ms,
+    }
+
+
+def _waiter_from(data: dict[str, Any]) -> Waiter:
+    return Waiter(
+        request_id=str(data["request_id"]),
+        owner=str(data["owner"]),
+        ttl_ms=int(data["ttl_ms"]),
+        route=_route_from(data["route"]),
+        queued_ms=int(data["queued_ms"]),
+    )
