@@ -1,0 +1,230 @@
+"""timeline-lock's handler and expiry scanner, driven without faust or Kafka: parsing and
+routing checks, dead letters for every kind of bad request, redelivery, expiry requests."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from faust.types import Message
+
+from lakewarden.clients._lock_wire import lock_request, table_partition
+from lakewarden.events import Event, EventDecodeError, Undecodable, decode, encode, sample_events
+from services._common.dlq import DEAD_LETTERS, DeadLetters
+from services.timeline_lock.handler import ExpiryScanner, RequestHandler
+from services.timeline_lock.state import Reply, TableLock
+
+PARTITIONS = 6
+REPLIES = "lakewarden.lock.replies"
+
+
+class FakeTopic:
+    def __init__(self) -> None:
+        self.sent: list[tuple[bytes | None, Event]] = []
+
+    async def send(self, *, key: bytes | None, value: Event) -> None:
+        self.sent.append((key, value))
+
+
+class Harness:
+    def __init__(self, *, now_ms: int = 1_000) -> None:
+        self.table: dict[str, Any] = {}
+        self.replies: list[tuple[str, Reply]] = []
+        self.dlq = FakeTopic()
+        self.now_ms = now_ms
+        self.offset = 0
+        self.handler = RequestHandler(
+            table=self.table,
+            send_reply=self._reply,
+            dead_letters=DeadLetters(self.dlq, service="timeline-lock", consumer_group="g"),  # type: ignore[arg-type]
+            reply_topic=REPLIES,
+            partitions=lambda: PARTITIONS,
+            reply_partitions=lambda: PARTITIONS,
+            clock=lambda: self.now_ms,
+        )
+
+    async def _reply(self, table_id: str, reply: Reply) -> None:
+        self.replies.append((table_id, reply))
+
+    def feed(
+        self,
+        record: dict[str, Any],
+        *,
+        name: str = "LockRequest",
+        key: bytes | None = None,
+        partition: int | None = None,
+        offset: int | None = None,
+    ) -> None:
+        table_id = record["envelope"]["table_id"]
+        value = encode(name, record)
+        message = Message(
+            "lakewarden.lock.requests",
+            table_partition(table_id, PARTITIONS) if partition is None else partition,
+            self.offset if offset is None else offset,
+            0.0,
+            0,
+            None,
+            table_id.encode() if key is None else key,
+            value,
+            None,
+        )
+        self.offset += 1
+        asyncio.run(self.handler.handle(message, decode(value)))
+
+    def feed_bytes(self, value: bytes, *, key: bytes = b"t1") -> None:
+        message = Message("lakewarden.lock.requests", 0, self.offset, 0.0, 0, None, key, value, None)
+        self.offset += 1
+        try:
+            decoded: Any = decode(value)
+        except EventDecodeError as err:
+            decoded = Undecodable(err, value)
+        asyncio.run(self.handler.handle(message, decoded))
+
+    def dead_letters(self) -> list[dict[str, Any]]:
+        return [event.record for _, event in self.dlq.sent]
+
+
+def req(kind: str = "acquire", table_id: str = "t1", **fields: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "table_id": table_id,
+        "producer_id": "test",
+        "request_id": "r1",
+        "kind": kind,
+        "owner": "w1",
+        "ttl_ms": 1_000,
+        "reply_topic": REPLIES,
+        "reply_partition": 4,
+        "reply_key": "client-1",
+    }
+    return lock_request(**{**base, **fields})
+
+
+def test_acquire_is_applied_stored_and_answered_on_the_requested_route() -> None:
+    h = Harness()
+    h.feed(req())
+    assert TableLock.from_json(h.table["t1"]).holder.token == 1  # type: ignore[union-attr]
+    [(table_id, reply)] = h.replies
+    assert table_id == "t1" and reply.status == "granted" and reply.token == 1
+    assert reply.route.partition == 4 and reply.route.key == "client-1"
+    assert h.dlq.sent == []
+
+
+def test_a_redelivered_request_is_skipped() -> None:
+    h = Harness()
+    h.feed(req(), offset=10)
+    h.feed(req(request_id="r2", owner="w2"), offset=11)
+    h.feed(req(request_id="r3", owner="w3"), offset=11)  # redelivery of offset 11
+    assert [w["request_id"] for w in h.table["t1"]["queue"]] == ["r2"]
+    assert [r.request_id for _, r in h.replies] == ["r1", "r2"]
+
+
+def _dlq_count(reason: str) -> float:
+    return DEAD_LETTERS.labels("timeline-lock", reason)._value.get()
+
+
+@pytest.mark.parametrize(
+    ("feed", "reason", "detail"),
+    [
+        (lambda h: h.feed_bytes(b"\x00\x01junk"), "too_short", "too_short"),
+        (lambda h: h.feed_bytes(b"\xc3\x01" + b"\x00" * 12), "unknown_fingerprint", "writer"),
+        (
+            lambda h: h.feed(sample_events(table_id="t1")["Heartbeat"], name="Heartbeat"),
+            "unexpected_event",
+            "a Heartbeat event",
+        ),
+        (lambda h: h.feed(req(), key=b"other"), "key_mismatch", "is not the table id"),
+        (
+            lambda h: h.feed(req(), partition=(table_partition("t1", PARTITIONS) + 1) % 6),
+            "misrouted",
+            "expected",
+        ),
+        (lambda h: h.feed(req(ttl_ms=0)), "invalid_request", "acquire needs ttl_ms > 0"),
+        (lambda h: h.feed(req("renew")), "invalid_request", "renew needs the token"),
+        (lambda h: h.feed(req(owner="")), "invalid_request", "owner is empty"),
+        (
+            lambda h: h.feed(req(reply_topic="lakewarden.timeline")),
+            "invalid_request",
+            "this service answers on lakewarden.lock.replies",
+        ),
+        (lambda h: h.feed(req(reply_partition=99)), "invalid_request", "reply_partition 99"),
+    ],
+)
+def test_bad_requests_are_dead_lettered_and_the_handler_keeps_serving(
+    feed: Any, reason: str, detail: str
+) -> None:
+    h = Harness()
+    before = _dlq_count(reason)
+    feed(h)
+    [letter] = h.dead_letters()
+    assert letter["reason"] == reason and detail in letter["detail"]
+    assert letter["topic"] == "lakewarden.lock.requests" and letter["value"]
+    assert _dlq_count(reason) == before + 1
+    assert "t1" not in h.table
+    h.feed(req(request_id="good"))  # still serving
+    assert h.replies[-1][1].request_id == "good" and h.replies[-1][1].status == "granted"
+
+
+def test_an_invalid_request_with_a_usable_route_is_also_refused() -> None:
+    h = Harness()
+    h.feed(req(ttl_ms=-5))
+    [(_, reply)] = h.replies
+    assert reply.status == "refused" and "ttl_ms > 0" in (reply.reason or "")
+    h2 = Harness()
+    h2.feed(req(reply_partition=99))  # its route is unusable: dead letter only
+    assert h2.replies == [] and len(h2.dead_letters()) == 1
+
+
+def test_expiry_scanner_sends_one_expire_per_overdue_lease_version() -> None:
+    h = Harness(now_ms=1_000)
+    h.feed(req(table_id="a", ttl_ms=500))
+    h.feed(req(table_id="b", ttl_ms=5_000))
+    h.feed(req(table_id="b", request_id="r2", owner="w2"))
+    sent: list[tuple[str, dict[str, Any]]] = []
+
+    async def send(table_id: str, record: dict[str, Any]) -> None:
+        sent.append((table_id, record))
+
+    clock = {"now": 1_400}
+    scanner = ExpiryScanner(
+        table=h.table,
+        send_request=send,
+        owned_since=lambda: 0,
+        producer_id="timeline-lock",
+        clock=lambda: clock["now"],
+        resend_after_ms=2_000,
+    )
+    assert asyncio.run(scanner.tick()) == 0
+    clock["now"] = 1_500
+    assert asyncio.run(scanner.tick()) == 1
+    [(table_id, record)] = sent
+    assert table_id == "a" and record["kind"] == "expire"
+    assert record["token"] == 1 and record["lease_expires_ms"] == 1_500
+    clock["now"] = 2_000
+    assert asyncio.run(scanner.tick()) == 0  # in flight: not asked again yet
+    clock["now"] = 3_600
+    assert asyncio.run(scanner.tick()) == 1  # no answer for 2 s: asked again
+    h.feed(record)  # the agent applies it
+    assert h.table["a"]["holder"] is None
+    assert h.replies[-1][1].status == "expired" and h.replies[-1][1].request_id == "r1"
+
+
+def test_expiry_scanner_gives_holders_a_full_ttl_after_a_takeover() -> None:
+    h = Harness(now_ms=1_000)
+    h.feed(req(ttl_ms=500))
+    sent: list[Any] = []
+
+    async def send(table_id: str, record: dict[str, Any]) -> None:
+        sent.append(record)
+
+    now = {"ms": 10_000}
+    scanner = ExpiryScanner(
+        table=h.table,
+        send_request=send,
+        owned_since=lambda: 9_800,  # this instance took the partition over at 9.8 s
+        producer_id="timeline-lock",
+        clock=lambda: now["ms"],
+    )
+    assert asyncio.run(scanner.tick()) == 0  # deadline passed long ago, but 9.8 + 0.5 > 10
+    now["ms"] = 10_300
+    assert asyncio.run(scanner.tick()) == 1
