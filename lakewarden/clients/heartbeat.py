@@ -1,0 +1,323 @@
+"""The heartbeat emitter: proof, on ``lakewarden.heartbeats``, that an instant is being worked on.
+
+    with Heartbeat(settings, table_id, instant, owner=me) as heartbeat:
+        ... write files ...
+        heartbeat.check()        # raises HeartbeatLostError: do not complete the instant
+        transaction.complete(stats)
+
+A thread publishes a beat every ``interval_s``; heartbeat-monitor declares the instant dead
+when no beat reached the broker for ``tolerance_s = interval_s * tolerable_misses`` (judged by
+broker time). The emitter judges itself by the same rule, conservatively: it is *healthy* while
+some beat *sent* less than ``tolerance_s`` ago has been acknowledged by the broker. A beat is
+appended after it was sent, so while the emitter is healthy the monitor cannot have seen a
+silence longer than the tolerance, whatever the clocks say.
+
+Losing health is sticky: once the window passed without an acknowledged beat, the monitor may
+have declared the instant dead (and the cleaner may be rolling it back), so the emitter stays
+unhealthy even if later beats get through. The thread cannot die silently: whatever stops it
+(an exception, a fatal producer error) makes the emitter unhealthy at once, and the holder is
+told three ways: ``is_healthy()`` is false, ``check()`` raises ``HeartbeatLostError`` naming
+the cause, and the ``on_lost`` callback (if given) is called once, from the heartbeat thread
+(or, when that thread is gone, from the holder's next ``is_healthy()`` / ``check()``).
+
+Beats that cannot be delivered within one interval (1 s at least) are dropped by the producer
+rather than delivered late (a late beat would be a false sign of life). Leaving the ``with``
+block sends a ``final`` beat, so the monitor stops tracking the instant without declaring it
+dead.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any, Final, Literal
+
+from confluent_kafka import KafkaError, Message, Producer
+
+from lakewarden.errors import NonRetryableError
+from lakewarden.events.codec import EventCodec, default_codec
+from lakewarden.events.envelope import new_envelope
+from lakewarden.events.topics import HEARTBEATS
+from lakewarden.settings import HeartbeatPolicy, Settings
+
+log = logging.getLogger(__name__)
+
+BeatKind = Literal["beat", "final"]
+# How long leaving the block may wait for the final beat: it is a courtesy (without it the
+# monitor declares the instant dead after the tolerance), not worth holding a writer up for.
+_FINAL_FLUSH_S: Final = 1.0
+# The thread's longest sleep: bounds how late it notices the window passing or a stop request.
+_MAX_WAIT_S: Final = 0.1
+
+
+class HeartbeatLostError(NonRetryableError):
+    """The heartbeat of an instant is unhealthy: heartbeat-monitor may have declared it dead,
+    so the instant must not complete. ``cause`` is why (window passed, thread failed)."""
+
+    def __init__(self, message: str, *, table: str, instant: str, cause: str) -> None:
+        super().__init__(message, table=table, instant=instant)
+        self.cause = cause
+
+
+class Heartbeat:
+    """Publishes heartbeats for one instant from a background thread (see the module doc).
+
+    ``interval_s`` / ``tolerable_misses`` default to ``settings.heartbeat.policy_for(table_id)``.
+    ``producer_config`` overrides librdkafka settings (underscores for dots). No network IO
+    happens before ``start()`` / ``__enter__``.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        table_id: str,
+        instant: str,
+        owner: str,
+        *,
+        interval_s: float | None = None,
+        tolerable_misses: int | None = None,
+        on_lost: Callable[[HeartbeatLostError], None] | None = None,
+        codec: EventCodec | None = None,
+        **producer_config: Any,
+    ) -> None:
+        policy = settings.heartbeat.policy_for(table_id)
+        self.policy = HeartbeatPolicy(
+            interval_s=policy.interval_s if interval_s is None else interval_s,
+            tolerable_misses=(
+                policy.tolerable_misses if tolerable_misses is None else tolerable_misses
+            ),
+        )
+        self.settings = settings
+        self.table_id = table_id
+        self.instant = instant
+        self.owner = owner
+        self._on_lost = on_lost
+        self._codec = codec or default_codec()
+        self._producer_config = producer_config
+        self._producer: Producer | None = None
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._guard = threading.Lock()
+        self._started_at = 0.0
+        self._last_acked_sent_at: float | None = None
+        self._lost: HeartbeatLostError | None = None
+        self._notified = False
+        self.sent = 0
+        self.delivered = 0
+        self.failed = 0
+
+    @property
+    def tolerance_s(self) -> float:
+        return self.policy.tolerance_s
+
+    def start(self, *, wait_first_s: float | None = None) -> Heartbeat:
+        """Start beating; wait until the first beat is acknowledged (at most ``wait_first_s``,
+        default the tolerance), so the monitor knows the instant before any work starts.
+
+        Raises:
+            HeartbeatLostError: the first beat was not acknowledged in time.
+            RuntimeError: already started.
+        """
+        if self._thread is not None:
+            raise RuntimeError("this Heartbeat was started already")
+        self._producer = Producer(self._librdkafka_config())
+        self._started_at = time.monotonic()
+        self._thread = threading.Thread(
+            target=self._run, name=f"heartbeat-{self.table_id}-{self.instant}", daemon=True
+        )
+        self._thread.start()
+        deadline = time.monotonic() + (self.tolerance_s if wait_first_s is None else wait_first_s)
+        while self.delivered == 0 and self._lost is None and time.monotonic() < deadline:
+            time.sleep(0.005)
+        if self.delivered == 0:
+            self._declare_lost("first_beat", "the first heartbeat was not acknowledged")
+            self.stop()
+            self.check()
+        return self
+
+    def stop(self) -> None:
+        """Stop beating and send a ``final`` beat (best effort, bounded wait). Idempotent."""
+        thread = self._thread
+        if thread is None or self._stop.is_set():
+            return
+        self._stop.set()
+        thread.join()
+        producer = self._producer
+        if producer is not None:
+            self._produce(producer, "final")
+            remaining = producer.flush(_FINAL_FLUSH_S)
+            if remaining:
+                log.info(
+                    "final heartbeat not delivered",
+                    extra={"table_id": self.table_id, "instant": self.instant},
+                )
+        self._producer = None
+
+    def is_healthy(self) -> bool:
+        """True while a beat sent within the last ``tolerance_s`` was acknowledged and the
+        thread runs. Once false, false for good (see the module doc)."""
+        self._judge(time.monotonic())
+        return self._lost is None
+
+    def check(self) -> None:
+        """Return if healthy.
+
+        Raises:
+            HeartbeatLostError: unhealthy, with the cause; the instant must not complete.
+        """
+        self._judge(time.monotonic())
+        if self._lost is not None:
+            raise self._lost
+
+    def __enter__(self) -> Heartbeat:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    # -- the thread ----------------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            self._beat_until_stopped()
+        except BaseException as err:  # the thread must not die silently, whatever killed it
+            self._declare_lost("thread_failed", f"the heartbeat thread failed: {err!r}")
+            self._notify()
+            raise
+
+    def _beat_until_stopped(self) -> None:
+        producer = self._producer
+        assert producer is not None, "started"
+        interval = self.policy.interval_s
+        next_beat = time.monotonic()
+        while not self._stop.is_set():
+            now = time.monotonic()
+            if now >= next_beat:
+                self._produce(producer, "beat")
+                # A late wake-up (GC pause, CPU starvation) does not queue a burst of beats.
+                next_beat = max(next_beat + interval, now + interval / 2)
+            producer.poll(0)  # delivery callbacks run here, on this thread
+            self._judge(time.monotonic())
+            self._notify()
+            self._stop.wait(min(max(next_beat - time.monotonic(), 0.0), _MAX_WAIT_S))
+        producer.poll(0)
+
+    def _produce(self, producer: Producer, kind: BeatKind) -> None:
+        record = {
+            "envelope": new_envelope(
+                "Heartbeat", table_id=self.table_id, producer_id=self.owner, codec=self._codec
+            ),
+            "instant": self.instant,
+            "owner": self.owner,
+            "interval_ms": round(self.policy.interval_s * 1000),
+            "seq": self.sent,
+            "kind": kind,
+            "tolerable_misses": self.policy.tolerable_misses,
+        }
+        sent_at = time.monotonic()
+
+        def delivered(err: KafkaError | None, msg: Message) -> None:
+            self._on_delivery(err, sent_at)
+
+        try:
+            producer.produce(
+                HEARTBEATS.name(self.settings),
+                self._codec.encode("Heartbeat", record),
+                key=self.table_id.encode(),
+                on_delivery=delivered,
+            )
+            self.sent += 1
+        except BufferError:
+            # The local queue is full of undelivered beats: this one would be late anyway.
+            self.failed += 1
+
+    def _on_delivery(self, err: KafkaError | None, sent_at: float) -> None:
+        if err is not None:
+            self.failed += 1
+            if err.fatal():
+                self._declare_lost("producer_fatal", f"the heartbeat producer failed: {err}")
+            return
+        self.delivered += 1
+        with self._guard:
+            previous = self._last_acked_sent_at
+            reference = self._started_at if previous is None else previous
+            # A gap longer than the tolerance between acknowledged beats is a window the monitor
+            # may have judged, even if the window is over by now.
+            if sent_at - reference > self.tolerance_s:
+                gap = sent_at - reference
+                self._declare_lost_locked(
+                    "window_passed", f"no heartbeat was delivered for {gap:.1f} s"
+                )
+            if previous is None or sent_at > previous:
+                self._last_acked_sent_at = sent_at
+
+    def _judge(self, now: float) -> None:
+        """Lose health when the window passed or the thread is gone."""
+        if self._lost is not None or self._thread is None:
+            return
+        with self._guard:
+            reference = self._last_acked_sent_at or self._started_at
+            silence = now - reference
+        if silence > self.tolerance_s:
+            self._declare_lost("window_passed", f"no heartbeat was delivered for {silence:.1f} s")
+        elif not self._thread.is_alive() and not self._stop.is_set():
+            self._declare_lost("thread_failed", "the heartbeat thread is not running")
+            self._notify()  # nobody else will: the thread is gone
+
+    def _declare_lost(self, cause: str, what: str) -> None:
+        with self._guard:
+            self._declare_lost_locked(cause, what)
+
+    def _declare_lost_locked(self, cause: str, what: str) -> None:
+        if self._lost is not None:
+            return
+        self._lost = HeartbeatLostError(
+            f"heartbeat of instant {self.instant} of table {self.table_id} is lost: {what} "
+            f"(tolerance {self.tolerance_s:g} s), so heartbeat-monitor may have declared it "
+            "dead. Help: do not complete the instant; roll it back and write again.",
+            table=self.table_id,
+            instant=self.instant,
+            cause=cause,
+        )
+        log.error(
+            "heartbeat lost: %s",
+            what,
+            extra={"table_id": self.table_id, "instant": self.instant, "cause": cause},
+        )
+
+    def _notify(self) -> None:
+        """Call ``on_lost`` once, outside any lock, when health was lost."""
+        with self._guard:
+            error = self._lost
+            if error is None or self._notified:
+                return
+            self._notified = True
+        if self._on_lost is not None:
+            try:
+                self._on_lost(error)
+            except Exception:  # the holder's callback must not stop the beats of others
+                log.exception("on_lost callback failed")
+
+    def _librdkafka_config(self) -> dict[str, Any]:
+        # A beat that cannot be delivered within an interval (at least 1 s, so that a busy
+        # broker does not fail every beat) is dropped rather than sent late.
+        timeout_ms = max(round(self.policy.interval_s * 1000), 1000)
+        config: dict[str, Any] = {
+            "acks": "all",
+            "linger_ms": 0,
+            "message_timeout_ms": timeout_ms,
+            "request_timeout_ms": timeout_ms,
+            "client_id": f"heartbeat-{uuid.uuid4().hex[:8]}",
+            "logger": log,
+            **self._producer_config,
+        }
+        return self.settings.kafka.librdkafka_config(**config)

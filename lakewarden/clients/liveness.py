@@ -1,0 +1,287 @@
+"""The liveness view: heartbeat-monitor's verdicts, read from the changelog it keeps.
+
+    with Liveness(settings) as view:
+        if view.status("orders", "20250314092653589") is Verdict.DEAD:
+            ...  # roll the instant back
+
+heartbeat-monitor keeps one record per tracked instant in a faust table; its changelog is a
+compacted topic, ``<prefix>heartbeat-monitor-liveness-changelog``, so the latest record of every
+instant is in Kafka, readable by anyone. The view reads that topic from the beginning into a
+dict and, before answering, catches up to the high watermarks it asked the broker for: an answer
+reflects every verdict the monitor had written when ``status`` was called. That costs one
+offsets request per partition (a few ms), which is what makes the view usable inside another
+service's table transaction. ``fresh=False`` answers from what was read so far, without IO.
+
+The record format (this module is its one definition; the monitor writes with it):
+
+- key: UTF-8 JSON ``["<table id>", "<instant>"]``;
+- value: UTF-8 JSON ``{"status": "alive"|"dead"|"ended", "owner", "partition",
+  "last_seen_ms", "tolerance_ms", "since_ms"}``; a tombstone (null value) when the monitor
+  forgets the instant (it reached a terminal state, or was dead or ended for ``forget_after_s``).
+
+``alive`` means the monitor has not declared the executor dead (it may be in the tolerance
+window after its last beat, or in the grace window after a monitor restart); ``dead`` means a
+``HeartbeatExpired`` was published; ``ended`` means the executor said it stopped beating on
+purpose. The view answers ALIVE, DEAD for both ``dead`` and ``ended`` (nobody is executing the
+instant: the same answer ``EmbeddedCoordinator`` gives after a heartbeat block ends), and
+UNKNOWN when there is no record.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from types import TracebackType
+from typing import Final, Literal
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
+
+from lakewarden.errors import RetryableError
+from lakewarden.settings import Settings
+from lakewarden.table.coordinator import Liveness as Verdict
+
+log = logging.getLogger(__name__)
+
+SERVICE: Final = "heartbeat-monitor"
+TABLE_NAME: Final = "liveness"
+RecordStatus = Literal["alive", "dead", "ended"]
+_VERDICTS: Final[dict[str, Verdict]] = {
+    "alive": Verdict.ALIVE,
+    "dead": Verdict.DEAD,
+    "ended": Verdict.DEAD,
+}
+
+
+class LivenessUnavailableError(RetryableError):
+    """The view could not catch up with the monitor's changelog (broker unreachable)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LivenessRecord:
+    """What the monitor knows about one instant. Times are broker time (epoch ms)."""
+
+    status: RecordStatus
+    owner: str
+    partition: int
+    last_seen_ms: int
+    tolerance_ms: int
+    since_ms: int
+
+    @property
+    def verdict(self) -> Verdict:
+        return _VERDICTS[self.status]
+
+    def encode(self) -> bytes:
+        return json.dumps(asdict(self), separators=(",", ":")).encode()
+
+    @classmethod
+    def decode(cls, data: bytes) -> LivenessRecord:
+        """Raises: ValueError (or a subclass) when ``data`` is not a record."""
+        raw = json.loads(data)
+        if not isinstance(raw, dict) or raw.get("status") not in _VERDICTS:
+            raise ValueError(f"not a liveness record: {data[:200]!r}")
+        return cls(
+            status=raw["status"],
+            owner=str(raw["owner"]),
+            partition=int(raw["partition"]),
+            last_seen_ms=int(raw["last_seen_ms"]),
+            tolerance_ms=int(raw["tolerance_ms"]),
+            since_ms=int(raw["since_ms"]),
+        )
+
+
+def record_key(table_id: str, instant: str) -> bytes:
+    """The changelog key of an instant."""
+    return json.dumps([table_id, instant], separators=(",", ":")).encode()
+
+
+def parse_key(key: bytes) -> tuple[str, str]:
+    """``(table id, instant)`` of a changelog key.
+
+    Raises: ValueError (or a subclass) when ``key`` is not a record key.
+    """
+    raw = json.loads(key)
+    if not (isinstance(raw, list) and len(raw) == 2 and all(isinstance(p, str) for p in raw)):
+        raise ValueError(f"not a liveness key: {key[:200]!r}")
+    return raw[0], raw[1]
+
+
+def liveness_topic(settings: Settings) -> str:
+    """The monitor's changelog topic under the settings' prefix (faust's naming:
+    ``<app id>-<table>-changelog``, app id ``<prefix>heartbeat-monitor``)."""
+    return f"{settings.kafka.topic_prefix}{SERVICE}-{TABLE_NAME}-changelog"
+
+
+class Liveness:
+    """A read-only, thread-safe view of heartbeat-monitor's verdicts.
+
+    No network IO in ``__init__``; the consumer is created on the first ``status``. One view
+    per process is enough: it holds one record per instant the monitor tracks.
+    """
+
+    def __init__(self, settings: Settings, *, topic: str | None = None) -> None:
+        self.settings = settings
+        self.topic = topic or liveness_topic(settings)
+        self._lock = threading.Lock()
+        self._consumer: Consumer | None = None
+        self._partitions: list[int] = []
+        self._records: dict[tuple[str, str], LivenessRecord] = {}
+        self.skipped = 0  # changelog messages that were not records (counted, not fatal)
+
+    def status(
+        self, table_id: str, instant: str, *, fresh: bool = True, timeout_s: float | None = None
+    ) -> Verdict:
+        """ALIVE, DEAD (declared dead, or ended on purpose) or UNKNOWN (no record).
+
+        Raises:
+            LivenessUnavailableError: ``fresh`` and the view could not catch up within
+                ``timeout_s`` (default: the settings' request timeout).
+            ConfigurationError: Kafka is not configured.
+        """
+        record = self.record(table_id, instant, fresh=fresh, timeout_s=timeout_s)
+        return Verdict.UNKNOWN if record is None else record.verdict
+
+    def record(
+        self, table_id: str, instant: str, *, fresh: bool = True, timeout_s: float | None = None
+    ) -> LivenessRecord | None:
+        """The monitor's record of the instant, or None.
+
+        Raises:
+            as ``status``.
+        """
+        with self._lock:
+            if fresh:
+                self._catch_up(timeout_s)
+            else:
+                self._drain()
+            return self._records.get((table_id, instant))
+
+    def snapshot(self, *, fresh: bool = True) -> dict[tuple[str, str], LivenessRecord]:
+        """Every record the view holds (after catching up when ``fresh``).
+
+        Raises:
+            as ``status``.
+        """
+        with self._lock:
+            if fresh:
+                self._catch_up(None)
+            else:
+                self._drain()
+            return dict(self._records)
+
+    def close(self) -> None:
+        """Close the consumer (a later call opens a new one and reads the topic again)."""
+        with self._lock:
+            consumer, self._consumer = self._consumer, None
+            self._records.clear()
+            self._partitions = []
+            if consumer is not None:
+                consumer.close()
+
+    def __enter__(self) -> Liveness:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def _client(self, timeout_s: float) -> Consumer:
+        if self._consumer is None:
+            config = self.settings.kafka.librdkafka_config(
+                # assign() only: the group id is never joined nor committed to.
+                group_id=f"{SERVICE}-view-{uuid.uuid4().hex[:8]}",
+                enable_auto_commit=False,
+                enable_partition_eof=False,
+                logger=log,
+            )
+            self._consumer = Consumer(config)
+        if not self._partitions:
+            self._assign(self._consumer, timeout_s)
+        return self._consumer
+
+    def _assign(self, consumer: Consumer, timeout_s: float) -> None:
+        try:
+            metadata = consumer.list_topics(self.topic, timeout=timeout_s)
+        except KafkaException as err:
+            raise LivenessUnavailableError(f"Cannot read topic {self.topic}: {err}") from err
+        topic = metadata.topics.get(self.topic)
+        if topic is None or topic.error is not None or not topic.partitions:
+            return  # the monitor has not run yet: nothing is known (UNKNOWN)
+        self._partitions = sorted(topic.partitions)
+        consumer.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in self._partitions])
+
+    def _catch_up(self, timeout_s: float | None) -> None:
+        timeout = self.settings.kafka.request_timeout_s if timeout_s is None else timeout_s
+        deadline = time.monotonic() + timeout
+        consumer = self._client(timeout)
+        targets = {p: self._high_watermark(consumer, p, timeout) for p in self._partitions}
+        while True:
+            behind = self._behind(consumer, targets)
+            if not behind:
+                return
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise LivenessUnavailableError(
+                    f"the liveness view did not catch up with {self.topic} within {timeout:g} s "
+                    f"(partitions behind: {sorted(behind)}). Help: is the broker up?"
+                )
+            self._consume(consumer, min(remaining, 0.1))
+
+    def _high_watermark(self, consumer: Consumer, partition: int, timeout: float) -> int:
+        try:
+            _, high = consumer.get_watermark_offsets(
+                TopicPartition(self.topic, partition), timeout=timeout, cached=False
+            )
+        except KafkaException as err:
+            raise LivenessUnavailableError(
+                f"Cannot read the offsets of {self.topic} [{partition}]: {err}"
+            ) from err
+        return int(high)
+
+    def _behind(self, consumer: Consumer, targets: dict[int, int]) -> set[int]:
+        positions = consumer.position([TopicPartition(self.topic, p) for p in targets])
+        behind = set()
+        for tp in positions:
+            # A negative position means nothing was consumed yet: behind unless empty.
+            position = tp.offset if tp.offset >= 0 else 0
+            if position < targets[tp.partition]:
+                behind.add(tp.partition)
+        return behind
+
+    def _drain(self) -> None:
+        if self._consumer is None:
+            self._client(self.settings.kafka.request_timeout_s)
+        assert self._consumer is not None
+        self._consume(self._consumer, 0.0)
+
+    def _consume(self, consumer: Consumer, timeout_s: float) -> None:
+        for msg in consumer.consume(num_messages=10_000, timeout=timeout_s):
+            error = msg.error()
+            if error is not None:
+                self._on_error(error)
+                continue
+            self._apply(msg.key(), msg.value())
+
+    def _apply(self, key: bytes | None, value: bytes | None) -> None:
+        try:
+            ident = parse_key(key or b"")
+            if value is None:
+                self._records.pop(ident, None)
+            else:
+                self._records[ident] = LivenessRecord.decode(value)
+        except (ValueError, KeyError, TypeError) as err:
+            self.skipped += 1
+            log.warning("skipped a liveness changelog message: %s", err)
+
+    def _on_error(self, error: KafkaError) -> None:
+        if error.fatal():
+            raise LivenessUnavailableError(f"liveness view consumer failed: {error.str()}")
+        log.info("liveness view consumer: %s", error.str())
