@@ -73,7 +73,8 @@ class Harness:
         asyncio.run(self.handler.handle(message, decode(value)))
 
     def feed_bytes(self, value: bytes, *, key: bytes = b"t1") -> None:
-        message = Message("lakewarden.lock.requests", 0, self.offset, 0.0, 0, None, key, value, None)
+        topic = "lakewarden.lock.requests"
+        message = Message(topic, 0, self.offset, 0.0, 0, None, key, value, None)
         self.offset += 1
         try:
             decoded: Any = decode(value)

@@ -47,9 +47,8 @@ class Run:
         self.now_ms = now_ms
 
     def __call__(self, request: Request, *, now_ms: int | None = None) -> Outcome:
-        outcome = apply(
-            self.state, request, offset=self.offset, now_ms=self.now_ms if now_ms is None else now_ms
-        )
+        now = self.now_ms if now_ms is None else now_ms
+        outcome = apply(self.state, request, offset=self.offset, now_ms=now)
         self.offset += 1
         self.state = outcome.state
         return outcome
@@ -130,7 +129,8 @@ def test_withdrawing_a_waiter_removes_it_and_a_later_resend_is_refused() -> None
     assert statuses(run(release(None, acquire_id="b"))) == [("rel", "granted", None)]
     assert [w.request_id for w in run.state.queue] == ["c"]
     out = run(acquire("b"))
-    assert statuses(out) == [("b", "refused", None)] and "already ended" in str(out.replies[0].reason)
+    assert statuses(out) == [("b", "refused", None)]
+    assert "already ended" in str(out.replies[0].reason)
     assert statuses(run(release(1))) == [("rel", "granted", 1), ("c", "granted", 2)]
 
 
@@ -236,9 +236,7 @@ CLIENTS = ("p", "q", "r", "s")
 def scripts(draw: st.DrawFn) -> list[tuple[str, str, int]]:
     """(action, client, clock step) triples; the runner turns them into requests."""
     actions = st.sampled_from(["acquire", "renew", "release", "withdraw", "expire", "resend"])
-    steps = st.lists(
-        st.tuples(actions, st.sampled_from(CLIENTS), st.integers(0, 400)), max_size=60
-    )
+    steps = st.lists(st.tuples(actions, st.sampled_from(CLIENTS), st.integers(0, 400)), max_size=60)
     return draw(steps)
 
 
