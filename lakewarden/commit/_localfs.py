@@ -1,0 +1,123 @@
+"""Local filesystem primitives for the job commit's fast path.
+
+Why not ``LocalStorage.rename``: it links, unlinks and fsyncs the destination directory per
+file (about 0.7 ms on this project's ext4 disks, 70 times an ``os.rename``). A job commit renames
+thousands of files into a few directories, so it renames without syncing and then fsyncs each
+touched directory once, before the ``_SUCCESS`` summary (the job's durability point) is
+written. A crash before that loses at most renames, which a resumed commit redoes.
+
+Renames never replace: ``renameat2(RENAME_NOREPLACE)`` where the kernel and filesystem have it
+(one system call, atomic: the file is at its source or at its destination, never both), else
+``link`` + ``unlink`` (a crash between them leaves both names on one inode; the next rename
+sees the same file and finishes the job).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import stat
+from collections.abc import Callable, Iterable
+
+_AT_FDCWD = -100
+_RENAME_NOREPLACE = 1
+
+
+def _load_renameat2() -> Callable[..., int] | None:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        func = libc.renameat2
+    except (OSError, AttributeError):
+        return None
+    func.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    func.restype = ctypes.c_int
+    renameat2: Callable[..., int] = func
+    return renameat2
+
+
+_RENAMEAT2 = _load_renameat2()
+_fallback = _RENAMEAT2 is None
+
+
+def rename_noreplace(src: str, dst: str) -> None:
+    """Move file ``src`` to ``dst`` unless ``dst`` exists.
+
+    Raises:
+        FileExistsError: ``dst`` exists (``src`` untouched).
+        FileNotFoundError: ``src`` (or ``dst``'s directory) does not exist.
+        OSError: other failures.
+    """
+    global _fallback
+    if not _fallback and _RENAMEAT2 is not None:
+        if _RENAMEAT2(_AT_FDCWD, src.encode(), _AT_FDCWD, dst.encode(), _RENAME_NOREPLACE) == 0:
+            return
+        code = ctypes.get_errno()
+        if code not in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+            raise OSError(code, os.strerror(code), src, None, dst)
+        _fallback = True  # this filesystem cannot: link + unlink from now on
+    _link_then_unlink(src, dst)
+
+
+def _link_then_unlink(src: str, dst: str) -> None:
+    try:
+        os.link(src, dst)
+    except FileExistsError:
+        if not _same_file(src, dst):
+            raise
+    os.unlink(src)
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def regular_file_size(path: str) -> int | None:
+    """Size of the regular file at ``path`` (a final symlink is not followed); None if absent.
+
+    Raises: NotARegularFileError (a symlink, a directory, a device...)."""
+    try:
+        st = os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        raise NotARegularFileError(path, st.st_mode)
+    return st.st_size
+
+
+class NotARegularFileError(OSError):
+    """The path is a symbolic link, a directory or another non-regular file."""
+
+    def __init__(self, path: str, mode: int) -> None:
+        kind = "a symbolic link" if stat.S_ISLNK(mode) else "not a regular file"
+        super().__init__(errno.EINVAL, f"{path} is {kind}")
+        self.path = path
+        self.is_symlink = stat.S_ISLNK(mode)
+
+
+def real_inside(path: str, root_real: str) -> bool:
+    """Whether ``path``, with every symlink resolved (missing tail components kept as named),
+    is ``root_real`` or lies under it. ``root_real`` must itself be a resolved path."""
+    real = os.path.realpath(path)
+    return real == root_real or real.startswith(root_real.rstrip(os.sep) + os.sep)
+
+
+def make_dirs(path: str) -> None:
+    """``mkdir -p``. Raises: NotADirectoryError/FileExistsError (a file is in the way)."""
+    os.makedirs(path, exist_ok=True)
+
+
+def fsync_dirs(paths: Iterable[str]) -> None:
+    """fsync each existing directory once (persists the names created or removed in it)."""
+    for path in paths:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        except FileNotFoundError:
+            continue
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)

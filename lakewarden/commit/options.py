@@ -1,0 +1,46 @@
+"""How a committer runs: thread pool size, batch sizes, optional checks."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class CommitterOptions(BaseModel):
+    """Options of one committer (not persisted)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    threads: int = Field(
+        default=16, ge=1, le=256, description="store I/O threads of job commit, cleanup, abort"
+    )
+    batch_size: int | None = Field(
+        default=None,
+        ge=1,
+        description="entries per unit of parallel work; None: 1000 on the fast local path "
+        "(calls are cheap, fewer hand-offs win), 16 otherwise (calls have latency)",
+    )
+    check_destinations: bool = Field(
+        default=True,
+        description="before the first rename, check that no destination exists yet (what makes "
+        "'destination present, source gone' safe to recognise as done on resume and to roll "
+        "back on abort)",
+    )
+    validate_output: bool = Field(
+        default=False, description="after renaming, stat every destination (Hadoop's option)"
+    )
+    cleanup: bool = Field(default=True, description="delete the job directory after commit")
+    part_size: int = Field(
+        default=8 * 1024 * 1024,
+        ge=1,
+        description="multipart part size in upload mode (S3 needs >= 5 MiB but the last)",
+    )
+    max_loaded_manifests: int = Field(
+        default=8,
+        ge=1,
+        description="manifests parsed at once while loading: bounds the committer's memory",
+    )
+
+    def batch_for(self, fast_local: bool) -> int:
+        if self.batch_size is not None:
+            return self.batch_size
+        return 1000 if fast_local else 16

@@ -1,0 +1,183 @@
+"""Putting files in place: create directories, rename files (filesystems), complete uploads (S3)."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+from lakewarden.commit._store import DESTINATION_EXISTS, RENAMED, SOURCE_MISSING
+from lakewarden.commit.errors import (
+    DestinationExistsError,
+    DirectoryConflictError,
+    MissingFileError,
+)
+from lakewarden.commit.manifest import FileEntry
+from lakewarden.commit.stages._base import Stage
+from lakewarden.commit.stages.validate import ValidatedPlan
+from lakewarden.storage import AlreadyExistsError, NotFoundError, UploadedPart
+
+
+def leaf_directories(directories: frozenset[str]) -> list[str]:
+    """The directories that are no other one's ancestor (creating them creates the rest)."""
+    ordered = sorted(directories)
+    return [
+        d
+        for i, d in enumerate(ordered)
+        if i + 1 == len(ordered) or not ordered[i + 1].startswith(d + "/")
+    ]
+
+
+class CreateDirectoriesStage(Stage[ValidatedPlan, int]):
+    """Create the destination directories (filesystems only; object stores have none).
+
+    1. merge the directories of all manifests and keep the leaves;
+    2. create them in parallel (``mkdir -p``); returns how many leaves.
+
+    Hadoop deletes a file found where a directory must go; we refuse instead, since that file
+    may be another commit's data.
+
+    Raises: DirectoryConflictError.
+    """
+
+    name = "job_stage_create_target_dirs"
+
+    def _execute(self, args: ValidatedPlan) -> int:
+        if args.loaded.upload_mode or self.store.local_root is None:
+            return 0
+        leaves = leaf_directories(args.loaded.directories)  # 1.
+
+        def create(directory: str, stop: threading.Event) -> None:
+            if stop.is_set():
+                return
+            try:
+                self.store.make_dirs(directory)
+            except (FileExistsError, NotADirectoryError) as err:
+                raise DirectoryConflictError(
+                    f"cannot create directory {directory}: a file is in the way ({err}). "
+                    "Nothing was renamed.",
+                    job_id=self.layout.job_id,
+                    path=directory,
+                ) from err
+
+        self.parallel(leaves, create)  # 2.
+        return len(leaves)
+
+
+@dataclass(frozen=True)
+class PlacedFiles:
+    placed: int  # renamed or completed by this run
+    already_done: int  # found in place (an interrupted run did them)
+
+
+class RenameFilesStage(Stage[ValidatedPlan, PlacedFiles]):
+    """Rename every pending file to its destination (filesystems).
+
+    1. per chunk of entries, in parallel: rename each pending entry, never replacing;
+    2. a missing source whose destination has the recorded size was renamed before (by an
+       interrupted run): counted as done; anything else stops every worker at once;
+    3. fsync the touched directories once (the fast path renames without per-file sync).
+
+    Raises: MissingFileError, DestinationExistsError.
+    """
+
+    name = "job_stage_rename_files"
+
+    def _execute(self, args: ValidatedPlan) -> PlacedFiles:
+        spill = args.loaded.spill
+
+        def rename(chunk: int, stop: threading.Event) -> tuple[int, int]:
+            entries, flags = spill.read(chunk), args.done[chunk]
+            pending = [e for e, flag in zip(entries, flags, strict=True) if not flag]
+            return self._rename_all(pending, stop)
+
+        counts = self.parallel(range(spill.chunks), rename)  # 1.
+        self.store.sync_dirs()  # 3.
+        renamed = sum(c[0] for c in counts)
+        return PlacedFiles(renamed, args.already_done + sum(c[1] for c in counts))
+
+    def _rename_all(self, pending: list[FileEntry], stop: threading.Event) -> tuple[int, int]:
+        renamed = recognised = 0
+        start = 0
+        while start < len(pending) and not stop.is_set():
+            pairs = [(e.src, e.dst) for e in pending[start:]]
+            outcomes = self.store.renames(pairs, stop)
+            renamed += sum(1 for outcome in outcomes if outcome == RENAMED)
+            start += len(outcomes)
+            if outcomes and outcomes[-1] != RENAMED:  # 2.
+                self._reconcile(pending[start - 1], outcomes[-1])
+                recognised += 1
+        return renamed, recognised
+
+    def _reconcile(self, entry: FileEntry, outcome: int) -> None:
+        if outcome == SOURCE_MISSING:
+            if self.store.size(entry.dst) == entry.size:
+                return
+            raise MissingFileError(
+                f"source {entry.src} vanished and {entry.dst} is not in place",
+                job_id=self.layout.job_id,
+                path=entry.src,
+            )
+        assert outcome == DESTINATION_EXISTS
+        raise DestinationExistsError(
+            f"cannot rename {entry.src}: destination {entry.dst} already exists",
+            job_id=self.layout.job_id,
+            path=entry.dst,
+        )
+
+
+class CompleteUploadsStage(Stage[ValidatedPlan, PlacedFiles]):
+    """Complete every pending multipart upload (S3: the job commit's "rename").
+
+    1. per chunk of entries, in parallel: ``complete_multipart`` with ``If-None-Match: *``;
+    2. "already exists" or "no such upload" followed by an object of the recorded size at the
+       destination is an upload completed before (keys are unique per attempt): done. The
+       upload is then aborted in case it is still pending (a no-op otherwise).
+
+    Raises: DestinationExistsError, MissingFileError.
+    """
+
+    name = "job_stage_complete_uploads"
+
+    def _execute(self, args: ValidatedPlan) -> PlacedFiles:
+        spill = args.loaded.spill
+
+        def complete(chunk: int, stop: threading.Event) -> tuple[int, int]:
+            placed = recognised = 0
+            for entry, flag in zip(spill.read(chunk), args.done[chunk], strict=True):
+                if stop.is_set():
+                    break
+                if flag:
+                    continue
+                if self._complete(entry):
+                    placed += 1
+                else:
+                    recognised += 1
+            return placed, recognised
+
+        counts = self.parallel(range(spill.chunks), complete)  # 1.
+        return PlacedFiles(sum(c[0] for c in counts), args.already_done + sum(c[1] for c in counts))
+
+    def _complete(self, entry: FileEntry) -> bool:
+        """True when this call completed it, False when it was complete already."""
+        upload = entry.upload
+        assert upload is not None
+        parts = [UploadedPart(i + 1, etag) for i, etag in enumerate(upload.etags)]
+        try:
+            self.store.complete_multipart(entry.dst, upload.upload_id, parts)
+            return True
+        except (AlreadyExistsError, NotFoundError) as err:  # 2.
+            if self.store.size(entry.dst) == entry.size:
+                self.store.abort_multipart(entry.dst, upload.upload_id)
+                return False
+            if isinstance(err, AlreadyExistsError):
+                raise DestinationExistsError(
+                    f"cannot complete the upload of {entry.dst}: another object is there",
+                    job_id=self.layout.job_id,
+                    path=entry.dst,
+                ) from err
+            raise MissingFileError(
+                f"the upload {upload.upload_id} of {entry.dst} is gone (aborted?) and the "
+                "file is not in place. Help: the job's data is lost; abort the job.",
+                job_id=self.layout.job_id,
+                path=entry.dst,
+            ) from err
