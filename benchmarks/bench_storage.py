@@ -76,11 +76,14 @@ def _rate(n: int, func: Callable[[], None]) -> float:
 
 
 def _interleaved(rounds: int, runs: dict[str, Callable[[int], float]]) -> dict[str, list[float]]:
-    """Call every ``runs[name](round)`` once per round, in turn; the rates by name."""
+    """Call every ``runs[name](round)`` once per round; the rates by name. The order rotates
+    from round to round, so no variant always runs right after the fsync-heavy one."""
     rates: dict[str, list[float]] = {name: [] for name in runs}
+    names = list(runs)
     for round_ in range(rounds):
-        for name, run in runs.items():
-            rates[name].append(run(round_))
+        shift = round_ % len(names)
+        for name in names[shift:] + names[:shift]:
+            rates[name].append(runs[name](round_))
     return rates
 
 
@@ -220,8 +223,8 @@ def _result(where: str, numbers: dict[str, Any], baseline_label: str) -> Result:
 
 @benchmark("storage", "write_if_absent at sequential keys vs plain writes, local FS and SeaweedFS")
 def bench_storage(ctx: BenchContext) -> Iterable[Result]:
-    rounds = ctx.scale(5, 2)
-    local = measure_local(ctx.scale(2_000, 200), rounds)
+    rounds = ctx.scale(9, 2)
+    local = measure_local(ctx.scale(1_000, 200), rounds)
     yield _result("local FS", local, "open/write/close (no fsync)")
     with s3_endpoint() as (settings, bucket, description):
         ctx.environment["s3"] = description
