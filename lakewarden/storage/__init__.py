@@ -1,8 +1,12 @@
 """The storage contract every lakewarden component writes through.
 
-A ``Storage`` addresses objects by *key*: a ``/``-separated path relative to the storage root
-(no leading ``/``, no ``..`` segments). Backends are ``local`` (a directory) and ``s3``
-(a bucket and prefix). Guarantees every backend gives:
+A ``Storage`` addresses objects by *key*: a ``/``-separated path relative to the storage root:
+not empty, no leading ``/``, no empty, ``.`` or ``..`` segments, no NUL or backslash, and no
+segment starting with ``.lw-tmp-`` (reserved for the local backend's temporary files). Any
+other key is refused with ``InvalidKeyError`` by every operation, on every backend. Backends
+are ``local`` (a directory, ``lakewarden.storage.local``) and ``s3`` (a bucket and prefix,
+``lakewarden.storage.s3``); ``open_storage`` picks one from a URI. Guarantees every backend
+gives:
 
 1. **Atomic visibility.** ``write`` and ``write_if_absent`` make an object visible whole or not
    at all; a reader never sees a torn object.
@@ -10,16 +14,31 @@ A ``Storage`` addresses objects by *key*: a ``/``-separated path relative to the
    raises ``AlreadyExistsError`` otherwise. It is one atomic primitive: ``os.link`` of a
    fully written temporary file on a filesystem, ``PutObject`` with ``If-None-Match: *`` on S3.
    It is never "check, then write". Of N concurrent callers on one key exactly one succeeds.
-3. **Consistent listing.** After a write or delete returns, ``list`` reflects it
-   (local filesystems, S3 since 2020, SeaweedFS).
+   It is sent once (no automatic retry), so ``AlreadyExistsError`` always means another
+   writer's object; an unknown outcome is ``StorageIOError``, reconciled by reading the key.
+3. **Consistent, ordered listing.** After a write or delete returns, ``list`` reflects it.
+   ``list`` yields keys in ascending code-point order (= UTF-8 byte order, as S3 defines it),
+   including across "directories" (``a-b`` < ``a/b`` < ``a0``), and ``start_after`` is
+   exclusive and may be any string. Backends that list otherwise (SeaweedFS) are corrected
+   by listing one level at a time (``_walk``).
 4. **Named errors.** A missing key raises ``NotFoundError``; an operation the backend cannot do
    (``rename`` or ``append`` on S3) raises ``UnsupportedOperationError``; a fault in the store
-   raises ``StorageIOError`` (retryable). Callers handle ``AlreadyExistsError`` by rebasing.
+   raises ``StorageIOError`` (retryable; the effect may or may not have happened); a request
+   the store refuses for good (credentials, missing bucket, malformed) raises
+   ``RequestRejectedError``. Callers handle ``AlreadyExistsError`` by rebasing.
+
+Not portable: a key that is also a "directory" of other keys (``a`` beside ``a/b``). S3 holds
+both; the local backend refuses the second with ``InvalidKeyError``. Lakewarden's layout never
+needs it.
 
 Multipart uploads (S3 only) let a task attempt upload a data file to its *final* key while
 holding back completion; the job commit completes them (``complete_multipart`` with
 ``If-None-Match: *``) or aborts them. ``list_multipart_uploads`` requires a prefix ending in
-``/`` so one job never sees another job's uploads by a shared name prefix.
+``/`` so one job never sees another job's uploads by a shared name prefix. On SeaweedFS 4.48
+the completion condition is not atomic under concurrency (see ``lakewarden.storage.s3``).
+
+Test harness: ``lakewarden.storage.faults.FaultyStorage`` (injected failures and lost replies);
+metrics: ``lakewarden.storage.metered.MeteredStorage``.
 """
 
 from __future__ import annotations
@@ -89,7 +108,12 @@ class PendingUpload:
 
 
 class Storage(abc.ABC):
-    """Keyed object storage rooted at ``uri``. See the module docstring for the contract."""
+    """Keyed object storage rooted at ``uri``. See the module docstring for the contract.
+
+    Every method may also raise ``InvalidKeyError`` (a key or prefix breaking the key rules,
+    checked before any I/O), ``StorageIOError`` (a store fault) and ``RequestRejectedError``
+    (the store refused the request for good); only the specific errors are listed below.
+    """
 
     uri: str
 
@@ -103,12 +127,17 @@ class Storage(abc.ABC):
 
     @abc.abstractmethod
     def write_if_absent(self, key: str, data: bytes) -> None:
-        """Create the object atomically only if absent. Raises: AlreadyExistsError."""
+        """Create the object atomically only if absent.
+
+        Raises: AlreadyExistsError (an object has the key: rebase), StorageIOError (outcome
+        unknown: read the key to learn whether this write landed)."""
 
     @abc.abstractmethod
     def list(self, prefix: str = "", *, start_after: str | None = None) -> Iterator[ObjectInfo]:
-        """Objects whose key starts with ``prefix``, in ascending key order, only keys greater
-        than ``start_after`` when given. Directories are not objects."""
+        """Objects whose key starts with ``prefix`` (a plain string prefix: ``"tl/000"``
+        matches ``tl/0001``), in ascending key order, only keys greater than ``start_after``
+        when given. Directories are not objects. The prefix is checked when called; store
+        errors surface while iterating."""
 
     @abc.abstractmethod
     def stat(self, key: str) -> ObjectInfo:
@@ -145,12 +174,16 @@ class Storage(abc.ABC):
         raise UnsupportedOperationError(f"{type(self).__name__} has no multipart uploads", key=key)
 
     def upload_part(self, key: str, upload_id: str, part_number: int, data: bytes) -> UploadedPart:
-        """Upload one part (numbers from 1; all but the last at least 5 MiB on real S3)."""
+        """Upload one part (numbers from 1; all but the last at least 5 MiB, on AWS S3 and on
+        SeaweedFS alike). Raises: NotFoundError (unknown upload)."""
         raise UnsupportedOperationError(f"{type(self).__name__} has no multipart uploads", key=key)
 
     def complete_multipart(self, key: str, upload_id: str, parts: Sequence[UploadedPart]) -> None:
-        """Complete the upload with ``If-None-Match: *``. Raises: AlreadyExistsError when an
-        object already has the key (a completed upload is never silently replaced)."""
+        """Complete the upload with ``If-None-Match: *``; parts may be given in any order.
+
+        Raises: AlreadyExistsError when an object already has the key (a completed upload is
+        never silently replaced; the upload stays pending, abort it), NotFoundError (unknown
+        upload), RequestRejectedError (a wrong or too small part)."""
         raise UnsupportedOperationError(f"{type(self).__name__} has no multipart uploads", key=key)
 
     def abort_multipart(self, key: str, upload_id: str) -> None:

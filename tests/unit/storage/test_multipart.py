@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
@@ -19,12 +20,13 @@ from lakewarden.storage import (
 )
 from lakewarden.storage.local import LocalStorage
 
-T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., None])
 
 
-def s3_only(test: T) -> T:
+def s3_only(test: F) -> F:
     """Run ``test`` with the S3 ``storage`` only (and mark it ``s3``)."""
-    return pytest.mark.s3(pytest.mark.parametrize("storage", ["s3"], indirect=True)(test))
+    marked: F = pytest.mark.s3(pytest.mark.parametrize("storage", ["s3"], indirect=True)(test))
+    return marked
 
 
 MIB = 1024 * 1024
@@ -32,7 +34,7 @@ MIB = 1024 * 1024
 
 def test_local_storage_has_no_multipart(tmp_path: Path) -> None:
     local = LocalStorage(tmp_path)
-    calls = [
+    calls: list[Callable[[], object]] = [
         lambda: local.create_multipart("k"),
         lambda: local.upload_part("k", "id", 1, b"x"),
         lambda: local.complete_multipart("k", "id", []),
