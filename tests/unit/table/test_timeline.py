@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 import threading
 from collections.abc import Callable
@@ -12,7 +13,7 @@ from _memstore import MemStorage
 
 from lakewarden.errors import CommitStateUnknownError
 from lakewarden.storage import Storage, StorageIOError
-from lakewarden.table.checkpoint import CHECKPOINT_PREFIX, checkpoint_key, entry_key
+from lakewarden.table.checkpoint import CHECKPOINT_PREFIX, checkpoint_key, entry_key, gc_paused
 from lakewarden.table.instant import Action, Instant, Transition
 from lakewarden.table.timeline import (
     ConcurrentAppendError,
@@ -110,6 +111,29 @@ def test_a_bad_checkpoint_falls_back(
     storage.write(checkpoint_key(4), b"\x00garbage")
     assert Timeline(storage).load() == Timeline(storage).load(full_replay=True)
     assert "unusable, trying an older one" in caplog.text
+
+
+def test_gc_paused_restores_the_collector() -> None:
+    assert gc.isenabled()
+    with gc_paused():
+        assert not gc.isenabled()
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+    gc.disable()
+    try:
+        with gc_paused():
+            pass
+        assert not gc.isenabled()  # the application's choice is kept
+    finally:
+        gc.enable()
+    keep = [[i] for i in range(10)]
+    gc.freeze()  # an application that froze objects (pre-fork): left frozen
+    try:
+        with gc_paused():
+            pass
+        assert gc.get_freeze_count() > 0 and gc.isenabled()
+    finally:
+        gc.unfreeze()
+    assert keep
 
 
 def test_racing_checkpoint_writers_do_not_clobber(storage: Storage) -> None:
