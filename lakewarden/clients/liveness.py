@@ -128,6 +128,7 @@ class Liveness:
         self.topic = topic or liveness_topic(settings)
         self._lock = threading.Lock()
         self._consumer: Consumer | None = None
+        self._offsets: Consumer | None = None
         self._partitions: list[int] = []
         self._records: dict[tuple[str, str], LivenessRecord] = {}
         self.skipped = 0  # changelog messages that were not records (counted, not fatal)
@@ -176,11 +177,13 @@ class Liveness:
     def close(self) -> None:
         """Close the consumer (a later call opens a new one and reads the topic again)."""
         with self._lock:
-            consumer, self._consumer = self._consumer, None
+            consumers = (self._consumer, self._offsets)
+            self._consumer = self._offsets = None
             self._records.clear()
             self._partitions = []
-            if consumer is not None:
-                consumer.close()
+            for consumer in consumers:
+                if consumer is not None:
+                    consumer.close()
 
     def __enter__(self) -> Liveness:
         return self
@@ -195,17 +198,21 @@ class Liveness:
 
     def _client(self, timeout_s: float) -> Consumer:
         if self._consumer is None:
-            config = self.settings.kafka.librdkafka_config(
-                # assign() only: the group id is never joined nor committed to.
-                group_id=f"{SERVICE}-view-{uuid.uuid4().hex[:8]}",
-                enable_auto_commit=False,
-                enable_partition_eof=False,
-                logger=log,
-            )
-            self._consumer = Consumer(config)
+            self._consumer = Consumer(self._config())
+            # Offsets are asked on a client of their own: on the reading client they would
+            # queue behind its fetch long-poll (up to fetch.wait.max.ms, 500 ms) per partition.
+            self._offsets = Consumer(self._config())
         if not self._partitions:
             self._assign(self._consumer, timeout_s)
         return self._consumer
+
+    def _config(self) -> dict[str, object]:
+        return self.settings.kafka.librdkafka_config(
+            # assign() only: the group id is never joined nor committed to.
+            group_id=f"{SERVICE}-view-{uuid.uuid4().hex[:8]}",
+            enable_auto_commit=False,
+            logger=log,
+        )
 
     def _assign(self, consumer: Consumer, timeout_s: float) -> None:
         try:
@@ -222,7 +229,7 @@ class Liveness:
         timeout = self.settings.kafka.request_timeout_s if timeout_s is None else timeout_s
         deadline = time.monotonic() + timeout
         consumer = self._client(timeout)
-        targets = {p: self._high_watermark(consumer, p, timeout) for p in self._partitions}
+        targets = {p: self._high_watermark(p, timeout) for p in self._partitions}
         while True:
             behind = self._behind(consumer, targets)
             if not behind:
@@ -233,11 +240,12 @@ class Liveness:
                     f"the liveness view did not catch up with {self.topic} within {timeout:g} s "
                     f"(partitions behind: {sorted(behind)}). Help: is the broker up?"
                 )
-            self._consume(consumer, min(remaining, 0.1))
+            self._consume(consumer, min(remaining, 0.05))
 
-    def _high_watermark(self, consumer: Consumer, partition: int, timeout: float) -> int:
+    def _high_watermark(self, partition: int, timeout: float) -> int:
+        assert self._offsets is not None, "created with the consumer"
         try:
-            _, high = consumer.get_watermark_offsets(
+            _, high = self._offsets.get_watermark_offsets(
                 TopicPartition(self.topic, partition), timeout=timeout, cached=False
             )
         except KafkaException as err:
@@ -263,7 +271,13 @@ class Liveness:
         self._consume(self._consumer, 0.0)
 
     def _consume(self, consumer: Consumer, timeout_s: float) -> None:
-        for msg in consumer.consume(num_messages=10_000, timeout=timeout_s):
+        # consume() waits for its whole timeout unless the batch fills: take what is there,
+        # and only when nothing is, wait for one message (poll returns as soon as it has one).
+        batch = consumer.consume(num_messages=10_000, timeout=0)
+        if not batch and timeout_s > 0:
+            msg = consumer.poll(timeout_s)
+            batch = [] if msg is None else [msg]
+        for msg in batch:
             error = msg.error()
             if error is not None:
                 self._on_error(error)

@@ -36,5 +36,6 @@ class ServiceSpec:
     needs_s3: bool = False
 
 
-# No service exists yet: the services issues append their entries here.
-SERVICES: list[ServiceSpec] = []
+SERVICES: list[ServiceSpec] = [
+    ServiceSpec(name="heartbeat-monitor", module="services.heartbeat_monitor", health_port=8102),
+]

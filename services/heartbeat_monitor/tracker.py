@@ -269,6 +269,9 @@ class Tracker:
         tracked = self._tracked.get((table_id, instant))
         return None if tracked is None else tracked.status
 
+    def partitions_in_grace(self) -> int:
+        return sum(1 for part in self._partitions.values() if part.floor_ms is None)
+
     def frontier(self, partition: int) -> int:
         return self._partition(partition).frontier_ms
 
