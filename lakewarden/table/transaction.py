@@ -6,8 +6,12 @@
     try:
         tx.complete(CommitStats(...))
     except WriteConflictError:
-        ... delete the files written ...
+        ... delete the files written ...   # only this writer could complete the instant
         tx.rollback("conflict")
+        raise
+    except CommitStateUnknownError:
+        tx.rollback("outcome unknown")      # first: if our completed landed, this raises
+        ... delete the files written ...    # IllegalTransitionError and the files must stay
         raise
 
 Every entry is appended under the table lock (taken per step, not held across the file
@@ -154,8 +158,11 @@ class WriteTransaction:
         return self._append(Transition.COMPLETED, stats.model_dump(mode="json"), no_conflict)
 
     def rollback(self, reason: str) -> None:
-        """Append ``rolled_back``; a no-op when the instant is rolled back already. Delete the
-        instant's files *before* calling it.
+        """Append ``rolled_back``; a no-op when the instant is rolled back already.
+
+        After a named conflict the writer may delete its files first (nobody else completes
+        its instant). After ``CommitStateUnknownError`` it must call this first: the lost
+        ``completed`` may have landed, and then this raises and the files must stay.
 
         Raises: IllegalTransitionError (completed, or not an ingestion instant),
         LockTimeoutError, ConcurrentAppendError, CommitStateUnknownError.
