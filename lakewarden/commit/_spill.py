@@ -77,3 +77,9 @@ class EntrySpill:
 
     def close(self) -> None:
         self._file.close()
+
+    def __enter__(self) -> EntrySpill:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

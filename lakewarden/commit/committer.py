@@ -23,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from lakewarden.commit._spill import EntrySpill
 from lakewarden.commit._store import CommitStore, FaultHook
 from lakewarden.commit.attempt import TaskAttempt
 from lakewarden.commit.errors import (
@@ -42,6 +43,7 @@ from lakewarden.commit.stages import (
     JobAbortStage,
     JobRecord,
     JobSetupStage,
+    LoadArgs,
     LoadedManifests,
     LoadManifestsStage,
     RenameFilesStage,
@@ -176,8 +178,8 @@ class ManifestCommitter:
     def _commit(
         self, config: StageConfig, attempts: list[TaskAttemptId], description: str
     ) -> JobCommitResult:
-        loaded = LoadManifestsStage(config).run(attempts)
-        try:
+        with EntrySpill() as spill:
+            loaded = LoadManifestsStage(config).run(LoadArgs(attempts, spill))
             plan = ValidateManifestsStage(config).run(loaded)
             CreateDirectoriesStage(config).run(plan)
             place = CompleteUploadsStage if loaded.upload_mode else RenameFilesStage
@@ -195,8 +197,6 @@ class ManifestCommitter:
                 description=description,
             )
             key = SaveSuccessStage(config).run(summary)
-        finally:
-            loaded.spill.close()
         return JobCommitResult(
             job_id=self.job_id,
             files=_flatten(committed),

@@ -34,7 +34,12 @@ from lakewarden.commit.stages.finish import (
     SaveSuccessStage,
     read_summary,
 )
-from lakewarden.commit.stages.load import LoadedManifest, LoadedManifests, LoadManifestsStage
+from lakewarden.commit.stages.load import (
+    LoadArgs,
+    LoadedManifest,
+    LoadedManifests,
+    LoadManifestsStage,
+)
 from lakewarden.commit.stages.setup import JobRecord, JobSetupStage, TaskSetupStage
 from lakewarden.commit.stages.task import (
     TaskAbortResult,
@@ -63,6 +68,7 @@ __all__ = [
     "JobAbortStage",
     "JobRecord",
     "JobSetupStage",
+    "LoadArgs",
     "LoadManifestsStage",
     "LoadedManifest",
     "LoadedManifests",

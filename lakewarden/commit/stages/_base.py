@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, wait
 from dataclasses import dataclass, field
-from typing import ClassVar, Generic, TypeVar
+from typing import ClassVar, Generic, TypeVar, cast
 
 from lakewarden.commit._store import CommitStore
 from lakewarden.commit.errors import stage_failed
@@ -138,8 +138,18 @@ def run_parallel(
     stop = threading.Event()
     if pool is None:
         return [work(item, stop) for item in items]
-    results: dict[int, T] = {}
-    running: dict[Future[T], int] = {}
+
+    def guarded(item: I) -> T | None:
+        if stop.is_set():
+            return None  # a failure elsewhere: this item is not started (result unused)
+        try:
+            return work(item, stop)
+        except BaseException:
+            stop.set()  # at once, from the failing worker: queued items must not start
+            raise
+
+    results: dict[int, T | None] = {}
+    running: dict[Future[T | None], int] = {}
     failure: BaseException | None = None
     iterator = iter(enumerate(items))
     exhausted = False
@@ -149,7 +159,7 @@ def run_parallel(
             if nxt is None:
                 exhausted = True
                 break
-            running[pool.submit(work, nxt[1], stop)] = nxt[0]
+            running[pool.submit(guarded, nxt[1])] = nxt[0]
         if not running:
             break
         done, _ = wait(running, return_when=FIRST_COMPLETED)
@@ -163,4 +173,4 @@ def run_parallel(
                 stop.set()
     if failure is not None:
         raise failure
-    return [results[i] for i in range(len(results))]
+    return [cast(T, results[i]) for i in range(len(results))]

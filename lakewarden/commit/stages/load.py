@@ -130,7 +130,13 @@ class EntryRules:
         )
 
 
-class LoadManifestsStage(Stage[Sequence[TaskAttemptId], LoadedManifests]):
+@dataclass(frozen=True)
+class LoadArgs:
+    accepted: Sequence[TaskAttemptId]
+    spill: EntrySpill  # owned (and closed) by the caller, whatever happens to the stage
+
+
+class LoadManifestsStage(Stage[LoadArgs, LoadedManifests]):
     """Load the manifests of the accepted task attempts.
 
     In parallel, at most ``max_loaded_manifests`` at once, for each accepted attempt:
@@ -145,11 +151,11 @@ class LoadManifestsStage(Stage[Sequence[TaskAttemptId], LoadedManifests]):
 
     name = "job_stage_load_manifests"
 
-    def _execute(self, args: Sequence[TaskAttemptId]) -> LoadedManifests:
+    def _execute(self, args: LoadArgs) -> LoadedManifests:
         upload_mode = not self.store.can_rename
         bucket, prefix = object_location(self.store.storage)
         rules = EntryRules(self.layout, upload_mode=upload_mode, bucket=bucket, prefix=prefix)
-        spill = EntrySpill()
+        spill = args.spill
         digests: array[int] = array("q")
         directories: set[str] = set()
         lock = threading.Lock()
@@ -163,13 +169,9 @@ class LoadManifestsStage(Stage[Sequence[TaskAttemptId], LoadedManifests]):
                 directories.update(dirs)
             return loaded
 
-        try:
-            results = self.parallel(
-                args, load, max_in_flight=self.config.options.max_loaded_manifests
-            )
-        except BaseException:
-            spill.close()
-            raise
+        results = self.parallel(
+            args.accepted, load, max_in_flight=self.config.options.max_loaded_manifests
+        )
         directories.discard("")
         manifests = tuple(m for m in results if m is not None)
         return LoadedManifests(manifests, frozenset(directories), digests, spill, upload_mode)
