@@ -1,0 +1,43 @@
+"""The ``lakewarden`` Spark data source (PySpark 4 Python Data Source API).
+
+    import lakewarden.spark
+    lakewarden.spark.register(spark)                       # once per SparkSession
+
+    df.write.format("lakewarden").mode("append").save(uri)             # insert (append)
+    df.write.format("lakewarden").mode("overwrite").save(uri)          # replace everything
+    lakewarden.spark.write(df, uri, operation="upsert")                # upsert / delete
+    spark.read.format("lakewarden").load(uri)                          # latest snapshot
+    spark.read.format("lakewarden").option("as_of", instant).load(uri) # time travel
+    spark.read.format("lakewarden").option("since", instant).load(uri) # incremental
+    df.writeStream.format("lakewarden").option("checkpointLocation", cp).start(uri)
+
+Every write is one instant on the table's timeline and one manifest-committer job: task
+attempts write privately, the driver commits exactly the accepted attempts and completes the
+instant, or aborts the job and rolls the instant back. See ``_job`` for the protocol,
+``_task`` for the executors' side, ``_stream`` for exactly-once micro-batches.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lakewarden.spark._helper import SparkWriteError, write
+from lakewarden.spark._options import InvalidOptionError
+from lakewarden.spark._source import FORMAT, LakewardenDataSource
+from lakewarden.spark._transaction import BatchAlreadyCommittedError
+
+
+def register(spark: Any) -> None:
+    """Register the ``lakewarden`` format with ``spark`` (a ``SparkSession``); idempotent."""
+    spark.dataSource.register(LakewardenDataSource)
+
+
+__all__ = [
+    "FORMAT",
+    "BatchAlreadyCommittedError",
+    "InvalidOptionError",
+    "LakewardenDataSource",
+    "SparkWriteError",
+    "register",
+    "write",
+]

@@ -1,0 +1,233 @@
+"""``lakewarden.spark.write(df, uri, operation=...)``: what the plain format cannot do.
+
+The plain format cannot shuffle: its tasks see whatever rows Spark gives them, so they can
+only append. Upserts, deletes and inserts into the buckets' canonical file groups need every
+row of a file group in one task, which this helper arranges on the driver, in the process that
+owns the instant from first to last entry:
+
+1. check the schema; set up the job and append ``requested`` (``_job.open_write``);
+2. under the instant's heartbeat (held here for the whole job):
+   a. add the file group columns (partition path, bucket) with the table's own routing
+      functions, in a ``mapInArrow`` over the input, and persist the result;
+   b. the workload profile: the distinct file groups, plus the append groups of their buckets
+      (which the merge consolidates), appended as ``inflight``;
+   c. repartition by (partition path, bucket) so each file group lands in exactly one task,
+      and write through the data source, joining this instant; the tasks merge, the data
+      source's ``commit`` runs the job commit and completes the instant;
+3. read the outcome from the timeline: a completed instant is the result; otherwise the
+   instant is abandoned (job abort, ``rolled_back``) if still pending, and the failure raised:
+   the named conflict when a conflict rule explains it, else ``SparkWriteError`` with the
+   instant, the rollback reason and Spark's message.
+
+``bulk_insert`` skips 2a-2c (no shuffle: append groups, as the plain format writes).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterable, Mapping
+
+import pyarrow as pa
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame
+from pyspark.sql.types import IntegerType, StringType, StructField, StructType
+
+from lakewarden.errors import NonRetryableError
+from lakewarden.settings import Settings
+from lakewarden.spark import _job
+from lakewarden.spark._arrow import check_write_schema, conform
+from lakewarden.spark._groups import BucketSlices
+from lakewarden.spark._options import (
+    HELPER_OPERATIONS,
+    OPT_HELPER_OPERATION,
+    OPT_INSTANT,
+    OPT_JOB,
+    OPT_MERGE,
+    OPT_PROFILED,
+    OPT_SETTINGS,
+    InvalidOptionError,
+    WriteSpec,
+    encode_settings,
+    test_hooks,
+)
+from lakewarden.spark._task import base_snapshot
+from lakewarden.spark._transaction import SparkTransaction
+from lakewarden.table import conflicts
+from lakewarden.table.bucket import key_buckets, key_strings, partition_codes
+from lakewarden.table.config import TableConfig
+from lakewarden.table.files import bucket_file_id
+from lakewarden.table.instant import Transition
+from lakewarden.table.stats import FileGroupId, WorkloadProfile
+from lakewarden.table.writer import CommitResult
+
+PARTITION_COLUMN = "__lw_partition_path"
+BUCKET_COLUMN = "__lw_bucket"
+log = logging.getLogger("lakewarden.spark")
+_SPARK_ERROR_LINE = re.compile(r"^\w*(?:Error|Conflict|Exception): .*$", re.MULTILINE)
+
+
+class SparkWriteError(NonRetryableError):
+    """A Spark write did not commit; the instant was rolled back (``reason`` says why)."""
+
+    def __init__(self, message: str, *, table: str, instant: str, reason: str | None) -> None:
+        super().__init__(message, table=table, instant=instant)
+        self.reason = reason
+
+
+def write(
+    df: DataFrame,
+    uri: str,
+    operation: str = "upsert",
+    *,
+    settings: Settings | None = None,
+    partitions: int | None = None,
+    options: Mapping[str, str] | None = None,
+) -> CommitResult:
+    """Write ``df`` to the table at ``uri`` as one instant (steps in the module docstring).
+
+    ``operation``: ``upsert`` (by record key; the larger ordering field wins), ``delete``
+    (``df`` needs the record key and partition columns), ``insert`` (into the canonical file
+    groups, no deduplication) or ``bulk_insert`` (no shuffle). ``partitions``: tasks of the
+    merge (default: ``spark.sql.shuffle.partitions``, at most one per file group).
+
+    Raises: SchemaMismatchError (nothing written), OverlappingCommitConflict /
+    PendingPlanConflict (rolled back), SparkWriteError (rolled back: bad rows, task
+    failures), CommitStateUnknownError, LockTimeoutError, InvalidOptionError.
+    """
+    if operation not in HELPER_OPERATIONS:
+        raise InvalidOptionError(
+            f"operation must be one of {', '.join(HELPER_OPERATIONS)}, got {operation!r}"
+        )
+    from lakewarden.spark import register
+
+    register(df.sparkSession)
+    encoded = encode_settings(settings) if settings is not None else None
+    table = _job.TableHandle.open(uri, encoded)
+    check_write_schema(df.schema, table.config, operation)
+    merge = operation != "bulk_insert"
+    hooks = test_hooks(options or {})
+    spec, txn = _job.open_write(  # 1.
+        table, operation, settings_json=encoded, merge=merge, profiled=merge, test_hooks=hooks
+    )
+    keyed: DataFrame | None = None
+    failure: Exception | None = None
+    with txn.heartbeat():  # 2.
+        try:
+            data = df
+            if merge:
+                data, keyed = _clustered(df, table, spec, txn, partitions)
+            _save(data, spec, options or {}, encoded)
+        except Exception as err:
+            failure = err
+        finally:
+            if keyed is not None:
+                keyed.unpersist()
+    return _outcome(table, spec, failure)  # 3.
+
+
+def _save(
+    data: DataFrame, spec: WriteSpec, options: Mapping[str, str], encoded: str | None
+) -> None:
+    merge = str(spec.merge).lower()
+    writer = data.write.format("lakewarden").mode("append").options(**options)
+    writer = writer.option(OPT_INSTANT, spec.instant).option(OPT_JOB, spec.job_id)
+    writer = writer.option(OPT_HELPER_OPERATION, spec.operation)
+    writer = writer.option(OPT_MERGE, merge).option(OPT_PROFILED, str(spec.profiled).lower())
+    if encoded is not None:
+        writer = writer.option(OPT_SETTINGS, encoded)
+    writer.save(spec.uri)
+
+
+def _clustered(
+    df: DataFrame,
+    table: _job.TableHandle,
+    spec: WriteSpec,
+    txn: SparkTransaction,
+    partitions: int | None,
+) -> tuple[DataFrame, DataFrame]:
+    """Steps 2a-2c: the input clustered by file group, and the persisted keyed input (the
+    caller unpersists it)."""
+    keyed = with_file_groups(df, table.config, spec.operation).persist(StorageLevel.MEMORY_AND_DISK)
+    rows = keyed.select(PARTITION_COLUMN, BUCKET_COLUMN).distinct().collect()
+    canonical = [FileGroupId(partition_path=r[0], file_id=bucket_file_id(r[1])) for r in rows]
+    buckets = BucketSlices(base_snapshot(table.storage, table.config, spec.instant))
+    touched = dict.fromkeys(canonical)
+    touched.update(dict.fromkeys(s.file_group for g in canonical for s in buckets.of(g)))
+    txn.inflight(WorkloadProfile(operation=spec.operation, file_groups=tuple(touched)))
+    session = df.sparkSession
+    wanted = partitions or int(session.conf.get("spark.sql.shuffle.partitions") or "200")
+    count = max(1, min(wanted, len(canonical)))
+    clustered = keyed.repartition(count, PARTITION_COLUMN, BUCKET_COLUMN)
+    return clustered.drop(PARTITION_COLUMN, BUCKET_COLUMN), keyed
+
+
+def with_file_groups(df: DataFrame, config: TableConfig, operation: str) -> DataFrame:
+    """``df`` with the partition path and bucket of every row, computed by the table's routing
+    functions after casting key and partition columns to the table's types (the text of a key
+    decides its bucket, so it must be the text of the table type)."""
+    schema = StructType(
+        [
+            *df.schema.fields,
+            StructField(PARTITION_COLUMN, StringType(), False),
+            StructField(BUCKET_COLUMN, IntegerType(), False),
+        ]
+    )
+
+    def add(batches: Iterable[pa.RecordBatch]) -> Iterable[pa.RecordBatch]:
+        rows = 0
+        for batch in batches:
+            keys = conform(
+                pa.Table.from_batches([batch]),
+                config,
+                "delete",
+                first_row=rows,
+                where="profiling the write",
+            )
+            rows += batch.num_rows
+            codes, paths = partition_codes(keys, config.partition_by)
+            path = pa.array(paths, pa.string()).take(codes)
+            bucket = key_buckets(key_strings(keys.column(config.record_key)), config.buckets)
+            yield batch.append_column(PARTITION_COLUMN, path).append_column(BUCKET_COLUMN, bucket)
+
+    return df.mapInArrow(add, schema)
+
+
+def _outcome(table: _job.TableHandle, spec: WriteSpec, err: Exception | None) -> CommitResult:
+    """The completed instant's result, else the failure (abandoning the instant if pending)."""
+    mine = table.timeline.load().get(spec.instant)
+    if mine is not None and mine.state is Transition.COMPLETED and mine.commit is not None:
+        if err is not None:
+            log.warning("instant %s completed, but Spark then failed: %s", spec.instant, err)
+        return CommitResult(spec.instant, mine.commit)
+    if mine is not None and mine.is_pending:
+        _job.abandon(table, spec, _spark_reason(err), None, [])
+    state = table.timeline.load()
+    mine = state.get(spec.instant)
+    failure: Exception
+    finding = None
+    if mine is not None and (mine.reason or "").split(":")[0].endswith("Conflict"):
+        finding = conflicts.find_conflict(state, mine, None)
+    if finding is not None:
+        failure = finding.error(table.config.table_id)
+    else:
+        reason = mine.reason if mine is not None else None
+        failure = SparkWriteError(
+            f"lakewarden: the {spec.operation} of instant {spec.instant} into table "
+            f"{spec.uri} did not commit and was rolled back: {reason}. Spark reported: "
+            f"{_spark_reason(err)}",
+            table=spec.uri,
+            instant=spec.instant,
+            reason=reason,
+        )
+    raise failure from err
+
+
+def _spark_reason(err: Exception | None) -> str:
+    """The most telling line of a Spark failure (the Python error raised in a task)."""
+    if err is None:
+        return "no error (the instant is not completed)"
+    text = str(err)
+    lines = [m.group(0) for m in _SPARK_ERROR_LINE.finditer(text)]
+    ours = [line for line in lines if "lakewarden" in line or "record" in line]
+    return (ours or lines or [text.splitlines()[0] if text else repr(err)])[0][:2000]

@@ -1,0 +1,172 @@
+"""The options of the ``lakewarden`` format, parsed once into frozen values.
+
+Spark hands a data source its options as a case-insensitive ``str -> str`` mapping (keys arrive
+lower-cased). Everything the write path carries from the driver to the executors is in a
+``WriteSpec``: small, frozen, picklable, and holding no client, so the writer object Spark
+pickles to every task stays a few hundred bytes.
+
+Options (case-insensitive):
+
+=========================================  =====================================================
+``path``                                   the table URI (``save(uri)`` / ``load(uri)``)
+``operation``                              ``insert`` (default) or ``bulk_insert``; ``upsert``,
+                                           ``delete`` only through ``lakewarden.spark.write``
+``as_of``                                  read: a completed instant (time travel)
+``since``                                  read: incremental, records written after the instant
+``columns``                                read: comma-separated columns to read (pruning)
+``lakewarden.settings``                    JSON of ``lakewarden.settings.Settings`` for workers
+                                           (default: each process reads ``LAKEWARDEN_*`` env)
+``lakewarden.instant`` / ``lakewarden.job`` set by ``lakewarden.spark.write``: join the instant
+                                           it opened instead of opening one
+``lakewarden.test.*``                      fault injection for tests (see ``_faults``)
+=========================================  =====================================================
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from lakewarden.errors import ConfigurationError
+from lakewarden.settings import Settings
+
+WriteOperation = Literal["insert", "bulk_insert", "upsert", "delete", "insert_overwrite_table"]
+# Operations the plain format accepts; upsert and delete need the shuffle of the helper.
+FORMAT_OPERATIONS = ("insert", "bulk_insert")
+HELPER_OPERATIONS = ("insert", "bulk_insert", "upsert", "delete")
+OVERWRITE = "insert_overwrite_table"
+
+OPT_PATH = "path"
+OPT_OPERATION = "operation"
+OPT_AS_OF = "as_of"
+OPT_SINCE = "since"
+OPT_COLUMNS = "columns"
+OPT_SETTINGS = "lakewarden.settings"
+OPT_INSTANT = "lakewarden.instant"
+OPT_JOB = "lakewarden.job"
+OPT_HELPER_OPERATION = "lakewarden.helper_operation"
+OPT_MERGE = "lakewarden.merge"
+OPT_PROFILED = "lakewarden.profiled"
+TEST_PREFIX = "lakewarden.test."
+
+
+class InvalidOptionError(ConfigurationError):
+    """An option of the ``lakewarden`` format is missing or has a bad value."""
+
+
+def get_option(options: Mapping[str, str], key: str) -> str | None:
+    # Spark lower-cases keys; a plain dict from a test may not.
+    for name, value in options.items():
+        if name.lower() == key:
+            return value
+    return None
+
+
+def table_uri(options: Mapping[str, str]) -> str:
+    """The table URI. Raises: InvalidOptionError when no path was given."""
+    uri = get_option(options, OPT_PATH)
+    if not uri:
+        raise InvalidOptionError(
+            "the lakewarden format needs the table URI. Help: .save(uri) / .load(uri), or "
+            ".option('path', uri)."
+        )
+    return uri
+
+
+def settings_json(options: Mapping[str, str]) -> str | None:
+    return get_option(options, OPT_SETTINGS)
+
+
+def load_settings(encoded: str | None) -> Settings:
+    """Settings from the ``lakewarden.settings`` option, else from the environment.
+
+    Raises: InvalidOptionError."""
+    if encoded is None:
+        return Settings()
+    try:
+        return Settings.model_validate(json.loads(encoded))
+    except (ValueError, TypeError) as err:
+        raise InvalidOptionError(
+            f"option {OPT_SETTINGS} is not valid settings JSON: {err}"
+        ) from err
+
+
+def encode_settings(settings: Settings) -> str:
+    """The ``lakewarden.settings`` option value for ``settings``, secrets included (the option
+    travels inside the Spark plan: prefer environment variables on shared clusters)."""
+    data = settings.model_dump(mode="json")
+    data["s3"]["access_key_id"] = settings.s3.access_key_id.get_secret_value()
+    data["s3"]["secret_access_key"] = settings.s3.secret_access_key.get_secret_value()
+    return json.dumps(data)
+
+
+def test_hooks(options: Mapping[str, str]) -> dict[str, str]:
+    """The ``lakewarden.test.*`` options, without the prefix."""
+    return {
+        k.lower()[len(TEST_PREFIX) :]: v
+        for k, v in options.items()
+        if k.lower().startswith(TEST_PREFIX)
+    }
+
+
+@dataclass(frozen=True)
+class WriteSpec:
+    """What every process of one write needs to know (pickled to the tasks)."""
+
+    uri: str
+    instant: str
+    job_id: str
+    operation: str
+    settings_json: str | None = None
+    # Set by lakewarden.spark.write: the rows are clustered by file group (one task per file
+    # group), so tasks merge; and it appended ``inflight`` itself before the tasks ran.
+    merge: bool = False
+    profiled: bool = False
+    test_hooks: dict[str, str] = field(default_factory=dict)
+
+    def settings(self) -> Settings:
+        return load_settings(self.settings_json)
+
+
+def write_operation(options: Mapping[str, str], overwrite: bool) -> str:
+    """The operation of a plain-format write. Raises: InvalidOptionError."""
+    operation = (get_option(options, OPT_OPERATION) or "insert").lower()
+    helper_operation = get_option(options, OPT_HELPER_OPERATION)
+    if helper_operation is not None:
+        return helper_operation
+    if operation not in FORMAT_OPERATIONS:
+        raise InvalidOptionError(
+            f"operation {operation!r} is not supported by df.write.format('lakewarden'): use "
+            f"one of {', '.join(FORMAT_OPERATIONS)}. Help: upserts and deletes need rows "
+            "clustered by file group; use lakewarden.spark.write(df, uri, operation=...)."
+        )
+    return OVERWRITE if overwrite else operation
+
+
+@dataclass(frozen=True)
+class ReadSpec:
+    """What a read needs (pickled to the tasks with the reader)."""
+
+    uri: str
+    as_of: str | None = None
+    since: str | None = None
+    columns: tuple[str, ...] | None = None
+    settings_json: str | None = None
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> ReadSpec:
+        """Raises: InvalidOptionError."""
+        as_of, since = get_option(options, OPT_AS_OF), get_option(options, OPT_SINCE)
+        if as_of is not None and since is not None:
+            raise InvalidOptionError(
+                "options as_of and since exclude each other: as_of reads a snapshot, since "
+                "reads the changes after an instant up to the latest."
+            )
+        columns = get_option(options, OPT_COLUMNS)
+        names = tuple(c.strip() for c in columns.split(",") if c.strip()) if columns else None
+        return cls(table_uri(options), as_of, since, names, settings_json(options))
+
+    def settings(self) -> Settings:
+        return load_settings(self.settings_json)

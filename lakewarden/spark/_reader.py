@@ -1,0 +1,130 @@
+"""``spark.read.format("lakewarden").load(uri)``: a snapshot (or the changes since an instant)
+read as Arrow batches.
+
+Planning (``partitions``, on the driver) loads the timeline once and fixes the files: one input
+partition per base file of the snapshot as of ``as_of`` (default: the latest completed
+instant), so every task of one query reads the same snapshot however long the query runs.
+With ``since`` the files are the latest slices written by the instants completed after it,
+and each task keeps only the records whose ``_lw_commit_time`` is one of those instants (the
+same rule as ``Table.changes``). Tasks stream each file with ``pyarrow.parquet`` batch by batch
+and cast to the Arrow types Spark expects.
+
+Pushdown: PySpark 4.0.1's ``DataSourceReader`` receives neither the pruned columns nor the
+filters (``pushFilters`` arrives with Spark 4.1), so Spark prunes and filters after the read.
+``option("columns", "a,b")`` narrows the schema itself, which does prune the Parquet read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from pyspark.sql.datasource import DataSourceReader, InputPartition
+from pyspark.sql.types import StructType
+
+from lakewarden.spark._arrow import spark_arrow_schema, spark_schema
+from lakewarden.spark._options import ReadSpec
+from lakewarden.storage import Storage, open_storage
+from lakewarden.table.config import META_COMMIT_TIME, TableConfig, load_config
+from lakewarden.table.reader import ColumnNotFoundError, UnsupportedSliceError
+from lakewarden.table.snapshot import build_snapshot, changes_since
+from lakewarden.table.stats import WriteStat
+from lakewarden.table.timeline import Timeline
+
+BATCH_ROWS = 65_536
+
+
+class FilePartition(InputPartition):
+    """One base file to read (picklable)."""
+
+    def __init__(self, key: str, size_bytes: int, num_records: int) -> None:
+        super().__init__(key)
+        self.key = key
+        self.size_bytes = size_bytes
+        self.num_records = num_records
+
+
+def table_schema(spec: ReadSpec) -> StructType:
+    """The Spark schema of the table, narrowed to ``columns`` when given.
+
+    Raises: NotATableError, ColumnNotFoundError."""
+    config = load_config(open_storage(spec.uri, spec.settings()))
+    return spark_schema(_arrow_schema(config, spec.columns))
+
+
+def _arrow_schema(config: TableConfig, columns: Sequence[str] | None) -> pa.Schema:
+    schema = config.pa_schema
+    if columns is None:
+        return schema
+    unknown = [c for c in columns if c not in schema.names]
+    if unknown:
+        raise ColumnNotFoundError(
+            f"table {config.name!r} has no columns {unknown}; its columns are {schema.names}",
+            table=config.name,
+        )
+    return pa.schema([schema.field(c) for c in columns])
+
+
+def plan_files(
+    storage: Storage, config: TableConfig, spec: ReadSpec
+) -> tuple[list[WriteStat], tuple[str, ...] | None]:
+    """The base files to read and, for an incremental read, the instants whose records to keep.
+
+    Raises: InstantNotCompletedError, UnsupportedSliceError."""
+    completed = Timeline(storage, table=config.name).load().completed()
+    if spec.since is not None:
+        changes = changes_since(completed, spec.since)
+        slices = changes.slices()
+        instants: tuple[str, ...] | None = changes.instants
+    else:
+        slices = list(build_snapshot(completed, spec.as_of).slices.values())
+        instants = None
+    for file_slice in slices:
+        if file_slice.log_files:
+            raise UnsupportedSliceError(
+                f"file group {file_slice.file_group} of table {config.name!r} has log files; "
+                "the Spark reader reads copy-on-write base files only.",
+                table=config.name,
+            )
+    files = [s.base_file for s in slices if s.base_file is not None]
+    files.sort(key=lambda s: (s.file_group.partition_path, s.file_group.file_id))
+    return files, instants
+
+
+class LakewardenReader(DataSourceReader):
+    """Pickled to the tasks: holds the spec, the output schema and, after planning, the
+    instants of an incremental read; never a client."""
+
+    def __init__(self, spec: ReadSpec, schema: StructType) -> None:
+        self.spec = spec
+        self.arrow_schema = spark_arrow_schema(schema)
+        self.instants: tuple[str, ...] | None = None
+
+    def partitions(self) -> Sequence[InputPartition]:
+        """Raises: NotATableError, InstantNotCompletedError, UnsupportedSliceError."""
+        storage = open_storage(self.spec.uri, self.spec.settings())
+        files, self.instants = plan_files(storage, load_config(storage), self.spec)
+        return [FilePartition(f.path, f.size_bytes, f.num_records) for f in files]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, FilePartition)
+        storage = open_storage(self.spec.uri, self.spec.settings())
+        columns = list(self.arrow_schema.names)
+        if self.instants is not None:
+            columns.append(META_COMMIT_TIME)
+        wanted = pa.array(self.instants or (), pa.string())
+        with pq.ParquetFile(_source(storage, partition.key)) as parquet:
+            for batch in parquet.iter_batches(batch_size=BATCH_ROWS, columns=columns):
+                if self.instants is not None:
+                    batch = batch.filter(pc.is_in(batch.column(META_COMMIT_TIME), wanted))
+                    batch = batch.drop_columns([META_COMMIT_TIME])
+                if batch.num_rows:
+                    yield batch.cast(self.arrow_schema)
+
+
+def _source(storage: Storage, key: str) -> Any:
+    path = storage.local_path(key)
+    return path if path is not None else pa.BufferReader(storage.read(key))

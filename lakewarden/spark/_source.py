@@ -1,0 +1,49 @@
+"""The ``lakewarden`` data source: schema, reader, batch writer and stream writer.
+
+PySpark instantiates it with the options of each ``read`` / ``write`` / ``writeStream`` and
+calls the factory methods in planner worker processes on the driver; see ``_reader``,
+``_writer`` and ``_stream`` for what runs where.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+)
+from pyspark.sql.types import StructType
+
+from lakewarden.spark._options import ReadSpec, settings_json, table_uri, test_hooks
+from lakewarden.spark._reader import LakewardenReader, table_schema
+from lakewarden.spark._stream import LakewardenStreamWriter, check_stream_target
+from lakewarden.spark._writer import create_writer
+
+FORMAT = "lakewarden"
+
+
+class LakewardenDataSource(DataSource):
+    """``spark.read.format("lakewarden")`` and ``df.write[Stream].format("lakewarden")``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT
+
+    def schema(self) -> StructType:
+        """The table's schema (narrowed by the ``columns`` option).
+
+        Raises: NotATableError, ColumnNotFoundError, InvalidOptionError."""
+        return table_schema(ReadSpec.parse(self.options))
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return LakewardenReader(ReadSpec.parse(self.options), schema)
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        """Opens the write's instant (see ``_writer.create_writer``)."""
+        return create_writer(self.options, schema, overwrite)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:  # noqa: N802
+        uri, encoded = table_uri(self.options), settings_json(self.options)
+        check_stream_target(uri, encoded, overwrite)
+        return LakewardenStreamWriter(uri, encoded, test_hooks(self.options))

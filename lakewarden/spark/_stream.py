@@ -1,0 +1,157 @@
+"""``df.writeStream.format("lakewarden")``: every micro-batch is one instant, committed once.
+
+PySpark 4.0 gives a streaming writer no hook on the driver that knows the batch id before the
+tasks run (``streamWriter()`` is called per batch, but without it), so the *tasks* open the
+batch's instant: the first task attempt of a batch with rows appends ``requested`` naming the
+(query id, run id, batch id), the others find it (``SparkTransaction.begin_batch``). A task
+that finds the batch completed by an earlier run of the query writes nothing. ``commit``
+completes the instant with the batch recorded in ``CommitStats.extra_metadata``, refusing if
+the batch completed already; see ``lakewarden.spark._transaction``.
+
+The writer also subclasses ``DataSourceArrowWriter``: PySpark's write worker checks for it and
+then hands ``write`` Arrow batches instead of rows, for streams as for batch writes.
+Micro-batches are appends (``insert``); a stream of upserts goes through ``foreachBatch`` and
+``lakewarden.spark.write``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Iterator, Sequence
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamWriter,
+    WriterCommitMessage,
+)
+
+from lakewarden.commit import ManifestCommitter, new_job_id
+from lakewarden.spark import _faults, _job
+from lakewarden.spark._messages import EmptyTaskMessage, SkippedBatchMessage, TaskCommitMessage
+from lakewarden.spark._options import InvalidOptionError, WriteSpec, load_settings
+from lakewarden.spark._task import current_task, write_task
+from lakewarden.spark._transaction import (
+    BatchAlreadyCommittedError,
+    BatchKey,
+    SparkTransaction,
+    completed_batch,
+)
+from lakewarden.storage import open_storage
+
+OPERATION = "insert"
+
+
+def batch_key() -> BatchKey:
+    """The running task's micro-batch. Raises: InvalidOptionError outside a streaming query."""
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    query = ctx.getLocalProperty("sql.streaming.queryId") if ctx is not None else None
+    batch = ctx.getLocalProperty("streaming.sql.batchId") if ctx is not None else None
+    if ctx is None or query is None or batch is None:
+        raise InvalidOptionError("the lakewarden stream writer runs inside a streaming query only")
+    # Structured Streaming runs every job of a run in the job group named by its run id.
+    run = ctx.getLocalProperty("spark.jobGroup.id") or "unknown-run"
+    return BatchKey(query_id=query, run_id=run, batch_id=int(batch))
+
+
+class LakewardenStreamWriter(DataSourceStreamWriter, DataSourceArrowWriter):
+    """Holds strings only (pickled to the tasks, rebuilt for every commit)."""
+
+    def __init__(self, uri: str, settings_json: str | None, test_hooks: dict[str, str]) -> None:
+        self.uri = uri
+        self.settings_json = settings_json
+        self.test_hooks = test_hooks
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        """One task attempt of one micro-batch (on an executor)."""
+        identity, key = current_task(), batch_key()
+        first = next(iterator, None)
+        if first is None:
+            return EmptyTaskMessage()
+        spec = self._open_batch(key)
+        if isinstance(spec, SkippedBatchMessage):
+            return spec
+        message = write_task(spec, identity, itertools.chain([first], iterator))
+        return dataclasses.replace(message, batch=key)
+
+    def _open_batch(self, key: BatchKey) -> WriteSpec | SkippedBatchMessage:
+        table = _job.TableHandle.open(self.uri, self.settings_json)
+        done = completed_batch(table.timeline.load(), key)
+        if done is not None:
+            return SkippedBatchMessage(done.instant, key.query_id, key.batch_id)
+        committer = ManifestCommitter(table.storage, new_job_id())
+        committer.setup_job()
+        try:
+            instant, job_id = SparkTransaction.begin_batch(
+                table.timeline,
+                table.coordinator,
+                table.config.table_id,
+                key=key,
+                job_id=committer.job_id,
+                operation=OPERATION,
+                actor=_job.actor(),
+            )
+        except BatchAlreadyCommittedError as err:
+            committer.abort_job(reason="the micro-batch was committed already")
+            return SkippedBatchMessage(err.committed_by, key.query_id, key.batch_id)
+        if job_id != committer.job_id:  # another task opened the batch's instant first
+            committer.abort_job(reason=f"micro-batch {key.batch_id} has job {job_id}")
+        return WriteSpec(
+            self.uri, instant, job_id, OPERATION, self.settings_json, test_hooks=self.test_hooks
+        )
+
+    def commit(  # type: ignore[override]  # streaming signature (DataSourceStreamWriter)
+        self,
+        messages: Sequence[WriterCommitMessage | None],
+        batchId: int,  # noqa: N803
+    ) -> None:
+        """Commit the micro-batch's instant once (driver)."""
+        spec, key = self._spec(messages)
+        if spec is None or key is None:
+            return  # no rows, or committed by an earlier run
+        try:
+            _job.commit_write(spec, messages, batch=key)
+        except BatchAlreadyCommittedError:
+            return  # our instant was rolled back; the batch is in the table exactly once
+        _faults.after_batch_commit(self.test_hooks, batchId)
+
+    def abort(  # type: ignore[override]  # streaming signature (DataSourceStreamWriter)
+        self,
+        messages: Sequence[WriterCommitMessage | None],
+        batchId: int,  # noqa: N803
+    ) -> None:
+        """Job abort and ``rolled_back`` for the batch's instant, if it opened one (driver)."""
+        spec, _ = self._spec(messages)
+        if spec is not None:
+            _job.abort_write(spec, f"Spark aborted micro-batch {batchId}")
+
+    def _spec(
+        self, messages: Sequence[WriterCommitMessage | None]
+    ) -> tuple[WriteSpec | None, BatchKey | None]:
+        written = [m for m in messages if isinstance(m, TaskCommitMessage)]
+        if not written:
+            return None, None
+        first = written[0]
+        spec = WriteSpec(
+            self.uri,
+            first.instant,
+            first.job_id,
+            OPERATION,
+            self.settings_json,
+            test_hooks=self.test_hooks,
+        )
+        return spec, first.batch
+
+
+def check_stream_target(uri: str, settings_json: str | None, overwrite: bool) -> None:
+    """Raises: InvalidOptionError (complete output mode), NotATableError."""
+    if overwrite:
+        raise InvalidOptionError(
+            "the lakewarden stream writer appends: use outputMode('append') (or 'update')."
+        )
+    from lakewarden.table.config import load_config
+
+    load_config(open_storage(uri, load_settings(settings_json)))

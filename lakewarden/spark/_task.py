@@ -1,0 +1,309 @@
+"""What one Spark task attempt does (on an executor): write its files privately, commit.
+
+Every attempt is an attempt of the manifest committer (``lakewarden.commit``): its task
+attempt id is ``attempt_<jobId>_<partitionId>_<attemptNumber>`` from Spark's ``TaskContext``,
+its files go to its private working directory (rename mode) or to pending multipart uploads
+(S3), the task commit saves its manifest, and the manifest and the write statistics go back to
+the driver as the commit message. Nothing is visible until the driver's job commit places the
+files of exactly the accepted attempts and the instant completes; a failed, superseded or
+zombie attempt's files stay private and the job's cleanup deletes them.
+
+Two ways to write (``lakewarden.spark._groups`` explains the file groups):
+
+- **appends** (``insert``, ``bulk_insert``, overwrite, streaming): rows are conformed and
+  routed batch by batch into one Parquet file per bucket touched, in the task's append groups;
+  memory stays at one batch plus the open writers' buffers;
+- **merges** (``upsert``, ``delete``, helper ``insert``): the helper clustered the rows so that
+  each file group is in exactly one task; the task reads the bucket's current slices as of the
+  instant's ``requested`` entry and merges with ``lakewarden.table.writer.merge``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, BinaryIO
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from lakewarden.commit import ManifestCommitter, TaskAttempt
+from lakewarden.spark import _faults
+from lakewarden.spark._arrow import conform
+from lakewarden.spark._groups import BucketSlices, append_group
+from lakewarden.spark._messages import TaskCommitMessage
+from lakewarden.spark._options import WriteSpec
+from lakewarden.storage import Storage, open_storage
+from lakewarden.table.bucket import route
+from lakewarden.table.config import META_FILE_NAME, TableConfig, load_config
+from lakewarden.table.files import BaseFileName, WriteToken, file_key
+from lakewarden.table.reader import read_data_file
+from lakewarden.table.snapshot import Snapshot, build_snapshot
+from lakewarden.table.stats import FileGroupId, WriteStat
+from lakewarden.table.timeline import Timeline
+from lakewarden.table.writer import Merged, merge, stamped, stored
+
+
+@dataclass(frozen=True)
+class TaskIdentity:
+    """Which attempt of which task this is (from Spark's ``TaskContext``)."""
+
+    partition: int
+    attempt: int
+    stage: int
+
+    @property
+    def write_token(self) -> WriteToken:
+        return WriteToken(self.partition, self.stage, self.attempt)
+
+    def describe(self) -> str:
+        return f"Spark partition {self.partition} (stage {self.stage}, attempt {self.attempt})"
+
+
+def current_task() -> TaskIdentity:
+    """The running task's identity. Raises: RuntimeError outside a Spark task."""
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    if ctx is None:
+        raise RuntimeError("lakewarden task code runs inside a Spark task only")
+    return TaskIdentity(ctx.partitionId(), ctx.attemptNumber(), ctx.stageId())
+
+
+@dataclass
+class _Task:
+    spec: WriteSpec
+    identity: TaskIdentity
+    storage: Storage
+    config: TableConfig
+    attempt: TaskAttempt
+
+    @classmethod
+    def start(cls, spec: WriteSpec, identity: TaskIdentity) -> _Task:
+        """Task setup. Raises: StageFailedError (JobNotActiveError: a zombie attempt)."""
+        storage = open_storage(spec.uri, spec.settings())
+        committer = ManifestCommitter(storage, spec.job_id)
+        attempt = committer.task_attempt(identity.partition, identity.attempt)
+        attempt.setup()
+        return cls(spec, identity, storage, load_config(storage), attempt)
+
+    def file_name(self, group: FileGroupId) -> tuple[str, str]:
+        """(file name, destination key) of this attempt's base file for ``group``."""
+        name = BaseFileName(group.file_id, self.identity.write_token, self.spec.instant).render()
+        return name, file_key(group.partition_path, name)
+
+    def open(self, key: str) -> tuple[Any, BinaryIO | None]:
+        """A Parquet sink for ``key``: a local path (rename mode) or a file to close."""
+        if not self.attempt.upload_mode:
+            return self.attempt.local_path(key), None
+        sink = self.attempt.create_file(key)
+        return sink, sink
+
+    def finish(
+        self, stats: list[WriteStat], replaced: list[FileGroupId], counts: dict[str, int]
+    ) -> TaskCommitMessage:
+        """Task commit, then the message for the driver."""
+        result = self.attempt.commit(
+            extra_data={"instant": self.spec.instant, "operation": self.spec.operation}
+        )
+        _faults.after_task_commit(
+            self.spec.test_hooks, self.identity.partition, self.identity.attempt
+        )
+        return TaskCommitMessage(
+            instant=self.spec.instant,
+            job_id=self.spec.job_id,
+            attempt_id=str(self.attempt.attempt_id),
+            manifest_key=result.manifest_key,
+            write_stats=tuple(stats),
+            replaced_file_groups=tuple(replaced),
+            num_input_records=counts.get("input", 0),
+            num_deletes=counts.get("deletes", 0),
+        )
+
+
+def write_task(
+    spec: WriteSpec, identity: TaskIdentity, batches: Iterable[pa.RecordBatch]
+) -> TaskCommitMessage:
+    """Write this attempt's rows and commit the task.
+
+    Raises: InvalidRecordError (the first bad row; the job fails), SchemaMismatchError,
+    StageFailedError (the committer), InjectedFaultError (tests)."""
+    _faults.before_write(spec.test_hooks, identity.partition, identity.attempt)
+    task = _Task.start(spec, identity)
+    try:
+        if spec.merge:
+            stats, replaced, counts = _merge_rows(task, batches)
+        else:
+            stats, replaced, counts = _append_rows(task, batches)
+    except BaseException:
+        _discard(task)
+        raise
+    return task.finish(stats, replaced, counts)
+
+
+def _discard(task: _Task) -> None:
+    # Best effort: the job's cleanup or abort deletes the attempt's directory anyway.
+    try:
+        task.attempt.abort()
+    except Exception:  # noqa: BLE001 - the write's own error is what the task must report
+        pass
+
+
+# -- appends ----------------------------------------------------------------------------------
+
+
+class _OpenFile:
+    def __init__(self, task: _Task, group: FileGroupId) -> None:
+        self.group = group
+        self.name, self.key = task.file_name(group)
+        self.sink, self.handle = task.open(self.key)
+        self.writer = pq.ParquetWriter(self.sink, task.config.file_schema)
+        self.records = 0
+
+    def close(self) -> int:
+        self.writer.close()
+        if self.handle is None:
+            return os.path.getsize(self.sink)
+        size = self.handle.tell()
+        self.handle.close()
+        return int(size)
+
+
+def _append_rows(
+    task: _Task, batches: Iterable[pa.RecordBatch]
+) -> tuple[list[WriteStat], list[FileGroupId], dict[str, int]]:
+    """Route each batch into the append groups of this task, one open file per bucket."""
+    spec, config = task.spec, task.config
+    files: dict[FileGroupId, _OpenFile] = {}
+    rows = 0
+    try:
+        for batch in batches:
+            table = conform(
+                pa.Table.from_batches([batch]),
+                config,
+                spec.operation,
+                first_row=rows,
+                where=task.identity.describe(),
+            )
+            rows += batch.num_rows
+            for canonical, part in route(table, config).items():
+                group = append_group(canonical, spec.instant, task.identity.partition)
+                out = files.get(group) or files.setdefault(group, _OpenFile(task, group))
+                stamped_part = stamped(part, spec.instant, config, spec.operation)
+                out.writer.write_table(_file_rows(stamped_part, out.name, config))
+                out.records += len(part)
+        stats = [
+            _stat(out, out.close(), spec.instant, inserts=out.records) for out in files.values()
+        ]
+    finally:
+        for out in files.values():
+            if out.writer.is_open:
+                out.writer.close()
+    return stats, [], {"input": rows}
+
+
+def _file_rows(table: pa.Table, name: str, config: TableConfig) -> pa.Table:
+    table = table.append_column(META_FILE_NAME, pa.repeat(pa.scalar(name), len(table)))
+    return table.select(config.file_schema.names).cast(config.file_schema)
+
+
+def _stat(
+    out: _OpenFile,
+    size: int,
+    instant: str,
+    *,
+    inserts: int = 0,
+    updates: int = 0,
+    deletes: int = 0,
+) -> WriteStat:
+    return WriteStat(
+        file_group=out.group,
+        path=out.key,
+        base_instant=instant,
+        num_records=out.records,
+        num_inserts=inserts,
+        num_updates=updates,
+        num_deletes=deletes,
+        size_bytes=size,
+    )
+
+
+# -- merges -----------------------------------------------------------------------------------
+
+
+def base_snapshot(storage: Storage, config: TableConfig, instant: str) -> Snapshot:
+    """The snapshot as of the instant's ``requested`` entry (what the write builds on)."""
+    state = Timeline(storage, table=config.name).load()
+    mine = state.get(instant)
+    if mine is None:
+        raise RuntimeError(f"instant {instant} is not on the timeline of table {config.name!r}")
+    before = [s for s in state.completed() if (s.completed_seq or 0) < mine.requested_seq]
+    return build_snapshot(before)
+
+
+def _merge_rows(
+    task: _Task, batches: Iterable[pa.RecordBatch]
+) -> tuple[list[WriteStat], list[FileGroupId], dict[str, int]]:
+    """Merge every file group of this task's rows with its bucket's current slices."""
+    spec, config = task.spec, task.config
+    tables, rows = [], 0
+    for batch in batches:
+        tables.append(
+            conform(
+                pa.Table.from_batches([batch]),
+                config,
+                spec.operation,
+                first_row=rows,
+                where=task.identity.describe(),
+            )
+        )
+        rows += batch.num_rows
+    if not rows:
+        return [], [], {"input": 0}
+    buckets = BucketSlices(base_snapshot(task.storage, config, spec.instant))
+    stats: list[WriteStat] = []
+    replaced: list[FileGroupId] = []
+    deletes = 0
+    for group, incoming in route(pa.concat_tables(tables), config).items():
+        slices = buckets.of(group)
+        existing = [
+            stored(read_data_file(task.storage, s.base_file.path), config)
+            for s in slices
+            if s.base_file is not None
+        ]
+        merged = merge(
+            spec.operation,
+            pa.concat_tables(existing) if existing else None,
+            stamped(incoming, spec.instant, config, spec.operation),
+            config.ordering_field,
+        )
+        if not merged.changed:
+            continue
+        deletes += merged.deletes
+        replaced.extend(s.file_group for s in slices if s.file_group != group)
+        if merged.table is None:
+            replaced.extend(s.file_group for s in slices if s.file_group == group)
+        else:
+            stats.append(_write_merged(task, group, merged))
+    return stats, replaced, {"input": rows, "deletes": deletes}
+
+
+def _write_merged(task: _Task, group: FileGroupId, merged: Merged) -> WriteStat:
+    assert merged.table is not None
+    out = _OpenFile(task, group)
+    try:
+        out.writer.write_table(_file_rows(merged.table, out.name, task.config))
+        out.records = len(merged.table)
+        size = out.close()
+    finally:
+        if out.writer.is_open:
+            out.writer.close()
+    return _stat(
+        out,
+        size,
+        task.spec.instant,
+        inserts=merged.inserts,
+        updates=merged.updates,
+        deletes=merged.deletes,
+    )

@@ -1,0 +1,164 @@
+"""``WriteTransaction`` with what Spark writes add: micro-batches that commit exactly once.
+
+A streaming micro-batch is identified by ``BatchKey`` (query id, run id, batch id), taken from
+the task's local properties (``sql.streaming.queryId``, ``streaming.sql.batchId`` and the job
+group, which Structured Streaming sets to the run id). Two rules make a restarted query commit
+every batch exactly once:
+
+- **one instant per run and batch.** The tasks of a batch find or open its instant with
+  ``begin_batch``: the ``requested`` entry names the key in its plan, and the append's
+  validator (re-run after every rebase) refuses to open a second one, so racing tasks in
+  different processes agree on one instant.
+- **one completion per query and batch.** ``complete_once`` appends ``completed`` with the
+  key in ``extra_metadata`` and a validator that refuses when an instant with the same query id
+  and batch id completed already (``BatchAlreadyCommittedError``). A restarted run re-executes
+  the batches Spark had not recorded as committed; if lakewarden committed one of them before
+  the crash, the rerun finds it and commits nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from lakewarden.errors import NonRetryableError
+from lakewarden.table import conflicts
+from lakewarden.table.coordinator import Coordinator, LeaseLostError
+from lakewarden.table.instant import Action, Instant, Transition
+from lakewarden.table.stats import CommitStats
+from lakewarden.table.timeline import InstantState, Timeline, TimelineState
+from lakewarden.table.timeline_state import EntryDraft
+from lakewarden.table.transaction import WriteTransaction
+
+QUERY_ID = "spark.streaming.query_id"
+RUN_ID = "spark.streaming.run_id"
+BATCH_ID = "spark.streaming.batch_id"
+
+
+class BatchAlreadyCommittedError(NonRetryableError):
+    """An instant of this streaming query completed this micro-batch already."""
+
+    def __init__(self, message: str, *, instant: str, committed_by: str) -> None:
+        super().__init__(message, instant=instant)
+        self.committed_by = committed_by
+
+
+@dataclass(frozen=True)
+class BatchKey:
+    """One micro-batch of one run of a streaming query."""
+
+    query_id: str
+    run_id: str
+    batch_id: int
+
+    def metadata(self) -> dict[str, str]:
+        return {QUERY_ID: self.query_id, RUN_ID: self.run_id, BATCH_ID: str(self.batch_id)}
+
+    def plan(self, job_id: str) -> dict[str, object]:
+        return {"spark": {"job_id": job_id, **self.metadata()}}
+
+
+def completed_batch(state: TimelineState, key: BatchKey) -> InstantState | None:
+    """The completed instant of ``key``'s query and batch (any run), if any."""
+    for inst in state.completed():
+        meta = inst.commit.extra_metadata if inst.commit is not None else {}
+        if meta.get(QUERY_ID) == key.query_id and meta.get(BATCH_ID) == str(key.batch_id):
+            return inst
+    return None
+
+
+def pending_batch(state: TimelineState, key: BatchKey) -> tuple[str, str] | None:
+    """(instant, job id) of the pending instant opened for ``key`` (this run), if any."""
+    for inst in state.pending():
+        spark = inst.plan.get("spark") if isinstance(inst.plan, dict) else None
+        if isinstance(spark, dict) and {k: spark.get(k) for k in key.metadata()} == key.metadata():
+            return inst.instant, str(spark["job_id"])
+    return None
+
+
+class _Found(Exception):
+    """Raised by the validator to stop an append: the batch's instant exists."""
+
+    def __init__(self, instant: str, job_id: str) -> None:
+        super().__init__(instant)
+        self.instant, self.job_id = instant, job_id
+
+
+class SparkTransaction(WriteTransaction):
+    """A write transaction of the Spark data source."""
+
+    @classmethod
+    def begin_batch(
+        cls,
+        timeline: Timeline,
+        coordinator: Coordinator,
+        table_id: str,
+        *,
+        key: BatchKey,
+        job_id: str,
+        operation: str,
+        actor: str,
+    ) -> tuple[str, str]:
+        """The (instant, job id) of ``key``: the pending one, or a new ``requested`` entry
+        naming ``job_id`` (set up by the caller). Re-validated after every rebase.
+
+        Raises: BatchAlreadyCommittedError, LockTimeoutError, ConcurrentAppendError,
+        CommitStateUnknownError."""
+        payload = {"operation": operation, "cancellable": False, "plan": key.plan(job_id)}
+        with coordinator.lock(table_id) as lease:
+
+            def draft(state: TimelineState) -> EntryDraft:
+                if lease.lost:
+                    raise LeaseLostError(
+                        f"the lease on table {table_id} was lost before opening micro-batch "
+                        f"{key.batch_id}; nothing was appended. Help: retry.",
+                        table=table_id,
+                    )
+                return EntryDraft(
+                    instant=str(Instant.next_after(state.last_requested())),
+                    action=Action.COMMIT,
+                    transition=Transition.REQUESTED,
+                    actor=actor,
+                    lock_token=lease.token,
+                    wall_time_ms=time.time_ns() // 1_000_000,
+                    payload=payload,
+                )
+
+            def validate(state: TimelineState, entry: EntryDraft) -> None:
+                _refuse_committed(state, key, entry.instant)
+                found = pending_batch(state, key)
+                if found is not None:
+                    raise _Found(*found)
+
+            try:
+                entry, _ = timeline.append(draft, validate=validate)
+            except _Found as found:
+                return found.instant, found.job_id
+        return entry.instant, job_id
+
+    def complete_once(self, stats: CommitStats, key: BatchKey | None) -> None:
+        """``complete``; for a micro-batch, refused if its batch completed already.
+
+        Raises: BatchAlreadyCommittedError and whatever ``complete`` raises."""
+        if key is None:
+            self.complete(stats)
+            return
+
+        def validate(state: TimelineState, draft: EntryDraft) -> None:
+            current = state.get(self.instant)
+            if current is not None and current.is_pending:
+                conflicts.check_completion(state, current, stats, table=self.table_id)
+            _refuse_committed(state, key, self.instant)
+
+        self._append(Transition.COMPLETED, stats.model_dump(mode="json"), validate)
+
+
+def _refuse_committed(state: TimelineState, key: BatchKey, instant: str) -> None:
+    done = completed_batch(state, key)
+    if done is not None and done.instant != instant:
+        raise BatchAlreadyCommittedError(
+            f"micro-batch {key.batch_id} of streaming query {key.query_id} was committed by "
+            f"instant {done.instant}; instant {instant} must not commit it again.",
+            instant=instant,
+            committed_by=done.instant,
+        )

@@ -1,0 +1,93 @@
+"""The batch writer of the ``lakewarden`` format (``DataSourceArrowWriter``).
+
+PySpark creates it with ``DataSource.writer()`` in a planner worker on the driver, pickles it
+to every task (``write`` runs there, once per task attempt) and unpickles it again in the
+worker that runs ``commit`` or ``abort``. So it holds only a ``WriteSpec`` (strings), never a
+client or an open file; every method opens what it needs.
+
+``create_writer`` is where a plain-format write opens its instant (``lakewarden.spark._job``),
+after checking the DataFrame's schema against the table's, so a mismatch fails before the
+table is touched. A write started by ``lakewarden.spark.write`` passes the instant it opened
+in the ``lakewarden.instant`` / ``lakewarden.job`` options and is joined instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
+from pyspark.sql.types import StructType
+
+from lakewarden.spark import _job
+from lakewarden.spark._arrow import check_write_schema
+from lakewarden.spark._keeper import keep_alive
+from lakewarden.spark._options import (
+    OPT_INSTANT,
+    OPT_JOB,
+    OPT_MERGE,
+    OPT_PROFILED,
+    WriteSpec,
+    get_option,
+    settings_json,
+    table_uri,
+    test_hooks,
+    write_operation,
+)
+from lakewarden.spark._task import current_task, write_task
+from lakewarden.table.timeline import Timeline
+
+
+class LakewardenWriter(DataSourceArrowWriter):
+    """One write = one instant; see ``lakewarden.spark._job`` for the protocol."""
+
+    def __init__(self, spec: WriteSpec) -> None:
+        self.spec = spec
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        """One task attempt (on an executor). Raises: InvalidRecordError and the rest of
+        ``lakewarden.spark._task.write_task``."""
+        return write_task(self.spec, current_task(), iterator)
+
+    def commit(self, messages: Sequence[WriterCommitMessage | None]) -> None:
+        """Job commit of the accepted attempts, then ``completed`` (driver)."""
+        _job.commit_write(self.spec, messages)
+
+    def abort(self, messages: Sequence[WriterCommitMessage | None]) -> None:
+        """Job abort, then ``rolled_back`` (driver)."""
+        _job.abort_write(self.spec, "the Spark write job failed and was aborted")
+
+
+def create_writer(
+    options: Mapping[str, str], schema: StructType, overwrite: bool
+) -> LakewardenWriter:
+    """Open (or join) the write's instant. Raises: InvalidOptionError, NotATableError,
+    SchemaMismatchError, LockTimeoutError."""
+    uri = table_uri(options)
+    operation = write_operation(options, overwrite)
+    encoded = settings_json(options)
+    table = _job.TableHandle.open(uri, encoded)
+    check_write_schema(schema, table.config, operation)
+    hooks = test_hooks(options)
+    instant, job_id = get_option(options, OPT_INSTANT), get_option(options, OPT_JOB)
+    if instant is not None and job_id is not None:
+        spec = WriteSpec(
+            uri,
+            instant,
+            job_id,
+            operation,
+            encoded,
+            merge=get_option(options, OPT_MERGE) == "true",
+            profiled=get_option(options, OPT_PROFILED) == "true",
+            test_hooks=hooks,
+        )
+        return LakewardenWriter(spec)
+    spec, txn = _job.open_write(table, operation, settings_json=encoded, test_hooks=hooks)
+    keep_alive(
+        Timeline(table.storage, table=table.config.name),
+        table.coordinator,
+        table.config.table_id,
+        spec.instant,
+        txn.actor,
+    )
+    return LakewardenWriter(spec)
