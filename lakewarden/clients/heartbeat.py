@@ -32,7 +32,8 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from types import TracebackType
 from typing import Any, Final, Literal
 
@@ -146,16 +147,20 @@ class Heartbeat:
             return
         self._stop.set()
         thread.join()
-        producer = self._producer
-        if producer is not None:
+        producer, self._producer = self._producer, None
+        if producer is None:
+            return
+        try:
             self._produce(producer, "final")
             remaining = producer.flush(_FINAL_FLUSH_S)
-            if remaining:
-                log.info(
-                    "final heartbeat not delivered",
-                    extra={"table_id": self.table_id, "instant": self.instant},
-                )
-        self._producer = None
+        except Exception:  # a courtesy: leaving the block must not fail because of it
+            log.exception("final heartbeat failed", extra={"instant": self.instant})
+            return
+        if remaining:
+            log.info(
+                "final heartbeat not delivered",
+                extra={"table_id": self.table_id, "instant": self.instant},
+            )
 
     def is_healthy(self) -> bool:
         """True while a beat sent within the last ``tolerance_s`` was acknowledged and the
@@ -190,9 +195,9 @@ class Heartbeat:
         try:
             self._beat_until_stopped()
         except BaseException as err:  # the thread must not die silently, whatever killed it
+            log.exception("heartbeat thread failed", extra={"instant": self.instant})
             self._declare_lost("thread_failed", f"the heartbeat thread failed: {err!r}")
             self._notify()
-            raise
 
     def _beat_until_stopped(self) -> None:
         producer = self._producer
@@ -267,7 +272,9 @@ class Heartbeat:
         with self._guard:
             reference = self._last_acked_sent_at or self._started_at
             silence = now - reference
-        if silence > self.tolerance_s:
+        if silence > self.tolerance_s and self._last_acked_sent_at is None:
+            self._declare_lost("first_beat", "the first heartbeat was not acknowledged")
+        elif silence > self.tolerance_s:
             self._declare_lost("window_passed", f"no heartbeat was delivered for {silence:.1f} s")
         elif not self._thread.is_alive() and not self._stop.is_set():
             self._declare_lost("thread_failed", "the heartbeat thread is not running")
@@ -321,3 +328,60 @@ class Heartbeat:
             **self._producer_config,
         }
         return self.settings.kafka.librdkafka_config(**config)
+
+
+class Heartbeats:
+    """The heartbeats one process holds, by instant: what a ``Coordinator`` needs for its
+    ``heartbeat`` hook, and the check a writer runs before completing an instant.
+
+        beats = Heartbeats(settings)
+        with beats.hold(table_id, instant, owner):     # Coordinator.heartbeat
+            ...
+            beats.check(table_id, instant)             # before appending ``completed``
+
+    ``options`` are passed to every ``Heartbeat`` (``interval_s``, ``on_lost``, ...).
+    Thread-safe.
+    """
+
+    def __init__(self, settings: Settings, **options: Any) -> None:
+        self.settings = settings
+        self._options = options
+        self._guard = threading.Lock()
+        self._held: dict[tuple[str, str], Heartbeat] = {}
+
+    @contextmanager
+    def hold(self, table_id: str, instant: str, owner: str) -> Iterator[Heartbeat]:
+        """Beat for ``instant`` during the ``with`` block.
+
+        Raises:
+            HeartbeatLostError: the first beat was not acknowledged (broker unreachable).
+            RuntimeError: this process already beats for the instant.
+        """
+        key = (table_id, instant)
+        heartbeat = Heartbeat(self.settings, table_id, instant, owner, **self._options)
+        with self._guard:
+            if key in self._held:
+                raise RuntimeError(f"already beating for instant {instant} of table {table_id}")
+            self._held[key] = heartbeat
+        try:
+            with heartbeat:
+                yield heartbeat
+        finally:
+            with self._guard:
+                self._held.pop(key, None)
+
+    def get(self, table_id: str, instant: str) -> Heartbeat | None:
+        """The heartbeat held for the instant, if any."""
+        with self._guard:
+            return self._held.get((table_id, instant))
+
+    def check(self, table_id: str, instant: str) -> None:
+        """Return when the instant's heartbeat is healthy, or when none is held here (another
+        process may be executing the instant: nothing to judge).
+
+        Raises:
+            HeartbeatLostError: the heartbeat held for the instant is lost.
+        """
+        heartbeat = self.get(table_id, instant)
+        if heartbeat is not None:
+            heartbeat.check()

@@ -1,0 +1,197 @@
+"""The Heartbeat emitter with a fake producer: health, stickiness, a dying thread, no broker."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from lakewarden.clients import heartbeat as heartbeat_module
+from lakewarden.clients.heartbeat import Heartbeat, HeartbeatLostError, Heartbeats
+from lakewarden.events import decode
+from lakewarden.settings import HeartbeatPolicy, HeartbeatSettings, KafkaSettings, Settings
+
+INSTANT = "20250314092653589"
+FAST = {"interval_s": 0.05, "tolerable_misses": 3}  # tolerance 0.15 s
+
+
+class FakeProducer:
+    """Acknowledges every produced message on the next poll, unless told not to."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.config = config
+        self.records: list[dict[str, Any]] = []
+        self.pending: list[Any] = []
+        self.acks = True
+        self.fail: BaseException | None = None
+        self.lock = threading.Lock()
+        PRODUCERS.append(self)
+
+    def produce(self, topic: str, value: bytes, *, key: bytes, on_delivery: Any) -> None:
+        if self.fail is not None:
+            raise self.fail
+        assert topic.endswith("heartbeats") and key == b"t1"
+        with self.lock:
+            self.records.append(decode(value).record)
+            self.pending.append(on_delivery)
+
+    def poll(self, timeout: float) -> int:
+        with self.lock:
+            callbacks, self.pending = (self.pending, []) if self.acks else ([], self.pending)
+        for callback in callbacks:
+            callback(None, None)
+        return len(callbacks)
+
+    def flush(self, timeout: float) -> int:
+        self.poll(0)
+        return len(self.pending)
+
+
+PRODUCERS: list[FakeProducer] = []
+
+
+@pytest.fixture(autouse=True)
+def fake_producer(monkeypatch: pytest.MonkeyPatch) -> None:
+    PRODUCERS.clear()
+    monkeypatch.setattr(heartbeat_module, "Producer", FakeProducer)
+
+
+@pytest.fixture
+def settings() -> Settings:
+    return Settings(kafka=KafkaSettings(bootstrap_servers="127.0.0.1:9"))
+
+
+def wait_until(condition: Any, timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.005)
+
+
+def test_beats_every_interval_and_sends_a_final_beat(settings: Settings) -> None:
+    with Heartbeat(settings, "t1", INSTANT, "w1", **FAST) as beat:  # type: ignore[arg-type]
+        time.sleep(0.3)
+        assert beat.is_healthy()
+        beat.check()
+    records = PRODUCERS[0].records
+    assert 4 <= len(records) <= 9  # ~0.3 s / 0.05 s, generously on a busy machine
+    assert [r["seq"] for r in records] == list(range(len(records)))
+    assert {r["kind"] for r in records[:-1]} == {"beat"} and records[-1]["kind"] == "final"
+    first = records[0]
+    assert (first["instant"], first["owner"], first["envelope"]["table_id"]) == (
+        INSTANT,
+        "w1",
+        "t1",
+    )
+    assert (first["interval_ms"], first["tolerable_misses"]) == (50, 3)
+
+
+def test_policy_comes_from_the_table_override_in_settings() -> None:
+    settings = Settings(
+        kafka=KafkaSettings(bootstrap_servers="127.0.0.1:9"),
+        heartbeat=HeartbeatSettings(
+            interval_s=7, tables={"t1": HeartbeatPolicy(interval_s=2, tolerable_misses=5)}
+        ),
+    )
+    assert Heartbeat(settings, "t1", INSTANT, "w").tolerance_s == 10
+    assert Heartbeat(settings, "t2", INSTANT, "w").tolerance_s == 21
+    assert Heartbeat(settings, "t1", INSTANT, "w", interval_s=1).tolerance_s == 5
+
+
+def test_producer_drops_a_beat_it_cannot_deliver_within_an_interval(settings: Settings) -> None:
+    config = Heartbeat(settings, "t1", INSTANT, "w", interval_s=3)._librdkafka_config()
+    assert config["message.timeout.ms"] == 3000 and config["acks"] == "all"
+    fast = Heartbeat(settings, "t1", INSTANT, "w", **FAST)._librdkafka_config()  # type: ignore[arg-type]
+    assert fast["message.timeout.ms"] == 1000  # never below 1 s
+
+
+def test_no_acknowledgement_for_a_tolerance_window_is_lost_for_good(settings: Settings) -> None:
+    told: list[HeartbeatLostError] = []
+    beat = Heartbeat(settings, "t1", INSTANT, "w1", on_lost=told.append, **FAST)  # type: ignore[arg-type]
+    with beat:
+        PRODUCERS[0].acks = False  # the broker went away
+        wait_until(lambda: not beat.is_healthy())
+        with pytest.raises(HeartbeatLostError, match="no heartbeat was delivered") as info:
+            beat.check()
+        assert (info.value.table, info.value.instant, info.value.cause) == (
+            "t1",
+            INSTANT,
+            "window_passed",
+        )
+        wait_until(lambda: len(told) == 1)
+        assert told[0] is info.value
+
+        PRODUCERS[0].acks = True  # back again: still lost (the monitor may have judged)
+        time.sleep(0.1)
+        assert not beat.is_healthy()
+    assert len(told) == 1
+
+
+def test_a_late_acknowledgement_after_a_long_gap_is_still_a_lost_window(
+    settings: Settings,
+) -> None:
+    beat = Heartbeat(settings, "t1", INSTANT, "w1", **FAST)  # type: ignore[arg-type]
+    beat._started_at = time.monotonic()
+    beat._thread = threading.current_thread()  # judged as if running
+    beat._on_delivery(None, beat._started_at + 0.01)
+    assert beat.is_healthy()
+    beat._on_delivery(None, beat._started_at + 0.01 + 0.2)  # sent 0.2 s after the previous ack
+    assert not beat.is_healthy()
+
+
+def test_a_dying_thread_tells_the_holder_at_once(settings: Settings) -> None:
+    told: list[HeartbeatLostError] = []
+    beat = Heartbeat(settings, "t1", INSTANT, "w1", on_lost=told.append, **FAST)  # type: ignore[arg-type]
+    with beat:
+        PRODUCERS[0].fail = RuntimeError("boom")  # the next beat kills the thread
+        wait_until(lambda: bool(told))
+        assert not beat.is_healthy()
+        with pytest.raises(HeartbeatLostError, match="thread failed: RuntimeError") as info:
+            beat.check()
+        assert info.value.cause == "thread_failed" and told == [info.value]
+
+
+def test_a_thread_that_vanished_is_noticed_by_the_holder(settings: Settings) -> None:
+    beat = Heartbeat(settings, "t1", INSTANT, "w1", interval_s=60, tolerable_misses=3)
+    told: list[HeartbeatLostError] = []
+    beat._on_lost = told.append
+    beat._started_at = time.monotonic()
+    gone = threading.Thread(target=lambda: None)
+    gone.start()
+    gone.join()
+    beat._thread = gone  # as if killed without running any handler
+    assert not beat.is_healthy()
+    assert told and told[0].cause == "thread_failed"
+
+
+def test_first_beat_not_acknowledged_refuses_to_start(settings: Settings) -> None:
+    class Mute(FakeProducer):
+        def __init__(self, config: dict[str, Any]) -> None:
+            super().__init__(config)
+            self.acks = False
+
+    heartbeat_module.Producer = Mute  # type: ignore[misc]  (undone by monkeypatch)
+    started = time.monotonic()
+    with pytest.raises(HeartbeatLostError, match="first heartbeat") as info:
+        Heartbeat(settings, "t1", INSTANT, "w1", **FAST).start()  # type: ignore[arg-type]
+    assert info.value.cause == "first_beat"
+    assert time.monotonic() - started < 2
+
+
+def test_heartbeats_holder_checks_the_instant_it_beats_for(settings: Settings) -> None:
+    beats = Heartbeats(settings, **FAST)
+    beats.check("t1", INSTANT)  # nothing held: nothing to judge
+    with beats.hold("t1", INSTANT, "w1") as beat:
+        assert beats.get("t1", INSTANT) is beat
+        with pytest.raises(RuntimeError, match="already beating"):
+            with beats.hold("t1", INSTANT, "w1"):
+                pass
+        beats.check("t1", INSTANT)
+        PRODUCERS[0].acks = False
+        wait_until(lambda: not beat.is_healthy())
+        with pytest.raises(HeartbeatLostError):
+            beats.check("t1", INSTANT)
+    assert beats.get("t1", INSTANT) is None
+    beats.check("t1", INSTANT)
