@@ -13,7 +13,7 @@ A write is one transaction on the timeline (``lakewarden.table.transaction``):
 5. per file group, read the current base file, merge, and write a new base file under its
    final name with a fresh write token; it stays invisible until ``completed`` names it;
 6. ``completed`` with the write statistics. On a conflict (or any failure before completion)
-   the files written are deleted, the instant is rolled back, and the error is re-raised.
+   the instant is rolled back, then the files written are deleted, and the error is re-raised.
    When the completion's outcome is unknown the timeline is re-read: a completed instant is a
    success; otherwise the write is abandoned the same way (the ``rolled_back`` entry settles
    that it never completes). Steps 4-6 run under the instant's heartbeat.
@@ -381,16 +381,21 @@ def _complete(ctx: WriteContext, txn: WriteTransaction, stats: CommitStats) -> C
 
 
 def _abandon(storage: Storage, txn: WriteTransaction, written: list[str], err: Exception) -> None:
-    """Delete the instant's files, then append ``rolled_back``. Deleting first is safe because
-    only this writer could complete the instant and it will not; a crash in between leaves a
-    pending instant without files, which the cleaner rolls back after its heartbeat expires.
+    """Append ``rolled_back`` first, then delete the instant's files.
+
+    The order matters after ``CommitStateUnknownError``: the lost ``completed`` entry may have
+    landed, in which case the rollback is refused and the files must stay (they are committed).
+    Only once the instant is terminal without completing are its files garbage. A crash between
+    the two steps leaves invisible files of a rolled-back instant, which the cleaner removes.
     A failure here is attached to ``err`` as a note: ``err`` is what the caller must see."""
+    try:
+        txn.rollback(f"{type(err).__name__}: {err}")
+    except Exception as rollback_err:
+        err.add_note(f"rolling back instant {txn.instant} failed: {rollback_err!r}")
+        err.add_note(f"its {len(written)} file(s) were kept: the instant may have completed")
+        return
     for key in written:
         try:
             storage.delete(key)
         except Exception as delete_err:
             err.add_note(f"deleting {key} of instant {txn.instant} failed: {delete_err!r}")
-    try:
-        txn.rollback(f"{type(err).__name__}: {err}")
-    except Exception as rollback_err:
-        err.add_note(f"rolling back instant {txn.instant} failed: {rollback_err!r}")
