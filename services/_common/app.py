@@ -8,7 +8,8 @@ Every service app gets the same choices, made once here:
   replicas (a table partition lives in exactly one process), changelog partitions equal to the
   source topic's (tables are partitioned like the events that change them);
 - durable producer (``acks=all``), no linger (services answer clients that wait);
-- offsets committed every second (faust flushes the producer, so the changelog, first);
+- offsets committed every ``commit_interval_s`` (default 1 s; faust flushes the producer, so
+  the changelog, first);
 - faust's own web server off: ``HealthServer`` serves health and metrics on 127.0.0.1;
 - a 10 s session timeout instead of faust's 60 s, so the group notices a killed instance soon;
   with ``instance_id`` (static membership) a restarted instance takes its partitions back at
@@ -39,6 +40,9 @@ class ServiceSettings(BaseSettings):
     health_port: int = 0
     instance_id: str | None = None
     log_level: str = "INFO"
+    # Longer: less commit traffic, more redelivered events after a crash (handlers are
+    # idempotent either way).
+    commit_interval_s: float = 1.0
 
 
 def app_id(service: str, settings: Settings) -> str:
@@ -60,6 +64,7 @@ def make_app(
     *,
     partitions: int,
     instance_id: str | None = None,
+    commit_interval_s: float = 1.0,
     **overrides: Any,
 ) -> faust.App:
     """The faust app of ``service``; ``partitions`` is the partition count of the topics its
@@ -75,7 +80,7 @@ def make_app(
         "table_standby_replicas": 0,
         "producer_acks": -1,
         "producer_linger": 0.0,
-        "broker_commit_interval": 1.0,
+        "broker_commit_interval": commit_interval_s,
         "broker_session_timeout": 10.0,
         "broker_heartbeat_interval": 1.0,
         "consumer_auto_offset_reset": "earliest",

@@ -25,6 +25,7 @@ app = make_app(
     settings,
     partitions=LOCK_REQUESTS.partitions,
     instance_id=service_settings.instance_id,
+    commit_interval_s=service_settings.commit_interval_s,
 )
 lifecycle = Lifecycle(app, SERVICE)
 

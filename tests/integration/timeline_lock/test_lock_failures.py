@@ -1,0 +1,214 @@
+"""timeline-lock when things die: a holder killed with -9, the service killed with -9 while
+leases are held, and a writer paused (SIGSTOP) past its lease while committing."""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from lakewarden.clients import KafkaCoordinator, LockClient
+from lakewarden.settings import Settings
+from lakewarden.table.instant import Transition
+from lakewarden.table.table import Table
+from services._common.process import ServiceProcess
+
+pytestmark = pytest.mark.timeout(240)
+
+CHILD = Path(__file__).with_name("_lock_children.py")
+
+
+class Child:
+    """A child process whose stdout lines the test waits for."""
+
+    def __init__(self, settings: Settings, *args: str) -> None:
+        env = dict(os.environ)
+        env["LAKEWARDEN_KAFKA__BOOTSTRAP_SERVERS"] = settings.kafka.bootstrap_servers or ""
+        env["LAKEWARDEN_KAFKA__TOPIC_PREFIX"] = settings.kafka.topic_prefix
+        self.proc = subprocess.Popen(
+            [sys.executable, str(CHILD), *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+        )
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.seen: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.put(line.rstrip("\n"))
+
+    def expect(self, prefix: str, timeout_s: float = 60) -> str:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                line = self.lines.get(timeout=max(0.01, deadline - time.monotonic()))
+            except queue.Empty:
+                break
+            self.seen.append(line)
+            if line.startswith(prefix):
+                return line
+        raise AssertionError(f"child never printed {prefix!r}; it printed: {self.seen[-20:]}")
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(10)
+        self._reader.join(5)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+
+@contextmanager
+def child(settings: Settings, *args: str) -> Iterator[Child]:
+    process = Child(settings, *args)
+    try:
+        yield process
+    finally:
+        process.close()
+
+
+def test_a_killed_holders_lease_expires_and_the_next_waiter_gets_it_within_ttl_plus_1s(
+    lock_settings: Settings, lock_service: ServiceProcess, make_client: type[LockClient]
+) -> None:
+    ttl_s = 2.0
+    waiter = make_client(lock_settings)
+    with child(lock_settings, "hold", "doomed", str(ttl_s)) as holder:
+        token = int(holder.expect("HOLDING").split()[1])
+        queued = threading.Event()
+        granted: list[tuple[float, int]] = []
+
+        def wait() -> None:
+            lease = waiter.acquire("doomed", ttl_s=5, wait_s=30, on_queued=lambda _: queued.set())
+            granted.append((time.monotonic(), lease.token))
+
+        thread = threading.Thread(target=wait)
+        thread.start()
+        assert queued.wait(10)
+        time.sleep(ttl_s)  # the holder has been renewing all along: the lease is alive
+        assert not granted
+        killed_at = time.monotonic()
+        holder.proc.send_signal(signal.SIGKILL)
+        thread.join(30)
+    [(at, new_token)] = granted
+    assert new_token == token + 1
+    assert at - killed_at <= ttl_s + 1.0, f"took {at - killed_at:.2f} s"
+
+
+def test_a_service_killed_with_leases_held_comes_back_with_them(
+    lock_settings: Settings, tmp_path: Path, make_client: type[LockClient]
+) -> None:
+    # Offsets committed only every 30 s: everything this test sends is delivered again after
+    # the kill, and must not be applied twice.
+    service = ServiceProcess(
+        "services.timeline_lock",
+        lock_settings,
+        home=tmp_path,
+        extra_env={"LAKEWARDEN_COMMIT_INTERVAL_S": "30"},
+    )
+    service.start()
+    try:
+        _kill_and_restart_under_load(service, lock_settings, make_client)
+    finally:
+        service.stop()
+
+
+def _kill_and_restart_under_load(
+    service: ServiceProcess, settings: Settings, make_client: type[LockClient]
+) -> None:
+    holder, waiter, busy = (make_client(settings, owner=n) for n in ("h", "w", "b"))
+    for _ in range(20):
+        with busy.hold("burst", ttl_s=20, wait_s=10):
+            pass
+    lease = holder.acquire("shared", ttl_s=20, wait_s=10)
+    queued = threading.Event()
+    got: list[int] = []
+    thread = threading.Thread(
+        target=lambda: got.append(
+            waiter.acquire("shared", ttl_s=20, wait_s=60, on_queued=lambda _: queued.set()).token
+        )
+    )
+    thread.start()
+    assert queued.wait(10)
+
+    service.kill()
+    killed_at = time.monotonic()
+    service.start()
+    restarted_at = time.monotonic()
+
+    # renewals succeed again: the holder's confirmed deadline moves past the restart
+    deadline = restarted_at + 20
+    while lease.confirmed_at <= restarted_at and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert lease.confirmed_at > killed_at and not lease.lost, "renewals did not come back"
+    assert not got, "the waiter was granted while the holder still held the lease"
+    holder.release(lease)
+    thread.join(30)
+    assert got == [lease.token + 1]  # tokens keep increasing
+    with busy.hold("burst", ttl_s=20, wait_s=10) as after:
+        assert after.token == 21  # the 20 redelivered cycles were not applied twice
+    _, metrics = service.get("/metrics")
+    [duplicates] = [
+        float(line.split()[1])
+        for line in metrics.splitlines()
+        if line.startswith("lakewarden_lock_duplicate_requests_total")
+    ]
+    assert duplicates >= 40  # the burst's acquires and releases were redelivered
+
+
+@pytest.mark.parametrize("variant", ["trust", "never-lost"])
+def test_a_writer_paused_past_its_lease_cannot_complete(
+    variant: str,
+    lock_settings: Settings,
+    lock_service: ServiceProcess,
+    tmp_path: Path,
+) -> None:
+    """``trust``: the lease reports lost on resume, the transaction stops before appending
+    (LeaseLostError). ``never-lost``: a lease that never says so (a pause between the check
+    and the write); the log's conflict rule stops the late ``completed``."""
+    uri = str(tmp_path / "orders")
+    schema = pa.schema([("id", pa.int64()), ("v", pa.string())])
+    Table.create(uri, name="orders", record_key="id", schema=schema)
+    coordinator = KafkaCoordinator(lock_settings)
+    try:
+        with child(lock_settings, "paused-writer", uri, variant) as writer:
+            paused_token = int(writer.expect("PAUSED").split()[1])
+            # the writer holds the lock for its `completed` step and is stopped; its lease
+            # expires (ttl 2 s) and this writer takes the table over
+            table = Table.open(uri, coordinator=coordinator)
+            mine = table.write(
+                pa.table({"id": pa.array([1, 2, 3], pa.int64()), "v": ["parent"] * 3})
+            )
+            writer.proc.send_signal(signal.SIGCONT)
+            result = writer.expect("RESULT")
+            writer.proc.wait(30)
+    finally:
+        coordinator.close()
+    expected = "LeaseLostError" if variant == "trust" else "OverlappingCommitConflict"
+    assert result.startswith(f"RESULT {expected}"), result
+    table = Table.open(uri)
+    assert sorted(table.read().column("v").to_pylist()) == ["parent"] * 3
+    states = {s.instant: s for s in table.timeline()}
+    assert states[mine.instant].state is Transition.COMPLETED
+    [theirs] = [s for i, s in states.items() if i != mine.instant]
+    assert theirs.state is Transition.ROLLED_BACK
+    # every entry records its writer's fencing token; nothing was appended under the lost
+    # lease, and the takeover's entries all carry newer tokens
+    entries = list(table.timeline_log.entries())
+    tokens = [e.lock_token for e in entries]
+    assert None not in tokens and paused_token not in tokens
+    assert min(e.lock_token or 0 for e in entries if e.instant == mine.instant) > paused_token
