@@ -42,6 +42,12 @@ def spark_arrow_schema(schema: StructType) -> pa.Schema:
     return to_arrow_schema(schema)
 
 
+def table_operation(operation: str) -> str:
+    """The operation of ``lakewarden.table.writer`` whose input rules apply: appends
+    (``bulk_insert``, overwrite) validate as inserts."""
+    return operation if operation in ("upsert", "delete") else "insert"
+
+
 def needed_columns(config: TableConfig, operation: str) -> list[str]:
     if operation == "delete":
         return [config.record_key, *config.partition_by]
@@ -102,7 +108,7 @@ def conform(
         arrays.append(column)
     typed = pa.table(arrays, schema=pa.schema([config.pa_schema.field(n) for n in needed]))
     try:
-        return validate_input(typed, config, operation)
+        return validate_input(typed, config, table_operation(operation))
     except InvalidRecordError as err:
         raise InvalidRecordError(
             f"{where}, row {first_row + err.record_index} of the task's input: {err}",

@@ -40,11 +40,15 @@ BATCH_ROWS = 65_536
 class FilePartition(InputPartition):
     """One base file to read (picklable)."""
 
-    def __init__(self, key: str, size_bytes: int, num_records: int) -> None:
+    def __init__(
+        self, key: str, size_bytes: int, num_records: int, instants: tuple[str, ...] | None
+    ) -> None:
         super().__init__(key)
         self.key = key
         self.size_bytes = size_bytes
         self.num_records = num_records
+        # Incremental reads: keep only the records these instants wrote.
+        self.instants = instants
 
 
 def table_schema(spec: ReadSpec) -> StructType:
@@ -95,30 +99,31 @@ def plan_files(
 
 
 class LakewardenReader(DataSourceReader):
-    """Pickled to the tasks: holds the spec, the output schema and, after planning, the
-    instants of an incremental read; never a client."""
+    """Pickled to the tasks: holds the spec and the output schema, never a client. (Planning
+    may run in another process than the one whose reader is pickled: what it finds travels
+    in the partitions.)"""
 
     def __init__(self, spec: ReadSpec, schema: StructType) -> None:
         self.spec = spec
         self.arrow_schema = spark_arrow_schema(schema)
-        self.instants: tuple[str, ...] | None = None
 
     def partitions(self) -> Sequence[InputPartition]:
         """Raises: NotATableError, InstantNotCompletedError, UnsupportedSliceError."""
         storage = open_storage(self.spec.uri, self.spec.settings())
-        files, self.instants = plan_files(storage, load_config(storage), self.spec)
-        return [FilePartition(f.path, f.size_bytes, f.num_records) for f in files]
+        files, instants = plan_files(storage, load_config(storage), self.spec)
+        return [FilePartition(f.path, f.size_bytes, f.num_records, instants) for f in files]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, FilePartition)
         storage = open_storage(self.spec.uri, self.spec.settings())
         columns = list(self.arrow_schema.names)
-        if self.instants is not None:
+        instants = partition.instants
+        if instants is not None:
             columns.append(META_COMMIT_TIME)
-        wanted = pa.array(self.instants or (), pa.string())
+        wanted = pa.array(instants or (), pa.string())
         with pq.ParquetFile(_source(storage, partition.key)) as parquet:
             for batch in parquet.iter_batches(batch_size=BATCH_ROWS, columns=columns):
-                if self.instants is not None:
+                if instants is not None:
                     batch = batch.filter(pc.is_in(batch.column(META_COMMIT_TIME), wanted))
                     batch = batch.drop_columns([META_COMMIT_TIME])
                 if batch.num_rows:

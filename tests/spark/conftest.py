@@ -18,6 +18,19 @@ import pytest
 
 pytestmark = pytest.mark.spark
 
+# PySpark's driver leaves the sockets of collect() to the garbage collector
+# (pyspark.serializers / java_gateway), which reports them as unraisable ResourceWarnings.
+SPARK_SOCKET_NOISE = (
+    "ignore:Exception ignored in. <socket.socket:pytest.PytestUnraisableExceptionWarning"
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "spark" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.spark)
+            item.add_marker(pytest.mark.filterwarnings(SPARK_SOCKET_NOISE))
+
 
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
@@ -33,6 +46,7 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
         SparkSession.builder.master("local[2,4]")
         .appName("lakewarden-tests")
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.driver.memory", "1g")
