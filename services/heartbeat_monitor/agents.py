@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, cast
 
 import faust
@@ -73,15 +74,11 @@ async def send_ticks() -> None:
     partitions = app.consumer.topic_partitions(heartbeats_topic.get_topic_name())
     for partition in range(partitions or HEARTBEATS.partitions):
         await heartbeats_topic.send(key=b"", value=monitor.tick_record(), partition=partition)
-    _update_gauges()
 
 
-def _update_gauges() -> None:
-    for status in ("alive", "dead", "ended"):
-        metrics.INSTANTS.labels(status).set(tracker.counts[status])
-    metrics.IN_GRACE.set(tracker.partitions_in_grace())
-    if monitor.last_broker_ms is not None:
-        metrics.CONSUMER_LAG.set(max(wall_clock_ms() - monitor.last_broker_ms, 0) / 1000)
+def _consumer_lag_s() -> float:
+    last = monitor.last_broker_ms
+    return 0.0 if last is None else max(wall_clock_ms() - last, 0) / 1000
 
 
 def _heartbeat_partitions(tps: Any) -> list[int]:
@@ -96,6 +93,12 @@ def _on_revoked(sender: Any, revoked: Any, *, signal: BaseSignalT[Any], **kw: An
 def _on_assigned(sender: Any, assigned: Any, *, signal: BaseSignalT[Any], **kw: Any) -> None:
     monitor.assigned(_heartbeat_partitions(assigned))
 
+
+# Gauges are read at scrape time (on the health server's thread: plain reads only).
+for _status in ("alive", "dead", "ended"):
+    metrics.INSTANTS.labels(_status).set_function(partial(tracker.counts.__getitem__, _status))
+metrics.IN_GRACE.set_function(tracker.partitions_in_grace)
+metrics.CONSUMER_LAG.set_function(_consumer_lag_s)
 
 # Registered by calling: faust's ``timer`` and mode's signals are untyped for mypy --strict.
 app.timer(interval=settings.heartbeat.monitor_tick_s)(send_ticks)

@@ -270,7 +270,8 @@ class Tracker:
         return None if tracked is None else tracked.status
 
     def partitions_in_grace(self) -> int:
-        return sum(1 for part in self._partitions.values() if part.floor_ms is None)
+        # Also read by the metrics thread: copy first (one C-level step under the GIL).
+        return sum(1 for part in list(self._partitions.values()) if part.floor_ms is None)
 
     def frontier(self, partition: int) -> int:
         return self._partition(partition).frontier_ms

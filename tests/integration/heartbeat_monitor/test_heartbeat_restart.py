@@ -1,0 +1,44 @@
+"""A monitor restart (kill -9, then start) declares no live writer dead; a writer that died
+while the monitor was away is declared dead one tolerance after the monitor is back."""
+
+from __future__ import annotations
+
+import time
+
+from hbtools import TOLERANCE_S, Expiries, Writer, hold, new_instant
+
+from lakewarden.settings import Settings
+from services._common.process import ServiceProcess
+
+
+def test_monitor_restart_produces_no_false_deaths(
+    monitor: ServiceProcess, hb_settings: Settings, expiries: Expiries, writers: list[Writer]
+) -> None:
+    alive = [new_instant() for _ in range(4)]
+    for instant in alive:
+        hold(writers, hb_settings, instant)
+    dies_meanwhile = new_instant()
+    doomed = hold(writers, hb_settings, dies_meanwhile)
+    time.sleep(1.0)  # the monitor has seen them all
+
+    monitor.kill()
+    doomed.kill()
+    time.sleep(TOLERANCE_S + 1.0)  # longer than the tolerance: no beat judged meanwhile
+    monitor.start()
+    back_ms = time.time_ns() // 1_000_000
+
+    expired = expiries.wait_for(dies_meanwhile, timeout_s=15)
+    # Not before one tolerance after the monitor came back (the grace), and soon after it.
+    assert back_ms - 1_000 + TOLERANCE_S * 1000 < expired["detected_ms"]
+    assert expired["detected_ms"] < back_ms + TOLERANCE_S * 1000 + 2_000
+    time.sleep(2 * TOLERANCE_S)
+    assert not set(alive) & set(expiries.by_instant), "a live writer was declared dead"
+
+    # The restarted monitor still judges: a kill now is seen as usual.
+    victim = hold(writers, hb_settings, new_instant())
+    instant = victim.process.args[4]  # type: ignore[index]
+    time.sleep(0.6)
+    killed_ms = victim.kill()
+    expired = expiries.wait_for(instant)
+    assert expired["detected_ms"] - killed_ms <= TOLERANCE_S * 1000 + 1_000
+    assert len(expiries.by_instant[dies_meanwhile]) == 1
