@@ -1,0 +1,101 @@
+"""Task attempts: a failed first attempt, speculation, and two attempts of one partition.
+
+Invariant 1 (exclusive output): nothing written by a failed or superseded attempt is ever
+visible or left behind; everything of the accepted attempts of a completed instant is.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from _spark_helpers import (
+    committed_files,
+    files_on_disk,
+    make_table,
+    rows,
+    sorted_rows,
+    spark_df,
+    spark_rows,
+    states,
+)
+
+import lakewarden
+from lakewarden.spark import _job
+from lakewarden.spark._messages import TaskCommitMessage
+from lakewarden.spark._task import TaskIdentity, write_task
+from lakewarden.table.instant import Transition
+
+pytestmark = pytest.mark.spark
+
+
+def test_failed_first_attempt_leaves_no_trace(spark: Any, table_dir: Path) -> None:
+    table = make_table(table_dir)
+    data = rows(range(120))
+    writer = spark_df(spark, data, partitions=3).write.format("lakewarden").mode("append")
+    # Attempt 0 of partition 1 fails after its task commit: its files and manifest exist.
+    writer.option("lakewarden.test.fail_first_attempt_of_partition", "1").save(str(table_dir))
+
+    assert states(table) == [Transition.COMPLETED]
+    assert spark_rows(spark.read.format("lakewarden").load(str(table_dir))) == sorted_rows(data)
+    # Write tokens are <partition>-<stage>-<attempt>: partition 1 is there by attempt 1 only.
+    tokens = [Path(p).name.split("_")[1].split("-") for p in committed_files(table)]
+    attempts_of_1 = {int(attempt) for part, _, attempt in tokens if part == "1"}
+    assert attempts_of_1 == {1}
+    assert files_on_disk(table_dir) == committed_files(table)  # no _temporary, no strays
+
+
+@pytest.mark.slow
+def test_speculation_with_a_slow_task_yields_one_copy_of_every_row(
+    spark: Any, table_dir: Path
+) -> None:
+    # spark.speculation is on (conftest); local mode never launches the speculative copy
+    # (one host), so this checks the job is unharmed; the next test drives two attempts.
+    table = make_table(table_dir)
+    data = rows(range(300))
+    writer = spark_df(spark, data, partitions=4).write.format("lakewarden").mode("append")
+    writer.option("lakewarden.test.slow_partition", "2:3").save(str(table_dir))
+    back = spark_rows(spark.read.format("lakewarden").load(str(table_dir)))
+    assert back == sorted_rows(data)
+    assert files_on_disk(table_dir) == committed_files(table)
+
+
+def test_two_attempts_of_one_partition_only_the_accepted_one_commits(table_dir: Path) -> None:
+    """What speculation does on a cluster, driven through the writer's own code: two
+    attempts of partition 0 both write and commit their task; Spark accepts attempt 1."""
+    table = make_table(table_dir)
+    handle = _job.TableHandle.open(str(table_dir), None)
+    spec, _ = _job.open_write(handle, "insert", settings_json=None)
+    part0, part1 = rows(range(0, 50)), rows(range(50, 80))
+
+    def attempt(partition: int, number: int, data: pa.Table) -> TaskCommitMessage:
+        return write_task(spec, TaskIdentity(partition, number, 7), iter(data.to_batches(16)))
+
+    loser = attempt(0, 0, part0)
+    winner = attempt(0, 1, part0)
+    other = attempt(1, 0, part1)
+    assert loser.write_stats and winner.write_stats
+    _job.commit_write(spec, [winner, other])
+
+    assert states(table) == [Transition.COMPLETED]
+    assert sorted_rows(lakewarden.read(str(table_dir))) == sorted_rows(
+        pa.concat_tables([part0, part1])
+    )
+    visible = committed_files(table)
+    assert {s.path for s in winner.write_stats} <= visible
+    assert not {s.path for s in loser.write_stats} & files_on_disk(table_dir)
+    assert files_on_disk(table_dir) == visible
+
+
+def test_zombie_attempt_after_the_job_committed_is_refused(table_dir: Path) -> None:
+    make_table(table_dir)
+    handle = _job.TableHandle.open(str(table_dir), None)
+    spec, _ = _job.open_write(handle, "insert", settings_json=None)
+    first = write_task(spec, TaskIdentity(0, 0, 3), iter(rows(range(10)).to_batches()))
+    _job.commit_write(spec, [first])
+
+    with pytest.raises(Exception, match="not set up, or already committed"):
+        write_task(spec, TaskIdentity(0, 1, 3), iter(rows(range(10)).to_batches()))
+    assert files_on_disk(table_dir) == {s.path for s in first.write_stats}
