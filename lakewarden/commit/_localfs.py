@@ -48,15 +48,26 @@ def rename_noreplace(src: str, dst: str) -> None:
         FileNotFoundError: ``src`` (or ``dst``'s directory) does not exist.
         OSError: other failures.
     """
+    code = rename_noreplace_errno(os.fsencode(src), os.fsencode(dst))
+    if code:
+        raise OSError(code, os.strerror(code), src, None, dst)
+
+
+def rename_noreplace_errno(src: bytes, dst: bytes) -> int:
+    """``rename_noreplace`` for the hot loop: 0 on success, else the errno (no exception)."""
     global _fallback
     if not _fallback and _RENAMEAT2 is not None:
-        if _RENAMEAT2(_AT_FDCWD, src.encode(), _AT_FDCWD, dst.encode(), _RENAME_NOREPLACE) == 0:
-            return
+        if _RENAMEAT2(_AT_FDCWD, src, _AT_FDCWD, dst, _RENAME_NOREPLACE) == 0:
+            return 0
         code = ctypes.get_errno()
         if code not in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
-            raise OSError(code, os.strerror(code), src, None, dst)
+            return code
         _fallback = True  # this filesystem cannot: link + unlink from now on
-    _link_then_unlink(src, dst)
+    try:
+        _link_then_unlink(os.fsdecode(src), os.fsdecode(dst))
+    except OSError as err:
+        return err.errno or errno.EIO
+    return 0
 
 
 def _link_then_unlink(src: str, dst: str) -> None:

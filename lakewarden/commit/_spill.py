@@ -68,6 +68,13 @@ class EntrySpill:
             for src, dst, size, up in rows
         ]
 
+    def pairs(self, chunk: int) -> list[tuple[str, str, int]]:
+        """(source, destination, size) of the entries of ``chunk``, without building entries
+        (the rename hot path)."""
+        offset, length, _ = self._chunks[chunk]
+        rows: list[_Row] = pickle.loads(os.pread(self._fd, length, offset))
+        return [(src, dst, size) for src, dst, size, _ in rows]
+
     def count(self, chunk: int) -> int:
         return self._chunks[chunk][2]
 

@@ -19,11 +19,12 @@ class CommitterOptions(BaseModel):
         description="entries per unit of parallel work; None: 1000 on the fast local path "
         "(calls are cheap, fewer hand-offs win), 16 otherwise (calls have latency)",
     )
-    check_destinations: bool = Field(
-        default=True,
-        description="before the first rename, check that no destination exists yet (what makes "
-        "'destination present, source gone' safe to recognise as done on resume and to roll "
-        "back on abort)",
+    check_destinations: bool | None = Field(
+        default=None,
+        description="before the first placement, check that no destination exists yet; "
+        "None: in upload mode only. On S3 it is what lets abort tell an object it completed "
+        "from a foreign one; renames need no check (never replacing, they leave a colliding "
+        "file at its source, which is how abort and resume tell it apart)",
     )
     validate_output: bool = Field(
         default=False, description="after renaming, stat every destination (Hadoop's option)"
@@ -39,6 +40,9 @@ class CommitterOptions(BaseModel):
         ge=1,
         description="manifests parsed at once while loading: bounds the committer's memory",
     )
+
+    def checks_destinations(self, *, upload_mode: bool) -> bool:
+        return upload_mode if self.check_destinations is None else self.check_destinations
 
     def batch_for(self, fast_local: bool) -> int:
         if self.batch_size is not None:

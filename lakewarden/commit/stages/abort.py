@@ -86,8 +86,10 @@ class JobAbortStage(Stage[JobAbortArgs, JobAbortResult]):
             plan = CommitPlan.model_validate_json(self.store.read(self.layout.plan_key))
         except NotFoundError:
             return 0  # never validated, so never renamed
-        if not plan.destinations_checked:
-            return 0  # destinations were not proven free: nothing may be deleted
+        if not self.store.can_rename and not plan.destinations_checked:
+            # An object at a destination may predate the job: nothing may be deleted. (A
+            # rename never replaces, so a destination whose source is gone is ours.)
+            return 0
         total = 0
         for attempt, sha256 in sorted(plan.manifests.items()):
             total += self._delete_placed(self._entries(attempt, sha256), source_gone_check=True)

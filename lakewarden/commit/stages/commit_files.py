@@ -86,8 +86,8 @@ class RenameFilesStage(Stage[ValidatedPlan, PlacedFiles]):
         spill = args.loaded.spill
 
         def rename(chunk: int, stop: threading.Event) -> tuple[int, int]:
-            entries, flags = spill.read(chunk), args.done[chunk]
-            pending = [e for e, flag in zip(entries, flags, strict=True) if not flag]
+            rows, flags = spill.pairs(chunk), args.done[chunk]
+            pending = [row for row, flag in zip(rows, flags, strict=True) if not flag]
             return self._rename_all(pending, stop)
 
         counts = self.parallel(range(spill.chunks), rename)  # 1.
@@ -95,33 +95,39 @@ class RenameFilesStage(Stage[ValidatedPlan, PlacedFiles]):
         renamed = sum(c[0] for c in counts)
         return PlacedFiles(renamed, args.already_done + sum(c[1] for c in counts))
 
-    def _rename_all(self, pending: list[FileEntry], stop: threading.Event) -> tuple[int, int]:
+    def _rename_all(
+        self, pending: list[tuple[str, str, int]], stop: threading.Event
+    ) -> tuple[int, int]:
         renamed = recognised = 0
         start = 0
         while start < len(pending) and not stop.is_set():
-            pairs = [(e.src, e.dst) for e in pending[start:]]
-            outcomes = self.store.renames(pairs, stop)
-            renamed += sum(1 for outcome in outcomes if outcome == RENAMED)
+            outcomes = self.store.renames([(src, dst) for src, dst, _ in pending[start:]], stop)
             start += len(outcomes)
             if outcomes and outcomes[-1] != RENAMED:  # 2.
                 self._reconcile(pending[start - 1], outcomes[-1])
                 recognised += 1
+                renamed += len(outcomes) - 1
+            else:
+                renamed += len(outcomes)
         return renamed, recognised
 
-    def _reconcile(self, entry: FileEntry, outcome: int) -> None:
+    def _reconcile(self, row: tuple[str, str, int], outcome: int) -> None:
+        src, dst, size = row
         if outcome == SOURCE_MISSING:
-            if self.store.size(entry.dst) == entry.size:
+            if self.store.size(dst) == size:
                 return
             raise MissingFileError(
-                f"source {entry.src} vanished and {entry.dst} is not in place",
+                f"source {src} vanished and {dst} is not in place",
                 job_id=self.layout.job_id,
-                path=entry.src,
+                path=src,
             )
         assert outcome == DESTINATION_EXISTS
         raise DestinationExistsError(
-            f"cannot rename {entry.src}: destination {entry.dst} already exists",
+            f"cannot rename {src}: destination {dst} already exists (this job did not put it "
+            "there). Help: data file names must be unique; abort the job (it rolls back only "
+            "the files it renamed).",
             job_id=self.layout.job_id,
-            path=entry.dst,
+            path=dst,
         )
 
 

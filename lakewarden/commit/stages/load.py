@@ -17,12 +17,14 @@ from lakewarden.commit.errors import (
     PathOutsideTableError,
     SourceOutsideAttemptError,
 )
-from lakewarden.commit.layout import JobLayout, TaskAttemptId, is_reserved
+from lakewarden.commit.layout import RESERVED_PREFIXES, JobLayout, TaskAttemptId
 from lakewarden.commit.manifest import FileEntry, ManifestHeader, parse_manifest
 from lakewarden.commit.stages._base import Stage
 from lakewarden.commit.uploads import object_location
 from lakewarden.storage import InvalidKeyError, NotFoundError
-from lakewarden.storage._keys import check_key
+from lakewarden.storage._keys import TEMP_PREFIX, check_key
+
+RESERVED_NAMES = ("_temporary", ".lakewarden")
 
 
 @dataclass(frozen=True)
@@ -60,22 +62,27 @@ class LoadedManifests:
 
 class EntryRules:
     """The path rules every file entry must pass (pure string checks; symlinks are checked
-    against the real filesystem by the validation stage)."""
+    against the real filesystem by the validation stage).
+
+    Per entry this runs on the hot path, so a key is checked as "valid directory, checked once
+    and cached" + "valid last segment" rather than segment by segment every time.
+    """
 
     def __init__(self, layout: JobLayout, *, upload_mode: bool, bucket: str, prefix: str) -> None:
         self.layout = layout
         self.upload_mode = upload_mode
         self.bucket = bucket
         self.prefix = prefix
+        self._valid_dirs: set[str] = set()
+        self._lock = threading.Lock()
 
     def check(self, entry: FileEntry, attempt_dir: str, key: str) -> None:
         """Raises: PathOutsideTableError, SourceOutsideAttemptError, MalformedManifestError."""
         dst = entry.dst
-        try:
-            check_key(dst)
-        except InvalidKeyError as err:
-            raise self._outside(dst, key, "is not a plain relative key: " + str(err)) from err
-        if is_reserved(dst):
+        why = self._invalid(dst)
+        if why:
+            raise self._outside(dst, key, why)
+        if dst.startswith(RESERVED_PREFIXES) or dst in RESERVED_NAMES:
             raise self._outside(dst, key, "lies in a reserved area (_temporary/, .lakewarden/)")
         if self.upload_mode:
             self._check_upload(entry, key)
@@ -87,22 +94,35 @@ class EntryRules:
                 path=dst,
             )
         else:
-            self._check_source(entry.src, attempt_dir, key)
+            src = entry.src
+            if not src.startswith(attempt_dir) or self._invalid(src[len(attempt_dir) :]):
+                raise SourceOutsideAttemptError(
+                    f"manifest {key} renames {src!r}, which is not inside the attempt's "
+                    f"working directory {attempt_dir}. Nothing was renamed.",
+                    job_id=self.layout.job_id,
+                    path=src,
+                )
 
-    def _check_source(self, src: str, attempt_dir: str, key: str) -> None:
-        valid = src.startswith(attempt_dir) and len(src) > len(attempt_dir)
-        if valid:
+    def _invalid(self, path: str) -> str | None:
+        """Why ``path`` is not a plain relative key (None when it is one)."""
+        directory, _, name = path.rpartition("/")
+        if (
+            not name
+            or name in (".", "..")
+            or name.startswith(TEMP_PREFIX)
+            or "\\" in name
+            or "\x00" in name
+            or path.startswith("/")
+        ):
+            return "is not a plain relative key (absolute, empty, '.', '..' or reserved name)"
+        if directory and directory not in self._valid_dirs:
             try:
-                check_key(src)
-            except InvalidKeyError:
-                valid = False
-        if not valid:
-            raise SourceOutsideAttemptError(
-                f"manifest {key} renames {src!r}, which is not inside the attempt's working "
-                f"directory {attempt_dir}. Nothing was renamed.",
-                job_id=self.layout.job_id,
-                path=src,
-            )
+                check_key(directory)
+            except InvalidKeyError as err:
+                return "is not a plain relative key: " + str(err)
+            with self._lock:
+                self._valid_dirs.add(directory)
+        return None
 
     def _check_upload(self, entry: FileEntry, key: str) -> None:
         upload = entry.upload

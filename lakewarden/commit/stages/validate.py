@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import threading
 from collections import defaultdict
 from dataclasses import dataclass
@@ -88,7 +89,7 @@ class ValidateManifestsStage(Stage[LoadedManifests, ValidatedPlan]):
         if self.store.real_root is not None and not args.upload_mode:
             self._check_symlinks(args)  # 3.
         owners = args.chunk_owner()
-        check_dst = self.config.options.check_destinations
+        check_dst = self.config.options.checks_destinations(upload_mode=args.upload_mode)
 
         def check(chunk: int, stop: threading.Event) -> tuple[int, bytearray]:
             entries = args.spill.read(chunk)
@@ -108,7 +109,9 @@ class ValidateManifestsStage(Stage[LoadedManifests, ValidatedPlan]):
             manifests={str(m.attempt): m.sha256 for m in loaded.manifests},
             files=loaded.files,
             bytes=loaded.bytes,
-            destinations_checked=self.config.options.check_destinations,
+            destinations_checked=self.config.options.checks_destinations(
+                upload_mode=loaded.upload_mode
+            ),
         )
 
     def _recorded_plan(self) -> CommitPlan | None:
@@ -143,12 +146,14 @@ class ValidateManifestsStage(Stage[LoadedManifests, ValidatedPlan]):
         )
 
     def _check_symlinks(self, loaded: LoadedManifests) -> None:
+        """Step 3. Destination directories (a few partitions) are resolved whole; sources are
+        checked cheaply: the tasks directory must resolve to itself, and no directory between
+        it and a source may be a symlink (one cached ``lstat`` per directory; the files
+        themselves are ``lstat``-ed by step 4)."""
         store, job = self.store, self.layout.job_id
         root = store.real_root
         assert root is not None
-        reserved = [
-            os.path.realpath(store.path(p.rstrip("/"))) for p in (TEMPORARY_DIR, METADATA_DIR)
-        ]
+        reserved = [os.path.join(root, p.rstrip("/")) for p in (TEMPORARY_DIR, METADATA_DIR)]
         for directory in sorted(loaded.directories):
             path = store.path(directory)
             if not real_inside(path, root) or any(real_inside(path, r) for r in reserved):
@@ -159,19 +164,35 @@ class ValidateManifestsStage(Stage[LoadedManifests, ValidatedPlan]):
                     job_id=job,
                     path=directory,
                 )
-        for manifest in loaded.manifests:
-            attempt_real = os.path.realpath(
-                store.path(self.layout.task_attempt_dir(manifest.attempt))
+        tasks = self.layout.tasks_dir.rstrip("/")
+        if os.path.realpath(store.path(tasks)) != os.path.join(root, tasks):
+            raise SourceOutsideAttemptError(
+                f"the job's tasks directory {tasks} resolves through a symbolic link. Nothing "
+                "was renamed.",
+                job_id=job,
+                path=tasks,
             )
+        checked: set[str] = set()
+        for manifest in loaded.manifests:
             for directory in sorted(manifest.source_dirs):
-                if not real_inside(store.path(directory), attempt_real):
-                    raise SourceOutsideAttemptError(
-                        f"source directory {directory!r} of {manifest.attempt} resolves through "
-                        "a symbolic link outside the attempt's working directory. Nothing was "
-                        "renamed.",
-                        job_id=job,
-                        path=directory,
-                    )
+                self._no_symlink_between(tasks, directory, checked)
+
+    def _no_symlink_between(self, top: str, directory: str, checked: set[str]) -> None:
+        key = directory
+        while len(key) > len(top) and key not in checked:
+            try:
+                mode = os.lstat(self.store.path(key)).st_mode
+            except FileNotFoundError:
+                mode = stat.S_IFDIR  # a missing source is reported by step 4
+            if stat.S_ISLNK(mode):
+                raise SourceOutsideAttemptError(
+                    f"source directory {key!r} is a symbolic link (it could lead outside the "
+                    "attempt's working directory). Nothing was renamed.",
+                    job_id=self.layout.job_id,
+                    path=key,
+                )
+            checked.add(key)
+            key = key.rpartition("/")[0]
 
     def _check_files(
         self,

@@ -12,6 +12,7 @@ import pytest
 from _commit_helpers import Table, forge_manifest, run_task
 
 from lakewarden.commit import (
+    CommitterOptions,
     DestinationExistsError,
     DuplicateDestinationError,
     MalformedManifestError,
@@ -190,9 +191,10 @@ def test_destination_named_twice_in_one_manifest_is_refused(table: Table) -> Non
     )
 
 
-def test_occupied_destination_is_refused(table: Table) -> None:
+def test_occupied_destination_is_refused_before_anything_is_placed(table: Table) -> None:
+    """With destination checks (the default in upload mode, an option in rename mode)."""
     table.storage.write("p=0/taken.parquet", b"another commit's file")
-    committer = table.committer()
+    committer = table.committer(options=CommitterOptions(check_destinations=True))
     committer.setup_job()
     good = run_task(committer, 0, 0, {"p=0/free.parquet": b"new", "p=0/taken.parquet": b"mine"})
     _expect_refused(
@@ -204,6 +206,27 @@ def test_occupied_destination_is_refused(table: Table) -> None:
         "p=0/taken.parquet",
     )
     assert table.storage.read("p=0/taken.parquet") == b"another commit's file"
+
+
+def test_occupied_destination_without_checks_is_never_replaced(local_table: Table) -> None:
+    """Rename mode by default skips the up-front check: the no-replace rename refuses the
+    collision, the job fails naming it, and abort rolls back only what the job renamed."""
+    table = local_table
+    table.storage.write("p=0/m-taken.parquet", b"another commit's file")
+    committer = table.committer(options=CommitterOptions(threads=1))
+    committer.setup_job()
+    files = {"p=0/a-free.parquet": b"new", "p=0/m-taken.parquet": b"mine", "p=0/z.parquet": b"z"}
+    good = run_task(committer, 0, 0, files)
+    with pytest.raises(NonRetryableStageFailedError) as info:
+        committer.commit_job([good.attempt_id])
+    assert info.value.stage == "job_stage_rename_files"
+    assert isinstance(info.value.__cause__, DestinationExistsError)
+    assert info.value.path == "p=0/m-taken.parquet"
+    assert table.storage.read("p=0/m-taken.parquet") == b"another commit's file"
+    assert "p=0/z.parquet" not in table.data_files()  # stopped at the first failure
+    result = table.committer(committer.job_id).abort_job()
+    assert result.rolled_back == 1
+    assert table.data_files() == {"p=0/m-taken.parquet": b"another commit's file"}
 
 
 def test_missing_and_malformed_manifests_are_refused(table: Table) -> None:

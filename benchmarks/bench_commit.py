@@ -1,0 +1,504 @@
+"""Job commit of the manifest committer, side by side with Hadoop's v1 algorithm and the floor.
+
+**(a) local FS**, 10,000 files from 100 manifests (100 files per task over 10 partition
+directories). Each variant gets a fresh tree (built untimed) and the timed part is the job
+commit only:
+
+- ours: ``ManifestCommitter.commit_job`` by a fresh committer (load, validate - sizes of every
+  source, every destination free, symlinks - directories, renames, one fsync per directory,
+  ``_SUCCESS``, cleanup);
+- FileOutputCommitter v1: task commit renamed each attempt directory (untimed); job commit
+  walks every task directory with Hadoop's ``mergePaths`` (``getFileStatus`` of the target,
+  whole-directory rename when the target directory is missing, file by file otherwise),
+  writes ``_SUCCESS`` and deletes ``_temporary``;
+- floor: the same renames from a precomputed list, as the fastest of a plain ``os.rename``
+  loop and 8 threads of renames (destination directories created first, nothing else).
+
+Goals: faster than v1; within 2x of the floor.
+
+**(b) per-call latency**: the same protocol through ``FaultyStorage`` adding 5 ms to every
+metadata call (list, stat, exists, rename, delete), as HDFS/ABFS/GCS calls cost. Ours runs its
+thread pool (16 threads); v1 is sequential and, the contract having no directory rename,
+lists each task directory and checks and renames file by file. 2,000 files from 20 manifests
+by default (v1 needs ~11 ms a file here: 10,000 files would take two minutes). Goal: 5x.
+
+**(c) SeaweedFS**: 1,000 pending multipart uploads (10 tasks x 100 small files, uploaded by
+``TaskAttempt`` writers) completed by the job commit's ``CompleteUploadsStage`` (16 threads),
+against the same number of uploads completed one by one. A SeaweedFS is started for the run
+(``lakewarden.devstack``) and stopped after. Goal: 4x.
+
+**Memory**: peak of loading 100 manifests of 10,000 entries each (``LoadManifestsStage``,
+spilled) against keeping them all parsed (what a naive loader holds), each in a fresh
+subprocess (tracemalloc peak; ru_maxrss in the details).
+
+Run alone with ``python -m benchmarks.bench_commit [--quick]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import resource
+import shutil
+import stat
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from pydantic import SecretStr
+
+from benchmarks._registry import BenchContext, Result, benchmark
+from lakewarden.commit import CommitterOptions, ManifestCommitter, TaskAttemptId, new_job_id
+from lakewarden.commit._spill import EntrySpill
+from lakewarden.commit._store import CommitStore
+from lakewarden.commit.layout import JobLayout
+from lakewarden.commit.manifest import (
+    FileEntry,
+    ManifestHeader,
+    directories_of,
+    serialize_manifest,
+)
+from lakewarden.commit.stages import LoadArgs, LoadManifestsStage, StageConfig
+from lakewarden.settings import S3Settings
+from lakewarden.storage import Storage, UploadedPart
+from lakewarden.storage.faults import FaultyStorage, Operation
+from lakewarden.storage.local import LocalStorage
+from lakewarden.storage.s3 import S3Storage
+
+METADATA_OPS: tuple[Operation, ...] = ("list", "stat", "exists", "rename", "delete")
+PARTITIONS = 10
+FILE_BYTES = 100
+
+
+def timed(func: Callable[[], object]) -> float:
+    gc.collect()
+    start = time.perf_counter()
+    func()
+    return time.perf_counter() - start
+
+
+def _name(task: int, i: int) -> str:
+    return f"p={i % PARTITIONS}/part-{task:05d}-{i:05d}.parquet"
+
+
+def _write(path: str, data: bytes) -> None:
+    """A data file written the way a benchmark may (no fsync: only test data)."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as out:
+        out.write(data)
+
+
+def build_job(
+    storage: Storage, tasks: int, per_task: int, *, parallel: int = 1
+) -> tuple[str, list[TaskAttemptId]]:
+    """A set-up job whose ``tasks`` attempts each wrote and committed ``per_task`` files."""
+    committer = ManifestCommitter(storage, new_job_id())
+    committer.setup_job()
+    data = b"x" * FILE_BYTES
+
+    def task(t: int) -> TaskAttemptId:
+        attempt = committer.task_attempt(t, 0)
+        attempt.setup()
+        for i in range(per_task):
+            if attempt.upload_mode:
+                attempt.write_file(_name(t, i), data)
+            else:
+                _write(attempt.local_path(_name(t, i)), data)
+        attempt.commit()
+        return attempt.attempt_id
+
+    with ThreadPoolExecutor(parallel) as pool:
+        return committer.job_id, list(pool.map(task, range(tasks)))
+
+
+def build_v1(root: Path, tasks: int, per_task: int) -> None:
+    """v1's state after every task commit: ``_temporary/0/task_<t>/`` per committed task (the
+    task commit renamed its attempt directory there)."""
+    job_attempt = root / "_temporary" / "0"
+    for t in range(tasks):
+        attempt_dir = job_attempt / "_temporary" / f"attempt_{t:05d}_0"
+        for i in range(per_task):
+            _write(str(attempt_dir / _name(t, i)), b"x" * FILE_BYTES)
+        os.rename(attempt_dir, job_attempt / f"task_{t:05d}")
+
+
+def _merge_paths(src: str, dst: str, src_is_dir: bool) -> None:
+    """Hadoop's ``FileOutputCommitter.mergePaths`` on a local filesystem."""
+    try:
+        dst_mode: int | None = os.lstat(dst).st_mode  # getFileStatus(to)
+    except FileNotFoundError:
+        dst_mode = None
+    if not src_is_dir:
+        if dst_mode is not None:
+            os.unlink(dst)
+        os.rename(src, dst)
+    elif dst_mode is None:
+        os.rename(src, dst)  # the whole directory at once
+    elif not stat.S_ISDIR(dst_mode):
+        os.unlink(dst)
+        os.rename(src, dst)
+    else:
+        with os.scandir(src) as children:  # listStatus: a FileStatus per child
+            for child in list(children):
+                child.stat(follow_symlinks=False)
+                _merge_paths(child.path, os.path.join(dst, child.name), child.is_dir())
+
+
+def v1_job_commit(root: Path) -> None:
+    """v1 job commit: merge every committed task directory, ``_SUCCESS``, delete _temporary."""
+    job_attempt = root / "_temporary" / "0"
+    with os.scandir(job_attempt) as entries:
+        task_dirs = sorted(e.path for e in entries if e.name.startswith("task_"))
+    for task_dir in task_dirs:
+        _merge_paths(task_dir, str(root), True)
+    (root / "_SUCCESS").write_bytes(b"")
+    shutil.rmtree(root / "_temporary")
+
+
+def v1_job_commit_store(storage: Storage) -> None:
+    """v1 job commit through the ``Storage`` contract (no directory rename): list each task
+    directory, then per file check the target, delete it if present, rename."""
+    prefix = "_temporary/0/"
+    tasks = sorted({info.key[len(prefix) :].split("/")[0] for info in storage.list(prefix)})
+    for task in tasks:
+        task_prefix = f"{prefix}{task}/"
+        for info in storage.list(task_prefix):
+            dst = info.key[len(task_prefix) :]
+            if storage.exists(dst):
+                storage.delete(dst)
+            storage.rename(info.key, dst)
+    storage.write("_SUCCESS", b"")
+    for info in storage.list("_temporary/"):
+        storage.delete(info.key)
+
+
+def build_floor(root: Path, tasks: int, per_task: int) -> list[tuple[str, str]]:
+    """The same files, and the (source, destination) pairs a floor renames."""
+    pairs = []
+    for t in range(tasks):
+        for i in range(per_task):
+            src = str(root / "src" / f"{t:05d}" / _name(t, i))
+            _write(src, b"x" * FILE_BYTES)
+            pairs.append((src, str(root / "dst" / _name(t, i))))
+    return pairs
+
+
+def _make_leaves(pairs: list[tuple[str, str]]) -> None:
+    for directory in sorted({os.path.dirname(dst) for _, dst in pairs}):
+        os.makedirs(directory, exist_ok=True)
+
+
+def rename_loop(pairs: list[tuple[str, str]]) -> None:
+    _make_leaves(pairs)
+    for src, dst in pairs:
+        os.rename(src, dst)
+
+
+def rename_threads(pairs: list[tuple[str, str]], threads: int) -> None:
+    _make_leaves(pairs)
+    batches = [pairs[i : i + 500] for i in range(0, len(pairs), 500)]
+
+    def run(batch: list[tuple[str, str]]) -> None:
+        for src, dst in batch:
+            os.rename(src, dst)
+
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(run, batches))
+
+
+def data_keys(storage: Storage) -> set[str]:
+    return {
+        info.key
+        for info in storage.list("")
+        if not info.key.startswith(("_temporary/", ".lakewarden/")) and info.key != "_SUCCESS"
+    }
+
+
+def check_same_files(roots: dict[str, Path], files: int) -> None:
+    """Every variant moved the same ``files`` files (a benchmark that lost some would win)."""
+    counts = {
+        "ours": len(data_keys(LocalStorage(roots["ours"]))),
+        "v1": len(data_keys(LocalStorage(roots["v1"]))),
+        "loop": len(data_keys(LocalStorage(roots["loop"] / "dst"))),
+        "threads": len(data_keys(LocalStorage(roots["threads"] / "dst"))),
+    }
+    assert set(counts.values()) == {files}, counts
+
+
+class _Seaweed:
+    """A SeaweedFS started for this benchmark (stopped by ``close``)."""
+
+    def __init__(self) -> None:
+        from lakewarden.devstack import SeaweedS3
+        from lakewarden.devstack._process import free_port
+
+        self.home = Path(tempfile.mkdtemp(prefix="lakewarden-bench-s3-"))
+        self.server = SeaweedS3(home=self.home, port=free_port())
+        self.server.start(bucket="bench")
+        self.settings = S3Settings(
+            endpoint_url=self.server.endpoint_url,
+            region=self.server.region,
+            access_key_id=SecretStr(self.server.access_key),
+            secret_access_key=SecretStr(self.server.secret_key),
+        )
+
+    def storage(self, prefix: str) -> S3Storage:
+        return S3Storage("bench", prefix, self.settings)
+
+    def close(self) -> None:
+        self.server.stop()
+        shutil.rmtree(self.home, ignore_errors=True)
+
+
+def complete_sequentially(storage: S3Storage, count: int) -> float:
+    """Create ``count`` pending uploads (untimed, in parallel), then complete them one by one."""
+
+    def create(i: int) -> tuple[str, str, UploadedPart]:
+        key = _name(0, i)
+        upload_id = storage.create_multipart(key)
+        return key, upload_id, storage.upload_part(key, upload_id, 1, b"x" * FILE_BYTES)
+
+    with ThreadPoolExecutor(8) as pool:
+        uploads = list(pool.map(create, range(count)))
+    gc.collect()
+    start = time.perf_counter()
+    for key, upload_id, part in uploads:
+        storage.complete_multipart(key, upload_id, [part])
+    return time.perf_counter() - start
+
+
+def write_big_manifests(root: Path, manifests: int, entries: int) -> str:
+    """``manifests`` manifests of ``entries`` entries each (sources need not exist: loading
+    checks paths, not files); returns the job id."""
+    storage = LocalStorage(root)
+    layout = JobLayout(new_job_id())
+    for t in range(manifests):
+        attempt = layout.attempt_id(t)
+        base = layout.task_attempt_dir(attempt)
+        files = [FileEntry(base + _name(t, i), _name(t, i), FILE_BYTES + i) for i in range(entries)]
+        header = ManifestHeader(
+            job_id=layout.job_id,
+            job_attempt_number=0,
+            task_id=str(attempt.task_id),
+            task_attempt_id=str(attempt),
+            task_attempt_dir=base,
+            directories=directories_of(files),
+        )
+        storage.write(layout.manifest_key(attempt), serialize_manifest(header, files))
+    return layout.job_id
+
+
+def memory_child(root: Path, job_id: str, manifests: int, mode: str) -> dict[str, Any]:
+    """In a fresh process: load the manifests (``ours``: the load stage; ``naive``: parse and
+    keep every manifest) and report the growth of the peak RSS."""
+    storage = LocalStorage(root)
+    layout = JobLayout(job_id)
+    accepted = [layout.attempt_id(t) for t in range(manifests)]
+    gc.collect()
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    start = time.perf_counter()
+    if mode == "ours":
+        with ThreadPoolExecutor(16) as pool, EntrySpill() as spill:
+            config = StageConfig(CommitStore(storage), layout, CommitterOptions(), pool)
+            loaded = LoadManifestsStage(config).run(LoadArgs(accepted, spill))
+            files = loaded.files
+    else:
+        held = [json.loads(storage.read(layout.manifest_key(a))) for a in accepted]
+        files = sum(len(doc["files"]) for doc in held)
+    seconds = time.perf_counter() - start
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    return {"files": files, "seconds": seconds, "peak_mib": (peak - before) / 1024}
+
+
+def measure_local(tasks: int, per_task: int, repeats: int) -> dict[str, Any]:
+    """(a): medians of ours, v1, and the two floors over ``repeats`` fresh trees each."""
+    times: dict[str, list[float]] = {"ours": [], "v1": [], "loop": [], "threads": []}
+    work = Path(tempfile.mkdtemp(prefix="lakewarden-bench-commit-"))
+    try:
+        for r in range(repeats):
+            for name, seconds in _local_round(work / str(r), tasks, per_task).items():
+                times[name].append(seconds)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    medians = {name: statistics.median(values) for name, values in times.items()}
+    medians["floor"] = min(medians["loop"], medians["threads"])
+    return {"files": tasks * per_task, "manifests": tasks, "repeats": repeats, **medians}
+
+
+def _local_round(work: Path, tasks: int, per_task: int) -> dict[str, float]:
+    """One fresh tree per variant (built untimed), then each variant's timed commit."""
+    roots = {name: work / name for name in ("ours", "v1", "loop", "threads")}
+    job_id, accepted = build_job(LocalStorage(roots["ours"]), tasks, per_task)
+    build_v1(roots["v1"], tasks, per_task)
+    pairs_loop = build_floor(roots["loop"], tasks, per_task)
+    pairs_threads = build_floor(roots["threads"], tasks, per_task)
+    committer = ManifestCommitter(LocalStorage(roots["ours"]), job_id)
+    result = {
+        "ours": timed(lambda: committer.commit_job(accepted)),
+        "v1": timed(lambda: v1_job_commit(roots["v1"])),
+        "loop": timed(lambda: rename_loop(pairs_loop)),
+        "threads": timed(lambda: rename_threads(pairs_threads, 8)),
+    }
+    check_same_files(roots, tasks * per_task)
+    shutil.rmtree(work, ignore_errors=True)
+    return result
+
+
+def measure_latency(tasks: int, per_task: int, latency_s: float) -> dict[str, Any]:
+    """(b): ours (parallel) and v1 (sequential) through a store with per-call latency."""
+    work = Path(tempfile.mkdtemp(prefix="lakewarden-bench-commit-latency-"))
+    try:
+        job_id, accepted = build_job(LocalStorage(work / "ours"), tasks, per_task)
+        build_v1(work / "v1", tasks, per_task)
+        slow_ours = FaultyStorage(
+            LocalStorage(work / "ours"), latency_s=latency_s, latency_ops=METADATA_OPS
+        )
+        slow_v1 = FaultyStorage(
+            LocalStorage(work / "v1"), latency_s=latency_s, latency_ops=METADATA_OPS
+        )
+        committer = ManifestCommitter(slow_ours, job_id)
+        ours = timed(lambda: committer.commit_job(accepted))
+        v1 = timed(lambda: v1_job_commit_store(slow_v1))
+        assert data_keys(LocalStorage(work / "ours")) == data_keys(LocalStorage(work / "v1"))
+        return {
+            "files": tasks * per_task,
+            "manifests": tasks,
+            "latency_ms": latency_s * 1000,
+            "ours_s": ours,
+            "v1_s": v1,
+            "ours_calls": slow_ours.call_counts,
+            "v1_calls": slow_v1.call_counts,
+        }
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def measure_s3(tasks: int, per_task: int) -> dict[str, Any]:
+    """(c): completing pending uploads in parallel (the stage) vs one by one, on a SeaweedFS
+    started for this measurement."""
+    seaweed = _Seaweed()
+    try:
+        storage = seaweed.storage("commit")
+        job_id, accepted = build_job(storage, tasks, per_task, parallel=8)
+        committer = ManifestCommitter(storage, job_id)
+        total = timed(lambda: committer.commit_job(accepted))
+        assert len(data_keys(storage)) == tasks * per_task
+        parallel_s = committer.statistics.total_ms("job_stage_complete_uploads") / 1000
+        sequential_s = complete_sequentially(seaweed.storage("sequential"), tasks * per_task)
+        return {
+            "uploads": tasks * per_task,
+            "parallel_complete_s": parallel_s,
+            "sequential_complete_s": sequential_s,
+            "whole_job_commit_s": total,
+            "threads": committer.options.threads,
+        }
+    finally:
+        seaweed.close()
+
+
+def measure_memory(manifests: int, entries: int) -> dict[str, Any]:
+    """Peak memory of loading ``manifests`` x ``entries``, ours vs all parsed at once."""
+    work = Path(tempfile.mkdtemp(prefix="lakewarden-bench-commit-memory-"))
+    try:
+        job_id = write_big_manifests(work, manifests, entries)
+        ours = _memory_child(work, job_id, manifests, "ours")
+        naive = _memory_child(work, job_id, manifests, "naive")
+        return {"manifests": manifests, "entries_each": entries, "ours": ours, "naive": naive}
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _memory_child(work: Path, job_id: str, manifests: int, mode: str) -> dict[str, Any]:
+    command = [sys.executable, "-m", "benchmarks.bench_commit", "--memory-child"]
+    out = subprocess.run(
+        [*command, str(work), job_id, str(manifests), mode],
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parents[1],
+    )
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
+@benchmark("commit", "job commit: local FS vs v1 and the rename floor, 5 ms latency, S3 uploads")
+def bench_commit(ctx: BenchContext) -> Iterable[Result]:
+    local = measure_local(ctx.scale(100, 20), 100, repeats=ctx.scale(3, 1))
+    label = f"{local['files']:,} files from {local['manifests']} manifests, local FS"
+    yield Result(
+        "commit",
+        f"{label}, vs FileOutputCommitter v1",
+        "s",
+        local["ours"],
+        local["v1"],
+        "v1 job commit (mergePaths walk + renames)",
+        goal=1.0,
+        details=local,
+    )
+    yield Result(
+        "commit",
+        f"{label}, vs raw rename floor",
+        "s",
+        local["ours"],
+        local["floor"],
+        "fastest of an os.rename loop and 8 rename threads",
+        goal=2.0,
+        details=local,
+    )
+    latency = measure_latency(ctx.scale(20, 5), 100, 0.005)
+    yield Result(
+        "commit",
+        f"{latency['files']:,} files, 5 ms per metadata call",
+        "s",
+        latency["ours_s"],
+        latency["v1_s"],
+        "sequential v1 through the same store",
+        goal=0.2,
+        details=latency,
+    )
+    s3 = measure_s3(ctx.scale(10, 2), 100)
+    yield Result(
+        "commit",
+        f"complete {s3['uploads']:,} pending uploads on SeaweedFS",
+        "s",
+        s3["parallel_complete_s"],
+        s3["sequential_complete_s"],
+        "the same number completed one by one",
+        goal=0.25,
+        details=s3,
+    )
+    memory = measure_memory(ctx.scale(100, 10), 10_000)
+    yield Result(
+        "commit",
+        f"peak memory loading {memory['manifests']} manifests x 10,000 entries",
+        "MiB",
+        memory["ours"]["peak_mib"],
+        memory["naive"]["peak_mib"],
+        "all manifests parsed and held (tracemalloc peak)",
+        details=memory,
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
+    parser.add_argument("--memory-child", nargs=4, metavar=("ROOT", "JOB", "N", "MODE"))
+    args = parser.parse_args()
+    if args.memory_child:
+        root, job_id, manifests, mode = args.memory_child
+        print(json.dumps(memory_child(Path(root), job_id, int(manifests), mode)))
+        return
+    for result in bench_commit(BenchContext(quick=args.quick)):
+        print(json.dumps(result.as_json(), indent=2, default=str))
+
+
+if __name__ == "__main__":
+    main()
