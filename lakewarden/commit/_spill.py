@@ -15,7 +15,7 @@ import tempfile
 import threading
 from collections.abc import Sequence
 
-from lakewarden.commit.manifest import FileEntry, UploadRef
+from lakewarden.commit.manifest import FileEntry, Row, UploadRef
 
 # (src, dst, size, upload: (bucket, key, upload_id, etags, length) | None)
 _Row = tuple[str, str, int, tuple[str, str, str, tuple[str, ...], int] | None]
@@ -31,26 +31,20 @@ class EntrySpill:
         self._end = 0
         self._chunks: list[tuple[int, int, int]] = []  # (offset, length, entry count)
 
-    def add(self, entries: Sequence[FileEntry]) -> int:
-        """Spill ``entries`` as one chunk; returns its id."""
-        rows: list[_Row] = [
-            (
-                e.src,
-                e.dst,
-                e.size,
-                None
-                if e.upload is None
-                else (
-                    e.upload.bucket,
-                    e.upload.key,
-                    e.upload.upload_id,
-                    e.upload.etags,
-                    e.upload.length,
-                ),
-            )
-            for e in entries
-        ]
-        data = pickle.dumps(rows, protocol=pickle.HIGHEST_PROTOCOL)
+    def add(self, rows: Sequence[Row]) -> int:
+        """Spill ``rows`` (source, destination, size, upload) as one chunk; returns its id."""
+        data = pickle.dumps(
+            [
+                (
+                    src,
+                    dst,
+                    size,
+                    None if up is None else (up.bucket, up.key, up.upload_id, up.etags, up.length),
+                )
+                for src, dst, size, up in rows
+            ],
+            protocol=pickle.HIGHEST_PROTOCOL,
+        )
         with self._lock:
             offset = self._end
             self._end += len(data)

@@ -18,11 +18,11 @@ from lakewarden.commit.errors import (
     SourceOutsideAttemptError,
 )
 from lakewarden.commit.layout import RESERVED_PREFIXES, JobLayout, TaskAttemptId
-from lakewarden.commit.manifest import FileEntry, ManifestHeader, parse_manifest
+from lakewarden.commit.manifest import ManifestHeader, Row, UploadRef, parse_manifest_rows
 from lakewarden.commit.stages._base import Stage
 from lakewarden.commit.uploads import object_location
 from lakewarden.storage import InvalidKeyError, NotFoundError
-from lakewarden.storage._keys import TEMP_PREFIX, check_key
+from lakewarden.storage._keys import check_key
 
 RESERVED_NAMES = ("_temporary", ".lakewarden")
 
@@ -62,10 +62,15 @@ class LoadedManifests:
 
 class EntryRules:
     """The path rules every file entry must pass (pure string checks; symlinks are checked
-    against the real filesystem by the validation stage).
+    against the real filesystem by the validation stage):
 
-    Per entry this runs on the hot path, so a key is checked as "valid directory, checked once
-    and cached" + "valid last segment" rather than segment by segment every time.
+    - the destination is a plain relative key (no absolute path, no empty, '.', '..' or
+      reserved segment, no backslash or NUL), outside ``_temporary/`` and ``.lakewarden/``;
+    - rename mode: the source is a plain key inside the attempt's own working directory;
+    - upload mode: the upload is to exactly the destination's object in the table's bucket.
+
+    This is the job commit's hottest loop, so a directory is checked once and remembered, and
+    an entry takes the slow, precise path only when its file name looks unusual.
     """
 
     def __init__(self, layout: JobLayout, *, upload_mode: bool, bucket: str, prefix: str) -> None:
@@ -73,72 +78,88 @@ class EntryRules:
         self.upload_mode = upload_mode
         self.bucket = bucket
         self.prefix = prefix
-        self._valid_dirs: set[str] = set()
-        self._lock = threading.Lock()
+        # set.add is atomic under the GIL: the loaders share these caches without a lock.
+        self._valid_dst_dirs: set[str] = set()
+        self._valid_src_dirs: set[str] = set()
 
-    def check(self, entry: FileEntry, attempt_dir: str, key: str) -> None:
-        """Raises: PathOutsideTableError, SourceOutsideAttemptError, MalformedManifestError."""
-        dst = entry.dst
-        why = self._invalid(dst)
+    def check_rows(self, rows: list[Row], attempt_dir: str, key: str) -> ManifestDigest:
+        """Check every row; returns the destination hashes, directories and source directories.
+
+        Raises: PathOutsideTableError, SourceOutsideAttemptError, MalformedManifestError,
+        DuplicateDestinationError."""
+        dst_dirs, src_dirs = self._valid_dst_dirs, self._valid_src_dirs
+        n = len(attempt_dir)
+        hashes: array[int] = array("q")
+        dirs: set[str] = set()
+        sources: set[str] = set()
+        seen: set[str] = set()
+        for src, dst, _, upload in rows:
+            directory, _, name = dst.rpartition("/")
+            if directory not in dst_dirs or _unusual(name):
+                self._check_destination(dst, key)
+            if dst in seen:
+                raise DuplicateDestinationError(
+                    f"manifest {key} names destination {dst!r} twice. Nothing was renamed.",
+                    job_id=self.layout.job_id,
+                    path=dst,
+                )
+            seen.add(dst)
+            hashes.append(hash(dst))
+            dirs.add(directory)
+            if self.upload_mode or upload is not None:
+                self._check_upload(src, dst, upload, key)
+                continue
+            rel_dir, _, rel_name = src[n:].rpartition("/")
+            if not src.startswith(attempt_dir) or rel_dir not in src_dirs or _unusual(rel_name):
+                self._check_source(src, attempt_dir, key)
+            sources.add(rel_dir)
+        source_dirs = {attempt_dir + d if d else attempt_dir.rstrip("/") for d in sources}
+        return ManifestDigest(hashes, dirs, source_dirs)
+
+    def _check_destination(self, dst: str, key: str) -> None:
+        directory, _, name = dst.rpartition("/")
+        why = _invalid_key(dst)
         if why:
             raise self._outside(dst, key, why)
-        if dst.startswith(RESERVED_PREFIXES) or dst in RESERVED_NAMES:
+        if dst.startswith(RESERVED_PREFIXES) or (not directory and name in RESERVED_NAMES):
             raise self._outside(dst, key, "lies in a reserved area (_temporary/, .lakewarden/)")
-        if self.upload_mode:
-            self._check_upload(entry, key)
-        elif entry.upload is not None:
+        if directory:
+            self._valid_dst_dirs.add(directory)
+
+    def _check_source(self, src: str, attempt_dir: str, key: str) -> None:
+        rel = src[len(attempt_dir) :]
+        if not src.startswith(attempt_dir) or _invalid_key(rel):
+            raise SourceOutsideAttemptError(
+                f"manifest {key} renames {src!r}, which is not inside the attempt's working "
+                f"directory {attempt_dir}. Nothing was renamed.",
+                job_id=self.layout.job_id,
+                path=src,
+            )
+        directory = rel.rpartition("/")[0]
+        if directory:
+            self._valid_src_dirs.add(directory)
+
+    def _check_upload(self, src: str, dst: str, upload: UploadRef | None, key: str) -> None:
+        if not self.upload_mode:
             raise MalformedManifestError(
                 f"manifest {key} lists a pending upload for {dst}, but this table's store "
                 "renames files. Help: the task ran in upload mode against another store.",
                 job_id=self.layout.job_id,
                 path=dst,
             )
-        else:
-            src = entry.src
-            if not src.startswith(attempt_dir) or self._invalid(src[len(attempt_dir) :]):
-                raise SourceOutsideAttemptError(
-                    f"manifest {key} renames {src!r}, which is not inside the attempt's "
-                    f"working directory {attempt_dir}. Nothing was renamed.",
-                    job_id=self.layout.job_id,
-                    path=src,
-                )
-
-    def _invalid(self, path: str) -> str | None:
-        """Why ``path`` is not a plain relative key (None when it is one)."""
-        directory, _, name = path.rpartition("/")
-        if (
-            not name
-            or name in (".", "..")
-            or name.startswith(TEMP_PREFIX)
-            or "\\" in name
-            or "\x00" in name
-            or path.startswith("/")
-        ):
-            return "is not a plain relative key (absolute, empty, '.', '..' or reserved name)"
-        if directory and directory not in self._valid_dirs:
-            try:
-                check_key(directory)
-            except InvalidKeyError as err:
-                return "is not a plain relative key: " + str(err)
-            with self._lock:
-                self._valid_dirs.add(directory)
-        return None
-
-    def _check_upload(self, entry: FileEntry, key: str) -> None:
-        upload = entry.upload
-        if upload is None or entry.src != entry.dst:
+        if upload is None or src != dst:
             raise MalformedManifestError(
-                f"manifest {key}: entry for {entry.dst} has no pending upload, but this "
-                "table's store cannot rename. Help: tasks must upload to the final key.",
+                f"manifest {key}: entry for {dst} has no pending upload, but this table's "
+                "store cannot rename. Help: tasks must upload to the final key.",
                 job_id=self.layout.job_id,
-                path=entry.dst,
+                path=dst,
             )
-        if upload.bucket != self.bucket or upload.key != self.prefix + entry.dst:
+        if upload.bucket != self.bucket or upload.key != self.prefix + dst:
             raise self._outside(
-                entry.dst,
+                dst,
                 key,
                 f"has an upload to s3://{upload.bucket}/{upload.key}, not to its destination "
-                f"s3://{self.bucket}/{self.prefix}{entry.dst}",
+                f"s3://{self.bucket}/{self.prefix}{dst}",
             )
 
     def _outside(self, dst: str, key: str, why: str) -> PathOutsideTableError:
@@ -148,6 +169,30 @@ class EntryRules:
             job_id=self.layout.job_id,
             path=dst,
         )
+
+
+@dataclass(frozen=True)
+class ManifestDigest:
+    """What the load stage keeps of a manifest's entries besides the spill."""
+
+    hashes: array[int]
+    directories: set[str]
+    source_dirs: set[str]
+
+
+def _unusual(name: str) -> bool:
+    """A cheap pre-check: names that might be invalid (empty, starting with '.', containing a
+    backslash or NUL) take the precise path."""
+    return not name or name[0] == "." or "\\" in name or "\x00" in name
+
+
+def _invalid_key(path: str) -> str | None:
+    """Why ``path`` is not a plain relative key (None when it is one)."""
+    try:
+        check_key(path)
+    except InvalidKeyError as err:
+        return "is not a plain relative key: " + str(err)
+    return None
 
 
 @dataclass(frozen=True)
@@ -211,34 +256,17 @@ class LoadManifestsStage(Stage[LoadArgs, LoadedManifests]):
                 path=key,
             ) from err
         sha256 = hashlib.sha256(data).hexdigest()
-        header, entries = parse_manifest(data, key=key)  # 2.
+        header, rows = parse_manifest_rows(data, key=key)  # 2.
         del data
         self._check_header(header, attempt, key)
-        attempt_dir = self.layout.task_attempt_dir(attempt)
-        hashes: array[int] = array("q")
-        dirs: set[str] = set()
-        sources: set[str] = set()
-        seen: set[str] = set()
-        for entry in entries:  # 3.
-            rules.check(entry, attempt_dir, key)
-            dst = entry.dst
-            if dst in seen:
-                raise DuplicateDestinationError(
-                    f"manifest {key} names destination {dst!r} twice. Nothing was renamed.",
-                    job_id=self.layout.job_id,
-                    path=dst,
-                )
-            seen.add(dst)
-            hashes.append(hash(dst))
-            dirs.add(dst.rpartition("/")[0])
-            sources.add(entry.src.rpartition("/")[0])
+        digest = rules.check_rows(rows, self.layout.task_attempt_dir(attempt), key)  # 3.
         batch = self.config.batch  # 4.
-        chunks = tuple(spill.add(entries[i : i + batch]) for i in range(0, len(entries), batch))
-        total = sum(entry.size for entry in entries)
+        chunks = tuple(spill.add(rows[i : i + batch]) for i in range(0, len(rows), batch))
+        total = sum(row[2] for row in rows)
         loaded = LoadedManifest(
-            attempt, key, sha256, len(entries), total, chunks, frozenset(sources)
+            attempt, key, sha256, len(rows), total, chunks, frozenset(digest.source_dirs)
         )
-        return loaded, hashes, dirs
+        return loaded, digest.hashes, digest.directories
 
     def _check_header(self, header: ManifestHeader, attempt: TaskAttemptId, key: str) -> None:
         expected = (self.layout.job_id, self.layout.job_attempt, str(attempt.task_id), str(attempt))
