@@ -15,7 +15,7 @@ owns the instant from first to last entry:
       and write through the data source, joining this instant; the tasks merge, the data
       source's ``commit`` runs the job commit and completes the instant;
 3. read the outcome from the timeline: a completed instant is the result; otherwise the
-   instant is abandoned (job abort, ``rolled_back``) if still pending, and the failure raised:
+   instant is abandoned (``rolled_back``, job abort) if still pending, and the failure raised:
    the named conflict when a conflict rule explains it, else ``SparkWriteError`` with the
    instant, the rollback reason and Spark's message.
 

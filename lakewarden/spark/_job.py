@@ -16,11 +16,13 @@ One write is one instant and one manifest-committer job:
      completed uploads on S3); every other attempt's files are deleted by the cleanup;
   4. append ``completed`` with the statistics, after the conflict rules (and, for a streaming
      micro-batch, after checking that no instant completed that batch already);
-  5. on any failure: abort the job (no file of it stays in the table), append ``rolled_back``
-     with the reason, and re-raise the error with a note naming the instant.
+  5. on any failure: append ``rolled_back`` with the reason (making the instant
+     uncommittable), abort the job (no file of it stays in the table), and re-raise the error
+     with a note naming the instant.
   Steps 2-4 run under the instant's heartbeat.
 
-``abort_write`` (Spark's ``abort(messages)``): job abort, then ``rolled_back``.
+``abort_write`` (Spark's ``abort(messages)``): ``rolled_back``, then job abort; nothing at
+all when the instant completed (Spark also aborts after a commit that failed late).
 """
 
 from __future__ import annotations
@@ -166,7 +168,7 @@ def commit_write(
 
 
 def abort_write(spec: WriteSpec, reason: str) -> None:
-    """Job abort, then ``rolled_back``. Raises: the first failure of the two steps."""
+    """``rolled_back``, then job abort (see ``abandon``). Raises: the first failure."""
     table = TableHandle.open(spec.uri, spec.settings_json)
     errors: list[BaseException] = []
     abandon(table, spec, reason, None, errors)
@@ -181,21 +183,33 @@ def abandon(
     err: BaseException | None,
     errors: list[BaseException] | None = None,
 ) -> None:
-    """Abort the job (files first), then roll back the instant. A failure of either step is
-    attached to ``err`` as a note (``err`` is what the caller must see) or collected."""
-    committer = ManifestCommitter(table.storage, spec.job_id)
-    steps = (
-        lambda: committer.abort_job(force=True, reason=reason),
-        lambda: table.transaction(spec).rollback(reason),
-    )
-    for step in steps:
-        try:
-            step()
-        except Exception as step_err:
-            if err is not None:
-                err.add_note(f"while abandoning instant {spec.instant}: {step_err!r}")
-            elif errors is not None:
-                errors.append(step_err)
+    """Give the instant up: first append ``rolled_back``, which makes it uncommittable (and is
+    refused if it completed: then nothing is deleted), then abort the job, deleting its files
+    even where the job commit had placed them. Spark calls ``abort`` also after a ``commit``
+    that completed the instant and then failed, so deleting first would destroy committed
+    data. A failure of either step is attached to ``err`` as a note (``err`` is what the
+    caller must see) or collected in ``errors``; a failed rollback leaves the files to the
+    cleaner."""
+
+    def failed(step_err: BaseException) -> None:
+        if err is not None:
+            err.add_note(f"while abandoning instant {spec.instant}: {step_err!r}")
+        elif errors is not None:
+            errors.append(step_err)
+
+    current = table.timeline.load().get(spec.instant)
+    if current is not None and current.state is Transition.COMPLETED:
+        log.warning("instant %s is completed; not abandoning it (%s)", spec.instant, reason)
+        return
+    try:
+        table.transaction(spec).rollback(reason)
+    except Exception as step_err:
+        failed(step_err)
+        return
+    try:
+        ManifestCommitter(table.storage, spec.job_id).abort_job(force=True, reason=reason)
+    except Exception as step_err:
+        failed(step_err)
     if err is not None:
         err.add_note(_where(spec, "rolled back"))
 

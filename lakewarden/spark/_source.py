@@ -15,7 +15,13 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from lakewarden.spark._options import ReadSpec, settings_json, table_uri, test_hooks
+from lakewarden.spark._options import (
+    ReadSpec,
+    get_option,
+    settings_json,
+    table_uri,
+    test_hooks,
+)
 from lakewarden.spark._reader import LakewardenReader, table_schema
 from lakewarden.spark._stream import LakewardenStreamWriter, check_stream_target
 from lakewarden.spark._writer import create_writer
@@ -45,5 +51,6 @@ class LakewardenDataSource(DataSource):
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:  # noqa: N802
         uri, encoded = table_uri(self.options), settings_json(self.options)
-        check_stream_target(uri, encoded, overwrite)
-        return LakewardenStreamWriter(uri, encoded, test_hooks(self.options))
+        check_stream_target(uri, encoded, schema, overwrite)
+        checkpoint = get_option(self.options, "checkpointlocation") or ""
+        return LakewardenStreamWriter(uri, encoded, test_hooks(self.options), checkpoint)

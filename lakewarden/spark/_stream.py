@@ -26,9 +26,11 @@ from pyspark.sql.datasource import (
     DataSourceStreamWriter,
     WriterCommitMessage,
 )
+from pyspark.sql.types import StructType
 
 from lakewarden.commit import ManifestCommitter, new_job_id
 from lakewarden.spark import _faults, _job
+from lakewarden.spark._arrow import check_write_schema
 from lakewarden.spark._messages import EmptyTaskMessage, SkippedBatchMessage, TaskCommitMessage
 from lakewarden.spark._options import InvalidOptionError, WriteSpec, load_settings
 from lakewarden.spark._task import current_task, write_task
@@ -37,13 +39,15 @@ from lakewarden.spark._transaction import (
     BatchKey,
     SparkTransaction,
     completed_batch,
+    pending_of_checkpoint,
 )
 from lakewarden.storage import open_storage
+from lakewarden.table.config import load_config
 
 OPERATION = "insert"
 
 
-def batch_key() -> BatchKey:
+def batch_key(checkpoint: str) -> BatchKey:
     """The running task's micro-batch. Raises: InvalidOptionError outside a streaming query."""
     from pyspark import TaskContext
 
@@ -54,20 +58,27 @@ def batch_key() -> BatchKey:
         raise InvalidOptionError("the lakewarden stream writer runs inside a streaming query only")
     # Structured Streaming runs every job of a run in the job group named by its run id.
     run = ctx.getLocalProperty("spark.jobGroup.id") or "unknown-run"
-    return BatchKey(query_id=query, run_id=run, batch_id=int(batch))
+    return BatchKey(query_id=query, run_id=run, batch_id=int(batch), checkpoint=checkpoint)
 
 
 class LakewardenStreamWriter(DataSourceStreamWriter, DataSourceArrowWriter):
     """Holds strings only (pickled to the tasks, rebuilt for every commit)."""
 
-    def __init__(self, uri: str, settings_json: str | None, test_hooks: dict[str, str]) -> None:
+    def __init__(
+        self,
+        uri: str,
+        settings_json: str | None,
+        test_hooks: dict[str, str],
+        checkpoint: str = "",
+    ) -> None:
         self.uri = uri
         self.settings_json = settings_json
         self.test_hooks = test_hooks
+        self.checkpoint = checkpoint
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
         """One task attempt of one micro-batch (on an executor)."""
-        identity, key = current_task(), batch_key()
+        identity, key = current_task(), batch_key(self.checkpoint)
         first = next(iterator, None)
         if first is None:
             return EmptyTaskMessage()
@@ -123,10 +134,23 @@ class LakewardenStreamWriter(DataSourceStreamWriter, DataSourceArrowWriter):
         messages: Sequence[WriterCommitMessage | None],
         batchId: int,  # noqa: N803
     ) -> None:
-        """Job abort and ``rolled_back`` for the batch's instant, if it opened one (driver)."""
+        """``rolled_back`` and job abort for the batch's instant, if it opened one (driver).
+        When every task failed there is no message to name the instant: it is found by the
+        checkpoint location and batch id recorded in its ``requested`` plan."""
+        reason = f"Spark aborted micro-batch {batchId}"
         spec, _ = self._spec(messages)
         if spec is not None:
-            _job.abort_write(spec, f"Spark aborted micro-batch {batchId}")
+            _job.abort_write(spec, reason)
+            return
+        if not self.checkpoint:
+            return  # the cleaner rolls the instant back once its heartbeat expired
+        table = _job.TableHandle.open(self.uri, self.settings_json)
+        for instant, job_id in pending_of_checkpoint(
+            table.timeline.load(), self.checkpoint, batchId
+        ):
+            _job.abort_write(
+                WriteSpec(self.uri, instant, job_id, OPERATION, self.settings_json), reason
+            )
 
     def _spec(
         self, messages: Sequence[WriterCommitMessage | None]
@@ -146,12 +170,14 @@ class LakewardenStreamWriter(DataSourceStreamWriter, DataSourceArrowWriter):
         return spec, first.batch
 
 
-def check_stream_target(uri: str, settings_json: str | None, overwrite: bool) -> None:
-    """Raises: InvalidOptionError (complete output mode), NotATableError."""
+def check_stream_target(
+    uri: str, settings_json: str | None, schema: StructType, overwrite: bool
+) -> None:
+    """Raises: InvalidOptionError (complete output mode), NotATableError,
+    SchemaMismatchError."""
     if overwrite:
         raise InvalidOptionError(
             "the lakewarden stream writer appends: use outputMode('append') (or 'update')."
         )
-    from lakewarden.table.config import load_config
-
-    load_config(open_storage(uri, load_settings(settings_json)))
+    config = load_config(open_storage(uri, load_settings(settings_json)))
+    check_write_schema(schema, config, OPERATION)

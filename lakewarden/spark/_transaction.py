@@ -33,6 +33,7 @@ from lakewarden.table.transaction import WriteTransaction
 QUERY_ID = "spark.streaming.query_id"
 RUN_ID = "spark.streaming.run_id"
 BATCH_ID = "spark.streaming.batch_id"
+CHECKPOINT = "spark.streaming.checkpoint"
 
 
 class BatchAlreadyCommittedError(NonRetryableError):
@@ -50,9 +51,15 @@ class BatchKey:
     query_id: str
     run_id: str
     batch_id: int
+    checkpoint: str = ""
 
     def metadata(self) -> dict[str, str]:
-        return {QUERY_ID: self.query_id, RUN_ID: self.run_id, BATCH_ID: str(self.batch_id)}
+        return {
+            QUERY_ID: self.query_id,
+            RUN_ID: self.run_id,
+            BATCH_ID: str(self.batch_id),
+            CHECKPOINT: self.checkpoint,
+        }
 
     def plan(self, job_id: str) -> dict[str, object]:
         return {"spark": {"job_id": job_id, **self.metadata()}}
@@ -151,6 +158,23 @@ class SparkTransaction(WriteTransaction):
             _refuse_committed(state, key, self.instant)
 
         self._append(Transition.COMPLETED, stats.model_dump(mode="json"), validate)
+
+
+def pending_of_checkpoint(
+    state: TimelineState, checkpoint: str, batch_id: int
+) -> list[tuple[str, str]]:
+    """(instant, job id) of every pending instant opened for ``batch_id`` by a query with this
+    checkpoint location, whatever its run (what an abort without messages must roll back)."""
+    found = []
+    for inst in state.pending():
+        spark = inst.plan.get("spark") if isinstance(inst.plan, dict) else None
+        if (
+            isinstance(spark, dict)
+            and spark.get(CHECKPOINT) == checkpoint
+            and spark.get(BATCH_ID) == str(batch_id)
+        ):
+            found.append((inst.instant, str(spark["job_id"])))
+    return found
 
 
 def _refuse_committed(state: TimelineState, key: BatchKey, instant: str) -> None:

@@ -54,7 +54,7 @@ class LakewardenWriter(DataSourceArrowWriter):
         _job.commit_write(self.spec, messages)
 
     def abort(self, messages: Sequence[WriterCommitMessage | None]) -> None:
-        """Job abort, then ``rolled_back`` (driver)."""
+        """``rolled_back``, then job abort; nothing if the instant completed (driver)."""
         _job.abort_write(self.spec, "the Spark write job failed and was aborted")
 
 

@@ -1,0 +1,69 @@
+"""Streaming: every micro-batch one instant, committed exactly once across restarts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from _spark_helpers import SCHEMA, make_table, rows, sorted_rows, spark_rows
+
+import lakewarden
+from lakewarden.spark._transaction import BATCH_ID, QUERY_ID
+from lakewarden.table.instant import Transition
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+FILES = 4
+ROWS_PER_FILE = 25
+
+
+def _run(spark: Any, source: Path, checkpoint: Path, uri: str, **hooks: str) -> bool:
+    """One run of the query until its input is consumed; False if it failed."""
+    stream = (
+        spark.readStream.schema("id long, region string, ts long, amount double, note string")
+        .option("maxFilesPerTrigger", 1)
+        .parquet(str(source))
+        .writeStream.format("lakewarden")
+        .option("checkpointLocation", str(checkpoint))
+    )
+    for name, value in hooks.items():
+        stream = stream.option(f"lakewarden.test.{name}", value)
+    query = stream.trigger(availableNow=True).start(uri)
+    try:
+        query.awaitTermination(120)
+    except Exception:  # noqa: BLE001 - StreamingQueryException: the run died as intended
+        return False
+    return query.exception() is None
+
+
+def test_killed_and_restarted_query_commits_every_batch_exactly_once(
+    spark: Any, tmp_path: Path
+) -> None:
+    table = make_table(tmp_path / "table")
+    uri = str(tmp_path / "table")
+    source = tmp_path / "source"
+    source.mkdir()
+    batches = [rows(range(i * ROWS_PER_FILE, (i + 1) * ROWS_PER_FILE)) for i in range(FILES)]
+    for i, batch in enumerate(batches):
+        pq.write_table(batch.cast(SCHEMA), source / f"part-{i}.parquet")
+    checkpoint = tmp_path / "checkpoint"
+
+    # Run 1 dies right after lakewarden committed batch 1, before Spark recorded it.
+    assert not _run(spark, source, checkpoint, uri, fail_after_commit_of_batch="1")
+    # Run 2 re-runs batch 1 (finds it committed: no second commit), dies inside batch 2.
+    assert not _run(spark, source, checkpoint, uri, fail_partition="0")
+    # Run 3 redoes batch 2 and finishes.
+    assert _run(spark, source, checkpoint, uri)
+
+    everything = pa.concat_tables(batches)
+    assert sorted_rows(lakewarden.read(uri)) == sorted_rows(everything)
+    assert spark_rows(spark.read.format("lakewarden").load(uri)) == sorted_rows(everything)
+    completed = [i for i in table.timeline() if i.state is Transition.COMPLETED]
+    batch_ids = [i.commit.extra_metadata[BATCH_ID] for i in completed if i.commit]
+    assert sorted(batch_ids) == [str(b) for b in range(FILES)]  # each batch exactly once
+    assert len({i.commit.extra_metadata[QUERY_ID] for i in completed if i.commit}) == 1
+    rolled_back = [i for i in table.timeline() if i.state is Transition.ROLLED_BACK]
+    assert len(rolled_back) == 1  # batch 2 of run 2
