@@ -154,9 +154,9 @@ class LockIO:
             kind=kind,
             owner=self.owner,
             ttl_ms=0,
-            reply_topic=self.reply_topic,
-            reply_partition=self.reply_partition,
-            reply_key=self.client_id,
+            reply_topic="",  # no answer wanted
+            reply_partition=None,
+            reply_key=None,
             **fields,
         )
         self.produce(table_id, record)

@@ -115,7 +115,8 @@ class RequestHandler:
             return
         self.table[table_id] = outcome.state.to_json()  # 3.
         for reply in outcome.replies:  # 4.
-            await self.send_reply(table_id, reply)
+            if request.wants_reply or reply.request_id != request.request_id:
+                await self.send_reply(table_id, reply)
         _count(request, outcome)
 
     async def _reject(self, message: Message, record: Any, err: InvalidRequest) -> None:

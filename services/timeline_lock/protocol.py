@@ -99,12 +99,13 @@ def _request(record: dict[str, Any]) -> Request:
         token=record.get("token"),
         acquire_id=record.get("acquire_id"),
         lease_expires_ms=record.get("lease_expires_ms"),
+        wants_reply=bool(record["reply_topic"]),
     )
 
 
 def _route_problem(record: dict[str, Any], reply_topic: str, reply_partitions: int) -> str | None:
-    if record["kind"] == "expire":
-        return None  # the timer's own request: nobody is answered
+    if record["kind"] == "expire" or not record["reply_topic"]:
+        return None  # nobody is answered: the timer's own request, or fire and forget
     if record["reply_topic"] != reply_topic:
         return f"reply_topic {record['reply_topic']!r}: this service answers on {reply_topic}"
     partition = record.get("reply_partition")

@@ -120,6 +120,7 @@ class Request:
     token: int | None = None
     acquire_id: str | None = None
     lease_expires_ms: int | None = None
+    wants_reply: bool = True  # False: the sender does not wait for an answer (fire and forget)
 
 
 @dataclass(frozen=True, slots=True)

@@ -229,3 +229,16 @@ def test_expiry_scanner_gives_holders_a_full_ttl_after_a_takeover() -> None:
     assert asyncio.run(scanner.tick()) == 0  # deadline passed long ago, but 9.8 + 0.5 > 10
     now["ms"] = 10_300
     assert asyncio.run(scanner.tick()) == 1
+
+
+def test_a_fire_and_forget_release_is_not_answered_but_the_next_holder_is() -> None:
+    h = Harness()
+    h.feed(req())
+    h.feed(req(request_id="r2", owner="w2", reply_key="client-2"))
+    h.feed(req("release", request_id="rel", token=1, reply_topic="", reply_partition=None))
+    assert [(r.request_id, r.status) for _, r in h.replies] == [
+        ("r1", "granted"),
+        ("r2", "queued"),
+        ("r2", "granted"),
+    ]
+    assert h.dlq.sent == []
