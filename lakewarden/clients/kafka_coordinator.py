@@ -7,37 +7,49 @@ Each ``WriteTransaction`` step takes the table's lease from timeline-lock; its f
 goes into the entry appended, and a lease lost before the append stops it (``LeaseLostError``).
 Writers in different processes and on different machines take turns on one lock, FIFO.
 
-Liveness of instants is not served by timeline-lock: until the heartbeat-monitor service
-exists, ``heartbeat`` and ``liveness`` are this process's own (as in ``EmbeddedCoordinator``):
-ALIVE for instants this process is heartbeating, DEAD for ones it stopped, UNKNOWN otherwise.
+Heartbeats and liveness go to heartbeat-monitor: ``heartbeat`` publishes beats for the
+instant while its block runs (``lakewarden.clients.heartbeat.Heartbeats``), and ``liveness``
+answers ALIVE for an instant this process beats for and is healthy, else the monitor's verdict
+from its changelog (``lakewarden.clients.liveness.Liveness``); UNKNOWN when the monitor's view
+cannot be read (never "dead" on a guess: callers act destructively on DEAD).
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 
+from lakewarden.clients.heartbeat import Heartbeats
+from lakewarden.clients.liveness import Liveness as LivenessView
+from lakewarden.clients.liveness import LivenessUnavailableError
 from lakewarden.clients.lock import LockClient, LockLease
+from lakewarden.errors import ConfigurationError
 from lakewarden.settings import Settings
-from lakewarden.table.coordinator import (
-    Coordinator,
-    EmbeddedCoordinator,
-    Liveness,
-    LockReentryError,
-)
+from lakewarden.table.coordinator import Coordinator, Liveness, LockReentryError
+
+log = logging.getLogger(__name__)
 
 
 class KafkaCoordinator(Coordinator):
     """``Coordinator`` whose table lock is timeline-lock's lease (via one ``LockClient``)."""
 
     def __init__(
-        self, settings: Settings, *, client: LockClient | None = None, owner: str | None = None
+        self,
+        settings: Settings,
+        *,
+        client: LockClient | None = None,
+        owner: str | None = None,
+        heartbeats: Heartbeats | None = None,
+        liveness_view: LivenessView | None = None,
     ) -> None:
         self.settings = settings
         self.client = client if client is not None else LockClient(settings, owner=owner)
         self._owns_client = client is None
-        self._local = EmbeddedCoordinator()
+        self.heartbeats = heartbeats if heartbeats is not None else Heartbeats(settings)
+        self.liveness_view = liveness_view if liveness_view is not None else LivenessView(settings)
+        self._owns_view = liveness_view is None
         self._guard = threading.Lock()
         self._held: dict[tuple[str, int], LockLease] = {}
 
@@ -72,17 +84,33 @@ class KafkaCoordinator(Coordinator):
                     self._held.pop(key, None)
 
     def liveness(self, table_id: str, instant: str) -> Liveness:
-        """This process's view only (see the module docstring)."""
-        return self._local.liveness(table_id, instant)
+        """ALIVE when this process beats for the instant and its heartbeat is healthy, else
+        heartbeat-monitor's verdict; UNKNOWN when that cannot be read."""
+        beating = self.heartbeats.get(table_id, instant)
+        if beating is not None and beating.is_healthy():
+            return Liveness.ALIVE
+        try:
+            return self.liveness_view.status(table_id, instant)
+        except (LivenessUnavailableError, ConfigurationError) as err:
+            log.warning("liveness unknown: %s", err, extra={"table": table_id, "instant": instant})
+            return Liveness.UNKNOWN
 
-    def heartbeat(self, table_id: str, instant: str, owner: str) -> AbstractContextManager[None]:
-        """Marks ``instant`` alive in this process (see the module docstring)."""
-        return self._local.heartbeat(table_id, instant, owner)
+    @contextmanager
+    def heartbeat(self, table_id: str, instant: str, owner: str) -> Iterator[None]:
+        """Publish heartbeats for ``instant`` while the block runs.
+
+        Raises:
+            HeartbeatLostError: the first beat was not acknowledged (broker unreachable).
+        """
+        with self.heartbeats.hold(table_id, instant, owner):
+            yield
 
     def close(self) -> None:
-        """Close the lock client if this coordinator created it (releases held leases)."""
+        """Close what this coordinator created (the lock client releases held leases)."""
         if self._owns_client:
             self.client.close()
+        if self._owns_view:
+            self.liveness_view.close()
 
 
 _shared: dict[tuple[str, str], KafkaCoordinator] = {}

@@ -18,6 +18,7 @@ import pyarrow as pa
 import pytest
 
 from lakewarden.clients import KafkaCoordinator, LockClient
+from lakewarden.events import ensure_topics
 from lakewarden.settings import Settings
 from lakewarden.table.instant import Transition
 from lakewarden.table.table import Table
@@ -180,6 +181,7 @@ def test_a_writer_paused_past_its_lease_cannot_complete(
     """``trust``: the lease reports lost on resume, the transaction stops before appending
     (LeaseLostError). ``never-lost``: a lease that never says so (a pause between the check
     and the write); the log's conflict rule stops the late ``completed``."""
+    ensure_topics(lock_settings)  # the writers also publish heartbeats
     uri = str(tmp_path / "orders")
     schema = pa.schema([("id", pa.int64()), ("v", pa.string())])
     Table.create(uri, name="orders", record_key="id", schema=schema)

@@ -1,0 +1,76 @@
+"""KafkaCoordinator: Table transactions hold timeline-lock's lease; heartbeats and liveness
+through heartbeat-monitor's topics."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from lakewarden.clients import KafkaCoordinator, coordinator_for
+from lakewarden.events import ensure_topics
+from lakewarden.settings import KafkaSettings, Settings
+from lakewarden.table.coordinator import Liveness, LockReentryError
+from lakewarden.table.table import Table, default_coordinator
+from services._common.process import ServiceProcess
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture
+def coordinator(
+    shared_lock_settings: Settings, shared_lock_service: ServiceProcess
+) -> Iterator[KafkaCoordinator]:
+    ensure_topics(shared_lock_settings)
+    coordinator = KafkaCoordinator(shared_lock_settings)
+    yield coordinator
+    coordinator.close()
+
+
+def test_table_writes_take_the_lease_and_entries_record_its_tokens(
+    coordinator: KafkaCoordinator, tmp_path: Path
+) -> None:
+    uri = str(tmp_path / "orders")
+    schema = pa.schema([("id", pa.int64()), ("v", pa.string())])
+    Table.create(uri, name="orders-kc", record_key="id", schema=schema)
+    table = Table.open(uri, coordinator=coordinator)
+    for v in ("a", "b"):
+        table.write(pa.table({"id": pa.array([1, 2], pa.int64()), "v": [v, v]}))
+    tokens = [entry.lock_token for entry in table.timeline_log.entries()]
+    # requested, inflight, completed per write: each step took the lock with a new token
+    assert len(tokens) == 6 and tokens == sorted(tokens) and len(set(tokens)) == 6
+    assert table.read().column("v").to_pylist() == ["b", "b"]
+
+
+def test_the_same_thread_cannot_take_a_table_lock_twice(coordinator: KafkaCoordinator) -> None:
+    with coordinator.lock("reentry", ttl_s=5, wait_s=5) as lease:
+        with pytest.raises(LockReentryError, match="already holds the lock of table reentry"):
+            with coordinator.lock("reentry", ttl_s=5, wait_s=5):
+                pass
+        other: list[int] = []
+        thread = threading.Thread(
+            target=lambda: other.append(coordinator.client.acquire("other", ttl_s=5).token)
+        )
+        thread.start()
+        thread.join(10)
+        assert other == [1] and not lease.lost
+
+
+def test_liveness_is_alive_while_this_process_beats_and_unknown_without_a_monitor(
+    coordinator: KafkaCoordinator,
+) -> None:
+    instant = "20260101000000000"
+    # heartbeat-monitor does not run here: its verdicts cannot be read, never "dead"
+    assert coordinator.liveness("orders", instant) is Liveness.UNKNOWN
+    with coordinator.heartbeat("orders", instant, "writer-1"):
+        assert coordinator.liveness("orders", instant) is Liveness.ALIVE
+    assert coordinator.liveness("orders", instant) is Liveness.UNKNOWN
+
+
+def test_coordinator_for_picks_kafka_when_configured(shared_lock_settings: Settings) -> None:
+    first = coordinator_for(shared_lock_settings)
+    assert isinstance(first, KafkaCoordinator) and coordinator_for(shared_lock_settings) is first
+    assert coordinator_for(Settings(kafka=KafkaSettings())) is default_coordinator()
