@@ -99,10 +99,15 @@ class Table:
     def open(
         cls, uri: str, *, coordinator: Coordinator | None = None, settings: Settings | None = None
     ) -> Table:
-        """Open the table at ``uri``.
+        """Open the table at ``uri``. Without a ``coordinator``, ``settings`` with Kafka
+        configured mean timeline-lock's (``lakewarden.clients.coordinator_for``).
 
         Raises: NotATableError, UnsupportedFormatVersionError, InvalidTableConfigError."""
         storage = open_storage(uri, settings)
+        if coordinator is None and settings is not None and settings.kafka.enabled:
+            from lakewarden.clients import coordinator_for  # the clients import this module
+
+            coordinator = coordinator_for(settings)
         return cls(storage, load_config(storage), coordinator=coordinator)
 
     @property

@@ -74,3 +74,12 @@ def test_coordinator_for_picks_kafka_when_configured(shared_lock_settings: Setti
     first = coordinator_for(shared_lock_settings)
     assert isinstance(first, KafkaCoordinator) and coordinator_for(shared_lock_settings) is first
     assert coordinator_for(Settings(kafka=KafkaSettings())) is default_coordinator()
+
+
+def test_table_open_with_kafka_settings_alone_uses_timeline_lock(
+    shared_lock_settings: Settings, tmp_path: Path
+) -> None:
+    uri = str(tmp_path / "t")
+    Table.create(uri, name="t", record_key="id", schema=pa.schema([("id", pa.int64())]))
+    assert isinstance(Table.open(uri, settings=shared_lock_settings).coordinator, KafkaCoordinator)
+    assert Table.open(uri).coordinator is default_coordinator()
