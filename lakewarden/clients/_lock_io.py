@@ -25,6 +25,7 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Literal
 
 from confluent_kafka import Consumer, KafkaError, Message, Producer
@@ -219,34 +220,38 @@ class LockIO:
 
     def _on_reply(self, reply: dict[str, Any]) -> None:
         request_id, status = reply["request_id"], reply["status"]
+        # Decide under the guard; complete futures and call back outside it (a callback
+        # may call into the client).
+        done: Callable[[], None] | None = None
         with self.guard:
             pending = self.pending.get(request_id)
             if status == "expired":
                 self._lost(request_id, reply.get("reason") or "expired")
-                return
-            if pending is None:
-                return  # answered already, or given up: a duplicate or late reply
-            if status == "queued" and pending.kind == "acquire":
-                self._queued(pending, int(reply.get("queue_position") or 0))
-                return
-            del self.pending[request_id]
-            if pending.kind == "acquire":
-                self._acquired(pending, reply)
-            elif pending.kind == "renew":
-                self._renewed(pending, reply)
-            elif not pending.future.done():
-                pending.future.set_result(reply)
+            elif pending is None:
+                pass  # answered already, or given up: a duplicate or late reply
+            elif status == "queued" and pending.kind == "acquire":
+                done = self._queued(pending, int(reply.get("queue_position") or 0))
+            else:
+                del self.pending[request_id]
+                if pending.kind == "acquire":
+                    done = self._acquired(pending, reply)
+                elif pending.kind == "renew":
+                    self._renewed(pending, reply)
+                else:
+                    done = partial(_resolve, pending.future, reply)
+        if done is not None:
+            done()
 
-    def _queued(self, pending: Pending, position: int) -> None:
+    def _queued(self, pending: Pending, position: int) -> Callable[[], None] | None:
         first = not pending.queued
         pending.queued = True
         if first and pending.on_queued is not None:
-            pending.on_queued(position)
+            return partial(pending.on_queued, position)
+        return None
 
-    def _acquired(self, pending: Pending, reply: dict[str, Any]) -> None:
+    def _acquired(self, pending: Pending, reply: dict[str, Any]) -> Callable[[], None]:
         if reply["status"] != "granted":
-            pending.future.set_result(reply)  # the caller raises the refusal
-            return
+            return partial(_resolve, pending.future, reply)  # the caller raises the refusal
         ttl_s = pending.ttl_ms / 1000
         lease = LockLease(
             table_id=pending.table_id,
@@ -258,7 +263,7 @@ class LockIO:
             confirmed_at=pending.sent_at,
         )
         self.leases[pending.request_id] = lease
-        pending.future.set_result(lease)
+        return partial(_resolve, pending.future, lease)
 
     def _renewed(self, pending: Pending, reply: dict[str, Any]) -> None:
         lease = pending.lease
@@ -313,6 +318,11 @@ class LockIO:
             "renew", lease.table_id, uuid.uuid4().hex, int(lease.ttl_s * 1000), now, lease=lease
         )
         self.send(pending, token=lease.token)
+
+
+def _resolve(future: Future[Any], result: Any) -> None:
+    if not future.done():
+        future.set_result(result)
 
 
 def _on_delivery(err: KafkaError | None, msg: Message) -> None:

@@ -1,6 +1,6 @@
 """The faust app of timeline-lock: its topics and its table, declared at module top.
 
-The table ``locks`` maps table id -> ``TableLock.to_json()``; it is partitioned like
+The table ``locks`` maps table id -> a stored ``TableLock`` (``state_json``); it is partitioned like
 ``lock.requests`` (a table's lock lives in the partition its requests arrive on) and backed
 by the changelog topic ``<prefix>timeline-lock-locks-changelog``, so the locks, and above all
 each table's ``last_token``, survive restarts and rebalances.

@@ -41,11 +41,10 @@ from services.timeline_lock.state import (
     Outcome,
     Reply,
     Request,
-    TableLock,
     apply,
-    due_expiry_json,
     expire_request,
 )
+from services.timeline_lock.state_json import due_expiry_json, lock_from_json, lock_to_json
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +89,21 @@ class RequestHandler:
         self.clock = clock
 
     async def handle(self, message: Message, value: Any) -> None:
-        """Process one message of ``lock.requests`` (see the module docstring)."""
+        """Process one message of ``lock.requests`` (see the module docstring). A failure
+        while handling it dead-letters it (``handler_error``): one bad request must not stop
+        the locks of every table; its sender resends or times out."""
+        try:
+            await self._handle(message, value)
+        except Exception as err:
+            log.exception("lock request failed", extra={"kafka_offset": message.offset})
+            await self.dead_letters.reject(
+                message,
+                reason="handler_error",
+                detail=f"{type(err).__name__}: {err}",
+                error_type=type(err).__name__,
+            )
+
+    async def _handle(self, message: Message, value: Any) -> None:
         if isinstance(value, Undecodable):
             await self.dead_letters.undecodable(message, value)  # 1.
             return
@@ -108,12 +121,12 @@ class RequestHandler:
         except InvalidRequest as err:
             await self._reject(message, record, err)
             return
-        state = TableLock.from_json(self.table.get(table_id))  # 2.
+        state = lock_from_json(self.table.get(table_id))  # 2.
         outcome = apply(state, request, offset=message.offset, now_ms=self.clock())
         if outcome.duplicate:
             metrics.DUPLICATES.inc()
             return
-        self.table[table_id] = outcome.state.to_json()  # 3.
+        self.table[table_id] = lock_to_json(outcome.state)  # 3.
         for reply in outcome.replies:  # 4.
             if request.wants_reply or reply.request_id != request.request_id:
                 await self.send_reply(table_id, reply)

@@ -25,7 +25,7 @@ never deleted), so tokens strictly increase per table across restarts and rebala
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Final, Literal
+from typing import Final, Literal
 
 RequestKind = Literal["acquire", "renew", "release", "expire"]
 ReplyStatus = Literal["granted", "refused", "queued", "expired"]
@@ -78,34 +78,6 @@ class TableLock:
     holder: Holder | None = None
     queue: tuple[Waiter, ...] = ()
     finished: tuple[str, ...] = ()
-
-    def to_json(self) -> dict[str, Any]:
-        """A JSON-able dict (the faust table value and its changelog record)."""
-        return {
-            "last_token": self.last_token,
-            "applied_offset": self.applied_offset,
-            "holder": None if self.holder is None else _holder_json(self.holder),
-            "queue": [_waiter_json(waiter) for waiter in self.queue],
-            "finished": list(self.finished),
-        }
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any] | None) -> TableLock:
-        """The inverse of ``to_json``; ``None`` (a table never seen) is the empty lock.
-
-        Raises:
-            KeyError, TypeError, ValueError: ``data`` is not a ``to_json`` value.
-        """
-        if data is None:
-            return cls()
-        holder = data["holder"]
-        return cls(
-            last_token=int(data["last_token"]),
-            applied_offset=int(data["applied_offset"]),
-            holder=None if holder is None else _holder_from(holder),
-            queue=tuple(_waiter_from(item) for item in data["queue"]),
-            finished=tuple(str(item) for item in data["finished"]),
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,21 +189,6 @@ def due_expiry(state: TableLock, *, now_ms: int, owned_since_ms: int) -> Holder 
     if holder is None or now_ms < effective_expiry_ms(holder, owned_since_ms=owned_since_ms):
         return None
     return holder
-
-
-def due_expiry_json(data: dict[str, Any], *, now_ms: int, owned_since_ms: int) -> Holder | None:
-    """``due_expiry`` on a ``TableLock.to_json`` value, decoding only an overdue holder (the
-    timer scans every table several times a second).
-
-    Raises:
-        KeyError, TypeError, ValueError: ``data`` is not a ``to_json`` value.
-    """
-    holder = data.get("holder")
-    if holder is None:
-        return None
-    if now_ms < max(int(holder["expires_ms"]), owned_since_ms + int(holder["ttl_ms"])):
-        return None
-    return _holder_from(holder)
 
 
 def expire_request(holder: Holder, *, request_id: str, owner: str) -> Request:
@@ -396,57 +353,4 @@ def _refused(request: Request, reason: str) -> Reply:
         request.route,
         token=request.token,
         reason=reason,
-    )
-
-
-def _route_json(route: Route) -> list[Any]:
-    return [route.partition, route.key]
-
-
-def _route_from(data: list[Any]) -> Route:
-    partition, key = data
-    return Route(None if partition is None else int(partition), key)
-
-
-def _holder_json(holder: Holder) -> dict[str, Any]:
-    return {
-        "request_id": holder.request_id,
-        "owner": holder.owner,
-        "token": holder.token,
-        "ttl_ms": holder.ttl_ms,
-        "route": _route_json(holder.route),
-        "granted_ms": holder.granted_ms,
-        "expires_ms": holder.expires_ms,
-    }
-
-
-def _holder_from(data: dict[str, Any]) -> Holder:
-    return Holder(
-        request_id=str(data["request_id"]),
-        owner=str(data["owner"]),
-        token=int(data["token"]),
-        ttl_ms=int(data["ttl_ms"]),
-        route=_route_from(data["route"]),
-        granted_ms=int(data["granted_ms"]),
-        expires_ms=int(data["expires_ms"]),
-    )
-
-
-def _waiter_json(waiter: Waiter) -> dict[str, Any]:
-    return {
-        "request_id": waiter.request_id,
-        "owner": waiter.owner,
-        "ttl_ms": waiter.ttl_ms,
-        "route": _route_json(waiter.route),
-        "queued_ms": waiter.queued_ms,
-    }
-
-
-def _waiter_from(data: dict[str, Any]) -> Waiter:
-    return Waiter(
-        request_id=str(data["request_id"]),
-        owner=str(data["owner"]),
-        ttl_ms=int(data["ttl_ms"]),
-        route=_route_from(data["route"]),
-        queued_ms=int(data["queued_ms"]),
     )

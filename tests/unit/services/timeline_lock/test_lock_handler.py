@@ -13,7 +13,8 @@ from lakewarden.clients._lock_wire import lock_request, table_partition
 from lakewarden.events import Event, EventDecodeError, Undecodable, decode, encode, sample_events
 from services._common.dlq import DEAD_LETTERS, DeadLetters
 from services.timeline_lock.handler import ExpiryScanner, RequestHandler
-from services.timeline_lock.state import Reply, TableLock
+from services.timeline_lock.state import Reply
+from services.timeline_lock.state_json import lock_from_json
 
 PARTITIONS = 6
 REPLIES = "lakewarden.lock.replies"
@@ -104,7 +105,7 @@ def req(kind: str = "acquire", table_id: str = "t1", **fields: Any) -> dict[str,
 def test_acquire_is_applied_stored_and_answered_on_the_requested_route() -> None:
     h = Harness()
     h.feed(req())
-    assert TableLock.from_json(h.table["t1"]).holder.token == 1  # type: ignore[union-attr]
+    assert lock_from_json(h.table["t1"]).holder.token == 1  # type: ignore[union-attr]
     [(table_id, reply)] = h.replies
     assert table_id == "t1" and reply.status == "granted" and reply.token == 1
     assert reply.route.partition == 4 and reply.route.key == "client-1"
@@ -242,3 +243,13 @@ def test_a_fire_and_forget_release_is_not_answered_but_the_next_holder_is() -> N
         ("r2", "granted"),
     ]
     assert h.dlq.sent == []
+
+
+def test_a_handler_failure_dead_letters_the_request_and_serving_goes_on() -> None:
+    h = Harness()
+    h.table["t1"] = {"not": "a lock"}  # corrupt state: the handler raises on it
+    h.feed(req())
+    [letter] = h.dead_letters()
+    assert letter["reason"] == "handler_error" and letter["error_type"] == "KeyError"
+    h.feed(req(table_id="t2", request_id="ok"))
+    assert h.replies[-1][1].request_id == "ok" and h.replies[-1][1].status == "granted"

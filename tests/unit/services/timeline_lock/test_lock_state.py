@@ -17,11 +17,11 @@ from services.timeline_lock.state import (
     TableLock,
     apply,
     due_expiry,
-    due_expiry_json,
     effective_expiry_ms,
     expire_request,
     validate,
 )
+from services.timeline_lock.state_json import due_expiry_json, lock_from_json, lock_to_json
 
 ROUTE = Route(2, "client-a")
 
@@ -190,8 +190,8 @@ def test_json_round_trip() -> None:
     run(acquire("a"))
     run(acquire("b"))
     run(release(None, acquire_id="zzz"))
-    assert TableLock.from_json(run.state.to_json()) == run.state
-    assert TableLock.from_json(None) == TableLock()
+    assert lock_from_json(lock_to_json(run.state)) == run.state
+    assert lock_from_json(None) == TableLock()
 
 
 def test_expiry_after_a_restart_is_never_earlier_than_one_ttl_after_taking_over() -> None:
@@ -202,7 +202,7 @@ def test_expiry_after_a_restart_is_never_earlier_than_one_ttl_after_taking_over(
     state = TableLock(last_token=4, holder=holder)
     for now, expected in ((34_999, None), (35_000, holder)):
         assert due_expiry(state, now_ms=now, owned_since_ms=25_000) == expected
-        assert due_expiry_json(state.to_json(), now_ms=now, owned_since_ms=25_000) == expected
+        assert due_expiry_json(lock_to_json(state), now_ms=now, owned_since_ms=25_000) == expected
     assert due_expiry(TableLock(), now_ms=10**12, owned_since_ms=0) is None
 
 
@@ -256,7 +256,7 @@ def play(script: list[tuple[str, str, int]], *, restart_at: int | None = None) -
         state = outcome.state
         outcomes.append(outcome)
         if restart_at is not None and step == restart_at:
-            state = TableLock.from_json(state.to_json())
+            state = lock_from_json(lock_to_json(state))
             for offset, again in enumerate(log[-3:], start=max(0, len(log) - 3)):
                 assert apply(state, again, offset=offset, now_ms=clock + 5).duplicate
     return outcomes
