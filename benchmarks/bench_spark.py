@@ -110,8 +110,10 @@ def measure(rows: int, rounds: int) -> dict[str, Any]:
         df = spark.range(rows, numPartitions=4).selectExpr(*COLUMNS).cache()
         df.count()
         ours, base, uris = [], [], []
-        _new_table(root, "warmup")  # the first write starts Python workers: not timed
+        # Untimed warm-up of both writers (Python workers, JIT, Parquet codecs).
+        _new_table(root, "warmup")
         df.limit(1000).write.format("lakewarden").mode("append").save(str(root / "warmup"))
+        df.limit(1000).write.parquet(str(root / "warmup-parquet"))
         for i in range(rounds):  # interleaved, so machine load hits both alike
             base.append(_elapsed(lambda i=i: df.write.parquet(str(root / f"parquet-{i}"))))
             uri = _new_table(root, f"table-{i}")

@@ -49,8 +49,9 @@ def rows(ids: range | list[int], *, ts: int = 1, note: str = "v1") -> pa.Table:
 
 def spark_df(spark: Any, table: pa.Table, partitions: int = 2) -> Any:
     # Through Python rows, not Arrow, so the DataFrame has several partitions.
-    return spark.createDataFrame(table.to_pylist(), schema="id long, region string, ts long, "
-                                 "amount double, note string").repartition(partitions)
+    return spark.createDataFrame(
+        table.to_pylist(), schema="id long, region string, ts long, amount double, note string"
+    ).repartition(partitions)
 
 
 def sorted_rows(table: pa.Table) -> list[dict[str, Any]]:

@@ -44,8 +44,9 @@ def test_upsert_and_delete_by_key_and_ordering_field(spark: Any, table_dir: Path
     assert result.stats.replaced_file_groups
     assert all(s.file_group.file_id.endswith("-0000") for s in result.stats.write_stats)
 
-    keys = spark.createDataFrame([(i, "eu" if i % 3 else "us") for i in range(0, 60, 2)],
-                                 "id long, region string")
+    keys = spark.createDataFrame(
+        [(i, "eu" if i % 3 else "us") for i in range(0, 60, 2)], "id long, region string"
+    )
     deleted = lakewarden.spark.write(keys, uri, "delete")
     remaining = [expected[k] for k in sorted(expected) if k % 2 or k >= 60]
     assert spark_rows(spark.read.format("lakewarden").load(uri)) == remaining

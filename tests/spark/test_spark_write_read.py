@@ -94,8 +94,9 @@ def test_null_record_key_fails_the_job_naming_the_row(spark: Any, table_dir: Pat
     table = make_table(table_dir)
     good = rows(range(10)).to_pylist()
     bad = [*good[:4], {**good[4], "id": None, "note": "the bad one"}, *good[5:]]
-    df = spark.createDataFrame(bad, schema="id long, region string, ts long, amount double, "
-                               "note string").coalesce(1)
+    df = spark.createDataFrame(
+        bad, schema="id long, region string, ts long, amount double, note string"
+    ).coalesce(1)
     with pytest.raises(Exception, match="null record key") as info:
         df.write.format("lakewarden").mode("append").save(str(table_dir))
     assert "row 4" in str(info.value) and "the bad one" in str(info.value)
