@@ -4,9 +4,9 @@
         if view.status("orders", "20250314092653589") is Verdict.DEAD:
             ...  # roll the instant back
 
-heartbeat-monitor keeps one record per tracked instant in a faust table; its changelog is a
-compacted topic, ``<prefix>heartbeat-monitor-liveness-changelog``, so the latest record of every
-instant is in Kafka, readable by anyone. The view reads that topic from the beginning into a
+heartbeat-monitor keeps one record per tracked instant in a compacted changelog topic,
+``<prefix>heartbeat-monitor-liveness-changelog``, so the latest record of every instant is in
+Kafka, readable by anyone. The view reads that topic from the beginning into a
 dict and, before answering, catches up to the high watermarks it asked the broker for: an answer
 reflects every verdict the monitor had written when ``status`` was called. That costs one
 offsets request per partition (a few ms), which is what makes the view usable inside another
@@ -41,6 +41,7 @@ from typing import Final, Literal
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
 from lakewarden.errors import RetryableError
+from lakewarden.events.topics import FOREVER, HEARTBEATS, TopicSpec
 from lakewarden.settings import Settings
 from lakewarden.table.coordinator import Liveness as Verdict
 
@@ -110,10 +111,16 @@ def parse_key(key: bytes) -> tuple[str, str]:
     return raw[0], raw[1]
 
 
+# The monitor's changelog: compacted (the latest record per instant), partitioned like
+# heartbeats (an instant's record lives in the partition of its beats).
+LIVENESS_CHANGELOG: Final = TopicSpec(
+    f"{SERVICE}-{TABLE_NAME}-changelog", HEARTBEATS.partitions, FOREVER, cleanup_policy="compact"
+)
+
+
 def liveness_topic(settings: Settings) -> str:
-    """The monitor's changelog topic under the settings' prefix (faust's naming:
-    ``<app id>-<table>-changelog``, app id ``<prefix>heartbeat-monitor``)."""
-    return f"{settings.kafka.topic_prefix}{SERVICE}-{TABLE_NAME}-changelog"
+    """The monitor's changelog topic under the settings' prefix."""
+    return LIVENESS_CHANGELOG.name(settings)
 
 
 class Liveness:

@@ -1,60 +1,60 @@
-"""The faust app of heartbeat-monitor: its topics and its table, declared at module top.
+"""heartbeat-monitor, declared: its settings, topics, tracker, monitor and metrics wiring.
 
-The table ``liveness`` holds one record per tracked instant (``lakewarden.clients.liveness``
-defines the format), partitioned like ``heartbeats``, backed by the compacted changelog
-``<prefix>heartbeat-monitor-liveness-changelog`` that ``Liveness`` views read. It is written
-only when a verdict changes (first beat, death, end, forgetting), never per beat: the last-seen
-times live in the tracker, in memory, and a restart gives every instant a fresh tolerance.
+The liveness state is a compacted topic, ``<prefix>heartbeat-monitor-liveness-changelog``,
+partitioned like ``heartbeats`` (one record per tracked instant, in its heartbeats partition;
+``lakewarden.clients.liveness`` defines the format and reads it). It is written only when a
+verdict changes (first beat, death, end, forgetting), never per beat: last-seen times live in
+the tracker, in memory, and a restart gives every instant a fresh tolerance (the grace).
+
+The Kafka loop is ``worker.Worker`` (plain confluent-kafka rather than a faust agent; its
+module doc says why).
 """
 
 from __future__ import annotations
 
 import uuid
+from functools import partial
+from typing import Final
 
-import faust
-
-from lakewarden.clients.liveness import SERVICE, TABLE_NAME
-from lakewarden.events.faust_codec import CODEC_NAME
+from lakewarden.clients.liveness import LIVENESS_CHANGELOG, SERVICE
 from lakewarden.events.topics import DLQ, HEARTBEAT_EXPIRED, HEARTBEATS, TIMELINE
 from lakewarden.settings import Settings
-from services._common import DeadLetters, Lifecycle, ServiceSettings, make_app
+from services._common import ServiceSettings
+from services.heartbeat_monitor import metrics
+from services.heartbeat_monitor.monitor import Monitor, wall_clock_ms
 from services.heartbeat_monitor.tracker import Tracker
+from services.heartbeat_monitor.worker import Topics
 
-TOPICS = (HEARTBEATS, HEARTBEAT_EXPIRED, TIMELINE)
+TOPICS: Final = (HEARTBEATS, HEARTBEAT_EXPIRED, TIMELINE, LIVENESS_CHANGELOG, DLQ)
 
 settings = Settings()
 service_settings = ServiceSettings()
+group_id = f"{settings.kafka.topic_prefix}{SERVICE}"
 # Who sends the ticks: unique per process, so a restarted monitor waits for its own.
 instance_id = f"{SERVICE}-{service_settings.instance_id or 'x'}-{uuid.uuid4().hex[:8]}"
 
-app = make_app(
-    SERVICE,
-    settings,
-    partitions=HEARTBEATS.partitions,
-    instance_id=service_settings.instance_id,
-)
-lifecycle = Lifecycle(app, SERVICE)
-
-heartbeats_topic = app.topic(
-    HEARTBEATS.name(settings), key_serializer="raw", value_serializer=CODEC_NAME
-)
-timeline_topic = app.topic(
-    TIMELINE.name(settings), key_serializer="raw", value_serializer=CODEC_NAME
-)
-expired_topic = app.topic(
-    HEARTBEAT_EXPIRED.name(settings), key_serializer="raw", value_serializer=CODEC_NAME
-)
-dlq_topic = app.topic(DLQ.name(settings), key_serializer="raw", value_serializer=CODEC_NAME)
-
-liveness = app.Table(
-    TABLE_NAME,
-    default=None,
-    schema=faust.Schema(key_serializer="raw", value_serializer="raw"),
-    partitions=HEARTBEATS.partitions,
-)
-
-dead_letters = DeadLetters(dlq_topic, service=SERVICE, consumer_group=app.conf.id)
 tracker = Tracker(
-    instance_id=instance_id,
-    forget_after_ms=round(settings.heartbeat.forget_after_s * 1000),
+    instance_id=instance_id, forget_after_ms=round(settings.heartbeat.forget_after_s * 1000)
 )
+monitor = Monitor(tracker=tracker, table={}, producer_id=instance_id, consumer_group=group_id)
+topics = Topics(
+    heartbeats=HEARTBEATS.name(settings),
+    timeline=TIMELINE.name(settings),
+    expired=HEARTBEAT_EXPIRED.name(settings),
+    dlq=DLQ.name(settings),
+    changelog=LIVENESS_CHANGELOG.name(settings),
+    partitions=HEARTBEATS.partitions,
+    expired_partitions=HEARTBEAT_EXPIRED.partitions,
+)
+
+
+def _consumer_lag_s() -> float:
+    last = monitor.last_broker_ms
+    return 0.0 if last is None else max(wall_clock_ms() - last, 0) / 1000
+
+
+# Gauges are read at scrape time (on the health server's thread: plain reads only).
+for _status in ("alive", "dead", "ended"):
+    metrics.INSTANTS.labels(_status).set_function(partial(tracker.counts.__getitem__, _status))
+metrics.IN_GRACE.set_function(tracker.partitions_in_grace)
+metrics.CONSUMER_LAG.set_function(_consumer_lag_s)

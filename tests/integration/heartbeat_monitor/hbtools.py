@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -53,11 +54,15 @@ class Writer:
     """One writer process; ``kill()`` is kill -9 and returns the wall time of the kill (ms)."""
 
     def __init__(self, settings: Settings, *args: str) -> None:
+        # Its log (librdkafka's complaints when a broker goes away) goes to a file, not the
+        # test output.
+        self.log = tempfile.NamedTemporaryFile(prefix="hb-writer-", suffix=".log")  # noqa: SIM115
         self.process = subprocess.Popen(
             [sys.executable, str(WRITER), *args],
             env=env_for(settings),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
+            stderr=self.log,
             text=True,
             start_new_session=True,
         )
@@ -91,6 +96,7 @@ class Writer:
         for stream in (self.process.stdin, self.process.stdout):
             if stream is not None:
                 stream.close()
+        self.log.close()
 
 
 class Expiries:

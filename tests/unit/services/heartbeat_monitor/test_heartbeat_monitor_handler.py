@@ -1,66 +1,47 @@
-"""Monitor (what the agents do) driven directly with faust Messages and fakes: no broker."""
+"""Monitor (what the worker does per message) driven directly with messages: no broker."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import pytest
-from faust.types import Message
 
 from lakewarden.clients.liveness import LivenessRecord, record_key
-from lakewarden.events import (
-    Event,
-    EventDecodeError,
-    Undecodable,
-    decode,
-    encode,
-    make_event,
-)
+from lakewarden.events import decode, encode, make_event
 from services.heartbeat_monitor import metrics
-from services.heartbeat_monitor.monitor import Monitor, expiry_event_id
-from services.heartbeat_monitor.tracker import Expiry, Tracker
+from services.heartbeat_monitor.monitor import Consumed, Monitor, expiry_event_id
+from services.heartbeat_monitor.tracker import Tracker
 
 ME = "monitor-test"
 INSTANT = "20250314092653589"
-
-
-class FakeDeadLetters:
-    def __init__(self) -> None:
-        self.letters: list[tuple[str, str]] = []
-
-    async def undecodable(self, message: Message, value: Undecodable) -> None:
-        self.letters.append((value.error.reason, message.topic))
-
-    async def reject(
-        self, message: Message, *, reason: str, detail: str, error_type: str = "InvalidEvent"
-    ) -> None:
-        self.letters.append((reason, message.topic))
+HEARTBEATS = "lakewarden.heartbeats"
 
 
 class Harness:
     def __init__(self) -> None:
         self.table: dict[bytes, bytes] = {}
         self.sent: list[dict[str, Any]] = []
-        self.dlq = FakeDeadLetters()
+        self.letters: list[tuple[str, str]] = []
+        self.changelog: list[tuple[int, bytes, bytes | None]] = []
         self.tracker = Tracker(instance_id=ME, forget_after_ms=60_000)
         self.wall_ms = 1_000_000
         self.monitor = Monitor(
             tracker=self.tracker,
             table=self.table,
-            send_expired=self._send,
-            dead_letters=self.dlq,
             producer_id=ME,
+            consumer_group="lakewarden.heartbeat-monitor",
             clock=lambda: self.wall_ms,
         )
         self.offset = 0
 
-    async def _send(self, expiry: Expiry, record: dict[str, Any]) -> Any:
-        # What the agent's sender does with it: encode (the record must fit the schema).
-        self.sent.append(decode(encode("HeartbeatExpired", record)).record)
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        future.set_result(None)
-        return future
+    def collect(self) -> None:
+        """What the worker does with the effects (each record must fit its schema)."""
+        effects = self.monitor.take_effects()
+        self.sent += [decode(encode("HeartbeatExpired", r)).record for _, r in effects.expired]
+        self.changelog += [(w.partition, w.key, w.value) for w in effects.changelog]
+        for letter in effects.dead_letters:
+            decoded = decode(encode("DeadLetter", letter)).record
+            self.letters.append((decoded["reason"], decoded["topic"]))
 
     def message(
         self,
@@ -69,13 +50,11 @@ class Harness:
         at_ms: int,
         partition: int = 0,
         key: bytes | None,
-        topic: str = "lakewarden.heartbeats",
+        topic: str = HEARTBEATS,
         log_append: bool = True,
-    ) -> Message:
+    ) -> Consumed:
         self.offset += 1
-        return Message(
-            topic, partition, self.offset, at_ms / 1000, int(log_append), None, key, value, None
-        )
+        return Consumed(topic, partition, self.offset, key, value, at_ms, log_append)
 
     def feed(
         self,
@@ -87,11 +66,8 @@ class Harness:
         log_append: bool = True,
     ) -> None:
         msg = self.message(value, at_ms=at_ms, partition=partition, key=key, log_append=log_append)
-        try:
-            decoded: Any = decode(value)
-        except EventDecodeError as err:
-            decoded = Undecodable(err, value)
-        asyncio.run(self.monitor.on_heartbeat(msg, decoded))
+        self.monitor.on_heartbeat(msg)
+        self.collect()
 
     def beat(
         self,
@@ -111,10 +87,15 @@ class Harness:
     def tick(
         self, at_ms: int, *, partition: int = 0, sent_wall_ms: int | None = None, sender: str = ME
     ) -> None:
-        event = self.monitor.tick_record()
-        event.record["owner"] = sender
-        event.record["envelope"]["event_time"] = sent_wall_ms or self.wall_ms
-        self.feed(encode("Heartbeat", event.record), at_ms=at_ms, partition=partition, key=b"")
+        record = self.monitor.tick_record()
+        record["owner"] = sender
+        record["envelope"]["event_time"] = sent_wall_ms or self.wall_ms
+        self.feed(encode("Heartbeat", record), at_ms=at_ms, partition=partition, key=b"")
+
+    def timeline_raw(self, value: bytes) -> None:
+        msg = self.message(value, at_ms=0, key=b"t1", topic="lakewarden.timeline")
+        self.monitor.on_timeline(msg)
+        self.collect()
 
     def timeline(self, transition: str, *, instant: str = INSTANT) -> None:
         record = make_event(
@@ -130,10 +111,7 @@ class Harness:
             wall_time=0,
             payload="{}",
         )
-        msg = self.message(
-            encode("TimelineTransition", record), at_ms=0, key=b"t1", topic="lakewarden.timeline"
-        )
-        asyncio.run(self.monitor.on_timeline(msg, Event("TimelineTransition", record)))
+        self.timeline_raw(encode("TimelineTransition", record))
 
     def record(self, instant: str = INSTANT) -> LivenessRecord | None:
         raw = self.table.get(record_key("t1", instant))
@@ -158,7 +136,7 @@ def heartbeat(
 @pytest.fixture
 def h() -> Harness:
     harness = Harness()
-    harness.monitor.assigned([0, 1])
+    harness.monitor.assigned([0, 1], {})
     harness.tick(0, partition=0)  # grace over on partition 0 at broker time 0
     return harness
 
@@ -205,10 +183,14 @@ def test_records_in_the_table_are_judged_after_a_restart() -> None:
     h = Harness()
     alive = LivenessRecord("alive", "w1", 0, 1_000, 1_500, 1_000)
     dead = LivenessRecord("dead", "w1", 0, 1_000, 1_500, 2_600)
-    h.table[record_key("t1", INSTANT)] = alive.encode()
-    h.table[record_key("t1", "20250314092653590")] = dead.encode()
-    h.table[b"not json"] = b"neither"
-    h.monitor.assigned([0])
+    h.monitor.assigned(
+        [0],
+        {
+            record_key("t1", INSTANT): alive.encode(),
+            record_key("t1", "20250314092653590"): dead.encode(),
+            b"not json": b"neither",
+        },
+    )
 
     h.tick(100_000)
     h.tick(101_500)
@@ -249,7 +231,7 @@ def test_undecodable_heartbeats_are_dead_lettered_and_still_move_time(
 ) -> None:
     h.beat(1_000)
     h.feed(value, at_ms=2_501)
-    assert h.dlq.letters == [(reason, "lakewarden.heartbeats")]
+    assert h.letters == [(reason, HEARTBEATS)]
     assert len(h.sent) == 1  # its timestamp is time all the same
 
 
@@ -266,7 +248,7 @@ def test_invalid_heartbeats_are_dead_lettered(
     h: Harness, fields: dict[str, Any], key: bytes, reason: str
 ) -> None:
     h.feed(encode("Heartbeat", heartbeat(**fields)), at_ms=1_000, key=key)
-    assert h.dlq.letters == [(reason, "lakewarden.heartbeats")]
+    assert h.letters == [(reason, HEARTBEATS)]
     assert len(h.tracker) == 0
 
 
@@ -281,17 +263,30 @@ def test_other_events_on_the_topics_are_dead_lettered(h: Harness) -> None:
         detected_ms=0,
     )
     h.feed(encode("HeartbeatExpired", expired), at_ms=1_000)
-    msg = h.message(b"\x00", at_ms=0, key=b"t1", topic="lakewarden.timeline")
-    asyncio.run(h.monitor.on_timeline(msg, Event("Heartbeat", heartbeat())))
-    msg = h.message(b"\x00", at_ms=0, key=b"t1", topic="lakewarden.timeline")
-    asyncio.run(
-        h.monitor.on_timeline(msg, Undecodable(EventDecodeError("bad_magic", "x"), b"\x00"))
-    )
-    assert h.dlq.letters == [
-        ("unexpected_event", "lakewarden.heartbeats"),
+    h.timeline_raw(encode("Heartbeat", heartbeat()))
+    h.timeline_raw(b"\x00not an event at all")
+    assert h.letters == [
+        ("unexpected_event", HEARTBEATS),
         ("unexpected_event", "lakewarden.timeline"),
         ("bad_magic", "lakewarden.timeline"),
     ]
+
+
+def test_changelog_writes_go_to_the_partition_of_the_instant(h: Harness) -> None:
+    h.tick(0, partition=1)  # grace over on partition 1 too
+    h.beat(1_000, partition=1)
+    h.timeline("completed")
+    h.tick(1_100, partition=1)
+    key = record_key("t1", INSTANT)
+    assert [(p, k, v is None) for p, k, v in h.changelog] == [(1, key, False), (1, key, True)]
+
+
+def test_revoked_partitions_drop_their_records(h: Harness) -> None:
+    h.beat(1_000, partition=0)
+    h.beat(1_000, partition=1, instant="20250314092653590")
+    h.monitor.revoked([1])
+    assert h.record() is not None and h.record("20250314092653590") is None
+    assert len(h.tracker) == 1
 
 
 def test_producer_stamped_messages_are_judged_by_the_monitor_clock(h: Harness) -> None:
