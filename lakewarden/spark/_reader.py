@@ -114,7 +114,8 @@ class LakewardenReader(DataSourceReader):
         return [FilePartition(f.path, f.size_bytes, f.num_records, instants) for f in files]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, FilePartition)
+        if not isinstance(partition, FilePartition):
+            return  # no files: Spark plans one partition of its own, which reads nothing
         storage = open_storage(self.spec.uri, self.spec.settings())
         columns = list(self.arrow_schema.names)
         instants = partition.instants

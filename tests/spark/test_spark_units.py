@@ -165,3 +165,23 @@ def test_abort_of_a_pending_write_rolls_back_then_deletes(tmp_path: Path) -> Non
     assert states(table) == [Transition.ROLLED_BACK]
     assert table.timeline()[0].reason == "a task failed"
     assert files_on_disk(tmp_path) == set()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="lakewarden.table.writer merges only a bucket's canonical file group; a Python "
+    "upsert after a Spark append must also merge the bucket's append groups (proposed to the "
+    "table owner: read BucketSlices.of(group) and replace the append groups)",
+)
+def test_python_upsert_after_a_spark_append_replaces_the_appended_records(
+    tmp_path: Path,
+) -> None:
+    table = make_table(tmp_path)
+    handle = _job.TableHandle.open(str(tmp_path), None)
+    spec, _ = _job.open_write(handle, "insert", settings_json=None)
+    message = write_task(spec, TaskIdentity(0, 0, 1), iter(rows(range(10)).to_batches()))
+    _job.commit_write(spec, [message])
+
+    table.write(rows(range(5), ts=9, note="new"), operation="upsert")
+
+    assert table.read().num_rows == 10

@@ -112,3 +112,13 @@ def test_value_that_does_not_fit_the_table_type_is_named(spark: Any, tmp_path: P
         df.write.format("lakewarden").mode("append").save(str(tmp_path))
     assert "row 1" in str(info.value) and str(2**40) in str(info.value)
     assert states(table) == [Transition.ROLLED_BACK]
+
+
+def test_empty_table_reads_empty_and_an_empty_write_commits(spark: Any, table_dir: Path) -> None:
+    table = make_table(table_dir)
+    uri = str(table_dir)
+    assert spark.read.format("lakewarden").load(uri).count() == 0
+    empty = spark_df(spark, rows(range(5))).limit(0)
+    empty.write.format("lakewarden").mode("append").save(uri)
+    assert states(table) == [Transition.COMPLETED]
+    assert spark.read.format("lakewarden").load(uri).count() == 0
