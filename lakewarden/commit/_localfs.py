@@ -30,7 +30,8 @@ def _load_renameat2() -> Callable[..., int] | None:
         func = libc.renameat2
     except (OSError, AttributeError):
         return None
-    func.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    # No argtypes: ctypes then passes Python ints as C ints and bytes as char pointers
+    # directly, which is measurably cheaper per call than converting through argtypes.
     func.restype = ctypes.c_int
     renameat2: Callable[..., int] = func
     return renameat2

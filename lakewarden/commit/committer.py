@@ -117,6 +117,10 @@ class ManifestCommitter:
     def statistics(self) -> CommitStatistics:
         return self.store.stats
 
+    def _pool(self, name: str) -> ThreadPoolExecutor:
+        threads = self.options.threads_for(self.store.fast)
+        return ThreadPoolExecutor(threads, thread_name_prefix=name)
+
     def _config(self, pool: ThreadPoolExecutor | None = None) -> StageConfig:
         return StageConfig(self.store, self.layout, self.options, pool, self._stage_hook)
 
@@ -166,7 +170,7 @@ class ManifestCommitter:
             )
         if recorded is not None and recorded.state == "COMMITTED":
             return self._recorded(recorded, attempts)
-        with ThreadPoolExecutor(self.options.threads, thread_name_prefix="lw-commit") as pool:
+        with self._pool("lw-commit") as pool:
             config = self._config(pool)
             try:
                 result = self._commit(config, attempts, description)  # 2.
@@ -246,7 +250,7 @@ class ManifestCommitter:
             already_done=sum(len(files) for files in summary.committed_files.values()),
             statistics=summary.iostatistics,
         )
-        with ThreadPoolExecutor(self.options.threads, thread_name_prefix="lw-commit") as pool:
+        with self._pool("lw-commit") as pool:
             return self._clean_up(self._config(pool), result)
 
     def _clean_up(self, config: StageConfig, result: JobCommitResult) -> JobCommitResult:
@@ -284,7 +288,7 @@ class ManifestCommitter:
         """Job abort: no file of the job stays in the table, no upload stays pending.
 
         Raises: StageFailedError (JobAlreadyCommittedError without ``force``)."""
-        with ThreadPoolExecutor(self.options.threads, thread_name_prefix="lw-abort") as pool:
+        with self._pool("lw-abort") as pool:
             return JobAbortStage(self._config(pool)).run(JobAbortArgs(force, reason))
 
 

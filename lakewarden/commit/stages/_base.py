@@ -118,7 +118,7 @@ class Stage(abc.ABC, Generic[A, R]):
         max_in_flight: int | None = None,
     ) -> list[T]:
         """``run_parallel`` on this job's pool (inline when there is none)."""
-        limit = max_in_flight or self.config.options.threads * 2
+        limit = max_in_flight or self.config.options.threads_for(self.store.fast) * 2
         return run_parallel(self.config.pool, items, work, max_in_flight=limit)
 
 

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 
 from lakewarden.commit._spill import EntrySpill
 from lakewarden.commit.errors import (
-    DuplicateDestinationError,
     MalformedManifestError,
     MissingManifestError,
     PathOutsideTableError,
@@ -85,36 +84,45 @@ class EntryRules:
     def check_rows(self, rows: list[Row], attempt_dir: str, key: str) -> ManifestDigest:
         """Check every row; returns the destination hashes, directories and source directories.
 
-        Raises: PathOutsideTableError, SourceOutsideAttemptError, MalformedManifestError,
-        DuplicateDestinationError."""
+        Destinations named twice, in one manifest or several, are found by the validation
+        stage from the hashes.
+
+        Raises: PathOutsideTableError, SourceOutsideAttemptError, MalformedManifestError."""
         dst_dirs, src_dirs = self._valid_dst_dirs, self._valid_src_dirs
         n = len(attempt_dir)
-        hashes: array[int] = array("q")
+        hashes: list[int] = []
         dirs: set[str] = set()
         sources: set[str] = set()
-        seen: set[str] = set()
         for src, dst, _, upload in rows:
             directory, _, name = dst.rpartition("/")
-            if directory not in dst_dirs or _unusual(name):
+            # Names that might be invalid (empty, starting with '.', with a backslash or NUL)
+            # and directories not seen yet take the precise path.
+            if (
+                directory not in dst_dirs
+                or not name
+                or name[0] == "."
+                or "\\" in name
+                or "\x00" in name
+            ):
                 self._check_destination(dst, key)
-            if dst in seen:
-                raise DuplicateDestinationError(
-                    f"manifest {key} names destination {dst!r} twice. Nothing was renamed.",
-                    job_id=self.layout.job_id,
-                    path=dst,
-                )
-            seen.add(dst)
             hashes.append(hash(dst))
             dirs.add(directory)
             if self.upload_mode or upload is not None:
                 self._check_upload(src, dst, upload, key)
                 continue
             rel_dir, _, rel_name = src[n:].rpartition("/")
-            if not src.startswith(attempt_dir) or rel_dir not in src_dirs or _unusual(rel_name):
+            if (
+                rel_dir not in src_dirs
+                or not src.startswith(attempt_dir)
+                or not rel_name
+                or rel_name[0] == "."
+                or "\\" in rel_name
+                or "\x00" in rel_name
+            ):
                 self._check_source(src, attempt_dir, key)
             sources.add(rel_dir)
         source_dirs = {attempt_dir + d if d else attempt_dir.rstrip("/") for d in sources}
-        return ManifestDigest(hashes, dirs, source_dirs)
+        return ManifestDigest(array("q", hashes), dirs, source_dirs)
 
     def _check_destination(self, dst: str, key: str) -> None:
         directory, _, name = dst.rpartition("/")
@@ -180,12 +188,6 @@ class ManifestDigest:
     source_dirs: set[str]
 
 
-def _unusual(name: str) -> bool:
-    """A cheap pre-check: names that might be invalid (empty, starting with '.', containing a
-    backslash or NUL) take the precise path."""
-    return not name or name[0] == "." or "\\" in name or "\x00" in name
-
-
 def _invalid_key(path: str) -> str | None:
     """Why ``path`` is not a plain relative key (None when it is one)."""
     try:
@@ -207,11 +209,11 @@ class LoadManifestsStage(Stage[LoadArgs, LoadedManifests]):
     In parallel, at most ``max_loaded_manifests`` at once, for each accepted attempt:
     1. read ``manifests/<taskAttemptId>-manifest.json`` (absent: the attempt never committed);
     2. parse it and check that it names this job, job attempt, task and task attempt;
-    3. check every entry's paths (``EntryRules``) and that no destination repeats in it;
+    3. check every entry's paths (``EntryRules``);
     4. spill its entries in chunks, keep its checksum, totals, directories, destination hashes.
 
     Raises: MissingManifestError, MalformedManifestError, PathOutsideTableError,
-    SourceOutsideAttemptError, DuplicateDestinationError.
+    SourceOutsideAttemptError.
     """
 
     name = "job_stage_load_manifests"

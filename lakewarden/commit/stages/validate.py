@@ -62,8 +62,9 @@ class ValidatedPlan:
 class ValidateManifestsStage(Stage[LoadedManifests, ValidatedPlan]):
     """Check everything a rename could get wrong, before the first rename.
 
-    1. no destination named twice across manifests (a 64-bit hash per destination, sorted by
-       pyarrow; a hash collision is told apart from a duplicate by the names themselves);
+    1. no destination named twice, in one manifest or across manifests (a 64-bit hash per
+       destination, counted by pyarrow; a hash collision is told apart from a duplicate by
+       the names themselves);
     2. a plan recorded by an interrupted run must name the same attempts and manifests;
     3. on a filesystem, no symlink leads a source out of its attempt directory or a
        destination out of the table (or into ``_temporary/`` or ``.lakewarden/``);
@@ -297,8 +298,8 @@ def _check_duplicates(loaded: LoadedManifests, job_id: str) -> None:
     for dst, attempts in sorted(owners.items()):
         if len(attempts) > 1:
             raise DuplicateDestinationError(
-                f"destination {dst!r} is named by {attempts}. Nothing was renamed. Help: two "
-                "accepted attempts must never write the same file name.",
+                f"destination {dst!r} is named {len(attempts)} times, by {attempts}. Nothing "
+                "was renamed. Help: two entries must never name the same file.",
                 job_id=job_id,
                 path=dst,
             )

@@ -186,7 +186,7 @@ def test_destination_named_twice_in_one_manifest_is_refused(table: Table) -> Non
         committer,
         [good],
         DuplicateDestinationError,
-        "job_stage_load_manifests",
+        "job_stage_validate_manifests",
         "p=0/dup.parquet",
     )
 
