@@ -216,3 +216,42 @@ def test_large_file_goes_up_in_several_parts(s3_table: Table) -> None:
     assert len(doc["files"][0]["u"]["etags"]) == 3
     committer.commit_job([attempt.attempt_id])
     assert table.storage.read("big.bin") == data
+
+
+def test_a_file_abandoned_half_written_is_not_committed(table: Table) -> None:
+    committer = table.committer()
+    committer.setup_job()
+    attempt = committer.task_attempt(0, 0)
+    attempt.setup()
+    attempt.write_file("p=0/done.parquet", b"complete")
+    abandoned = attempt.create_file("p=0/abandoned.parquet")
+    abandoned.write(b"half")
+    del abandoned  # dropped without close (an exception path, a crash)
+    if table.is_s3:
+        with pytest.raises(StageFailedError, match="unfinished upload"):
+            attempt.commit()
+        attempt.abort()
+        attempt = run_task(committer, 0, 1, {"p=0/done.parquet": b"complete"})
+    else:
+        attempt.commit()
+    committer.commit_job([attempt.attempt_id])
+    assert table.data_files() == {"p=0/done.parquet": b"complete"}
+    assert table.pending_uploads() == []
+
+
+def test_local_path_lets_a_writer_such_as_pyarrow_write_directly(local_table: Table) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    committer = local_table.committer()
+    committer.setup_job()
+    attempt = committer.task_attempt(0, 0)
+    attempt.setup()
+    pq.write_table(pa.table({"x": [1, 2, 3]}), attempt.local_path("p=1/data.parquet"))
+    attempt.commit()
+    result = committer.commit_job([attempt.attempt_id])
+    assert [(f.key, f.attempt) for f in result.files] == [
+        ("p=1/data.parquet", str(attempt.attempt_id))
+    ]
+    path = local_table.storage.local_path("p=1/data.parquet")
+    assert path is not None and pq.read_table(path).column("x").to_pylist() == [1, 2, 3]
