@@ -39,7 +39,7 @@ from lakewarden.table.bucket import route
 from lakewarden.table.config import META_FILE_NAME, TableConfig, load_config
 from lakewarden.table.files import BaseFileName, WriteToken, file_key
 from lakewarden.table.reader import read_data_file
-from lakewarden.table.snapshot import Snapshot, build_snapshot
+from lakewarden.table.snapshot import FileSlice, Snapshot, build_snapshot
 from lakewarden.table.stats import FileGroupId, WriteStat
 from lakewarden.table.timeline import Timeline
 from lakewarden.table.writer import Merged, merge, stamped, stored
@@ -249,15 +249,9 @@ def _merge_rows(
     spec, config = task.spec, task.config
     tables, rows = [], 0
     for batch in batches:
-        tables.append(
-            conform(
-                pa.Table.from_batches([batch]),
-                config,
-                spec.operation,
-                first_row=rows,
-                where=task.identity.describe(),
-            )
-        )
+        where = task.identity.describe()
+        table = pa.Table.from_batches([batch])
+        tables.append(conform(table, config, spec.operation, first_row=rows, where=where))
         rows += batch.num_rows
     if not rows:
         return [], [], {"input": 0}
@@ -267,26 +261,33 @@ def _merge_rows(
     deletes = 0
     for group, incoming in route(pa.concat_tables(tables), config).items():
         slices = buckets.of(group)
-        existing = [
-            stored(read_data_file(task.storage, s.base_file.path), config)
-            for s in slices
-            if s.base_file is not None
-        ]
-        merged = merge(
-            spec.operation,
-            pa.concat_tables(existing) if existing else None,
-            stamped(incoming, spec.instant, config, spec.operation),
-            config.ordering_field,
-        )
+        merged = _merge_group(task, slices, incoming)
         if not merged.changed:
             continue
         deletes += merged.deletes
+        # The append groups of the bucket are consolidated into the canonical one.
         replaced.extend(s.file_group for s in slices if s.file_group != group)
         if merged.table is None:
             replaced.extend(s.file_group for s in slices if s.file_group == group)
         else:
             stats.append(_write_merged(task, group, merged))
     return stats, replaced, {"input": rows, "deletes": deletes}
+
+
+def _merge_group(task: _Task, slices: list[FileSlice], incoming: pa.Table) -> Merged:
+    """``incoming`` merged with the records of every slice of the bucket."""
+    spec, config = task.spec, task.config
+    existing = [
+        stored(read_data_file(task.storage, s.base_file.path), config)
+        for s in slices
+        if s.base_file is not None
+    ]
+    return merge(
+        spec.operation,
+        pa.concat_tables(existing) if existing else None,
+        stamped(incoming, spec.instant, config, spec.operation),
+        config.ordering_field,
+    )
 
 
 def _write_merged(task: _Task, group: FileGroupId, merged: Merged) -> WriteStat:
