@@ -110,13 +110,6 @@ class NotARegularFileError(OSError):
         self.is_symlink = stat.S_ISLNK(mode)
 
 
-def real_inside(path: str, root_real: str) -> bool:
-    """Whether ``path``, with every symlink resolved (missing tail components kept as named),
-    is ``root_real`` or lies under it. ``root_real`` must itself be a resolved path."""
-    real = os.path.realpath(path)
-    return real == root_real or real.startswith(root_real.rstrip(os.sep) + os.sep)
-
-
 def make_dirs(path: str) -> None:
     """``mkdir -p``. Raises: NotADirectoryError/FileExistsError (a file is in the way)."""
     os.makedirs(path, exist_ok=True)

@@ -292,6 +292,23 @@ class CommitStore:
             f"local rename of {src!r} to {dst!r} failed: {os.strerror(code)}", key=src
         )
 
+    # -- local filesystem inspection (symlink checks) ----------------------------------------
+
+    def real_path(self, key: str) -> str:
+        """``key``'s local path with every symlink resolved (local stores only)."""
+        return self._call("realpath", key, lambda: os.path.realpath(self.path(key)))
+
+    def is_symlink(self, key: str) -> bool:
+        """Whether ``key``'s local path is a symlink; False when absent (local stores only)."""
+
+        def check() -> bool:
+            try:
+                return stat.S_ISLNK(os.lstat(self.path(key)).st_mode)
+            except FileNotFoundError:
+                return False
+
+        return self._call("lstat", key, check)
+
     # -- directories (local only; object stores have none) ----------------------------------
 
     def make_dirs(self, key: str) -> None:

@@ -86,9 +86,9 @@ class TaskAttempt:
                 job_id=self.layout.job_id,
                 attempt=str(self.attempt_id),
             )
-        path = self.store.path(self.layout.task_attempt_dir(self.attempt_id) + dest_key)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        return path
+        key = self.layout.task_attempt_dir(self.attempt_id) + dest_key
+        self.store.make_dirs(key.rpartition("/")[0])
+        return self.store.path(key)
 
     def create_file(self, dest_key: str) -> BinaryIO:
         """A new private file for ``dest_key``; close it before committing.

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import stat
 import threading
 from collections import defaultdict
 from dataclasses import dataclass
@@ -12,7 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import BaseModel, ConfigDict, Field
 
-from lakewarden.commit._localfs import NotARegularFileError, real_inside
+from lakewarden.commit._localfs import NotARegularFileError
 from lakewarden.commit.errors import (
     ConflictingCommitRequestError,
     DestinationExistsError,
@@ -157,17 +156,16 @@ class ValidateManifestsStage(Stage[LoadedManifests, ValidatedPlan]):
         assert root is not None
         reserved = [os.path.join(root, p.rstrip("/")) for p in (TEMPORARY_DIR, METADATA_DIR)]
         for directory in sorted(loaded.directories):
-            path = store.path(directory)
-            if not real_inside(path, root) or any(real_inside(path, r) for r in reserved):
+            real = store.real_path(directory)
+            if not _inside(real, root) or any(_inside(real, r) for r in reserved):
                 raise PathOutsideTableError(
                     f"destination directory {directory!r} resolves (through a symbolic link) "
-                    f"to {os.path.realpath(path)}, outside the table's data area. Nothing was "
-                    "renamed.",
+                    f"to {real}, outside the table's data area. Nothing was renamed.",
                     job_id=job,
                     path=directory,
                 )
         tasks = self.layout.tasks_dir.rstrip("/")
-        if os.path.realpath(store.path(tasks)) != os.path.join(root, tasks):
+        if store.real_path(tasks) != os.path.join(root, tasks):
             raise SourceOutsideAttemptError(
                 f"the job's tasks directory {tasks} resolves through a symbolic link. Nothing "
                 "was renamed.",
@@ -182,11 +180,7 @@ class ValidateManifestsStage(Stage[LoadedManifests, ValidatedPlan]):
     def _no_symlink_between(self, top: str, directory: str, checked: set[str]) -> None:
         key = directory
         while len(key) > len(top) and key not in checked:
-            try:
-                mode = os.lstat(self.store.path(key)).st_mode
-            except FileNotFoundError:
-                mode = stat.S_IFDIR  # a missing source is reported by step 4
-            if stat.S_ISLNK(mode):
+            if self.store.is_symlink(key):  # a missing directory is reported by step 4
                 raise SourceOutsideAttemptError(
                     f"source directory {key!r} is a symbolic link (it could lead outside the "
                     "attempt's working directory). Nothing was renamed.",
@@ -277,6 +271,10 @@ class ValidateManifestsStage(Stage[LoadedManifests, ValidatedPlan]):
             job_id=self.layout.job_id,
             path=dst,
         )
+
+
+def _inside(real: str, root: str) -> bool:
+    return real == root or real.startswith(root.rstrip(os.sep) + os.sep)
 
 
 def _check_duplicates(loaded: LoadedManifests, job_id: str) -> None:
