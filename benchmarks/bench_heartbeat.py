@@ -8,16 +8,22 @@ tenth of the instants stop beating at once, and each ``HeartbeatExpired`` gives 
 lag: ``detected_ms - (last_seen_ms + tolerance_ms)``, how long after the tolerance ran out the
 verdict came (monitor and broker share this machine's clock).
 
-Side by side in the same run: the same measurement with 10 instants (the unloaded lag), and the
-idle monitor's CPU and memory. Goal (issue 5): one monitor keeps up, detection lag under 1 s.
+Side by side in the same run: the same measurement with 10 instants (the unloaded lag), the
+idle monitor's CPU and memory, and the CPU per message of a no-op faust agent consuming the same
+stream at the same time (``_faust_floor.py``): the cost the monitor's plain confluent-kafka
+loop avoids. Goal (issue 5): one monitor keeps up, detection lag under 1 s.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
+import signal
 import statistics
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -56,8 +62,10 @@ def heartbeat_monitor(ctx: BenchContext) -> Iterator[Result]:
         with ServiceProcess("services.heartbeat_monitor", settings, home=home) as service:
             assert service.pid is not None
             idle = _usage(service.pid, seconds=3.0)
-            light = _run_load(settings, service, instants=10, steady_s=3.0)
-            heavy = _run_load(settings, service, instants=instants, steady_s=ctx.scale(15, 5))
+            light = _run_load(settings, service, instants=10, steady_s=3.0, stop_fraction=0.5)
+            heavy = _run_load(
+                settings, service, instants=instants, steady_s=ctx.scale(15, 5), floor=True
+            )
     finally:
         shutil.rmtree(home, ignore_errors=True)
     yield from _results(instants, idle, light, heavy)
@@ -89,6 +97,18 @@ def _results(
         )
     yield Result(
         benchmark="heartbeat",
+        metric="monitor CPU per beat",
+        unit="us",
+        value=heavy["cpu_us_per_beat"],
+        baseline=heavy["floor"]["cpu_us_per_message"],
+        baseline_label="a no-op faust agent on the same stream (the faust floor)",
+        details={
+            "faust_floor_messages_per_s": round(heavy["floor"]["messages_per_s"]),
+            "faust_floor_cores": round(heavy["floor"]["cpu_cores"], 3),
+        },
+    )
+    yield Result(
+        benchmark="heartbeat",
         metric=f"monitor CPU ({instants:,} instants)",
         unit="cores",
         value=heavy["cpu_cores"],
@@ -112,27 +132,95 @@ def _results(
 
 
 def _run_load(
-    settings: Settings, service: ServiceProcess, *, instants: int, steady_s: float
+    settings: Settings,
+    service: ServiceProcess,
+    *,
+    instants: int,
+    steady_s: float,
+    stop_fraction: float = 0.1,
+    floor: bool = False,
 ) -> dict[str, Any]:
-    """Beat for ``instants``, measure the monitor in steady state, stop a tenth, collect lags."""
+    """Beat for ``instants``, measure the monitor in steady state (and, with ``floor``, a no-op
+    faust agent on the same stream), stop some instants at once, collect the lags."""
     assert service.pid is not None
     run = uuid.uuid4().hex[:6]
-    generator = _Generator(
-        settings, [(f"bench-{run}-{n % TABLES}", _instant(n)) for n in range(instants)]
-    )
+    beats = [(f"bench-{run}-{n % TABLES}", _instant(n)) for n in range(instants)]
+    generator = _Generator(settings, beats)
     expired = _ExpiryReader(settings)
     generator.start()
+    result: dict[str, Any] = {}
     try:
         _wait_metric(service, 'lakewarden_heartbeat_instants{status="alive"}', instants)
+        sent, consumed = (
+            generator.sent,
+            _metric(service, 'lakewarden_heartbeat_beats_total{kind="beat"}'),
+        )
         usage = _usage(service.pid, seconds=steady_s, service=service)
-        victims = generator.stop_some(max(instants // 10, 1))
+        consumed = _metric(service, 'lakewarden_heartbeat_beats_total{kind="beat"}') - consumed
+        result["beats_per_s"] = round((generator.sent - sent) / usage["seconds"])
+        result["cpu_us_per_beat"] = usage["cpu_s"] / max(consumed, 1) * 1e6
+        if floor:
+            result["floor"] = _faust_floor(settings, seconds=steady_s)
+        victims = generator.stop_some(max(round(instants * stop_fraction), 1))
         lags = expired.collect({instant for _, instant in victims}, timeout_s=30.0)
     finally:
         generator.close()
         expired.close()
     # The rest stop beating too: let the monitor finish with them before the next run.
     _wait_metric(service, 'lakewarden_heartbeat_instants{status="alive"}', 0, timeout_s=60)
-    return {**usage, "lags_ms": lags, "stopped": len(victims), "beats_per_s": generator.rate()}
+    return {**usage, **result, "lags_ms": lags, "stopped": len(victims)}
+
+
+def _faust_floor(settings: Settings, *, seconds: float) -> dict[str, float]:
+    """CPU per message of a no-op faust agent consuming the heartbeats stream meanwhile."""
+    home = Path(tempfile.mkdtemp(prefix="lakewarden-bench-floor-"))
+    script = Path(__file__).with_name("_faust_floor.py")
+    process = subprocess.Popen(
+        [sys.executable, str(script), settings.kafka.bootstrap_servers or "",
+         HEARTBEATS.name(settings), str(home)],
+        stdout=subprocess.PIPE, stderr=(home / "floor.log").open("w"), text=True,
+        start_new_session=True,
+        env={**os.environ, "PYTHONPATH": str(script.parent.parent)},
+    )  # fmt: skip
+    try:
+        counts = _Counts(process)
+        if not counts.wait_for_first(timeout_s=90):
+            log = (home / "floor.log").read_text()[-2000:]
+            raise TimeoutError(f"the faust floor agent consumed nothing; its log ends:\n{log}")
+        before, usage = counts.last, _usage(process.pid, seconds=seconds)
+        consumed = counts.last - before
+        return {
+            "cpu_us_per_message": usage["cpu_s"] / max(consumed, 1) * 1e6,
+            "messages_per_s": consumed / usage["seconds"],
+            "cpu_cores": usage["cpu_cores"],
+        }
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(10)
+        shutil.rmtree(home, ignore_errors=True)
+
+
+class _Counts:
+    """The latest count a ``_faust_floor`` process printed (read on a thread)."""
+
+    def __init__(self, process: subprocess.Popen[str]) -> None:
+        self.last = 0
+        self._first = threading.Event()
+        self._thread = threading.Thread(target=self._read, args=(process,), daemon=True)
+        self._thread.start()
+
+    def _read(self, process: subprocess.Popen[str]) -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            found = re.search(r"(\d+)\s*$", line)  # faust's spinner writes escape codes too
+            if found is None:
+                continue
+            self.last = int(found.group(1))
+            if self.last > 0:
+                self._first.set()
+
+    def wait_for_first(self, *, timeout_s: float) -> bool:
+        return self._first.wait(timeout_s)
 
 
 def _instant(n: int) -> str:
@@ -243,8 +331,11 @@ def _usage(pid: int, *, seconds: float, service: ServiceProcess | None = None) -
             lag_max = max(lag_max, _metric(service, "lakewarden_heartbeat_consumer_lag_seconds"))
         time.sleep(0.5)
     cpu = (_cpu_ticks(pid) - cpu_before) / ticks
+    elapsed = time.monotonic() - wall_before
     return {
-        "cpu_cores": cpu / (time.monotonic() - wall_before),
+        "cpu_s": cpu,
+        "seconds": elapsed,
+        "cpu_cores": cpu / elapsed,
         "rss_mib": _rss_kib(pid) / 1024,
         "consumer_lag_max_s": round(lag_max, 3),
     }

@@ -318,8 +318,11 @@ class CommitStore:
         if self.local_root is None:
             return
         self._call("mkdirs", key, lambda: _localfs.make_dirs(self.path(key)))
+        # Every ancestor may have gained an entry: all of them are synced before _SUCCESS.
+        parts = key.rstrip("/").split("/")
+        ancestors = {self.path("/".join(parts[:i])) for i in range(len(parts))}
         with self._dirty_lock:
-            self._dirty_dirs.add(os.path.dirname(self.path(key).rstrip("/")))
+            self._dirty_dirs.update(ancestors)
 
     def sync_dirs(self) -> int:
         """fsync every directory the fast path changed since the last call; returns how many."""
