@@ -81,7 +81,7 @@ class LivenessRecord:
 
     @classmethod
     def decode(cls, data: bytes) -> LivenessRecord:
-        """Raises: ValueError (or a subclass) when ``data`` is not a record."""
+        """Raises: ValueError, KeyError or TypeError when ``data`` is not a record."""
         raw = json.loads(data)
         if not isinstance(raw, dict) or raw.get("status") not in _VERDICTS:
             raise ValueError(f"not a liveness record: {data[:200]!r}")
