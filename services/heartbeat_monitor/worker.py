@@ -187,7 +187,7 @@ class Worker:
     def _carry_out(self, effects: Effects, stop: threading.Event) -> None:
         if effects.expired:
             for expiry, record in effects.expired:
-                self.producer.produce(
+                self._produce(
                     self.topics.expired,
                     self.codec.encode("HeartbeatExpired", record),
                     key=expiry.table_id.encode(),
@@ -198,7 +198,7 @@ class Worker:
                 )
             self._flush_until_delivered(stop)
         for write in effects.changelog:
-            self.producer.produce(
+            self._produce(
                 self.topics.changelog,
                 write.value,
                 key=write.key,
@@ -207,13 +207,22 @@ class Worker:
             )
         for record in effects.dead_letters:
             DEAD_LETTERS.labels(SERVICE, record["reason"]).inc()
-            self.producer.produce(
+            self._produce(
                 self.topics.dlq,
                 self.codec.encode("DeadLetter", record),
                 key=record["key"],
                 on_delivery=self._on_delivery,
             )
         self.producer.poll(0)
+
+    def _produce(self, topic: str, value: bytes | None, **kwargs: Any) -> None:
+        """Queue one message; a full local queue is drained (delivery reports served) first."""
+        while True:
+            try:
+                self.producer.produce(topic, value, **kwargs)
+                return
+            except BufferError:
+                self.producer.poll(0.1)
 
     def _flush_until_delivered(self, stop: threading.Event) -> None:
         """Wait until every queued message is acknowledged; a broker that is away is waited
@@ -250,7 +259,7 @@ class Worker:
 
     def _send_ticks(self) -> None:
         for partition in range(self.topics.partitions):
-            self.producer.produce(
+            self._produce(
                 self.topics.heartbeats,
                 self.codec.encode("Heartbeat", self.monitor.tick_record()),
                 key=b"",
