@@ -17,6 +17,13 @@ anything is timed), so every writer reads the same in-memory rows:
   read). Report only: the Python Data Source API moves rows through a Python worker as Arrow
   batches, where the native reader is vectorised in the JVM.
 
+The details also give CPU seconds (this process and all its descendants: the JVM and the
+Python workers) and the **floor of the Python Data Source API**: the same DataFrame written to
+a Python sink that drops its Arrow batches. On this project's 2-core box that transfer alone
+costs about as much CPU as Spark's whole Parquet write, so the insert's wall-time ratio holds
+only while spare cores overlap the JVM and the Python worker; under load it tends to the CPU
+ratio.
+
 Run alone with ``python -m benchmarks.bench_spark [--quick]`` (200k rows).
 """
 
@@ -85,10 +92,67 @@ def _session() -> Any:
     return session
 
 
-def _elapsed(func: Callable[[], Any]) -> float:
+def _tree_cpu() -> float:
+    """CPU seconds (user + system) used so far by this process and all its descendants (the
+    JVM, PySpark's daemon and workers), from /proc; 0.0 where /proc is missing."""
+    ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    parents: dict[int, int] = {}
+    cpu: dict[int, float] = {}
+    for entry in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = entry.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # the process ended meanwhile
+        pid = int(entry.parent.name)
+        parents[pid] = int(fields[1])
+        # utime, stime, cutime, cstime: children already reaped count with their parent.
+        cpu[pid] = sum(int(v) for v in fields[11:15]) / ticks
+    mine, total, frontier = {os.getpid()}, 0.0, [os.getpid()]
+    while frontier:
+        pid = frontier.pop()
+        total += cpu.get(pid, 0.0)
+        children = [c for c, p in parents.items() if p == pid and c not in mine]
+        mine.update(children)
+        frontier.extend(children)
+    return total
+
+
+CPU: dict[str, list[float]] = {}
+
+
+def _elapsed(func: Callable[[], Any], label: str | None = None) -> float:
+    """Wall seconds of ``func()``; with a ``label``, its CPU seconds are kept in ``CPU``
+    (the box is shared: CPU time says what the work costs when wall time is contended)."""
+    cpu = _tree_cpu() if label else 0.0
     start = time.perf_counter()
     func()
-    return time.perf_counter() - start
+    wall = time.perf_counter() - start
+    if label:
+        CPU.setdefault(label, []).append(_tree_cpu() - cpu)
+    return wall
+
+
+def _register_null_sink(spark: Any) -> None:
+    """Format ``lakewarden-bench-null``: a Python data source that drops its Arrow batches,
+    the floor of any writer on PySpark's Python Data Source API (defined in a function so
+    cloudpickle ships it by value to the workers)."""
+    from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
+
+    class NullWriter(DataSourceArrowWriter):
+        def write(self, iterator: Iterable[pa.RecordBatch]) -> WriterCommitMessage:
+            for _ in iterator:
+                pass
+            return WriterCommitMessage()
+
+    class NullSink(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "lakewarden-bench-null"
+
+        def writer(self, schema: Any, overwrite: bool) -> NullWriter:
+            return NullWriter()
+
+    spark.dataSource.register(NullSink)
 
 
 def _new_table(root: Path, name: str) -> str:
@@ -109,24 +173,37 @@ def measure(rows: int, rounds: int) -> dict[str, Any]:
         lakewarden.spark.register(spark)
         df = spark.range(rows, numPartitions=4).selectExpr(*COLUMNS).cache()
         df.count()
-        ours, base, uris = [], [], []
+        _register_null_sink(spark)
+        null = df.write.format("lakewarden-bench-null").mode("append")
+        ours, base, floor, uris = [], [], [], []
         # Untimed warm-up of both writers (Python workers, JIT, Parquet codecs).
         _new_table(root, "warmup")
         df.limit(1000).write.format("lakewarden").mode("append").save(str(root / "warmup"))
         df.limit(1000).write.parquet(str(root / "warmup-parquet"))
+        null.save()
         for i in range(rounds):  # interleaved, so machine load hits both alike
-            base.append(_elapsed(lambda i=i: df.write.parquet(str(root / f"parquet-{i}"))))
+            base.append(
+                _elapsed(lambda i=i: df.write.parquet(str(root / f"parquet-{i}")), "parquet")
+            )
             uri = _new_table(root, f"table-{i}")
             ours.append(
-                _elapsed(lambda uri=uri: df.write.format("lakewarden").mode("append").save(uri))
+                _elapsed(
+                    lambda uri=uri: df.write.format("lakewarden").mode("append").save(uri),
+                    "lakewarden",
+                )
             )
             uris.append(uri)
+            floor.append(_elapsed(null.save, "null"))
         return {
             "rows": rows,
             "insert_lakewarden_s": statistics.median(ours),
             "insert_parquet_s": statistics.median(base),
             "insert_lakewarden_all_s": ours,
             "insert_parquet_all_s": base,
+            "insert_lakewarden_cpu_s": statistics.median(CPU.pop("lakewarden", [0.0])),
+            "insert_parquet_cpu_s": statistics.median(CPU.pop("parquet", [0.0])),
+            "python_sink_floor_s": statistics.median(floor),
+            "python_sink_floor_cpu_s": statistics.median(CPU.pop("null", [0.0])),
             **_upsert(spark, df, rows, uris[0], root),
             **_read(spark, uris[0], str(root / "parquet-0"), rounds),
         }
@@ -168,7 +245,9 @@ def _read(spark: Any, uri: str, parquet: str, rounds: int) -> dict[str, Any]:
 def bench_spark(ctx: BenchContext) -> Iterable[Result]:
     numbers = measure(ctx.scale(2_000_000, 200_000), ctx.scale(3, 2))
     rows = f"{numbers['rows']:,} rows x 10 columns"
-    details = {k: v for k, v in numbers.items() if k.endswith("_all_s") or k == "upsert_rows"}
+    details = {
+        k: v for k, v in numbers.items() if k.endswith(("_all_s", "_cpu_s")) or k == "upsert_rows"
+    }
     yield Result(
         benchmark="spark",
         metric=f"insert {rows}",
