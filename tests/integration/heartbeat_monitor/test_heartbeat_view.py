@@ -6,6 +6,7 @@ import time
 
 from hbtools import TOLERANCE_S, Expiries, Writer, hold, new_instant
 
+from lakewarden.clients import KafkaCoordinator
 from lakewarden.clients.liveness import Liveness
 from lakewarden.events import EventConsumer, EventProducer, make_event
 from lakewarden.events.topics import DLQ, HEARTBEATS
@@ -40,6 +41,12 @@ def test_view_follows_the_verdicts_and_forgets_finished_instants(
         wait_for_status(view, dying, Verdict.DEAD, timeout_s=2)
         record = view.record("t1", dying)
         assert record is not None and record.status == "dead"
+        coordinator = KafkaCoordinator(hb_settings)  # what table transactions ask
+        try:
+            assert coordinator.liveness("t1", dying) is Verdict.DEAD
+            assert coordinator.liveness("t1", finishing) is Verdict.ALIVE
+        finally:
+            coordinator.close()
 
         with EventProducer(hb_settings, producer_id="writer") as producer:
             transition = make_event(
