@@ -246,7 +246,9 @@ def bench_spark(ctx: BenchContext) -> Iterable[Result]:
     numbers = measure(ctx.scale(2_000_000, 200_000), ctx.scale(3, 2))
     rows = f"{numbers['rows']:,} rows x 10 columns"
     details = {
-        k: v for k, v in numbers.items() if k.endswith(("_all_s", "_cpu_s")) or k == "upsert_rows"
+        k: v
+        for k, v in numbers.items()
+        if k.endswith(("_all_s", "_cpu_s")) or k in ("upsert_rows", "python_sink_floor_s")
     }
     yield Result(
         benchmark="spark",
