@@ -105,6 +105,10 @@ class KafkaCoordinator(Coordinator):
         with self.heartbeats.hold(table_id, instant, owner):
             yield
 
+    def check_heartbeat(self, table_id: str, instant: str) -> None:
+        """Raises: HeartbeatLostError when this process's heartbeat of the instant is lost."""
+        self.heartbeats.check(table_id, instant)
+
     def close(self) -> None:
         """Close what this coordinator created (the lock client releases held leases)."""
         if self._owns_client:

@@ -80,6 +80,17 @@ class Coordinator(abc.ABC):
     def heartbeat(self, table_id: str, instant: str, owner: str) -> AbstractContextManager[None]:
         """Declare ``instant`` alive (executed by ``owner``) for the ``with`` block."""
 
+    def check_heartbeat(self, table_id: str, instant: str) -> None:
+        """Return when this process may still complete ``instant``: its heartbeat, if it holds
+        one, has been delivered within a tolerance window. A writer whose heartbeat was lost
+        may already have been declared dead and rolled back by the cleaner, so it must stop.
+
+        The embedded coordinator's heartbeats cannot be lost (nothing is delivered anywhere).
+
+        Raises: a NonRetryableError subclass (``HeartbeatLostError``) when the heartbeat is lost.
+        """
+        return None
+
 
 class _TableLock:
     def __init__(self) -> None:

@@ -139,18 +139,21 @@ class WriteTransaction:
         Protocol:
           1. Take the table lock.
           2. Load the timeline (the whole prefix).
-          3. Run the conflict rules for the entries after our ``requested``; a finding raises
-             its named ``WriteConflictError`` and leaves the instant pending, so the caller can
-             delete its files and ``rollback``.
+          3. Check that our heartbeat was not lost (a writer declared dead may have been
+             rolled back by the cleaner), then run the conflict rules for the entries after
+             our ``requested``; a finding raises its named ``WriteConflictError`` and leaves
+             the instant pending, so the caller can ``rollback`` and delete its files.
           4. Append ``completed`` (the state machine re-checks); a rebase re-runs step 3.
           5. Release the lock.
 
-        Raises: OverlappingCommitConflict, PendingPlanConflict, IllegalTransitionError
+        Raises: HeartbeatLostError (from the coordinator), OverlappingCommitConflict,
+        PendingPlanConflict, IllegalTransitionError
         (cancel requested, rollback intent, not inflight), LockTimeoutError,
         ConcurrentAppendError, CommitStateUnknownError (reconcile with ``status()``).
         """
 
         def no_conflict(state: TimelineState, draft: EntryDraft) -> None:  # 3.
+            self.coordinator.check_heartbeat(self.table_id, self.instant)
             current = state.get(self.instant)
             if current is not None and current.is_pending:
                 conflicts.check_completion(state, current, stats, table=self.table_id)

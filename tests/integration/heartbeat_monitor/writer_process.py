@@ -8,8 +8,8 @@ Kafka comes from the environment (``LAKEWARDEN_KAFKA__*``). It prints ``ready`` 
 beat was acknowledged, then one line per event the test waits for.
 
 ``write``: begin an instant on a local table, beat, print ``ready <instant>``, wait for a line
-on stdin (the test stops the broker meanwhile), then do what ``WriteTransaction.complete``'s
-heartbeat hook does (``Heartbeats.check`` right before appending ``completed``) and complete;
+on stdin (the test stops the broker meanwhile), then ``WriteTransaction.complete``, whose
+coordinator hook (``check_heartbeat``) refuses when the heartbeat was lost;
 print ``completed`` or ``refused <cause>`` and the instant's state on the timeline.
 """
 
@@ -47,18 +47,29 @@ def slow(table: str, instant: str, interval_s: float, misses: int, work_s: float
         print(f"done healthy={beat.is_healthy()}", flush=True)
 
 
+class _LocalLockKafkaHeartbeats(EmbeddedCoordinator):
+    """The in-process lock (no lock service needed here) with Kafka heartbeats, judged at
+    completion exactly as ``KafkaCoordinator.check_heartbeat`` does."""
+
+    def __init__(self, beats: Heartbeats) -> None:
+        super().__init__()
+        self.beats = beats
+
+    def check_heartbeat(self, table_id: str, instant: str) -> None:
+        self.beats.check(table_id, instant)
+
+
 def write(root: str, interval_s: float, misses: int) -> None:
     timeline = Timeline(LocalStorage(root), table="orders")
-    txn = WriteTransaction.begin(
-        timeline, EmbeddedCoordinator(), "orders", operation="insert", actor="writer"
-    )
     beats = Heartbeats(Settings(), interval_s=interval_s, tolerable_misses=misses)
+    txn = WriteTransaction.begin(
+        timeline, _LocalLockKafkaHeartbeats(beats), "orders", operation="insert", actor="writer"
+    )
     with beats.hold("orders", txn.instant, "writer"):
         txn.inflight(WorkloadProfile(operation="insert", file_groups=()))
         print(f"ready {txn.instant}", flush=True)
         sys.stdin.readline()
         try:
-            beats.check("orders", txn.instant)  # the completion hook
             txn.complete(CommitStats(operation="insert", write_stats=()))
             print("completed", flush=True)
         except HeartbeatLostError as err:
