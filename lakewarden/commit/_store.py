@@ -298,16 +298,22 @@ class CommitStore:
         """``key``'s local path with every symlink resolved (local stores only)."""
         return self._call("realpath", key, lambda: os.path.realpath(self.path(key)))
 
-    def is_symlink(self, key: str) -> bool:
-        """Whether ``key``'s local path is a symlink; False when absent (local stores only)."""
-
-        def check() -> bool:
-            try:
-                return stat.S_ISLNK(os.lstat(self.path(key)).st_mode)
-            except FileNotFoundError:
-                return False
-
-        return self._call("lstat", key, check)
+    def symlinks(self, keys: Sequence[str]) -> builtins.list[str]:
+        """Those of ``keys`` whose local path is a symlink (absent ones are not), in one
+        metered batch (local stores only)."""
+        start = time.perf_counter()
+        found = []
+        try:
+            for key in keys:
+                self._hook("lstat", key)
+                try:
+                    if stat.S_ISLNK(os.lstat(self.path(key)).st_mode):
+                        found.append(key)
+                except FileNotFoundError:
+                    continue
+        finally:
+            self.stats.record("op_lstat", time.perf_counter() - start, samples=max(len(keys), 1))
+        return found
 
     # -- directories (local only; object stores have none) ----------------------------------
 
@@ -324,13 +330,16 @@ class CommitStore:
         with self._dirty_lock:
             self._dirty_dirs.update(ancestors)
 
-    def sync_dirs(self) -> int:
-        """fsync every directory the fast path changed since the last call; returns how many."""
+    def dirty_dirs(self) -> builtins.list[str]:
+        """The directories the fast path changed since the last call (and forgets them)."""
         with self._dirty_lock:
             dirs, self._dirty_dirs = sorted(self._dirty_dirs), set()
-        if self.fast and dirs:
+        return dirs if self.fast else []
+
+    def sync_dirs(self, dirs: Sequence[str]) -> None:
+        """fsync each directory of ``dirs`` (local paths from ``dirty_dirs``)."""
+        if dirs:
             self._call("fsync_dirs", dirs[0], lambda: _localfs.fsync_dirs(dirs))
-        return len(dirs)
 
     def child_dirs(self, prefix: str) -> builtins.list[str]:
         """Names of the directories directly under ``prefix`` (ending in '/'), sorted."""

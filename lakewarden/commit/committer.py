@@ -295,7 +295,7 @@ class ManifestCommitter:
 def _committed_files(loaded: LoadedManifests) -> dict[str, list[tuple[str, int]]]:
     return {
         str(m.attempt): [
-            (entry.dst, entry.size) for chunk in m.chunks for entry in loaded.spill.read(chunk)
+            (dst, size) for chunk in m.chunks for _, dst, size in loaded.spill.pairs(chunk)
         ]
         for m in loaded.manifests
     }

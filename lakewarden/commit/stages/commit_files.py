@@ -91,7 +91,8 @@ class RenameFilesStage(Stage[ValidatedPlan, PlacedFiles]):
             return self._rename_all(pending, stop)
 
         counts = self.parallel(range(spill.chunks), rename)  # 1.
-        self.store.sync_dirs()  # 3.
+        dirs = self.store.dirty_dirs()  # 3. (concurrent fsyncs share journal commits)
+        self.parallel([dirs[i::4] for i in range(4)], lambda d, _: self.store.sync_dirs(d))
         renamed = sum(c[0] for c in counts)
         return PlacedFiles(renamed, args.already_done + sum(c[1] for c in counts))
 

@@ -172,23 +172,21 @@ class ValidateManifestsStage(Stage[LoadedManifests, ValidatedPlan]):
                 job_id=job,
                 path=tasks,
             )
-        checked: set[str] = set()
+        between: set[str] = set()  # every directory between the tasks dir and a source
         for manifest in loaded.manifests:
-            for directory in sorted(manifest.source_dirs):
-                self._no_symlink_between(tasks, directory, checked)
-
-    def _no_symlink_between(self, top: str, directory: str, checked: set[str]) -> None:
-        key = directory
-        while len(key) > len(top) and key not in checked:
-            if self.store.is_symlink(key):  # a missing directory is reported by step 4
-                raise SourceOutsideAttemptError(
-                    f"source directory {key!r} is a symbolic link (it could lead outside the "
-                    "attempt's working directory). Nothing was renamed.",
-                    job_id=self.layout.job_id,
-                    path=key,
-                )
-            checked.add(key)
-            key = key.rpartition("/")[0]
+            for directory in manifest.source_dirs:
+                key = directory
+                while len(key) > len(tasks) and key not in between:
+                    between.add(key)
+                    key = key.rpartition("/")[0]
+        links = store.symlinks(sorted(between))  # a missing one is reported by step 4
+        if links:
+            raise SourceOutsideAttemptError(
+                f"source directory {links[0]!r} is a symbolic link (it could lead outside the "
+                "attempt's working directory). Nothing was renamed.",
+                job_id=job,
+                path=links[0],
+            )
 
     def _check_files(
         self,
