@@ -92,6 +92,9 @@ class RequestHandler:
         """Process one message of ``lock.requests`` (see the module docstring). A failure
         while handling it dead-letters it (``handler_error``): one bad request must not stop
         the locks of every table; its sender resends or times out."""
+        if message.timestamp:
+            delay_s = self.clock() / 1000 - message.timestamp
+            metrics.REQUEST_DELAY.observe(max(0.0, delay_s))
         try:
             await self._handle(message, value)
         except Exception as err:

@@ -37,3 +37,8 @@ TABLES = Gauge("lakewarden_lock_tables", "Tables whose lock state this instance 
 EXPIRE_SENT = Counter(
     "lakewarden_lock_expire_requests_total", "Expire requests the timer sent for overdue leases"
 )
+REQUEST_DELAY = Histogram(
+    "lakewarden_lock_request_delay_seconds",
+    "From a request's Kafka timestamp (its producer's clock) to the handler taking it up",
+    buckets=_BUCKETS,
+)
