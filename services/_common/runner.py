@@ -119,6 +119,8 @@ def run_service(
         override_logging=False,
         redirect_stdouts=False,
     )
+    # faust's terminal spinner writes cursor escape codes into the service log.
+    worker.spinner = None
     try:
         worker.execute_from_commandline()  # 3.
     finally:
