@@ -90,6 +90,11 @@ class _Task:
         attempt.setup()
         return cls(spec, identity, storage, load_config(storage), attempt)
 
+    @property
+    def where(self) -> str:
+        """The attempt and its instant, for error messages."""
+        return f"instant {self.spec.instant} of table {self.spec.uri}, {self.identity.describe()}"
+
     def file_name(self, group: FileGroupId) -> tuple[str, str]:
         """(file name, destination key) of this attempt's base file for ``group``."""
         name = BaseFileName(group.file_id, self.identity.write_token, self.spec.instant).render()
@@ -206,7 +211,7 @@ def _append_rows(
                 config,
                 spec.operation,
                 first_row=rows,
-                where=task.identity.describe(),
+                where=task.where,
             )
             rows += batch.num_rows
             for canonical, part in route(table, config).items():
@@ -270,7 +275,7 @@ def _merge_rows(
     spec, config = task.spec, task.config
     tables, rows = [], 0
     for batch in batches:
-        where = task.identity.describe()
+        where = task.where
         table = pa.Table.from_batches([batch])
         tables.append(conform(table, config, spec.operation, first_row=rows, where=where))
         rows += batch.num_rows

@@ -101,6 +101,7 @@ def test_null_record_key_fails_the_job_naming_the_row(spark: Any, table_dir: Pat
         df.write.format("lakewarden").mode("append").save(str(table_dir))
     assert "row 4" in str(info.value) and "the bad one" in str(info.value)
     assert states(table) == [Transition.ROLLED_BACK]
+    assert f"instant {table.timeline()[0].instant}" in str(info.value)
     assert files_on_disk(table_dir) == set()
 
 
