@@ -12,7 +12,9 @@ setup: $(STAMP) kafka-jars
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	# compat mode puts the project root on sys.path, so Spark's lookup of installed
+	# `pyspark_*` modules finds pyspark_lakewarden (format "lakewarden" without register()).
+	$(BIN)/python -m pip install --quiet -e '.[dev]' --config-settings editable_mode=compat
 	touch $(STAMP)
 
 # Apache Kafka's own jars (plus an slf4j binding), fetched by Maven into infra/kafka/lib.
