@@ -9,9 +9,11 @@ every batch exactly once:
   ``begin_batch``: the ``requested`` entry names the key in its plan, and the append's
   validator (re-run after every rebase) refuses to open a second one, so racing tasks in
   different processes agree on one instant.
-- **one completion per query and batch.** ``complete_once`` appends ``completed`` with the
-  key in ``extra_metadata`` and a validator that refuses when an instant with the same query id
-  and batch id completed already (``BatchAlreadyCommittedError``). A restarted run re-executes
+- **one completion per query and batch.** ``complete_once`` completes the instant with the
+  key in ``extra_metadata`` through ``WriteTransaction.complete(validate=...)``: after the
+  heartbeat check and the conflict rules, and again after every rebase, it refuses when an
+  instant with the same query id and batch id completed already
+  (``BatchAlreadyCommittedError``). A restarted run re-executes
   the batches Spark had not recorded as committed; if lakewarden committed one of them before
   the crash, the rerun finds it and commits nothing.
 """
@@ -22,7 +24,6 @@ import time
 from dataclasses import dataclass
 
 from lakewarden.errors import NonRetryableError
-from lakewarden.table import conflicts
 from lakewarden.table.coordinator import Coordinator, LeaseLostError
 from lakewarden.table.instant import Action, Instant, Transition
 from lakewarden.table.stats import CommitStats
@@ -151,13 +152,10 @@ class SparkTransaction(WriteTransaction):
             self.complete(stats)
             return
 
-        def validate(state: TimelineState, draft: EntryDraft) -> None:
-            current = state.get(self.instant)
-            if current is not None and current.is_pending:
-                conflicts.check_completion(state, current, stats, table=self.table_id)
+        def not_committed_yet(state: TimelineState) -> None:
             _refuse_committed(state, key, self.instant)
 
-        self._append(Transition.COMPLETED, stats.model_dump(mode="json"), validate)
+        self.complete(stats, validate=not_committed_yet)
 
 
 def pending_of_checkpoint(

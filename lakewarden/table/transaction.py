@@ -133,7 +133,12 @@ class WriteTransaction:
         """
         self._append(Transition.INFLIGHT, workload.model_dump(mode="json"))
 
-    def complete(self, stats: CommitStats) -> TimelineEntry:
+    def complete(
+        self,
+        stats: CommitStats,
+        *,
+        validate: Callable[[TimelineState], None] | None = None,
+    ) -> TimelineEntry:
         """Make the write visible: append ``completed`` with the write statistics.
 
         Protocol:
@@ -141,24 +146,28 @@ class WriteTransaction:
           2. Load the timeline (the whole prefix).
           3. Check that our heartbeat was not lost (a writer declared dead may have been
              rolled back by the cleaner), then run the conflict rules for the entries after
-             our ``requested``; a finding raises its named ``WriteConflictError`` and leaves
-             the instant pending, so the caller can ``rollback`` and delete its files.
+             our ``requested``, then the caller's ``validate(state)`` (a rule of its own, such
+             as "this micro-batch was not committed yet"); whatever they raise stops the
+             append and leaves the instant pending, so the caller can ``rollback`` and delete
+             its files.
           4. Append ``completed`` (the state machine re-checks); a rebase re-runs step 3.
           5. Release the lock.
 
         Raises: HeartbeatLostError (from the coordinator), OverlappingCommitConflict,
-        PendingPlanConflict, IllegalTransitionError
+        PendingPlanConflict, whatever ``validate`` raises, IllegalTransitionError
         (cancel requested, rollback intent, not inflight), LockTimeoutError,
         ConcurrentAppendError, CommitStateUnknownError (reconcile with ``status()``).
         """
 
-        def no_conflict(state: TimelineState, draft: EntryDraft) -> None:  # 3.
+        def checks(state: TimelineState, draft: EntryDraft) -> None:  # 3.
             self.coordinator.check_heartbeat(self.table_id, self.instant)
             current = state.get(self.instant)
             if current is not None and current.is_pending:
                 conflicts.check_completion(state, current, stats, table=self.table_id)
+            if validate is not None:
+                validate(state)
 
-        return self._append(Transition.COMPLETED, stats.model_dump(mode="json"), no_conflict)
+        return self._append(Transition.COMPLETED, stats.model_dump(mode="json"), checks)
 
     def rollback(self, reason: str) -> None:
         """Append ``rolled_back``; a no-op when the instant is rolled back already.

@@ -17,7 +17,12 @@ from lakewarden.table.coordinator import (
 )
 from lakewarden.table.instant import Action, Transition
 from lakewarden.table.stats import CommitStats, FileGroupId, WorkloadProfile, WriteStat
-from lakewarden.table.timeline import EntryDraft, IllegalTransitionError, Timeline
+from lakewarden.table.timeline import (
+    EntryDraft,
+    IllegalTransitionError,
+    Timeline,
+    TimelineState,
+)
 from lakewarden.table.transaction import WriteTransaction
 
 FG = FileGroupId(partition_path="", file_id="bucket-0")
@@ -111,6 +116,54 @@ def test_rebase_between_two_processes_rechecks_conflicts() -> None:
         b.complete(stats_for(b, FG))
     state = Timeline(storage).load()
     assert [i.instant for i in state.completed()] == [a.instant] and state.rejected == ()
+
+
+class _BatchDone(Exception):
+    """The caller's own rule in the validate= tests."""
+
+
+def test_validate_runs_after_the_conflict_rules_and_again_after_a_rebase() -> None:
+    """A second process completes an instant while ours appends: our append loses the race,
+    rebases, and ``validate`` sees the new state and refuses; the instant stays pending."""
+    storage = MemStorage()
+    t1, t2 = Timeline(storage, table="orders"), Timeline(storage, table="orders")
+    c1, c2 = EmbeddedCoordinator(), EmbeddedCoordinator()
+    a, b = begin(t1, c1, "a"), begin(t2, c2, "b")
+    a.inflight(WorkloadProfile(operation="upsert", file_groups=(FG,)))
+    other = FileGroupId(partition_path="", file_id="bucket-1")  # no overlap: rules pass
+    b.inflight(WorkloadProfile(operation="upsert", file_groups=(other,)))
+    seen: list[int] = []
+
+    def refuse_once_a_completed(state: TimelineState) -> None:
+        seen.append(len(state.completed()))
+        if state.completed():
+            raise _BatchDone(f"{state.completed()[0].instant} did it already")
+
+    storage.before_write_if_absent = lambda: a.complete(stats_for(a, FG)) and None
+    with pytest.raises(_BatchDone, match=f"{a.instant} did it already"):
+        b.complete(stats_for(b, other), validate=refuse_once_a_completed)
+    assert seen == [0, 1]  # before the append, and again against the rebased state
+    status = b.status()
+    assert status is not None and status.state is Transition.INFLIGHT  # left pending
+    b.rollback("batch done")
+    status = b.status()
+    assert status is not None and status.state is Transition.ROLLED_BACK
+
+
+def test_validate_comes_after_the_conflict_rules_and_passes_through(timeline: Timeline) -> None:
+    coord = EmbeddedCoordinator()
+    a, b = begin(timeline, coord, "a"), begin(timeline, coord, "b")
+    for tx in (a, b):
+        tx.inflight(WorkloadProfile(operation="upsert", file_groups=(FG,)))
+    a.complete(stats_for(a, FG))
+    called: list[str] = []
+    with pytest.raises(OverlappingCommitConflict):  # the named rule wins; validate not reached
+        b.complete(stats_for(b, FG), validate=lambda state: called.append("b"))
+    assert called == []
+    c = begin(timeline, coord, "c")
+    c.inflight(WorkloadProfile(operation="upsert", file_groups=(FG,)))
+    entry = c.complete(stats_for(c, FG), validate=lambda state: called.append(c.instant))
+    assert entry.transition is Transition.COMPLETED and called == [c.instant]
 
 
 def test_pending_plan_blocks_ingestion_and_a_completed_plan_beats_it(timeline: Timeline) -> None:
