@@ -12,6 +12,7 @@ it is ready when the health port accepts connections, and it is stopped by pid.
 
 from __future__ import annotations
 
+import http.client
 import os
 import signal
 import sys
@@ -68,7 +69,7 @@ class ServiceProcess:
         return _process.wait_ready(
             self.module,
             self.pid,
-            lambda: _process.port_answers(self.port),
+            self._healthy,
             timeout_s=timeout_s,
             log_file=self.log_file,
         )
@@ -99,6 +100,14 @@ class ServiceProcess:
                 return int(response.status), response.read().decode()
         except urllib.error.HTTPError as err:
             return int(err.code), err.read().decode()
+
+    def _healthy(self) -> bool:
+        # An HTTP answer, not just a connect: a connect to a free ephemeral port can succeed
+        # as a TCP self-connection while nothing listens (seen once while restarting).
+        try:
+            return self.get("/health")[0] == 200
+        except (OSError, http.client.HTTPException):
+            return False
 
     def log_text(self) -> str:
         return self.log_file.read_text() if self.log_file.exists() else ""
