@@ -37,7 +37,6 @@ from lakewarden.errors import NonRetryableError
 from lakewarden.settings import Settings
 from lakewarden.spark import _job
 from lakewarden.spark._arrow import check_write_schema, conform
-from lakewarden.spark._groups import BucketSlices
 from lakewarden.spark._options import (
     HELPER_OPERATIONS,
     OPT_HELPER_OPERATION,
@@ -54,7 +53,7 @@ from lakewarden.spark._options import (
 from lakewarden.spark._task import base_snapshot
 from lakewarden.spark._transaction import SparkTransaction
 from lakewarden.table import conflicts
-from lakewarden.table.bucket import key_buckets, key_strings, partition_codes
+from lakewarden.table.bucket import BucketSlices, key_buckets, key_strings, partition_codes
 from lakewarden.table.config import TableConfig
 from lakewarden.table.files import bucket_file_id
 from lakewarden.table.instant import Transition
@@ -152,8 +151,7 @@ def _clustered(
     rows = keyed.select(PARTITION_COLUMN, BUCKET_COLUMN).distinct().collect()
     canonical = [FileGroupId(partition_path=r[0], file_id=bucket_file_id(r[1])) for r in rows]
     buckets = BucketSlices(base_snapshot(table.storage, table.config, spec.instant))
-    touched = dict.fromkeys(canonical)
-    touched.update(dict.fromkeys(s.file_group for g in canonical for s in buckets.of(g)))
+    touched = dict.fromkeys(g for c in canonical for g in buckets.file_groups(c))
     txn.inflight(WorkloadProfile(operation=spec.operation, file_groups=tuple(touched)))
     session = df.sparkSession
     wanted = partitions or int(session.conf.get("spark.sql.shuffle.partitions") or "200")

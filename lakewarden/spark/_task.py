@@ -8,14 +8,15 @@ the driver as the commit message. Nothing is visible until the driver's job comm
 files of exactly the accepted attempts and the instant completes; a failed, superseded or
 zombie attempt's files stay private and the job's cleanup deletes them.
 
-Two ways to write (``lakewarden.spark._groups`` explains the file groups):
+Two ways to write (``lakewarden.table.bucket`` explains the file groups of a bucket):
 
 - **appends** (``insert``, ``bulk_insert``, overwrite, streaming): rows are conformed and
   routed batch by batch into one Parquet file per bucket touched, in the task's append groups;
   memory stays at one batch plus the open writers' buffers;
 - **merges** (``upsert``, ``delete``, helper ``insert``): the helper clustered the rows so that
   each file group is in exactly one task; the task reads the bucket's current slices as of the
-  instant's ``requested`` entry and merges with ``lakewarden.table.writer.merge``.
+  instant's ``requested`` entry and merges them with ``lakewarden.table.writer.merge_bucket``,
+  as ``Table.write`` does.
 """
 
 from __future__ import annotations
@@ -31,18 +32,16 @@ import pyarrow.parquet as pq
 from lakewarden.commit import ManifestCommitter, TaskAttempt
 from lakewarden.spark import _faults
 from lakewarden.spark._arrow import conform
-from lakewarden.spark._groups import BucketSlices, append_group
 from lakewarden.spark._messages import TaskCommitMessage
 from lakewarden.spark._options import WriteSpec
 from lakewarden.storage import Storage, open_storage
-from lakewarden.table.bucket import route
+from lakewarden.table.bucket import BucketSlices, append_group, route
 from lakewarden.table.config import META_FILE_NAME, TableConfig, load_config
 from lakewarden.table.files import BaseFileName, WriteToken, file_key
-from lakewarden.table.reader import read_data_file
-from lakewarden.table.snapshot import FileSlice, Snapshot, build_snapshot
+from lakewarden.table.snapshot import Snapshot, build_snapshot
 from lakewarden.table.stats import FileGroupId, WriteStat
 from lakewarden.table.timeline import Timeline
-from lakewarden.table.writer import Merged, merge, stamped, stored
+from lakewarden.table.writer import Merged, merge_bucket, stamped
 
 ROW_GROUP_ROWS = 128 * 1024
 
@@ -286,34 +285,21 @@ def _merge_rows(
     replaced: list[FileGroupId] = []
     deletes = 0
     for group, incoming in route(pa.concat_tables(tables), config).items():
-        slices = buckets.of(group)
-        merged = _merge_group(task, slices, incoming)
-        if not merged.changed:
-            continue
-        deletes += merged.deletes
+        result = merge_bucket(
+            task.storage,
+            config,
+            group,
+            buckets.of(group),
+            incoming,
+            operation=spec.operation,
+            instant=spec.instant,
+        )
+        deletes += result.merged.deletes
         # The append groups of the bucket are consolidated into the canonical one.
-        replaced.extend(s.file_group for s in slices if s.file_group != group)
-        if merged.table is None:
-            replaced.extend(s.file_group for s in slices if s.file_group == group)
-        else:
-            stats.append(_write_merged(task, group, merged))
+        replaced.extend(result.replaced)
+        if result.merged.changed and result.merged.table is not None:
+            stats.append(_write_merged(task, group, result.merged))
     return stats, replaced, {"input": rows, "deletes": deletes}
-
-
-def _merge_group(task: _Task, slices: list[FileSlice], incoming: pa.Table) -> Merged:
-    """``incoming`` merged with the records of every slice of the bucket."""
-    spec, config = task.spec, task.config
-    existing = [
-        stored(read_data_file(task.storage, s.base_file.path), config)
-        for s in slices
-        if s.base_file is not None
-    ]
-    return merge(
-        spec.operation,
-        pa.concat_tables(existing) if existing else None,
-        stamped(incoming, spec.instant, config, spec.operation),
-        config.ordering_field,
-    )
 
 
 def _write_merged(task: _Task, group: FileGroupId, merged: Merged) -> WriteStat:

@@ -15,10 +15,28 @@ is two records.
 **Partition paths** are Hive style ``k=v/k2=v2``. Values are the Arrow string cast of the column
 value with Hive's unsafe characters (``/``, ``=``, ``%``, ``:``, ``#``, control characters, ...)
 escaped as ``%XX``; null and the empty string map to ``__HIVE_DEFAULT_PARTITION__`` as in Hive.
+
+**The file groups of a bucket.** Bucket ``b`` of a partition is one *canonical* file group,
+``<b:08d>-0000`` (``lakewarden.table.files.bucket_file_id``), which merges (upsert, delete,
+insert by ``Table.write`` or the Spark helper) rewrite. Spark appends cannot use it: without a
+shuffle several tasks hold rows of one bucket, and a file group gets one new base file per
+instant. So each task of an append writes its rows of bucket ``b`` into an **append group** of
+its own, ``<b:08d>-<instant>-<task>`` (``append_group``): still named by the bucket, so a key
+lives in its bucket's file groups, and unique per instant and task, so appends never overlap
+each other. ``BucketSlices`` finds, in a snapshot, the slices of a bucket in a partition.
+
+A merge of bucket ``b`` reads the canonical group *and* every append group of ``b`` in the
+partition, writes the merged records to the canonical group and lists the append groups in
+``replaced_file_groups`` (``replaced_by_merge``): the next merge consolidates what appends
+spread out. Its workload profile names every one of those groups (``BucketSlices.file_groups``)
+and always the canonical group, and its statistics name the canonical group too (a new base
+file, or replaced when the bucket became empty): so two merges of one bucket always overlap in
+the conflict rules, whichever append groups each of them saw.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 import pyarrow as pa
@@ -27,12 +45,16 @@ import pyarrow.compute as pc
 from lakewarden.errors import NonRetryableError
 from lakewarden.table.config import META_PARTITION_PATH, META_RECORD_KEY, TableConfig
 from lakewarden.table.files import bucket_file_id
+from lakewarden.table.snapshot import FileSlice, Snapshot
 from lakewarden.table.stats import FileGroupId
 
 FNV_OFFSET_BASIS = 0xCBF29CE484222325
 FNV_PRIME = 0x100000001B3
 _MASK64 = (1 << 64) - 1
 DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
+# The canonical group of a bucket and its append groups (uuid4 file ids never match: their
+# second segment has 4 characters).
+_BUCKET_FILE_ID = re.compile(r"(?P<bucket>\d{8}-)(?:0000|\d{17}-\d{5,})")
 _UNSAFE = frozenset("\"#%'*/:=?\\{[]^\x7f") | frozenset(chr(c) for c in range(0x20))
 
 
@@ -226,3 +248,68 @@ def route(data: pa.Table, config: TableConfig) -> dict[FileGroupId, pa.Table]:
         groups[group] = data.slice(start, end - start)
         start = end
     return groups
+
+
+# -- the file groups of a bucket ------------------------------------------------------------
+
+
+def bucket_prefix(file_id: str) -> str | None:
+    """``"<b:08d>-"`` for a file id of bucket ``b`` (canonical or append group), else None."""
+    m = _BUCKET_FILE_ID.fullmatch(file_id)
+    return m["bucket"] if m else None
+
+
+def append_group(canonical: FileGroupId, instant: str, task: int) -> FileGroupId:
+    """The append group of ``task`` at ``instant`` beside the canonical group of a bucket.
+
+    Raises: ValueError when ``canonical`` is not a bucket's file group."""
+    prefix = bucket_prefix(canonical.file_id)
+    if prefix is None:
+        raise ValueError(f"{canonical} is not the file group of a bucket")
+    return FileGroupId(
+        partition_path=canonical.partition_path, file_id=f"{prefix}{instant}-{task:05d}"
+    )
+
+
+class BucketSlices:
+    """The slices of a snapshot indexed by bucket: ``of(canonical)`` is every slice of that
+    bucket in its partition (built once per snapshot; merges look up many buckets)."""
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        self._by_bucket: dict[tuple[str, str], list[FileSlice]] = {}
+        for group, file_slice in snapshot.slices.items():
+            prefix = bucket_prefix(group.file_id)
+            if prefix is not None:
+                key = (group.partition_path, prefix)
+                self._by_bucket.setdefault(key, []).append(file_slice)
+
+    def of(self, canonical: FileGroupId) -> list[FileSlice]:
+        """The slices of ``canonical``'s bucket in its partition: the canonical one first (if
+        the snapshot has it), then the append groups in file id order."""
+        prefix = bucket_prefix(canonical.file_id)
+        if prefix is None:
+            return []
+        found = self._by_bucket.get((canonical.partition_path, prefix), [])
+        own = [s for s in found if s.file_group == canonical]
+        others = sorted(
+            (s for s in found if s.file_group != canonical), key=lambda s: s.file_group.file_id
+        )
+        return own + others
+
+    def file_groups(self, canonical: FileGroupId) -> list[FileGroupId]:
+        """What a merge of ``canonical``'s bucket touches (its workload profile): the canonical
+        group, whether or not the snapshot has it, then the bucket's append groups."""
+        extras = [s.file_group for s in self.of(canonical) if s.file_group != canonical]
+        return [canonical, *extras]
+
+
+def replaced_by_merge(
+    canonical: FileGroupId, slices: Sequence[FileSlice], *, emptied: bool
+) -> list[FileGroupId]:
+    """The file groups a merge of ``canonical``'s bucket that changed it replaces: the append
+    groups among ``slices`` (their records are now in the canonical group) and, when the merge
+    left the bucket empty, the canonical group itself, named even when ``slices`` has no
+    slice of it (then its removal is a no-op) so that the statistics of every merge that
+    changed a bucket name its canonical group."""
+    extras = [s.file_group for s in slices if s.file_group != canonical]
+    return [canonical, *extras] if emptied else extras

@@ -5,20 +5,24 @@ A write is one transaction on the timeline (``lakewarden.table.transaction``):
 1. validate the input against the table schema: every record has a non-null record key and
    non-null values for required fields, else ``InvalidRecordError`` naming the record; nothing
    has touched the table yet, so nothing is committed;
-2. route every record to its file group: partition path (Hive style) x bucket (hash of the
-   record key, ``lakewarden.table.bucket``); the file id of bucket ``b`` is fixed, so two
-   writers of one bucket name the same file group and the conflict rules see them overlap;
+2. route every record to its bucket's canonical file group: partition path (Hive style) x
+   bucket (hash of the record key, ``lakewarden.table.bucket``); the file id of bucket ``b``
+   is fixed, so two writers of one bucket name the same file group and the conflict rules see
+   them overlap;
 3. ``requested``, then load the snapshot as of that entry (the base this write builds on);
-4. ``inflight`` with the workload profile (the file groups to touch);
-5. per file group, read the current base file, merge, and write a new base file under its
-   final name with a fresh write token; it stays invisible until ``completed`` names it;
+4. ``inflight`` with the workload profile: per bucket touched, its canonical group and the
+   append groups Spark appends left beside it (``BucketSlices.file_groups``);
+5. per bucket, read the current base files of all its slices (canonical and append groups),
+   merge, and write a new base file of the canonical group under its final name with a fresh
+   write token; it stays invisible until ``completed`` names it. The append groups read are
+   replaced: their records are now in the canonical group (``merge_bucket``);
 6. ``completed`` with the write statistics. On a conflict (or any failure before completion)
    the instant is rolled back, then the files written are deleted, and the error is re-raised.
    When the completion's outcome is unknown the timeline is re-read: a completed instant is a
    success; otherwise the write is abandoned the same way (the ``rolled_back`` entry settles
    that it never completes). Steps 4-6 run under the instant's heartbeat.
 
-Merge semantics (per file group, keyed by ``_lw_record_key``):
+Merge semantics (per bucket: the records of all its slices, keyed by ``_lw_record_key``):
 
 - **upsert**: incoming records replace stored ones with the same key; with an ordering field
   the larger ordering value wins (null is the smallest) and ties go to the incoming record.
@@ -26,8 +30,8 @@ Merge semantics (per file group, keyed by ``_lw_record_key``):
 - **insert**: append without deduplication, as Hudi's insert does (no lookup, duplicates are
   the caller's choice; use upsert to replace).
 - **delete**: drop stored records whose key is in the input (only the key and partition columns
-  are needed). A file group left empty is listed in ``replaced_file_groups``; a file group with
-  nothing to delete is not rewritten.
+  are needed). A bucket left empty has its canonical group listed in ``replaced_file_groups``;
+  a bucket with nothing to delete is not rewritten (and its append groups stay).
 
 Every data file carries the meta columns ``_lw_commit_time`` (instant that wrote the record),
 ``_lw_record_key`` (key text), ``_lw_partition_path`` and ``_lw_file_name``, before the user
@@ -52,7 +56,7 @@ import pyarrow.parquet as pq
 
 from lakewarden.errors import CommitStateUnknownError, NonRetryableError
 from lakewarden.storage import Storage
-from lakewarden.table.bucket import route
+from lakewarden.table.bucket import BucketSlices, replaced_by_merge, route
 from lakewarden.table.config import (
     META_COMMIT_TIME,
     META_FILE_NAME,
@@ -63,7 +67,7 @@ from lakewarden.table.coordinator import Coordinator
 from lakewarden.table.files import BaseFileName, WriteToken, file_key
 from lakewarden.table.instant import Transition
 from lakewarden.table.reader import read_data_file
-from lakewarden.table.snapshot import Snapshot, build_snapshot
+from lakewarden.table.snapshot import FileSlice, Snapshot, build_snapshot
 from lakewarden.table.stats import CommitStats, FileGroupId, WorkloadProfile, WriteStat
 from lakewarden.table.timeline import Timeline
 from lakewarden.table.transaction import WriteTransaction
@@ -251,6 +255,45 @@ def _dedupe(table: pa.Table, ordering: str | None) -> pa.Table:
     return ranked.filter(first).drop_columns([_SEQ])
 
 
+@dataclass(frozen=True)
+class BucketMerge:
+    """The merge of one bucket: the new content of its canonical group and the file groups
+    the commit replaces (``lakewarden.table.bucket.replaced_by_merge``)."""
+
+    merged: Merged
+    replaced: tuple[FileGroupId, ...] = ()
+
+
+def merge_bucket(
+    storage: Storage,
+    config: TableConfig,
+    canonical: FileGroupId,
+    slices: Sequence[FileSlice],
+    incoming: pa.Table,
+    *,
+    operation: str,
+    instant: str,
+) -> BucketMerge:
+    """``incoming`` (routed to ``canonical``) merged with the records of every slice of its
+    bucket (``BucketSlices.of(canonical)``: the canonical group and its append groups). The
+    result belongs in the canonical group; the Python writer and the Spark tasks both use it."""
+    existing = [
+        stored(read_data_file(storage, s.base_file.path), config)
+        for s in slices
+        if s.base_file is not None
+    ]
+    merged = merge(
+        operation,
+        pa.concat_tables(existing) if existing else None,
+        stamped(incoming, instant, config, operation),
+        config.ordering_field,
+    )
+    if not merged.changed:
+        return BucketMerge(merged)
+    replaced = replaced_by_merge(canonical, slices, emptied=merged.table is None)
+    return BucketMerge(merged, tuple(replaced))
+
+
 # -- the write protocol ---------------------------------------------------------------------
 
 
@@ -288,9 +331,10 @@ def write(ctx: WriteContext, data: pa.Table, operation: Operation) -> CommitResu
     written: list[str] = []
     try:
         with txn.heartbeat():
-            base = _base_snapshot(ctx.timeline, txn.instant)
-            txn.inflight(WorkloadProfile(operation=operation, file_groups=tuple(groups)))  # 4
-            stats = _write_groups(ctx, txn.instant, base, groups, operation, written)  # 5
+            buckets = BucketSlices(_base_snapshot(ctx.timeline, txn.instant))
+            touched = dict.fromkeys(g for c in groups for g in buckets.file_groups(c))
+            txn.inflight(WorkloadProfile(operation=operation, file_groups=tuple(touched)))  # 4
+            stats = _write_groups(ctx, txn.instant, buckets, groups, operation, written)  # 5
             return _complete(ctx, txn, stats)  # 6
     except Exception as err:
         _abandon(ctx.storage, txn, written, err)
@@ -310,24 +354,29 @@ def _base_snapshot(timeline: Timeline, instant: str) -> Snapshot:
 def _write_groups(
     ctx: WriteContext,
     instant: str,
-    base: Snapshot,
+    buckets: BucketSlices,
     routed: dict[FileGroupId, pa.Table],
     operation: str,
     written: list[str],
 ) -> CommitStats:
-    """Merge and write every file group, in parallel (pyarrow releases the GIL)."""
+    """Merge every bucket and write its canonical group, in parallel (pyarrow releases the
+    GIL)."""
     groups = list(routed.items())
 
-    def one(task: int) -> tuple[FileGroupId, Merged, WriteStat | None]:
+    def one(task: int) -> tuple[BucketMerge, WriteStat | None]:
         group, incoming = groups[task]
-        current = base.slice_of(group)
-        existing = None
-        if current is not None and current.base_file is not None:
-            existing = stored(read_data_file(ctx.storage, current.base_file.path), ctx.config)
-        incoming = stamped(incoming, instant, ctx.config, operation)
-        merged = merge(operation, existing, incoming, ctx.config.ordering_field)
+        result = merge_bucket(
+            ctx.storage,
+            ctx.config,
+            group,
+            buckets.of(group),
+            incoming,
+            operation=operation,
+            instant=instant,
+        )
+        merged = result.merged
         if not merged.changed or merged.table is None:
-            return group, merged, None
+            return result, None
         name = BaseFileName(group.file_id, WriteToken(task, 0, 0), instant).render()
         key = file_key(group.partition_path, name)
         written.append(key)  # before the write: a failed write may still leave an object
@@ -341,17 +390,16 @@ def _write_groups(
             num_deletes=merged.deletes,
             size_bytes=_write_file(ctx.storage, ctx.config, key, name, merged.table),
         )
-        return group, merged, stat
+        return result, stat
 
     with ThreadPoolExecutor(max_workers=max(1, min(ctx.max_threads, len(groups)))) as pool:
         results = list(pool.map(one, range(len(groups))))
-    emptied = [(g, m) for g, m, _ in results if m.changed and m.table is None]
     return CommitStats(
         operation=operation,
-        write_stats=tuple(stat for _, _, stat in results if stat is not None),
-        replaced_file_groups=tuple(g for g, _ in emptied),
-        # Deletes that emptied a file group have no write statistic to count them.
-        extra_metadata={"num_deletes": str(sum(m.deletes for _, m, _ in results))}
+        write_stats=tuple(stat for _, stat in results if stat is not None),
+        replaced_file_groups=tuple(g for r, _ in results for g in r.replaced),
+        # Deletes that emptied a bucket have no write statistic to count them.
+        extra_metadata={"num_deletes": str(sum(r.merged.deletes for r, _ in results))}
         if operation == "delete"
         else {},
     )

@@ -1,5 +1,5 @@
-"""The data source's pieces without a SparkSession: options, schema checks and bad rows, file
-groups of a bucket, exactly-once micro-batches, and abandoning an instant."""
+"""The data source's pieces without a SparkSession: options, schema checks and bad rows,
+exactly-once micro-batches, abandoning an instant, and Python writes after a Spark append."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ import lakewarden
 from lakewarden.settings import S3Settings, Settings
 from lakewarden.spark import _job
 from lakewarden.spark._arrow import check_write_schema, conform
-from lakewarden.spark._groups import BucketSlices, append_group, bucket_prefix
 from lakewarden.spark._options import (
     InvalidOptionError,
     ReadSpec,
@@ -29,10 +28,9 @@ from lakewarden.spark._transaction import (
     SparkTransaction,
     pending_of_checkpoint,
 )
-from lakewarden.table.files import bucket_file_id
+from lakewarden.table.bucket import bucket_prefix
 from lakewarden.table.instant import Transition
-from lakewarden.table.snapshot import FileSlice, Snapshot
-from lakewarden.table.stats import CommitStats, FileGroupId, WorkloadProfile, WriteStat
+from lakewarden.table.stats import CommitStats, WorkloadProfile
 from lakewarden.table.writer import InvalidRecordError, SchemaMismatchError
 
 
@@ -84,24 +82,6 @@ def test_conform_names_the_first_row_that_does_not_fit(tmp_path: Path) -> None:
     nulls = pa.table({"id": pa.array([1, None], pa.int64()), "small": [1, 2]})
     with pytest.raises(InvalidRecordError, match="row 11 of the task's input.*null record key"):
         conform(nulls, table.config, "insert", first_row=10, where="partition 3")
-
-
-def test_bucket_file_groups() -> None:
-    canonical = FileGroupId(partition_path="r=1", file_id=bucket_file_id(3))
-    appended = append_group(canonical, "20240101000000000", 7)
-    assert appended.file_id == "00000003-20240101000000000-00007"
-    assert bucket_prefix(appended.file_id) == bucket_prefix(canonical.file_id) == "00000003-"
-    assert bucket_prefix("0c1e-uuid") is None
-
-    def piece(group: FileGroupId) -> FileSlice:
-        stat = WriteStat(file_group=group, path="p", base_instant="1", num_records=1, size_bytes=1)
-        return FileSlice(group, "1", stat)
-
-    other_bucket = FileGroupId(partition_path="r=1", file_id=bucket_file_id(4))
-    other_partition = FileGroupId(partition_path="r=2", file_id=bucket_file_id(3))
-    groups = [appended, other_bucket, canonical, other_partition]
-    index = BucketSlices(Snapshot("1", {g: piece(g) for g in groups}))
-    assert [s.file_group for s in index.of(canonical)] == [canonical, appended]
 
 
 def test_one_instant_per_batch_and_one_completion_per_query_batch(tmp_path: Path) -> None:
@@ -167,21 +147,30 @@ def test_abort_of_a_pending_write_rolls_back_then_deletes(tmp_path: Path) -> Non
     assert files_on_disk(tmp_path) == set()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="lakewarden.table.writer merges only a bucket's canonical file group; a Python "
-    "upsert after a Spark append must also merge the bucket's append groups (proposed to the "
-    "table owner: read BucketSlices.of(group) and replace the append groups)",
-)
 def test_python_upsert_after_a_spark_append_replaces_the_appended_records(
     tmp_path: Path,
 ) -> None:
+    """Two tasks of a plain-format append hold rows of the same buckets (no shuffle), so each
+    bucket gets two append groups; ``Table.write`` merges them with the canonical group."""
     table = make_table(tmp_path)
     handle = _job.TableHandle.open(str(tmp_path), None)
     spec, _ = _job.open_write(handle, "insert", settings_json=None)
-    message = write_task(spec, TaskIdentity(0, 0, 1), iter(rows(range(10)).to_batches()))
-    _job.commit_write(spec, [message])
+    messages = [
+        write_task(spec, TaskIdentity(task, 0, 1), iter(rows(ids).to_batches()))
+        for task, ids in ((0, range(0, 12, 2)), (1, range(1, 12, 2)))
+    ]
+    _job.commit_write(spec, messages)
+    appended = set(table.snapshot().slices)
+    assert len(appended) > 2 and all(bucket_prefix(g.file_id) for g in appended)
+    assert not any(g.file_id.endswith("-0000") for g in appended)  # no canonical group yet
 
-    table.write(rows(range(5), ts=9, note="new"), operation="upsert")
+    upsert = table.write(rows(range(6), ts=9, note="new"), operation="upsert")
 
-    assert table.read().num_rows == 10
+    got = {r["id"]: r["note"] for r in table.read().to_pylist()}
+    assert got == {i: "new" if i < 6 else "v1" for i in range(12)}  # no duplicate keys
+    assert set(upsert.stats.replaced_file_groups) <= appended
+    assert upsert.stats.replaced_file_groups  # the append groups of the upserted buckets
+
+    delete = pa.table({"id": [7, 8], "region": ["eu", "eu"]})  # rows(): id % 3 -> "eu"
+    table.write(delete, operation="delete")
+    assert sorted(r["id"] for r in table.read().to_pylist()) == [0, 1, 2, 3, 4, 5, 6, 9, 10, 11]

@@ -1,4 +1,4 @@
-"""The bucket index hash and Hive-style partition paths.
+"""The bucket index hash, Hive-style partition paths, and the file groups of a bucket.
 
 The fixed expected values below pin the hash: if any of them changes, every existing table's
 keys would move to other buckets (and upserts would duplicate records), so a change here is a
@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import uuid
 
 import pyarrow as pa
 import pytest
@@ -18,8 +19,11 @@ from hypothesis import strategies as st
 
 from lakewarden.table.bucket import (
     DEFAULT_PARTITION,
+    BucketSlices,
     MalformedPartitionPathError,
+    append_group,
     bucket_of,
+    bucket_prefix,
     escape_partition_value,
     fnv1a64_bytes,
     key_buckets,
@@ -27,8 +31,12 @@ from lakewarden.table.bucket import (
     parse_partition_path,
     partition_codes,
     render_partition_path,
+    replaced_by_merge,
     unescape_partition_value,
 )
+from lakewarden.table.files import bucket_file_id
+from lakewarden.table.snapshot import FileSlice, Snapshot
+from lakewarden.table.stats import FileGroupId, WriteStat
 
 
 def test_fnv1a64_published_vectors() -> None:
@@ -139,3 +147,72 @@ def test_partition_codes_vectorised() -> None:
     ]
     codes, paths = partition_codes(table, [])
     assert paths == [""] and codes.to_pylist() == [0] * 5
+
+
+# -- the file groups of a bucket ------------------------------------------------------------
+
+CANONICAL = FileGroupId(partition_path="r=1", file_id=bucket_file_id(3))
+INSTANT = "20240101000000000"
+
+
+def _piece(group: FileGroupId) -> FileSlice:
+    stat = WriteStat(file_group=group, path="p", base_instant="1", num_records=1, size_bytes=1)
+    return FileSlice(group, "1", stat)
+
+
+def test_append_groups_keep_their_bucket_prefix() -> None:
+    appended = append_group(CANONICAL, INSTANT, 7)
+    assert appended == FileGroupId(partition_path="r=1", file_id=f"00000003-{INSTANT}-00007")
+    assert append_group(CANONICAL, INSTANT, 123456).file_id.endswith("-123456")
+    assert bucket_prefix(appended.file_id) == bucket_prefix(CANONICAL.file_id) == "00000003-"
+    assert append_group(appended, "20250101000000000", 1).file_id.startswith("00000003-2025")
+
+
+@pytest.mark.parametrize(
+    "file_id",
+    [
+        "0c1e-uuid",
+        "00000003-0001",  # not the canonical suffix
+        "00000003-",
+        "0000003-0000",  # 7 digits
+        f"00000003-{INSTANT}",  # no task
+        "12345678-1234-4234-8234-123456789012",  # a uuid4 whose first segment is all digits
+    ],
+)
+def test_file_ids_of_no_bucket(file_id: str) -> None:
+    assert bucket_prefix(file_id) is None
+    with pytest.raises(ValueError, match="not the file group of a bucket"):
+        append_group(FileGroupId(partition_path="", file_id=file_id), INSTANT, 0)
+
+
+def test_uuid_file_ids_are_never_bucket_file_ids() -> None:
+    assert all(bucket_prefix(str(uuid.uuid4())) is None for _ in range(200))
+
+
+def test_bucket_slices_of_a_bucket_in_its_partition() -> None:
+    appended = [append_group(CANONICAL, INSTANT, t) for t in (2, 0)]
+    other_bucket = FileGroupId(partition_path="r=1", file_id=bucket_file_id(4))
+    other_partition = FileGroupId(partition_path="r=2", file_id=bucket_file_id(3))
+    no_bucket = FileGroupId(partition_path="r=1", file_id=str(uuid.uuid4()))
+    groups = [*appended, other_bucket, CANONICAL, other_partition, no_bucket]
+    index = BucketSlices(Snapshot("1", {g: _piece(g) for g in groups}))
+    in_order = [CANONICAL, appended[1], appended[0]]  # canonical first, then by file id
+    assert [s.file_group for s in index.of(CANONICAL)] == in_order
+    assert index.file_groups(CANONICAL) == in_order
+    assert [s.file_group for s in index.of(other_partition)] == [other_partition]
+    assert index.of(no_bucket) == [] and index.file_groups(no_bucket) == [no_bucket]
+    # A bucket with append groups only: its canonical group is still what merges touch.
+    only_appends = BucketSlices(Snapshot("1", {g: _piece(g) for g in appended}))
+    assert [s.file_group for s in only_appends.of(CANONICAL)] == in_order[1:]
+    assert only_appends.file_groups(CANONICAL) == in_order
+    assert BucketSlices(Snapshot(None)).file_groups(CANONICAL) == [CANONICAL]
+
+
+def test_a_merge_replaces_the_append_groups_and_names_the_canonical_group_when_emptied() -> None:
+    extras = [append_group(CANONICAL, INSTANT, t) for t in (0, 1)]
+    slices = [_piece(g) for g in (CANONICAL, *extras)]
+    assert replaced_by_merge(CANONICAL, slices, emptied=False) == extras
+    assert replaced_by_merge(CANONICAL, slices, emptied=True) == [CANONICAL, *extras]
+    # emptied with no canonical slice: still named, so every merge of the bucket overlaps
+    assert replaced_by_merge(CANONICAL, slices[1:], emptied=True) == [CANONICAL, *extras]
+    assert replaced_by_merge(CANONICAL, slices[:1], emptied=False) == []

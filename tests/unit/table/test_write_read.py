@@ -6,6 +6,7 @@ reader's non-local path: no ``local_path``), and S3 on SeaweedFS (marked ``s3``)
 
 from __future__ import annotations
 
+import io
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -13,6 +14,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
 from _memstore import MemStorage
 from hypothesis import given, settings
@@ -21,9 +23,10 @@ from hypothesis import strategies as st
 import lakewarden
 from lakewarden.settings import Settings
 from lakewarden.storage import ObjectInfo, Storage, StorageIOError
-from lakewarden.table.bucket import bucket_of
+from lakewarden.table.bucket import append_group, bucket_of, route
 from lakewarden.table.config import (
     META_COLUMNS,
+    META_FILE_NAME,
     NotATableError,
     TableAlreadyExistsError,
     TableConfig,
@@ -31,18 +34,20 @@ from lakewarden.table.config import (
     save_new_config,
 )
 from lakewarden.table.conflicts import OverlappingCommitConflict
-from lakewarden.table.files import bucket_file_id
+from lakewarden.table.files import BaseFileName, WriteToken, bucket_file_id, file_key
 from lakewarden.table.instant import Transition
 from lakewarden.table.reader import ColumnNotFoundError, partition_expression
 from lakewarden.table.snapshot import InstantNotCompletedError
-from lakewarden.table.stats import FileGroupId
+from lakewarden.table.stats import CommitStats, FileGroupId, WorkloadProfile, WriteStat
 from lakewarden.table.table import Table
+from lakewarden.table.transaction import WriteTransaction
 from lakewarden.table.writer import (
     InvalidRecordError,
     SchemaMismatchError,
     merge,
     stamped,
     stored,
+    validate_input,
 )
 
 SCHEMA = pa.schema(
@@ -266,6 +271,111 @@ def test_delete_that_empties_a_file_group_replaces_it(local_table: Table) -> Non
     assert as_set(local_table.read()) == {(2, "us", 1, "b"), (5, "eu", 1, "again")}
 
 
+# -- append groups (what a Spark append leaves beside a bucket's canonical group) ------------
+
+
+def append_like_spark(table: Table, *shares: pa.Table) -> str:
+    """A plain-format Spark append through the table core's API, as ``lakewarden.spark._task``
+    does it: task ``n`` writes its share of the rows into the append group of every bucket they
+    fall in (``append_group``), one instant for all tasks. Returns the instant."""
+    config = table.config
+    txn = WriteTransaction.begin(
+        table.timeline_log, table.coordinator, config.table_id, operation="insert", actor="spark"
+    )
+    written: list[WriteStat] = []
+    for task, share in enumerate(shares):
+        checked = validate_input(share, config, "insert")
+        for canonical, part in route(checked, config).items():
+            group = append_group(canonical, txn.instant, task)
+            name = BaseFileName(group.file_id, WriteToken(task, 0, 0), txn.instant).render()
+            key = file_key(group.partition_path, name)
+            records = stamped(part, txn.instant, config, "insert")
+            records = records.append_column(META_FILE_NAME, pa.repeat(pa.scalar(name), len(part)))
+            buffer = io.BytesIO()
+            pq.write_table(
+                records.select(config.file_schema.names).cast(config.file_schema), buffer
+            )
+            table.storage.write_if_absent(key, buffer.getvalue())
+            written.append(
+                WriteStat(
+                    file_group=group,
+                    path=key,
+                    base_instant=txn.instant,
+                    num_records=len(part),
+                    num_inserts=len(part),
+                    size_bytes=len(buffer.getvalue()),
+                )
+            )
+    groups = tuple(w.file_group for w in written)
+    txn.inflight(WorkloadProfile(operation="insert", file_groups=groups))
+    txn.complete(CommitStats(operation="insert", write_stats=tuple(written)))
+    return txn.instant
+
+
+def _eu_group(key: int, buckets: int) -> FileGroupId:
+    return FileGroupId(partition_path="region=eu", file_id=bucket_file_id(bucket_of(key, buckets)))
+
+
+def test_upsert_and_delete_merge_every_append_group_of_a_bucket(make_table: MakeTable) -> None:
+    table = make_table(buckets=1)  # one bucket per partition: every "eu" key shares it
+    table.write(rows((1, "eu", 1, "a"), (2, "eu", 1, "b")), "insert")
+    appended = append_like_spark(
+        table,
+        rows((3, "eu", 1, "c"), (1, "eu", 0, "a-again")),  # inserts may duplicate keys
+        rows((4, "eu", 1, "d"), (2, "eu", 5, "b-again")),
+    )
+    canonical = _eu_group(1, 1)
+    extras = (append_group(canonical, appended, 0), append_group(canonical, appended, 1))
+    assert set(table.snapshot().slices) == {canonical, *extras}
+    assert table.read().num_rows == 6
+
+    upsert = table.write(rows((1, "eu", 2, "A"), (3, "eu", 2, "C"), (5, "eu", 1, "e")))
+
+    assert as_set(table.read()) == {
+        (1, "eu", 2, "A"),  # replaces the canonical record and the appended duplicate
+        (2, "eu", 1, "b"),  # keys the upsert does not touch keep their duplicates
+        (2, "eu", 5, "b-again"),
+        (3, "eu", 2, "C"),  # the appended record, replaced
+        (4, "eu", 1, "d"),
+        (5, "eu", 1, "e"),
+    }
+    assert upsert.stats.replaced_file_groups == extras  # consolidated into the canonical group
+    assert [w.file_group for w in upsert.stats.write_stats] == [canonical]
+    assert (upsert.stats.write_stats[0].num_updates, upsert.stats.write_stats[0].num_inserts) == (
+        2,
+        1,
+    )
+    assert set(table.snapshot().slices) == {canonical}
+
+    table.write(pa.table({"id": [2, 4], "region": ["eu", "eu"]}), "delete")
+    assert as_set(table.read()) == {(1, "eu", 2, "A"), (3, "eu", 2, "C"), (5, "eu", 1, "e")}
+
+
+def test_a_delete_of_appended_records_replaces_their_append_groups(local_table: Table) -> None:
+    """No canonical group yet: the delete empties the bucket and names its canonical group
+    among the replaced ones all the same (see ``replaced_by_merge``)."""
+    appended = append_like_spark(local_table, rows((1, "eu", 1, "a")), rows((1, "eu", 2, "b")))
+    kept = append_like_spark(local_table, rows((2, "us", 1, "other partition")))
+    canonical = _eu_group(1, 3)
+
+    result = local_table.write(pa.table({"id": [1], "region": ["eu"]}), "delete")
+
+    extras = (append_group(canonical, appended, 0), append_group(canonical, appended, 1))
+    assert result.stats.replaced_file_groups == (canonical, *extras)
+    assert result.stats.write_stats == ()
+    assert result.stats.extra_metadata == {"num_deletes": "2"}
+    assert as_set(local_table.read()) == {(2, "us", 1, "other partition")}
+    us = FileGroupId(partition_path="region=us", file_id=bucket_file_id(bucket_of(2, 3)))
+    assert set(local_table.snapshot().slices) == {append_group(us, kept, 0)}
+
+
+def test_a_delete_that_finds_nothing_leaves_the_append_groups(local_table: Table) -> None:
+    appended = append_like_spark(local_table, rows((1, "eu", 1, "a")))
+    result = local_table.write(pa.table({"id": [1], "region": ["us"]}), "delete")
+    assert result.stats.replaced_file_groups == () and result.stats.write_stats == ()
+    assert set(local_table.snapshot().slices) == {append_group(_eu_group(1, 3), appended, 0)}
+
+
 keyed_records = st.tuples(st.integers(0, 6), st.none() | st.integers(0, 3))
 
 
@@ -481,6 +591,54 @@ def test_a_lost_reply_on_completion_is_reconciled_from_the_log() -> None:
         (result.instant, Transition.COMPLETED)
     ]
     assert as_set(table.read()) == {(1, "eu", 1, "a")}
+
+
+def test_two_merges_of_a_bucket_with_append_groups_overlap() -> None:
+    storage, config = _shared_table()
+    loser, winner = Table(storage, config, actor="loser"), Table(storage, config, actor="winner")
+    appended = append_like_spark(winner, rows((1, "eu", 1, "a")), rows((2, "eu", 1, "b")))
+    storage.hook = lambda: winner.write(rows((1, "eu", 2, "winner")))
+    with pytest.raises(OverlappingCommitConflict) as info:
+        loser.write(rows((2, "eu", 2, "loser")))
+    canonical = FileGroupId(partition_path="", file_id=bucket_file_id(0))
+    both = {canonical, append_group(canonical, appended, 0), append_group(canonical, appended, 1)}
+    assert info.value.file_group == min(str(g) for g in both)
+    assert as_set(loser.read()) == {(1, "eu", 2, "winner"), (2, "eu", 1, "b")}
+
+
+def test_a_merge_that_saw_no_append_group_overlaps_one_that_emptied_them() -> None:
+    """The loser's snapshot predates the append; the winner's delete saw only the append
+    group and emptied the bucket. They share no file group of either snapshot, yet overlap:
+    the winner names the canonical group among the groups it replaced."""
+    storage, config = _shared_table()
+    loser, winner = Table(storage, config, actor="loser"), Table(storage, config, actor="winner")
+
+    def append_then_delete_it() -> None:
+        append_like_spark(winner, rows((1, "eu", 1, "appended")))
+        winner.write(pa.table({"id": [1]}), "delete")
+
+    storage.hook = append_then_delete_it
+    with pytest.raises(OverlappingCommitConflict) as info:
+        loser.write(rows((1, "eu", 5, "loser")))
+    assert info.value.file_group == bucket_file_id(0)
+    assert loser.read().num_rows == 0
+
+
+def test_an_append_racing_a_merge_of_its_bucket_commits_and_loses_nothing() -> None:
+    """Append groups are unique per instant and task: an append never overlaps anything, and
+    a merge replaces only the append groups of its own snapshot."""
+    storage, config = _shared_table()
+    table = Table(storage, config)
+    table.write(rows((1, "eu", 1, "a")))
+    appended: list[str] = []
+    storage.hook = lambda: appended.append(append_like_spark(table, rows((2, "eu", 1, "new"))))
+    merged = table.write(rows((1, "eu", 2, "A")))
+    assert merged.stats.replaced_file_groups == ()
+    assert as_set(table.read()) == {(1, "eu", 2, "A"), (2, "eu", 1, "new")}
+    later = table.write(rows((3, "eu", 1, "c")))
+    canonical = FileGroupId(partition_path="", file_id=bucket_file_id(0))
+    assert later.stats.replaced_file_groups == (append_group(canonical, appended[0], 0),)
+    assert as_set(table.read()) == {(1, "eu", 2, "A"), (2, "eu", 1, "new"), (3, "eu", 1, "c")}
 
 
 def test_partition_values_of_many_types_prune_correctly(tmp_path: Path) -> None:
