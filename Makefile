@@ -4,10 +4,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup kafka-jars deps up down demo test test-fast lint typecheck bench clean
+.PHONY: setup kafka-jars spark-jars deps up down demo test test-fast lint typecheck bench clean
 
 # Idempotent and fast: reinstalls only when pyproject.toml changed since the last install.
-setup: $(STAMP) kafka-jars
+setup: $(STAMP) kafka-jars spark-jars
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -24,6 +24,15 @@ kafka-jars: infra/kafka/lib/.fetched
 infra/kafka/lib/.fetched: infra/kafka/pom.xml
 	rm -rf infra/kafka/lib
 	mvn -B -q -Dstyle.color=never -f infra/kafka/pom.xml dependency:copy-dependencies -DoutputDirectory=lib
+	touch $@
+
+# Spark's Kafka source (spark-sql-kafka-0-10 and what pyspark lacks), fetched by Maven into
+# infra/spark/jars; `lakewarden ingest` passes them as local files in spark.jars (no Ivy).
+spark-jars: infra/spark/jars/.fetched
+
+infra/spark/jars/.fetched: infra/spark/pom.xml
+	rm -rf infra/spark/jars
+	mvn -B -q -Dstyle.color=never -f infra/spark/pom.xml dependency:copy-dependencies -DoutputDirectory=jars
 	touch $@
 
 deps: setup
