@@ -3,8 +3,9 @@
 ``TaskAttempt.create_file(dest_key)`` gives a writable binary file for a data file whose final
 key is ``dest_key``:
 
-- **rename mode** (local filesystem): a file at ``tasks/<taskAttemptId>/<dest_key>`` in the
-  attempt's working directory (``local_path`` gives the path, for pyarrow to write directly);
+- **rename mode** (local filesystem): a file in the attempt's working directory, named by its
+  escaped destination key (``layout.attempt_file_name``; ``local_path`` gives the path, for
+  pyarrow to write directly);
 - **upload mode** (S3): a multipart upload to ``dest_key`` itself, in parts of
   ``options.part_size``, that is never completed here (see ``lakewarden.commit.uploads`` for
   the records that let abort find it).
@@ -22,7 +23,7 @@ from typing import BinaryIO, cast
 
 from lakewarden.commit._store import CommitStore, FaultHook
 from lakewarden.commit.errors import PathOutsideTableError, TaskCommitError
-from lakewarden.commit.layout import JobLayout, TaskAttemptId, is_reserved
+from lakewarden.commit.layout import JobLayout, TaskAttemptId, attempt_file_name, is_reserved
 from lakewarden.commit.options import CommitterOptions
 from lakewarden.commit.stages import (
     StageConfig,
@@ -86,7 +87,7 @@ class TaskAttempt:
                 job_id=self.layout.job_id,
                 attempt=str(self.attempt_id),
             )
-        key = self.layout.task_attempt_dir(self.attempt_id) + dest_key
+        key = self.layout.task_attempt_dir(self.attempt_id) + attempt_file_name(dest_key)
         self.store.make_dirs(key.rpartition("/")[0])
         return self.store.path(key)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from lakewarden.commit.errors import TaskCommitError
-from lakewarden.commit.layout import TaskAttemptId, is_reserved
+from lakewarden.commit.layout import TaskAttemptId, destination_of, is_reserved
 from lakewarden.commit.manifest import (
     FileEntry,
     ManifestHeader,
@@ -99,7 +99,7 @@ class TaskCommitStage(Stage[TaskCommitArgs, TaskCommitResult]):
         prefix = self.layout.task_attempt_dir(attempt)
         entries = []
         for info in self.store.list(prefix):
-            dst = info.key[len(prefix) :]
+            dst = destination_of(info.key[len(prefix) :])
             _check_destination(dst, attempt, self.layout.job_id)
             entries.append(FileEntry(info.key, dst, info.size))
         return entries

@@ -21,6 +21,7 @@ from lakewarden.commit import (
     UploadRef,
     new_job_id,
 )
+from lakewarden.commit.layout import attempt_file_name, destination_of
 from lakewarden.commit.manifest import (
     MANIFEST_TYPE,
     ManifestHeader,
@@ -204,3 +205,28 @@ def test_run_parallel_keeps_order_and_stops_on_the_first_failure() -> None:
             run_parallel(pool, range(100), work, max_in_flight=4)
     assert len(started) < 20  # the rest never started
     assert run_parallel(None, [1, 2], lambda i, s: i + 1, max_in_flight=1) == [2, 3]
+
+
+keys = st.lists(
+    st.text(st.characters(blacklist_characters="/\x00\\"), min_size=1, max_size=90).filter(
+        lambda s: s not in (".", "..")
+    ),
+    min_size=1,
+    max_size=4,
+).map("/".join)
+
+
+@given(keys)
+def test_attempt_file_names_round_trip(dest_key: str) -> None:
+    name = attempt_file_name(dest_key)
+    assert destination_of(name) == dest_key
+    flat = dest_key.replace("%", "%25").replace("/", "%2F")
+    if len(flat.encode()) <= 240:
+        assert name == flat  # flat: one directory per attempt
+    else:
+        assert name.count("/") == dest_key.count("/")  # too long for one name: a tree
+
+
+def test_attempt_file_names_are_flat_and_readable() -> None:
+    assert attempt_file_name("p=1/q=%2F/f.parquet") == "p=1%2Fq=%252F%2Ff.parquet"
+    assert destination_of("p=1%2Fq=%252F%2Ff.parquet") == "p=1/q=%2F/f.parquet"

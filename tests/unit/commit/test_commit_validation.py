@@ -24,6 +24,7 @@ from lakewarden.commit import (
     SourceOutsideAttemptError,
     TaskAttempt,
 )
+from lakewarden.commit.layout import attempt_file_name
 
 
 def _with_extra_entry(
@@ -280,7 +281,7 @@ def test_destination_directory_symlinked_out_of_the_table_is_refused(
         attempt,
         {"s": _src(committer, attempt, "p=9/x.parquet"), "d": "p=9/x.parquet"},
     )
-    (root / _src(committer, attempt, "p=9/x.parquet")).parent.mkdir(parents=True)
+    (root / _src(committer, attempt, "p=9/x.parquet")).parent.mkdir(parents=True, exist_ok=True)
     (root / _src(committer, attempt, "p=9/x.parquet")).write_bytes(b"good")
     _expect_refused(
         local_table,
@@ -298,7 +299,7 @@ def test_destination_directory_symlinked_into_the_metadata_is_refused(local_tabl
     (root / ".lakewarden" / "timeline").mkdir(parents=True)
     os.symlink(root / ".lakewarden" / "timeline", root / "p=7")
     src = _src(committer, attempt, "p=7/00000000000000000001.json")
-    (root / src).parent.mkdir(parents=True)
+    (root / src).parent.mkdir(parents=True, exist_ok=True)
     (root / src).write_bytes(b"good")
     _with_extra_entry(
         local_table, committer, attempt, {"s": src, "d": "p=7/00000000000000000001.json"}
@@ -339,12 +340,8 @@ def test_source_directory_symlinked_outside_is_refused(local_table: Table, tmp_p
     (elsewhere / "f.parquet").write_bytes(b"good")
     attempt_dir = root / committer.layout.task_attempt_dir(attempt.attempt_id)
     os.symlink(elsewhere, attempt_dir / "p=5")
-    _with_extra_entry(
-        local_table,
-        committer,
-        attempt,
-        {"s": _src(committer, attempt, "p=5/f.parquet"), "d": "p=5/f.parquet"},
-    )
+    nested = committer.layout.task_attempt_dir(attempt.attempt_id) + "p=5/f.parquet"
+    _with_extra_entry(local_table, committer, attempt, {"s": nested, "d": "p=5/f.parquet"})
     _expect_refused(
         local_table,
         committer,
@@ -357,4 +354,4 @@ def test_source_directory_symlinked_outside_is_refused(local_table: Table, tmp_p
 
 
 def _src(committer: ManifestCommitter, attempt: TaskAttempt, dest: str) -> str:
-    return committer.layout.task_attempt_dir(attempt.attempt_id) + dest
+    return committer.layout.task_attempt_dir(attempt.attempt_id) + attempt_file_name(dest)
