@@ -139,7 +139,10 @@ def test_validate_runs_after_the_conflict_rules_and_again_after_a_rebase() -> No
         if state.completed():
             raise _BatchDone(f"{state.completed()[0].instant} did it already")
 
-    storage.before_write_if_absent = lambda: a.complete(stats_for(a, FG)) and None
+    def a_completes_first() -> None:
+        a.complete(stats_for(a, FG))
+
+    storage.before_write_if_absent = a_completes_first
     with pytest.raises(_BatchDone, match=f"{a.instant} did it already"):
         b.complete(stats_for(b, other), validate=refuse_once_a_completed)
     assert seen == [0, 1]  # before the append, and again against the rebased state

@@ -597,7 +597,11 @@ def test_two_merges_of_a_bucket_with_append_groups_overlap() -> None:
     storage, config = _shared_table()
     loser, winner = Table(storage, config, actor="loser"), Table(storage, config, actor="winner")
     appended = append_like_spark(winner, rows((1, "eu", 1, "a")), rows((2, "eu", 1, "b")))
-    storage.hook = lambda: winner.write(rows((1, "eu", 2, "winner")))
+
+    def winner_merges_first() -> None:
+        winner.write(rows((1, "eu", 2, "winner")))
+
+    storage.hook = winner_merges_first
     with pytest.raises(OverlappingCommitConflict) as info:
         loser.write(rows((2, "eu", 2, "loser")))
     canonical = FileGroupId(partition_path="", file_id=bucket_file_id(0))
