@@ -28,8 +28,18 @@ from lakewarden.spark._transaction import BatchAlreadyCommittedError
 
 
 def register(spark: Any) -> None:
-    """Register the ``lakewarden`` format with ``spark`` (a ``SparkSession``); idempotent."""
-    spark.dataSource.register(LakewardenDataSource)
+    """Register the ``lakewarden`` format with ``spark`` (a ``SparkSession``); idempotent.
+
+    Where lakewarden is installed for the Python that Spark runs (``PYSPARK_PYTHON``), Spark
+    already found the format through the top-level ``pyspark_lakewarden`` module, and registering
+    it again is refused with ``DATA_SOURCE_ALREADY_EXISTS``: that refusal means "done"."""
+    from pyspark.errors import AnalysisException
+
+    try:
+        spark.dataSource.register(LakewardenDataSource)
+    except AnalysisException as err:
+        if err.getCondition() != "DATA_SOURCE_ALREADY_EXISTS":
+            raise
 
 
 __all__ = [
