@@ -1,0 +1,351 @@
+"""Streaming ingestion: a Kafka topic into a lakewarden table (``lakewarden ingest``).
+
+    spark = ingest_session()                             # local Spark with the Kafka source
+    job = IngestJob.start(spark, IngestSpec(topic="orders", table=uri, bootstrap=servers))
+    totals = job.run(on_batch=print, max_batches=5)      # one BatchReport per micro-batch
+    job.stop()
+
+One Structured Streaming query; each micro-batch goes through these steps:
+
+1. **read** the topic with Spark's Kafka source (``spark-sql-kafka``, local jars fetched by
+   ``make spark-jars``; see ``kafka_jars``), from the earliest offset on a first run, from the
+   checkpoint's offsets after that, at most ``max_records_per_batch`` records per batch;
+2. **parse** each value as a UTF-8 JSON object into the table schema (``parse_records``: Spark's
+   ``from_json``, permissive, with a corrupt-record column). Fields not in the table are
+   ignored; a missing nullable field is null;
+3. **classify**: a record is *bad* when its value is null, is not a JSON object, has a field
+   whose value does not fit the table type, lacks the record key, or lacks a required field;
+4. **bad records** (the error table is off this round), by ``bad_records``:
+   - ``fail``: the batch fails on the first bad record, naming its topic, partition, offset and
+     reason; Spark aborts the batch and the writer rolls its instant back. Nothing is lost:
+     the query stops and a restart begins at that batch again;
+   - ``skip``: the task that meets them writes them, with their Kafka coordinates and reason,
+     to ``<checkpoint>/_bad_records/batch-<B>/part-<P>.jsonl`` and leaves them out of the
+     write. A batch's offsets are fixed by the checkpoint before it runs, so a rerun of the
+     batch rewrites the same files with the same lines (written to a temporary name, then
+     renamed): each bad record is in exactly one line. ``BatchReport.bad_rows`` counts them;
+5. **write** the good rows with ``writeStream.format("lakewarden")``: one instant per
+   micro-batch, committed once per (query, batch) even across restarts (``_stream``).
+
+The checkpoint location defaults to ``<state dir>/ingest/<table name>.<topic>`` (local
+filesystem: ``LAKEWARDEN_STATE_DIR``, ``.lakewarden-state`` by default), so a second run with
+the same table and topic continues where the first stopped.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming.query import StreamingQuery
+
+from lakewarden.errors import ConfigurationError, NonRetryableError
+from lakewarden.settings import Settings
+from lakewarden.spark import _job
+from lakewarden.spark._arrow import spark_schema
+from lakewarden.spark._ingest_records import (
+    BadRecords,
+    bad_record_files,
+    parse_records,
+    read_bad_records,
+    route_bad_records,
+)
+from lakewarden.spark._options import OPT_SETTINGS, encode_settings
+from lakewarden.spark._transaction import BATCH_ID, QUERY_ID
+from lakewarden.table.instant import Transition
+
+BAD_RECORDS_DIR = "_bad_records"
+JARS_ENV = "LAKEWARDEN_SPARK_JARS"
+
+__all__ = [
+    "BAD_RECORDS_DIR",
+    "BadRecords",
+    "BatchReport",
+    "IngestError",
+    "IngestJob",
+    "IngestSpec",
+    "IngestTotals",
+    "KafkaJarsMissingError",
+    "bad_record_files",
+    "default_checkpoint",
+    "ingest_session",
+    "kafka_jars",
+    "read_bad_records",
+]
+
+
+class IngestError(NonRetryableError):
+    """The ingestion query failed (a bad record with ``fail``, a write that did not commit)."""
+
+
+class KafkaJarsMissingError(ConfigurationError):
+    """Spark's Kafka source jars are not where ``kafka_jars`` looks."""
+
+
+def default_jars_dir() -> Path:
+    """``$LAKEWARDEN_SPARK_JARS``, else ``infra/spark/jars`` of the source tree."""
+    configured = os.environ.get(JARS_ENV)
+    if configured:
+        return Path(configured)
+    return Path(__file__).resolve().parents[2] / "infra" / "spark" / "jars"
+
+
+def kafka_jars(directory: Path | None = None) -> list[Path]:
+    """The jars of Spark's Kafka source, as local files for ``spark.jars``.
+
+    Raises: KafkaJarsMissingError (with the command that fetches them)."""
+    folder = directory or default_jars_dir()
+    jars = sorted(folder.glob("*.jar")) if folder.is_dir() else []
+    if not any(jar.name.startswith("spark-sql-kafka-0-10_") for jar in jars):
+        raise KafkaJarsMissingError(
+            f"Spark's Kafka source jars are not in {folder}. Help: run `make spark-jars` "
+            f"(Maven fetches them from Maven Central into infra/spark/jars), or point {JARS_ENV} "
+            "at a folder holding spark-sql-kafka-0-10 and its dependencies."
+        )
+    return jars
+
+
+def ingest_session(
+    *,
+    master: str = "local[2]",
+    app_name: str = "lakewarden-ingest",
+    jars: list[Path] | None = None,
+    local_dir: Path | None = None,
+) -> SparkSession:
+    """A local SparkSession with the Kafka source jars (local files, never Ivy) and the
+    ``lakewarden`` format. Python workers run this interpreter. Raises: KafkaJarsMissingError."""
+    from lakewarden.spark import register
+
+    paths = jars if jars is not None else kafka_jars()
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = (
+        SparkSession.builder.master(master)
+        .appName(app_name)
+        .config("spark.jars", ",".join(str(p.resolve()) for p in paths))
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+    )
+    if local_dir is not None:
+        builder = builder.config("spark.local.dir", str(local_dir))
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    return spark
+
+
+@dataclass(frozen=True)
+class IngestSpec:
+    """One ingestion: which topic into which table, and how."""
+
+    topic: str
+    table: str
+    bootstrap: str
+    checkpoint: Path
+    trigger_s: float | None = 5.0  # None: process what the topic holds now, then stop
+    max_records_per_batch: int | None = None
+    bad_records: BadRecords = "fail"
+    starting_offsets: str = "earliest"
+    settings: Settings | None = None  # for the writer's processes (default: their environment)
+
+    @property
+    def bad_records_dir(self) -> Path:
+        return self.checkpoint / BAD_RECORDS_DIR
+
+
+def default_checkpoint(settings: Settings, table_name: str, topic: str) -> Path:
+    """``<state dir>/ingest/<table name>.<topic>`` (absolute)."""
+    return (settings.state_dir / "ingest" / f"{table_name}.{topic}").resolve()
+
+
+@dataclass(frozen=True)
+class BatchReport:
+    """What one micro-batch did."""
+
+    batch_id: int
+    input_rows: int  # Kafka records read
+    written_rows: int  # rows in the batch's instant
+    bad_rows: int  # left out (``skip``): lines in the batch's bad-record files
+    instant: str | None  # the completed instant (None: nothing to write)
+    duration_ms: int
+    add_batch_ms: int  # Spark's addBatch: the tasks' writes and the commit
+
+
+@dataclass
+class IngestTotals:
+    batches: int = 0
+    input_rows: int = 0
+    written_rows: int = 0
+    bad_rows: int = 0
+    last_instant: str | None = None
+    reports: list[BatchReport] = field(default_factory=list)
+
+    def add(self, report: BatchReport) -> None:
+        self.batches += 1
+        self.input_rows += report.input_rows
+        self.written_rows += report.written_rows
+        self.bad_rows += report.bad_rows
+        self.last_instant = report.instant or self.last_instant
+        self.reports.append(report)
+
+
+class IngestJob:
+    """A running ingestion query and what it has done so far."""
+
+    def __init__(self, spark: SparkSession, spec: IngestSpec, query: StreamingQuery) -> None:
+        self.spark = spark
+        self.spec = spec
+        self.query = query
+        self.query_id = str(query.id)
+        self.table = _job.TableHandle.open(spec.table, _encoded(spec.settings))
+        self.totals = IngestTotals()
+        self._seen = -1
+
+    @classmethod
+    def start(cls, spark: SparkSession, spec: IngestSpec) -> IngestJob:
+        """Start the query (steps 1-5). Raises: NotATableError, KafkaJarsMissingError,
+        SchemaMismatchError."""
+        encoded = _encoded(spec.settings)
+        config = _job.TableHandle.open(spec.table, encoded).config
+        reader = (
+            spark.readStream.format("kafka")
+            .option("kafka.bootstrap.servers", spec.bootstrap)
+            .option("subscribe", spec.topic)
+            .option("startingOffsets", spec.starting_offsets)
+        )
+        if spec.max_records_per_batch is not None:
+            reader = reader.option("maxOffsetsPerTrigger", str(spec.max_records_per_batch))
+        try:
+            raw = reader.load()
+        except Exception as err:  # AnalysisException: the session has no Kafka source
+            if "kafka" not in str(err).lower():
+                raise
+            raise KafkaJarsMissingError(
+                f"this SparkSession has no Kafka source ({err}). Help: build it with "
+                "lakewarden.spark.ingest.ingest_session(), or add kafka_jars() to spark.jars."
+            ) from err
+        names = spark_schema(config.pa_schema).fieldNames()
+        parsed = parse_records(raw, config)
+        good = route_bad_records(parsed, spec.bad_records, spec.bad_records_dir, names)
+        writer = (
+            good.writeStream.format("lakewarden")
+            .queryName(f"lakewarden-ingest-{spec.topic}")
+            .option("checkpointLocation", str(spec.checkpoint))
+        )
+        if encoded is not None:
+            writer = writer.option(OPT_SETTINGS, encoded)
+        if spec.trigger_s is None:
+            writer = writer.trigger(availableNow=True)
+        else:
+            writer = writer.trigger(processingTime=f"{int(spec.trigger_s * 1000)} milliseconds")
+        return cls(spark, spec, writer.start(spec.table))
+
+    def poll(self) -> list[BatchReport]:
+        """Reports of the batches finished since the last poll. Raises: IngestError."""
+        progress = [p for p in self.query.recentProgress if p.batchId > self._seen]
+        reports = [self._report(p) for p in sorted(progress, key=lambda p: p.batchId)]
+        for report in reports:
+            self._seen = report.batch_id
+            self.totals.add(report)
+        if not reports:
+            self._raise_if_failed()
+        return reports
+
+    def run(
+        self,
+        *,
+        on_batch: Callable[[BatchReport], None] | None = None,
+        max_batches: int | None = None,
+        stop_when: Callable[[IngestTotals], bool] | None = None,
+        timeout_s: float | None = None,
+        poll_s: float = 0.5,
+    ) -> IngestTotals:
+        """Report batches until ``max_batches`` ran, ``stop_when(totals)`` holds, the query
+        ended by itself (available-now trigger) or ``timeout_s`` passed; the query is stopped
+        then. A batch that started meanwhile is interrupted: Spark aborts it, its instant is
+        rolled back, and the next run redoes it from the checkpoint.
+
+        Raises: IngestError (the query failed; it is stopped)."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        try:
+            while True:
+                active = self.query.isActive
+                for report in self.poll():
+                    if on_batch is not None:
+                        on_batch(report)
+                if (
+                    not active
+                    or (max_batches is not None and self.totals.batches >= max_batches)
+                    or (stop_when is not None and stop_when(self.totals))
+                    or (deadline is not None and time.monotonic() >= deadline)
+                ):
+                    break
+                time.sleep(poll_s)
+        finally:
+            self.stop()
+        self._raise_if_failed()
+        return self.totals
+
+    def stop(self) -> None:
+        if self.query.isActive:
+            self.query.stop()
+
+    def _report(self, progress: Any) -> BatchReport:
+        batch = int(progress.batchId)
+        instant = self._instant_of(batch)
+        written = 0
+        if instant is not None:
+            state = self.table.timeline.load().get(instant)
+            meta = state.commit.extra_metadata if state and state.commit else {}
+            written = int(meta.get("num_input_records", "0"))
+        durations = progress.durationMs or {}
+        return BatchReport(
+            batch_id=batch,
+            input_rows=int(progress.numInputRows),
+            written_rows=written,
+            bad_rows=len(read_bad_records(self.spec.bad_records_dir, batch)),
+            instant=instant,
+            duration_ms=int(durations.get("triggerExecution", 0)),
+            add_batch_ms=int(durations.get("addBatch", 0)),
+        )
+
+    def _instant_of(self, batch: int) -> str | None:
+        for inst in self.table.timeline.load().completed():
+            meta = inst.commit.extra_metadata if inst.commit is not None else {}
+            if meta.get(QUERY_ID) == self.query_id and meta.get(BATCH_ID) == str(batch):
+                assert inst.state is Transition.COMPLETED
+                return inst.instant
+        return None
+
+    def _raise_if_failed(self) -> None:
+        err = self.query.exception()
+        if err is not None:
+            raise IngestError(
+                f"ingestion of topic {self.spec.topic} into {self.spec.table} failed: "
+                f"{spark_error_summary(str(err))}",
+                table=self.spec.table,
+            ) from err
+
+
+def spark_error_summary(text: str) -> str:
+    """The telling line of a Spark failure: ours (a bad record, a lakewarden error) first."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    for marker in ("lakewarden ingest: bad record", "lakewarden", "Error: ", "Exception: "):
+        for line in lines:
+            if marker in line:
+                start = line.find("lakewarden ingest:") if "lakewarden ingest:" in line else 0
+                return line[start:].removesuffix(" SQLSTATE: P0001")[:1000]
+    return lines[0][:1000] if lines else "unknown error"
+
+
+def _encoded(settings: Settings | None) -> str | None:
+    return encode_settings(settings) if settings is not None else None
