@@ -1,25 +1,33 @@
-"""``make demo``: the main job, end to end, on the local stack.
+"""``make demo``: streaming ingestion from Kafka into a lakewarden table, end to end.
 
-For now (platform stage) it:
+1. brings the local stack up in its own temporary state folder, on free ports: Kafka and every
+   registered service (timeline-lock, heartbeat-monitor), so it never collides with a stack a
+   developer already runs;
+2. creates an ``orders`` table (partitioned by region, 2 buckets) on the local filesystem;
+3. produces a stream of sample order events as JSON to a topic, in waves, a few of them
+   malformed (not JSON, a missing order id, an amount that is not a number);
+4. runs the ingestion (``lakewarden.spark.ingest``: Spark Structured Streaming, Kafka source,
+   ``writeStream.format("lakewarden")``, bad records skipped into
+   ``<checkpoint>/_bad_records``) with a line per micro-batch until every event is in;
+   every commit takes timeline-lock's lease and beats to heartbeat-monitor;
+5. prints the timeline, the row count read back and where the bad records went;
+6. brings the stack down, whatever happened, and deletes the temporary folder.
 
-1. brings the local stack up in its own state folder on free ports, so it never collides with a
-   stack a developer already runs;
-2. creates a small lakewarden table on the local filesystem and commits two writes to it
-   (an insert, then an upsert) with the embedded coordinator;
-3. publishes one sample of every event through Kafka, plus one malformed message;
-4. reads them back, prints them, and shows the malformed one landing in the dead-letter topic;
-5. brings the stack down, whatever happened.
-
-Later issues grow it into the streaming ingestion demo.
+Runs on the embedded defaults with no configuration. The order events and the topic helpers
+are here for tests and benchmarks too.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import random
 import shutil
 import sys
 import tempfile
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -28,26 +36,104 @@ import pyarrow as pa
 from rich.console import Console
 from rich.table import Table as RichTable
 
-from lakewarden.devstack import DevSettings, DevStack
-from lakewarden.events import DLQ, TOPICS, EventConsumer, EventProducer, sample_events
-from lakewarden.events.topics import HEARTBEATS
+from lakewarden.devstack import SERVICES, DevSettings, DevStack
 from lakewarden.settings import KafkaSettings, Settings
 
 console = Console()
-DEMO_TABLE_ID = "demo-orders"
-POISON = b"not an avro event"
+TOPIC = "demo.orders"
+PARTITIONS = 2
+WAVES = 4
+EVENTS_PER_WAVE = 150
+WAVE_PAUSE_S = 1.5
+REGIONS = ("eu", "us", "apac")
+ORDERS_SCHEMA = pa.schema(
+    [
+        pa.field("order_id", pa.string(), nullable=False),
+        ("region", pa.string()),
+        ("customer", pa.string()),
+        ("amount", pa.float64()),
+        ("updated_at", pa.int64()),
+    ]
+)
+# One of each kind of bad record, at fixed places of the stream: (event index, value).
+MALFORMED: dict[int, bytes] = {
+    17: b"this is not json",
+    170: b'{"region": "eu", "customer": "c-1", "amount": 12.5, "updated_at": 1}',
+    333: b'{"order_id": "o-bad-amount", "region": "us", "amount": "a lot", "updated_at": 2}',
+    480: b'{"order_id": "o-truncated", "region": "eu", "amo',
+    555: b"[1, 2, 3]",
+}
+
+
+def order_events(count: int, *, seed: int = 7, malformed: bool = True) -> list[bytes]:
+    """``count`` JSON order events (unique order ids); the ``MALFORMED`` ones replace the
+    events at their indexes (when ``malformed`` and within ``count``)."""
+    rng = random.Random(seed)
+    events = []
+    for i in range(count):
+        if malformed and i in MALFORMED:
+            events.append(MALFORMED[i])
+            continue
+        order = {
+            "order_id": f"o-{i:06d}",
+            "region": REGIONS[i % len(REGIONS)],
+            "customer": f"c-{rng.randrange(1000):03d}",
+            "amount": round(rng.uniform(5, 500), 2),
+            "updated_at": 1_700_000_000_000 + i,
+        }
+        events.append(json.dumps(order).encode())
+    return events
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int = PARTITIONS) -> None:
+    """Create ``topic`` (replication 1) unless it exists. Raises: KafkaException."""
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import AdminClient
+    from confluent_kafka.cimpl import NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
+        try:
+            future.result(30)
+        except KafkaException as err:
+            if err.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise
+
+
+def produce(bootstrap: str, topic: str, values: Sequence[bytes]) -> None:
+    """Produce ``values`` (round-robin over partitions) and wait until all are acknowledged.
+
+    Raises: RuntimeError when some were not delivered."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all"})
+    for value in values:
+        while True:
+            try:
+                producer.produce(topic, value)
+                break
+            except BufferError:
+                producer.poll(0.1)
+    left = producer.flush(30)
+    if left:
+        raise RuntimeError(f"{left} events to {topic} were not delivered within 30 s")
 
 
 @contextmanager
 def local_stack(state_dir: Path) -> Iterator[Settings]:
-    """Kafka on free ports for the duration of the block, stopped by pid afterwards."""
+    """Kafka and the registered services on free ports for the duration of the block,
+    stopped by pid afterwards (also on failure or Ctrl-C)."""
     stack = DevStack(state_dir, Settings())
-    with console.status("starting Kafka (KRaft, 127.0.0.1) ..."):
-        record = stack.up(
-            dev=DevSettings(kafka_port=0, kafka_controller_port=0), with_s3=False, services=[]
-        )
-    console.print(f"[green]stack up[/] kafka at {record.bootstrap_servers}")
+    services = [dataclasses.replace(spec, health_port=0) for spec in SERVICES]
+    names = ", ".join(spec.name for spec in services)
     try:
+        with console.status(f"starting Kafka (KRaft, 127.0.0.1) and {names} ..."):
+            record = stack.up(
+                dev=DevSettings(kafka_port=0, kafka_controller_port=0),
+                with_s3=False,
+                services=services,
+            )
+        console.print(f"[green]stack up[/] kafka at {record.bootstrap_servers}; services: {names}")
         yield Settings(
             kafka=KafkaSettings(bootstrap_servers=record.bootstrap_servers), state_dir=state_dir
         )
@@ -56,18 +142,9 @@ def local_stack(state_dir: Path) -> Iterator[Settings]:
         console.print(f"[green]stack down[/] stopped: {', '.join(stopped) or 'nothing'}")
 
 
-def table_round(root: Path) -> None:
-    """Two commits to a copy-on-write table, then read it back."""
+def create_table(root: Path) -> Any:
     import lakewarden
 
-    schema = pa.schema(
-        [
-            ("order_id", pa.string()),
-            ("region", pa.string()),
-            ("amount", pa.float64()),
-            ("updated_at", pa.int64()),
-        ]
-    )
     table = lakewarden.Table.create(
         str(root),
         name="orders",
@@ -75,100 +152,141 @@ def table_round(root: Path) -> None:
         partition_by=["region"],
         ordering_field="updated_at",
         buckets=2,
-        schema=schema,
+        schema=ORDERS_SCHEMA,
     )
-    first = pa.table(
-        {
-            "order_id": ["o1", "o2", "o3"],
-            "region": ["eu", "us", "eu"],
-            "amount": [10.0, 20.0, 30.0],
-            "updated_at": [1, 1, 1],
-        },
-        schema=schema,
-    )
-    second = pa.table(
-        {
-            "order_id": ["o2", "o4"],
-            "region": ["us", "us"],
-            "amount": [25.0, 40.0],
-            "updated_at": [2, 2],
-        },
-        schema=schema,
-    )
-    table.write(first, operation="insert")
-    table.write(second, operation="upsert")
-    timeline = RichTable(title=f"timeline of {root.name}")
-    for column in ("instant", "action", "state", "operation"):
-        timeline.add_column(column)
-    for state in table.timeline():
-        timeline.add_row(state.instant, str(state.action), str(state.state), state.operation or "")
-    console.print(timeline)
-    rows = lakewarden.read(str(root)).sort_by("order_id").to_pylist()
     console.print(
-        f"read back {len(rows)} rows: " + ", ".join(f"{r['order_id']}={r['amount']}" for r in rows)
+        f"table [bold]orders[/] at {root} (record key order_id, partitioned by region, 2 buckets)"
     )
+    return table
 
 
-def event_round(settings: Settings) -> None:
-    """Every event type through Kafka and back, plus one poison message into the DLQ."""
-    samples = sample_events(table_id=DEMO_TABLE_ID)
-    with EventProducer(settings, producer_id="demo") as producer:
-        for name, record in samples.items():
-            producer.send(name, record)
-        poison_topic = HEARTBEATS.name(settings)
-        producer.produce_bytes(poison_topic, POISON, key=DEMO_TABLE_ID.encode())
-        producer.flush(10)
-    topics = sorted(spec.name(settings) for spec in TOPICS if spec is not DLQ)
-    # The DeadLetter sample itself travels on the DLQ topic, with the poison message.
-    on_dlq = {name for name in samples if name in DLQ.events}
-    received = _consume(settings, topics, expected=len(samples) - len(on_dlq))
-    shown = RichTable(title="events read back from Kafka")
-    for column in ("event", "topic", "offset", "fields"):
+def stream_orders(bootstrap: str, waves: list[list[bytes]]) -> threading.Thread:
+    """Produce ``waves`` of events, ``WAVE_PAUSE_S`` apart, from a thread."""
+
+    def run() -> None:
+        for wave in waves:
+            time.sleep(WAVE_PAUSE_S)
+            produce(bootstrap, TOPIC, wave)
+
+    thread = threading.Thread(target=run, name="demo-producer", daemon=True)
+    thread.start()
+    return thread
+
+
+def ingest(
+    settings: Settings, table_root: Path, work: Path, waves: list[list[bytes]]
+) -> tuple[Any, threading.Thread]:
+    """Steps 3-4: the first wave of events, the ingestion query, the other waves while it
+    runs; until every event was read."""
+    from lakewarden.cli.ingest import run_with_progress, summary
+    from lakewarden.spark.ingest import IngestJob, IngestSpec, default_checkpoint, ingest_session
+
+    assert settings.kafka.bootstrap_servers is not None
+    spec = IngestSpec(
+        topic=TOPIC,
+        table=str(table_root),
+        bootstrap=settings.kafka.bootstrap_servers,
+        checkpoint=default_checkpoint(settings, "orders", TOPIC),
+        trigger_s=2.0,
+        max_records_per_batch=200,
+        bad_records="skip",
+        settings=settings,
+    )
+    with console.status("starting Spark (local[2]) with the Kafka source ..."):
+        spark = ingest_session(master="local[2]", app_name="lakewarden-demo", local_dir=work)
+    expected = sum(len(wave) for wave in waves)
+    try:
+        produce(settings.kafka.bootstrap_servers, TOPIC, waves[0])
+        job = IngestJob.start(spark, spec)
+        producer = stream_orders(settings.kafka.bootstrap_servers, waves[1:])
+        totals = run_with_progress(
+            job, console, stop_when=lambda t: t.input_rows >= expected, timeout_s=150
+        )
+        console.print(summary(totals, spec.bad_records_dir))
+        count = spark.read.format("lakewarden").load(str(table_root)).count()
+        console.print(f"Spark reads {count} rows back through format lakewarden")
+    finally:
+        spark.stop()
+    return spec, producer
+
+
+def show_timeline(table: Any) -> None:
+    from lakewarden.spark.ingest import BATCH_ID
+
+    shown = RichTable(title="timeline of orders")
+    for column in ("instant", "action", "state", "operation", "micro-batch", "rows"):
         shown.add_column(column)
-    for event in received:
-        fields = {k: v for k, v in event.record.items() if k != "envelope"}
-        shown.add_row(event.name, event.topic, str(event.offset), _short(fields))
+    for state in table.timeline():
+        meta = state.commit.extra_metadata if state.commit is not None else {}
+        shown.add_row(
+            state.instant,
+            str(state.action),
+            str(state.state),
+            state.operation or "",
+            meta.get(BATCH_ID, ""),
+            meta.get("num_input_records", ""),
+        )
     console.print(shown)
-    dead = _consume(settings, [DLQ.name(settings)], expected=len(on_dlq) + 1)
-    for letter in dead:
-        origin = "sample DeadLetter event" if letter.record["value"] != POISON else "poison"
+
+
+def show_bad_records(directory: Path) -> list[dict[str, Any]]:
+    from lakewarden.spark.ingest import bad_record_files, read_bad_records
+
+    records = read_bad_records(directory)
+    files = bad_record_files(directory)
+    console.print(
+        f"[yellow]{len(records)} bad records[/] were left out of the table and written to "
+        f"{directory} ({len(files)} files, one JSON line each, with topic, partition, offset "
+        "and reason):"
+    )
+    for record in sorted(records, key=lambda r: (r["partition"], r["offset"])):
+        value = str(record["value"])
+        value = value if len(value) <= 50 else value[:47] + "..."
         console.print(
-            f"[yellow]dead letter[/] ({origin}) from {letter.record['topic']} "
-            f"offset {letter.record['offset']}: {letter.record['reason']}"
+            f"  bad record partition {record['partition']} offset {record['offset']} "
+            f"(batch {record['batch_id']}): {record['reason']}: {value}"
         )
-    missing = set(samples) - on_dlq - {e.name for e in received}
-    poisoned = [d for d in dead if d.record["topic"] == poison_topic]
-    if missing or not poisoned:
+    return records
+
+
+def run(work: Path) -> None:
+    """Steps 1-6. Raises: SystemExit when the table does not hold what it should."""
+    import lakewarden
+
+    events = order_events(WAVES * EVENTS_PER_WAVE)
+    good = len(events) - len(MALFORMED)
+    with local_stack(work / "state") as settings:
+        assert settings.kafka.bootstrap_servers is not None
+        table_root = work / "tables" / "orders"
+        create_table(table_root)
+        create_topic(settings.kafka.bootstrap_servers, TOPIC)
+        console.print(
+            f"producing {len(events)} order events to topic {TOPIC} in {WAVES} waves "
+            f"{WAVE_PAUSE_S} s apart ({len(MALFORMED)} malformed)"
+        )
+        waves = [events[i : i + EVENTS_PER_WAVE] for i in range(0, len(events), EVENTS_PER_WAVE)]
+        spec, producer = ingest(settings, table_root, work / "spark", waves)
+        producer.join(30)
+        table = lakewarden.Table.open(str(table_root))
+        show_timeline(table)
+        rows = lakewarden.read(str(table_root)).num_rows
+        console.print(f"read back {rows} rows ({good} good events produced)")
+        bad = show_bad_records(spec.bad_records_dir)
+    if rows != good or len(bad) != len(MALFORMED):
         raise SystemExit(
-            f"demo failed: missing events {sorted(missing)}, "
-            f"poison message dead-lettered: {bool(poisoned)}"
+            f"demo failed: {rows} rows in the table (expected {good}), "
+            f"{len(bad)} bad records (expected {len(MALFORMED)})"
         )
-
-
-def _consume(settings: Settings, topics: list[str], *, expected: int) -> list[Any]:
-    events = []
-    with EventConsumer(settings, group_id=f"demo-{len(topics)}", topics=topics) as consumer:
-        for event in consumer.events(idle_timeout_s=5.0, poll_timeout_s=0.5):
-            events.append(event)
-            if len(events) >= expected:
-                break
-    return events
-
-
-def _short(fields: dict[str, Any]) -> str:
-    text = json.dumps(fields, default=str)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="lakewarden-demo-"))
+    started = time.monotonic()
     try:
-        table_round(work / "orders")
-        with local_stack(work / "state") as settings:
-            event_round(settings)
+        run(work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    console.print("[bold green]demo finished[/]")
+    console.print(f"[bold green]demo finished[/] in {time.monotonic() - started:.0f} s")
     return 0
 
 

@@ -65,6 +65,8 @@ JARS_ENV = "LAKEWARDEN_SPARK_JARS"
 
 __all__ = [
     "BAD_RECORDS_DIR",
+    "BATCH_ID",
+    "QUERY_ID",
     "BadRecords",
     "BatchReport",
     "IngestError",
@@ -124,6 +126,7 @@ def ingest_session(
 
     paths = jars if jars is not None else kafka_jars()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # every server on the loopback
     builder = (
         SparkSession.builder.master(master)
         .appName(app_name)
