@@ -104,6 +104,29 @@ class HeartbeatSettings(HeartbeatPolicy):
         return HeartbeatPolicy(interval_s=self.interval_s, tolerable_misses=self.tolerable_misses)
 
 
+class ErrorTableSettings(BaseModel):
+    """The error table (Hudi RFC-20): where rows a write cannot take go, with their context.
+
+    Disabled (the default), a bad row fails the write, naming the row. Enabled, each bad row
+    is published as an ``ErrorRecord`` event, left out of the write, and committed by the
+    error-table sink into ``<table root><suffix>`` beside the table (local mode), or, when
+    ``name`` or ``base_path`` is set, into one global table ``<base_path>/<name>`` (``base_path``
+    defaults to the directory holding the table, ``name`` to ``lakewarden_errors``; the suffix
+    is then ignored). ``LAKEWARDEN_ERROR_TABLE__ENABLED=true`` turns it on.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    enabled: bool = False
+    suffix: str = Field(default="_errors", min_length=1)
+    name: str | None = None
+    base_path: str | None = None
+
+    @property
+    def is_global(self) -> bool:
+        return self.name is not None or self.base_path is not None
+
+
 class Settings(BaseSettings):
     """Everything a lakewarden client, service or tool can be configured with."""
 
@@ -114,6 +137,7 @@ class Settings(BaseSettings):
     kafka: KafkaSettings = KafkaSettings()
     s3: S3Settings = S3Settings()
     heartbeat: HeartbeatSettings = HeartbeatSettings()
+    error_table: ErrorTableSettings = ErrorTableSettings()
     state_dir: Path = Field(
         default=Path(".lakewarden-state"),
         description="where the local stack keeps broker data, pid files and logs",
