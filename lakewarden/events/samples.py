@@ -75,6 +75,7 @@ def _fields(table_id: str) -> dict[str, dict[str, Any]]:
             "manifest_path": "_temporary/manifest_job-20250314-0007/00/manifests/task-00012.json",
             "file_count": 3,
             "total_bytes": 12_582_912,
+            "table_uri": "s3://lake/trips",
         },
         "JobCommitRequest": {
             "instant": _INSTANT,
@@ -87,6 +88,8 @@ def _fields(table_id: str) -> dict[str, dict[str, Any]]:
             "manifest_dir": "_temporary/manifest_job-20250314-0007/00/manifests",
             "lock_token": 42,
             "metadata": json.dumps({"streaming_batch_id": 17}),
+            "table_uri": "s3://lake/trips",
+            "commit_stats": json.dumps({"operation": "upsert", "write_stats": stats}),
         },
         "JobCommitResult": {
             "instant": _INSTANT,
@@ -95,6 +98,9 @@ def _fields(table_id: str) -> dict[str, dict[str, Any]]:
             "reason": None,
             "failed_stage": None,
             "stats": json.dumps(stats),
+            "error_type": None,
+            "recorded": False,
+            "summary_key": ".lakewarden/jobs/job-20250314-0007/_SUCCESS",
         },
         "ErrorRecord": {
             "uid": "0b4f5a3e-2f11-4c1e-9d38-5d1c2a7e9b10",
