@@ -248,6 +248,7 @@ def commit_stats(
         operation=spec.operation,
         write_stats=tuple(stats),
         replaced_file_groups=tuple(replaced),
+        failed_records=sum(m.num_failed_records for m in accepted),
         extra_metadata=extra,
     )
 

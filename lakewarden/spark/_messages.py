@@ -34,6 +34,8 @@ class TaskCommitMessage(WriterCommitMessage):
     replaced_file_groups: tuple[FileGroupId, ...] = ()
     num_input_records: int = 0
     num_deletes: int = 0
+    # Rows left out of the write and published to the error table (RFC-20).
+    num_failed_records: int = 0
     # Streaming: the micro-batch the attempt belongs to.
     batch: BatchKey | None = None
 

@@ -32,6 +32,7 @@ import pyarrow.parquet as pq
 from lakewarden.commit import ManifestCommitter, TaskAttempt
 from lakewarden.spark import _faults
 from lakewarden.spark._arrow import conform
+from lakewarden.spark._bad_rows import BadRows
 from lakewarden.spark._messages import TaskCommitMessage
 from lakewarden.spark._options import WriteSpec
 from lakewarden.storage import Storage, open_storage
@@ -79,6 +80,8 @@ class _Task:
     storage: Storage
     config: TableConfig
     attempt: TaskAttempt
+    # The error table is on: bad rows are published and left out (RFC-20).
+    bad_rows: BadRows | None = None
 
     @classmethod
     def start(cls, spec: WriteSpec, identity: TaskIdentity) -> _Task:
@@ -87,7 +90,20 @@ class _Task:
         committer = ManifestCommitter(storage, spec.job_id)
         attempt = committer.task_attempt(identity.partition, identity.attempt)
         attempt.setup()
-        return cls(spec, identity, storage, load_config(storage), attempt)
+        task = cls(spec, identity, storage, load_config(storage), attempt)
+        if spec.settings().error_table.enabled:
+            task.bad_rows = BadRows(spec, task.config, str(attempt.attempt_id), where=task.where)
+        return task
+
+    def conform(self, batch: pa.Table, first_row: int) -> pa.Table:
+        """``batch`` in the table's types; bad rows fail the write, or go to the error table.
+
+        Raises: InvalidRecordError, SchemaMismatchError, EventDeliveryError."""
+        if self.bad_rows is not None:
+            return self.bad_rows.conform(batch, first_row)
+        return conform(
+            batch, self.config, self.spec.operation, first_row=first_row, where=self.where
+        )
 
     @property
     def where(self) -> str:
@@ -109,7 +125,11 @@ class _Task:
     def finish(
         self, stats: list[WriteStat], replaced: list[FileGroupId], counts: dict[str, int]
     ) -> TaskCommitMessage:
-        """Task commit, then the message for the driver."""
+        """Task commit, then the message for the driver. The error records are flushed
+        first: an attempt whose records are not durable must not be accepted."""
+        if self.bad_rows is not None:
+            self.bad_rows.flush()
+            counts["failed"] = self.bad_rows.count
         result = self.attempt.commit(
             extra_data={"instant": self.spec.instant, "operation": self.spec.operation}
         )
@@ -125,6 +145,7 @@ class _Task:
             replaced_file_groups=tuple(replaced),
             num_input_records=counts.get("input", 0),
             num_deletes=counts.get("deletes", 0),
+            num_failed_records=counts.get("failed", 0),
         )
 
 
@@ -144,8 +165,17 @@ def write_task(
             stats, replaced, counts = _append_rows(task, batches)
     except BaseException:
         _discard(task)
+        _close(task)
         raise
-    return task.finish(stats, replaced, counts)
+    try:
+        return task.finish(stats, replaced, counts)
+    finally:
+        _close(task)
+
+
+def _close(task: _Task) -> None:
+    if task.bad_rows is not None:
+        task.bad_rows.close()
 
 
 def _discard(task: _Task) -> None:
@@ -205,13 +235,7 @@ def _append_rows(
     rows = 0
     try:
         for batch in batches:
-            table = conform(
-                pa.Table.from_batches([batch]),
-                config,
-                spec.operation,
-                first_row=rows,
-                where=task.where,
-            )
+            table = task.conform(pa.Table.from_batches([batch]), rows)
             rows += batch.num_rows
             for canonical, part in route(table, config).items():
                 group = append_group(canonical, spec.instant, task.identity.partition)
@@ -274,9 +298,7 @@ def _merge_rows(
     spec, config = task.spec, task.config
     tables, rows = [], 0
     for batch in batches:
-        where = task.where
-        table = pa.Table.from_batches([batch])
-        tables.append(conform(table, config, spec.operation, first_row=rows, where=where))
+        tables.append(task.conform(pa.Table.from_batches([batch]), rows))
         rows += batch.num_rows
     if not rows:
         return [], [], {"input": 0}
