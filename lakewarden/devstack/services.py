@@ -39,4 +39,5 @@ class ServiceSpec:
 SERVICES: list[ServiceSpec] = [
     ServiceSpec(name="timeline-lock", module="services.timeline_lock", health_port=8101),
     ServiceSpec(name="heartbeat-monitor", module="services.heartbeat_monitor", health_port=8102),
+    ServiceSpec(name="error-sink", module="services.error_sink", health_port=8104),
 ]

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -135,9 +135,15 @@ def rows_table(batches: Sequence[SourceErrors]) -> pa.Table:
     )
 
 
-def commit_errors(table: Table, batches: Sequence[SourceErrors]) -> str | None:
+def commit_errors(
+    table: Table,
+    batches: Sequence[SourceErrors],
+    *,
+    before_complete: Callable[[str], None] | None = None,
+) -> str | None:
     """Commit the records of the ``batches`` not committed yet as one instant (steps in the
-    module doc); the instant, or None when there was nothing new.
+    module doc); the instant, or None when there was nothing new. ``before_complete(instant)``
+    runs after the files are written (tests pause or crash there).
 
     Raises: SourcesAlreadyCommittedError (nothing committed: reload and retry without them),
     LockTimeoutError, CommitStateUnknownError, storage errors."""
@@ -184,6 +190,8 @@ def commit_errors(table: Table, batches: Sequence[SourceErrors]) -> str | None:
                         sources=clash,
                     )
 
+            if before_complete is not None:
+                before_complete(txn.instant)
             txn.complete(commit, validate=not_committed_yet)  # 4.
             return txn.instant
     except Exception as err:

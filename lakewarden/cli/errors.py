@@ -1,0 +1,77 @@
+"""``lakewarden errors``: the failed records of a table (RFC-20's error table).
+
+    lakewarden errors show /data/orders [--instant 20240101120000000] [--limit 20]
+    lakewarden errors count /data/orders
+
+The error table is found from the table and ``error_table`` settings (``LAKEWARDEN_ERROR_TABLE__*``):
+``<root>_errors`` beside it, or the global table, filtered to this table's records.
+"""
+
+from __future__ import annotations
+
+import click
+import pyarrow as pa
+import pyarrow.compute as pc
+from rich.console import Console
+from rich.table import Table as RichTable
+
+from lakewarden.errortable import error_table_location
+from lakewarden.settings import Settings
+from lakewarden.table.config import NotATableError
+from lakewarden.table.table import Table
+
+
+def _errors(uri: str, instant: str | None) -> tuple[str, pa.Table | None]:
+    settings = Settings()
+    source = Table.open(uri, settings=settings)
+    location = error_table_location(source.uri, source.name, settings.error_table)
+    try:
+        errors = Table.open(location.uri, settings=settings)
+    except NotATableError:
+        return location.uri, None
+    where = pc.field("source_table_id") == source.table_id
+    if instant is not None:
+        where = where & (pc.field("source_instant") == instant)
+    return location.uri, errors.read(filter=where)
+
+
+@click.group()
+def command() -> None:
+    """The failed records of a table (its error table)."""
+
+
+@command.command()
+@click.argument("table_uri")
+@click.option("--instant", default=None, help="Only the records of this instant of the table.")
+@click.option("--limit", default=20, show_default=True, type=click.IntRange(min=1))
+def show(table_uri: str, instant: str | None, limit: int) -> None:
+    """Print the failed records of TABLE_URI, newest instant first."""
+    where, rows = _errors(table_uri, instant)
+    console = Console()
+    if rows is None or rows.num_rows == 0:
+        console.print(f"no failed records (error table {where})")
+        return
+    rows = rows.sort_by([("source_instant", "descending"), ("ts", "ascending")])
+    out = RichTable(title=f"failed records of {table_uri} ({rows.num_rows}, from {where})")
+    for column in ("instant", "record key", "partition", "attempt", "message", "record"):
+        out.add_column(column, overflow="fold")
+    for row in rows.slice(0, limit).to_pylist():
+        context = dict(row["context"] or [])
+        out.add_row(
+            row["source_instant"],
+            context.get("recordKey", ""),
+            context.get("partitionPath", ""),
+            context.get("taskAttempt", ""),
+            row["message"] or "",
+            row["record"] or "",
+        )
+    console.print(out)
+
+
+@command.command()
+@click.argument("table_uri")
+@click.option("--instant", default=None, help="Only the records of this instant of the table.")
+def count(table_uri: str, instant: str | None) -> None:
+    """Print how many failed records TABLE_URI has."""
+    _, rows = _errors(table_uri, instant)
+    click.echo(0 if rows is None else rows.num_rows)

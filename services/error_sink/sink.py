@@ -1,0 +1,349 @@
+"""error-sink's Kafka loop: ``ErrorRecord`` events in, error-table instants out.
+
+Why a confluent-kafka loop and not a faust agent: the sink holds records for minutes (until
+their main instant ends) and must not let the group's offset pass a record before its error
+table commit; faust commits offsets of processed events on its own. Here offsets are
+committed by hand, only below the lowest record still buffered
+(``ErrorBuffer.committable_offsets``), so a crash or ``kill -9`` at any point redelivers every
+record whose instant was not settled, and the error table's commit metadata makes the
+redelivered records of settled instants no-ops.
+
+The loop, each turn:
+1. consume a batch; decode each message; undecodable, foreign or context-less events go to the
+   dead-letter topic; the others are buffered per (table id, instant);
+2. every ``check_interval_s``: for each pending (table, instant), read the main table's
+   timeline from storage (the truth) and, once it completed, its job's ``_SUCCESS``; take the
+   partition's high watermark for each decided one (``lakewarden.errortable.acceptance``);
+3. commit the ready ones: per error table, one instant with the accepted records of every
+   ready main instant (``commit_errors``: idempotent by source key);
+4. commit the offsets below everything still buffered.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+
+from lakewarden.commit import ManifestCommitter, SuccessData
+from lakewarden.errortable import (
+    ErrorBuffer,
+    ErrorTableLocation,
+    Pending,
+    SourceErrors,
+    SourceKey,
+    commit_errors,
+    committed_sources,
+    error_table_location,
+    open_error_table,
+    outcome_of,
+    parse_error_record,
+)
+from lakewarden.errortable.acceptance import Discarded, Outcome, ReadyErrors
+from lakewarden.errortable.records import TABLE_NAME, TABLE_URI, InvalidErrorRecord
+from lakewarden.errortable.table import SourcesAlreadyCommittedError
+from lakewarden.events import (
+    EventCodec,
+    EventDecodeError,
+    dead_letter_record,
+    default_codec,
+    make_event,
+)
+from lakewarden.events.dlq import table_id_from_key
+from lakewarden.settings import Settings
+from lakewarden.storage import open_storage
+from lakewarden.table.coordinator import Coordinator
+from lakewarden.table.table import Table, default_coordinator
+from lakewarden.table.timeline import Timeline
+from services._common.dlq import DEAD_LETTERS
+from services.error_sink import metrics
+
+log = logging.getLogger(__name__)
+
+SERVICE: Final = "error-sink"
+_BATCH: Final = 1_000
+_MAX_WAIT_S: Final = 0.2
+
+
+@dataclass
+class SinkOptions:
+    errors_topic: str
+    dlq_topic: str
+    group_id: str
+    group_instance_id: str | None = None
+    check_interval_s: float = 1.0
+    # Tests: called with the error-table instant after its files are written.
+    before_complete: Callable[[str], None] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class ErrorSink:
+    """Runs until ``stop`` is set (see the module doc)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        options: SinkOptions,
+        *,
+        coordinator: Coordinator | None = None,
+        codec: EventCodec | None = None,
+        on_ready: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.settings = settings
+        self.options = options
+        self.coordinator = coordinator or default_coordinator()
+        self.codec = codec or default_codec()
+        self.on_ready = on_ready
+        self.buffer = ErrorBuffer()
+        self.ready = False
+        self.committed_instants = 0
+        self._assigned: set[int] = set()
+        self._timelines: dict[str, Timeline] = {}
+        self._error_tables: dict[str, Table] = {}
+        config: dict[str, Any] = {
+            "group_id": options.group_id,
+            "enable_auto_commit": False,
+            "enable_auto_offset_store": False,
+            "auto_offset_reset": "earliest",
+            "session_timeout_ms": 6_000,
+            "heartbeat_interval_ms": 1_000,
+            "logger": log,
+        }
+        if options.group_instance_id:
+            config["group_instance_id"] = options.group_instance_id
+        self.consumer = Consumer(settings.kafka.librdkafka_config(**config))
+        self.producer = Producer(
+            settings.kafka.librdkafka_config(acks="all", enable_idempotence=True, logger=log)
+        )
+        metrics.BUFFERED.set_function(lambda: len(self.buffer))
+
+    def run(self, stop: threading.Event) -> None:
+        """The loop until ``stop`` is set; then commit offsets and leave the group."""
+        self.consumer.subscribe(
+            [self.options.errors_topic], on_assign=self._on_assign, on_revoke=self._on_revoke
+        )
+        last_check = time.monotonic()
+        try:
+            while not stop.is_set():
+                batch = self.consumer.consume(num_messages=_BATCH, timeout=_MAX_WAIT_S)
+                for msg in batch:
+                    self._handle(msg)  # 1.
+                if time.monotonic() - last_check >= self.options.check_interval_s:
+                    self.check()  # 2. 3.
+                    self._commit_offsets()  # 4.
+                    last_check = time.monotonic()
+        finally:
+            try:
+                self._commit_offsets()
+            finally:
+                self.consumer.close()
+                self.producer.flush(10)
+
+    # -- 1. consume ----------------------------------------------------------------------------
+
+    def _handle(self, msg: Message) -> None:
+        error = msg.error()
+        if error is not None:
+            if error.code() != KafkaError._PARTITION_EOF:
+                log.warning("consumer error: %s", error)
+            return
+        partition, offset = int(msg.partition() or 0), int(msg.offset() or 0)
+        value = msg.value() or b""
+        try:
+            name, record = self.codec.decode(value)
+        except EventDecodeError as err:
+            self._dead_letter(
+                msg,
+                dead_letter_record(
+                    error=err,
+                    value=value,
+                    topic=str(msg.topic()),
+                    partition=partition,
+                    offset=offset,
+                    key=msg.key(),
+                    producer_id=SERVICE,
+                    consumer_group=self.options.group_id,
+                ),
+                err.reason,
+            )
+            self.buffer.consumed(partition, offset)
+            return
+        try:
+            if name != "ErrorRecord":
+                raise InvalidErrorRecord(f"a {name} event on the errors topic")
+            row = parse_error_record(record)
+        except InvalidErrorRecord as err:
+            self._reject(msg, partition, offset, "invalid_request", str(err))
+            self.buffer.consumed(partition, offset)
+            return
+        if not self.buffer.add(row, partition, offset):
+            metrics.DROPPED.labels("late").inc()
+
+    def _reject(self, msg: Message, partition: int, offset: int, reason: str, detail: str) -> None:
+        record = make_event(
+            "DeadLetter",
+            table_id=table_id_from_key(msg.key()),
+            producer_id=SERVICE,
+            topic=str(msg.topic()),
+            partition=partition,
+            offset=offset,
+            key=msg.key(),
+            value=msg.value() or b"",
+            reason=reason,
+            detail=detail,
+            error_type="InvalidEvent",
+            consumer_group=self.options.group_id,
+        )
+        self._dead_letter(msg, record, reason)
+
+    def _dead_letter(self, msg: Message, record: dict[str, Any], reason: str) -> None:
+        # Flushed before the offset can pass it: the dead letter is durable first.
+        self.producer.produce(
+            self.options.dlq_topic, self.codec.encode("DeadLetter", record), key=msg.key()
+        )
+        self.producer.flush(10)
+        DEAD_LETTERS.labels(SERVICE, reason).inc()
+        log.warning("dead-lettered an event: %s", reason, extra={"kafka_offset": msg.offset()})
+
+    # -- 2. decide, 3. commit -------------------------------------------------------------------
+
+    def check(self) -> None:
+        """Decide the pending instants from storage, then commit the ready ones."""
+        for key in self.buffer.keys():
+            outcome = self._outcome(key)
+            if isinstance(outcome, Pending):
+                continue
+            watermarks = self._watermarks(self.buffer.partitions(key))
+            if watermarks is None:
+                continue
+            dropped = self.buffer.decide(key, outcome, watermarks)
+            if isinstance(outcome, Discarded):
+                metrics.DROPPED.labels("discarded").inc(dropped)
+                metrics.SOURCES.labels("discarded").inc()
+                log.info("dropped %d failed records: %s", dropped, outcome.reason)
+        ready = self.buffer.ready()
+        by_table: dict[ErrorTableLocation, list[ReadyErrors]] = defaultdict(list)
+        for item in ready:
+            metrics.DROPPED.labels("not_accepted").inc(item.dropped)
+            if not item.rows:
+                metrics.SOURCES.labels("nothing_accepted").inc()
+                self.buffer.finish([item.key])
+                continue
+            by_table[self._location(item)].append(item)
+        for location, items in by_table.items():
+            self._commit(location, items)
+
+    def _outcome(self, key: SourceKey) -> Outcome:
+        sample = self.buffer.sample(key)
+        uri = sample.context[TABLE_URI]
+        try:
+            timeline = self._timelines.get(uri)
+            if timeline is None:
+                storage = open_storage(uri, self.settings)
+                timeline = Timeline(storage, table=sample.context[TABLE_NAME])
+                self._timelines[uri] = timeline
+            state = timeline.load().get(key.instant)
+
+            def summary_of(job_id: str) -> SuccessData | None:
+                return ManifestCommitter(timeline.storage, job_id).summary()
+
+            return outcome_of(state, summary_of)
+        except Exception as err:  # noqa: BLE001 - storage trouble: try again next check
+            metrics.CHECK_ERRORS.labels("outcome").inc()
+            log.warning("cannot read the outcome of %s at %s: %r", key, uri, err)
+            return Pending(str(err))
+
+    def _watermarks(self, partitions: list[int]) -> dict[int, int] | None:
+        marks: dict[int, int] = {}
+        for partition in partitions:
+            tp = TopicPartition(self.options.errors_topic, partition)
+            try:
+                _, high = self.consumer.get_watermark_offsets(tp, timeout=5, cached=False)
+            except Exception as err:  # noqa: BLE001 - the broker is away: next check
+                metrics.CHECK_ERRORS.labels("watermarks").inc()
+                log.warning("cannot read the high watermark of partition %d: %r", partition, err)
+                return None
+            marks[partition] = int(high)
+        return marks
+
+    def _location(self, item: ReadyErrors) -> ErrorTableLocation:
+        context = item.sample.context
+        return error_table_location(
+            context[TABLE_URI], context[TABLE_NAME], self.settings.error_table
+        )
+
+    def _error_table(self, location: ErrorTableLocation) -> Table:
+        table = self._error_tables.get(location.uri)
+        if table is None:
+            table = open_error_table(location, settings=self.settings, coordinator=self.coordinator)
+            self._error_tables[location.uri] = table
+        return table
+
+    def _commit(self, location: ErrorTableLocation, items: list[ReadyErrors]) -> None:
+        batches = [SourceErrors(item.key, item.rows) for item in items]
+        fresh: set[str] = set()
+        for _ in range(3):  # another instance may have committed some sources meanwhile
+            try:
+                table = self._error_table(location)
+                fresh = {str(b.key) for b in batches} - committed_sources(table.state())
+                instant = commit_errors(
+                    table, batches, before_complete=self.options.before_complete
+                )
+            except SourcesAlreadyCommittedError:
+                continue
+            except Exception as err:  # noqa: BLE001 - keep the records; retry next check
+                metrics.CHECK_ERRORS.labels("commit").inc()
+                log.warning("cannot commit to error table %s: %r", location.uri, err)
+                return
+            break
+        else:
+            return
+        if instant is not None:
+            metrics.COMMITS.labels(location.name).inc()
+            self.committed_instants += 1
+            log.info(
+                "committed error-table instant",
+                extra={"error_table": location.uri, "instant": instant, "sources": len(items)},
+            )
+        for item in items:
+            committed_now = instant is not None and str(item.key) in fresh
+            if committed_now:
+                metrics.FAILED_RECORDS.labels(item.sample.context[TABLE_NAME]).inc(len(item.rows))
+                metrics.SOURCES.labels("committed").inc()
+            else:
+                metrics.DROPPED.labels("duplicate").inc(len(item.rows))
+                metrics.SOURCES.labels("already_committed").inc()
+        self.buffer.finish(item.key for item in items)
+
+    # -- 4. offsets and the group ---------------------------------------------------------------
+
+    def _commit_offsets(self, only: set[int] | None = None) -> None:
+        partitions = self._assigned if only is None else only
+        offsets = [
+            TopicPartition(self.options.errors_topic, p, o)
+            for p, o in self.buffer.committable_offsets().items()
+            if p in partitions
+        ]
+        if offsets:
+            try:
+                self.consumer.commit(offsets=offsets, asynchronous=False)
+            except Exception as err:  # noqa: BLE001 - committed next time; redelivery is safe
+                log.warning("offset commit failed: %r", err)
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._assigned |= {tp.partition for tp in partitions}
+        if not self.ready:
+            self.ready = True
+            self.on_ready()
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        gone = {tp.partition for tp in partitions}
+        self._commit_offsets(gone & self._assigned)
+        self.buffer.revoke(gone)
+        self._assigned -= gone
