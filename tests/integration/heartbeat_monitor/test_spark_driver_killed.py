@@ -1,0 +1,140 @@
+"""A Spark write whose driver is killed (kill -9) after ``requested`` leaves an instant that
+heartbeat-monitor declares dead: real broker, real timeline-lock and heartbeat-monitor
+processes, a real Spark driver process (``spark_driver_process.py``). The cleaner rolls such an
+instant back in its next round; here the instant must stay pending, never completed.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from hbtools import INTERVAL_S, MISSES, TOLERANCE_S, Expiries, env_for
+
+from lakewarden.clients.liveness import Liveness
+from lakewarden.devstack import _process
+from lakewarden.events import ensure_topics
+from lakewarden.settings import Settings
+from lakewarden.table.coordinator import Liveness as Verdict
+from lakewarden.table.instant import Transition
+from lakewarden.table.table import Table
+from services._common.process import ServiceProcess
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+DRIVER = Path(__file__).with_name("spark_driver_process.py")
+TOL_MS = round(TOLERANCE_S * 1000)
+SCHEMA = pa.schema(
+    [
+        pa.field("id", pa.int64(), nullable=False),
+        ("region", pa.string()),
+        ("ts", pa.int64()),
+        ("amount", pa.float64()),
+        ("note", pa.string()),
+    ]
+)
+
+
+@pytest.fixture
+def lock_service(hb_settings: Settings, tmp_path: Path) -> Iterator[ServiceProcess]:
+    ensure_topics(hb_settings)  # the lock's request and reply topics under the test's prefix
+    service = ServiceProcess("services.timeline_lock", hb_settings, home=tmp_path / "lock")
+    service.home.mkdir()
+    service.start()
+    try:
+        yield service
+    finally:
+        service.stop()
+
+
+def _group_alive(pgid: int) -> list[int]:
+    """Pids still in process group ``pgid``."""
+    alive = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if os.getpgid(int(entry)) == pgid:
+                    alive.append(int(entry))
+            except ProcessLookupError:
+                continue
+    return alive
+
+
+def _pending_instant(table: Table, driver: subprocess.Popen[bytes], timeout_s: float) -> str:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        assert driver.poll() is None, f"driver exited with {driver.returncode}"
+        pending = [i for i in table.timeline() if i.is_pending]
+        if pending:
+            assert len(pending) == 1 and pending[0].state is Transition.REQUESTED
+            return pending[0].instant
+        time.sleep(0.2)
+    raise AssertionError(f"no instant was requested within {timeout_s} s")
+
+
+def _wait_for(
+    view: Liveness, table_id: str, instant: str, verdict: Verdict, timeout_s: float
+) -> None:
+    deadline = time.monotonic() + timeout_s
+    while (status := view.status(table_id, instant)) is not verdict:
+        assert time.monotonic() < deadline, f"{instant} is {status}, expected {verdict}"
+        time.sleep(0.1)
+
+
+def test_killed_spark_driver_leaves_an_instant_the_monitor_declares_dead(
+    monitor: ServiceProcess,
+    lock_service: ServiceProcess,
+    hb_settings: Settings,
+    expiries: Expiries,
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "table"
+    table = Table.create(str(root), name="orders", record_key="id", schema=SCHEMA, buckets=2)
+    env = {
+        **env_for(hb_settings),
+        "LAKEWARDEN_HEARTBEAT__INTERVAL_S": str(INTERVAL_S),
+        "LAKEWARDEN_HEARTBEAT__TOLERABLE_MISSES": str(MISSES),
+    }
+    with (tmp_path / "driver.log").open("wb") as log:
+        driver = subprocess.Popen(
+            [sys.executable, str(DRIVER), str(root)],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        instant = _pending_instant(table, driver, timeout_s=120)
+        with Liveness(hb_settings) as view:
+            # Its beats arrive: the verdict to come is the kill's doing.
+            _wait_for(view, table.table_id, instant, Verdict.ALIVE, timeout_s=30)
+            time.sleep(2 * TOLERANCE_S)
+            assert view.status(table.table_id, instant) is Verdict.ALIVE
+            killed_ms = time.time_ns() // 1_000_000
+            os.killpg(driver.pid, signal.SIGKILL)
+            driver.wait(10)
+
+            expired = expiries.wait_for(instant, timeout_s=15)
+            assert expired["owner"].startswith("spark-writer@")
+            assert expired["tolerance_ms"] == TOL_MS
+            assert expired["envelope"]["table_id"] == table.table_id
+            assert TOL_MS < expired["detected_ms"] - expired["last_seen_ms"] <= TOL_MS + 1_000
+            assert expired["detected_ms"] - killed_ms <= TOL_MS + 1_000
+            _wait_for(view, table.table_id, instant, Verdict.DEAD, timeout_s=5)
+
+        mine = table.state().get(instant)
+        assert mine is not None and mine.state is Transition.REQUESTED  # left for the cleaner
+        assert not [i for i in table.timeline() if i.state is Transition.COMPLETED]
+        # the JVM and the Python workers died with the driver
+        assert _process.wait_for(lambda: not _group_alive(driver.pid), timeout_s=10)
+    finally:
+        if _group_alive(driver.pid):
+            os.killpg(driver.pid, signal.SIGKILL)
+        driver.wait(10)
