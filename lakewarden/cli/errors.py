@@ -3,7 +3,8 @@
     lakewarden errors show /data/orders [--instant 20240101120000000] [--limit 20]
     lakewarden errors count /data/orders
 
-The error table is found from the table and ``error_table`` settings (``LAKEWARDEN_ERROR_TABLE__*``):
+The error table is found from the table and the ``error_table`` settings
+(``LAKEWARDEN_ERROR_TABLE__*``):
 ``<root>_errors`` beside it, or the global table, filtered to this table's records.
 """
 

@@ -1,0 +1,94 @@
+"""A harness for tests and benchmarks of the error table: a Spark-like write without Spark.
+
+``FakeWrite`` opens an instant the way ``lakewarden.spark._job`` does (its plan names a
+committer job), runs task attempts that write no data but fail records (``ErrorRecord``
+events), and ends the instant: job commit of the accepted attempts then ``completed``, or
+``rolled_back``. What the sink reads from storage is exactly what a real write leaves.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lakewarden.commit import ManifestCommitter, new_job_id
+from lakewarden.errortable.records import (
+    COMMIT_TIME,
+    JOB_ID,
+    RECORD_KEY,
+    TABLE_ID,
+    TABLE_NAME,
+    TABLE_URI,
+    TASK_ATTEMPT,
+    error_record,
+)
+from lakewarden.table.instant import Action
+from lakewarden.table.stats import CommitStats, WorkloadProfile
+from lakewarden.table.table import Table
+from lakewarden.table.transaction import WriteTransaction
+
+
+class FakeWrite:
+    """One instant of ``table`` with a committer job; ``attempt(task, n)`` ids."""
+
+    def __init__(self, table: Table) -> None:
+        self.table = table
+        self.job_id = new_job_id()
+        self.committer = ManifestCommitter(table.storage, self.job_id)
+        self.committer.setup_job()
+        self.txn = WriteTransaction.begin(
+            table.timeline_log,
+            table.coordinator,
+            table.table_id,
+            operation="insert",
+            actor="fake-spark",
+            action=Action.COMMIT,
+            plan={"spark": {"job_id": self.job_id}},
+        )
+        self.instant = self.txn.instant
+
+    def attempt(self, task: int, attempt: int = 0) -> str:
+        """Set up and commit a task attempt (no files); returns its id."""
+        handle = self.committer.task_attempt(task, attempt)
+        handle.setup()
+        handle.commit()
+        return str(handle.attempt_id)
+
+    def errors(self, attempt_id: str, keys: list[str]) -> list[dict[str, Any]]:
+        """``ErrorRecord`` events of ``attempt_id`` for records with ``keys``."""
+        return [
+            error_record(
+                table_id=self.table.table_id,
+                producer_id="fake-spark",
+                record={"id": key, "amount": "not a number"},
+                schema='{"id": "string", "amount": "int32"}',
+                message=f"bad record {key}",
+                context={
+                    COMMIT_TIME: self.instant,
+                    TABLE_NAME: self.table.name,
+                    TABLE_ID: self.table.table_id,
+                    TABLE_URI: self.table.uri,
+                    RECORD_KEY: key,
+                    TASK_ATTEMPT: attempt_id,
+                    JOB_ID: self.job_id,
+                    "partitionPath": "",
+                },
+            )
+            for key in keys
+        ]
+
+    def complete(self, accepted: list[str], failed_records: int = 0) -> None:
+        """Job commit of ``accepted``, then ``completed``."""
+        self.committer.commit_job(accepted)
+        with self.txn.heartbeat():
+            self.txn.inflight(WorkloadProfile(operation="insert"))
+            self.txn.complete(
+                CommitStats(
+                    operation="insert",
+                    failed_records=failed_records,
+                    extra_metadata={"spark.job_id": self.job_id},
+                )
+            )
+
+    def roll_back(self, reason: str = "test") -> None:
+        self.txn.rollback(reason)
+        self.committer.abort_job(force=True, reason=reason)
