@@ -1,0 +1,92 @@
+"""``lakewarden ingest`` pieces that need no Spark session: triggers, jars, messages."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+import pyspark
+import pytest
+from click.testing import CliRunner
+
+from lakewarden.cli import cli
+from lakewarden.cli.ingest import batch_line, parse_trigger, summary
+from lakewarden.spark.ingest import (
+    BatchReport,
+    IngestTotals,
+    KafkaJarsMissingError,
+    kafka_jars,
+)
+from lakewarden.spark.ingest import spark_error_summary as summarise
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("5s", 5.0), ("500ms", 0.5), ("1m", 60.0), ("2.5s", 2.5), ("available-now", None)],
+)
+def test_trigger_durations(text: str, seconds: float | None) -> None:
+    assert parse_trigger(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["5", "0s", "fast", "-1s", "5h"])
+def test_bad_triggers_are_refused(text: str) -> None:
+    with pytest.raises(click.BadParameter, match="is not a trigger"):
+        parse_trigger(text)
+
+
+def test_missing_jars_say_how_to_fetch_them(tmp_path: Path) -> None:
+    with pytest.raises(KafkaJarsMissingError, match="make spark-jars"):
+        kafka_jars(tmp_path)
+    (tmp_path / "spark-sql-kafka-0-10_2.13-4.0.1.jar").write_bytes(b"")
+    (tmp_path / "kafka-clients-3.9.1.jar").write_bytes(b"")
+    assert [p.name for p in kafka_jars(tmp_path)] == [
+        "kafka-clients-3.9.1.jar",
+        "spark-sql-kafka-0-10_2.13-4.0.1.jar",
+    ]
+
+
+def test_the_fetched_jars_have_no_second_copy_of_what_pyspark_ships(repo_root: Path) -> None:
+    jars = {p.name for p in kafka_jars(repo_root / "infra" / "spark" / "jars")}
+    assert any(name.startswith("kafka-clients-3.9.1") for name in jars), jars
+    pyspark_jars = Path(pyspark.__file__).parent / "jars"
+    shipped = {p.name.rsplit("-", 1)[0] for p in pyspark_jars.glob("*.jar")}
+    assert len(shipped) > 100  # the folder was found
+    assert {name.rsplit("-", 1)[0] for name in jars} & shipped == set()
+
+
+def test_spark_errors_are_summarised_by_the_bad_record_line() -> None:
+    text = (
+        "StreamingQueryException: [STREAM_FAILED] Query terminated\n"
+        "  at org.apache.spark...\n"
+        "org.apache.spark.SparkRuntimeException: [USER_RAISED_EXCEPTION] lakewarden ingest: "
+        "bad record at topic t partition 1 offset 7: not a JSON object: x. Help: ... "
+        "SQLSTATE: P0001\n"
+    )
+    assert summarise(text) == (
+        "lakewarden ingest: bad record at topic t partition 1 offset 7: not a JSON object: x. "
+        "Help: ..."
+    )
+    assert summarise("") == "unknown error"
+
+
+def test_progress_lines_and_summary() -> None:
+    report = BatchReport(3, 10, 8, 2, "20250314092653589", 1500, 1200)
+    assert batch_line(report) == (
+        "[bold]batch 3[/]  read 10  written [green]8[/]  bad [yellow]2[/]  "
+        "instant 20250314092653589  1.5 s"
+    )
+    totals = IngestTotals()
+    totals.add(report)
+    assert summary(totals, Path("/cp/_bad_records")) == (
+        "ingested 1 micro-batches: 10 records read, 8 rows written, 2 bad records -> "
+        "/cp/_bad_records; last instant 20250314092653589"
+    )
+
+
+def test_avro_and_a_missing_bootstrap_are_usage_errors(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("LAKEWARDEN_KAFKA__BOOTSTRAP_SERVERS", raising=False)
+    runner = CliRunner()
+    avro = runner.invoke(cli, ["ingest", "--topic", "t", "--table", "x", "--format", "avro"])
+    assert avro.exit_code == 2 and "--format avro is not implemented yet" in avro.output
+    alone = runner.invoke(cli, ["ingest", "--topic", "t", "--table", "x"])
+    assert alone.exit_code == 2 and "--bootstrap" in alone.output
