@@ -1,0 +1,208 @@
+"""error-sink against the session's real broker, as its own process (``ServiceProcess``).
+
+Main tables are local; their instants are ended by ``FakeWrite`` (what a Spark write leaves
+in storage: a job's ``_SUCCESS`` naming the accepted attempts, then ``completed``; or
+``rolled_back``). Every test has its own topic prefix (fresh topics and consumer group).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+import lakewarden
+from lakewarden.errortable import SOURCES_KEY, error_table_location
+from lakewarden.errortable.testing import FakeWrite
+from lakewarden.events import EventProducer, ensure_topics
+from lakewarden.events.topics import DLQ, ERRORS
+from lakewarden.settings import ErrorTableSettings, Settings
+from lakewarden.table.config import NotATableError
+from lakewarden.table.table import Table
+from services._common.process import ServiceProcess
+
+MODULE = "services.error_sink"
+SCHEMA = pa.schema([pa.field("id", pa.string(), nullable=False), pa.field("x", pa.int32())])
+
+
+@pytest.fixture
+def sink_settings(kafka_settings: Settings) -> Settings:
+    kafka = kafka_settings.kafka.model_copy(update={"topic_prefix": f"es{uuid.uuid4().hex[:8]}."})
+    settings = kafka_settings.model_copy(update={"kafka": kafka})
+    ensure_topics(settings, specs=[ERRORS, DLQ])
+    return settings
+
+
+def _sink(settings: Settings, home: Path, **env: str) -> ServiceProcess:
+    home.mkdir(exist_ok=True)
+    extra = {"LAKEWARDEN_ERROR_SINK_CHECK_INTERVAL_S": "0.3", **env}
+    return ServiceProcess(MODULE, settings, home=home, extra_env=extra)
+
+
+@pytest.fixture
+def sink(sink_settings: Settings, tmp_path: Path) -> Iterator[ServiceProcess]:
+    service = _sink(sink_settings, tmp_path / "sink")
+    service.start()
+    try:
+        yield service
+    finally:
+        service.stop()
+
+
+@pytest.fixture
+def producer(sink_settings: Settings) -> Iterator[EventProducer]:
+    producer = EventProducer(sink_settings, producer_id="test-tasks")
+    try:
+        yield producer
+    finally:
+        producer.close()
+
+
+def publish(producer: EventProducer, events: list[dict[str, Any]]) -> None:
+    for event in events:
+        producer.send("ErrorRecord", event, topic=ERRORS)
+    producer.flush(10)
+
+
+def table(tmp_path: Path, name: str) -> Table:
+    return Table.create(str(tmp_path / name), name=name, record_key="id", schema=SCHEMA)
+
+
+def errors_of(uri: str) -> pa.Table | None:
+    try:
+        return lakewarden.read(uri)
+    except NotATableError:
+        return None
+
+
+def wait_for(check: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def rows(uri: str) -> int:
+    found = errors_of(uri)
+    return 0 if found is None else found.num_rows
+
+
+def metric(service: ServiceProcess, prefix: str) -> float:
+    _, body = service.get("/metrics")
+    return sum(
+        float(line.rsplit(" ", 1)[1]) for line in body.splitlines() if line.startswith(prefix)
+    )
+
+
+def test_only_accepted_attempts_of_completed_instants_once(
+    sink: ServiceProcess, producer: EventProducer, tmp_path: Path
+) -> None:
+    orders = table(tmp_path, "orders")
+    errors_uri = error_table_location(orders.uri, "orders", ErrorTableSettings()).uri
+    write = FakeWrite(orders)
+    loser, winner, other = write.attempt(0, 0), write.attempt(0, 1), write.attempt(1, 0)
+    accepted = write.errors(winner, ["w1", "w2", "w3"]) + write.errors(other, ["o1"])
+    publish(producer, write.errors(loser, ["l1", "l2"]) + accepted)
+    aborted = FakeWrite(orders)
+    publish(producer, aborted.errors(aborted.attempt(0), ["r1", "r2"]))
+    time.sleep(1.0)
+    assert rows(errors_uri) == 0, "nothing is committed before the main instant completes"
+    write.complete([winner, other], failed_records=4)
+    aborted.roll_back()
+    publish(producer, accepted)  # redelivered by the tasks' producer
+    wait_for(lambda: rows(errors_uri) >= 4, "the accepted errors")
+    time.sleep(1.5)  # give duplicates a chance to show up
+    got = errors_of(errors_uri)
+    assert got is not None
+    assert sorted(got.column("uid").to_pylist()) == sorted(e["uid"] for e in accepted)
+    assert set(got.column("source_instant").to_pylist()) == {write.instant}
+    completed = Table.open(errors_uri).state().completed()
+    assert len(completed) == 1
+    assert completed[0].commit is not None
+    assert str(orders.table_id) in completed[0].commit.extra_metadata[SOURCES_KEY]
+    assert metric(sink, 'lakewarden_error_sink_failed_records_total{table="orders"}') == 4
+    assert metric(sink, 'lakewarden_error_sink_dropped_total{reason="not_accepted"}') == 2
+    assert metric(sink, 'lakewarden_error_sink_dropped_total{reason="discarded"}') == 2
+
+
+def test_undecodable_events_are_dead_lettered_and_the_sink_goes_on(
+    sink: ServiceProcess, producer: EventProducer, sink_settings: Settings, tmp_path: Path
+) -> None:
+    producer.produce_bytes(ERRORS.name(sink_settings), b"not avro", key=b"t")
+    orders = table(tmp_path, "orders")
+    write = FakeWrite(orders)
+    attempt = write.attempt(0)
+    publish(producer, write.errors(attempt, ["k1"]))
+    write.complete([attempt])
+    errors_uri = error_table_location(orders.uri, "orders", ErrorTableSettings()).uri
+    wait_for(lambda: rows(errors_uri) == 1, "the error after a poison message")
+    assert metric(sink, "lakewarden_dead_letters_total") == 1
+
+
+def test_kill_9_mid_commit_then_restart_loses_nothing_duplicates_nothing(
+    sink_settings: Settings, producer: EventProducer, tmp_path: Path
+) -> None:
+    service = _sink(
+        sink_settings, tmp_path / "sink", LAKEWARDEN_ERROR_SINK_PAUSE_BEFORE_COMPLETE_S="60"
+    )
+    orders = table(tmp_path, "orders")
+    errors_uri = error_table_location(orders.uri, "orders", ErrorTableSettings()).uri
+    write = FakeWrite(orders)
+    attempt = write.attempt(0)
+    events = write.errors(attempt, [f"k{i}" for i in range(50)])
+    service.start()
+    try:
+        publish(producer, events)
+        write.complete([attempt])
+        wait_for(lambda: "pausing before completing" in service.log_text(), "the paused commit")
+        service.kill()
+        assert rows(errors_uri) == 0  # files written, instant pending: invisible
+        service.extra_env.pop("LAKEWARDEN_ERROR_SINK_PAUSE_BEFORE_COMPLETE_S")
+        service.start()
+        wait_for(lambda: rows(errors_uri) >= 50, "the errors after the restart")
+        time.sleep(1.5)
+        got = errors_of(errors_uri)
+        assert got is not None
+        assert sorted(got.column("uid").to_pylist()) == sorted(e["uid"] for e in events)
+        state = Table.open(errors_uri).state()
+        assert len(state.completed()) == 1 and len(state.pending()) == 1  # the killed one
+    finally:
+        service.stop()
+
+
+def test_global_mode_collects_every_tables_errors(
+    sink_settings: Settings, producer: EventProducer, tmp_path: Path
+) -> None:
+    base = tmp_path / "global"
+    service = _sink(
+        sink_settings,
+        tmp_path / "sink",
+        LAKEWARDEN_ERROR_TABLE__NAME="all_errors",
+        LAKEWARDEN_ERROR_TABLE__BASE_PATH=str(base),
+    )
+    service.start()
+    try:
+        expected = []
+        for name in ("orders", "payments"):
+            write = FakeWrite(table(tmp_path, name))
+            attempt = write.attempt(0)
+            events = write.errors(attempt, [f"{name}-{i}" for i in range(3)])
+            expected += [e["uid"] for e in events]
+            publish(producer, events)
+            write.complete([attempt])
+        uri = str(base / "all_errors")
+        wait_for(lambda: rows(uri) >= 6, "both tables' errors in the global table")
+        got = errors_of(uri)
+        assert got is not None
+        assert sorted(got.column("uid").to_pylist()) == sorted(expected)
+        assert set(got.column("source_table").to_pylist()) == {"orders", "payments"}
+        assert not (tmp_path / "orders_errors").exists()
+    finally:
+        service.stop()
