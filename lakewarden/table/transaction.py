@@ -14,6 +14,10 @@
         ... delete the files written ...    # IllegalTransitionError and the files must stay
         raise
 
+``WriteTransaction.resume(timeline, coordinator, table_id, instant, actor=...)`` carries on an
+instant begun elsewhere (the job-committer service completes the instants Spark drivers
+requested); it appends nothing itself.
+
 Every entry is appended under the table lock (taken per step, not held across the file
 writes) and records the lease token. The lock only makes writers take turns; the conflict
 rules, checked against the log at completion and re-checked after every rebase, decide.
@@ -28,6 +32,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from lakewarden.errors import NonRetryableError
 from lakewarden.table import conflicts
 from lakewarden.table.coordinator import Coordinator, Lease, LeaseLostError
 from lakewarden.table.instant import Action, Instant, Transition
@@ -40,6 +45,10 @@ from lakewarden.table.timeline import (
     TimelineState,
 )
 from lakewarden.table.timeline_state import EntryDraft
+
+
+class UnknownInstantError(NonRetryableError):
+    """``WriteTransaction.resume`` of an instant that is not on the table's timeline."""
 
 
 class WriteTransaction:
@@ -112,6 +121,46 @@ class WriteTransaction:
             instant=entry.instant,
             action=action,
             operation=operation,
+            actor=actor,
+            lock_ttl_s=lock_ttl_s,
+            lock_wait_s=lock_wait_s,
+        )
+
+    @classmethod
+    def resume(
+        cls,
+        timeline: Timeline,
+        coordinator: Coordinator,
+        table_id: str,
+        instant: str,
+        *,
+        actor: str,
+        lock_ttl_s: float = 30.0,
+        lock_wait_s: float = 30.0,
+    ) -> WriteTransaction:
+        """A handle on an instant another process (or an earlier run) began, to carry it on:
+        the job-committer completes or rolls back instants that a Spark driver requested.
+
+        Appends nothing: the action and operation come from the log, and every later step is
+        judged by the state machine as usual (a terminal instant refuses further transitions).
+
+        Raises: UnknownInstantError (no such instant on the log)."""
+        current = timeline.load().get(instant)
+        if current is None:
+            raise UnknownInstantError(
+                f"instant {instant} is not on the timeline of table {table_id}. Help: the "
+                "request names an instant that was never requested on this table (wrong table "
+                "URI?).",
+                table=table_id,
+                instant=instant,
+            )
+        return cls(
+            timeline,
+            coordinator,
+            table_id,
+            instant=instant,
+            action=current.action,
+            operation=current.operation or "",
             actor=actor,
             lock_ttl_s=lock_ttl_s,
             lock_wait_s=lock_wait_s,

@@ -13,14 +13,23 @@ A write is one transaction on the timeline (``lakewarden.table.transaction``):
 4. ``inflight`` with the workload profile: per bucket touched, its canonical group and the
    append groups Spark appends left beside it (``BucketSlices.file_groups``);
 5. per bucket, read the current base files of all its slices (canonical and append groups),
-   merge, and write a new base file of the canonical group under its final name with a fresh
-   write token; it stays invisible until ``completed`` names it. The append groups read are
-   replaced: their records are now in the canonical group (``merge_bucket``);
-6. ``completed`` with the write statistics. On a conflict (or any failure before completion)
-   the instant is rolled back, then the files written are deleted, and the error is re-raised.
-   When the completion's outcome is unknown the timeline is re-read: a completed instant is a
-   success; otherwise the write is abandoned the same way (the ``rolled_back`` entry settles
-   that it never completes). Steps 4-6 run under the instant's heartbeat.
+   merge, and write a new base file of the canonical group with a fresh write token into the
+   write's manifest-committer task attempt (``lakewarden.commit``: a private file on a local
+   filesystem, a pending multipart upload to its final key on S3); the attempt then saves its
+   manifest. The append groups read are replaced: their records are now in the canonical group
+   (``merge_bucket``);
+6. job commit and ``completed`` with the write statistics: ``lakewarden.table.job_commit.
+   commit_instant``, the same function the Spark driver and the job-committer service run
+   (the files are put in place, then ``completed`` is appended after the conflict rules). On a
+   conflict (or any failure before completion) the instant is rolled back, then the job is
+   aborted (its files are deleted), and the error is re-raised. When the completion's outcome
+   is unknown the timeline is re-read: a completed instant is a success; otherwise the write
+   is abandoned the same way (the ``rolled_back`` entry settles that it never completes).
+   Steps 4-6 run under the instant's heartbeat.
+
+A store that can neither rename nor hold back uploads (the in-memory test store) has no
+private staging: files go straight to their final keys (invisible until ``completed`` names
+them) and are deleted after a rollback.
 
 Merge semantics (per bucket: the records of all its slices, keyed by ``_lw_record_key``):
 
@@ -54,7 +63,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from lakewarden.errors import CommitStateUnknownError, NonRetryableError
+from lakewarden.commit import CommitterOptions, ManifestCommitter, TaskAttempt, new_job_id
+from lakewarden.errors import NonRetryableError
 from lakewarden.storage import Storage
 from lakewarden.table.bucket import BucketSlices, replaced_by_merge, route
 from lakewarden.table.config import (
@@ -65,7 +75,7 @@ from lakewarden.table.config import (
 )
 from lakewarden.table.coordinator import Coordinator
 from lakewarden.table.files import BaseFileName, WriteToken, file_key
-from lakewarden.table.instant import Transition
+from lakewarden.table.job_commit import JobCommitSpec, abandon, commit_instant, private_staging
 from lakewarden.table.reader import read_data_file
 from lakewarden.table.snapshot import FileSlice, Snapshot, build_snapshot
 from lakewarden.table.stats import CommitStats, FileGroupId, WorkloadProfile, WriteStat
@@ -75,6 +85,8 @@ from lakewarden.table.transaction import WriteTransaction
 Operation = Literal["insert", "upsert", "delete"]
 OPERATIONS: tuple[str, ...] = ("insert", "upsert", "delete")
 _SEQ = "__lw_seq"
+# A write's job is small (one attempt, a file per bucket touched): the defaults suit it.
+_OPTIONS = CommitterOptions()
 _MAX_REPR = 300
 
 
@@ -328,17 +340,53 @@ def write(ctx: WriteContext, data: pa.Table, operation: Operation) -> CommitResu
     txn = WriteTransaction.begin(  # 3
         ctx.timeline, ctx.coordinator, ctx.config.table_id, operation=operation, actor=ctx.actor
     )
+    job: ManifestCommitter | None = None
     written: list[str] = []
     try:
+        job = _job(ctx.storage, txn.instant)
         with txn.heartbeat():
             buckets = BucketSlices(_base_snapshot(ctx.timeline, txn.instant))
             touched = dict.fromkeys(g for c in groups for g in buckets.file_groups(c))
             txn.inflight(WorkloadProfile(operation=operation, file_groups=tuple(touched)))  # 4
-            stats = _write_groups(ctx, txn.instant, buckets, groups, operation, written)  # 5
-            return _complete(ctx, txn, stats)  # 6
+            attempt = _attempt(job)
+            stats = _write_groups(ctx, txn.instant, buckets, groups, operation, attempt, written)
+            accepted = _commit_attempt(attempt)  # 5
+            spec = JobCommitSpec(txn.instant, _job_id(job, txn.instant), accepted, stats)
+            outcome = commit_instant(job, txn, spec)  # 6
+            return CommitResult(txn.instant, outcome.stats)
     except Exception as err:
-        _abandon(ctx.storage, txn, written, err)
+        _abandon(ctx.storage, txn, job, written, err)
         raise
+
+
+def _job(storage: Storage, instant: str) -> ManifestCommitter | None:
+    """The write's committer job, set up; None on a store without private staging."""
+    if not private_staging(storage):
+        return None
+    job = ManifestCommitter(storage, new_job_id(prefix=instant), options=_OPTIONS)
+    job.setup_job()
+    return job
+
+
+def _job_id(job: ManifestCommitter | None, instant: str) -> str:
+    return job.job_id if job is not None else f"{instant}-direct"
+
+
+def _attempt(job: ManifestCommitter | None) -> TaskAttempt | None:
+    """The write's one task attempt (a write is one process: one attempt for all its files
+    keeps the job to one manifest)."""
+    if job is None:
+        return None
+    attempt = job.task_attempt(0)
+    attempt.setup()
+    return attempt
+
+
+def _commit_attempt(attempt: TaskAttempt | None) -> tuple[str, ...]:
+    if attempt is None:
+        return ()
+    attempt.commit()
+    return (str(attempt.attempt_id),)
 
 
 def _base_snapshot(timeline: Timeline, instant: str) -> Snapshot:
@@ -357,10 +405,11 @@ def _write_groups(
     buckets: BucketSlices,
     routed: dict[FileGroupId, pa.Table],
     operation: str,
+    attempt: TaskAttempt | None,
     written: list[str],
 ) -> CommitStats:
-    """Merge every bucket and write its canonical group, in parallel (pyarrow releases the
-    GIL)."""
+    """Merge every bucket and write its canonical group into the task attempt, in parallel
+    (pyarrow releases the GIL)."""
     groups = list(routed.items())
 
     def one(task: int) -> tuple[BucketMerge, WriteStat | None]:
@@ -379,7 +428,12 @@ def _write_groups(
             return result, None
         name = BaseFileName(group.file_id, WriteToken(task, 0, 0), instant).render()
         key = file_key(group.partition_path, name)
-        written.append(key)  # before the write: a failed write may still leave an object
+        data = _file_bytes(ctx.config, name, merged.table)
+        if attempt is not None:
+            attempt.write_file(key, data)
+        else:
+            written.append(key)  # before the write: a failed write may still leave an object
+            ctx.storage.write_if_absent(key, data)
         stat = WriteStat(
             file_group=group,
             path=key,
@@ -388,7 +442,7 @@ def _write_groups(
             num_inserts=merged.inserts,
             num_updates=merged.updates,
             num_deletes=merged.deletes,
-            size_bytes=_write_file(ctx.storage, ctx.config, key, name, merged.table),
+            size_bytes=len(data),
         )
         return result, stat
 
@@ -405,42 +459,30 @@ def _write_groups(
     )
 
 
-def _write_file(storage: Storage, config: TableConfig, key: str, name: str, table: pa.Table) -> int:
+def _file_bytes(config: TableConfig, name: str, table: pa.Table) -> bytes:
     table = table.append_column(META_FILE_NAME, pa.repeat(pa.scalar(name), len(table)))
     table = table.select(config.file_schema.names).cast(config.file_schema)
     buffer = io.BytesIO()
     pq.write_table(table, buffer)
-    data = buffer.getvalue()
-    storage.write_if_absent(key, data)
-    return len(data)
+    return buffer.getvalue()
 
 
-def _complete(ctx: WriteContext, txn: WriteTransaction, stats: CommitStats) -> CommitResult:
-    """Append ``completed``; when its reply was lost, the log says whether it happened (if it
-    did not, the caller rolls back, and the rollback entry settles the question)."""
-    try:
-        txn.complete(stats)
-    except CommitStateUnknownError:
-        mine = ctx.timeline.load().get(txn.instant)
-        if mine is None or mine.state != Transition.COMPLETED:
-            raise
-        return CommitResult(txn.instant, mine.commit or stats)
-    return CommitResult(txn.instant, stats)
-
-
-def _abandon(storage: Storage, txn: WriteTransaction, written: list[str], err: Exception) -> None:
-    """Append ``rolled_back`` first, then delete the instant's files.
+def _abandon(
+    storage: Storage,
+    txn: WriteTransaction,
+    job: ManifestCommitter | None,
+    written: list[str],
+    err: Exception,
+) -> None:
+    """Append ``rolled_back`` first, then abort the job (or delete the files written directly).
 
     The order matters after ``CommitStateUnknownError``: the lost ``completed`` entry may have
     landed, in which case the rollback is refused and the files must stay (they are committed).
     Only once the instant is terminal without completing are its files garbage. A crash between
     the two steps leaves invisible files of a rolled-back instant, which the cleaner removes.
+    ``commit_instant`` abandons on its own failures already; this is idempotent after it.
     A failure here is attached to ``err`` as a note: ``err`` is what the caller must see."""
-    try:
-        txn.rollback(f"{type(err).__name__}: {err}")
-    except Exception as rollback_err:
-        err.add_note(f"rolling back instant {txn.instant} failed: {rollback_err!r}")
-        err.add_note(f"its {len(written)} file(s) were kept: the instant may have completed")
+    if not abandon(job, txn, err, stage="write_files"):
         return
     for key in written:
         try:

@@ -1,0 +1,338 @@
+"""Job commit, then ``completed``: the one implementation of a table commit through the
+manifest committer (``lakewarden.commit``).
+
+Three callers run exactly this function: ``Table.write`` (in-process), the Spark driver when no
+Kafka is configured, and the job-committer service (``services/job_committer``) when it is::
+
+    txn = WriteTransaction.resume(timeline, coordinator, table_id, instant, actor=me)
+    outcome = commit_instant(ManifestCommitter(storage, job_id), txn, JobCommitSpec(...))
+
+Protocol of ``commit_instant``:
+
+0. where the instant stands: completed by this job (its ``_SUCCESS`` summary lists the files
+   the instant's statistics name) -> its recorded outcome (a duplicate
+   request, or a rerun after a crash between the append and the reply); completed by another
+   job, rolled back or aborted -> ``InstantFinishedError`` (for a rolled-back instant the job's
+   abort is finished first: its files are garbage);
+1. job commit of exactly the accepted task attempts (resumable: renames already done are
+   recognised; a job committed before returns its recorded result);
+2. the write statistics may name only files the job commit placed, with their sizes
+   (``StatisticsMismatchError``: ``completed`` must never name a file that is not there);
+3. ``completed`` with the statistics, under the table lock, after the heartbeat check, the
+   conflict rules, the ``once`` rule (no other completed instant carries the same
+   ``extra_metadata`` values, e.g. a streaming query's batch id) and the caller's
+   ``validate``; re-checked after every rebase;
+4. a lost reply (``CommitStateUnknownError``): the log decides. Completed is success;
+   otherwise the error is raised and nothing is deleted (the instant stays pending; only a
+   ``rolled_back`` entry makes its files garbage);
+5. any other failure: append ``rolled_back`` with the reason first (it makes the instant
+   uncommittable, and is refused if it completed), only then abort the job (every file it
+   placed or staged is deleted), and raise the original error.
+
+``CommitProgress.stage`` names the step that was running (or, in step 1, the committer's
+stage), so a caller can report where a commit failed.
+
+A store that can neither rename nor hold back multipart uploads (the in-memory test store)
+has no private staging: its writer puts files at their final keys (invisible until
+``completed`` names them) and passes ``committer=None``; steps 1, 2 and the job abort are then
+skipped and the caller deletes its files after the rollback.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from lakewarden.commit import CommittedFile, ManifestCommitter, StageFailedError
+from lakewarden.errors import CommitStateUnknownError, NonRetryableError
+from lakewarden.storage import Storage
+from lakewarden.table.instant import Transition
+from lakewarden.table.stats import CommitStats
+from lakewarden.table.timeline import InstantState, TimelineState
+from lakewarden.table.transaction import WriteTransaction
+
+log = logging.getLogger(__name__)
+
+STAGE_CHECK_INSTANT = "check_instant"
+STAGE_JOB_COMMIT = "job_commit"
+STAGE_CHECK_STATISTICS = "check_statistics"
+STAGE_COMPLETE = "complete_instant"
+_STAGE_NOTE = re.compile(r" \[job (?P<job>\S+) failed at stage (?P<stage>[a-z_]+)\]$")
+
+
+class InstantFinishedError(NonRetryableError):
+    """The instant is terminal without this job's completion: rolled back, aborted, or
+    completed by another job. ``state`` is its state; ``reason`` the recorded reason."""
+
+    def __init__(
+        self, message: str, *, table: str, instant: str, state: str, reason: str | None
+    ) -> None:
+        super().__init__(message, table=table, instant=instant)
+        self.state = state
+        self.reason = reason
+
+
+class StatisticsMismatchError(NonRetryableError):
+    """The write statistics name a file the job commit did not place, or another size."""
+
+
+class AlreadyCommittedError(NonRetryableError):
+    """Another completed instant carries the same ``once`` values (e.g. this streaming batch)."""
+
+    def __init__(self, message: str, *, instant: str, committed_by: str) -> None:
+        super().__init__(message, instant=instant)
+        self.committed_by = committed_by
+
+
+@dataclass(frozen=True)
+class JobCommitSpec:
+    """What to commit: the accepted attempts of ``job_id`` as instant ``instant``."""
+
+    instant: str
+    job_id: str
+    accepted: tuple[str, ...]
+    stats: CommitStats
+    # extra_metadata values no other completed instant may share (all of them together).
+    once: Mapping[str, str] = field(default_factory=dict)
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class InstantCommit:
+    """A completed instant: the statistics ``completed`` carries, and how it came about."""
+
+    instant: str
+    job_id: str
+    stats: CommitStats
+    recorded: bool  # it had completed before this call (duplicate request, rerun)
+    summary_key: str = ""
+    placed: int = 0  # files this call renamed or completed
+    resumed: bool = False  # this call finished an interrupted job commit
+
+
+@dataclass
+class CommitProgress:
+    """The step ``commit_instant`` is in; ``hook(event, stage)`` is called on entering one
+    (``event == "start"``), so tests can crash a process at a chosen step."""
+
+    stage: str = STAGE_CHECK_INSTANT
+    hook: Callable[[str, str], None] | None = None
+
+    def enter(self, stage: str) -> None:
+        self.stage = stage
+        if self.hook is not None:
+            self.hook("start", stage)
+
+
+def commit_instant(
+    committer: ManifestCommitter | None,
+    txn: WriteTransaction,
+    spec: JobCommitSpec,
+    *,
+    validate: Callable[[TimelineState], None] | None = None,
+    progress: CommitProgress | None = None,
+) -> InstantCommit:
+    """Steps 0-5 of the module docstring.
+
+    Raises: InstantFinishedError; StageFailedError (job commit; validation errors renamed
+    nothing); StatisticsMismatchError; HeartbeatLostError, WriteConflictError subclasses,
+    AlreadyCommittedError, whatever ``validate`` raises, IllegalTransitionError,
+    LockTimeoutError (all after the rollback of step 5); CommitStateUnknownError (nothing
+    rolled back or deleted)."""
+    progress = progress if progress is not None else CommitProgress()
+    progress.enter(STAGE_CHECK_INSTANT)
+    recorded = recorded_commit(txn, spec.job_id, committer)  # 0.
+    if recorded is not None:
+        return recorded
+    try:
+        return _commit(committer, txn, spec, validate, progress)
+    except CommitStateUnknownError:
+        raise
+    except BaseException as err:
+        abandon(committer, txn, err, stage=failed_stage(err, progress))  # 5.
+        raise
+
+
+def _commit(
+    committer: ManifestCommitter | None,
+    txn: WriteTransaction,
+    spec: JobCommitSpec,
+    validate: Callable[[TimelineState], None] | None,
+    progress: CommitProgress,
+) -> InstantCommit:
+    placed, resumed, summary_key = 0, False, ""
+    if committer is not None:
+        progress.enter(STAGE_JOB_COMMIT)
+        description = spec.description or f"instant {spec.instant}"
+        job = committer.commit_job(spec.accepted, description=description)  # 1.
+        progress.enter(STAGE_CHECK_STATISTICS)
+        check_statistics(spec.stats, job.files, instant=spec.instant, table=txn.table_id)  # 2.
+        placed, resumed, summary_key = job.placed, job.resumed, job.summary_key
+    stats = spec.stats
+    rules = _rules(txn.instant, spec.once, validate)
+    progress.enter(STAGE_COMPLETE)
+    try:
+        txn.complete(stats, validate=rules)  # 3.
+    except CommitStateUnknownError:  # 4.
+        mine = txn.status()
+        if mine is None or mine.state is not Transition.COMPLETED:
+            raise
+        stats = mine.commit or stats
+    return InstantCommit(
+        spec.instant, spec.job_id, stats, False, summary_key, placed=placed, resumed=resumed
+    )
+
+
+def recorded_commit(
+    txn: WriteTransaction, job_id: str, committer: ManifestCommitter | None = None
+) -> InstantCommit | None:
+    """The instant's recorded outcome for ``job_id``: its ``InstantCommit`` if this job
+    completed it, None while it is pending.
+
+    Raises: InstantFinishedError (terminal otherwise; a rolled-back instant's job abort is
+    finished first when ``committer`` is given)."""
+    mine = txn.status()
+    if mine is None or mine.is_pending:
+        return None
+    if mine.state is Transition.COMPLETED and mine.commit is not None:
+        if committer is None or _committed_by(committer, mine.commit):
+            summary = committer.layout.summary_key if committer is not None else ""
+            return InstantCommit(mine.instant, job_id, mine.commit, True, summary)
+    elif committer is not None and mine.state is Transition.ROLLED_BACK:
+        _finish_abort(committer, mine)
+    raise _finished(txn.table_id, mine, job_id)
+
+
+def _committed_by(committer: ManifestCommitter, stats: CommitStats) -> bool:
+    """Whether the job committed the files ``stats`` names (its summary says so)."""
+    summary = committer.summary()
+    if summary is None or summary.state != "COMMITTED":
+        return False
+    placed = {key: size for files in summary.committed_files.values() for key, size in files}
+    return all(placed.get(s.path) == s.size_bytes for s in stats.write_stats)
+
+
+def _finished(table_id: str, mine: InstantState, job_id: str) -> InstantFinishedError:
+    if mine.state is Transition.COMPLETED:
+        what = "was completed by another job"
+    else:
+        what = f"is {mine.state}: {mine.reason or 'no reason recorded'}"
+    return InstantFinishedError(
+        f"instant {mine.instant} of table {table_id} {what}; job {job_id} cannot commit it. "
+        "Help: read the timeline (Table.timeline()) for what happened; a new write needs a "
+        "new instant.",
+        table=table_id,
+        instant=mine.instant,
+        state=str(mine.state),
+        reason=mine.reason,
+    )
+
+
+def _finish_abort(committer: ManifestCommitter, mine: InstantState) -> None:
+    try:
+        committer.abort_job(force=True, reason=mine.reason or "instant rolled back")
+    except Exception as err:  # the cleaner finishes it; the answer is the same
+        log.warning("instant %s is rolled back, but aborting its job failed: %s", mine.instant, err)
+
+
+def check_statistics(
+    stats: CommitStats, files: Sequence[CommittedFile], *, instant: str, table: str
+) -> None:
+    """Every file the statistics name is a committed file of that size.
+
+    Raises: StatisticsMismatchError."""
+    placed = {f.key: f.size for f in files}
+    for stat in stats.write_stats:
+        size = placed.get(stat.path)
+        if size is None or size != stat.size_bytes:
+            found = "no committed file" if size is None else f"a committed file of {size} bytes"
+            raise StatisticsMismatchError(
+                f"instant {instant}: the write statistics name {stat.path} "
+                f"({stat.size_bytes} bytes), but the job commit placed {found} there. "
+                "Help: the statistics must come from the accepted task attempts' own files; "
+                "nothing was completed.",
+                table=table,
+                instant=instant,
+            )
+
+
+def _rules(
+    instant: str, once: Mapping[str, str], validate: Callable[[TimelineState], None] | None
+) -> Callable[[TimelineState], None] | None:
+    if not once and validate is None:
+        return None
+
+    def rules(state: TimelineState) -> None:
+        if once:
+            check_once(state, instant, once)
+        if validate is not None:
+            validate(state)
+
+    return rules
+
+
+def check_once(state: TimelineState, instant: str, once: Mapping[str, str]) -> None:
+    """Raises: AlreadyCommittedError when another completed instant has every ``once``
+    value in its ``extra_metadata``."""
+    for other in state.completed():
+        meta = other.commit.extra_metadata if other.commit is not None else {}
+        if other.instant != instant and all(meta.get(k) == v for k, v in once.items()):
+            raise AlreadyCommittedError(
+                f"instant {other.instant} completed with {dict(once)} already; instant "
+                f"{instant} must not commit it again.",
+                instant=instant,
+                committed_by=other.instant,
+            )
+
+
+def abandon(
+    committer: ManifestCommitter | None,
+    txn: WriteTransaction,
+    err: BaseException,
+    *,
+    stage: str,
+) -> bool:
+    """Step 5: ``rolled_back`` (reason: the error, then the job and stage), then job abort.
+    Returns whether the instant is rolled back. A failure is attached to ``err`` as a note."""
+    reason = f"{type(err).__name__}: {err}"[:2000] + stage_note(stage, committer)
+    try:
+        txn.rollback(reason)
+    except Exception as rollback_err:
+        err.add_note(f"rolling back instant {txn.instant} failed: {rollback_err!r}")
+        err.add_note("its files were kept: the instant may have completed")
+        return False
+    if committer is not None:
+        try:
+            committer.abort_job(force=True, reason=reason)
+        except Exception as abort_err:
+            err.add_note(f"aborting job {committer.job_id} failed: {abort_err!r}")
+    return True
+
+
+def stage_note(stage: str, committer: ManifestCommitter | None) -> str:
+    """The suffix ``abandon`` gives a rollback reason (``stage_of`` reads it back)."""
+    job = committer.job_id if committer is not None else "-"
+    return f" [job {job} failed at stage {stage}]"
+
+
+def stage_of(reason: str | None) -> str | None:
+    """The failed stage recorded at the end of a rollback reason by ``abandon``."""
+    match = _STAGE_NOTE.search(reason or "")
+    return match["stage"] if match else None
+
+
+def failed_stage(err: BaseException, progress: CommitProgress) -> str:
+    """The committer's stage for a job commit failure, else the step that was running."""
+    if isinstance(err, StageFailedError):
+        return err.stage
+    return progress.stage
+
+
+def private_staging(storage: Storage) -> bool:
+    """Whether task attempts can write privately on ``storage``: it renames (local files) or
+    holds back multipart uploads (S3)."""
+    if storage.local_path("probe") is not None:
+        return True
+    return type(storage).create_multipart is not Storage.create_multipart
