@@ -26,7 +26,7 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Final
 
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
@@ -80,7 +80,6 @@ class SinkOptions:
     check_interval_s: float = 1.0
     # Tests: called with the error-table instant after its files are written.
     before_complete: Callable[[str], None] | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class ErrorSink:
