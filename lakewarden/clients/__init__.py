@@ -5,8 +5,19 @@ LockRefusedError, LockServiceUnavailableError, LockTimeoutError
 KafkaCoordinator, coordinator_for        the table Coordinator on timeline-lock
 Heartbeat, Heartbeats, HeartbeatLostError  heartbeats for heartbeat-monitor (a thread each)
 Liveness, LivenessUnavailableError       heartbeat-monitor's verdicts, from its changelog
+CommitClient, CommitRequest, CommitReply job commits by job-committer (waits, never retries)
+JobCommitFailedError, CommitServiceUnavailableError, check_commit, CommitState
 """
 
+from lakewarden.clients.commit import (
+    CommitClient,
+    CommitReply,
+    CommitRequest,
+    CommitServiceUnavailableError,
+    CommitState,
+    JobCommitFailedError,
+    check_commit,
+)
 from lakewarden.clients.heartbeat import Heartbeat, HeartbeatLostError, Heartbeats
 from lakewarden.clients.kafka_coordinator import KafkaCoordinator, coordinator_for
 from lakewarden.clients.liveness import Liveness, LivenessUnavailableError
@@ -19,6 +30,13 @@ from lakewarden.clients.lock import (
 )
 
 __all__ = [
+    "CommitClient",
+    "CommitReply",
+    "CommitRequest",
+    "CommitServiceUnavailableError",
+    "CommitState",
+    "JobCommitFailedError",
+    "check_commit",
     "Heartbeat",
     "HeartbeatLostError",
     "Heartbeats",

@@ -39,5 +39,6 @@ class ServiceSpec:
 SERVICES: list[ServiceSpec] = [
     ServiceSpec(name="timeline-lock", module="services.timeline_lock", health_port=8101),
     ServiceSpec(name="heartbeat-monitor", module="services.heartbeat_monitor", health_port=8102),
+    ServiceSpec(name="job-committer", module="services.job_committer", health_port=8103),
     ServiceSpec(name="error-sink", module="services.error_sink", health_port=8104),
 ]

@@ -42,10 +42,17 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from lakewarden.commit import CommittedFile, ManifestCommitter, StageFailedError
+from lakewarden.commit import (
+    CommittedFile,
+    JobCommitResult,
+    ManifestCommitter,
+    RetryableStageFailedError,
+    StageFailedError,
+)
 from lakewarden.errors import CommitStateUnknownError, NonRetryableError
 from lakewarden.storage import Storage
 from lakewarden.table.instant import Transition
@@ -133,8 +140,11 @@ def commit_instant(
     *,
     validate: Callable[[TimelineState], None] | None = None,
     progress: CommitProgress | None = None,
+    job_retries: int = 2,
 ) -> InstantCommit:
-    """Steps 0-5 of the module docstring.
+    """Steps 0-5 of the module docstring. A job commit that fails on a store fault
+    (``RetryableStageFailedError``) is run again, resuming, up to ``job_retries`` times
+    before the instant is given up.
 
     Raises: InstantFinishedError; StageFailedError (job commit; validation errors renamed
     nothing); StatisticsMismatchError; HeartbeatLostError, WriteConflictError subclasses,
@@ -147,7 +157,7 @@ def commit_instant(
     if recorded is not None:
         return recorded
     try:
-        return _commit(committer, txn, spec, validate, progress)
+        return _commit(committer, txn, spec, validate, progress, job_retries)
     except CommitStateUnknownError:
         raise
     except BaseException as err:
@@ -161,12 +171,13 @@ def _commit(
     spec: JobCommitSpec,
     validate: Callable[[TimelineState], None] | None,
     progress: CommitProgress,
+    job_retries: int,
 ) -> InstantCommit:
     placed, resumed, summary_key = 0, False, ""
     if committer is not None:
         progress.enter(STAGE_JOB_COMMIT)
         description = spec.description or f"instant {spec.instant}"
-        job = committer.commit_job(spec.accepted, description=description)  # 1.
+        job = _job_commit(committer, spec.accepted, description, job_retries)  # 1.
         progress.enter(STAGE_CHECK_STATISTICS)
         check_statistics(spec.stats, job.files, instant=spec.instant, table=txn.table_id)  # 2.
         placed, resumed, summary_key = job.placed, job.resumed, job.summary_key
@@ -183,6 +194,20 @@ def _commit(
     return InstantCommit(
         spec.instant, spec.job_id, stats, False, summary_key, placed=placed, resumed=resumed
     )
+
+
+def _job_commit(
+    committer: ManifestCommitter, accepted: Sequence[str], description: str, retries: int
+) -> JobCommitResult:
+    for attempt in range(retries + 1):
+        try:
+            return committer.commit_job(accepted, description=description)
+        except RetryableStageFailedError as err:
+            if attempt == retries:
+                raise
+            log.warning("job %s: %s; resuming it", committer.job_id, err)
+            time.sleep(0.05 * (attempt + 1))
+    raise AssertionError("unreachable")
 
 
 def recorded_commit(

@@ -1,0 +1,329 @@
+"""CommitClient: ask the job-committer service to commit a job, and wait for its answer.
+
+    client = CommitClient(settings)
+    reply = client.commit(CommitRequest(table_uri=uri, table_id=table.table_id,
+                                        instant=instant, job_id=job_id,
+                                        accepted=attempt_ids, stats=stats), timeout_s=120)
+    reply.stats          # what the instant's `completed` entry carries
+    client.close()
+
+``commit``:
+
+1. reads every partition of ``job.results`` from its current end, so the answer cannot be
+   missed however fast it comes (no consumer group: nothing is committed, nothing rebalances);
+2. sends the ``JobCommitRequest`` keyed by table id and waits until the broker has it;
+3. reads results until the one for this instant and job arrives: ``committed`` returns a
+   ``CommitReply``; ``failed`` raises ``JobCommitFailedError`` naming the stage and the error
+   (the service has rolled the instant back and aborted the job), or
+   ``CommitStateUnknownError`` when the service itself could not settle the outcome;
+4. no answer within ``timeout_s``: ``CommitStateUnknownError`` with the instant and how to
+   check. It never resends on its own: the service may be committing right now. The request is
+   durable in Kafka and the service resumes it after a crash, so the outcome will be on the
+   timeline; ``check_commit`` reads it. (Sending the *same* request again is safe: the service
+   answers a duplicate with the recorded result. Starting a new job for the same data is not.)
+
+No network IO happens until the first ``commit``. One client serves one request at a time
+(calls from several threads take turns).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+from lakewarden.commit import JobLayout, SuccessData
+from lakewarden.errors import CommitStateUnknownError, NonRetryableError, RetryableError
+from lakewarden.events import EventDeliveryError, EventProducer, default_codec, make_event
+from lakewarden.events.codec import EventDecodeError
+from lakewarden.events.topics import JOB_RESULTS
+from lakewarden.settings import Settings
+from lakewarden.storage import NotFoundError, open_storage
+from lakewarden.table.instant import Transition
+from lakewarden.table.stats import CommitStats
+from lakewarden.table.timeline import Timeline
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TIMEOUT_S = 300.0
+
+
+class JobCommitFailedError(NonRetryableError):
+    """The job-committer refused or failed the commit; the instant is rolled back and the job
+    aborted. ``stage`` is the step that failed, ``error_type`` the error's class name (a
+    conflict rule's name for a conflict), ``reason`` the service's message."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        table: str,
+        instant: str,
+        job_id: str,
+        stage: str | None,
+        error_type: str | None,
+        reason: str,
+    ) -> None:
+        super().__init__(message, table=table, instant=instant)
+        self.job_id = job_id
+        self.stage = stage
+        self.error_type = error_type
+        self.reason = reason
+
+
+class CommitServiceUnavailableError(RetryableError):
+    """The job-committer's topics cannot be reached; nothing was sent."""
+
+
+@dataclass(frozen=True)
+class CommitRequest:
+    """A job commit to ask for: the accepted attempts of ``job_id``, completing ``instant``
+    with ``stats``. ``once``: ``extra_metadata`` values no other completed instant may share."""
+
+    table_uri: str
+    table_id: str
+    instant: str
+    job_id: str
+    accepted: Sequence[str]
+    stats: CommitStats
+    job_attempt: int = 0
+    lock_token: int | None = None
+    once: Mapping[str, str] = field(default_factory=dict)
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class CommitReply:
+    """A committed job: the instant is completed with ``stats``."""
+
+    instant: str
+    job_id: str
+    stats: CommitStats
+    recorded: bool  # the job had finished before: this is its recorded result
+    summary_key: str
+
+
+CommitStateName = Literal["committed", "rolled_back", "pending", "unknown_instant", "other"]
+
+
+@dataclass(frozen=True)
+class CommitState:
+    """What storage says about an instant and its job (``check_commit``)."""
+
+    state: CommitStateName
+    instant_state: str | None
+    job_summary: str | None  # the _SUCCESS state: COMMITTED, FAILED, ABORTED, or None
+    reason: str | None
+
+
+class CommitClient:
+    """Requests job commits from job-committer. Thread-safe; close it when done."""
+
+    def __init__(self, settings: Settings, *, producer_id: str | None = None) -> None:
+        self.settings = settings
+        self.producer_id = producer_id or f"commit-client@{socket.gethostname()}:{os.getpid()}"
+        self._guard = threading.Lock()
+        self._producer: EventProducer | None = None
+        self._consumer: Consumer | None = None
+
+    def commit(
+        self, request: CommitRequest, *, timeout_s: float = DEFAULT_TIMEOUT_S
+    ) -> CommitReply:
+        """Steps 1-4 of the module docstring.
+
+        Raises:
+            CommitServiceUnavailableError: the topics cannot be reached (nothing was sent).
+            JobCommitFailedError: the service failed the commit (rolled back, job aborted).
+            CommitStateUnknownError: no answer in time, the request's delivery is unknown, or
+                the service could not settle the outcome. Check with ``check_commit``.
+        """
+        with self._guard:
+            deadline = time.monotonic() + timeout_s
+            consumer = self._listen()  # 1.
+            self._send(request)  # 2.
+            while time.monotonic() < deadline:  # 3.
+                messages = consumer.consume(100, timeout=min(0.5, timeout_s))
+                for message in messages:
+                    reply = self._match(request, message)
+                    if reply is not None:
+                        return reply
+            raise _unknown(request, f"no answer from job-committer within {timeout_s:g} s")
+
+    def close(self) -> None:
+        """Close the Kafka clients (a later ``commit`` opens new ones)."""
+        with self._guard:
+            consumer, self._consumer = self._consumer, None
+            producer, self._producer = self._producer, None
+        if consumer is not None:
+            consumer.close()
+        if producer is not None:
+            try:
+                producer.close(timeout_s=5)
+            except EventDeliveryError as err:
+                log.warning("closing the commit client: %s", err)
+
+    def __enter__(self) -> CommitClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _listen(self) -> Consumer:
+        """A consumer assigned every partition of the results topic at its end."""
+        if self._consumer is None:
+            config = self.settings.kafka.librdkafka_config(
+                group_id=f"commit-client-{uuid.uuid4().hex}",
+                enable_auto_commit=False,
+                enable_partition_eof=False,
+                logger=log,
+            )
+            self._consumer = Consumer(config)
+        consumer = self._consumer
+        topic = JOB_RESULTS.name(self.settings)
+        timeout = self.settings.kafka.request_timeout_s
+        try:
+            metadata = consumer.list_topics(topic, timeout=timeout).topics.get(topic)
+            if metadata is None or metadata.error is not None or not metadata.partitions:
+                raise CommitServiceUnavailableError(
+                    f"topic {topic} does not exist; nothing was sent. Help: start the "
+                    "job-committer service (`lakewarden dev up` runs it)."
+                )
+            ends = []
+            for partition in sorted(metadata.partitions):
+                tp = TopicPartition(topic, partition)
+                _, high = consumer.get_watermark_offsets(tp, timeout=timeout, cached=False)
+                ends.append(TopicPartition(topic, partition, high))
+        except KafkaException as err:
+            raise CommitServiceUnavailableError(
+                f"cannot read {topic}: {err}; nothing was sent. Help: is the broker up?"
+            ) from err
+        consumer.assign(ends)
+        return consumer
+
+    def _send(self, request: CommitRequest) -> None:
+        if self._producer is None:
+            self._producer = EventProducer(self.settings, producer_id=self.producer_id, linger_ms=0)
+        self._producer.send("JobCommitRequest", request_record(request, self.producer_id))
+        try:
+            self._producer.flush()
+        except EventDeliveryError as err:
+            raise _unknown(request, f"the request's delivery is unknown ({err})") from err
+
+    def _match(self, request: CommitRequest, message: Any) -> CommitReply | None:
+        if message.error() is not None:
+            log.warning("reading job results: %s", message.error())
+            return None
+        try:
+            name, record = default_codec().decode(message.value())
+        except EventDecodeError as err:
+            log.warning("skipping an undecodable job result: %s", err)
+            return None
+        if name != "JobCommitResult":
+            return None
+        if record["job_id"] != request.job_id or record["instant"] != request.instant:
+            return None
+        return reply_from_record(request, record)
+
+
+def request_record(request: CommitRequest, producer_id: str) -> dict[str, Any]:
+    """The ``JobCommitRequest`` event of ``request``."""
+    layout = JobLayout(request.job_id, request.job_attempt)
+    metadata = {"once": dict(request.once), "description": request.description}
+    return make_event(
+        "JobCommitRequest",
+        table_id=request.table_id,
+        producer_id=producer_id,
+        instant=request.instant,
+        job_id=request.job_id,
+        job_attempt=request.job_attempt,
+        accepted_task_attempt_ids=[str(a) for a in request.accepted],
+        manifest_dir=layout.manifests_dir,
+        lock_token=request.lock_token,
+        metadata=json.dumps(metadata, sort_keys=True),
+        table_uri=request.table_uri,
+        commit_stats=request.stats.model_dump_json(),
+    )
+
+
+def reply_from_record(request: CommitRequest, record: Mapping[str, Any]) -> CommitReply:
+    """The reply a ``JobCommitResult`` record carries.
+
+    Raises: JobCommitFailedError, CommitStateUnknownError (the service could not tell)."""
+    if record["status"] == "committed":
+        return CommitReply(
+            instant=request.instant,
+            job_id=request.job_id,
+            stats=CommitStats.model_validate_json(record["stats"]),
+            recorded=bool(record.get("recorded")),
+            summary_key=str(record.get("summary_key") or ""),
+        )
+    reason = str(record.get("reason") or "no reason given")
+    error_type = record.get("error_type")
+    if error_type == CommitStateUnknownError.__name__:
+        raise _unknown(request, f"job-committer could not settle the outcome: {reason}")
+    stage = record.get("failed_stage")
+    raise JobCommitFailedError(
+        f"job-committer failed the commit of job {request.job_id} (instant {request.instant} "
+        f"of table {request.table_uri}) at stage {stage}: {reason}",
+        table=request.table_id,
+        instant=request.instant,
+        job_id=request.job_id,
+        stage=stage,
+        error_type=error_type,
+        reason=reason,
+    )
+
+
+def _unknown(request: CommitRequest, why: str) -> CommitStateUnknownError:
+    summary = JobLayout(request.job_id, request.job_attempt).summary_key
+    return CommitStateUnknownError(
+        f"commit state unknown for instant {request.instant} of table {request.table_uri} "
+        f"(job {request.job_id}): {why}. Help: do not start a new write of the same data. "
+        f"The request is durable and job-committer resumes it; check the outcome with "
+        f"lakewarden.clients.check_commit({request.table_uri!r}, {request.instant!r}, "
+        f"{request.job_id!r}): the instant's state on the timeline (completed or rolled_back) "
+        f"decides, and {request.table_uri.rstrip('/')}/{summary} records the job's file "
+        "placement. Sending the same request again is safe (a finished job answers with its "
+        "recorded result).",
+        table=request.table_id,
+        instant=request.instant,
+    )
+
+
+def check_commit(
+    table_uri: str, instant: str, job_id: str, *, settings: Settings | None = None
+) -> CommitState:
+    """What storage says about ``instant`` and ``job_id``: the timeline decides whether the
+    instant committed; the job's ``_SUCCESS`` tells how far its file placement got.
+
+    Raises: StorageError, ConfigurationError, InvalidIdError, CommitError (a malformed
+    summary)."""
+    storage = open_storage(table_uri, settings)
+    key = JobLayout(job_id).summary_key  # InvalidIdError for a malformed job id
+    try:
+        summary: SuccessData | None = SuccessData.from_bytes(storage.read(key), key=key)
+    except NotFoundError:
+        summary = None
+    job_state = summary.state if summary is not None else None
+    mine = Timeline(storage).load().get(instant)
+    if mine is None:
+        return CommitState("unknown_instant", None, job_state, None)
+    state: CommitStateName = "other"
+    if mine.state is Transition.COMPLETED:
+        state = "committed"
+    elif mine.state is Transition.ROLLED_BACK:
+        state = "rolled_back"
+    elif mine.is_pending:
+        state = "pending"
+    return CommitState(state, str(mine.state), job_state, mine.reason)

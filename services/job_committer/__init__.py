@@ -1,0 +1,19 @@
+"""job-committer: the manifest committer protocol as a service, and the table commit after it.
+
+    python -m services.job_committer
+
+Spark drivers (``lakewarden.clients.CommitClient``) send ``JobCommitRequest`` events to
+``job.requests`` keyed by table id; the service runs the job commit of the accepted task
+attempts and completes the instant (``lakewarden.table.job_commit.commit_instant``, the same
+function an in-process write runs), or rolls it back, and answers with a ``JobCommitResult``
+on ``job.results``. It also reads ``task.manifests`` (audit trail, early validation) and
+publishes the timeline entries it appends to ``timeline``.
+
+``protocol`` holds the record conversions, ``worker`` the blocking commit (run on a worker
+thread), ``handler`` what the agents do, ``app`` and ``agents`` the faust declarations,
+``hooks`` the crash hooks tests use, ``metrics`` the Prometheus metrics.
+
+Why faust, with no faust table: the state that matters is in storage (the timeline and the
+job's ``_SUCCESS``), so a restarted or rebalanced instance needs nothing but the requests it
+has not answered, which Kafka redelivers (offsets are committed only past answered requests).
+"""

@@ -1,0 +1,220 @@
+"""What job-committer's agents do, apart from faust (so tests can drive it directly).
+
+``RequestHandler.handle`` takes one message of ``job.requests``:
+
+1. undecodable, not a JobCommitRequest, keyed wrongly or invalid: dead-letter it; an invalid
+   request that names its instant and job is also answered ``failed`` (stage
+   ``check_request``), so its sender does not wait for a timeout;
+2. run the job commit on a worker thread (``CommitWorker.run``; the event loop stays free);
+3. publish the ``TimelineTransition`` of the entry the service appended, then the
+   ``JobCommitResult``.
+
+Delivery is at-least-once and every step is idempotent: a request redelivered after a crash
+resumes the job commit where it stopped, and a duplicate request for a finished job is
+answered with the recorded result. The offset of a request is committed only after its
+answer was produced (faust flushes the producer before committing offsets).
+
+``ManifestHandler.handle`` takes one ``TaskManifest``: the audit trail (a log line and a
+counter per event) and, when the event names its table, early validation of the manifest.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+from faust.types import Message
+
+from lakewarden.events import Event, Undecodable
+from lakewarden.settings import Settings
+from lakewarden.storage import open_storage
+from services.job_committer import metrics
+from services.job_committer.protocol import (
+    CommitJob,
+    InvalidEvent,
+    ManifestNotice,
+    Outcome,
+    parse_manifest_event,
+    parse_request,
+    refusal_for,
+    result_record,
+    transition_record,
+)
+from services.job_committer.worker import CommitWorker, check_manifest
+
+log = logging.getLogger(__name__)
+
+RunBlocking = Callable[[Callable[[], Any]], Awaitable[Any]]
+SendEvent = Callable[[str, Event], Awaitable[None]]
+STAGE_PUBLISH = "publish_result"
+
+
+class DeadLetterSink(Protocol):
+    async def undecodable(self, message: Message, value: Undecodable) -> None: ...
+
+    async def reject(
+        self, message: Message, *, reason: str, detail: str, error_type: str = ...
+    ) -> None: ...
+
+
+class RequestHandler:
+    """Answers job commit requests."""
+
+    def __init__(
+        self,
+        *,
+        worker: CommitWorker,
+        run_blocking: RunBlocking,
+        send_result: SendEvent,
+        send_transition: SendEvent,
+        dead_letters: DeadLetterSink,
+        producer_id: str,
+    ) -> None:
+        self.worker = worker
+        self.run_blocking = run_blocking
+        self.send_result = send_result
+        self.send_transition = send_transition
+        self.dead_letters = dead_letters
+        self.producer_id = producer_id
+
+    async def handle(self, message: Message, value: Any) -> None:
+        """Process one message of ``job.requests`` (see the module docstring). A failure of
+        the service itself dead-letters the request (``handler_error``): one bad request must
+        not stop the commits of every table."""
+        try:
+            await self._handle(message, value)
+        except Exception as err:
+            log.exception("job commit request failed", extra={"kafka_offset": message.offset})
+            await self.dead_letters.reject(
+                message,
+                reason="handler_error",
+                detail=f"{type(err).__name__}: {err}",
+                error_type=type(err).__name__,
+            )
+
+    async def _handle(self, message: Message, value: Any) -> None:
+        if isinstance(value, Undecodable):
+            await self.dead_letters.undecodable(message, value)  # 1.
+            return
+        name, record = value
+        try:
+            job = parse_request(name, record, key=message.key)
+        except InvalidEvent as err:
+            await self.dead_letters.reject(message, reason=err.reason, detail=err.detail)
+            refusal = refusal_for(record, err) if isinstance(record, dict) else None
+            if refusal is not None:
+                table_id = str(refusal["envelope"]["table_id"])
+                await self.send_result(table_id, Event("JobCommitResult", refusal))
+            return
+        started = time.monotonic()
+        log.info(
+            "job commit requested",
+            extra={"table": job.table_id, "instant": job.instant, "job_id": job.job_id},
+        )
+        outcome: Outcome = await self.run_blocking(lambda: self.worker.run(job))  # 2.
+        await self._publish(job, outcome)  # 3.
+        _count(outcome, time.monotonic() - started)
+        _log(job, outcome)
+
+    async def _publish(self, job: CommitJob, outcome: Outcome) -> None:
+        hook = self.worker.hook
+        if hook is not None:
+            await self.run_blocking(lambda: hook("start", STAGE_PUBLISH))
+        for entry in outcome.entries:
+            record = transition_record(entry, table_id=job.table_id, producer_id=self.producer_id)
+            await self.send_transition(job.table_id, Event("TimelineTransition", record))
+            metrics.TRANSITIONS.labels(str(entry.transition)).inc()
+        record = result_record(job, outcome, producer_id=self.producer_id)
+        await self.send_result(job.table_id, Event("JobCommitResult", record))
+
+
+def _count(outcome: Outcome, elapsed_s: float) -> None:
+    metrics.COMMITS.labels(outcome.status, str(outcome.recorded).lower()).inc()
+    metrics.DURATION.observe(elapsed_s)
+    metrics.FILES.inc(outcome.placed)
+    if outcome.resumed:
+        metrics.RESUMED.inc()
+    if not outcome.committed and not outcome.recorded:
+        stage, error = outcome.failed_stage or "unknown", outcome.error_type or "unknown"
+        metrics.FAILURES.labels(stage, error).inc()
+
+
+def _log(job: CommitJob, outcome: Outcome) -> None:
+    extra = {
+        "table": job.table_id,
+        "instant": job.instant,
+        "job_id": job.job_id,
+        "status": outcome.status,
+        "recorded": outcome.recorded,
+    }
+    if outcome.committed:
+        log.info("job committed (%d files placed)", outcome.placed, extra=extra)
+    else:
+        extra["stage"] = outcome.failed_stage
+        log.warning("job commit failed: %s", outcome.reason, extra=extra)
+
+
+class ManifestHandler:
+    """Keeps the audit trail of task manifests and validates them early."""
+
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        run_blocking: RunBlocking,
+        dead_letters: DeadLetterSink,
+    ) -> None:
+        self.settings = settings
+        self.run_blocking = run_blocking
+        self.dead_letters = dead_letters
+
+    async def handle(self, message: Message, value: Any) -> None:
+        """Process one message of ``task.manifests``; bad events are dead-lettered."""
+        try:
+            await self._handle(message, value)
+        except Exception as err:
+            log.exception("task manifest event failed", extra={"kafka_offset": message.offset})
+            await self.dead_letters.reject(
+                message,
+                reason="handler_error",
+                detail=f"{type(err).__name__}: {err}",
+                error_type=type(err).__name__,
+            )
+
+    async def _handle(self, message: Message, value: Any) -> None:
+        if isinstance(value, Undecodable):
+            await self.dead_letters.undecodable(message, value)
+            return
+        name, record = value
+        try:
+            notice = parse_manifest_event(name, record, key=message.key)
+        except InvalidEvent as err:
+            await self.dead_letters.reject(message, reason=err.reason, detail=err.detail)
+            return
+        if not notice.table_uri:
+            status, detail = "audit_only", "the event names no table URI"
+        else:
+            status, detail = await self.run_blocking(lambda: self._check(notice))
+        metrics.MANIFESTS.labels(status).inc()
+        level = logging.INFO if status in ("valid", "audit_only") else logging.WARNING
+        log.log(
+            level,
+            "task manifest %s: %s",
+            status,
+            detail,
+            extra={
+                "table": notice.table_id,
+                "instant": notice.instant,
+                "job_id": notice.job_id,
+                "attempt": str(notice.attempt),
+            },
+        )
+
+    def _check(self, notice: ManifestNotice) -> tuple[str, str]:
+        try:
+            storage = open_storage(notice.table_uri, self.settings)
+        except Exception as err:
+            return "invalid", f"cannot open {notice.table_uri}: {err}"
+        return check_manifest(storage, notice)

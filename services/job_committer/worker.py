@@ -1,0 +1,254 @@
+"""The blocking part of a job commit: open the table, run ``commit_instant``, say how it ended.
+
+``CommitWorker.run(job)`` runs on a worker thread (never on the faust event loop):
+
+1. open the table from ``job.table_uri`` and check that it is the table the event is keyed by;
+2. resume the instant's write transaction (``WriteTransaction.resume``) and check that its
+   ``requested`` plan, when it names a job, names this one;
+3. ``commit_instant`` with the job's committer: the same function ``Table.write`` and the
+   in-process Spark commit run (job commit, conflict-checked ``completed``, or rollback then
+   job abort). A request redelivered after a crash resumes (the committer recognises the
+   renames already done); a request for a finished instant gets its recorded outcome;
+4. a retryable failure (lock timeout, a store fault, an unknown append outcome) that left the
+   instant pending is tried again, up to ``attempts`` times; then it is reported;
+5. the outcome, with the timeline entry the service appended (to publish).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from collections.abc import Callable
+from typing import Any
+
+from lakewarden.commit import CommitError, JobLayout, ManifestCommitter
+from lakewarden.commit.layout import is_reserved
+from lakewarden.commit.manifest import parse_manifest
+from lakewarden.errors import CommitStateUnknownError, LakewardenError, RetryableError
+from lakewarden.settings import Settings
+from lakewarden.storage import NotFoundError, Storage, open_storage
+from lakewarden.table.config import load_config
+from lakewarden.table.coordinator import Coordinator
+from lakewarden.table.instant import Transition
+from lakewarden.table.job_commit import (
+    STAGE_CHECK_INSTANT,
+    CommitProgress,
+    InstantFinishedError,
+    JobCommitSpec,
+    commit_instant,
+    failed_stage,
+    stage_of,
+)
+from lakewarden.table.timeline import Timeline, TimelineEntry
+from lakewarden.table.transaction import WriteTransaction
+from services.job_committer.protocol import CommitJob, ManifestNotice, Outcome
+
+log = logging.getLogger(__name__)
+
+ACTOR_PREFIX = "job-committer@"
+STAGE_OPEN_TABLE = "open_table"
+Hook = Callable[[str, str], None]
+
+
+class RequestRefusedError(LakewardenError):
+    """The request does not fit the table it names (another table id, another job)."""
+
+
+def actor() -> str:
+    return f"{ACTOR_PREFIX}{socket.gethostname()}:{os.getpid()}"
+
+
+class CommitWorker:
+    """Runs job commits; one per service process (thread-safe: it holds no per-job state)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        coordinator: Callable[[], Coordinator],
+        *,
+        hook: Hook | None = None,
+        attempts: int = 3,
+        retry_delay_s: float = 1.0,
+    ) -> None:
+        self.settings = settings
+        self.coordinator = coordinator
+        self.hook = hook
+        self.attempts = attempts
+        self.retry_delay_s = retry_delay_s
+        self.actor = actor()
+
+    def run(self, job: CommitJob) -> Outcome:
+        """Steps 1-5 of the module docstring; never raises for a failed commit."""
+        progress = CommitProgress(stage=STAGE_OPEN_TABLE, hook=self.hook)
+        try:
+            storage, timeline = self._open(job)  # 1.
+        except Exception as err:
+            return _failed(err, STAGE_OPEN_TABLE)
+        for attempt in range(1, self.attempts + 1):
+            try:
+                return self._commit(job, storage, timeline, progress)
+            except InstantFinishedError as err:
+                return _finished(err, timeline, job)
+            except (RetryableError, CommitStateUnknownError) as err:
+                if attempt == self.attempts or not _pending(timeline, job.instant):
+                    return self._failed(err, progress, timeline, job)
+                log.warning(
+                    "job commit failed (attempt %d of %d), retrying: %s",
+                    attempt,
+                    self.attempts,
+                    err,
+                    extra={"job_id": job.job_id, "instant": job.instant},
+                )
+                time.sleep(self.retry_delay_s * attempt)  # a worker thread, not the loop
+            except Exception as err:
+                return self._failed(err, progress, timeline, job)
+        raise AssertionError("unreachable")
+
+    def _open(self, job: CommitJob) -> tuple[Storage, Timeline]:
+        storage = open_storage(job.table_uri, self.settings)
+        config = load_config(storage)
+        if config.table_id != job.table_id:
+            raise RequestRefusedError(
+                f"the table at {job.table_uri} has id {config.table_id}, but the request is "
+                f"for table {job.table_id}; nothing was done.",
+                table=job.table_id,
+                instant=job.instant,
+            )
+        return storage, Timeline(storage, table=config.name)
+
+    def _commit(
+        self, job: CommitJob, storage: Storage, timeline: Timeline, progress: CommitProgress
+    ) -> Outcome:
+        progress.enter(STAGE_CHECK_INSTANT)
+        txn = WriteTransaction.resume(  # 2.
+            timeline, self.coordinator(), job.table_id, job.instant, actor=self.actor
+        )
+        _check_plan(txn, job)
+        committer = ManifestCommitter(
+            storage, job.job_id, job_attempt=job.job_attempt, stage_hook=self.hook
+        )
+        spec = JobCommitSpec(
+            job.instant, job.job_id, job.accepted, job.stats, job.once, job.description
+        )
+        done = commit_instant(committer, txn, spec, progress=progress)  # 3.
+        return Outcome(
+            status="committed",
+            stats=done.stats,
+            recorded=done.recorded,
+            summary_key=done.summary_key or committer.layout.summary_key,
+            entries=_appended(timeline, job.instant),
+            placed=done.placed,
+            resumed=done.resumed,
+        )
+
+    def _failed(
+        self, err: Exception, progress: CommitProgress, timeline: Timeline, job: CommitJob
+    ) -> Outcome:
+        outcome = _failed(err, failed_stage(err, progress))
+        entries = _appended(timeline, job.instant)
+        return Outcome(
+            status=outcome.status,
+            reason=outcome.reason,
+            failed_stage=outcome.failed_stage,
+            error_type=outcome.error_type,
+            entries=entries,
+        )
+
+
+def _check_plan(txn: WriteTransaction, job: CommitJob) -> None:
+    """A ``requested`` plan that names a job (``{"spark": {"job_id": ...}}`` or
+    ``{"job_id": ...}``) must name this one: a request cannot commit one job's files as
+    another job's instant."""
+    mine = txn.status()
+    plan: Any = mine.plan if mine is not None else None
+    named = None
+    if isinstance(plan, dict):
+        spark = plan.get("spark")
+        named = spark.get("job_id") if isinstance(spark, dict) else plan.get("job_id")
+    if named is not None and named != job.job_id:
+        raise RequestRefusedError(
+            f"instant {job.instant} was requested for job {named}, not job {job.job_id}; "
+            "nothing was done.",
+            table=job.table_id,
+            instant=job.instant,
+        )
+
+
+def _pending(timeline: Timeline, instant: str) -> bool:
+    mine = timeline.load().get(instant)
+    return mine is not None and mine.is_pending
+
+
+def _appended(timeline: Timeline, instant: str) -> tuple[TimelineEntry, ...]:
+    """The instant's terminal entry, when a job-committer appended it (publish it again after
+    a crash: consumers of the timeline topic deduplicate by seq)."""
+    try:
+        mine = timeline.load().get(instant)
+        if mine is None or mine.state not in (Transition.COMPLETED, Transition.ROLLED_BACK):
+            return ()
+        entry = next(timeline.entries(after_seq=mine.last_seq - 1), None)
+    except Exception as err:  # publishing is an audit trail; the answer matters more
+        log.warning("cannot read the entry to publish for %s: %s", instant, err)
+        return ()
+    if entry is None or entry.seq != mine.last_seq or not entry.actor.startswith(ACTOR_PREFIX):
+        return ()
+    return (entry,)
+
+
+def _failed(err: BaseException, stage: str) -> Outcome:
+    return Outcome(
+        status="failed",
+        reason=f"{type(err).__name__}: {err}",
+        failed_stage=stage,
+        error_type=type(err).__name__,
+    )
+
+
+def _finished(err: InstantFinishedError, timeline: Timeline, job: CommitJob) -> Outcome:
+    """A request for an instant that ended without this job's completion: the recorded
+    failure when it was rolled back (by this job's commit, or by anyone), else a refusal."""
+    recorded = err.state == str(Transition.ROLLED_BACK)
+    reason = err.reason if recorded and err.reason else f"{type(err).__name__}: {err}"
+    error_type = reason.split(":", 1)[0] if recorded else type(err).__name__
+    return Outcome(
+        status="failed",
+        reason=reason,
+        failed_stage=stage_of(reason) or STAGE_CHECK_INSTANT,
+        error_type=error_type if error_type.isidentifier() else type(err).__name__,
+        recorded=recorded,
+        entries=_appended(timeline, job.instant),
+    )
+
+
+def check_manifest(storage: Storage, notice: ManifestNotice) -> tuple[str, str]:
+    """Early validation of an announced manifest: ``(status, detail)``, status one of
+    ``valid``, ``missing`` (not saved, or cleaned up after its job finished), ``invalid``
+    (malformed, another attempt's, a destination outside the table's data area) or
+    ``mismatch`` (file count or bytes differ from the event). The job commit validates
+    again, fully; this only makes a bad attempt visible early."""
+    layout = JobLayout(notice.job_id)
+    expected_name = f"{notice.attempt}-manifest.json"
+    path = notice.manifest_path
+    if not path.startswith(layout.job_dir) or path.rpartition("/")[2] != expected_name:
+        return "invalid", f"{path} is not where attempt {notice.attempt} saves its manifest"
+    try:
+        header, entries = parse_manifest(storage.read(path), key=path)
+    except NotFoundError:
+        return "missing", f"no manifest at {path}"
+    except CommitError as err:
+        return "invalid", str(err)
+    if header.task_attempt_id != str(notice.attempt):
+        return "invalid", f"{path} is the manifest of {header.task_attempt_id}"
+    for entry in entries:
+        dst = entry.dst
+        if dst.startswith("/") or ".." in dst.split("/") or is_reserved(dst):
+            return "invalid", f"destination {dst!r} is outside the table's data area"
+    total = sum(e.size for e in entries)
+    if len(entries) != notice.file_count or total != notice.total_bytes:
+        return "mismatch", (
+            f"{path} lists {len(entries)} files of {total} bytes; the event said "
+            f"{notice.file_count} files of {notice.total_bytes} bytes"
+        )
+    return "valid", f"{len(entries)} files, {total} bytes"
