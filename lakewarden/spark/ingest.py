@@ -34,6 +34,7 @@ the same table and topic continues where the first stopped.
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import sys
 import time
@@ -78,7 +79,9 @@ __all__ = [
     "default_checkpoint",
     "ingest_session",
     "kafka_jars",
+    "parse_records",
     "read_bad_records",
+    "route_bad_records",
 ]
 
 
@@ -181,6 +184,7 @@ class BatchReport:
     instant: str | None  # the completed instant (None: nothing to write)
     duration_ms: int
     add_batch_ms: int  # Spark's addBatch: the tasks' writes and the commit
+    started_ms: int = 0  # when the trigger fired (epoch ms)
 
 
 @dataclass
@@ -319,6 +323,7 @@ class IngestJob:
             instant=instant,
             duration_ms=int(durations.get("triggerExecution", 0)),
             add_batch_ms=int(durations.get("addBatch", 0)),
+            started_ms=_epoch_ms(progress.timestamp),
         )
 
     def _instant_of(self, batch: int) -> str | None:
@@ -348,6 +353,14 @@ def spark_error_summary(text: str) -> str:
                 start = line.find("lakewarden ingest:") if "lakewarden ingest:" in line else 0
                 return line[start:].removesuffix(" SQLSTATE: P0001")[:1000]
     return lines[0][:1000] if lines else "unknown error"
+
+
+def _epoch_ms(timestamp: str | None) -> int:
+    """Spark's progress timestamp (``2025-03-14T09:26:53.589Z``) in epoch ms; 0 if absent."""
+    if not timestamp:
+        return 0
+    parsed = dt.datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
+    return int(parsed.timestamp() * 1000)
 
 
 def _encoded(settings: Settings | None) -> str | None:

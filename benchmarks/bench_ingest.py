@@ -1,0 +1,325 @@
+"""Streaming ingestion from Kafka: ``lakewarden ingest``'s query against the same stream into
+Spark's own Parquet sink, in one run on the same topic.
+
+Setup (untimed): a broker (``BenchContext``), timeline-lock and heartbeat-monitor processes
+under a topic prefix of this run (so every lakewarden commit takes the real lease and beats to
+the real monitor), a topic with 2 partitions holding N JSON order events
+(``lakewarden.demo.order_events``), one local Spark session (``local[2]``) with the Kafka source
+jars. Each sink first ingests a small topic once (JIT, Python workers, codecs), untimed.
+
+Timed runs, interleaved (Parquet, then lakewarden), each from a fresh checkpoint with the
+``available-now`` trigger and ``maxOffsetsPerTrigger`` = N/10, so every run is the same 10
+micro-batches of the same records through the same parse (``parse_records`` +
+``route_bad_records(..., "fail")``):
+
+- **throughput**: N / wall seconds from ``start()`` to the query's end (records/s);
+- **micro-batch latency** p50/p99: Spark's ``triggerExecution`` per batch;
+- **batch commit latency** p50/p99, the driver's commit after the tasks: for lakewarden the
+  wall time between the batch instant's ``inflight`` and ``completed`` entries (job commit of
+  the accepted attempts + the conflict-checked ``completed`` append under timeline-lock's
+  lease); for Parquet the time between the newest data file of the batch and its
+  ``_spark_metadata`` log entry (``ManifestFileCommitProtocol.commitJob``).
+
+The details add lakewarden with ``--bad-records skip`` (a ``mapInArrow`` hop through a Python
+worker for every row) and per-batch numbers. The measurement runs in a child process: a Spark
+JVM started earlier by another benchmark would lack the Kafka jars on its driver class path.
+
+Run alone with ``python -m benchmarks.bench_ingest [--quick]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from benchmarks._registry import BenchContext, Result, benchmark
+from lakewarden.settings import KafkaSettings, Settings
+
+BATCHES = 10
+PARTITIONS = 2
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return 0.0
+    index = min(len(ordered) - 1, max(0, round(q * len(ordered)) - 1))
+    return ordered[index]
+
+
+@contextmanager
+def _services(settings: Settings, home: Path) -> Iterator[None]:
+    from lakewarden.events import ensure_topics
+    from services._common.process import ServiceProcess
+
+    ensure_topics(settings)
+    started = []
+    try:
+        for module in ("services.timeline_lock", "services.heartbeat_monitor"):
+            service = ServiceProcess(module, settings, home=home / module.rsplit(".", 1)[-1])
+            service.home.mkdir(parents=True)
+            started.append(service)
+            service.start()
+        yield
+    finally:
+        for service in reversed(started):
+            service.stop()
+
+
+def _parquet_commit_ms(out: Path, batch: int) -> float:
+    """``_spark_metadata/<batch>``'s mtime minus the newest data file it lists (ms). Every
+    10th entry is a compaction (``<batch>.compact``) listing every batch's files so far; its
+    newest file is still this batch's."""
+    log = out / "_spark_metadata" / str(batch)
+    if not log.exists():
+        log = log.with_name(f"{batch}.compact")
+    lines = [json.loads(line) for line in log.read_text().splitlines()[1:] if line.strip()]
+    newest = max(int(entry["modificationTime"]) for entry in lines)
+    return log.stat().st_mtime * 1000 - newest
+
+
+def _transitions(uri: str) -> dict[str, dict[str, int]]:
+    """Per instant, the wall time (ms) of each of its transitions."""
+    from lakewarden.storage import open_storage
+    from lakewarden.table.timeline import Timeline
+
+    times: dict[str, dict[str, int]] = {}
+    for entry in Timeline(open_storage(uri), table="orders").entries():
+        times.setdefault(entry.instant, {})[str(entry.transition)] = entry.wall_time_ms
+    return times
+
+
+def _breakdown(reports: list[Any], uri: str) -> dict[str, list[float]]:
+    """Where each micro-batch's time went: trigger -> ``requested`` (planning, the first
+    task's start), -> ``inflight`` (the tasks), -> ``completed`` (the commit), -> the batch's
+    end (Spark's commit log, progress)."""
+    times = _transitions(uri)
+    parts: dict[str, list[float]] = {"plan": [], "tasks": [], "commit": [], "after": []}
+    for report in reports:
+        marks = times.get(report.instant or "", {})
+        if not {"requested", "inflight", "completed"} <= set(marks) or not report.started_ms:
+            continue
+        end = report.started_ms + report.duration_ms
+        parts["plan"].append(float(marks["requested"] - report.started_ms))
+        parts["tasks"].append(float(marks["inflight"] - marks["requested"]))
+        parts["commit"].append(float(marks["completed"] - marks["inflight"]))
+        parts["after"].append(float(end - marks["completed"]))
+    return parts
+
+
+def _lakewarden_run(
+    spark: Any, settings: Settings, topic: str, root: Path, per_batch: int, policy: str
+) -> dict[str, Any]:
+    from lakewarden.demo import create_table
+    from lakewarden.spark.ingest import IngestJob, IngestSpec
+
+    name = f"lw-{uuid.uuid4().hex[:6]}"
+    table = root / name
+    create_table(table)
+    assert settings.kafka.bootstrap_servers is not None
+    spec = IngestSpec(
+        topic=topic,
+        table=str(table),
+        bootstrap=settings.kafka.bootstrap_servers,
+        checkpoint=root / f"{name}-checkpoint",
+        trigger_s=None,
+        max_records_per_batch=per_batch,
+        bad_records="skip" if policy == "skip" else "fail",
+        settings=settings,
+    )
+    started = time.perf_counter()
+    totals = IngestJob.start(spark, spec).run(poll_s=0.2)
+    wall = time.perf_counter() - started
+    parts = _breakdown(totals.reports, str(table))
+    return {
+        "breakdown_p50_ms": {k: statistics.median(v) for k, v in parts.items() if v},
+        "table": str(table),
+        "wall_s": wall,
+        "records": totals.input_rows,
+        "batch_ms": [float(r.duration_ms) for r in totals.reports],
+        "commit_ms": parts["commit"],
+    }
+
+
+def _parquet_run(
+    spark: Any, bootstrap: str, topic: str, root: Path, per_batch: int, config: Any
+) -> dict[str, Any]:
+    from lakewarden.spark._arrow import spark_schema
+    from lakewarden.spark.ingest import parse_records, route_bad_records
+
+    name = f"pq-{uuid.uuid4().hex[:6]}"
+    out = root / name
+    raw = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", str(per_batch))
+        .load()
+    )
+    names = spark_schema(config.pa_schema).fieldNames()
+    good = route_bad_records(parse_records(raw, config), "fail", root / f"{name}-bad", names)
+    started = time.perf_counter()
+    query = (
+        good.writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(root / f"{name}-checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    wall = time.perf_counter() - started
+    progress = [p for p in query.recentProgress if p.numInputRows > 0]
+    return {
+        "wall_s": wall,
+        "records": sum(int(p.numInputRows) for p in progress),
+        "batch_ms": [float(p.durationMs.get("triggerExecution", 0)) for p in progress],
+        "commit_ms": [_parquet_commit_ms(out, int(p.batchId)) for p in progress],
+    }
+
+
+def measure(records: int, bootstrap: str) -> dict[str, Any]:
+    """Everything of the module docstring; numbers in seconds and milliseconds."""
+    from lakewarden.demo import create_topic, order_events, produce
+    from lakewarden.spark.ingest import ingest_session
+    from lakewarden.table.table import Table
+
+    root = Path(tempfile.mkdtemp(prefix="lakewarden-bench-ingest-"))
+    prefix = f"bench-ingest-{uuid.uuid4().hex[:8]}."
+    settings = Settings(
+        kafka=KafkaSettings(bootstrap_servers=bootstrap, topic_prefix=prefix),
+        state_dir=root / "state",
+    )
+    topic, warmup = f"{prefix}orders", f"{prefix}warmup"
+    per_batch = records // BATCHES
+    try:
+        with _services(settings, root / "services"):
+            for name, count in ((topic, records), (warmup, 2_000)):
+                create_topic(bootstrap, name, PARTITIONS)
+                produce(bootstrap, name, order_events(count, malformed=False))
+            spark = ingest_session(master="local[2]", local_dir=root / "spark")
+            try:
+                warm = _lakewarden_run(spark, settings, warmup, root, 1_000, "fail")
+                config = Table.open(warm["table"]).config
+                _parquet_run(spark, bootstrap, warmup, root, 1_000, config)
+                parquet = _parquet_run(spark, bootstrap, topic, root, per_batch, config)
+                ours = _lakewarden_run(spark, settings, topic, root, per_batch, "fail")
+                skip = _lakewarden_run(spark, settings, topic, root, per_batch, "skip")
+            finally:
+                spark.stop()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    for run in (parquet, ours, skip):
+        assert run["records"] == records, run
+    return {
+        "records": records,
+        "per_batch": per_batch,
+        "parquet": parquet,
+        "lakewarden": ours,
+        "lakewarden_skip": skip,
+    }
+
+
+def _measure_in_child(records: int, bootstrap: str) -> dict[str, Any]:
+    command = [sys.executable, "-m", "benchmarks.bench_ingest", "--child", str(records), bootstrap]
+    result = subprocess.run(
+        command, capture_output=True, text=True, timeout=1200, env={**os.environ}
+    )
+    if result.returncode != 0:
+        raise RuntimeError(f"bench_ingest child failed: {result.stderr[-3000:]}")
+    numbers: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
+    return numbers
+
+
+@benchmark("ingest", "Kafka -> table streaming ingestion vs the same stream into Spark's Parquet")
+def bench_ingest(ctx: BenchContext) -> Iterable[Result]:
+    bootstrap = ctx.kafka_settings().kafka.bootstrap_servers
+    assert bootstrap is not None
+    numbers = _measure_in_child(ctx.scale(200_000, 20_000), bootstrap)
+    return results(numbers)
+
+
+def results(numbers: dict[str, Any]) -> list[Result]:
+    ours, base, skip = numbers["lakewarden"], numbers["parquet"], numbers["lakewarden_skip"]
+    shape = f"{numbers['records']:,} JSON records in {BATCHES} micro-batches"
+    details = {
+        "per_batch_records": numbers["per_batch"],
+        "lakewarden_batch_ms": ours["batch_ms"],
+        "lakewarden_commit_ms": ours["commit_ms"],
+        "parquet_batch_ms": base["batch_ms"],
+        "parquet_commit_ms": base["commit_ms"],
+        "lakewarden_batch_breakdown_p50_ms": ours["breakdown_p50_ms"],
+        "lakewarden_wall_s": ours["wall_s"],
+        "parquet_wall_s": base["wall_s"],
+        "lakewarden_skip_records_per_s": skip["records"] / skip["wall_s"],
+        "lakewarden_skip_batch_p50_ms": statistics.median(skip["batch_ms"]),
+    }
+    found = [
+        Result(
+            benchmark="ingest",
+            metric=f"throughput, {shape}",
+            unit="records/s",
+            value=ours["records"] / ours["wall_s"],
+            baseline=base["records"] / base["wall_s"],
+            baseline_label="the same stream into writeStream.format('parquet')",
+            lower_is_better=False,
+            details=details,
+        )
+    ]
+    for q in (0.5, 0.99):
+        label = f"p{round(q * 100)}"
+        found.append(
+            Result(
+                benchmark="ingest",
+                metric=f"micro-batch latency {label}, {shape}",
+                unit="ms",
+                value=_percentile(ours["batch_ms"], q),
+                baseline=_percentile(base["batch_ms"], q),
+                baseline_label="Parquet sink micro-batch (triggerExecution)",
+            )
+        )
+        found.append(
+            Result(
+                benchmark="ingest",
+                metric=f"batch commit latency {label} (inflight -> completed)",
+                unit="ms",
+                value=_percentile(ours["commit_ms"], q),
+                baseline=_percentile(base["commit_ms"], q),
+                baseline_label="Parquet sink commit (last data file -> _spark_metadata entry)",
+            )
+        )
+    return found
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="20k records")
+    parser.add_argument(
+        "--child", nargs=2, metavar=("RECORDS", "BOOTSTRAP"), help=argparse.SUPPRESS
+    )
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(measure(int(args.child[0]), args.child[1])))
+        return
+    ctx = BenchContext(quick=args.quick)
+    try:
+        for result in bench_ingest(ctx):
+            print(json.dumps(result.as_json(), indent=2))
+    finally:
+        ctx.close()
+
+
+if __name__ == "__main__":
+    main()
