@@ -1,0 +1,354 @@
+"""The error table (RFC-20) end to end: Spark writes with 1% bad rows, a real broker, the
+registered services as real processes, and the error-table sink committing what was accepted.
+
+The module starts a dev stack (``lakewarden.devstack.DevStack``: Kafka on free ports and every
+registered service except error-sink, so a job-committer the writer may call is there once it
+is registered), plus the error-sink as its own ``ServiceProcess`` on the stack's broker, so the
+global-mode test can swap it for a sink configured with a global error table. Spark reaches
+them through the ``lakewarden.settings`` write option (Kafka configured, error table on): the
+driver takes its lock from timeline-lock and beats to heartbeat-monitor (``KafkaCoordinator``),
+each task publishes its bad rows as ``ErrorRecord`` events.
+
+Invariant 8: the error table holds exactly the failed records of committed attempts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+import lakewarden
+from lakewarden.commit import ManifestCommitter
+from lakewarden.devstack import SERVICES, DevSettings, DevStack
+from lakewarden.errortable import error_table_location
+from lakewarden.errortable.acceptance import job_id_of
+from lakewarden.events import default_codec
+from lakewarden.events.topics import ERRORS
+from lakewarden.settings import ErrorTableSettings, KafkaSettings, Settings
+from lakewarden.spark._options import encode_settings
+from lakewarden.table.bucket import render_partition_path
+from lakewarden.table.config import NotATableError
+from lakewarden.table.instant import Transition
+from lakewarden.table.table import Table
+from services._common.process import ServiceProcess
+
+pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow]
+
+ROWS = 3_000  # every 100th row is bad: 30 bad rows, 2 970 good ones
+PARTITIONS = 4
+SCHEMA = pa.schema(
+    [
+        pa.field("id", pa.int64(), nullable=False),
+        ("region", pa.string()),
+        ("qty", pa.int32()),
+        ("amount", pa.float64()),
+        ("note", pa.string()),
+    ]
+)
+# Row n is bad when n % 100 == 42: qty 2^40 (does not fit int32), or every other time a null
+# record key. ``note`` names each row whatever happens to its key.
+COLUMNS = [
+    "case when id % 200 = 142 then null else id end as id",
+    "case when id % 3 = 0 then 'us' else 'eu' end as region",
+    "case when id % 200 = 42 then cast(1099511627776 as bigint) else id % 1000 end as qty",
+    "id * 1.5 as amount",
+    "concat('row-', cast(id as string)) as note",
+]
+BAD = sorted(n for n in range(ROWS) if n % 100 == 42)
+SINK = "services.error_sink"
+GLOBAL_NAME = "all_errors"
+
+
+@dataclass
+class Stack:
+    """The running stack: client settings (Kafka) and the error-sink process."""
+
+    settings: Settings
+    sink: ServiceProcess
+    home: Path
+
+    def write_settings(self) -> str:
+        """The ``lakewarden.settings`` option: this broker, the error table on."""
+        on = self.settings.model_copy(update={"error_table": ErrorTableSettings(enabled=True)})
+        return encode_settings(on)
+
+    def metric(self, prefix: str) -> float:
+        _, body = self.sink.get("/metrics")
+        return sum(
+            float(line.rsplit(" ", 1)[1]) for line in body.splitlines() if line.startswith(prefix)
+        )
+
+
+def _sink(settings: Settings, home: Path, **env: str) -> ServiceProcess:
+    home.mkdir(parents=True, exist_ok=True)
+    extra = {"LAKEWARDEN_ERROR_SINK_CHECK_INTERVAL_S": "0.3", **env}
+    return ServiceProcess(SINK, settings, home=home, extra_env=extra)
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    home = tmp_path_factory.mktemp("error-table-e2e")
+    dev = DevStack(home / "state", Settings())
+    services = [
+        dataclasses.replace(spec, health_port=0) for spec in SERVICES if spec.module != SINK
+    ]
+    try:
+        record = dev.up(
+            dev=DevSettings(kafka_port=0, kafka_controller_port=0),
+            with_s3=False,
+            services=services,
+        )
+        settings = Settings(kafka=KafkaSettings(bootstrap_servers=record.bootstrap_servers))
+        sink = _sink(settings, home / "sink")
+        sink.start()
+        try:
+            yield Stack(settings, sink, home)
+        finally:
+            sink.stop()
+    finally:
+        dev.down()
+
+
+# -- helpers ------------------------------------------------------------------------------------
+
+
+def make_table(root: Path, name: str) -> Table:
+    return Table.create(
+        str(root), name=name, record_key="id", schema=SCHEMA, partition_by=["region"], buckets=2
+    )
+
+
+def dataframe(spark: Any) -> Any:
+    return spark.range(ROWS, numPartitions=PARTITIONS).selectExpr(*COLUMNS)
+
+
+def write(spark: Any, stack: Stack, root: Path, **hooks: str) -> None:
+    writer = dataframe(spark).write.format("lakewarden").mode("append")
+    writer = writer.option("lakewarden.settings", stack.write_settings())
+    for name, value in hooks.items():
+        writer = writer.option(f"lakewarden.test.{name}", value)
+    writer.save(str(root))
+
+
+def read_or_none(uri: str) -> pa.Table | None:
+    try:
+        return lakewarden.read(uri)
+    except NotATableError:
+        return None
+
+
+def count(uri: str) -> int:
+    found = read_or_none(uri)
+    return 0 if found is None else found.num_rows
+
+
+def wait_for(check: Callable[[], bool], what: str, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def local_errors_uri(table: Table) -> str:
+    return error_table_location(table.uri, table.name, ErrorTableSettings()).uri
+
+
+def note_number(note: str) -> int:
+    return int(note.removeprefix("row-"))
+
+
+def completed_instant(table: Table) -> tuple[str, str, frozenset[str]]:
+    """(instant, job id, accepted attempts) of the table's one completed instant."""
+    completed = table.state().completed()
+    assert len(completed) == 1, [i.instant for i in table.timeline()]
+    inst = completed[0]
+    job_id = job_id_of(inst)
+    assert job_id is not None
+    summary = ManifestCommitter(table.storage, job_id).summary()
+    assert summary is not None and summary.state == "COMMITTED"
+    return inst.instant, job_id, frozenset(summary.committed_files)
+
+
+def assert_good_rows_committed(table: Table) -> None:
+    data = lakewarden.read(table.uri)
+    assert data.num_rows == ROWS - len(BAD)
+    assert sorted(note_number(n) for n in data.column("note").to_pylist()) == [
+        n for n in range(ROWS) if n not in BAD
+    ]
+    completed = table.state().completed()
+    assert completed[0].commit is not None
+    assert completed[0].commit.failed_records == len(BAD)
+
+
+def assert_error_rows(table: Table, errors: pa.Table) -> list[dict[str, str]]:
+    """Exactly the bad rows of ``table``, once each, with their context; the contexts."""
+    mine = errors.filter(pc.equal(errors.column("source_table"), table.name))
+    instant, job_id, accepted = completed_instant(table)
+    records = [json.loads(r) for r in mine.column("record").to_pylist()]
+    assert sorted(note_number(r["note"]) for r in records) == BAD  # once each, no other
+    contexts = [dict(c) for c in mine.column("context").to_pylist()]
+    for record, context in zip(records, contexts, strict=True):
+        n = note_number(record["note"])
+        region = "us" if n % 3 == 0 else "eu"
+        assert context["commitTime"] == instant
+        assert context["tableName"] == table.name
+        assert context["tableId"] == table.table_id
+        assert context["tableUri"] == table.uri.removeprefix("file://")  # as saved to
+        assert context["partitionPath"] == render_partition_path(["region"], [region])
+        assert context["recordKey"] == ("" if n % 200 == 142 else str(n))
+        assert context["jobId"] == job_id
+        assert context["taskAttempt"] in accepted
+    assert set(mine.column("source_instant").to_pylist()) == {instant}
+    assert set(mine.column("source_table_id").to_pylist()) == {table.table_id}
+    return contexts
+
+
+def errors_in_kafka(settings: Settings, instant: str) -> int:
+    """How many ``ErrorRecord`` events of ``instant`` the errors topic holds."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    topic = ERRORS.name(settings)
+    consumer = Consumer(
+        settings.kafka.librdkafka_config(
+            group_id=f"e2e-peek-{uuid.uuid4().hex}", enable_auto_commit=False
+        )
+    )
+    codec = default_codec()
+    found = 0
+    try:
+        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        ends = {}
+        for p in partitions:
+            _, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            ends[p] = high
+        consumer.assign([TopicPartition(topic, p, 0) for p, high in ends.items() if high > 0])
+        position = dict.fromkeys(ends, 0)
+        deadline = time.monotonic() + 30
+        while any(position[p] < ends[p] for p in ends) and time.monotonic() < deadline:
+            msg = consumer.poll(1.0)
+            if msg is None or msg.error() is not None:
+                continue
+            position[int(msg.partition() or 0)] = int(msg.offset() or 0) + 1
+            _, record = codec.decode(msg.value() or b"")
+            if (record.get("context") or {}).get("commitTime") == instant:
+                found += 1
+    finally:
+        consumer.close()
+    return found
+
+
+# -- scenarios ----------------------------------------------------------------------------------
+
+
+def test_bad_rows_go_to_the_error_table_good_rows_to_the_table(
+    spark: Any, stack: Stack, tmp_path: Path
+) -> None:
+    table = make_table(tmp_path / "orders", "orders")
+    write(spark, stack, tmp_path / "orders")
+
+    assert_good_rows_committed(table)
+    uri = local_errors_uri(table)
+    wait_for(lambda: count(uri) >= len(BAD), "the bad rows in the error table")
+    time.sleep(1.0)  # a duplicate commit would show up now
+    errors = lakewarden.read(uri)
+    contexts = assert_error_rows(table, errors)
+    assert {c["operation"] for c in contexts} == {"insert"}
+    messages = errors.column("message").to_pylist()
+    assert sum("does not fit the table type int32" in m for m in messages) == len(BAD) // 2
+    assert sum("null record key" in m for m in messages) == len(BAD) // 2
+    assert len(Table.open(uri).state().completed()) == 1  # one error-table instant
+
+
+def test_a_retried_task_leaves_no_duplicate_error_rows(
+    spark: Any, stack: Stack, tmp_path: Path
+) -> None:
+    table = make_table(tmp_path / "orders", "orders")
+    dropped_before = stack.metric('lakewarden_error_sink_dropped_total{reason="not_accepted"}')
+    # Attempt 0 of partition 1 publishes its bad rows, commits its task, then fails.
+    write(spark, stack, tmp_path / "orders", fail_first_attempt_of_partition="1")
+
+    assert_good_rows_committed(table)
+    instant, _, accepted = completed_instant(table)
+    # attempt_<job>_<task>_<attempt>: partition 1 is there by its retry only.
+    (winner,) = [a for a in accepted if int(a.rsplit("_", 2)[1]) == 1]
+    assert winner.endswith("_1")
+    loser = winner.removesuffix("_1") + "_0"
+    uri = local_errors_uri(table)
+    wait_for(lambda: count(uri) >= len(BAD), "the bad rows in the error table")
+    # The failed attempt's records reached the sink (so a duplicate was possible) and were
+    # dropped as not accepted.
+    per_partition = len(BAD) // PARTITIONS
+    wait_for(
+        lambda: stack.metric('lakewarden_error_sink_dropped_total{reason="not_accepted"}')
+        - dropped_before
+        >= per_partition,
+        "the failed attempt's records dropped",
+    )
+    assert errors_in_kafka(stack.settings, instant) > len(BAD)
+    time.sleep(1.0)
+    contexts = assert_error_rows(table, lakewarden.read(uri))
+    assert loser not in {c["taskAttempt"] for c in contexts}
+
+
+def test_an_aborted_instant_leaves_no_error_rows(spark: Any, stack: Stack, tmp_path: Path) -> None:
+    table = make_table(tmp_path / "orders", "orders")
+    discarded_before = stack.metric('lakewarden_error_sink_sources_total{result="discarded"}')
+    # Partitions 0-2 write and publish their bad rows; every attempt of partition 3 fails,
+    # so the job aborts and the instant is rolled back.
+    with pytest.raises(Exception, match="injected failure of partition 3"):
+        write(spark, stack, tmp_path / "orders", fail_partition="3")
+
+    instants = table.timeline()
+    assert [i.state for i in instants] == [Transition.ROLLED_BACK]
+    assert errors_in_kafka(stack.settings, instants[0].instant) > 0  # the sink had some
+    wait_for(
+        lambda: stack.metric('lakewarden_error_sink_sources_total{result="discarded"}')
+        > discarded_before,
+        "the sink to discard the aborted instant's records",
+    )
+    time.sleep(1.0)
+    assert read_or_none(local_errors_uri(table)) is None  # never created: nothing to hold
+    assert lakewarden.read(table.uri).num_rows == 0
+
+
+def test_global_mode_collects_two_tables_errors_in_one_table(
+    spark: Any, stack: Stack, tmp_path: Path
+) -> None:
+    base = tmp_path / "global"
+    stack.sink.stop()
+    global_sink = _sink(
+        stack.settings,
+        stack.home / "global-sink",
+        LAKEWARDEN_ERROR_TABLE__NAME=GLOBAL_NAME,
+        LAKEWARDEN_ERROR_TABLE__BASE_PATH=str(base),
+    )
+    global_sink.start()
+    try:
+        tables = []
+        for name in ("orders", "payments"):
+            tables.append(make_table(tmp_path / name, name))
+            write(spark, stack, tmp_path / name)
+        uri = str(base / GLOBAL_NAME)
+        wait_for(lambda: count(uri) >= 2 * len(BAD), "both tables' errors in the global table")
+        time.sleep(1.0)
+        errors = lakewarden.read(uri)
+        assert errors.num_rows == 2 * len(BAD)
+        for table in tables:
+            assert_good_rows_committed(table)
+            assert_error_rows(table, errors)
+            assert not Path(local_errors_uri(table)).exists()
+    finally:
+        global_sink.stop()
+        stack.sink.start()
