@@ -30,7 +30,7 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from rich.console import Console
@@ -38,6 +38,10 @@ from rich.table import Table as RichTable
 
 from lakewarden.devstack import SERVICES, DevSettings, DevStack
 from lakewarden.settings import KafkaSettings, Settings
+from lakewarden.table.table import Table
+
+if TYPE_CHECKING:  # Spark is imported when the demo ingests
+    from lakewarden.spark.ingest import IngestSpec
 
 console = Console()
 TOPIC = "demo.orders"
@@ -142,10 +146,8 @@ def local_stack(state_dir: Path) -> Iterator[Settings]:
         console.print(f"[green]stack down[/] stopped: {', '.join(stopped) or 'nothing'}")
 
 
-def create_table(root: Path) -> Any:
-    import lakewarden
-
-    table = lakewarden.Table.create(
+def create_table(root: Path) -> Table:
+    table = Table.create(
         str(root),
         name="orders",
         record_key="order_id",
@@ -174,8 +176,8 @@ def stream_orders(bootstrap: str, waves: list[list[bytes]]) -> threading.Thread:
 
 
 def ingest(
-    settings: Settings, table_root: Path, work: Path, waves: list[list[bytes]]
-) -> tuple[Any, threading.Thread]:
+    settings: Settings, table: Table, work: Path, waves: list[list[bytes]]
+) -> tuple[IngestSpec, threading.Thread]:
     """Steps 3-4: the first wave of events, the ingestion query, the other waves while it
     runs; until every event was read."""
     from lakewarden.cli.ingest import run_with_progress, summary
@@ -184,9 +186,9 @@ def ingest(
     assert settings.kafka.bootstrap_servers is not None
     spec = IngestSpec(
         topic=TOPIC,
-        table=str(table_root),
+        table=table.uri,
         bootstrap=settings.kafka.bootstrap_servers,
-        checkpoint=default_checkpoint(settings, "orders", TOPIC),
+        checkpoint=default_checkpoint(settings, table.config, TOPIC),
         trigger_s=2.0,
         max_records_per_batch=200,
         bad_records="skip",
@@ -203,14 +205,14 @@ def ingest(
             job, console, stop_when=lambda t: t.input_rows >= expected, timeout_s=150
         )
         console.print(summary(totals, spec.bad_records_dir))
-        count = spark.read.format("lakewarden").load(str(table_root)).count()
+        count = spark.read.format("lakewarden").load(spec.table).count()
         console.print(f"Spark reads {count} rows back through format lakewarden")
     finally:
         spark.stop()
     return spec, producer
 
 
-def show_timeline(table: Any) -> None:
+def show_timeline(table: Table) -> None:
     from lakewarden.spark.ingest import BATCH_ID
 
     shown = RichTable(title="timeline of orders")
@@ -257,19 +259,17 @@ def run(work: Path) -> None:
     good = len(events) - len(MALFORMED)
     with local_stack(work / "state") as settings:
         assert settings.kafka.bootstrap_servers is not None
-        table_root = work / "tables" / "orders"
-        create_table(table_root)
+        table = create_table(work / "tables" / "orders")
         create_topic(settings.kafka.bootstrap_servers, TOPIC)
         console.print(
             f"producing {len(events)} order events to topic {TOPIC} in {WAVES} waves "
             f"{WAVE_PAUSE_S} s apart ({len(MALFORMED)} malformed)"
         )
         waves = [events[i : i + EVENTS_PER_WAVE] for i in range(0, len(events), EVENTS_PER_WAVE)]
-        spec, producer = ingest(settings, table_root, work / "spark", waves)
+        spec, producer = ingest(settings, table, work / "spark", waves)
         producer.join(30)
-        table = lakewarden.Table.open(str(table_root))
         show_timeline(table)
-        rows = lakewarden.read(str(table_root)).num_rows
+        rows = lakewarden.read(spec.table).num_rows
         console.print(f"read back {rows} rows ({good} good events produced)")
         bad = show_bad_records(spec.bad_records_dir)
     if rows != good or len(bad) != len(MALFORMED):

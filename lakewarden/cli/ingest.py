@@ -128,7 +128,7 @@ def summary(totals: IngestTotals, bad_dir: Path) -> str:
     "--checkpoint",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
-    help="Spark checkpoint folder (local). [<state dir>/ingest/<table name>.<topic>]",
+    help="Spark checkpoint folder (local). [<state dir>/ingest/<table name>-<id>/<topic>]",
 )
 @click.option(
     "--bad-records",
@@ -184,7 +184,7 @@ def command(
             topic=topic,
             table=table_uri,
             bootstrap=servers,
-            checkpoint=(checkpoint or default_checkpoint(settings, config.name, topic)).resolve(),
+            checkpoint=(checkpoint or default_checkpoint(settings, config, topic)).resolve(),
             trigger_s=trigger_s,
             max_records_per_batch=max_records_per_batch,
             bad_records="skip" if bad_records == "skip" else "fail",

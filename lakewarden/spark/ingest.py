@@ -27,9 +27,9 @@ One Structured Streaming query; each micro-batch goes through these steps:
 5. **write** the good rows with ``writeStream.format("lakewarden")``: one instant per
    micro-batch, committed once per (query, batch) even across restarts (``_stream``).
 
-The checkpoint location defaults to ``<state dir>/ingest/<table name>.<topic>`` (local
-filesystem: ``LAKEWARDEN_STATE_DIR``, ``.lakewarden-state`` by default), so a second run with
-the same table and topic continues where the first stopped.
+The checkpoint location defaults to ``<state dir>/ingest/<table name>-<table id>/<topic>``
+(local filesystem: ``LAKEWARDEN_STATE_DIR``, ``.lakewarden-state`` by default), so a second
+run with the same table and topic continues where the first stopped.
 """
 
 from __future__ import annotations
@@ -48,7 +48,6 @@ from pyspark.sql.streaming.query import StreamingQuery
 
 from lakewarden.errors import ConfigurationError, NonRetryableError
 from lakewarden.settings import Settings
-from lakewarden.spark import _job
 from lakewarden.spark._arrow import spark_schema
 from lakewarden.spark._ingest_records import (
     BadRecords,
@@ -58,8 +57,10 @@ from lakewarden.spark._ingest_records import (
     route_bad_records,
 )
 from lakewarden.spark._options import OPT_SETTINGS, encode_settings
-from lakewarden.spark._transaction import BATCH_ID, QUERY_ID
-from lakewarden.table.instant import Transition
+from lakewarden.spark._transaction import BATCH_ID, QUERY_ID, BatchKey, completed_batch
+from lakewarden.storage import Storage, open_storage
+from lakewarden.table.config import TableConfig, load_config
+from lakewarden.table.timeline import Timeline
 
 BAD_RECORDS_DIR = "_bad_records"
 JARS_ENV = "LAKEWARDEN_SPARK_JARS"
@@ -168,9 +169,11 @@ class IngestSpec:
         return self.checkpoint / BAD_RECORDS_DIR
 
 
-def default_checkpoint(settings: Settings, table_name: str, topic: str) -> Path:
-    """``<state dir>/ingest/<table name>.<topic>`` (absolute)."""
-    return (settings.state_dir / "ingest" / f"{table_name}.{topic}").resolve()
+def default_checkpoint(settings: Settings, config: TableConfig, topic: str) -> Path:
+    """``<state dir>/ingest/<table name>-<table id>/<topic>`` (absolute): one per table (two
+    tables of one name never share a checkpoint) and topic."""
+    folder = f"{config.name}-{config.table_id}"
+    return (settings.state_dir / "ingest" / folder / topic).resolve()
 
 
 @dataclass(frozen=True)
@@ -208,12 +211,19 @@ class IngestTotals:
 class IngestJob:
     """A running ingestion query and what it has done so far."""
 
-    def __init__(self, spark: SparkSession, spec: IngestSpec, query: StreamingQuery) -> None:
+    def __init__(
+        self,
+        spark: SparkSession,
+        spec: IngestSpec,
+        query: StreamingQuery,
+        storage: Storage,
+        config: TableConfig,
+    ) -> None:
         self.spark = spark
         self.spec = spec
         self.query = query
         self.query_id = str(query.id)
-        self.table = _job.TableHandle.open(spec.table, _encoded(spec.settings))
+        self.timeline = Timeline(storage, table=config.name)
         self.totals = IngestTotals()
         self._seen = -1
 
@@ -222,7 +232,8 @@ class IngestJob:
         """Start the query (steps 1-5). Raises: NotATableError, KafkaJarsMissingError,
         SchemaMismatchError."""
         encoded = _encoded(spec.settings)
-        config = _job.TableHandle.open(spec.table, encoded).config
+        storage = open_storage(spec.table, spec.settings)
+        config = load_config(storage)
         reader = (
             spark.readStream.format("kafka")
             .option("kafka.bootstrap.servers", spec.bootstrap)
@@ -254,11 +265,17 @@ class IngestJob:
             writer = writer.trigger(availableNow=True)
         else:
             writer = writer.trigger(processingTime=f"{int(spec.trigger_s * 1000)} milliseconds")
-        return cls(spark, spec, writer.start(spec.table))
+        return cls(spark, spec, writer.start(spec.table), storage, config)
 
     def poll(self) -> list[BatchReport]:
         """Reports of the batches finished since the last poll. Raises: IngestError."""
-        progress = [p for p in self.query.recentProgress if p.batchId > self._seen]
+        # Executed batches only: an idle trigger also reports progress (every 10 s), with the
+        # id of the batch to come and no addBatch.
+        progress = [
+            p
+            for p in self.query.recentProgress
+            if p.batchId > self._seen and "addBatch" in (p.durationMs or {})
+        ]
         reports = [self._report(p) for p in sorted(progress, key=lambda p: p.batchId)]
         for report in reports:
             self._seen = report.batch_id
@@ -308,31 +325,19 @@ class IngestJob:
 
     def _report(self, progress: Any) -> BatchReport:
         batch = int(progress.batchId)
-        instant = self._instant_of(batch)
-        written = 0
-        if instant is not None:
-            state = self.table.timeline.load().get(instant)
-            meta = state.commit.extra_metadata if state and state.commit else {}
-            written = int(meta.get("num_input_records", "0"))
+        done = completed_batch(self.timeline.load(), BatchKey(self.query_id, "", batch))
+        meta = done.commit.extra_metadata if done is not None and done.commit else {}
         durations = progress.durationMs or {}
         return BatchReport(
             batch_id=batch,
             input_rows=int(progress.numInputRows),
-            written_rows=written,
+            written_rows=int(meta.get("num_input_records", "0")),
             bad_rows=len(read_bad_records(self.spec.bad_records_dir, batch)),
-            instant=instant,
+            instant=done.instant if done is not None else None,
             duration_ms=int(durations.get("triggerExecution", 0)),
             add_batch_ms=int(durations.get("addBatch", 0)),
             started_ms=_epoch_ms(progress.timestamp),
         )
-
-    def _instant_of(self, batch: int) -> str | None:
-        for inst in self.table.timeline.load().completed():
-            meta = inst.commit.extra_metadata if inst.commit is not None else {}
-            if meta.get(QUERY_ID) == self.query_id and meta.get(BATCH_ID) == str(batch):
-                assert inst.state is Transition.COMPLETED
-                return inst.instant
-        return None
 
     def _raise_if_failed(self) -> None:
         err = self.query.exception()

@@ -74,7 +74,7 @@ def test_ingest_writes_exactly_the_good_rows_and_continues_from_its_checkpoint(
     assert sum(int(read) for _, read, _ in batches) == 50
     assert _ids(root) == _good_ids(0, 50)
     assert "50 records read, 48 rows written, 2 bad records" in first
-    bad_dir = state / "ingest" / f"orders.{topic}" / "_bad_records"
+    bad_dir = state / "ingest" / f"orders-{table.table_id}" / topic / "_bad_records"
     assert str(bad_dir) in first.replace("\n", "")
     assert sorted(r["value"] for r in read_bad_records(bad_dir)) == sorted(
         [MALFORMED[7].decode(), MALFORMED[31].decode()]
