@@ -39,7 +39,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from lakewarden.commit import JobLayout, SuccessData
 from lakewarden.errors import CommitStateUnknownError, NonRetryableError, RetryableError
@@ -55,6 +55,11 @@ from lakewarden.table.timeline import Timeline
 log = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT_S = 300.0
+_NO_LEADER_YET = (
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+)
 
 
 class JobCommitFailedError(NonRetryableError):
@@ -199,11 +204,10 @@ class CommitClient:
                     f"topic {topic} does not exist; nothing was sent. Help: start the "
                     "job-committer service (`lakewarden dev up` runs it)."
                 )
-            ends = []
-            for partition in sorted(metadata.partitions):
-                tp = TopicPartition(topic, partition)
-                _, high = consumer.get_watermark_offsets(tp, timeout=timeout, cached=False)
-                ends.append(TopicPartition(topic, partition, high))
+            ends = [
+                TopicPartition(topic, p, _end(consumer, TopicPartition(topic, p), timeout))
+                for p in sorted(metadata.partitions)
+            ]
         except KafkaException as err:
             raise CommitServiceUnavailableError(
                 f"cannot read {topic}: {err}; nothing was sent. Help: is the broker up?"
@@ -234,6 +238,26 @@ class CommitClient:
         if record["job_id"] != request.job_id or record["instant"] != request.instant:
             return None
         return reply_from_record(request, record)
+
+
+def _end(consumer: Consumer, tp: TopicPartition, timeout_s: float) -> int:
+    """The partition's high watermark; a new topic's partitions may have no leader yet for a
+    moment, so retriable errors are retried until ``timeout_s``.
+
+    Raises: KafkaException."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            _, high = consumer.get_watermark_offsets(tp, timeout=timeout_s, cached=False)
+            return int(high)
+        except KafkaException as err:
+            error = err.args[0] if err.args else None
+            retriable = isinstance(error, KafkaError) and (
+                error.retriable() or error.code() in _NO_LEADER_YET
+            )
+            if not retriable or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.1)
 
 
 def request_record(request: CommitRequest, producer_id: str) -> dict[str, Any]:

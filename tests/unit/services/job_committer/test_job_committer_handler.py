@@ -1,0 +1,207 @@
+"""job-committer's request parsing and handlers, driven without faust or Kafka: dead letters
+for every kind of bad event, refusals for invalid requests, results and transitions."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _jc_unit import COORDINATOR, Job, make_table, open_job, rows
+from faust.types import Message
+
+from lakewarden.clients import CommitRequest
+from lakewarden.clients.commit import request_record
+from lakewarden.events import Event, EventDecodeError, Undecodable, decode, encode, make_event
+from lakewarden.settings import Settings
+from services._common.dlq import DeadLetters
+from services.job_committer.handler import ManifestHandler, RequestHandler
+from services.job_committer.protocol import InvalidEvent, parse_request
+from services.job_committer.worker import CommitWorker
+
+TOPIC = "lakewarden.job.requests"
+
+
+class FakeTopic:
+    def __init__(self) -> None:
+        self.sent: list[tuple[bytes | None, Event]] = []
+
+    async def send(self, *, key: bytes | None, value: Event) -> None:
+        self.sent.append((key, value))
+
+
+async def _inline(func: Callable[[], Any]) -> Any:
+    return func()
+
+
+class Harness:
+    def __init__(self) -> None:
+        self.dlq = FakeTopic()
+        self.results: list[tuple[str, Event]] = []
+        self.transitions: list[tuple[str, Event]] = []
+        letters = DeadLetters(self.dlq, service="job-committer", consumer_group="g")  # type: ignore[arg-type]
+        self.requests = RequestHandler(
+            worker=CommitWorker(Settings(), lambda: COORDINATOR),
+            run_blocking=_inline,
+            send_result=self._result,
+            send_transition=self._transition,
+            dead_letters=letters,
+            producer_id="job-committer",
+        )
+        self.manifests = ManifestHandler(
+            settings=Settings(), run_blocking=_inline, dead_letters=letters
+        )
+        self.offset = 0
+
+    async def _result(self, table_id: str, event: Event) -> None:
+        self.results.append((table_id, event))
+
+    async def _transition(self, table_id: str, event: Event) -> None:
+        self.transitions.append((table_id, event))
+
+    def feed(self, value: bytes, *, key: bytes | None, manifests: bool = False) -> None:
+        message = Message(TOPIC, 0, self.offset, 0.0, 0, None, key, value, None)
+        self.offset += 1
+        try:
+            decoded: Any = decode(value)
+        except EventDecodeError as err:
+            decoded = Undecodable(err, value)
+        handler = self.manifests if manifests else self.requests
+        asyncio.run(handler.handle(message, decoded))
+
+    def reasons(self) -> list[str]:
+        return [event.record["reason"] for _, event in self.dlq.sent]
+
+
+def commit_request(job: Job, **changes: Any) -> CommitRequest:
+    values: dict[str, Any] = {
+        "table_uri": job.table.uri,
+        "table_id": job.table.table_id,
+        "instant": job.instant,
+        "job_id": job.job_id,
+        "accepted": job.accepted,
+        "stats": job.stats,
+    }
+    values.update(changes)
+    return CommitRequest(**values)
+
+
+def encoded(request: CommitRequest) -> bytes:
+    return encode("JobCommitRequest", request_record(request, "test"))
+
+
+@pytest.fixture
+def job(tmp_path: Path) -> Job:
+    return open_job(make_table(str(tmp_path / "orders")), rows((1, "eu", "a")))
+
+
+def test_a_request_is_committed_and_answered_with_its_transition(job: Job) -> None:
+    h = Harness()
+    h.feed(encoded(commit_request(job)), key=job.table.table_id.encode())
+    [(table_id, result)] = h.results
+    assert table_id == job.table.table_id and result.name == "JobCommitResult"
+    assert result.record["status"] == "committed" and result.record["recorded"] is False
+    assert json.loads(result.record["stats"]) == job.stats.model_dump(mode="json")
+    [(_, transition)] = h.transitions
+    assert transition.record["transition"] == "completed"
+    assert transition.record["instant"] == job.instant
+    assert h.dlq.sent == []
+    h.feed(encoded(commit_request(job)), key=job.table.table_id.encode())
+    assert h.results[-1][1].record["recorded"] is True
+
+
+def test_undecodable_and_misfit_events_are_dead_lettered(job: Job) -> None:
+    h = Harness()
+    h.feed(b"\x00junk-and-more-bytes", key=b"t")
+    h.feed(b"\xc3\x01" + b"\xff" * 8 + b"body", key=b"t")
+    h.feed(encoded(commit_request(job)), key=b"another-table")
+    heartbeat = make_event(
+        "TaskManifest",
+        table_id=job.table.table_id,
+        producer_id="t",
+        job_id=job.job_id,
+        task_id=f"task_{job.job_id}_000000",
+        task_attempt_id=job.accepted[0],
+        instant=job.instant,
+        manifest_path="x",
+        file_count=1,
+        total_bytes=1,
+    )
+    h.feed(encode("TaskManifest", heartbeat), key=job.table.table_id.encode())
+    assert h.reasons() == ["bad_magic", "unknown_fingerprint", "key_mismatch", "unexpected_event"]
+    assert h.results == [] and h.transitions == []
+
+
+@pytest.mark.parametrize(
+    ("change", "detail"),
+    [
+        ({"table_uri": ""}, "table_uri is empty"),
+        ({"accepted": ("attempt_otherjob_000000_0",)}, "belongs to job otherjob"),
+        ({"accepted": ("not-an-attempt",)}, "invalid task attempt id"),
+    ],
+)
+def test_an_invalid_request_is_dead_lettered_and_refused_at_once(
+    job: Job, change: dict[str, Any], detail: str
+) -> None:
+    h = Harness()
+    h.feed(encoded(commit_request(job, **change)), key=job.table.table_id.encode())
+    assert h.reasons() == ["invalid_request"]
+    [(_, refusal)] = h.results
+    assert refusal.record["status"] == "failed"
+    assert refusal.record["failed_stage"] == "check_request"
+    assert detail in refusal.record["reason"]
+
+
+def test_parse_request_checks_the_manifest_dir_and_the_statistics(job: Job) -> None:
+    record = request_record(commit_request(job), "test")
+    key = job.table.table_id.encode()
+    assert parse_request("JobCommitRequest", record, key=key).accepted == job.accepted
+    for field, value, detail in [
+        ("manifest_dir", "_temporary/elsewhere/", "manifest_dir"),
+        ("commit_stats", '{"write_stats": 3}', "commit_stats"),
+        ("metadata", '{"once": {"k": 1}}', "metadata.once"),
+    ]:
+        with pytest.raises(InvalidEvent, match=detail) as info:
+            parse_request("JobCommitRequest", {**record, field: value}, key=key)
+        assert info.value.reason == "invalid_request"
+
+
+def test_task_manifests_are_validated_early(job: Job) -> None:
+    h = Harness()
+    layout = job.committer.layout
+    path = layout.manifest_key(layout.attempt_id(0))
+    size = job.stats.write_stats[0].size_bytes
+
+    def notice(**changes: Any) -> bytes:
+        fields: dict[str, Any] = {
+            "job_id": job.job_id,
+            "task_id": f"task_{job.job_id}_000000",
+            "task_attempt_id": job.accepted[0],
+            "instant": job.instant,
+            "manifest_path": path,
+            "file_count": 1,
+            "total_bytes": size,
+            "table_uri": job.table.uri,
+        }
+        fields.update(changes)
+        record = make_event("TaskManifest", table_id=job.table.table_id, producer_id="t", **fields)
+        return encode("TaskManifest", record)
+
+    from services.job_committer import metrics
+
+    def count(status: str) -> float:
+        return metrics.MANIFESTS.labels(status)._value.get()  # type: ignore[no-any-return]
+
+    before = {s: count(s) for s in ("valid", "mismatch", "missing", "invalid", "audit_only")}
+    key = job.table.table_id.encode()
+    h.feed(notice(), key=key, manifests=True)
+    h.feed(notice(total_bytes=size + 1), key=key, manifests=True)
+    h.feed(notice(manifest_path=path.replace("_000000_0", "_000009_0")), key=key, manifests=True)
+    h.feed(notice(table_uri=""), key=key, manifests=True)
+    h.feed(notice(task_id=f"task_{job.job_id}_000004"), key=key, manifests=True)
+    after = {s: count(s) - before[s] for s in before}
+    assert after == {"valid": 1, "mismatch": 1, "missing": 0, "invalid": 1, "audit_only": 1}
+    assert h.reasons() == ["invalid_request"]  # the attempt is not one of that task

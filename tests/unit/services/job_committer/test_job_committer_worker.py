@@ -1,0 +1,242 @@
+"""commit_instant and the service's CommitWorker on local tables, without Kafka: success,
+duplicates, every kind of failure with its stage, resumption after store faults, lost replies."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from _jc_unit import COORDINATOR, Job, as_set, data_files, make_table, open_job, rows
+
+from lakewarden.commit import ManifestCommitter
+from lakewarden.errors import CommitStateUnknownError
+from lakewarden.settings import Settings
+from lakewarden.storage import StorageIOError
+from lakewarden.table.instant import Transition
+from lakewarden.table.job_commit import (
+    AlreadyCommittedError,
+    InstantFinishedError,
+    JobCommitSpec,
+    StatisticsMismatchError,
+    commit_instant,
+    stage_of,
+)
+from lakewarden.table.stats import CommitStats
+from lakewarden.table.table import Table
+from lakewarden.table.transaction import UnknownInstantError, WriteTransaction
+from services.job_committer.hooks import CRASH_AT, CRASH_ONCE, PAUSE_S, crash_hook_from_env
+from services.job_committer.protocol import CommitJob
+from services.job_committer.worker import ACTOR_PREFIX, CommitWorker
+
+
+def spec(job: Job, **changes: object) -> JobCommitSpec:
+    values: dict[str, object] = {
+        "instant": job.instant,
+        "job_id": job.job_id,
+        "accepted": job.accepted,
+        "stats": job.stats,
+    }
+    values.update(changes)
+    return JobCommitSpec(**values)  # type: ignore[arg-type]
+
+
+def request(job: Job, **changes: object) -> CommitJob:
+    values: dict[str, object] = {
+        "table_id": job.table.table_id,
+        "table_uri": job.table.uri,
+        "instant": job.instant,
+        "job_id": job.job_id,
+        "job_attempt": 0,
+        "accepted": job.accepted,
+        "stats": job.stats,
+    }
+    values.update(changes)
+    return CommitJob(**values)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def table(tmp_path: Path) -> Table:
+    return make_table(str(tmp_path / "orders"))
+
+
+@pytest.fixture
+def worker() -> CommitWorker:
+    return CommitWorker(Settings(), lambda: COORDINATOR, retry_delay_s=0.01)
+
+
+def state_of(table: Table, instant: str) -> Transition:
+    mine = Table.open(table.uri).state().get(instant)
+    assert mine is not None
+    return mine.state
+
+
+# -- commit_instant ---------------------------------------------------------------------------
+
+
+def test_commit_instant_places_the_files_and_completes(table: Table) -> None:
+    job = open_job(table, rows((1, "eu", "a")), rows((2, "us", "b")))
+    done = commit_instant(job.committer, job.txn, spec(job))
+    assert not done.recorded and done.placed == 2 and done.stats == job.stats
+    assert as_set(Table.open(table.uri).read()) == {(1, "eu", "a"), (2, "us", "b")}
+    again = commit_instant(ManifestCommitter(table.storage, job.job_id), job.txn, spec(job))
+    assert again.recorded and again.stats == job.stats and again.placed == 0
+
+
+def test_statistics_naming_an_unplaced_file_roll_back_and_delete(table: Table) -> None:
+    job = open_job(table, rows((1, "eu", "a")))
+    stat = job.stats.write_stats[0]
+    wrong = CommitStats(
+        operation="insert",
+        write_stats=(stat.model_copy(update={"size_bytes": stat.size_bytes + 1}),),
+    )
+    with pytest.raises(StatisticsMismatchError, match=stat.path):
+        commit_instant(job.committer, job.txn, spec(job, stats=wrong))
+    mine = Table.open(table.uri).state().get(job.instant)
+    assert mine is not None and mine.state is Transition.ROLLED_BACK
+    assert stage_of(mine.reason) == "check_statistics"
+    assert data_files(table) == []  # renamed by the job commit, deleted by the job abort
+    summary = job.committer.summary()
+    assert summary is not None and summary.state == "ABORTED"
+
+
+def test_the_once_rule_refuses_a_second_completion(table: Table) -> None:
+    once = {"spark.streaming.query_id": "q", "spark.streaming.batch_id": "7"}
+    first = open_job(table, rows((1, "eu", "a")))
+    meta = first.stats.model_copy(update={"extra_metadata": dict(once)})
+    commit_instant(first.committer, first.txn, spec(first, stats=meta, once=once))
+    second = open_job(table, rows((2, "us", "b")))
+    again = second.stats.model_copy(update={"extra_metadata": dict(once)})
+    with pytest.raises(AlreadyCommittedError) as info:
+        commit_instant(second.committer, second.txn, spec(second, stats=again, once=once))
+    assert info.value.committed_by == first.instant
+    assert state_of(table, second.instant) is Transition.ROLLED_BACK
+    assert as_set(Table.open(table.uri).read()) == {(1, "eu", "a")}
+
+
+def test_a_store_fault_while_renaming_is_resumed_not_rolled_back(table: Table) -> None:
+    job = open_job(table, rows((1, "eu", "a")), rows((2, "us", "b")))
+    faults = []
+
+    def fail_once(op: str, key: str) -> None:
+        if op == "rename" and not faults:
+            faults.append(key)
+            raise StorageIOError("disk hiccup", key=key)
+
+    committer = ManifestCommitter(table.storage, job.job_id, fault_hook=fail_once)
+    done = commit_instant(committer, job.txn, spec(job))
+    assert faults and done.resumed
+    assert as_set(Table.open(table.uri).read()) == {(1, "eu", "a"), (2, "us", "b")}
+
+
+@pytest.mark.parametrize("landed", [True, False])
+def test_a_lost_completion_reply_is_settled_by_the_log(
+    table: Table, landed: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job = open_job(table, rows((1, "eu", "a")))
+    real = WriteTransaction.complete
+
+    def lose_the_reply(self: WriteTransaction, *args: object, **kwargs: object) -> object:
+        if landed:
+            real(self, *args, **kwargs)  # type: ignore[arg-type]
+        raise CommitStateUnknownError("reply lost", instant=self.instant)
+
+    monkeypatch.setattr(WriteTransaction, "complete", lose_the_reply)
+    if landed:
+        done = commit_instant(job.committer, job.txn, spec(job))
+        assert done.stats == job.stats
+        assert state_of(table, job.instant) is Transition.COMPLETED
+    else:
+        with pytest.raises(CommitStateUnknownError):
+            commit_instant(job.committer, job.txn, spec(job))
+        assert state_of(table, job.instant) is Transition.INFLIGHT  # nothing rolled back
+        assert len(data_files(table)) == 1  # nothing deleted: it may still complete
+
+
+def test_a_rolled_back_instant_cannot_commit_and_its_job_is_aborted(table: Table) -> None:
+    job = open_job(table, rows((1, "eu", "a")))
+    job.txn.rollback("heartbeat expired")
+    with pytest.raises(InstantFinishedError, match="rolled_back: heartbeat expired"):
+        commit_instant(job.committer, job.txn, spec(job))
+    summary = job.committer.summary()
+    assert summary is not None and summary.state == "ABORTED"
+    assert not list(table.storage.list("_temporary/"))
+
+
+# -- the service's worker ---------------------------------------------------------------------
+
+
+def test_the_worker_commits_and_reports_the_entry_it_appended(
+    table: Table, worker: CommitWorker
+) -> None:
+    job = open_job(table, rows((1, "eu", "a")))
+    outcome = worker.run(request(job))
+    assert outcome.committed and not outcome.recorded and outcome.placed == 1
+    [entry] = outcome.entries
+    assert entry.transition is Transition.COMPLETED and entry.actor.startswith(ACTOR_PREFIX)
+    again = worker.run(request(job))
+    assert again.committed and again.recorded and again.stats == outcome.stats
+    assert again.summary_key == f".lakewarden/jobs/{job.job_id}/_SUCCESS"
+
+
+def test_the_worker_reports_a_conflict_with_its_stage_and_answers_it_again(
+    table: Table, worker: CommitWorker
+) -> None:
+    job = open_job(table, rows((1, "eu", "late")))
+    winner = table.write(rows((1, "eu", "first")))
+    outcome = worker.run(request(job))
+    assert not outcome.committed and not outcome.recorded
+    assert outcome.error_type == "OverlappingCommitConflict"
+    assert outcome.failed_stage == "complete_instant"
+    assert outcome.reason is not None and winner.instant in outcome.reason
+    [entry] = outcome.entries
+    assert entry.transition is Transition.ROLLED_BACK
+    again = worker.run(request(job))
+    assert again.recorded and again.error_type == "OverlappingCommitConflict"
+    assert again.failed_stage == "complete_instant"
+
+
+@pytest.mark.parametrize(
+    ("change", "stage", "error"),
+    [
+        ({"table_id": "not-this-table"}, "open_table", "RequestRefusedError"),
+        ({"instant": "20000101000000000"}, "check_instant", "UnknownInstantError"),
+    ],
+)
+def test_a_request_that_does_not_fit_its_table_changes_nothing(
+    table: Table, worker: CommitWorker, change: dict[str, str], stage: str, error: str
+) -> None:
+    job = open_job(table, rows((1, "eu", "a")))
+    outcome = worker.run(request(job, **change))
+    assert (outcome.status, outcome.failed_stage, outcome.error_type) == ("failed", stage, error)
+    assert outcome.entries == ()
+    assert state_of(table, job.instant) is Transition.INFLIGHT
+    assert UnknownInstantError.__name__ == "UnknownInstantError"
+
+
+def test_a_request_naming_another_job_for_the_instant_is_refused(
+    table: Table, worker: CommitWorker
+) -> None:
+    job = open_job(table, rows((1, "eu", "a")), plan_job="someone-else")
+    outcome = worker.run(request(job))
+    assert outcome.error_type == "RequestRefusedError" and outcome.failed_stage == "check_instant"
+    assert "someone-else" in (outcome.reason or "")
+    assert state_of(table, job.instant) is Transition.INFLIGHT  # not rolled back: not ours
+
+
+def test_the_crash_hook_fires_once_and_pauses_instead_of_killing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert crash_hook_from_env() is None
+    marker = tmp_path / "marker"
+    monkeypatch.setenv(CRASH_AT, "end:job_stage_rename_files")
+    monkeypatch.setenv(CRASH_ONCE, str(marker))
+    monkeypatch.setenv(PAUSE_S, "0.01")
+    hook = crash_hook_from_env()
+    assert hook is not None
+    hook("start", "job_stage_rename_files")
+    assert not marker.exists()
+    hook("end", "job_stage_rename_files")
+    assert marker.exists()
+    marker.write_text("seen")
+    hook("end", "job_stage_rename_files")  # past it now
+    assert marker.read_text() == "seen"
