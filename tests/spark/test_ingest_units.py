@@ -90,3 +90,40 @@ def test_avro_and_a_missing_bootstrap_are_usage_errors(monkeypatch: pytest.Monke
     assert avro.exit_code == 2 and "--format avro is not implemented yet" in avro.output
     alone = runner.invoke(cli, ["ingest", "--topic", "t", "--table", "x"])
     assert alone.exit_code == 2 and "--bootstrap" in alone.output
+
+
+class _Progress:
+    def __init__(self, batch: int, rows: int, executed: bool) -> None:
+        self.batchId, self.numInputRows = batch, rows
+        self.durationMs = {"triggerExecution": 900, **({"addBatch": 700} if executed else {})}
+        self.timestamp = "2025-03-14T09:26:53.589Z"
+
+
+class _Query:
+    id = "q-1"
+    isActive = True
+
+    def __init__(self) -> None:
+        self.recentProgress: list[_Progress] = []
+
+    def exception(self) -> None:
+        return None
+
+
+def test_poll_reports_executed_batches_once_and_skips_idle_progress(tmp_path: Path) -> None:
+    from _spark_helpers import make_table
+
+    from lakewarden.spark.ingest import IngestJob, IngestSpec
+
+    table = make_table(tmp_path / "t")
+    spec = IngestSpec(topic="t", table=table.uri, bootstrap="-", checkpoint=tmp_path / "cp")
+    query = _Query()
+    job = IngestJob(None, spec, query, table.storage, table.config)  # type: ignore[arg-type]
+    query.recentProgress = [_Progress(0, 5, True), _Progress(1, 0, False)]  # 1: idle trigger
+    assert [(r.batch_id, r.input_rows, r.instant) for r in job.poll()] == [(0, 5, None)]
+    assert job.poll() == []
+    query.recentProgress.append(_Progress(1, 7, True))  # batch 1 runs when data arrives
+    (report,) = job.poll()
+    assert (report.batch_id, report.input_rows, report.duration_ms) == (1, 7, 900)
+    assert report.started_ms == 1741944413589
+    assert (job.totals.batches, job.totals.input_rows) == (2, 12)
