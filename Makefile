@@ -65,4 +65,4 @@ bench: setup
 	$(BIN)/python -m benchmarks
 
 clean:
-	rm -rf $(VENV) infra/kafka/lib .lakewarden-state .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) infra/kafka/lib infra/spark/jars .lakewarden-state .pytest_cache .mypy_cache .ruff_cache
