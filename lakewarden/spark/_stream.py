@@ -31,6 +31,7 @@ from pyspark.sql.types import StructType
 from lakewarden.commit import ManifestCommitter, new_job_id
 from lakewarden.spark import _faults, _job
 from lakewarden.spark._arrow import check_write_schema
+from lakewarden.spark._keeper import keep_alive
 from lakewarden.spark._messages import EmptyTaskMessage, SkippedBatchMessage, TaskCommitMessage
 from lakewarden.spark._options import InvalidOptionError, WriteSpec, load_settings
 from lakewarden.spark._task import current_task, write_task
@@ -110,6 +111,13 @@ class LakewardenStreamWriter(DataSourceStreamWriter, DataSourceArrowWriter):
             return SkippedBatchMessage(err.committed_by, key.query_id, key.batch_id)
         if job_id != committer.job_id:  # another task opened the batch's instant first
             committer.abort_job(reason=f"micro-batch {key.batch_id} has job {job_id}")
+        else:
+            # The task that opened the instant beats for it until it is terminal: the driver
+            # only learns of the instant at commit, and an ingest killed before that must still
+            # leave an instant heartbeat-monitor declares dead (so the cleaner rolls it back).
+            keep_alive(
+                table.timeline, table.coordinator, table.config.table_id, instant, _job.actor()
+            )
         return WriteSpec(
             self.uri, instant, job_id, OPERATION, self.settings_json, test_hooks=self.test_hooks
         )
