@@ -12,14 +12,19 @@ One write is one instant and one manifest-committer job:
   2. plain-format writes: append ``inflight`` with the workload profile (the file groups the
      attempts wrote; every file group for an overwrite). The helper appended it before the
      tasks ran;
-  3. job commit of exactly the accepted attempts: their files are put in place (renames, or
-     completed uploads on S3); every other attempt's files are deleted by the cleanup;
-  4. append ``completed`` with the statistics, after the conflict rules (and, for a streaming
-     micro-batch, after checking that no instant completed that batch already);
-  5. on any failure: append ``rolled_back`` with the reason (making the instant
+  3. job commit of exactly the accepted attempts, then ``completed`` with the statistics after
+     the conflict rules (and, for a streaming micro-batch, the rule that no instant completed
+     that batch already): ``lakewarden.table.job_commit.commit_instant``. Without Kafka it
+     runs here, in the driver; with Kafka configured the driver sends the job-committer a
+     ``JobCommitRequest`` (``lakewarden.clients.CommitClient``) and waits for its answer: the
+     service runs the very same function. Either way, the files of every other attempt are
+     deleted by the job's cleanup;
+  4. on any failure: append ``rolled_back`` with the reason (making the instant
      uncommittable), abort the job (no file of it stays in the table), and re-raise the error
-     with a note naming the instant.
-  Steps 2-4 run under the instant's heartbeat.
+     with a note naming the instant (the job commit did both already when it failed itself);
+     an unknown outcome (``CommitStateUnknownError``: a lost reply, no answer from the
+     service in time) is raised as it is, nothing deleted.
+  Steps 2-3 run under the instant's heartbeat (the driver keeps beating while it waits).
 
 ``abort_write`` (Spark's ``abort(messages)``): ``rolled_back``, then job abort; nothing at
 all when the instant completed (Spark also aborts after a commit that failed late).
@@ -29,6 +34,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -36,16 +42,30 @@ from typing import Any
 
 from pyspark.sql.datasource import WriterCommitMessage
 
-from lakewarden.clients import coordinator_for
+from lakewarden.clients import (
+    CommitClient,
+    CommitRequest,
+    JobCommitFailedError,
+    coordinator_for,
+)
+from lakewarden.clients.commit import DEFAULT_TIMEOUT_S
 from lakewarden.commit import ManifestCommitter, new_job_id
 from lakewarden.errors import CommitStateUnknownError, NonRetryableError
+from lakewarden.settings import Settings
 from lakewarden.spark._messages import TaskCommitMessage, accepted_messages
 from lakewarden.spark._options import OVERWRITE, WriteSpec, load_settings
-from lakewarden.spark._transaction import BatchKey, SparkTransaction
+from lakewarden.spark._transaction import (
+    BATCH_ID,
+    QUERY_ID,
+    BatchAlreadyCommittedError,
+    BatchKey,
+    SparkTransaction,
+)
 from lakewarden.storage import Storage, open_storage
 from lakewarden.table.config import TableConfig, load_config
 from lakewarden.table.coordinator import Coordinator
 from lakewarden.table.instant import Action, Transition
+from lakewarden.table.job_commit import AlreadyCommittedError, JobCommitSpec, commit_instant
 from lakewarden.table.snapshot import build_snapshot
 from lakewarden.table.stats import CommitStats, FileGroupId, WorkloadProfile
 from lakewarden.table.timeline import Timeline
@@ -141,30 +161,92 @@ def commit_write(
     *,
     batch: BatchKey | None = None,
 ) -> CommitResult:
-    """Steps 1-5 of the module docstring.
+    """Steps 1-4 of the module docstring.
 
     Raises: OverlappingCommitConflict, PendingPlanConflict, BatchAlreadyCommittedError,
-    DuplicateFileGroupError, StageFailedError, CommitStateUnknownError (the outcome could
-    not be settled; nothing was deleted)."""
+    DuplicateFileGroupError, StageFailedError, JobCommitFailedError (the service failed it),
+    CommitStateUnknownError (the outcome could not be settled; nothing was deleted)."""
     table = TableHandle.open(spec.uri, spec.settings_json)
     txn = table.transaction(spec)
-    committer = ManifestCommitter(table.storage, spec.job_id)
+    settings = load_settings(spec.settings_json)
     with txn.heartbeat():
         try:
             accepted = accepted_messages(messages, instant=spec.instant, job_id=spec.job_id)
             stats = commit_stats(table, spec, accepted, batch)  # 1.
             if not spec.profiled:  # 2.
                 txn.inflight(workload(spec, stats))
-            committer.commit_job(  # 3.
-                [m.attempt_id for m in accepted], description=f"instant {spec.instant}"
+            job = JobCommitSpec(
+                spec.instant,
+                spec.job_id,
+                tuple(m.attempt_id for m in accepted),
+                stats,
+                once=_once(batch),
+                description=f"instant {spec.instant}",
             )
-            return _complete(table, txn, stats, batch)  # 4.
+            if settings.kafka.enabled:  # 3.
+                done = _commit_by_service(table, spec, job, settings)
+            else:
+                done = commit_instant(ManifestCommitter(table.storage, spec.job_id), txn, job).stats
+            return CommitResult(spec.instant, done)
         except CommitStateUnknownError as err:
             err.add_note(_where(spec, "outcome unknown: reconcile with the timeline"))
             raise
         except BaseException as err:
-            abandon(table, spec, f"{type(err).__name__}: {err}", err)  # 5.
+            abandon(table, spec, f"{type(err).__name__}: {err}", err)  # 4.
+            already = _already_committed(err, spec, batch)
+            if already is not None:
+                raise already from err
             raise
+
+
+def _once(batch: BatchKey | None) -> dict[str, str]:
+    """A streaming micro-batch completes once per query: no other completed instant may carry
+    its query id and batch id."""
+    if batch is None:
+        return {}
+    return {QUERY_ID: batch.query_id, BATCH_ID: str(batch.batch_id)}
+
+
+def _commit_by_service(
+    table: TableHandle, spec: WriteSpec, job: JobCommitSpec, settings: Settings
+) -> CommitStats:
+    """Step 3 by the job-committer. Raises: JobCommitFailedError, CommitStateUnknownError,
+    CommitServiceUnavailableError."""
+    request = CommitRequest(
+        table_uri=table.storage.uri,  # absolute: the service runs elsewhere
+        table_id=table.config.table_id,
+        instant=spec.instant,
+        job_id=spec.job_id,
+        accepted=job.accepted,
+        stats=job.stats,
+        once=job.once,
+        description=job.description,
+    )
+    timeout_s = float(spec.test_hooks.get("commit_timeout_s", DEFAULT_TIMEOUT_S))
+    with CommitClient(settings, producer_id=actor()) as client:
+        return client.commit(request, timeout_s=timeout_s).stats
+
+
+def _already_committed(
+    err: BaseException, spec: WriteSpec, batch: BatchKey | None
+) -> BatchAlreadyCommittedError | None:
+    """The micro-batch rule's refusal as ``BatchAlreadyCommittedError`` (what the stream
+    writer expects), whether the driver or the service ran the commit."""
+    if batch is None or isinstance(err, BatchAlreadyCommittedError):
+        return None
+    if isinstance(err, AlreadyCommittedError):
+        committed_by = err.committed_by
+    elif isinstance(err, JobCommitFailedError) and err.error_type == "AlreadyCommittedError":
+        found = re.search(r"instant (\d{17}) completed", err.reason)
+        committed_by = found[1] if found else "unknown"
+    else:
+        return None
+    return BatchAlreadyCommittedError(
+        f"micro-batch {batch.batch_id} of streaming query {batch.query_id} was committed by "
+        f"instant {committed_by}; instant {spec.instant} must not commit it again.",
+        instant=spec.instant,
+        committed_by=committed_by,
+    )
 
 
 def abort_write(spec: WriteSpec, reason: str) -> None:
@@ -271,20 +353,6 @@ def _base_groups(table: TableHandle, instant: str) -> list[FileGroupId]:
     assert mine is not None
     before = [s for s in state.completed() if (s.completed_seq or 0) < mine.requested_seq]
     return list(build_snapshot(before).slices)
-
-
-def _complete(
-    table: TableHandle, txn: SparkTransaction, stats: CommitStats, batch: BatchKey | None
-) -> CommitResult:
-    """Append ``completed``; after a lost reply, the timeline says whether it happened."""
-    try:
-        txn.complete_once(stats, batch)
-    except CommitStateUnknownError:
-        mine = table.timeline.load().get(txn.instant)
-        if mine is None or mine.state != Transition.COMPLETED:
-            raise
-        return CommitResult(txn.instant, mine.commit or stats)
-    return CommitResult(txn.instant, stats)
 
 
 def _where(spec: WriteSpec, what: str) -> str:

@@ -9,11 +9,13 @@ every batch exactly once:
   ``begin_batch``: the ``requested`` entry names the key in its plan, and the append's
   validator (re-run after every rebase) refuses to open a second one, so racing tasks in
   different processes agree on one instant.
-- **one completion per query and batch.** ``complete_once`` completes the instant with the
-  key in ``extra_metadata`` through ``WriteTransaction.complete(validate=...)``: after the
-  heartbeat check and the conflict rules, and again after every rebase, it refuses when an
-  instant with the same query id and batch id completed already
-  (``BatchAlreadyCommittedError``). A restarted run re-executes
+- **one completion per query and batch.** The commit records the key in ``extra_metadata``
+  and completes with the ``once`` rule of ``lakewarden.table.job_commit`` (query id and batch
+  id), whether the driver or the job-committer service runs it: after the heartbeat check and
+  the conflict rules, and again after every rebase, it refuses when an instant with the same
+  query id and batch id completed already (``BatchAlreadyCommittedError``, an
+  ``AlreadyCommittedError``). ``complete_once`` is the same rule for a caller holding a
+  ``SparkTransaction``. A restarted run re-executes
   the batches Spark had not recorded as committed; if lakewarden committed one of them before
   the crash, the rerun finds it and commits nothing.
 """
@@ -23,9 +25,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from lakewarden.errors import NonRetryableError
 from lakewarden.table.coordinator import Coordinator, LeaseLostError
 from lakewarden.table.instant import Action, Instant, Transition
+from lakewarden.table.job_commit import AlreadyCommittedError
 from lakewarden.table.stats import CommitStats
 from lakewarden.table.timeline import InstantState, Timeline, TimelineState
 from lakewarden.table.timeline_state import EntryDraft
@@ -37,12 +39,8 @@ BATCH_ID = "spark.streaming.batch_id"
 CHECKPOINT = "spark.streaming.checkpoint"
 
 
-class BatchAlreadyCommittedError(NonRetryableError):
+class BatchAlreadyCommittedError(AlreadyCommittedError):
     """An instant of this streaming query completed this micro-batch already."""
-
-    def __init__(self, message: str, *, instant: str, committed_by: str) -> None:
-        super().__init__(message, instant=instant)
-        self.committed_by = committed_by
 
 
 @dataclass(frozen=True)

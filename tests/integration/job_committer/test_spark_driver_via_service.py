@@ -1,0 +1,98 @@
+"""The Spark driver's commit with Kafka configured goes through job-committer: the data
+source's own task and driver code (``write_task``, ``commit_write``) without a SparkSession,
+against the real broker, timeline-lock and job-committer."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from lakewarden.clients import JobCommitFailedError, kafka_coordinator
+from lakewarden.settings import Settings
+from lakewarden.spark import _job
+from lakewarden.spark._messages import TaskCommitMessage
+from lakewarden.spark._options import WriteSpec, encode_settings
+from lakewarden.spark._task import TaskIdentity, write_task
+from lakewarden.spark._transaction import BatchAlreadyCommittedError, BatchKey
+from lakewarden.table.instant import Transition
+from lakewarden.table.table import Table
+
+pytestmark = [pytest.mark.timeout(180), pytest.mark.usefixtures("committer_service")]
+
+SCHEMA = pa.schema([("id", pa.int64()), ("region", pa.string()), ("note", pa.string())])
+
+
+def batches(ids: range, note: str = "v1") -> Iterator[pa.RecordBatch]:
+    regions = ["eu" if i % 2 else "us" for i in ids]
+    data = pa.table({"id": list(ids), "region": regions, "note": [note] * len(ids)}, SCHEMA)
+    return iter(data.to_batches())
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _close_shared_coordinators() -> Iterator[None]:
+    """The driver code takes the process-wide KafkaCoordinator (``coordinator_for``); close
+    it before the broker goes away at the end of the session."""
+    yield
+    with kafka_coordinator._shared_guard:
+        shared = list(kafka_coordinator._shared.values())
+        kafka_coordinator._shared.clear()
+    for coordinator in shared:
+        if isinstance(coordinator, kafka_coordinator.KafkaCoordinator):
+            coordinator.close()
+
+
+@pytest.fixture
+def table(tmp_path: Path) -> Table:
+    return Table.create(
+        str(tmp_path / "t"), name="t", record_key="id", schema=SCHEMA, partition_by=["region"]
+    )
+
+
+def test_the_driver_commit_is_done_by_the_service(jc_settings: Settings, table: Table) -> None:
+    encoded = encode_settings(jc_settings)
+    handle = _job.TableHandle.open(table.uri, encoded)
+    spec, _ = _job.open_write(handle, "insert", settings_json=encoded)
+    messages = [
+        write_task(spec, TaskIdentity(task, 0, 1), batches(ids))
+        for task, ids in ((0, range(0, 10)), (1, range(10, 20)))
+    ]
+    loser = write_task(spec, TaskIdentity(1, 1, 1), batches(range(10, 20), note="zombie"))
+    assert isinstance(loser, TaskCommitMessage)
+
+    result = _job.commit_write(spec, messages)
+
+    reread = Table.open(table.uri)
+    assert sorted(r["id"] for r in reread.read().to_pylist()) == list(range(20))
+    assert {r["note"] for r in reread.read().to_pylist()} == {"v1"}
+    [entry] = [e for e in reread.timeline_log.entries() if e.transition == "completed"]
+    assert entry.actor.startswith("job-committer@")  # the service completed it, not the driver
+    assert entry.instant == result.instant and result.stats.write_stats
+
+
+def test_a_micro_batch_the_service_finds_committed_is_batch_already_committed(
+    jc_settings: Settings, table: Table
+) -> None:
+    encoded = encode_settings(jc_settings)
+
+    def run() -> tuple[WriteSpec, list[TaskCommitMessage]]:
+        handle = _job.TableHandle.open(table.uri, encoded)
+        spec, _ = _job.open_write(handle, "insert", settings_json=encoded)
+        message = write_task(spec, TaskIdentity(0, 0, 1), batches(range(5)))
+        return spec, [message]
+
+    key = BatchKey("query-1", "run-1", 4, "/checkpoint")
+    first, first_messages = run()
+    _job.commit_write(first, first_messages, batch=key)
+    again, again_messages = run()
+
+    with pytest.raises(BatchAlreadyCommittedError) as info:
+        _job.commit_write(again, again_messages, batch=BatchKey("query-1", "run-2", 4))
+
+    assert info.value.committed_by == first.instant
+    assert isinstance(info.value.__cause__, JobCommitFailedError)
+    states = {s.instant: s.state for s in Table.open(table.uri).timeline()}
+    assert states == {first.instant: Transition.COMPLETED, again.instant: Transition.ROLLED_BACK}
+    assert len(Table.open(table.uri).read()) == 5
