@@ -12,6 +12,7 @@ from lakewarden.commit import ManifestCommitter
 from lakewarden.errors import CommitStateUnknownError
 from lakewarden.settings import Settings
 from lakewarden.storage import StorageIOError
+from lakewarden.table.conflicts import OverlappingCommitConflict
 from lakewarden.table.instant import Transition
 from lakewarden.table.job_commit import (
     AlreadyCommittedError,
@@ -240,3 +241,42 @@ def test_the_crash_hook_fires_once_and_pauses_instead_of_killing(
     marker.write_text("seen")
     hook("end", "job_stage_rename_files")  # past it now
     assert marker.read_text() == "seen"
+
+
+# -- Table.write runs the same protocol in-process --------------------------------------------
+
+
+def test_table_write_commits_through_a_manifest_committer_job(table: Table) -> None:
+    done = table.write(rows((1, "eu", "a"), (2, "us", "b")))
+    [job_dir] = {o.key.split("/")[2] for o in table.storage.list(".lakewarden/jobs/")}
+    assert job_dir.startswith(done.instant)  # the write's job, named after its instant
+    summary = ManifestCommitter(table.storage, job_dir).summary()
+    assert summary is not None and summary.state == "COMMITTED"
+    placed = {key for files in summary.committed_files.values() for key, _ in files}
+    assert placed == {s.path for s in done.stats.write_stats} == set(data_files(table))
+    assert not list(table.storage.list("_temporary/"))  # attempt and job dirs cleaned up
+
+
+def test_a_table_write_that_loses_a_conflict_aborts_its_job(
+    table: Table, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    other = Table.open(table.uri, coordinator=COORDINATOR)
+    real = WriteTransaction.complete
+
+    def race(self: WriteTransaction, *args: object, **kwargs: object) -> object:
+        monkeypatch.setattr(WriteTransaction, "complete", real)
+        other.write(rows((1, "eu", "winner")))  # completes between our job commit and ours
+        return real(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(WriteTransaction, "complete", race)
+    with pytest.raises(OverlappingCommitConflict):
+        table.write(rows((1, "eu", "loser")))
+    states = [s.state for s in Table.open(table.uri).timeline()]
+    assert states == [Transition.ROLLED_BACK, Transition.COMPLETED]
+    assert as_set(Table.open(table.uri).read()) == {(1, "eu", "winner")}
+    summaries = [
+        ManifestCommitter(table.storage, key.split("/")[2]).summary()
+        for key in {o.key for o in table.storage.list(".lakewarden/jobs/")}
+    ]
+    assert sorted(s.state for s in summaries if s is not None) == ["ABORTED", "COMMITTED"]
+    assert len(data_files(table)) == 1  # the loser's renamed file was deleted
