@@ -155,12 +155,11 @@ class CommitClient:
             deadline = time.monotonic() + timeout_s
             consumer = self._listen()  # 1.
             self._send(request)  # 2.
-            while time.monotonic() < deadline:  # 3.
-                messages = consumer.consume(100, timeout=min(0.5, timeout_s))
-                for message in messages:
-                    reply = self._match(request, message)
-                    if reply is not None:
-                        return reply
+            while (left := deadline - time.monotonic()) > 0:  # 3.
+                message = consumer.poll(min(0.5, left))  # returns at the first message
+                reply = None if message is None else self._match(request, message)
+                if reply is not None:
+                    return reply
             raise _unknown(request, f"no answer from job-committer within {timeout_s:g} s")
 
     def close(self) -> None:
@@ -185,7 +184,10 @@ class CommitClient:
     # -- internals -------------------------------------------------------------------------
 
     def _listen(self) -> Consumer:
-        """A consumer assigned every partition of the results topic at its end."""
+        """A consumer assigned every partition of the results topic at its end (once: later
+        requests read on from where the last one stopped, which is past nothing they need)."""
+        if self._consumer is not None and self._consumer.assignment():
+            return self._consumer
         if self._consumer is None:
             config = self.settings.kafka.librdkafka_config(
                 group_id=f"commit-client-{uuid.uuid4().hex}",
