@@ -10,6 +10,7 @@ JobCommitFailedError, CommitServiceUnavailableError, check_commit, CommitState
 """
 
 from lakewarden.clients.commit import (
+    AttemptManifest,
     CommitClient,
     CommitReply,
     CommitRequest,
@@ -30,6 +31,7 @@ from lakewarden.clients.lock import (
 )
 
 __all__ = [
+    "AttemptManifest",
     "CommitClient",
     "CommitReply",
     "CommitRequest",

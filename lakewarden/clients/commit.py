@@ -41,7 +41,7 @@ from typing import Any, Literal
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from lakewarden.commit import JobLayout, SuccessData
+from lakewarden.commit import JobLayout, SuccessData, TaskAttemptId
 from lakewarden.errors import CommitStateUnknownError, NonRetryableError, RetryableError
 from lakewarden.events import EventDeliveryError, EventProducer, default_codec, make_event
 from lakewarden.events.codec import EventDecodeError
@@ -107,6 +107,17 @@ class CommitRequest:
 
 
 @dataclass(frozen=True)
+class AttemptManifest:
+    """A committed task attempt's manifest, announced as a ``TaskManifest`` event before the
+    request (the service's audit trail and early validation)."""
+
+    attempt_id: str
+    manifest_key: str
+    file_count: int
+    total_bytes: int
+
+
+@dataclass(frozen=True)
 class CommitReply:
     """A committed job: the instant is completed with ``stats``."""
 
@@ -141,9 +152,14 @@ class CommitClient:
         self._consumer: Consumer | None = None
 
     def commit(
-        self, request: CommitRequest, *, timeout_s: float = DEFAULT_TIMEOUT_S
+        self,
+        request: CommitRequest,
+        *,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        manifests: Sequence[AttemptManifest] = (),
     ) -> CommitReply:
-        """Steps 1-4 of the module docstring.
+        """Steps 1-4 of the module docstring; ``manifests`` are announced first (one
+        ``TaskManifest`` event each, delivered with the request).
 
         Raises:
             CommitServiceUnavailableError: the topics cannot be reached (nothing was sent).
@@ -154,7 +170,7 @@ class CommitClient:
         with self._guard:
             deadline = time.monotonic() + timeout_s
             consumer = self._listen()  # 1.
-            self._send(request)  # 2.
+            self._send(request, manifests)  # 2.
             while (left := deadline - time.monotonic()) > 0:  # 3.
                 message = consumer.poll(min(0.5, left))  # returns at the first message
                 reply = None if message is None else self._match(request, message)
@@ -217,9 +233,12 @@ class CommitClient:
         consumer.assign(ends)
         return consumer
 
-    def _send(self, request: CommitRequest) -> None:
+    def _send(self, request: CommitRequest, manifests: Sequence[AttemptManifest]) -> None:
         if self._producer is None:
             self._producer = EventProducer(self.settings, producer_id=self.producer_id, linger_ms=0)
+        for manifest in manifests:
+            record = manifest_record(request, manifest, self.producer_id)
+            self._producer.send("TaskManifest", record)
         self._producer.send("JobCommitRequest", request_record(request, self.producer_id))
         try:
             self._producer.flush()
@@ -279,6 +298,26 @@ def request_record(request: CommitRequest, producer_id: str) -> dict[str, Any]:
         metadata=json.dumps(metadata, sort_keys=True),
         table_uri=request.table_uri,
         commit_stats=request.stats.model_dump_json(),
+    )
+
+
+def manifest_record(
+    request: CommitRequest, manifest: AttemptManifest, producer_id: str
+) -> dict[str, Any]:
+    """The ``TaskManifest`` event announcing one attempt of ``request``'s job."""
+    attempt = TaskAttemptId.parse(manifest.attempt_id)
+    return make_event(
+        "TaskManifest",
+        table_id=request.table_id,
+        producer_id=producer_id,
+        job_id=request.job_id,
+        task_id=str(attempt.task_id),
+        task_attempt_id=manifest.attempt_id,
+        instant=request.instant,
+        manifest_path=manifest.manifest_key,
+        file_count=manifest.file_count,
+        total_bytes=manifest.total_bytes,
+        table_uri=request.table_uri,
     )
 
 

@@ -43,6 +43,7 @@ from typing import Any
 from pyspark.sql.datasource import WriterCommitMessage
 
 from lakewarden.clients import (
+    AttemptManifest,
     CommitClient,
     CommitRequest,
     JobCommitFailedError,
@@ -184,7 +185,7 @@ def commit_write(
                 description=f"instant {spec.instant}",
             )
             if settings.kafka.enabled:  # 3.
-                done = _commit_by_service(table, spec, job, settings)
+                done = _commit_by_service(table, spec, job, settings, accepted)
             else:
                 done = commit_instant(ManifestCommitter(table.storage, spec.job_id), txn, job).stats
             return CommitResult(spec.instant, done)
@@ -208,10 +209,24 @@ def _once(batch: BatchKey | None) -> dict[str, str]:
 
 
 def _commit_by_service(
-    table: TableHandle, spec: WriteSpec, job: JobCommitSpec, settings: Settings
+    table: TableHandle,
+    spec: WriteSpec,
+    job: JobCommitSpec,
+    settings: Settings,
+    accepted: Sequence[TaskCommitMessage],
 ) -> CommitStats:
-    """Step 3 by the job-committer. Raises: JobCommitFailedError, CommitStateUnknownError,
+    """Step 3 by the job-committer, announcing the accepted attempts' manifests first (the
+    tasks do not talk to Kafka). Raises: JobCommitFailedError, CommitStateUnknownError,
     CommitServiceUnavailableError."""
+    manifests = [
+        AttemptManifest(
+            m.attempt_id,
+            m.manifest_key,
+            len(m.write_stats),
+            sum(s.size_bytes for s in m.write_stats),
+        )
+        for m in accepted
+    ]
     request = CommitRequest(
         table_uri=table.storage.uri,  # absolute: the service runs elsewhere
         table_id=table.config.table_id,
@@ -224,7 +239,7 @@ def _commit_by_service(
     )
     timeout_s = float(spec.test_hooks.get("commit_timeout_s", DEFAULT_TIMEOUT_S))
     with CommitClient(settings, producer_id=actor()) as client:
-        return client.commit(request, timeout_s=timeout_s).stats
+        return client.commit(request, timeout_s=timeout_s, manifests=manifests).stats
 
 
 def _already_committed(

@@ -4,11 +4,13 @@ against the real broker, timeline-lock and job-committer."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from _jc_helpers import wait_for
 
 from lakewarden.clients import JobCommitFailedError, kafka_coordinator
 from lakewarden.settings import Settings
@@ -19,6 +21,7 @@ from lakewarden.spark._task import TaskIdentity, write_task
 from lakewarden.spark._transaction import BatchAlreadyCommittedError, BatchKey
 from lakewarden.table.instant import Transition
 from lakewarden.table.table import Table
+from services._common.process import ServiceProcess
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.usefixtures("committer_service")]
 
@@ -51,7 +54,9 @@ def table(tmp_path: Path) -> Table:
     )
 
 
-def test_the_driver_commit_is_done_by_the_service(jc_settings: Settings, table: Table) -> None:
+def test_the_driver_commit_is_done_by_the_service(
+    jc_settings: Settings, table: Table, committer_service: ServiceProcess
+) -> None:
     encoded = encode_settings(jc_settings)
     handle = _job.TableHandle.open(table.uri, encoded)
     spec, _ = _job.open_write(handle, "insert", settings_json=encoded)
@@ -70,6 +75,16 @@ def test_the_driver_commit_is_done_by_the_service(jc_settings: Settings, table: 
     [entry] = [e for e in reread.timeline_log.entries() if e.transition == "completed"]
     assert entry.actor.startswith("job-committer@")  # the service completed it, not the driver
     assert entry.instant == result.instant and result.stats.write_stats
+    # the driver announced the two accepted attempts' manifests (audit trail, early checks;
+    # a check that runs after the job's cleanup finds the manifest gone: "missing")
+
+    def manifests() -> dict[str, float]:
+        _, text = committer_service.get("/metrics")
+        found = re.findall(r'lakewarden_task_manifests_total\{status="(\w+)"\} ([\d.]+)', text)
+        return {status: float(count) for status, count in found}
+
+    assert wait_for(lambda: manifests().get("valid", 0) + manifests().get("missing", 0) == 2)
+    assert manifests().get("invalid", 0) == manifests().get("mismatch", 0) == 0
 
 
 def test_a_micro_batch_the_service_finds_committed_is_batch_already_committed(
