@@ -160,7 +160,7 @@ def commit_instant(
         return _commit(committer, txn, spec, validate, progress, job_retries)
     except CommitStateUnknownError:
         raise
-    except BaseException as err:
+    except Exception as err:  # a crash (KeyboardInterrupt, SIGKILL) leaves it to be resumed
         abandon(committer, txn, err, stage=failed_stage(err, progress))  # 5.
         raise
 
