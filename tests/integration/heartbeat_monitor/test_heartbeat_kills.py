@@ -118,8 +118,14 @@ def test_a_slow_writer_with_beats_on_time_is_never_declared_dead(
     )
     writer.expect("ready")
     with Liveness(hb_settings) as view:
+        # "ready" means the first beat was acknowledged by the broker; the monitor learns of it
+        # a moment later (longer on a loaded machine), and until then the view says UNKNOWN.
+        ready_at = time.monotonic()
+        known_by = ready_at + 5.0
+        while view.status("t1", instant) is Verdict.UNKNOWN and time.monotonic() < known_by:
+            time.sleep(0.05)
         seen = set()
-        deadline = time.monotonic() + work_s - 0.5
+        deadline = ready_at + work_s - 0.5  # the writer ends (a final beat) at ready + work_s
         while time.monotonic() < deadline:
             seen.add(view.status("t1", instant))
             time.sleep(0.2)

@@ -44,12 +44,16 @@ class FakeMessage:
         return None
 
 
-# Fake times are offsets from the real monotonic clock, which LockLease.lost reads.
+# Fake times are offsets from the real monotonic clock, which LockLease.lost reads. The `io`
+# fixture resets T when each test starts: taken once at import, it would be minutes old by the
+# time a test runs late in a long session, and every 3 s lease would already read as lost.
 T = time.monotonic()
 
 
 @pytest.fixture
 def io() -> LockIO:
+    global T
+    T = time.monotonic()
     return LockIO(
         producer=FakeProducer(),  # type: ignore[arg-type]
         consumer=None,  # type: ignore[arg-type]  # the thread is not started
@@ -81,7 +85,8 @@ def reply(io: LockIO, request_id: str, status: str, *, key: bytes = b"me", **fie
     io._on_message(FakeMessage(key, encode("LockReply", record)))  # type: ignore[arg-type]  # noqa: SLF001
 
 
-def acquire(io: LockIO, *, at: float = T, ttl_ms: int = 3_000, **kw: Any) -> Pending:
+def acquire(io: LockIO, *, at: float | None = None, ttl_ms: int = 3_000, **kw: Any) -> Pending:
+    at = T if at is None else at
     pending = Pending("acquire", "t", f"acq{len(sent(io))}", ttl_ms, at, **kw)
     io.send(pending)
     return pending
@@ -120,7 +125,7 @@ def test_refusals_complete_the_future_with_the_reply(io: LockIO) -> None:
     assert pending.future.result(0)["reason"] == "nope"
 
 
-def grant(io: LockIO, *, at: float = T, ttl_ms: int = 3_000) -> LockLease:
+def grant(io: LockIO, *, at: float | None = None, ttl_ms: int = 3_000) -> LockLease:
     pending = acquire(io, at=at, ttl_ms=ttl_ms)
     reply(io, pending.request_id, "granted", token=5)
     lease = pending.future.result(0)
