@@ -1,11 +1,13 @@
 """Steps 2-4 of an ingestion (``lakewarden.spark.ingest``): Kafka values parsed into the table
 schema, bad records told apart, and what happens to them.
 
-A record is *bad* when its value is null, is not a JSON object, has a field whose value does
-not fit the table type (Spark's ``from_json`` fills the corrupt-record column), lacks the
-record key, or lacks a required field. With ``bad_records="fail"`` the first one fails its task
-(``raise_error`` in the plan: no Python hop for the good rows); with ``"skip"`` a ``mapInArrow``
-step writes them to ``<dir>/batch-<B>/part-<P>.jsonl`` and passes the good rows on.
+A record is *bad* when its value is null, is not a JSON object (``--format avro``: has a bad
+header, an unknown schema fingerprint or a corrupt body, see ``_ingest_avro``), has a field
+whose value does not fit the table type (Spark's ``from_json`` fills the corrupt-record
+column), lacks the record key, or lacks a required field. With ``bad_records="fail"`` the first
+one fails its task (``raise_error`` in the plan: no Python hop for the good rows); with
+``"skip"`` a ``mapInArrow`` step writes them to ``<dir>/batch-<B>/part-<P>.jsonl`` and passes
+the good rows on.
 """
 
 from __future__ import annotations
@@ -19,11 +21,14 @@ from typing import Any, Literal
 import pyarrow as pa
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructField, StructType
 
-from lakewarden.spark._arrow import spark_schema
+from lakewarden.spark._arrow import spark_arrow_schema, spark_schema
+from lakewarden.spark._ingest_avro import AvroDecoder, AvroValueCodec
 from lakewarden.table.config import TableConfig
 
 BadRecords = Literal["fail", "skip"]
+ValueFormat = Literal["json", "avro"]
 KAFKA_COLUMNS = ("topic", "partition", "offset", "timestamp", "key", "value")
 REASON = "_lw_bad_reason"
 CORRUPT = "_lw_corrupt_record"
@@ -31,10 +36,24 @@ PARSED = "_lw_parsed"
 _MAX_SHOWN = 200
 
 
-def parse_records(raw: DataFrame, config: TableConfig) -> DataFrame:
+def parse_records(
+    raw: DataFrame, config: TableConfig, value_format: ValueFormat = "json"
+) -> DataFrame:
     """Kafka rows (``KAFKA_COLUMNS``) -> the table's columns, the Kafka coordinates and
-    ``_lw_bad_reason`` (null for a good record). Steps 2-3 of the module docstring."""
+    ``_lw_bad_reason`` (null for a good record). Steps 2-3 of the module docstring.
+
+    Raises: AvroSchemaError (``avro``: a table column Avro cannot carry)."""
     schema = spark_schema(config.pa_schema)
+    if value_format == "avro":
+        # Every column nullable, as from_json gives them: a bad record's columns are null.
+        out = StructType([StructField(f.name, f.dataType, True) for f in schema.fields])
+        decoder = AvroDecoder(
+            AvroValueCodec.for_table(config), spark_arrow_schema(out), config.record_key
+        )
+        kafka = raw.select(*KAFKA_COLUMNS)
+        out = out.add("topic", "string").add("partition", "integer").add("offset", "long")
+        out = out.add("timestamp", "timestamp").add("key", "string").add("value", "string")
+        return kafka.mapInArrow(decoder, out.add(REASON, "string"))
     with_corrupt = schema.add(CORRUPT, "string")
     options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}
     text = raw.select(

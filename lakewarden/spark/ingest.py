@@ -12,7 +12,9 @@ One Structured Streaming query; each micro-batch goes through these steps:
    checkpoint's offsets after that, at most ``max_records_per_batch`` records per batch;
 2. **parse** each value as a UTF-8 JSON object into the table schema (``parse_records``: Spark's
    ``from_json``, permissive, with a corrupt-record column). Fields not in the table are
-   ignored; a missing nullable field is null;
+   ignored; a missing nullable field is null. With ``value_format="avro"`` each value is one
+   Avro record of the table's schema in single-object encoding, decoded in Python
+   (``AvroValueCodec``; ``AvroValueCodec.for_table(config).encode(row)`` produces such values);
 3. **classify**: a record is *bad* when its value is null, is not a JSON object, has a field
    whose value does not fit the table type, lacks the record key, or lacks a required field;
 4. **bad records** (the error table is off this round), by ``bad_records``:
@@ -49,8 +51,10 @@ from pyspark.sql.streaming.query import StreamingQuery
 from lakewarden.errors import ConfigurationError, NonRetryableError
 from lakewarden.settings import Settings
 from lakewarden.spark._arrow import spark_schema
+from lakewarden.spark._ingest_avro import AvroSchemaError, AvroValueCodec, avro_schema
 from lakewarden.spark._ingest_records import (
     BadRecords,
+    ValueFormat,
     bad_record_files,
     parse_records,
     read_bad_records,
@@ -69,6 +73,8 @@ __all__ = [
     "BAD_RECORDS_DIR",
     "BATCH_ID",
     "QUERY_ID",
+    "AvroSchemaError",
+    "AvroValueCodec",
     "BadRecords",
     "BatchReport",
     "IngestError",
@@ -76,6 +82,8 @@ __all__ = [
     "IngestSpec",
     "IngestTotals",
     "KafkaJarsMissingError",
+    "ValueFormat",
+    "avro_schema",
     "bad_record_files",
     "default_checkpoint",
     "ingest_session",
@@ -162,6 +170,7 @@ class IngestSpec:
     max_records_per_batch: int | None = None
     bad_records: BadRecords = "fail"
     starting_offsets: str = "earliest"
+    value_format: ValueFormat = "json"
     settings: Settings | None = None  # for the writer's processes (default: their environment)
 
     @property
@@ -230,7 +239,7 @@ class IngestJob:
     @classmethod
     def start(cls, spark: SparkSession, spec: IngestSpec) -> IngestJob:
         """Start the query (steps 1-5). Raises: NotATableError, KafkaJarsMissingError,
-        SchemaMismatchError."""
+        SchemaMismatchError, AvroSchemaError."""
         encoded = _encoded(spec.settings)
         storage = open_storage(spec.table, spec.settings)
         config = load_config(storage)
@@ -252,7 +261,7 @@ class IngestJob:
                 "lakewarden.spark.ingest.ingest_session(), or add kafka_jars() to spark.jars."
             ) from err
         names = spark_schema(config.pa_schema).fieldNames()
-        parsed = parse_records(raw, config)
+        parsed = parse_records(raw, config, spec.value_format)
         good = route_bad_records(parsed, spec.bad_records, spec.bad_records_dir, names)
         writer = (
             good.writeStream.format("lakewarden")

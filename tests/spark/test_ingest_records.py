@@ -11,7 +11,7 @@ import pytest
 from _spark_helpers import make_table
 
 from lakewarden.spark._ingest_records import parse_records, route_bad_records
-from lakewarden.spark.ingest import read_bad_records
+from lakewarden.spark.ingest import AvroValueCodec, read_bad_records
 
 pytestmark = pytest.mark.spark
 
@@ -85,3 +85,38 @@ def test_fail_names_the_first_bad_record(spark: Any, tmp_path: Path) -> None:
     with pytest.raises(Exception, match="bad record at topic t partition 0 offset 1: malformed"):
         good.collect()
     assert not (tmp_path / "bad").exists()
+
+
+def test_avro_values_parse_and_bad_ones_are_skipped_with_their_reason(
+    spark: Any, tmp_path: Path
+) -> None:
+    config = make_table(tmp_path / "t").config
+    codec = AvroValueCodec.for_table(config)
+    row = {"id": 7, "region": "eu", "ts": 5, "amount": 1.5, "note": None}
+    values: list[bytes | None] = [codec.encode(row), b"junk", codec.header + b"\xff", None]
+    parsed = parse_records(_kafka_rows(spark, values), config, "avro")
+    reasons = {r["offset"]: r["_lw_bad_reason"] for r in parsed.collect()}
+    assert reasons == {
+        0: None,
+        1: "bad avro header",
+        2: "corrupt avro body",
+        3: "empty message (null value)",
+    }
+    good = route_bad_records(parsed, "skip", tmp_path / "bad", NAMES)
+    assert [r.asDict() for r in good.collect()] == [row]
+    bad = sorted(read_bad_records(tmp_path / "bad"), key=lambda r: r["offset"])
+    assert [(r["offset"], r["value"]) for r in bad] == [
+        (1, b"junk".hex()),
+        (2, (codec.header + b"\xff").hex()),
+        (3, None),
+    ]
+
+
+def test_avro_fail_names_the_bad_record(spark: Any, tmp_path: Path) -> None:
+    config = make_table(tmp_path / "t").config
+    codec = AvroValueCodec.for_table(config)
+    other = codec.header[:2] + b"\x00" * 8 + b"\x02"
+    parsed = parse_records(_kafka_rows(spark, [other]), config, "avro")
+    good = route_bad_records(parsed, "fail", tmp_path / "bad", NAMES)
+    with pytest.raises(Exception, match="offset 0: unknown avro schema fingerprint 0000"):
+        good.collect()
