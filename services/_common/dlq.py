@@ -16,7 +16,8 @@ letter is durable (nothing is lost).
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Awaitable
+from typing import Any, Protocol
 
 import faust
 from faust.types import Message
@@ -32,6 +33,34 @@ DEAD_LETTERS = Counter(
     "Events a service could not use and sent to the dead-letter topic",
     ["service", "reason"],
 )
+
+
+class DeadLetterSink(Protocol):
+    """What a handler needs to dead-letter (``DeadLetters``, or a fake in unit tests)."""
+
+    async def undecodable(self, message: Message, value: Undecodable) -> None: ...
+
+    async def reject(
+        self, message: Message, *, reason: str, detail: str, error_type: str = ...
+    ) -> None: ...
+
+
+async def dead_letter_failures(
+    sink: DeadLetterSink, message: Message, handling: Awaitable[None], *, what: str
+) -> None:
+    """Await ``handling`` of ``message``; if the service itself fails on it, dead-letter the
+    message (``handler_error``) instead of letting the agent die: one bad event must not stop
+    the service for every other table."""
+    try:
+        await handling
+    except Exception as err:
+        log.exception("%s failed", what, extra={"kafka_offset": message.offset})
+        await sink.reject(
+            message,
+            reason="handler_error",
+            detail=f"{type(err).__name__}: {err}",
+            error_type=type(err).__name__,
+        )
 
 
 class DeadLetters:

@@ -23,13 +23,14 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from typing import Any
 
 from faust.types import Message
 
 from lakewarden.events import Event, Undecodable
 from lakewarden.settings import Settings
 from lakewarden.storage import open_storage
+from services._common.dlq import DeadLetterSink, dead_letter_failures
 from services.job_committer import metrics
 from services.job_committer.protocol import (
     CommitJob,
@@ -49,14 +50,6 @@ log = logging.getLogger(__name__)
 RunBlocking = Callable[[Callable[[], Any]], Awaitable[Any]]
 SendEvent = Callable[[str, Event], Awaitable[None]]
 STAGE_PUBLISH = "publish_result"
-
-
-class DeadLetterSink(Protocol):
-    async def undecodable(self, message: Message, value: Undecodable) -> None: ...
-
-    async def reject(
-        self, message: Message, *, reason: str, detail: str, error_type: str = ...
-    ) -> None: ...
 
 
 class RequestHandler:
@@ -83,16 +76,9 @@ class RequestHandler:
         """Process one message of ``job.requests`` (see the module docstring). A failure of
         the service itself dead-letters the request (``handler_error``): one bad request must
         not stop the commits of every table."""
-        try:
-            await self._handle(message, value)
-        except Exception as err:
-            log.exception("job commit request failed", extra={"kafka_offset": message.offset})
-            await self.dead_letters.reject(
-                message,
-                reason="handler_error",
-                detail=f"{type(err).__name__}: {err}",
-                error_type=type(err).__name__,
-            )
+        await dead_letter_failures(
+            self.dead_letters, message, self._handle(message, value), what="job commit request"
+        )
 
     async def _handle(self, message: Message, value: Any) -> None:
         if isinstance(value, Undecodable):
@@ -172,16 +158,9 @@ class ManifestHandler:
 
     async def handle(self, message: Message, value: Any) -> None:
         """Process one message of ``task.manifests``; bad events are dead-lettered."""
-        try:
-            await self._handle(message, value)
-        except Exception as err:
-            log.exception("task manifest event failed", extra={"kafka_offset": message.offset})
-            await self.dead_letters.reject(
-                message,
-                reason="handler_error",
-                detail=f"{type(err).__name__}: {err}",
-                error_type=type(err).__name__,
-            )
+        await dead_letter_failures(
+            self.dead_letters, message, self._handle(message, value), what="task manifest event"
+        )
 
     async def _handle(self, message: Message, value: Any) -> None:
         if isinstance(value, Undecodable):

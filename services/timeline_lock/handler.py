@@ -24,12 +24,13 @@ import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
-from typing import Any, Protocol
+from typing import Any
 
 from faust.types import Message
 
 from lakewarden.clients._lock_wire import lock_request
 from lakewarden.events import Event, Undecodable
+from services._common.dlq import DeadLetterSink, dead_letter_failures
 from services.timeline_lock import metrics
 from services.timeline_lock.protocol import (
     InvalidRequest,
@@ -51,14 +52,6 @@ log = logging.getLogger(__name__)
 Clock = Callable[[], int]
 SendReply = Callable[[str, Reply], Awaitable[None]]
 SendRequest = Callable[[str, dict[str, Any]], Awaitable[None]]
-
-
-class DeadLetterSink(Protocol):
-    async def undecodable(self, message: Message, value: Undecodable) -> None: ...
-
-    async def reject(
-        self, message: Message, *, reason: str, detail: str, error_type: str = ...
-    ) -> None: ...
 
 
 def wall_clock_ms() -> int:
@@ -95,16 +88,9 @@ class RequestHandler:
         if message.timestamp:
             delay_s = self.clock() / 1000 - message.timestamp
             metrics.REQUEST_DELAY.observe(max(0.0, delay_s))
-        try:
-            await self._handle(message, value)
-        except Exception as err:
-            log.exception("lock request failed", extra={"kafka_offset": message.offset})
-            await self.dead_letters.reject(
-                message,
-                reason="handler_error",
-                detail=f"{type(err).__name__}: {err}",
-                error_type=type(err).__name__,
-            )
+        await dead_letter_failures(
+            self.dead_letters, message, self._handle(message, value), what="lock request"
+        )
 
     async def _handle(self, message: Message, value: Any) -> None:
         if isinstance(value, Undecodable):
