@@ -14,6 +14,8 @@
 from __future__ import annotations
 
 import logging
+import signal
+import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -125,6 +127,26 @@ def run_service(
         worker.execute_from_commandline()  # 3.
     finally:
         health.stop()
+
+
+def run_loop_until_signalled(
+    service: str, loop: Callable[[threading.Event], None], health: HealthServer
+) -> NoReturn:
+    """Run a plain (non-faust) service loop until SIGTERM/SIGINT, then stop its health
+    endpoint and exit with status 0. ``loop`` returns once the event it is given is set."""
+    stop = threading.Event()
+
+    def request_stop(signum: int, frame: object) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
+    try:
+        loop(stop)  # 3.
+    finally:
+        health.stop()
+    log.info("stopped", extra={"service": service})
+    raise SystemExit(0)
 
 
 def _now_ms() -> int:

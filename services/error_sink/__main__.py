@@ -16,16 +16,14 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
-import threading
 import time
-from types import FrameType
 from typing import Any, NoReturn
 
 from lakewarden.errors import LakewardenError
 from lakewarden.events.topics import DLQ, ERRORS, ensure_topics
 from lakewarden.settings import Settings
 from services._common import HealthServer, ServiceSettings, setup_logging
+from services._common.runner import run_loop_until_signalled
 from services.error_sink.sink import SERVICE, ErrorSink, SinkOptions
 
 log = logging.getLogger(__name__)
@@ -69,19 +67,7 @@ def main() -> NoReturn:
 
     health = HealthServer(service_settings.health_port, probe)
     sink.on_ready = health.start  # 4.
-    stop = threading.Event()
-
-    def request_stop(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, request_stop)
-    signal.signal(signal.SIGINT, request_stop)
-    try:
-        sink.run(stop)  # 3.
-    finally:
-        health.stop()
-    log.info("stopped", extra={"service": SERVICE})
-    raise SystemExit(0)
+    run_loop_until_signalled(SERVICE, sink.run, health)  # 3.
 
 
 if __name__ == "__main__":

@@ -14,10 +14,7 @@ by the broker; 3. the worker runs; SIGTERM/SIGINT stop it (offsets committed, gr
 from __future__ import annotations
 
 import logging
-import signal
-import threading
 import time
-from types import FrameType
 from typing import Any, NoReturn
 
 from confluent_kafka.admin import AdminClient
@@ -27,6 +24,7 @@ from lakewarden.clients.liveness import SERVICE
 from lakewarden.errors import LakewardenError
 from lakewarden.events.topics import HEARTBEATS, ensure_topics
 from services._common import HealthServer, setup_logging
+from services._common.runner import run_loop_until_signalled
 from services.heartbeat_monitor.app import (
     TOPICS,
     group_id,
@@ -75,19 +73,7 @@ def main() -> NoReturn:
 
     health = HealthServer(service_settings.health_port, probe)
     worker.on_ready = health.start  # 4.
-    stop = threading.Event()
-
-    def request_stop(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, request_stop)
-    signal.signal(signal.SIGINT, request_stop)
-    try:
-        worker.run(stop)  # 3.
-    finally:
-        health.stop()
-    log.info("stopped", extra={"service": SERVICE})
-    raise SystemExit(0)
+    run_loop_until_signalled(SERVICE, worker.run, health)  # 3.
 
 
 def _warn_unless_log_append_time() -> None:
