@@ -276,7 +276,13 @@ class ManifestCommitter:
                 "stage": err.stage,
                 "exception": f"{type(cause).__name__}: {cause}",
                 "stacktrace": "".join(traceback.format_exception(cause)),
-                **({"path": err.path} if err.path else {}),
+                # A refused path may not be UTF-8 (a lone surrogate): escape it, or the
+                # summary that reports the refusal could not be written either.
+                **(
+                    {"path": err.path.encode("utf-8", "backslashreplace").decode()}
+                    if err.path
+                    else {}
+                ),
             },
         )
         try:

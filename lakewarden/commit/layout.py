@@ -37,6 +37,7 @@ from dataclasses import dataclass
 
 from lakewarden.commit.errors import CommitError
 from lakewarden.errors import NonRetryableError
+from lakewarden.storage._keys import check_key
 
 TEMPORARY_DIR = "_temporary/"
 METADATA_DIR = ".lakewarden/"
@@ -196,7 +197,10 @@ _NAME_MAX = 240  # bytes; filesystems allow 255 per name, keep room for temporar
 
 
 def attempt_file_name(dest_key: str) -> str:
-    """Where, relative to its attempt directory, the data file for ``dest_key`` is written."""
+    """Where, relative to its attempt directory, the data file for ``dest_key`` is written.
+
+    Raises: InvalidKeyError (``dest_key`` is not a valid key, e.g. not encodable as UTF-8)."""
+    check_key(dest_key)  # the name's length is measured in bytes: the key must have them
     flat = dest_key.replace("%", "%25").replace("/", "%2F")
     if len(flat.encode()) <= _NAME_MAX:
         return flat

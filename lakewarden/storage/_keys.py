@@ -1,7 +1,9 @@
 """Key and prefix validation shared by every backend, so a key means the same on all of them.
 
 A key is ``/``-separated, relative, with no empty, ``.`` or ``..`` segments, no NUL and no
-backslash (which a filesystem could treat as a separator). Segments starting with
+backslash (which a filesystem could treat as a separator), and encodable as UTF-8: a lone
+surrogate (``'\ud800'``, which hypothesis found) has no bytes on disk or in S3, and would fail
+later as a raw ``UnicodeEncodeError`` instead of here with the named error. Segments starting with
 ``TEMP_PREFIX`` are reserved: the local backend names its temporary files that way, and a key
 that looked like one would be hidden from listings.
 """
@@ -40,14 +42,23 @@ def _check_common(value: str, *, what: str) -> None:
     for char in _FORBIDDEN_CHARS:
         if char in value:
             raise InvalidKeyError(f"invalid {what} {value!r}: it contains {char!r}.", key=value)
+    if not value.isascii():  # the common ASCII key skips the encode
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as err:
+            raise InvalidKeyError(
+                f"invalid {what} {value!r}: it is not valid Unicode ({err.reason} at "
+                f"position {err.start}). Help: keys are UTF-8; remove lone surrogates.",
+                key=value,
+            ) from err
 
 
 def check_key(key: str) -> str:
     """Return ``key`` unchanged if it is a valid object key.
 
     Raises:
-        InvalidKeyError: empty, absolute, with empty/``.``/``..``/reserved segments, NUL or
-            backslash.
+        InvalidKeyError: empty, absolute, with empty/``.``/``..``/reserved segments, NUL,
+            backslash, or not encodable as UTF-8.
     """
     if not key:
         raise InvalidKeyError("invalid key '': keys are not empty.", key=key)
@@ -63,7 +74,7 @@ def check_prefix(prefix: str) -> str:
     or empty (``"tl/"``); every complete segment before it follows the key rules.
 
     Raises:
-        InvalidKeyError: absolute, NUL or backslash, or a bad complete segment.
+        InvalidKeyError: absolute, NUL, backslash, not UTF-8, or a bad complete segment.
     """
     if not prefix:
         return prefix

@@ -95,14 +95,15 @@ class EntryRules:
         sources: set[str] = set()
         for src, dst, _, upload in rows:
             directory, _, name = dst.rpartition("/")
-            # Names that might be invalid (empty, starting with '.', with a backslash or NUL)
-            # and directories not seen yet take the precise path.
+            # Names that might be invalid (empty, starting with '.', with a backslash or NUL,
+            # non-ASCII: perhaps not UTF-8) and directories not seen yet take the precise path.
             if (
                 directory not in dst_dirs
                 or not name
                 or name[0] == "."
                 or "\\" in name
                 or "\x00" in name
+                or not name.isascii()
             ):
                 self._check_destination(dst, key)
             hashes.append(hash(dst))
@@ -118,6 +119,7 @@ class EntryRules:
                 or rel_name[0] == "."
                 or "\\" in rel_name
                 or "\x00" in rel_name
+                or not rel_name.isascii()
             ):
                 self._check_source(src, attempt_dir, key)
             sources.add(rel_dir)

@@ -12,6 +12,7 @@ from lakewarden.commit import (
     ConflictingCommitRequestError,
     JobIdInUseError,
     JobNotActiveError,
+    PathOutsideTableError,
     StageFailedError,
     TaskCommitError,
 )
@@ -194,6 +195,8 @@ def test_unfinished_upload_or_invalid_key_is_refused_at_the_task(table: Table) -
         attempt.create_file("_temporary/evil.parquet")
     with pytest.raises(Exception, match="'..' segments"):
         attempt.create_file("../outside.parquet")
+    with pytest.raises(PathOutsideTableError, match="not valid Unicode"):
+        attempt.create_file("p=0/\ud800.parquet")
     if table.is_s3:
         still_open = attempt.create_file("open.parquet")
         still_open.write(b"never closed")
