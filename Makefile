@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup kafka-jars spark-jars deps up down demo test test-fast lint typecheck bench clean
+.PHONY: setup kafka-jars spark-jars deps up down demo test test-fast fuzz lint typecheck bench clean
 
 # Idempotent and fast: reinstalls only when pyproject.toml changed since the last install.
 setup: $(STAMP) kafka-jars spark-jars
@@ -60,6 +60,11 @@ test: setup lint typecheck
 # Everything but the slow suites, for the edit-test loop.
 test-fast: setup
 	$(BIN)/pytest -q -m 'not slow'
+
+# Random exploration, not part of `make test`: only the hypothesis tests, with the "fuzz" profile
+# (random draws, 20x the examples; tests/_hypothesis_profiles.py). Keep what it finds as @example.
+fuzz: setup
+	HYPOTHESIS_PROFILE=fuzz $(BIN)/pytest -q -m hypothesis tests/unit
 
 bench: setup
 	$(BIN)/python -m benchmarks

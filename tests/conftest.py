@@ -14,6 +14,9 @@ a suite that silently skips its integration tests proves nothing.
 
 Tests that use these fixtures get the ``kafka`` / ``s3`` marker automatically, so
 ``pytest -m 'not kafka'`` selects the tests that need no broker.
+
+Hypothesis runs with the profile ``_hypothesis_profiles`` selects: derandomized when
+``CI=true``, random otherwise, ``HYPOTHESIS_PROFILE=fuzz`` for long random runs (``make fuzz``).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import pytest
+from _hypothesis_profiles import load_profile
 from pydantic import SecretStr
 
 from lakewarden.devstack import _process
@@ -34,6 +38,9 @@ from lakewarden.settings import KafkaSettings, S3Settings, Settings
 _KAFKA_FIXTURES = {"kafka_broker", "kafka_bootstrap", "kafka_settings"}
 _S3_FIXTURES = {"seaweed_s3", "s3_settings", "s3_bucket"}
 TEST_BUCKET = "lakewarden-tests"
+
+# At import, before any test module is imported: settings decorators read the loaded profile.
+load_profile()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from _hypothesis_profiles import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -77,7 +78,7 @@ def test_encoded_message_layout(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", EVENT_NAMES)
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_round_trip_every_event(name: str, data: st.DataObject) -> None:
     record = data.draw(event_records(CODEC.schema(name)))
@@ -212,7 +213,7 @@ def test_decode_envelope_rejects_malformed_header() -> None:
     assert info.value.reason == "bad_magic"
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(
     name=st.sampled_from(EVENT_NAMES),
     cut=st.integers(min_value=0),

@@ -8,6 +8,7 @@ from io import BytesIO
 from pathlib import Path
 
 import pytest
+from _hypothesis_profiles import examples
 from fastavro import schemaless_reader, schemaless_writer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -107,7 +108,7 @@ def test_every_current_schema_is_frozen_in_history(name: str) -> None:
 
 
 @pytest.mark.parametrize("writer", HISTORY, ids=history_file_name)
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_every_history_schema_is_readable_by_the_current_one(
     writer: EventSchema, data: st.DataObject

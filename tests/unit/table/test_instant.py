@@ -6,6 +6,7 @@ import calendar
 from datetime import UTC, datetime
 
 import pytest
+from _hypothesis_profiles import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -52,7 +53,7 @@ def test_order_is_chronological(epochs: list[int]) -> None:
     assert sorted(instants) == [Instant.from_epoch_ms(ms) for ms in sorted(epochs)]
 
 
-@settings(max_examples=50)
+@settings(max_examples=examples(50))
 @given(st.lists(st.integers(min_value=0, max_value=2**41), min_size=1, max_size=30))
 def test_next_after_is_strictly_increasing_whatever_the_clock(clock: list[int]) -> None:
     last: Instant | None = None

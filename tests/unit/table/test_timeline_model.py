@@ -25,6 +25,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+from _hypothesis_profiles import examples
 from _memstore import MemStorage
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -330,7 +331,7 @@ def assert_no_unordered_overlap(state: TimelineState) -> None:
 
 
 TimelineModel.TestCase.settings = settings(
-    max_examples=60,
+    max_examples=examples(60),
     stateful_step_count=40,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],

@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
+from _hypothesis_profiles import examples
 from _memstore import MemStorage
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -379,7 +380,7 @@ def test_a_delete_that_finds_nothing_leaves_the_append_groups(local_table: Table
 keyed_records = st.tuples(st.integers(0, 6), st.none() | st.integers(0, 3))
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(st.lists(keyed_records, max_size=12), st.lists(keyed_records, min_size=1, max_size=12))
 def test_upsert_merge_equals_the_model(
     stored_records: list[tuple[int, int | None]], incoming_records: list[tuple[int, int | None]]

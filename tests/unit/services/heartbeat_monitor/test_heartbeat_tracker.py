@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from _hypothesis_profiles import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -196,7 +197,7 @@ def test_counts_follow_statuses() -> None:
     assert +tracker.counts == {"alive": 1, "dead": 4}
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     gaps=st.lists(st.integers(min_value=0, max_value=2 * TOL), min_size=1, max_size=30),
     ticks=st.lists(st.integers(min_value=1, max_value=700), min_size=1, max_size=60),

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from _hypothesis_profiles import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -283,7 +284,7 @@ def _request(
     return None
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(script=scripts())
 def test_model_tokens_increase_fifo_holds_and_replies_match_the_state(
     script: list[tuple[str, str, int]],
@@ -303,7 +304,7 @@ def test_model_tokens_increase_fifo_holds_and_replies_match_the_state(
         assert state.holder is None or state.holder.request_id not in ids
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(script=scripts(), shift=st.integers(1, 10**6))
 def test_model_decisions_do_not_depend_on_the_clock(
     script: list[tuple[str, str, int]], shift: int
@@ -318,7 +319,7 @@ def test_model_decisions_do_not_depend_on_the_clock(
     assert decisions(play(script)) == decisions(play(slow))
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(script=scripts(), data=st.data())
 def test_model_restart_from_json_and_redelivery_change_nothing(
     script: list[tuple[str, str, int]], data: st.DataObject
