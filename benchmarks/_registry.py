@@ -29,6 +29,9 @@ class Result:
 
     ``goal`` bounds the ratio value/baseline: at most ``goal`` when lower is better (times),
     at least ``goal`` when higher is better (throughputs); ``None`` means report only.
+    ``budget`` bounds the value itself, for an issue's absolute goal ("under 1 s"): it is
+    checked beside the ratio, never used as the baseline (a hard-coded number measured in no
+    run would make the ratio meaningless on a slower or faster machine).
     """
 
     benchmark: str
@@ -40,6 +43,7 @@ class Result:
     lower_is_better: bool = True
     goal: float | None = None
     details: dict[str, Any] = field(default_factory=dict)
+    budget: float | None = None
 
     @property
     def ratio(self) -> float:
@@ -47,9 +51,15 @@ class Result:
 
     @property
     def passed(self) -> bool | None:
-        if self.goal is None:
-            return None
-        return self.ratio <= self.goal if self.lower_is_better else self.ratio >= self.goal
+        checks = [
+            self._within(measured, bound)
+            for measured, bound in ((self.ratio, self.goal), (self.value, self.budget))
+            if bound is not None
+        ]
+        return all(checks) if checks else None
+
+    def _within(self, measured: float, bound: float) -> bool:
+        return measured <= bound if self.lower_is_better else measured >= bound
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -62,6 +72,7 @@ class Result:
             "ratio": self.ratio,
             "lower_is_better": self.lower_is_better,
             "goal": self.goal,
+            "budget": self.budget,
             "passed": self.passed,
             "details": self.details,
         }

@@ -49,7 +49,10 @@ def print_table(console: Console, results: list[Result], errors: dict[str, str])
         table.add_column(column, justify="left" if column in ("benchmark", "metric") else "right")
     for result in results:
         sign = "≤" if result.lower_is_better else "≥"
-        goal = "-" if result.goal is None else f"{sign}{result.goal:g}"
+        bounds = [f"{sign}{result.goal:g}x"] if result.goal is not None else []
+        if result.budget is not None:
+            bounds.append(f"{sign}{result.budget:g} {result.unit}")
+        goal = "; ".join(bounds) or "-"
         status = {None: "", True: " [green]ok[/]", False: " [red]MISSED[/]"}[result.passed]
         table.add_row(
             result.benchmark,

@@ -17,6 +17,7 @@ from typing import Any
 from fastavro import schemaless_reader, schemaless_writer
 
 from benchmarks._registry import BenchContext, Result, benchmark
+from benchmarks._rounds import rotated_rounds
 from lakewarden.events import default_codec, sample_events
 
 GOAL = 1.10
@@ -94,12 +95,15 @@ def _raw_encode(parsed: dict[str, Any], record: dict[str, Any]) -> bytes:
 def _interleaved(
     funcs: dict[str, Callable[[], object]], *, loops: int, repeats: int
 ) -> dict[str, list[float]]:
-    """ns per call of each function, one sample per repeat, functions alternating."""
-    samples: dict[str, list[float]] = {key: [] for key in funcs}
-    for _ in range(repeats):
-        for key, func in funcs.items():
+    """ns per call of each function, one sample per repeat, the order rotated each repeat."""
+
+    def per_call(func: Callable[[], object]) -> Callable[[int], float]:
+        def sample(_round: int) -> float:
             start = time.perf_counter_ns()
             for _ in range(loops):
                 func()
-            samples[key].append((time.perf_counter_ns() - start) / loops)
-    return samples
+            return (time.perf_counter_ns() - start) / loops
+
+        return sample
+
+    return rotated_rounds(repeats, {key: per_call(func) for key, func in funcs.items()})

@@ -62,6 +62,7 @@ from typing import Any
 from pydantic import SecretStr
 
 from benchmarks._registry import BenchContext, Result, benchmark
+from benchmarks._rounds import rotation
 from lakewarden.commit import CommitterOptions, ManifestCommitter, TaskAttemptId, new_job_id
 from lakewarden.commit._spill import EntrySpill
 from lakewarden.commit._store import CommitStore
@@ -387,7 +388,7 @@ def _local_round(work: Path, tasks: int, per_task: int, turn: int) -> dict[str, 
         ("threads", lambda: rename_threads(pairs_threads, 8)),
     ]
     result: dict[str, float] = {}
-    for name, run in variants[turn % 4 :] + variants[: turn % 4]:
+    for name, run in rotation(turn, variants):
         os.sync()
         result[name] = timed(run)
     result["ours_cleanup"] = committer.statistics.total_ms("job_stage_cleanup") / 1000
@@ -527,11 +528,11 @@ def bench_commit(ctx: BenchContext) -> Iterable[Result]:
     memory = measure_memory(ctx.scale(100, 10), 10_000)
     yield Result(
         "commit",
-        f"peak memory loading {memory['manifests']} manifests x 10,000 entries",
+        f"peak RSS growth loading {memory['manifests']} manifests x 10,000 entries",
         "MiB",
         memory["ours"]["peak_mib"],
         memory["naive"]["peak_mib"],
-        "all manifests parsed and held (tracemalloc peak)",
+        "all manifests parsed and held (peak RSS growth, VmHWM)",
         details=memory,
     )
 

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._registry import BenchContext, Result, benchmark
+from benchmarks._rounds import rotated_rounds
 from benchmarks.bench_spark import COLUMNS, SCHEMA, _session, _tree_cpu
 
 BAD_EVERY = 100  # 1% of the rows
@@ -159,13 +160,21 @@ def measure(rows: int, rounds: int) -> dict[str, Any]:
                     uri = _new_table(root, label)
                     writer = frames[bad].limit(20_000).write.format("lakewarden").mode("append")
                     writer.option("lakewarden.settings", encoded).save(uri)
-                for n in range(rounds):  # interleaved, so machine load hits each alike
-                    write("clean_off", False, off, n)
+
+                def bad_on(n: int) -> None:
                     uri = write("bad_on", True, on, n)
-                    config = ErrorTableSettings()
-                    errors = error_table_location(uri, f"bad_on-{n}", config).uri
+                    errors = error_table_location(uri, f"bad_on-{n}", ErrorTableSettings()).uri
                     lags.append(_wait_for_errors(errors, expected))
-                    write("clean_on", False, on, n)
+
+                # interleaved, the order rotated, so machine load hits each alike
+                rotated_rounds(
+                    rounds,
+                    {
+                        "clean_off": lambda n: write("clean_off", False, off, n),
+                        "bad_on": bad_on,
+                        "clean_on": lambda n: write("clean_on", False, on, n),
+                    },
+                )
                 last = Table.open(str(root / f"bad_on-{rounds - 1}"))
                 commit = last.state().completed()[-1].commit
                 assert commit is not None and commit.failed_records == expected

@@ -11,7 +11,9 @@ verdict came (monitor and broker share this machine's clock).
 Side by side in the same run: the same measurement with 10 instants (the unloaded lag), the
 idle monitor's CPU and memory, and the CPU per message of a no-op faust agent consuming the same
 stream at the same time (``_faust_floor.py``): the cost the monitor's plain confluent-kafka
-loop avoids. Goal (issue 5): one monitor keeps up, detection lag under 1 s.
+loop avoids. The detection lag's baseline is the unloaded lag; the goal of issue 5 (one
+monitor keeps up, detection lag under 1 s) is absolute, so it is the rows' ``budget``, checked
+beside the ratio rather than standing in for a baseline.
 """
 
 from __future__ import annotations
@@ -43,6 +45,8 @@ from services._common.process import ServiceProcess
 INTERVAL_S = 1.0
 MISSES = 3
 TABLES = 100
+LIGHT_INSTANTS = 10
+LAG_BUDGET_MS = 1000.0  # issue 5: an expired instant is declared within 1 s (a bound)
 _SLICE_S = 0.05  # the generator wakes 20 times a second and sends that slice's beats
 _log = logging.getLogger(__name__)
 
@@ -62,7 +66,9 @@ def heartbeat_monitor(ctx: BenchContext) -> Iterator[Result]:
         with ServiceProcess("services.heartbeat_monitor", settings, home=home) as service:
             assert service.pid is not None
             idle = _usage(service.pid, seconds=3.0)
-            light = _run_load(settings, service, instants=10, steady_s=3.0, stop_fraction=0.5)
+            light = _run_load(
+                settings, service, instants=LIGHT_INSTANTS, steady_s=3.0, stop_fraction=0.5
+            )
             heavy = _run_load(
                 settings, service, instants=instants, steady_s=ctx.scale(15, 5), floor=True
             )
@@ -85,15 +91,18 @@ def _results(
         "unloaded_lag_ms": _summary(light["lags_ms"]),
     }
     for label, q in (("p50", 0.5), ("p99", 0.99)):
+        unloaded = _quantile(light["lags_ms"], q)
         yield Result(
             benchmark="heartbeat",
             metric=f"detection lag {label} ({instants:,} instants)",
             unit="ms",
             value=_quantile(heavy["lags_ms"], q),
-            baseline=1000.0,
-            baseline_label="the issue's goal (1 s)",
-            goal=1.0,
-            details={**details, "unloaded_ms": _quantile(light["lags_ms"], q)},
+            # a lag can be ~0 ms when the verdict lands right on the deadline: floor it at
+            # 1 ms so the ratio stays finite (as the idle CPU is floored below)
+            baseline=max(unloaded, 1.0),
+            baseline_label=f"the same monitor with {LIGHT_INSTANTS} instants (unloaded lag)",
+            budget=LAG_BUDGET_MS,  # the issue's goal is absolute: detection within 1 s
+            details={**details, "unloaded_ms": unloaded},
         )
     yield Result(
         benchmark="heartbeat",

@@ -21,6 +21,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from benchmarks._registry import BenchContext, Result, benchmark
+from benchmarks._rounds import rotated_rounds
 from lakewarden.events import EventConsumer, EventProducer, TopicSpec, encode, ensure_topics
 from lakewarden.events.samples import sample_events
 from lakewarden.settings import Settings
@@ -92,17 +93,11 @@ def _measure(settings: Settings, *, samples: int, warmup: int) -> tuple[list[flo
         for _ in range(warmup):
             raw_trip()
             our_trip()
-        raw_ms: list[float] = []
-        ours_ms: list[float] = []
-        for i in range(samples):
-            # Alternate who goes first, so neither side always follows the other's trip.
-            if i % 2:
-                ours_ms.append(_timed(our_trip))
-                raw_ms.append(_timed(raw_trip))
-            else:
-                raw_ms.append(_timed(raw_trip))
-                ours_ms.append(_timed(our_trip))
-        return raw_ms, ours_ms
+        # Alternate who goes first, so neither side always follows the other's trip.
+        trips = rotated_rounds(
+            samples, {"raw": lambda _: _timed(raw_trip), "ours": lambda _: _timed(our_trip)}
+        )
+        return trips["raw"], trips["ours"]
     finally:
         consumer.close()
         events_in.close()

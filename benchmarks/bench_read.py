@@ -27,6 +27,7 @@ import pyarrow.parquet as pq
 
 import lakewarden
 from benchmarks._registry import BenchContext, Result, benchmark
+from benchmarks._rounds import rotated_rounds
 from lakewarden.table.table import Table
 
 SCHEMA = pa.schema(
@@ -94,11 +95,11 @@ def measure(rows: int, repeats: int) -> dict[str, Any]:
             return pq.read_table(paths, columns=columns, partitioning=None)
 
         assert ours().num_rows == baseline().num_rows == rows
-        ours_s: list[float] = []
-        base_s: list[float] = []
-        for _ in range(repeats):  # interleaved, so load on the machine hits both alike
-            base_s.append(_elapsed(baseline))
-            ours_s.append(_elapsed(ours))
+        # interleaved, the order alternating, so load on the machine hits both alike
+        times = rotated_rounds(
+            repeats, {"ours": lambda _: _elapsed(ours), "base": lambda _: _elapsed(baseline)}
+        )
+        ours_s, base_s = times["ours"], times["base"]
         return {
             "rows": rows,
             "files": len(paths),

@@ -44,6 +44,7 @@ from typing import Any
 import pyarrow as pa
 
 from benchmarks._registry import BenchContext, Result, benchmark
+from benchmarks._rounds import rotated_rounds
 
 SCHEMA = pa.schema(
     [
@@ -175,25 +176,33 @@ def measure(rows: int, rounds: int) -> dict[str, Any]:
         df.count()
         _register_null_sink(spark)
         null = df.write.format("lakewarden-bench-null").mode("append")
-        ours, base, floor, uris = [], [], [], []
+        uris: list[str] = []
         # Untimed warm-up of both writers (Python workers, JIT, Parquet codecs).
         _new_table(root, "warmup")
         df.limit(1000).write.format("lakewarden").mode("append").save(str(root / "warmup"))
         df.limit(1000).write.parquet(str(root / "warmup-parquet"))
         null.save()
-        for i in range(rounds):  # interleaved, so machine load hits both alike
-            base.append(
-                _elapsed(lambda i=i: df.write.parquet(str(root / f"parquet-{i}")), "parquet")
-            )
+
+        def parquet(i: int) -> float:
+            return _elapsed(lambda: df.write.parquet(str(root / f"parquet-{i}")), "parquet")
+
+        def lakewarden_insert(i: int) -> float:
             uri = _new_table(root, f"table-{i}")
-            ours.append(
-                _elapsed(
-                    lambda uri=uri: df.write.format("lakewarden").mode("append").save(uri),
-                    "lakewarden",
-                )
-            )
             uris.append(uri)
-            floor.append(_elapsed(null.save, "null"))
+            return _elapsed(
+                lambda: df.write.format("lakewarden").mode("append").save(uri), "lakewarden"
+            )
+
+        # interleaved, the order rotated, so machine load hits each alike
+        times = rotated_rounds(
+            rounds,
+            {
+                "parquet": parquet,
+                "lakewarden": lakewarden_insert,
+                "null": lambda _: _elapsed(null.save, "null"),
+            },
+        )
+        ours, base, floor = times["lakewarden"], times["parquet"], times["null"]
         return {
             "rows": rows,
             "insert_lakewarden_s": statistics.median(ours),
@@ -231,10 +240,14 @@ def _read(spark: Any, uri: str, parquet: str, rounds: int) -> dict[str, Any]:
     def drain(reader: Callable[[], Any]) -> float:
         return _elapsed(lambda: reader().write.format("noop").mode("overwrite").save())
 
-    ours, base = [], []
-    for _ in range(rounds):
-        base.append(drain(lambda: spark.read.parquet(parquet)))
-        ours.append(drain(lambda: spark.read.format("lakewarden").load(uri)))
+    times = rotated_rounds(
+        rounds,
+        {
+            "parquet": lambda _: drain(lambda: spark.read.parquet(parquet)),
+            "lakewarden": lambda _: drain(lambda: spark.read.format("lakewarden").load(uri)),
+        },
+    )
+    ours, base = times["lakewarden"], times["parquet"]
     return {
         "read_lakewarden_s": statistics.median(ours),
         "read_parquet_s": statistics.median(base),

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._registry import BenchContext, Result, benchmark
+from benchmarks._rounds import rotated_rounds
 from lakewarden.settings import S3Settings, Settings
 from lakewarden.storage import Storage
 from lakewarden.storage.local import LocalStorage
@@ -75,18 +76,6 @@ def _rate(n: int, func: Callable[[], None]) -> float:
     return n / (time.perf_counter() - start)
 
 
-def _interleaved(rounds: int, runs: dict[str, Callable[[int], float]]) -> dict[str, list[float]]:
-    """Call every ``runs[name](round)`` once per round; the rates by name. The order rotates
-    from round to round, so no variant always runs right after the fsync-heavy one."""
-    rates: dict[str, list[float]] = {name: [] for name in runs}
-    names = list(runs)
-    for round_ in range(rounds):
-        shift = round_ % len(names)
-        for name in names[shift:] + names[:shift]:
-            rates[name].append(runs[name](round_))
-    return rates
-
-
 def measure_local(n: int, rounds: int) -> dict[str, Any]:
     """Rates (ops/s, median of ``rounds``) of ``n`` sequential appends on the local FS."""
     payloads = [entry_payload(seq) for seq in range(n)]
@@ -110,7 +99,7 @@ def measure_local(n: int, rounds: int) -> dict[str, Any]:
         return _rate(n, write_all)
 
     try:
-        rates = _interleaved(
+        rates = rotated_rounds(
             rounds,
             {"ours": ours, "plain": plain, "plain_fsync": lambda r: plain(r, fsync=True)},
         )
@@ -143,7 +132,7 @@ def measure_s3(settings: S3Settings, bucket: str, n: int, rounds: int) -> dict[s
 
     client.list_objects_v2(Bucket=bucket, MaxKeys=1)  # warm the plain client's connection too
     try:
-        rates = _interleaved(rounds, {"ours": ours, "plain": plain})
+        rates = rotated_rounds(rounds, {"ours": ours, "plain": plain})
     finally:
         _delete_prefix(client, bucket, run_prefix + "/")
     return {"n": n, **{name: statistics.median(r) for name, r in rates.items()}, "all": rates}

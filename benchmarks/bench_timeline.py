@@ -11,13 +11,15 @@ entries, as in steady state. Measured on a fresh ``Timeline`` (no cache) each ti
 - baseline: ``Timeline.load(full_replay=True)`` (every entry through the state machine);
 - reference (details): listing and reading the same N entry files, nothing parsed.
 
-The goal of issue 3 is absolute: 100k entries in under 1 s with checkpoints. It is reported
-as its own row against the 1 s budget.
+Each size gets a second row against the reference (the file I/O floor). The goal of issue 3
+is absolute, 100k entries in under 1 s with checkpoints: it is that row's ``budget``, checked
+beside the ratio, not a baseline. The three loads run in rounds, their order rotated.
 
 **Append.** ``WriteTransaction`` lifecycles (requested, inflight, completed; every completion
 conflict-checked) through ``LocalStorage`` (fsynced ``write_if_absent``), on an empty timeline
 and on one that already holds 10k entries. Baseline: bare ``LocalStorage.write_if_absent`` of
-entry-sized objects into the same directory, i.e. the storage primitive without the log.
+entry-sized objects into the same directory, i.e. the storage primitive without the log. Both
+run in four rounds of a quarter each, their order rotated.
 
 Run alone with ``python -m benchmarks.bench_timeline [--quick]``; ``make bench`` runs it
 through the registry.
@@ -37,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._registry import BenchContext, Result, benchmark
+from benchmarks._rounds import timed_rounds
 from lakewarden.storage.local import LocalStorage
 from lakewarden.table.checkpoint import TIMELINE_PREFIX, CheckpointStore, entry_key
 from lakewarden.table.coordinator import EmbeddedCoordinator
@@ -47,6 +50,8 @@ from lakewarden.table.timeline import EntryDraft, Timeline, TimelineEntry, Timel
 from lakewarden.table.transaction import WriteTransaction
 
 K = 100
+LOAD_BUDGET_S = 1.0  # issue 3: 100k entries load in under 1 s (a bound, not a baseline)
+APPEND_ROUNDS = 4
 BUCKETS = 64
 PARTITIONS = ("region=eu", "region=us", "region=apac", "region=latam")
 START_MS = 1_700_000_000_000
@@ -152,11 +157,16 @@ def measure_load(n: int, repeats: int) -> dict[str, Any]:
         generate_s = _timed(lambda: generate(root, n))
         storage = LocalStorage(root)
         assert Timeline(storage).load() == Timeline(storage).load(full_replay=True)
-        ckpt, full, raw = [], [], []
-        for _ in range(repeats):
-            ckpt.append(_timed(lambda: Timeline(storage).load()))
-            full.append(_timed(lambda: Timeline(storage).load(full_replay=True)))
-            raw.append(_timed(lambda: _raw_read(storage)))
+        times = timed_rounds(
+            repeats,
+            {
+                "checkpoint": lambda _: Timeline(storage).load(),
+                "full": lambda _: Timeline(storage).load(full_replay=True),
+                "raw": lambda _: _raw_read(storage),
+            },
+            collect=True,  # no run pays for the garbage of the one before it
+        )
+        ckpt, full, raw = times["checkpoint"], times["full"], times["raw"]
         checkpoint_bytes = sum(
             info.size for info in storage.list(TIMELINE_PREFIX + "_checkpoints/")
         )
@@ -183,19 +193,27 @@ def measure_append(lifecycles: int, preload: int) -> dict[str, Any]:
         storage = LocalStorage(root)
         timeline, coordinator = Timeline(storage, checkpoint_interval=K), EmbeddedCoordinator()
         timeline.load()
-        start = time.perf_counter()
-        for i in range(lifecycles):
-            tx = WriteTransaction.begin(
-                timeline, coordinator, "bench", operation="upsert", actor="bench"
-            )
-            tx.inflight(WorkloadProfile(operation="upsert", file_groups=_groups(i)))
-            tx.complete(_stats(i, tx.instant))
-        ours_s = time.perf_counter() - start
         blob = _lifecycle(0, 0)[2].model_dump_json().encode()
-        start = time.perf_counter()
-        for i in range(lifecycles * 3):
-            storage.write_if_absent(f"bare/{i:020d}.json", blob)
-        bare_s = time.perf_counter() - start
+        per_round = max(lifecycles // APPEND_ROUNDS, 1)
+
+        def ours(round_: int) -> None:
+            for i in range(round_ * per_round, (round_ + 1) * per_round):
+                tx = WriteTransaction.begin(
+                    timeline, coordinator, "bench", operation="upsert", actor="bench"
+                )
+                tx.inflight(WorkloadProfile(operation="upsert", file_groups=_groups(i)))
+                tx.complete(_stats(i, tx.instant))
+
+        def bare(round_: int) -> None:
+            for i in range(round_ * per_round * 3, (round_ + 1) * per_round * 3):
+                storage.write_if_absent(f"bare/{i:020d}.json", blob)
+
+        times = timed_rounds(
+            APPEND_ROUNDS,
+            {"ours": ours, "bare": bare},  # each round appends a slice of the lifecycles
+        )
+        lifecycles = per_round * APPEND_ROUNDS
+        ours_s, bare_s = sum(times["ours"]), sum(times["bare"])
         state = timeline.load()
         assert len(state.completed()) >= lifecycles and state.rejected == ()
         return {
@@ -222,17 +240,17 @@ def bench_timeline(ctx: BenchContext) -> Iterable[Result]:
             baseline_label="full replay of every entry (no checkpoint)",
             details=numbers,
         )
-        if n == 100_000:
-            yield Result(
-                benchmark="timeline",
-                metric="load 100,000 entries with checkpoints vs the 1 s goal",
-                unit="s",
-                value=numbers["checkpoint_s"],
-                baseline=1.0,
-                baseline_label="goal budget (issue 3): 1 s",
-                goal=1.0,
-                details={"raw_read_s": numbers["raw_read_s"]},
-            )
+        yield Result(
+            benchmark="timeline",
+            metric=f"load {n:,} entries with checkpoints vs reading the raw entry files",
+            unit="s",
+            value=numbers["checkpoint_s"],
+            baseline=numbers["raw_read_s"],
+            baseline_label="listing and reading every entry file, nothing parsed",
+            # issue 3's goal is absolute: 100k entries loaded in under 1 s
+            budget=LOAD_BUDGET_S if n == 100_000 else None,
+            details=numbers,
+        )
     for preload in (0, ctx.scale(10_000, 1_000)):
         numbers = measure_append(ctx.scale(100, 20), preload)
         yield Result(
