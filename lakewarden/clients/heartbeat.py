@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -39,6 +38,7 @@ from typing import Any, Final, Literal
 
 from confluent_kafka import KafkaError, Message, Producer
 
+from lakewarden.clock import SYSTEM_CLOCK, Clock
 from lakewarden.errors import NonRetryableError
 from lakewarden.events.codec import EventCodec, default_codec
 from lakewarden.events.envelope import new_envelope
@@ -68,7 +68,8 @@ class Heartbeat:
     """Publishes heartbeats for one instant from a background thread (see the module doc).
 
     ``interval_s`` / ``tolerable_misses`` default to ``settings.heartbeat.policy_for(table_id)``.
-    ``producer_config`` overrides librdkafka settings (underscores for dots). No network IO
+    ``producer_config`` overrides librdkafka settings (underscores for dots). ``clock`` times
+    the beats and the window (tests pass ``lakewarden.testing.ManualClock``). No network IO
     happens before ``start()`` / ``__enter__``.
     """
 
@@ -83,6 +84,7 @@ class Heartbeat:
         tolerable_misses: int | None = None,
         on_lost: Callable[[HeartbeatLostError], None] | None = None,
         codec: EventCodec | None = None,
+        clock: Clock = SYSTEM_CLOCK,
         **producer_config: Any,
     ) -> None:
         policy = settings.heartbeat.policy_for(table_id)
@@ -98,6 +100,7 @@ class Heartbeat:
         self.owner = owner
         self._on_lost = on_lost
         self._codec = codec or default_codec()
+        self._clock = clock
         self._producer_config = producer_config
         self._producer: Producer | None = None
         self._thread: threading.Thread | None = None
@@ -106,6 +109,7 @@ class Heartbeat:
         self._started_at = 0.0
         self._last_acked_sent_at: float | None = None
         self._lost: HeartbeatLostError | None = None
+        self._first_answer = threading.Event()  # the first beat acknowledged, or health lost
         self._notified = False
         self.sent = 0
         self.delivered = 0
@@ -126,14 +130,13 @@ class Heartbeat:
         if self._thread is not None:
             raise RuntimeError("this Heartbeat was started already")
         self._producer = Producer(self._librdkafka_config())
-        self._started_at = time.monotonic()
+        self._started_at = self._clock.monotonic()
         self._thread = threading.Thread(
             target=self._run, name=f"heartbeat-{self.table_id}-{self.instant}", daemon=True
         )
         self._thread.start()
-        deadline = time.monotonic() + (self.tolerance_s if wait_first_s is None else wait_first_s)
-        while self.delivered == 0 and self._lost is None and time.monotonic() < deadline:
-            time.sleep(0.005)
+        wait_s = self.tolerance_s if wait_first_s is None else wait_first_s
+        self._clock.wait(self._first_answer, wait_s)
         if self.delivered == 0:
             self._declare_lost("first_beat", "the first heartbeat was not acknowledged")
             self.stop()
@@ -165,7 +168,7 @@ class Heartbeat:
     def is_healthy(self) -> bool:
         """True while a beat sent within the last ``tolerance_s`` was acknowledged and the
         thread runs. Once false, false for good (see the module doc)."""
-        self._judge(time.monotonic())
+        self._judge(self._clock.monotonic())
         return self._lost is None
 
     def check(self) -> None:
@@ -174,7 +177,7 @@ class Heartbeat:
         Raises:
             HeartbeatLostError: unhealthy, with the cause; the instant must not complete.
         """
-        self._judge(time.monotonic())
+        self._judge(self._clock.monotonic())
         if self._lost is not None:
             raise self._lost
 
@@ -203,17 +206,18 @@ class Heartbeat:
         producer = self._producer
         assert producer is not None, "started"
         interval = self.policy.interval_s
-        next_beat = time.monotonic()
+        clock = self._clock
+        next_beat = clock.monotonic()
         while not self._stop.is_set():
-            now = time.monotonic()
+            now = clock.monotonic()
             if now >= next_beat:
                 self._produce(producer, "beat")
                 # A late wake-up (GC pause, CPU starvation) does not queue a burst of beats.
                 next_beat = max(next_beat + interval, now + interval / 2)
             producer.poll(0)  # delivery callbacks run here, on this thread
-            self._judge(time.monotonic())
+            self._judge(self._clock.monotonic())
             self._notify()
-            self._stop.wait(min(max(next_beat - time.monotonic(), 0.0), _MAX_WAIT_S))
+            clock.wait(self._stop, min(max(next_beat - clock.monotonic(), 0.0), _MAX_WAIT_S))
         producer.poll(0)
 
     def _produce(self, producer: Producer, kind: BeatKind) -> None:
@@ -228,7 +232,7 @@ class Heartbeat:
             "kind": kind,
             "tolerable_misses": self.policy.tolerable_misses,
         }
-        sent_at = time.monotonic()
+        sent_at = self._clock.monotonic()
 
         def delivered(err: KafkaError | None, msg: Message) -> None:
             self._on_delivery(err, sent_at)
@@ -252,6 +256,7 @@ class Heartbeat:
                 self._declare_lost("producer_fatal", f"the heartbeat producer failed: {err}")
             return
         self.delivered += 1
+        self._first_answer.set()
         with self._guard:
             previous = self._last_acked_sent_at
             reference = self._started_at if previous is None else previous
@@ -300,6 +305,7 @@ class Heartbeat:
             what,
             extra={"table_id": self.table_id, "instant": self.instant, "cause": cause},
         )
+        self._first_answer.set()  # start() need not wait any longer
 
     def _notify(self) -> None:
         """Call ``on_lost`` once, outside any lock, when health was lost."""
