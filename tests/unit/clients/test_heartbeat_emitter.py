@@ -1,9 +1,12 @@
-"""The Heartbeat emitter with a fake producer: health, stickiness, a dying thread, no broker."""
+"""The Heartbeat emitter with a fake producer: health, stickiness, a dying thread, no broker.
+
+Timing is checked on a ``ManualClock`` the tests move themselves, never against the wall
+clock: "lost exactly when the tolerance has passed" holds on any machine, however loaded.
+"""
 
 from __future__ import annotations
 
 import threading
-import time
 from typing import Any
 
 import pytest
@@ -12,6 +15,7 @@ from lakewarden.clients import heartbeat as heartbeat_module
 from lakewarden.clients.heartbeat import Heartbeat, HeartbeatLostError, Heartbeats
 from lakewarden.events import decode
 from lakewarden.settings import HeartbeatPolicy, HeartbeatSettings, KafkaSettings, Settings
+from lakewarden.testing import ManualClock, wait_until
 
 INSTANT = "20250314092653589"
 FAST = {"interval_s": 0.05, "tolerable_misses": 3}  # tolerance 0.15 s
@@ -63,20 +67,28 @@ def settings() -> Settings:
     return Settings(kafka=KafkaSettings(bootstrap_servers="127.0.0.1:9"))
 
 
-def wait_until(condition: Any, timeout_s: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.005)
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
 
 
-def test_beats_every_interval_and_sends_a_final_beat(settings: Settings) -> None:
-    with Heartbeat(settings, "t1", INSTANT, "w1", **FAST) as beat:  # type: ignore[arg-type]
-        time.sleep(0.3)
+def sent(count: int) -> Any:
+    """A condition: the fake producer has received ``count`` beats."""
+    return lambda: len(PRODUCERS[0].records) >= count
+
+
+def test_beats_every_interval_and_sends_a_final_beat(
+    settings: Settings, clock: ManualClock
+) -> None:
+    with Heartbeat(settings, "t1", INSTANT, "w1", clock=clock, **FAST) as beat:  # type: ignore[arg-type]
+        assert len(PRODUCERS[0].records) == 1  # the first beat, acknowledged before start returns
+        for n in range(2, 8):  # six intervals: one beat each, no more
+            clock.advance(0.05)
+            wait_until(sent(n), what=f"beat {n}")
         assert beat.is_healthy()
         beat.check()
     records = PRODUCERS[0].records
-    assert 4 <= len(records) <= 9  # ~0.3 s / 0.05 s, generously on a busy machine
+    assert len(records) == 8  # 7 beats and the final one
     assert [r["seq"] for r in records] == list(range(len(records)))
     assert {r["kind"] for r in records[:-1]} == {"beat"} and records[-1]["kind"] == "final"
     first = records[0]
@@ -107,12 +119,19 @@ def test_producer_drops_a_beat_it_cannot_deliver_within_an_interval(settings: Se
     assert fast["message.timeout.ms"] == 1000  # never below 1 s
 
 
-def test_no_acknowledgement_for_a_tolerance_window_is_lost_for_good(settings: Settings) -> None:
+def test_no_acknowledgement_for_a_tolerance_window_is_lost_for_good(
+    settings: Settings, clock: ManualClock
+) -> None:
     told: list[HeartbeatLostError] = []
-    beat = Heartbeat(settings, "t1", INSTANT, "w1", on_lost=told.append, **FAST)  # type: ignore[arg-type]
+    beat = Heartbeat(settings, "t1", INSTANT, "w1", on_lost=told.append, clock=clock, **FAST)  # type: ignore[arg-type]
     with beat:
         PRODUCERS[0].acks = False  # the broker went away
-        wait_until(lambda: not beat.is_healthy())
+        for n in range(2, 5):  # three beats sent, none acknowledged: 0.15 s, the tolerance
+            clock.advance(0.05)
+            wait_until(sent(n), what=f"beat {n}")
+        assert beat.is_healthy()  # a silence of exactly the tolerance is still within it
+        clock.advance(0.001)
+        assert not beat.is_healthy()  # ... and a moment more is not
         with pytest.raises(HeartbeatLostError, match="no heartbeat was delivered") as info:
             beat.check()
         assert (info.value.table, info.value.instant, info.value.cause) == (
@@ -120,20 +139,23 @@ def test_no_acknowledgement_for_a_tolerance_window_is_lost_for_good(settings: Se
             INSTANT,
             "window_passed",
         )
-        wait_until(lambda: len(told) == 1)
+        clock.advance(0.049)  # the thread's next beat: it tells the holder
+        wait_until(lambda: len(told) == 1, what="on_lost")
         assert told[0] is info.value
 
         PRODUCERS[0].acks = True  # back again: still lost (the monitor may have judged)
-        time.sleep(0.1)
+        delivered = beat.delivered
+        clock.advance(0.05)
+        wait_until(lambda: beat.delivered > delivered, what="an acknowledged beat")
         assert not beat.is_healthy()
     assert len(told) == 1
 
 
 def test_a_late_acknowledgement_after_a_long_gap_is_still_a_lost_window(
-    settings: Settings,
+    settings: Settings, clock: ManualClock
 ) -> None:
-    beat = Heartbeat(settings, "t1", INSTANT, "w1", **FAST)  # type: ignore[arg-type]
-    beat._started_at = time.monotonic()
+    beat = Heartbeat(settings, "t1", INSTANT, "w1", clock=clock, **FAST)  # type: ignore[arg-type]
+    beat._started_at = clock.monotonic()
     beat._thread = threading.current_thread()  # judged as if running
     beat._on_delivery(None, beat._started_at + 0.01)
     assert beat.is_healthy()
@@ -153,11 +175,13 @@ def test_a_dying_thread_tells_the_holder_at_once(settings: Settings) -> None:
         assert info.value.cause == "thread_failed" and told == [info.value]
 
 
-def test_a_thread_that_vanished_is_noticed_by_the_holder(settings: Settings) -> None:
-    beat = Heartbeat(settings, "t1", INSTANT, "w1", interval_s=60, tolerable_misses=3)
+def test_a_thread_that_vanished_is_noticed_by_the_holder(
+    settings: Settings, clock: ManualClock
+) -> None:
+    beat = Heartbeat(settings, "t1", INSTANT, "w1", interval_s=60, tolerable_misses=3, clock=clock)
     told: list[HeartbeatLostError] = []
     beat._on_lost = told.append
-    beat._started_at = time.monotonic()
+    beat._started_at = clock.monotonic()
     gone = threading.Thread(target=lambda: None)
     gone.start()
     gone.join()
@@ -166,18 +190,29 @@ def test_a_thread_that_vanished_is_noticed_by_the_holder(settings: Settings) -> 
     assert told and told[0].cause == "thread_failed"
 
 
-def test_first_beat_not_acknowledged_refuses_to_start(settings: Settings) -> None:
+def test_first_beat_not_acknowledged_refuses_to_start_after_the_tolerance(
+    settings: Settings, clock: ManualClock
+) -> None:
     class Mute(FakeProducer):
         def __init__(self, config: dict[str, Any]) -> None:
             super().__init__(config)
             self.acks = False
 
     heartbeat_module.Producer = Mute  # type: ignore[misc]  (undone by monkeypatch)
-    started = time.monotonic()
-    with pytest.raises(HeartbeatLostError, match="first heartbeat") as info:
-        Heartbeat(settings, "t1", INSTANT, "w1", **FAST).start()  # type: ignore[arg-type]
-    assert info.value.cause == "first_beat"
-    assert time.monotonic() - started < 2
+    beat = Heartbeat(settings, "t1", INSTANT, "w1", clock=clock, **FAST)  # type: ignore[arg-type]
+    refused: list[HeartbeatLostError] = []
+
+    def start() -> None:
+        with pytest.raises(HeartbeatLostError, match="first heartbeat") as info:
+            beat.start()
+        refused.append(info.value)
+
+    starter = threading.Thread(target=start)
+    starter.start()
+    wait_until(lambda: bool(PRODUCERS) and bool(PRODUCERS[0].records), what="the first beat")
+    clock.advance(0.15)  # the tolerance: start() gives up now, however slow the machine
+    starter.join(10)
+    assert not starter.is_alive() and refused and refused[0].cause == "first_beat"
 
 
 def test_heartbeats_holder_checks_the_instant_it_beats_for(settings: Settings) -> None:
