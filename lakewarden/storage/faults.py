@@ -29,11 +29,11 @@ from __future__ import annotations
 
 import enum
 import threading
-import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import TypeVar
 
+from lakewarden.clock import SYSTEM_CLOCK, Clock
 from lakewarden.storage import Storage, StorageIOError
 from lakewarden.storage._forwarding import OPERATIONS, ForwardingStorage, Operation
 
@@ -69,9 +69,11 @@ class FaultyStorage(ForwardingStorage):
         *,
         latency_s: float = 0.0,
         latency_ops: Iterable[Operation] | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         super().__init__(inner)
         self.latency_s = latency_s
+        self.clock = clock  # sleeps the latency (a test's ManualClock records it instead)
         self.latency_ops = frozenset(OPERATIONS if latency_ops is None else latency_ops)
         self._lock = threading.Lock()
         self._counts: Counter[str] = Counter()
@@ -128,7 +130,7 @@ class FaultyStorage(ForwardingStorage):
             number = self._counts[op]
             kind = self._armed.pop((op, number), None)
         if self.latency_s > 0 and op in self.latency_ops:
-            time.sleep(self.latency_s)
+            self.clock.sleep(self.latency_s)
         if kind is FaultKind.FAIL:
             raise InjectedFaultError(
                 f"injected fault: {op} call {number} on {key!r} failed before its effect",
