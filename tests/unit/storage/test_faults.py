@@ -10,6 +10,7 @@ import pytest
 from lakewarden.errors import RetryableError
 from lakewarden.storage import AlreadyExistsError, NotFoundError, Storage, StorageIOError
 from lakewarden.storage.faults import FaultyStorage, InjectedFaultError
+from lakewarden.testing import ManualClock
 
 
 def test_nth_call_fails_before_its_effect(storage: Storage) -> None:
@@ -80,15 +81,22 @@ def test_calls_are_counted_per_operation(storage: Storage) -> None:
 
 
 def test_added_latency(storage: Storage) -> None:
-    faulty = FaultyStorage(storage, latency_s=0.05, latency_ops=["stat"])
+    clock = ManualClock(skip_sleeps=True)  # the latency is recorded, not waited for
+    faulty = FaultyStorage(storage, latency_s=0.05, latency_ops=["stat"], clock=clock)
     storage.write("k", b"x")
-    start = time.perf_counter()
     for _ in range(3):
         faulty.stat("k")
-    assert time.perf_counter() - start >= 0.15
-    start = time.perf_counter()
+    assert clock.slept == [0.05, 0.05, 0.05]
     faulty.read("k")  # not a latency operation
-    assert time.perf_counter() - start < 0.05
+    assert clock.slept == [0.05, 0.05, 0.05]
+
+
+def test_latency_sleeps_on_the_system_clock_by_default(storage: Storage) -> None:
+    faulty = FaultyStorage(storage, latency_s=0.05, latency_ops=["stat"])
+    storage.write("k", b"x")
+    start = time.monotonic()
+    faulty.stat("k")
+    assert time.monotonic() - start >= 0.05  # a lower bound: never luck-dependent
 
 
 def test_arming_errors(storage: Storage) -> None:
