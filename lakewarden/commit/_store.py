@@ -7,14 +7,16 @@ the n-th rename, say.
 
 Two ways to reach the data:
 
-- **fast local path**, when the storage is a plain ``LocalStorage``: ``lstat``, no-replace
+- **fast local path**, when the storage allows direct file access (a plain local directory,
+  ``StorageCapabilities.direct_file_access``): ``lstat``, no-replace
   ``renameat2`` without per-file fsync, ``makedirs``, ``rmtree`` and one fsync per touched
   directory (see ``_localfs``);
 - **generic path** through the ``Storage`` contract otherwise (S3, and wrappers such as
   ``FaultyStorage``, whose faults and latency must apply to every call).
 
-``local_root`` is set whenever the storage keeps objects as local files (wrapped or not): the
-validation then resolves symlinks on the real paths, which no key check can see.
+``local_root`` is set whenever the storage keeps objects as local files (``local_paths``,
+wrapped or not): the validation then resolves symlinks on the real paths, which no key check
+can see.
 """
 
 from __future__ import annotations
@@ -39,7 +41,6 @@ from lakewarden.storage import (
     StorageIOError,
     UploadedPart,
 )
-from lakewarden.storage.local import LocalStorage
 
 T = TypeVar("T")
 FaultHook = Callable[[str, str], None]
@@ -63,9 +64,11 @@ class CommitStore:
         self.storage = storage
         self.stats = statistics if statistics is not None else CommitStatistics()
         self.fault_hook = fault_hook
-        self.fast = type(storage) is LocalStorage
-        probe = storage.local_path("probe")
+        capabilities = storage.capabilities
+        self.fast = capabilities.direct_file_access
+        probe = storage.local_path("probe") if capabilities.local_paths else None
         self.local_root: str | None = os.path.dirname(probe) if probe is not None else None
+        self._can_rename = capabilities.rename
         self.real_root = os.path.realpath(self.local_root) if self.local_root else None
         self._dirty_lock = threading.Lock()
         self._dirty_dirs: set[str] = set()
@@ -73,7 +76,7 @@ class CommitStore:
     @property
     def can_rename(self) -> bool:
         """Whether the store renames (local files) or needs multipart uploads (S3)."""
-        return self.local_root is not None
+        return self._can_rename
 
     def path(self, key: str) -> str:
         """The local path of ``key`` (only when ``local_root`` is set)."""

@@ -27,14 +27,23 @@ gives:
    the store refuses for good (credentials, missing bucket, malformed) raises
    ``RequestRejectedError``. Callers handle ``AlreadyExistsError`` by rebasing.
 
+5. **Capabilities.** ``Storage.capabilities`` is a frozen ``StorageCapabilities`` saying what
+   the backend can do beyond the guarantees above (rename, append, multipart uploads, local
+   paths, conditional put, direct file access). Callers choose a strategy by reading it, never
+   by testing the backend's type (as Hadoop's ``ManifestStoreOperations`` answers "can this
+   store rename"); an operation whose capability is off raises ``UnsupportedOperationError``.
+   Wrappers (faults, metering) forward the capabilities of the storage they wrap, except
+   ``direct_file_access``, which they clear: their calls must not be bypassed.
+
 Not portable: a key that is also a "directory" of other keys (``a`` beside ``a/b``). S3 holds
 both; the local backend refuses the second with ``InvalidKeyError``. Lakewarden's layout never
 needs it.
 
-Multipart uploads (S3 only) let a task attempt upload a data file to its *final* key while
-holding back completion; the job commit completes them (``complete_multipart`` with
-``If-None-Match: *``) or aborts them. ``list_multipart_uploads`` requires a prefix ending in
-``/`` so one job never sees another job's uploads by a shared name prefix. On SeaweedFS 4.48
+Multipart uploads (S3 only: ``capabilities.multipart_uploads``) let a task attempt upload a
+data file to its *final* key while holding back completion; the job commit completes them
+(``complete_multipart`` with ``If-None-Match: *``) or aborts them. ``list_multipart_uploads``
+requires a prefix ending in ``/`` so one job never sees another job's uploads by a shared
+name prefix. On SeaweedFS 4.48
 the completion condition is not atomic under concurrency (see ``lakewarden.storage.s3``).
 
 Test harness: ``lakewarden.storage.faults.FaultyStorage`` (injected failures and lost replies);
@@ -44,6 +53,7 @@ metrics: ``lakewarden.storage.metered.MeteredStorage``.
 from __future__ import annotations
 
 import abc
+import dataclasses
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -88,6 +98,40 @@ class StorageIOError(StorageError, RetryableError):
     """The store failed (I/O error, network error, 5xx). The effect may or may not have happened."""
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StorageCapabilities:
+    """What a storage can do beyond the contract every backend keeps.
+
+    - ``rename``: ``rename`` moves an object atomically without replacing (local files);
+    - ``append``: ``append`` extends an object in place (local files; log files rely on it);
+    - ``multipart_uploads``: uploads to a final key can be held back, then completed with
+      ``If-None-Match: *`` or aborted (S3): how task attempts write privately without rename;
+    - ``local_paths``: every object is a file at ``local_path(key)`` (pyarrow reads it
+      directly; symlinks there must be checked, no key rule sees them);
+    - ``conditional_put``: ``write_if_absent`` is one atomic put-if-absent (every backend);
+    - ``direct_file_access``: nothing stands between callers and the files, so a caller may
+      use filesystem calls on the local paths in place of the contract's (the job commit's
+      fast path: one ``renameat2`` per file, one fsync per directory). Wrappers clear it.
+    """
+
+    rename: bool = False
+    append: bool = False
+    multipart_uploads: bool = False
+    local_paths: bool = False
+    conditional_put: bool = True
+    direct_file_access: bool = False
+
+    @property
+    def private_staging(self) -> bool:
+        """Whether task attempts can write privately before the job commit: by renaming
+        from an attempt directory, or by holding back multipart uploads to the final keys."""
+        return self.rename or self.multipart_uploads
+
+    def wrapped(self) -> StorageCapabilities:
+        """These capabilities as a wrapper forwards them (no direct file access)."""
+        return dataclasses.replace(self, direct_file_access=False)
+
+
 @dataclass(frozen=True, slots=True)
 class ObjectInfo:
     key: str
@@ -116,6 +160,11 @@ class Storage(abc.ABC):
     """
 
     uri: str
+
+    @property
+    @abc.abstractmethod
+    def capabilities(self) -> StorageCapabilities:
+        """What this storage can do (see ``StorageCapabilities``); constant per instance."""
 
     @abc.abstractmethod
     def read(self, key: str) -> bytes:
@@ -215,6 +264,7 @@ __all__ = [
     "PendingUpload",
     "RequestRejectedError",
     "Storage",
+    "StorageCapabilities",
     "StorageError",
     "StorageIOError",
     "UnsupportedOperationError",

@@ -7,7 +7,13 @@ import builtins
 from collections.abc import Callable, Iterator, Sequence
 from typing import Literal, TypeVar
 
-from lakewarden.storage import ObjectInfo, PendingUpload, Storage, UploadedPart
+from lakewarden.storage import (
+    ObjectInfo,
+    PendingUpload,
+    Storage,
+    StorageCapabilities,
+    UploadedPart,
+)
 
 Operation = Literal[
     "read",
@@ -50,6 +56,7 @@ T = TypeVar("T")
 class ForwardingStorage(Storage):
     """Forwards to ``inner``; every call goes through ``_invoke``.
 
+    Capabilities are the wrapped storage's (``StorageCapabilities.wrapped``).
     Listings are materialised inside ``_invoke`` (so a wrapper sees the whole listing as one
     call, its faults and timings included) and returned as an iterator over that list.
     """
@@ -57,6 +64,11 @@ class ForwardingStorage(Storage):
     def __init__(self, inner: Storage) -> None:
         self.inner = inner
         self.uri = inner.uri
+
+    @property
+    def capabilities(self) -> StorageCapabilities:
+        """The wrapped storage's, without direct file access: calls must come through here."""
+        return self.inner.capabilities.wrapped()
 
     def _invoke(self, op: Operation, key: str, call: Callable[[], T]) -> T:
         """Run ``call`` (the forwarded operation ``op`` on ``key``); subclasses wrap it."""

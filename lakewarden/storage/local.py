@@ -35,10 +35,15 @@ from lakewarden.storage import (
     NotFoundError,
     ObjectInfo,
     Storage,
+    StorageCapabilities,
     StorageIOError,
 )
 from lakewarden.storage._keys import TEMP_PREFIX, check_key, check_prefix
 from lakewarden.storage._walk import LevelEntry, ordered_walk
+
+_CAPABILITIES = StorageCapabilities(
+    rename=True, append=True, local_paths=True, conditional_put=True, direct_file_access=True
+)
 
 # Errors that mean "a path component is a file where a directory should be, or vice versa":
 # the key collides with the directory structure of other keys.
@@ -66,6 +71,10 @@ class LocalStorage(Storage):
 
     def __repr__(self) -> str:
         return f"LocalStorage({str(self.root)!r})"
+
+    @property
+    def capabilities(self) -> StorageCapabilities:
+        return _CAPABILITIES
 
     def _path(self, key: str) -> Path:
         return self.root.joinpath(*check_key(key).split("/"))

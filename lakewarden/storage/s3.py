@@ -47,6 +47,7 @@ from lakewarden.storage import (
     PendingUpload,
     RequestRejectedError,
     Storage,
+    StorageCapabilities,
     StorageError,
     StorageIOError,
     UnsupportedOperationError,
@@ -55,6 +56,8 @@ from lakewarden.storage import (
 from lakewarden.storage._keys import check_directory_prefix, check_key, check_prefix
 from lakewarden.storage._walk import LevelEntry, ordered_walk
 
+# No rename or append on S3: task attempts hold back multipart uploads to their final keys.
+_CAPABILITIES = StorageCapabilities(multipart_uploads=True, conditional_put=True)
 _NOT_FOUND_CODES = frozenset({"NoSuchKey", "NotFound", "404", "NoSuchUpload"})
 _CONFLICT_CODES = frozenset({"PreconditionFailed", "ConditionalRequestConflict", "412"})
 _TRANSIENT_CODES = frozenset(
@@ -102,6 +105,10 @@ class S3Storage(Storage):
 
     def __repr__(self) -> str:
         return f"S3Storage({self.uri!r}, endpoint={self.settings.endpoint_url!r})"
+
+    @property
+    def capabilities(self) -> StorageCapabilities:
+        return _CAPABILITIES
 
     def _client(self, *, retries: bool = True) -> Any:
         """The boto3 S3 client; ``retries=False`` gives the one for conditional requests."""

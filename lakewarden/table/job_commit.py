@@ -54,7 +54,6 @@ from lakewarden.commit import (
     StageFailedError,
 )
 from lakewarden.errors import CommitStateUnknownError, NonRetryableError
-from lakewarden.storage import Storage
 from lakewarden.table.instant import Transition
 from lakewarden.table.stats import CommitStats
 from lakewarden.table.timeline import InstantState, TimelineState
@@ -353,11 +352,3 @@ def failed_stage(err: BaseException, progress: CommitProgress) -> str:
     if isinstance(err, StageFailedError):
         return err.stage
     return progress.stage
-
-
-def private_staging(storage: Storage) -> bool:
-    """Whether task attempts can write privately on ``storage``: it renames (local files) or
-    holds back multipart uploads (S3)."""
-    if storage.local_path("probe") is not None:
-        return True
-    return type(storage).create_multipart is not Storage.create_multipart

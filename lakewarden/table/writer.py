@@ -75,7 +75,7 @@ from lakewarden.table.config import (
 )
 from lakewarden.table.coordinator import Coordinator
 from lakewarden.table.files import BaseFileName, WriteToken, file_key
-from lakewarden.table.job_commit import JobCommitSpec, abandon, commit_instant, private_staging
+from lakewarden.table.job_commit import JobCommitSpec, abandon, commit_instant
 from lakewarden.table.reader import read_data_file
 from lakewarden.table.snapshot import FileSlice, Snapshot, build_snapshot
 from lakewarden.table.stats import CommitStats, FileGroupId, WorkloadProfile, WriteStat
@@ -361,7 +361,7 @@ def write(ctx: WriteContext, data: pa.Table, operation: Operation) -> CommitResu
 
 def _job(storage: Storage, instant: str) -> ManifestCommitter | None:
     """The write's committer job, set up; None on a store without private staging."""
-    if not private_staging(storage):
+    if not storage.capabilities.private_staging:
         return None
     job = ManifestCommitter(storage, new_job_id(prefix=instant), options=_OPTIONS)
     job.setup_job()

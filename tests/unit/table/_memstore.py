@@ -19,8 +19,12 @@ from lakewarden.storage import (
     NotFoundError,
     ObjectInfo,
     Storage,
+    StorageCapabilities,
     StorageIOError,
 )
+
+# Neither rename nor multipart uploads: writes on it have no private staging.
+_CAPABILITIES = StorageCapabilities(conditional_put=True)
 
 
 class MemStorage(Storage):
@@ -33,6 +37,10 @@ class MemStorage(Storage):
         self.lose_next_reply = False
         self.calls: dict[str, int] = {}
         self.reads: list[str] = []  # keys read successfully, in order
+
+    @property
+    def capabilities(self) -> StorageCapabilities:
+        return _CAPABILITIES
 
     def _count(self, op: str) -> None:
         self.calls[op] = self.calls.get(op, 0) + 1
