@@ -15,7 +15,7 @@ Two ways to write (``lakewarden.table.bucket`` explains the file groups of a buc
   memory stays at one batch plus the open writers' buffers;
 - **merges** (``upsert``, ``delete``, helper ``insert``): the helper clustered the rows so that
   each file group is in exactly one task; the task reads the bucket's current slices as of the
-  instant's ``requested`` entry and merges them with ``lakewarden.table.writer.merge_bucket``,
+  instant's ``requested`` entry and merges them with ``lakewarden.table.merge.merge_bucket``,
   as ``Table.write`` does.
 """
 
@@ -39,10 +39,10 @@ from lakewarden.storage import Storage, open_storage
 from lakewarden.table.bucket import BucketSlices, append_group, route
 from lakewarden.table.config import META_FILE_NAME, TableConfig, load_config
 from lakewarden.table.files import BaseFileName, WriteToken, file_key
+from lakewarden.table.merge import Merged, merge_bucket, stamped
 from lakewarden.table.snapshot import Snapshot, build_snapshot
 from lakewarden.table.stats import FileGroupId, WriteStat
 from lakewarden.table.timeline import Timeline
-from lakewarden.table.writer import Merged, merge_bucket, stamped
 
 ROW_GROUP_ROWS = 128 * 1024
 

@@ -1,0 +1,161 @@
+"""The Arrow merge of one file group and of one bucket, shared by the Python writer and the
+Spark tasks.
+
+Merge semantics (per bucket: the records of all its slices, keyed by ``_lw_record_key``):
+
+- **upsert**: incoming records replace stored ones with the same key; with an ordering field
+  the larger ordering value wins (null is the smallest) and ties go to the incoming record.
+  Duplicates within the input are reduced the same way, a later input record winning a tie.
+- **insert**: append without deduplication, as Hudi's insert does (no lookup, duplicates are
+  the caller's choice; use upsert to replace).
+- **delete**: drop stored records whose key is in the input (only the key and partition columns
+  are needed). A bucket left empty has its canonical group listed in ``replaced_file_groups``;
+  a bucket with nothing to delete is not rewritten (and its append groups stay).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from lakewarden.storage import Storage
+from lakewarden.table.bucket import replaced_by_merge
+from lakewarden.table.config import META_COMMIT_TIME, META_FILE_NAME, META_RECORD_KEY, TableConfig
+from lakewarden.table.reader import read_data_file
+from lakewarden.table.snapshot import FileSlice
+from lakewarden.table.stats import FileGroupId
+
+_SEQ = "__lw_seq"
+
+
+@dataclass(frozen=True)
+class Merged:
+    """The new content of a file group (None: the group became empty) and what changed."""
+
+    table: pa.Table | None
+    inserts: int = 0
+    updates: int = 0
+    deletes: int = 0
+    changed: bool = True
+
+
+def merge_schema(config: TableConfig) -> pa.Schema:
+    """The schema merges work in: the file schema without ``_lw_file_name`` (set on write)."""
+    schema = config.file_schema
+    return schema.remove(schema.get_field_index(META_FILE_NAME))
+
+
+def stamped(incoming: pa.Table, instant: str, config: TableConfig, operation: str) -> pa.Table:
+    """Routed input with ``_lw_commit_time``; in the merge schema unless it is a delete."""
+    times = pa.repeat(pa.scalar(instant), len(incoming))
+    incoming = incoming.add_column(0, META_COMMIT_TIME, times)
+    return incoming if operation == "delete" else incoming.cast(merge_schema(config))
+
+
+def stored(existing: pa.Table, config: TableConfig) -> pa.Table:
+    """A base file's records in the merge schema."""
+    return existing.drop_columns([META_FILE_NAME]).cast(merge_schema(config))
+
+
+def merge(
+    operation: str,
+    existing: pa.Table | None,
+    incoming: pa.Table,
+    ordering_field: str | None,
+) -> Merged:
+    """The merge of one file group. ``existing`` and ``incoming`` carry the meta columns
+    (``_lw_file_name`` excluded) and the same user columns (for delete, incoming has only the
+    key and partition columns)."""
+    if operation == "delete":
+        return _merge_delete(existing, incoming)
+    if operation == "insert":
+        table = incoming if existing is None else pa.concat_tables([existing, incoming])
+        return Merged(table, inserts=len(incoming))
+    return _merge_upsert(existing, incoming, ordering_field)
+
+
+def _merge_delete(existing: pa.Table | None, incoming: pa.Table) -> Merged:
+    if existing is None:
+        return Merged(None, changed=False)
+    doomed = pc.is_in(existing.column(META_RECORD_KEY), value_set=incoming.column(META_RECORD_KEY))
+    deletes = pc.sum(doomed).as_py() or 0
+    if deletes == 0:
+        return Merged(existing, changed=False)
+    kept = existing.filter(pc.invert(doomed))
+    return Merged(kept if len(kept) else None, deletes=deletes)
+
+
+def _merge_upsert(existing: pa.Table | None, incoming: pa.Table, ordering: str | None) -> Merged:
+    incoming_keys = incoming.column(META_RECORD_KEY)
+    if existing is None:
+        winners = _dedupe(incoming, ordering)
+        return Merged(winners, inserts=len(winners))
+    touched = pc.is_in(existing.column(META_RECORD_KEY), value_set=incoming_keys)
+    untouched = existing.filter(pc.invert(touched))
+    # Only records sharing a key with the input need ordering; the rest are carried over.
+    candidates = pa.concat_tables([existing.filter(touched), incoming])
+    winners = _dedupe(candidates, ordering)
+    updates = pc.count_distinct(existing.filter(touched).column(META_RECORD_KEY)).as_py()
+    inserts = pc.count_distinct(incoming_keys).as_py() - updates
+    return Merged(pa.concat_tables([untouched, winners]), inserts=inserts, updates=updates)
+
+
+def _dedupe(table: pa.Table, ordering: str | None) -> pa.Table:
+    """One record per key: the largest ordering value, then the latest row (incoming rows
+    follow stored ones, so ties go to the incoming record, then to the later input record)."""
+    if len(table) == 0:
+        return table
+    ones = pa.repeat(pa.scalar(1, pa.int64()), len(table))
+    ranked = table.append_column(_SEQ, pc.cumulative_sum(ones))
+    sort_keys = [(META_RECORD_KEY, "ascending")]
+    if ordering is not None:
+        sort_keys.append((ordering, "descending"))
+    sort_keys.append((_SEQ, "descending"))
+    ranked = ranked.take(pc.sort_indices(ranked, sort_keys=sort_keys, null_placement="at_end"))
+    keys = ranked.column(META_RECORD_KEY).combine_chunks()
+    first = pa.concat_arrays(
+        [pa.array([True]), pc.not_equal(keys.slice(1), keys.slice(0, len(keys) - 1))]
+    )
+    return ranked.filter(first).drop_columns([_SEQ])
+
+
+@dataclass(frozen=True)
+class BucketMerge:
+    """The merge of one bucket: the new content of its canonical group and the file groups
+    the commit replaces (``lakewarden.table.bucket.replaced_by_merge``)."""
+
+    merged: Merged
+    replaced: tuple[FileGroupId, ...] = ()
+
+
+def merge_bucket(
+    storage: Storage,
+    config: TableConfig,
+    canonical: FileGroupId,
+    slices: Sequence[FileSlice],
+    incoming: pa.Table,
+    *,
+    operation: str,
+    instant: str,
+) -> BucketMerge:
+    """``incoming`` (routed to ``canonical``) merged with the records of every slice of its
+    bucket (``BucketSlices.of(canonical)``: the canonical group and its append groups). The
+    result belongs in the canonical group; the Python writer and the Spark tasks both use it."""
+    existing = [
+        stored(read_data_file(storage, s.base_file.path), config)
+        for s in slices
+        if s.base_file is not None
+    ]
+    merged = merge(
+        operation,
+        pa.concat_tables(existing) if existing else None,
+        stamped(incoming, instant, config, operation),
+        config.ordering_field,
+    )
+    if not merged.changed:
+        return BucketMerge(merged)
+    replaced = replaced_by_merge(canonical, slices, emptied=merged.table is None)
+    return BucketMerge(merged, tuple(replaced))

@@ -1,0 +1,100 @@
+"""The input of a write checked against the table schema, before anything touches the table.
+
+``validate_input`` conforms an Arrow table to the table schema: the columns the operation
+needs, no extra ones, equal types; every record has a non-null record key and non-null
+values in required fields. A mismatch is ``SchemaMismatchError``, a bad record
+``InvalidRecordError`` naming it; either way nothing was written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from lakewarden.errors import NonRetryableError
+from lakewarden.table.config import TableConfig
+
+OPERATIONS: tuple[str, ...] = ("insert", "upsert", "delete")
+_MAX_REPR = 300
+
+
+class SchemaMismatchError(NonRetryableError):
+    """The input's columns or types do not match the table schema."""
+
+
+class InvalidRecordError(NonRetryableError):
+    """A record cannot be written (null record key, null in a required field).
+
+    ``record_index`` is its row number in the input, ``record`` its values."""
+
+    def __init__(self, message: str, *, table: str, record_index: int, record: object) -> None:
+        super().__init__(message, table=table)
+        self.record_index = record_index
+        self.record = record
+
+
+def validate_input(data: pa.Table, config: TableConfig, operation: str) -> pa.Table:
+    """The input conformed to the table schema (column order, schema metadata).
+
+    Delete needs only the record key and the partition columns; other columns are dropped.
+    Raises: SchemaMismatchError, InvalidRecordError, ValueError (unknown operation)."""
+    if operation not in OPERATIONS:
+        raise ValueError(f"operation must be one of {', '.join(OPERATIONS)}, got {operation!r}")
+    schema = config.pa_schema
+    needed = [config.record_key, *config.partition_by] if operation == "delete" else schema.names
+    _check_columns(data.schema, schema, needed, config.name, operation)
+    data = data.select(needed)
+    _check_not_null(data, config.record_key, "has a null record key", config)
+    for field in schema:
+        if not field.nullable and field.name in data.column_names:
+            problem = f"has a null in required field {field.name!r}"
+            _check_not_null(data, field.name, problem, config)
+    if operation != "delete":
+        data = data.cast(schema)  # types are equal; this only sets metadata and nullability
+    return data
+
+
+def _check_columns(
+    got: pa.Schema, want: pa.Schema, needed: Sequence[str], table: str, operation: str
+) -> None:
+    missing = [n for n in needed if n not in got.names]
+    extra = [n for n in got.names if n not in want.names]
+    dupes = sorted({n for n in got.names if got.names.count(n) > 1})
+    wrong = [
+        f"{n}: {got.field(n).type} (table: {want.field(n).type})"
+        for n in needed
+        if n in got.names and n not in dupes and not got.field(n).type.equals(want.field(n).type)
+    ]
+    problems = [
+        f"missing columns {missing}" if missing else "",
+        f"columns not in the table {extra}" if extra and operation != "delete" else "",
+        f"duplicate columns {dupes}" if dupes else "",
+        f"wrong types {wrong}" if wrong else "",
+    ]
+    found = [p for p in problems if p]
+    if found:
+        raise SchemaMismatchError(
+            f"{operation} input does not match the schema of table {table!r}: "
+            f"{'; '.join(found)}. Help: cast or select the input to the table schema "
+            f"({want.names}); nothing was written.",
+            table=table,
+        )
+
+
+def _check_not_null(data: pa.Table, column: str, problem: str, config: TableConfig) -> None:
+    values = data.column(column)
+    if values.null_count == 0:
+        return
+    index = pc.index(pc.is_null(values), True).as_py()
+    record = data.slice(index, 1).to_pylist()[0]
+    shown = repr(record)
+    shown = shown if len(shown) <= _MAX_REPR else shown[:_MAX_REPR] + "...}"
+    raise InvalidRecordError(
+        f"record {index} {problem} (record key field {config.record_key!r}): {shown}. "
+        f"{values.null_count} record(s) of the input have this problem; nothing was written.",
+        table=config.name,
+        record_index=index,
+        record=record,
+    )
