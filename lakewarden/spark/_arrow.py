@@ -7,11 +7,12 @@ is its own (an int32 column, a naive timestamp, a non-null field). So:
 
 - ``check_write_schema`` runs on the driver before anything touches the table: every column
   the operation needs is there, none is extra, and a cast from the Spark type to the table
-  type exists. A mismatch is a ``SchemaMismatchError`` and no instant is created.
+  type exists (``lakewarden.table.schema_check``, mode ``castable``). A mismatch is a
+  ``SchemaMismatchError`` and no instant is created.
 - ``conform`` runs per batch in the task: the *values* must fit (an int64 that overflows an
   int32 column, a decimal that loses digits); the first row that does not is named in an
   ``InvalidRecordError``, as are null record keys and nulls in required fields
-  (``lakewarden.table.writer.validate_input``).
+  (``lakewarden.table.write_input.validate_input``).
 """
 
 from __future__ import annotations
@@ -23,11 +24,8 @@ from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
 from lakewarden.table.config import TableConfig
-from lakewarden.table.writer import (
-    InvalidRecordError,
-    SchemaMismatchError,
-    validate_input,
-)
+from lakewarden.table.schema_check import check_input_schema, needed_columns, values_fit
+from lakewarden.table.write_input import InvalidRecordError, validate_input
 
 _MAX_REPR = 300
 
@@ -48,47 +46,11 @@ def table_operation(operation: str) -> str:
     return operation if operation in ("upsert", "delete") else "insert"
 
 
-def needed_columns(config: TableConfig, operation: str) -> list[str]:
-    if operation == "delete":
-        return [config.record_key, *config.partition_by]
-    return list(config.pa_schema.names)
-
-
 def check_write_schema(incoming: StructType, config: TableConfig, operation: str) -> None:
-    """Raises: SchemaMismatchError (nothing has been written)."""
-    got = spark_arrow_schema(incoming)
-    want = config.pa_schema
-    needed = needed_columns(config, operation)
-    missing = [n for n in needed if n not in got.names]
-    extra = [n for n in got.names if n not in want.names] if operation != "delete" else []
-    uncastable = [
-        f"{n}: {got.field(n).type} (table: {want.field(n).type})"
-        for n in needed
-        if n in got.names and not _castable(got.field(n).type, want.field(n).type)
-    ]
-    problems = [
-        f"missing columns {missing}" if missing else "",
-        f"columns not in the table {extra}" if extra else "",
-        f"types that cannot be cast {uncastable}" if uncastable else "",
-    ]
-    found = [p for p in problems if p]
-    if found:
-        raise SchemaMismatchError(
-            f"{operation} input does not match the schema of table {config.name!r}: "
-            f"{'; '.join(found)}. Help: select and cast the DataFrame to the table schema "
-            f"({want.names}); nothing was written.",
-            table=config.name,
-        )
+    """The Spark schema checked in mode ``castable`` (``lakewarden.table.schema_check``).
 
-
-def _castable(source: pa.DataType, target: pa.DataType) -> bool:
-    if source.equals(target):
-        return True
-    try:
-        pa.array([], source).cast(target)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        return False
-    return True
+    Raises: SchemaMismatchError (nothing has been written)."""
+    check_input_schema(spark_arrow_schema(incoming), config, operation, mode="castable")
 
 
 def conform(
@@ -150,19 +112,11 @@ def _first_bad_row(values: pa.Array, target: pa.DataType) -> int:
     lo, hi = 0, len(values)  # the bad row is in [lo, hi)
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if _fits(values.slice(lo, mid - lo), target):
+        if values_fit(values.slice(lo, mid - lo), target):
             lo = mid
         else:
             hi = mid
     return lo
-
-
-def _fits(values: pa.Array, target: pa.DataType) -> bool:
-    try:
-        values.cast(target)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        return False
-    return True
 
 
 def to_spark_batches(table: pa.Table, schema: pa.Schema, max_rows: int) -> Sequence[pa.RecordBatch]:

@@ -29,10 +29,11 @@ import pyarrow.compute as pc
 
 from lakewarden.errortable import ErrorPublisher, error_record
 from lakewarden.errortable import records as ctx
-from lakewarden.spark._arrow import conform, needed_columns
+from lakewarden.spark._arrow import conform
 from lakewarden.spark._options import WriteSpec
 from lakewarden.table.bucket import render_partition_path
 from lakewarden.table.config import TableConfig
+from lakewarden.table.schema_check import needed_columns, values_fit
 
 # Integers Arrow casts to a float without a check: |v| <= 2**mantissa bits (else "not in range").
 _FLOAT_EXACT_BITS = {pa.float32(): 24, pa.float64(): 53}
@@ -44,7 +45,7 @@ def find_bad_rows(batch: pa.Table, config: TableConfig, operation: str) -> dict[
     for name in needed_columns(config, operation):
         field = config.pa_schema.field(name)
         column = batch.column(name).combine_chunks()
-        if not column.type.equals(field.type) and not _fits(column, field.type):
+        if not column.type.equals(field.type) and not values_fit(column, field.type):
             indices = _uncastable(column, field.type)
             for index, value in zip(indices, column.take(indices).to_pylist(), strict=True):
                 bad.setdefault(
@@ -60,19 +61,11 @@ def find_bad_rows(batch: pa.Table, config: TableConfig, operation: str) -> dict[
     return bad
 
 
-def _fits(values: pa.Array, target: pa.DataType) -> bool:
-    try:
-        values.cast(target)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        return False
-    return True
-
-
 def _uncastable(values: pa.Array, target: pa.DataType) -> list[int]:
     """Indices of the values that do not cast (``values`` does not fit): the vectorised rule
     if there is one for the pair and every value it passes does cast, else bisection."""
     misfits = _misfits(values, target)
-    if misfits is not None and _fits(values.filter(pc.invert(misfits)), target):
+    if misfits is not None and values_fit(values.filter(pc.invert(misfits)), target):
         indices: list[int] = pc.indices_nonzero(misfits).to_pylist()
         return indices
     return _bisect(values, target, 0)
@@ -126,7 +119,7 @@ def _bisect(values: pa.Array, target: pa.DataType, offset: int) -> list[int]:
     mid = len(values) // 2
     out: list[int] = []
     for start, part in ((0, values.slice(0, mid)), (mid, values.slice(mid))):
-        if len(part) and not _fits(part, target):
+        if len(part) and not values_fit(part, target):
             out.extend(_bisect(part, target, offset + start))
     return out
 

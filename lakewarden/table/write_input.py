@@ -1,27 +1,25 @@
 """The input of a write checked against the table schema, before anything touches the table.
 
 ``validate_input`` conforms an Arrow table to the table schema: the columns the operation
-needs, no extra ones, equal types; every record has a non-null record key and non-null
-values in required fields. A mismatch is ``SchemaMismatchError``, a bad record
-``InvalidRecordError`` naming it; either way nothing was written.
+needs, no extra ones, equal types (``lakewarden.table.schema_check``, mode ``exact``); every
+record has a non-null record key and non-null values in required fields. A mismatch is
+``SchemaMismatchError``, a bad record ``InvalidRecordError`` naming it; either way nothing was
+written.
 """
 
 from __future__ import annotations
-
-from collections.abc import Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from lakewarden.errors import NonRetryableError
 from lakewarden.table.config import TableConfig
+from lakewarden.table.schema_check import SchemaMismatchError, check_input_schema, needed_columns
+
+__all__ = ["OPERATIONS", "InvalidRecordError", "SchemaMismatchError", "validate_input"]
 
 OPERATIONS: tuple[str, ...] = ("insert", "upsert", "delete")
 _MAX_REPR = 300
-
-
-class SchemaMismatchError(NonRetryableError):
-    """The input's columns or types do not match the table schema."""
 
 
 class InvalidRecordError(NonRetryableError):
@@ -43,8 +41,8 @@ def validate_input(data: pa.Table, config: TableConfig, operation: str) -> pa.Ta
     if operation not in OPERATIONS:
         raise ValueError(f"operation must be one of {', '.join(OPERATIONS)}, got {operation!r}")
     schema = config.pa_schema
-    needed = [config.record_key, *config.partition_by] if operation == "delete" else schema.names
-    _check_columns(data.schema, schema, needed, config.name, operation)
+    needed = needed_columns(config, operation)
+    check_input_schema(data.schema, config, operation, mode="exact")
     data = data.select(needed)
     _check_not_null(data, config.record_key, "has a null record key", config)
     for field in schema:
@@ -54,33 +52,6 @@ def validate_input(data: pa.Table, config: TableConfig, operation: str) -> pa.Ta
     if operation != "delete":
         data = data.cast(schema)  # types are equal; this only sets metadata and nullability
     return data
-
-
-def _check_columns(
-    got: pa.Schema, want: pa.Schema, needed: Sequence[str], table: str, operation: str
-) -> None:
-    missing = [n for n in needed if n not in got.names]
-    extra = [n for n in got.names if n not in want.names]
-    dupes = sorted({n for n in got.names if got.names.count(n) > 1})
-    wrong = [
-        f"{n}: {got.field(n).type} (table: {want.field(n).type})"
-        for n in needed
-        if n in got.names and n not in dupes and not got.field(n).type.equals(want.field(n).type)
-    ]
-    problems = [
-        f"missing columns {missing}" if missing else "",
-        f"columns not in the table {extra}" if extra and operation != "delete" else "",
-        f"duplicate columns {dupes}" if dupes else "",
-        f"wrong types {wrong}" if wrong else "",
-    ]
-    found = [p for p in problems if p]
-    if found:
-        raise SchemaMismatchError(
-            f"{operation} input does not match the schema of table {table!r}: "
-            f"{'; '.join(found)}. Help: cast or select the input to the table schema "
-            f"({want.names}); nothing was written.",
-            table=table,
-        )
 
 
 def _check_not_null(data: pa.Table, column: str, problem: str, config: TableConfig) -> None:

@@ -37,19 +37,13 @@ from lakewarden.table.config import (
 from lakewarden.table.conflicts import OverlappingCommitConflict
 from lakewarden.table.files import BaseFileName, WriteToken, bucket_file_id, file_key
 from lakewarden.table.instant import Transition
+from lakewarden.table.merge import merge, stamped, stored
 from lakewarden.table.reader import ColumnNotFoundError, partition_expression
 from lakewarden.table.snapshot import InstantNotCompletedError
 from lakewarden.table.stats import CommitStats, FileGroupId, WorkloadProfile, WriteStat
 from lakewarden.table.table import Table
 from lakewarden.table.transaction import WriteTransaction
-from lakewarden.table.writer import (
-    InvalidRecordError,
-    SchemaMismatchError,
-    merge,
-    stamped,
-    stored,
-    validate_input,
-)
+from lakewarden.table.write_input import InvalidRecordError, SchemaMismatchError, validate_input
 
 SCHEMA = pa.schema(
     [
