@@ -67,7 +67,7 @@ from lakewarden.table.config import TableConfig, load_config
 from lakewarden.table.coordinator import Coordinator
 from lakewarden.table.instant import Action, Transition
 from lakewarden.table.job_commit import AlreadyCommittedError, JobCommitSpec, commit_instant
-from lakewarden.table.snapshot import build_snapshot
+from lakewarden.table.snapshot import snapshot_as_of_request
 from lakewarden.table.stats import CommitStats, FileGroupId, WorkloadProfile
 from lakewarden.table.timeline import Timeline
 from lakewarden.table.writer import CommitResult
@@ -364,10 +364,7 @@ def _base_groups(table: TableHandle, instant: str) -> list[FileGroupId]:
     """Every file group of the snapshot the instant builds on (what an overwrite replaces; a
     completion after our ``requested`` conflicts with the overwrite anyway)."""
     state = table.timeline.load()
-    mine = state.get(instant)
-    assert mine is not None
-    before = [s for s in state.completed() if (s.completed_seq or 0) < mine.requested_seq]
-    return list(build_snapshot(before).slices)
+    return list(snapshot_as_of_request(state, instant, table=table.config.name).slices)
 
 
 def _where(spec: WriteSpec, what: str) -> str:

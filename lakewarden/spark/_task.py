@@ -40,7 +40,7 @@ from lakewarden.table.bucket import BucketSlices, append_group, route
 from lakewarden.table.config import META_FILE_NAME, TableConfig, load_config
 from lakewarden.table.files import BaseFileName, WriteToken, file_key
 from lakewarden.table.merge import Merged, merge_bucket, stamped
-from lakewarden.table.snapshot import Snapshot, build_snapshot
+from lakewarden.table.snapshot import Snapshot, snapshot_as_of_request
 from lakewarden.table.stats import FileGroupId, WriteStat
 from lakewarden.table.timeline import Timeline
 
@@ -282,13 +282,11 @@ def _stat(
 
 
 def base_snapshot(storage: Storage, config: TableConfig, instant: str) -> Snapshot:
-    """The snapshot as of the instant's ``requested`` entry (what the write builds on)."""
+    """The snapshot as of the instant's ``requested`` entry (what the write builds on).
+
+    Raises: InstantNotOnTimelineError."""
     state = Timeline(storage, table=config.name).load()
-    mine = state.get(instant)
-    if mine is None:
-        raise RuntimeError(f"instant {instant} is not on the timeline of table {config.name!r}")
-    before = [s for s in state.completed() if (s.completed_seq or 0) < mine.requested_seq]
-    return build_snapshot(before)
+    return snapshot_as_of_request(state, instant, table=config.name)
 
 
 def _merge_rows(

@@ -12,6 +12,8 @@ wherever it sits. Pending, rolled-back and aborted instants are simply not in th
 The conflict rules guarantee that two instants touching one file group are ordered, so
 completion order is the order in which their slices were built on each other.
 
+A writer builds on ``snapshot_as_of_request``: the snapshot as of its own ``requested`` entry.
+
 Incremental reads use ``changes_since``: the instants completed after a given one and the
 latest slices they wrote (see ``lakewarden.table.reader``).
 """
@@ -20,15 +22,22 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from lakewarden.errors import NonRetryableError
 from lakewarden.table.files import LogFileName, is_log_file, split_key
 from lakewarden.table.stats import CommitStats, FileGroupId, WriteStat
 
+if TYPE_CHECKING:
+    from lakewarden.table.timeline_state import TimelineState
+
 
 class InstantNotCompletedError(NonRetryableError):
     """A snapshot or incremental read names an instant that is not completed."""
+
+
+class InstantNotOnTimelineError(NonRetryableError):
+    """A snapshot as of an instant's ``requested`` entry, for an instant with no such entry."""
 
 
 class CompletedInstant(Protocol):
@@ -108,6 +117,26 @@ def build_snapshot(completed: Sequence[CompletedInstant], as_of: str | None = No
             _apply(slices, state.instant, state.commit)
     last = completed[end - 1].instant if end else None
     return Snapshot(as_of=last, slices=slices)
+
+
+def snapshot_as_of_request(
+    state: TimelineState, instant: str, *, table: str | None = None
+) -> Snapshot:
+    """The snapshot ``instant`` builds on: the instants completed before its ``requested``
+    entry. What a writer merges with and an overwrite replaces; a completion after that entry
+    on a file group the instant touches is a conflict anyway (``lakewarden.table.conflicts``).
+
+    Raises: InstantNotOnTimelineError (``state`` has no ``requested`` entry of ``instant``)."""
+    mine = state.get(instant)
+    if mine is None:
+        raise InstantNotOnTimelineError(
+            f"instant {instant} is not on the timeline of table {table!r}. Help: pass an "
+            "instant whose requested entry was appended, and load the timeline after it.",
+            table=table,
+            instant=instant,
+        )
+    before = [s for s in state.completed() if (s.completed_seq or 0) < mine.requested_seq]
+    return build_snapshot(before)
 
 
 def _apply(slices: dict[FileGroupId, FileSlice], instant: str, commit: CommitStats) -> None:

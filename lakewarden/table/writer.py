@@ -61,7 +61,7 @@ from lakewarden.table.coordinator import Coordinator
 from lakewarden.table.files import BaseFileName, WriteToken, file_key
 from lakewarden.table.job_commit import JobCommitSpec, abandon, commit_instant
 from lakewarden.table.merge import BucketMerge, Merged, merge, merge_bucket, stamped
-from lakewarden.table.snapshot import Snapshot, build_snapshot
+from lakewarden.table.snapshot import snapshot_as_of_request
 from lakewarden.table.stats import CommitStats, FileGroupId, WorkloadProfile, WriteStat
 from lakewarden.table.timeline import Timeline
 from lakewarden.table.transaction import WriteTransaction
@@ -133,7 +133,9 @@ def write(ctx: WriteContext, data: pa.Table, operation: Operation) -> CommitResu
     try:
         job = _job(ctx.storage, txn.instant)
         with txn.heartbeat():
-            buckets = BucketSlices(_base_snapshot(ctx.timeline, txn.instant))
+            state = ctx.timeline.load()
+            base = snapshot_as_of_request(state, txn.instant, table=ctx.config.name)
+            buckets = BucketSlices(base)
             touched = dict.fromkeys(g for c in groups for g in buckets.file_groups(c))
             txn.inflight(WorkloadProfile(operation=operation, file_groups=tuple(touched)))  # 4
             attempt = _attempt(job)
@@ -175,16 +177,6 @@ def _commit_attempt(attempt: TaskAttempt | None) -> tuple[str, ...]:
         return ()
     attempt.commit()
     return (str(attempt.attempt_id),)
-
-
-def _base_snapshot(timeline: Timeline, instant: str) -> Snapshot:
-    """The snapshot as of this instant's ``requested`` entry: what the write builds on. A
-    completion after that entry on a file group this write touches is a conflict anyway."""
-    state = timeline.load()
-    mine = state.get(instant)
-    assert mine is not None, "the transaction's requested entry is on the log"
-    before = [s for s in state.completed() if (s.completed_seq or 0) < mine.requested_seq]
-    return build_snapshot(before)
 
 
 def _write_groups(

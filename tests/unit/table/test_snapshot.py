@@ -7,12 +7,16 @@ from dataclasses import dataclass
 import pytest
 
 from lakewarden.table.files import BaseFileName, LogFileName, WriteToken, file_key
+from lakewarden.table.instant import Action, Transition
 from lakewarden.table.snapshot import (
     InstantNotCompletedError,
+    InstantNotOnTimelineError,
     build_snapshot,
     changes_since,
+    snapshot_as_of_request,
 )
 from lakewarden.table.stats import CommitStats, FileGroupId, WriteStat
+from lakewarden.table.timeline_state import InstantState, TimelineState
 
 T1, T2, T3, T4 = (f"2024010100000000{i}" for i in range(1, 5))
 EU = FileGroupId(partition_path="region=eu", file_id="00000000-0000")
@@ -148,3 +152,35 @@ def test_changes_since() -> None:
 def test_changes_since_an_instant_that_is_not_completed() -> None:
     with pytest.raises(InstantNotCompletedError, match="since_instant '20240101000000009'"):
         changes_since(HISTORY, since="20240101000000009")
+
+
+def _state(
+    instant: str, requested: int, completed: int | None, stats: CommitStats | None
+) -> InstantState:
+    return InstantState(
+        instant=instant,
+        action=Action.COMMIT,
+        state=Transition.COMPLETED if completed is not None else Transition.INFLIGHT,
+        requested_seq=requested,
+        last_seq=completed if completed is not None else requested + 1,
+        completed_seq=completed,
+        commit=stats,
+    )
+
+
+def test_snapshot_as_of_request_holds_what_completed_before_the_request() -> None:
+    """T1 completed before T3 was requested, T2 after: T3 builds on T1 alone."""
+    timeline = TimelineState(
+        instants={
+            T1: _state(T1, 0, 2, commit(base(EU, T1))),
+            T2: _state(T2, 1, 5, commit(base(US, T2))),
+            T3: _state(T3, 3, None, None),
+        },
+        tail_seq=5,
+    )
+    snapshot = snapshot_as_of_request(timeline, T3)
+    assert snapshot.as_of == T1
+    assert set(snapshot.slices) == {EU}
+    assert snapshot_as_of_request(timeline, T1).as_of is None  # nothing completed before T1
+    with pytest.raises(InstantNotOnTimelineError, match=f"instant {T4} is not on the timeline"):
+        snapshot_as_of_request(timeline, T4, table="t")
