@@ -6,6 +6,9 @@ thousands of files into a few directories, so it renames without syncing and the
 touched directory once, before the ``_SUCCESS`` summary (the job's durability point) is
 written. A crash before that loses at most renames, which a resumed commit redoes.
 
+The batch loops (``lstat_sizes``, ``rename_batch``) are the job commit's hot paths: one
+system call per file, no exception on the success path.
+
 Renames never replace: ``renameat2(RENAME_NOREPLACE)`` where the kernel and filesystem have it
 (one system call, atomic: the file is at its source or at its destination, never both), else
 ``link`` + ``unlink`` (a crash between them leaves both names on one inode; the next rename
@@ -18,7 +21,8 @@ import ctypes
 import errno
 import os
 import stat
-from collections.abc import Callable, Iterable
+import threading
+from collections.abc import Callable, Iterable, Sequence
 
 _AT_FDCWD = -100
 _RENAME_NOREPLACE = 1
@@ -126,3 +130,81 @@ def fsync_dirs(paths: Iterable[str]) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+# -- the hot loops of the job commit (one call per file, no exception on the success path) ----
+
+# Outcomes of one rename in a batch.
+RENAMED = 0
+SOURCE_MISSING = 1
+DESTINATION_EXISTS = 2
+
+
+def lstat_sizes(
+    base: str, keys: Sequence[str], stop: threading.Event | None, out: list[int | None]
+) -> None:
+    """Append to ``out`` the size of each regular file ``base + key`` (None when absent), all
+    in one C-level ``map`` while every file exists (the common case), per key otherwise;
+    stops early when ``stop`` is set.
+
+    Raises: NotARegularFileError (naming the key: a symlink, a directory...)."""
+    if stop is not None and stop.is_set():
+        return
+    paths = [base + key for key in keys]
+    try:
+        stats = list(map(os.lstat, paths))
+    except (FileNotFoundError, NotADirectoryError):
+        _lstat_one_by_one(keys, paths, stop, out)
+        return
+    if not all(map(stat.S_ISREG, [st.st_mode for st in stats])):
+        for key, st in zip(keys, stats, strict=True):
+            if not stat.S_ISREG(st.st_mode):
+                raise NotARegularFileError(key, st.st_mode)
+    out.extend([st.st_size for st in stats])
+
+
+def _lstat_one_by_one(
+    keys: Sequence[str],
+    paths: list[str],
+    stop: threading.Event | None,
+    out: list[int | None],
+) -> None:
+    for key, path in zip(keys, paths, strict=True):
+        if stop is not None and stop.is_set():
+            return
+        try:
+            st = os.lstat(path)
+        except (FileNotFoundError, NotADirectoryError):
+            out.append(None)
+            continue
+        if not stat.S_ISREG(st.st_mode):
+            raise NotARegularFileError(key, st.st_mode)
+        out.append(st.st_size)
+
+
+def rename_batch(
+    base: bytes,
+    pairs: Sequence[tuple[str, str]],
+    stop: threading.Event | None,
+    out: list[int],
+    dirs: set[str],
+    on_error: Callable[[int, str, str], int],
+) -> None:
+    """Rename each ``(src, dst)`` under ``base`` without replacing, appending outcomes to
+    ``out`` and the destination directories (keys) that gained a name to ``dirs`` (filled as
+    it goes, so the caller still syncs them when ``on_error`` raises). A failed rename's errno
+    goes to ``on_error``, which returns its outcome. Stops when ``stop`` is set or after the
+    first outcome other than RENAMED."""
+    rename = rename_noreplace_errno
+    for src, dst in pairs:
+        if stop is not None and stop.is_set():
+            return
+        code = rename(base + src.encode(), base + dst.encode())
+        if code == 0:
+            out.append(RENAMED)
+            dirs.add(dst.rpartition("/")[0])
+            continue
+        out.append(on_error(code, src, dst))
+        if out[-1] != RENAMED:
+            return
+        dirs.add(dst.rpartition("/")[0])

@@ -21,7 +21,7 @@ import threading
 import uuid
 from typing import BinaryIO, cast
 
-from lakewarden.commit._store import CommitStore, FaultHook
+from lakewarden.commit._store import CommitStore
 from lakewarden.commit.errors import PathOutsideTableError, TaskCommitError
 from lakewarden.commit.layout import JobLayout, TaskAttemptId, attempt_file_name, is_reserved
 from lakewarden.commit.options import CommitterOptions
@@ -51,12 +51,11 @@ class TaskAttempt:
         *,
         options: CommitterOptions | None = None,
         stage_hook: StageHook | None = None,
-        fault_hook: FaultHook | None = None,
     ) -> None:
         self.attempt_id = layout.check_attempt(attempt_id)
         self.layout = layout
         self.options = options or CommitterOptions()
-        self.store = CommitStore(storage, fault_hook=fault_hook)
+        self.store = CommitStore(storage)
         self._config = StageConfig(self.store, layout, self.options, None, stage_hook)
         self._lock = threading.Lock()
         self._records: dict[str, UploadRecord] = {}

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lakewarden.commit._spill import EntrySpill
-from lakewarden.commit._store import CommitStore, FaultHook
+from lakewarden.commit._store import CommitStore
 from lakewarden.commit.attempt import TaskAttempt
 from lakewarden.commit.errors import (
     ConflictingCommitRequestError,
@@ -96,14 +96,12 @@ class ManifestCommitter:
         job_attempt: int = 0,
         options: CommitterOptions | None = None,
         stage_hook: StageHook | None = None,
-        fault_hook: FaultHook | None = None,
     ) -> None:
         self.storage = storage
         self.layout = JobLayout(job_id, job_attempt)
         self.options = options or CommitterOptions()
-        self.store = CommitStore(storage, fault_hook=fault_hook)
+        self.store = CommitStore(storage)
         self._stage_hook = stage_hook
-        self._fault_hook = fault_hook
         self._nonce = uuid.uuid4().hex
 
     def __repr__(self) -> str:
@@ -136,7 +134,6 @@ class ManifestCommitter:
             self.layout.attempt_id(task, attempt),
             options=self.options,
             stage_hook=self._stage_hook,
-            fault_hook=self._fault_hook,
         )
 
     def summary(self) -> SuccessData | None:

@@ -3,7 +3,8 @@
 Two faults, chosen per operation and call number:
 
 - ``fail``: the call raises ``InjectedFaultError`` (a ``StorageIOError``) *before* reaching
-  the wrapped storage, so nothing happened;
+  the wrapped storage, so nothing happened; or the given ``error`` instead (a test's
+  ``SimulatedCrash``, a ``BaseException`` no stage handles, kills the caller right there);
 - ``lose_reply``: the call reaches the wrapped storage and takes effect, then raises
   ``InjectedFaultError`` as a lost network reply would. Callers must reconcile by reading
   state, never assume the write failed. If the wrapped call itself raises, that error
@@ -15,6 +16,10 @@ model a remote store (the timeline benchmark uses 5 ms per metadata call).
 Calls are counted per operation from construction, faulted ones included; ``nth`` numbers
 are these counts (1-based), so ``fail("write_if_absent", nth=faulty.calls("write_if_absent")
 + 1)`` targets the next call, which is also what ``nth=None`` means.
+
+This is the one storage fault mechanism (as Hadoop's ``UnreliableManifestStoreOperations``
+injects faults through the store interface itself); the job commit's other fault point is
+its stage hook (``lakewarden.commit.stages.StageHook``).
 
 Usage::
 
@@ -77,18 +82,21 @@ class FaultyStorage(ForwardingStorage):
         self.latency_ops = frozenset(OPERATIONS if latency_ops is None else latency_ops)
         self._lock = threading.Lock()
         self._counts: Counter[str] = Counter()
-        self._armed: dict[tuple[Operation, int], FaultKind] = {}
+        self._armed: dict[tuple[Operation, int], tuple[FaultKind, BaseException | None]] = {}
 
     def __repr__(self) -> str:
         return f"FaultyStorage({self.inner!r})"
 
     # -- arming -------------------------------------------------------------------------------
 
-    def fail(self, op: Operation, *, nth: int | None = None) -> None:
-        """Make call ``nth`` of ``op`` (default: the next) raise before taking effect.
+    def fail(
+        self, op: Operation, *, nth: int | None = None, error: BaseException | None = None
+    ) -> None:
+        """Make call ``nth`` of ``op`` (default: the next) raise before taking effect:
+        ``InjectedFaultError``, or ``error`` when given.
 
         Raises: ValueError (unknown operation, or ``nth`` already past)."""
-        self._arm(op, nth, FaultKind.FAIL)
+        self._arm(op, nth, FaultKind.FAIL, error)
 
     def lose_reply(self, op: Operation, *, nth: int | None = None) -> None:
         """Make call ``nth`` of ``op`` (default: the next) take effect, then raise.
@@ -96,7 +104,13 @@ class FaultyStorage(ForwardingStorage):
         Raises: ValueError (unknown operation, or ``nth`` already past)."""
         self._arm(op, nth, FaultKind.LOSE_REPLY)
 
-    def _arm(self, op: Operation, nth: int | None, kind: FaultKind) -> None:
+    def _arm(
+        self,
+        op: Operation,
+        nth: int | None,
+        kind: FaultKind,
+        error: BaseException | None = None,
+    ) -> None:
         if op not in OPERATIONS:  # a typo would otherwise arm a fault that never fires
             raise ValueError(f"unknown storage operation {op!r}; one of {OPERATIONS}")
         with self._lock:
@@ -104,7 +118,7 @@ class FaultyStorage(ForwardingStorage):
             call = done + 1 if nth is None else nth
             if call <= done:
                 raise ValueError(f"call {call} of {op} already happened ({done} so far)")
-            self._armed[(op, call)] = kind
+            self._armed[(op, call)] = (kind, error)
 
     def clear_faults(self) -> None:
         """Disarm every fault not yet fired."""
@@ -128,9 +142,11 @@ class FaultyStorage(ForwardingStorage):
         with self._lock:
             self._counts[op] += 1
             number = self._counts[op]
-            kind = self._armed.pop((op, number), None)
+            kind, error = self._armed.pop((op, number), (None, None))
         if self.latency_s > 0 and op in self.latency_ops:
             self.clock.sleep(self.latency_s)
+        if error is not None:
+            raise error
         if kind is FaultKind.FAIL:
             raise InjectedFaultError(
                 f"injected fault: {op} call {number} on {key!r} failed before its effect",

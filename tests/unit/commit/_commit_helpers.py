@@ -12,6 +12,7 @@ from lakewarden.commit import ManifestCommitter, TaskAttempt, TaskAttemptId, new
 from lakewarden.commit.layout import JobLayout
 from lakewarden.commit.manifest import MANIFEST_TYPE
 from lakewarden.storage import Storage
+from lakewarden.storage.faults import FaultyStorage, Operation
 from lakewarden.storage.s3 import S3Storage
 
 
@@ -48,8 +49,11 @@ class Table:
         prefix = self.s3_name + "/"
         return sorted(u.key[len(prefix) :] for u in self.s3_parent.list_multipart_uploads(prefix))
 
-    def committer(self, job_id: str | None = None, **kwargs: Any) -> ManifestCommitter:
-        return ManifestCommitter(self.storage, job_id or new_job_id(), **kwargs)
+    def committer(
+        self, job_id: str | None = None, *, storage: Storage | None = None, **kwargs: Any
+    ) -> ManifestCommitter:
+        """A committer of the table, through ``storage`` (a fault wrapper of it) if given."""
+        return ManifestCommitter(storage or self.storage, job_id or new_job_id(), **kwargs)
 
 
 def run_task(
@@ -109,17 +113,12 @@ def forge_manifest(
     storage.write(layout.manifest_key(attempt), json.dumps(doc).encode())
 
 
-class CrashAt:
-    """A ``fault_hook`` that crashes at call ``nth`` of ``operation`` (counting from here)."""
-
-    def __init__(self, operation: str, nth: int) -> None:
-        self.operation, self.nth, self.seen = operation, nth, 0
-
-    def __call__(self, operation: str, key: str) -> None:
-        if operation == self.operation:
-            self.seen += 1
-            if self.seen == self.nth:
-                raise SimulatedCrash(f"crash at {operation} #{self.nth} ({key})")
+def crash_at(storage: Storage, operation: Operation, nth: int) -> FaultyStorage:
+    """``storage`` wrapped so that call ``nth`` of ``operation`` through it (counting from
+    here) crashes the caller (``SimulatedCrash``) before the call's effect."""
+    faulty = FaultyStorage(storage)
+    faulty.fail(operation, nth=nth, error=SimulatedCrash(f"crash at {operation} #{nth}"))
+    return faulty
 
 
 class CrashAtStage:

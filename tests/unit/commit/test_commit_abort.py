@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from _commit_helpers import CrashAt, SimulatedCrash, Table, job_files, run_task
+from _commit_helpers import SimulatedCrash, Table, crash_at, job_files, run_task
 
 from lakewarden.commit import (
     CommitterOptions,
@@ -23,9 +23,8 @@ def _work_area(table: Table) -> list[str]:
 def _crash_after_create(table: Table, committer: ManifestCommitter, task: int, key: str) -> None:
     """An attempt that dies right after creating its upload, before recording the id (S3), or
     in the middle of writing its file (local)."""
-    attempt = table.committer(committer.job_id, fault_hook=CrashAt("write", 2)).task_attempt(
-        task, 0
-    )
+    crashing = crash_at(table.storage, "write", 2)
+    attempt = table.committer(committer.job_id, storage=crashing).task_attempt(task, 0)
     attempt.setup()
     if table.is_s3:
         with pytest.raises(SimulatedCrash):
@@ -63,7 +62,9 @@ def test_abort_after_an_interrupted_commit_rolls_back_what_was_placed(table: Tab
     accepted = [run_task(committer, t, 0, f).attempt_id for t, f in files.items()]
     op = "complete_multipart" if table.is_s3 else "rename"
     crashing = table.committer(
-        committer.job_id, fault_hook=CrashAt(op, 6), options=CommitterOptions(threads=1)
+        committer.job_id,
+        storage=crash_at(table.storage, op, 6),
+        options=CommitterOptions(threads=1),
     )
     with pytest.raises(SimulatedCrash):
         crashing.commit_job(accepted)

@@ -7,10 +7,10 @@ import json
 
 import pytest
 from _commit_helpers import (
-    CrashAt,
     CrashAtStage,
     SimulatedCrash,
     Table,
+    crash_at,
     expected,
     job_files,
     run_task,
@@ -86,7 +86,7 @@ def test_crash_at_each_stage_then_resume(table: Table, stage: str, event: str) -
 def test_crash_in_the_middle_of_placing_files_then_resume(table: Table, nth: int) -> None:
     job_id, accepted, want = _prepare(table)
     op = "complete_multipart" if table.is_s3 else "rename"
-    crashing = table.committer(job_id, fault_hook=CrashAt(op, nth), options=_serial())
+    crashing = table.committer(job_id, storage=crash_at(table.storage, op, nth), options=_serial())
     with pytest.raises(SimulatedCrash):
         crashing.commit_job(accepted)  # one worker: exactly nth - 1 files placed before
     placed_before = len(table.data_files())
@@ -131,7 +131,10 @@ def test_resume_with_other_accepted_attempts_is_refused(table: Table) -> None:
     job_id, accepted, want = _prepare(table)
     with pytest.raises(SimulatedCrash):
         op = "complete_multipart" if table.is_s3 else "rename"
-        table.committer(job_id, fault_hook=CrashAt(op, 2), options=_serial()).commit_job(accepted)
+        crashing = table.committer(
+            job_id, storage=crash_at(table.storage, op, 2), options=_serial()
+        )
+        crashing.commit_job(accepted)
     loser = TaskAttemptId.of(job_id, 0, 0)
     other_set = [loser if a.task_id.task == 0 else a for a in accepted]
     with pytest.raises(StageFailedError) as info:

@@ -17,19 +17,16 @@ from lakewarden.commit import CommitterOptions
 
 _CHILD = textwrap.dedent(
     """
-    import json, sys, time
+    import json, sys
     from lakewarden.commit import CommitterOptions, ManifestCommitter
+    from lakewarden.storage.faults import FaultyStorage
     from lakewarden.storage.local import LocalStorage
 
     root, job_id, accepted = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
-
-    def slow(operation, key):
-        if operation == "rename":
-            time.sleep(0.005)  # slow enough to be killed in the middle
-
+    # 5 ms per rename: slow enough to be killed in the middle
+    slow = FaultyStorage(LocalStorage(root), latency_s=0.005, latency_ops=["rename"])
     committer = ManifestCommitter(
-        LocalStorage(root), job_id, options=CommitterOptions(threads=4, batch_size=10),
-        fault_hook=slow,
+        slow, job_id, options=CommitterOptions(threads=4, batch_size=10)
     )
     committer.commit_job(accepted)
     print("finished")

@@ -11,7 +11,7 @@ from _jc_unit import COORDINATOR, Job, as_set, data_files, make_table, open_job,
 from lakewarden.commit import ManifestCommitter
 from lakewarden.errors import CommitStateUnknownError
 from lakewarden.settings import Settings
-from lakewarden.storage import StorageIOError
+from lakewarden.storage.faults import FaultyStorage
 from lakewarden.table.conflicts import OverlappingCommitConflict
 from lakewarden.table.instant import Transition
 from lakewarden.table.job_commit import (
@@ -116,16 +116,11 @@ def test_the_once_rule_refuses_a_second_completion(table: Table) -> None:
 
 def test_a_store_fault_while_renaming_is_resumed_not_rolled_back(table: Table) -> None:
     job = open_job(table, rows((1, "eu", "a")), rows((2, "us", "b")))
-    faults = []
-
-    def fail_once(op: str, key: str) -> None:
-        if op == "rename" and not faults:
-            faults.append(key)
-            raise StorageIOError("disk hiccup", key=key)
-
-    committer = ManifestCommitter(table.storage, job.job_id, fault_hook=fail_once)
+    faulty = FaultyStorage(table.storage)
+    faulty.fail("rename")  # the first rename: a disk hiccup (InjectedFaultError)
+    committer = ManifestCommitter(faulty, job.job_id)
     done = commit_instant(committer, job.txn, spec(job))
-    assert faults and done.resumed
+    assert faulty.calls("rename") > 1 and done.resumed
     assert as_set(Table.open(table.uri).read()) == {(1, "eu", "a"), (2, "us", "b")}
 
 
