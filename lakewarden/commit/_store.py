@@ -23,16 +23,15 @@ can see.
 from __future__ import annotations
 
 import builtins
-import errno
 import os
 import shutil
 import stat
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TypeVar
 
-from lakewarden.commit import _localfs
+from lakewarden.commit import _batches, _localfs
 from lakewarden.commit._localfs import DESTINATION_EXISTS, RENAMED, SOURCE_MISSING
 from lakewarden.commit.statistics import CommitStatistics
 from lakewarden.storage import (
@@ -108,9 +107,10 @@ class CommitStore:
 
     def size(self, key: str) -> int | None:
         """Size of the object, None when absent. Raises: NotARegularFileError (local)."""
-        return self._call("stat", lambda: self._size(key))
+        return self._call("stat", lambda: self.size_of(key))
 
-    def _size(self, key: str) -> int | None:
+    def size_of(self, key: str) -> int | None:
+        """``size`` without metering (a batch meters itself)."""
         if self.fast:
             return _localfs.regular_file_size(self.path(key))
         try:
@@ -127,9 +127,10 @@ class CommitStore:
     def rename(self, src: str, dst: str) -> int:
         """Move one file without replacing; returns RENAMED, SOURCE_MISSING or
         DESTINATION_EXISTS."""
-        return self._call("rename", lambda: self._rename(src, dst))
+        return self._call("rename", lambda: self.rename_outcome(src, dst))
 
-    def _rename(self, src: str, dst: str) -> int:
+    def rename_outcome(self, src: str, dst: str) -> int:
+        """``rename`` without metering (a batch meters itself)."""
         if not self.fast:
             try:
                 self.storage.rename(src, dst)
@@ -144,17 +145,16 @@ class CommitStore:
         except FileNotFoundError:
             if not os.path.isdir(os.path.dirname(dst_path)):
                 os.makedirs(os.path.dirname(dst_path), exist_ok=True)
-                return self._rename(src, dst)
+                return self.rename_outcome(src, dst)
             return SOURCE_MISSING
         except FileExistsError:
             return DESTINATION_EXISTS
         except OSError as err:
             raise StorageIOError(f"local rename of {src!r} failed: {err}", key=src) from err
-        with self._dirty_lock:
-            self._dirty_dirs.add(os.path.dirname(dst_path))
+        self.mark_dirty([os.path.dirname(dst_path)])
         return RENAMED
 
-    # -- batches (one metering sample per item) --------------------------------------------
+    # -- batches (one metering sample per item; ``lakewarden.commit._batches``) -------------
 
     def sizes(
         self, keys: Sequence[str], stop: threading.Event | None = None
@@ -162,65 +162,19 @@ class CommitStore:
         """Sizes of ``keys`` (None when absent), stopping early when ``stop`` is set.
 
         Raises: NotARegularFileError (local: a symlink or directory), StorageError."""
-        start = time.perf_counter()
-        out: builtins.list[int | None] = []
-        try:
-            if self.fast:
-                _localfs.lstat_sizes(self.path(""), keys, stop, out)
-            else:
-                for key in keys:
-                    if stop is not None and stop.is_set():
-                        break
-                    out.append(self._size(key))
-        finally:
-            self.metered.record("stat", time.perf_counter() - start, samples=max(len(out), 1))
-        return out
+        return _batches.sizes(self, keys, stop)
 
     def renames(
         self, pairs: Sequence[tuple[str, str]], stop: threading.Event | None = None
     ) -> builtins.list[int]:
         """Rename each ``(src, dst)``; outcomes in order, stopping early when ``stop`` is set
         or after the first outcome other than RENAMED (the caller decides about it)."""
-        start = time.perf_counter()
-        out: builtins.list[int] = []
-        try:
-            if self.fast:
-                self._renames_fast(pairs, stop, out)
-            else:
-                for src, dst in pairs:
-                    if stop is not None and stop.is_set():
-                        break
-                    out.append(self._rename(src, dst))
-                    if out[-1] != RENAMED:
-                        break
-        finally:
-            self.metered.record("rename", time.perf_counter() - start, samples=max(len(out), 1))
-        return out
+        return _batches.renames(self, pairs, stop)
 
-    def _renames_fast(
-        self,
-        pairs: Sequence[tuple[str, str]],
-        stop: threading.Event | None,
-        out: builtins.list[int],
-    ) -> None:
-        """The local fast path: the touched directories are collected per batch and synced
-        once before ``_SUCCESS``."""
-        dirs: set[str] = set()
-        try:
-            base = os.fsencode(self.path(""))
-            _localfs.rename_batch(base, pairs, stop, out, dirs, self._rename_failed)
-        finally:
-            with self._dirty_lock:
-                self._dirty_dirs.update(self.path(d) for d in dirs)
-
-    def _rename_failed(self, code: int, src: str, dst: str) -> int:
-        if code == errno.EEXIST:
-            return DESTINATION_EXISTS
-        if code in (errno.ENOENT, errno.ENOTDIR):
-            return self._rename(src, dst)  # tells a missing source from a missing directory
-        raise StorageIOError(
-            f"local rename of {src!r} to {dst!r} failed: {os.strerror(code)}", key=src
-        )
+    def mark_dirty(self, paths: Iterable[str]) -> None:
+        """Remember local directories the fast path changed (synced before ``_SUCCESS``)."""
+        with self._dirty_lock:
+            self._dirty_dirs.update(paths)
 
     # -- local filesystem inspection (symlink checks) ----------------------------------------
 
