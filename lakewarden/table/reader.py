@@ -158,7 +158,7 @@ def partition_expression(config: TableConfig, partition_path: str) -> pc.Express
 
 def _filesystem(storage: Storage, files: Sequence[WriteStat]) -> tuple[pafs.FileSystem, Any]:
     """A pyarrow filesystem for the files and the function mapping a key to its path."""
-    if not files or storage.local_path(files[0].path) is not None:
+    if not files or storage.capabilities.local_paths:
 
         def local(key: str) -> str:
             path = storage.local_path(key)

@@ -95,7 +95,7 @@ class Timeline:
         self.table = table
         self.checkpoints = CheckpointStore(storage, interval=checkpoint_interval)
         self._max_attempts = max_append_attempts
-        local = storage.local_path(entry_key(0)) is not None
+        local = storage.capabilities.local_paths  # remote stores: read entries ahead
         self._read_ahead = max(1, read_ahead if read_ahead is not None else 1 if local else 16)
         self._lock = threading.Lock()
         self._cached: TimelineState | None = None
