@@ -1,0 +1,71 @@
+"""A table's history from its events: why an instant is in its state, and replay.
+
+Public surface::
+
+    build_history, HistoryBuilder     the pure fold: decoded events -> TableHistory
+    TableHistory, InstantStory, ...   the story records (frozen dataclasses)
+    explain                           sentences answering "why is this instant in this state"
+    story_lines, table_lines          the history as text
+    diff_timelines, ReplayReport      the timeline rebuilt from the topic vs storage's
+    read_table_events                 the bounded Kafka read of one table's events
+
+Everything but ``read_table_events`` (and ``read_storage_entries``) is pure: no Kafka, no
+storage, so it is tested with hand-built event sequences.
+"""
+
+from lakewarden.history.explain import explain, fmt_ms
+from lakewarden.history.fold import HistoryBuilder, build_history
+from lakewarden.history.model import (
+    CancelStep,
+    Expiry,
+    HeartbeatTrail,
+    InstantStory,
+    JobRequest,
+    JobResult,
+    LockGrant,
+    Recorded,
+    RetentionGap,
+    Step,
+    TableHistory,
+    TaskAttempt,
+    Unreadable,
+)
+from lakewarden.history.reader import ReadTimeoutError, read_table_events
+from lakewarden.history.render import history_json, story_lines, table_lines
+from lakewarden.history.replay import (
+    Difference,
+    ReplayReport,
+    diff_timelines,
+    entries_from_topic,
+    read_storage_entries,
+)
+
+__all__ = [
+    "CancelStep",
+    "Difference",
+    "Expiry",
+    "HeartbeatTrail",
+    "HistoryBuilder",
+    "InstantStory",
+    "JobRequest",
+    "JobResult",
+    "LockGrant",
+    "ReadTimeoutError",
+    "Recorded",
+    "ReplayReport",
+    "RetentionGap",
+    "Step",
+    "TableHistory",
+    "TaskAttempt",
+    "Unreadable",
+    "build_history",
+    "diff_timelines",
+    "entries_from_topic",
+    "explain",
+    "fmt_ms",
+    "history_json",
+    "read_storage_entries",
+    "read_table_events",
+    "story_lines",
+    "table_lines",
+]

@@ -1,0 +1,220 @@
+"""``explain``: a few sentences that answer "why is this instant in this state".
+
+The sentences are built from the story alone (the events), so they say what the events
+recorded, and say so when events that would tell are missing (retention, unreadable
+messages) instead of guessing.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from lakewarden.history.model import (
+    Expiry,
+    HeartbeatTrail,
+    InstantStory,
+    JobResult,
+    Step,
+    TableHistory,
+)
+
+
+def fmt_ms(ms: int | None) -> str:
+    """Epoch milliseconds as ``2025-03-14T09:26:53.589Z`` ("?" when unknown)."""
+    if ms is None:
+        return "?"
+    stamp = datetime.fromtimestamp(ms / 1000, tz=UTC)
+    return stamp.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+
+
+def explain(history: TableHistory, instant: str) -> list[str]:
+    """Sentences explaining the state of ``instant``, most important first."""
+    story = history.story(instant)
+    if story is None:
+        return [
+            f"No event of table {history.table_id} names instant {instant}.",
+            *_caveats(history),
+        ]
+    lines = [_headline(story)]
+    terminal = story.steps[-1] if story.steps else None
+    state = story.state
+    if state == "completed" and terminal is not None:
+        lines += _completed(history, story, terminal)
+    elif state == "rolled_back" and terminal is not None:
+        lines += _rolled_back(story, terminal)
+    elif state in ("aborted", "cancel_requested"):
+        lines += _cancelled(story)
+    elif state in ("requested", "inflight"):
+        lines += _pending(story)
+    else:
+        lines += _without_timeline(story)
+    lines += _attempts(story)
+    if story.error_records:
+        lines.append(
+            f"{story.error_records} failed record(s) of this instant went to the errors topic."
+        )
+    return lines + _caveats(history)
+
+
+def _headline(story: InstantStory) -> str:
+    if not story.steps:
+        return f"Instant {story.instant}: the timeline topic recorded no transition of it."
+    path = " -> ".join(f"{s.transition} (seq {s.seq})" for s in story.steps)
+    return f"Instant {story.instant} ({story.steps[0].action}) is {story.state}: {path}."
+
+
+def _by(step: Step, history: TableHistory | None = None) -> str:
+    text = f"by {step.actor} at {fmt_ms(step.wall_ms)}"
+    if step.lock_token is None:
+        return text + " without the table lock"
+    text += f" holding lock token {step.lock_token}"
+    grant = history.grant(step.lock_token) if history is not None else None
+    if grant is not None and grant.requested_ms is not None and grant.granted_ms is not None:
+        waited = grant.granted_ms - grant.requested_ms
+        text += f" (asked for by {grant.owner}, granted after {waited} ms)"
+    return text
+
+
+def _completed(history: TableHistory, story: InstantStory, step: Step) -> list[str]:
+    lines = [f"Completed {_by(step, history)}."]
+    committed = [r for r in story.job_results if r.status == "committed"]
+    if committed:
+        result = committed[-1]
+        lines.append(
+            f"Job {result.job_id} was committed by {result.committer} at {fmt_ms(result.event_ms)}."
+        )
+    failed = [r for r in story.job_results if r.status == "failed"]
+    if failed:
+        lines.append(
+            f"Earlier, {len(failed)} job commit attempt(s) failed; "
+            f"the last: {_failure(failed[-1])}."
+        )
+    return lines
+
+
+def _rolled_back(story: InstantStory, step: Step) -> list[str]:
+    reason = str(step.payload.get("reason") or "no reason recorded")
+    lines: list[str] = []
+    expiry = story.expiries[-1] if story.expiries else None
+    failed = [r for r in story.job_results if r.status == "failed"]
+    if expiry is not None:
+        lines.append(_expiry_sentence(expiry, _trail(story, expiry.owner)))
+    elif failed:
+        lines.append(f"Rolled back because the job commit failed: {_failure(failed[-1])}.")
+    lines.append(f"Rolled back {_by(step)}; reason recorded: {reason}.")
+    return lines
+
+
+def _expiry_sentence(expiry: Expiry, trail: HeartbeatTrail | None) -> str:
+    frontier = expiry.frontier_ms if expiry.frontier_ms is not None else expiry.detected_ms
+    silent = frontier - expiry.last_seen_ms
+    text = (
+        f"Rolled back because writer {expiry.owner}'s heartbeat stopped at "
+        f"{fmt_ms(expiry.last_seen_ms)} (broker time)"
+    )
+    if trail is not None and trail.interval_ms > 0:
+        missed = silent // trail.interval_ms
+        text += (
+            f": {missed} beats missed (interval {trail.interval_ms} ms, "
+            f"{trail.tolerable_misses} tolerated)"
+        )
+    text += (
+        f"; {expiry.monitor} declared it dead at {fmt_ms(expiry.detected_ms)} after "
+        f"{silent} ms of silence (tolerance {expiry.tolerance_ms} ms)."
+    )
+    if trail is not None and trail.beats:
+        text += f" It had sent {trail.beats} beat(s) since {fmt_ms(trail.first_ms)}."
+    return text
+
+
+def _failure(result: JobResult) -> str:
+    stage = result.failed_stage or "an unnamed stage"
+    error = result.error_type or "an error"
+    text = f"job {result.job_id} failed at job-commit stage {stage} with {error}"
+    if result.reason:
+        text += f" ({result.reason})"
+    return text
+
+
+def _cancelled(story: InstantStory) -> list[str]:
+    lines: list[str] = []
+    requests = [c for c in story.cancels if c.kind == "request"]
+    if requests:
+        first = requests[0]
+        why = first.reason or "no reason given"
+        lines.append(
+            f"Cancel was requested by {first.requester} at {fmt_ms(first.requested_ms)} for: {why}."
+        )
+    for cancel in story.cancels:
+        if cancel.outcome == "refused":
+            lines.append(
+                f"A {cancel.kind} by {cancel.requester} was refused: {cancel.outcome_reason}."
+            )
+    terminal = story.steps[-1]
+    verb = "Aborted" if terminal.transition == "aborted" else "Cancel recorded"
+    reason = terminal.payload.get("reason")
+    lines.append(f"{verb} {_by(terminal)}" + (f"; reason: {reason}." if reason else "."))
+    return lines
+
+
+def _pending(story: InstantStory) -> list[str]:
+    lines = ["It is still pending on the timeline topic."]
+    for trail in story.heartbeats:
+        if trail.final_ms is not None:
+            lines.append(f"{trail.owner} stopped beating on purpose at {fmt_ms(trail.final_ms)}.")
+        elif trail.last_ms is not None:
+            lines.append(
+                f"{trail.owner}'s last heartbeat was at {fmt_ms(trail.last_ms)} (broker time), "
+                f"{trail.beats} beat(s) in all."
+            )
+    for expiry in story.expiries:
+        lines.append(
+            _expiry_sentence(expiry, _trail(story, expiry.owner)).replace(
+                "Rolled back because", "Not rolled back yet, although"
+            )
+        )
+    if not story.heartbeats:
+        lines.append("No heartbeat of it was recorded.")
+    return lines
+
+
+def _without_timeline(story: InstantStory) -> list[str]:
+    lines = ["Other events name it, but its timeline entries are not on the timeline topic."]
+    lines += [f"Job commit: {_failure(r)}." for r in story.job_results if r.status == "failed"]
+    lines += [_expiry_sentence(e, _trail(story, e.owner)) for e in story.expiries]
+    return lines
+
+
+def _attempts(story: InstantStory) -> list[str]:
+    if not story.attempts:
+        return []
+    accepted = [a for a in story.attempts if a.accepted]
+    files = sum(a.file_count for a in accepted)
+    return [
+        f"{len(story.attempts)} task attempt(s) saved a manifest; {len(accepted)} were accepted "
+        f"by the driver ({files} files)."
+    ]
+
+
+def _trail(story: InstantStory, owner: str) -> HeartbeatTrail | None:
+    return next((t for t in story.heartbeats if t.owner == owner), None)
+
+
+def _caveats(history: TableHistory) -> list[str]:
+    lines = [
+        f"Events are missing: {gap.topic} partition {gap.partition} no longer holds offsets "
+        f"below {gap.low_offset} (retention)"
+        + (
+            f"; nothing older than {fmt_ms(gap.first_kept_ms)} is known."
+            if gap.first_kept_ms
+            else "."
+        )
+        for gap in history.gaps
+    ]
+    if history.unreadable:
+        reasons = sorted({u.reason for u in history.unreadable})
+        lines.append(
+            f"{len(history.unreadable)} message(s) could not be read ({', '.join(reasons)}); "
+            "the story may be incomplete."
+        )
+    return lines

@@ -1,0 +1,173 @@
+"""Replay: the timeline rebuilt from the timeline topic alone, diffed against storage.
+
+``diff_timelines(topic, storage)`` is pure: it compares, seq by seq, the entries the
+``TimelineTransition`` events describe with the entries read from the table's storage, and
+names each difference:
+
+- ``missing``: the topic has entry N, storage does not (deleted or never written there);
+- ``extra``: storage has entry N, the topic does not (never published, or lost to retention);
+- ``different``: both have entry N but a field differs (the fields are named);
+- ``conflicting``: the topic holds two different events for entry N;
+- ``malformed``: storage's entry N does not parse.
+
+Sequence numbers make gaps visible: an entry the topic lacks below its newest one shows up as
+``extra`` even when storage is intact. ``read_storage_entries`` reads the log by listing and,
+unlike ``Timeline.load``, carries on past a hole, because a hole is what replay must report.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import ValidationError
+
+from lakewarden.history.fold import epoch_ms
+from lakewarden.history.model import Recorded
+from lakewarden.storage import Storage
+from lakewarden.table.checkpoint import TIMELINE_PREFIX, seq_of
+from lakewarden.table.state_machine import Replayer
+from lakewarden.table.timeline_state import TimelineEntry, TimelineState
+
+DifferenceKind = Literal["missing", "extra", "different", "conflicting", "malformed"]
+_COMPARED = ("instant", "action", "transition", "actor", "lock_token", "wall_time_ms", "payload")
+
+
+@dataclass(frozen=True, slots=True)
+class Difference:
+    """One entry on which the topic and storage disagree."""
+
+    seq: int
+    kind: DifferenceKind
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayReport:
+    """The rebuilt timeline (``state``: the state machine folded over the topic's entries)
+    and every difference from storage, in seq order."""
+
+    topic_entries: int
+    storage_entries: int
+    differences: tuple[Difference, ...]
+    state: TimelineState
+
+    @property
+    def clean(self) -> bool:
+        return not self.differences
+
+
+def entries_from_topic(
+    events: Iterable[Recorded],
+) -> tuple[dict[int, TimelineEntry], list[Difference]]:
+    """The entries the ``TimelineTransition`` events describe, by seq. A redelivered event
+    (same entry published twice) counts once; two different events for one seq are a
+    ``conflicting`` difference (the first is kept). Events that do not make an entry are
+    skipped (the history fold reports them)."""
+    entries: dict[int, TimelineEntry] = {}
+    conflicts: list[Difference] = []
+    for event in events:
+        if event.name != "TimelineTransition":
+            continue
+        entry = _entry_of(event)
+        if entry is None:
+            continue
+        known = entries.get(entry.seq)
+        if known is None:
+            entries[entry.seq] = entry
+        elif known != entry:
+            fields = ", ".join(_differing(known, entry))
+            conflicts.append(
+                Difference(entry.seq, "conflicting", f"the topic holds two versions ({fields})")
+            )
+    return entries, conflicts
+
+
+def read_storage_entries(storage: Storage) -> dict[int, TimelineEntry | str]:
+    """Every timeline entry in storage by seq (a malformed one as the reason), holes and all.
+
+    Raises: StorageError.
+    """
+    found: dict[int, TimelineEntry | str] = {}
+    for info in storage.list(TIMELINE_PREFIX):
+        seq = seq_of(info.key, TIMELINE_PREFIX)
+        if seq is None:
+            continue
+        data = storage.read(info.key)
+        try:
+            found[seq] = TimelineEntry.model_validate_json(data)
+        except ValidationError as err:
+            found[seq] = f"{err.error_count()} validation error(s): {err.errors()[0]['msg']}"
+    return found
+
+
+def diff_timelines(
+    topic: dict[int, TimelineEntry],
+    storage: dict[int, TimelineEntry | str],
+    *,
+    conflicts: Iterable[Difference] = (),
+) -> ReplayReport:
+    """Compare the topic's entries with storage's, seq by seq."""
+    differences = list(conflicts)
+    for seq in sorted(topic.keys() | storage.keys()):
+        mine, theirs = topic.get(seq), storage.get(seq)
+        if theirs is None and mine is not None:
+            differences.append(Difference(seq, "missing", f"storage lacks {_describe(mine)}"))
+        elif mine is None and theirs is not None:
+            what = _describe(theirs) if isinstance(theirs, TimelineEntry) else "an entry"
+            differences.append(Difference(seq, "extra", f"the topic lacks {what}"))
+        elif isinstance(theirs, str):
+            differences.append(Difference(seq, "malformed", f"storage entry unreadable: {theirs}"))
+        elif mine is not None and theirs is not None and mine != theirs:
+            detail = "; ".join(_field_diffs(mine, theirs))
+            differences.append(Difference(seq, "different", f"{_describe(theirs)}: {detail}"))
+    differences.sort(key=lambda d: d.seq)
+    return ReplayReport(
+        topic_entries=len(topic),
+        storage_entries=len(storage),
+        differences=tuple(differences),
+        state=rebuild_state(topic),
+    )
+
+
+def rebuild_state(entries: dict[int, TimelineEntry]) -> TimelineState:
+    """The state machine folded over ``entries`` in seq order (illegal ones are rejected and
+    reported in ``state.rejected``, as every reader of the log does)."""
+    replayer = Replayer(TimelineState())
+    for seq in sorted(entries):
+        replayer.feed(entries[seq])
+    return replayer.state()
+
+
+def _entry_of(event: Recorded) -> TimelineEntry | None:
+    record = event.record
+    try:
+        return TimelineEntry(
+            seq=int(record["seq"]),
+            instant=str(record["instant"]),
+            action=record["action"],
+            transition=record["transition"],
+            actor=str(record["actor"]),
+            lock_token=record.get("lock_token"),
+            wall_time_ms=epoch_ms(record["wall_time"]),
+            payload=json.loads(str(record.get("payload") or "{}")),
+        )
+    except (KeyError, TypeError, ValueError):  # pydantic's ValidationError is a ValueError
+        return None
+
+
+def _describe(entry: TimelineEntry) -> str:
+    return f"{entry.transition} of {entry.action} {entry.instant} by {entry.actor}"
+
+
+def _differing(a: TimelineEntry, b: TimelineEntry) -> list[str]:
+    return [name for name in _COMPARED if getattr(a, name) != getattr(b, name)]
+
+
+def _field_diffs(topic: TimelineEntry, storage: TimelineEntry) -> list[str]:
+    return [
+        f"{name} is {getattr(storage, name)!r} in storage, {getattr(topic, name)!r} on the topic"
+        for name in _differing(topic, storage)
+    ]
