@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from lakewarden.history.model import (
@@ -37,12 +37,13 @@ from lakewarden.history.model import (
 
 # RFC-20's context key naming the instant a failed record belongs to.
 ERROR_CONTEXT_INSTANT = "commitTime"
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def epoch_ms(value: datetime | int) -> int:
     """A ``timestamp-millis`` field (decoded as an aware ``datetime``) as epoch ms."""
-    if isinstance(value, datetime):
-        return int(value.timestamp() * 1000)
+    if isinstance(value, datetime):  # exact: float seconds would round some ms down
+        return (value - _EPOCH) // timedelta(milliseconds=1)
     return int(value)
 
 

@@ -82,7 +82,7 @@ def read_table_events(
     )
     try:
         partitions = _plan(consumer, names, since_ms, settings.kafka.request_timeout_s)  # 1, 2.
-        yield from _read(consumer, partitions, codec, table_id.encode(), table_id, timeout_s)
+        yield from _read(consumer, partitions, codec, table_id, timeout_s)
         for p in partitions:  # 5.
             if p.low > 0 and p.start == p.low:
                 yield RetentionGap(p.topic, p.partition, p.low, p.first_kept_ms)
@@ -121,7 +121,6 @@ def _read(
     consumer: Consumer,
     partitions: list[_Partition],
     codec: EventCodec,
-    key: bytes,
     table_id: str,
     timeout_s: float,
 ) -> Iterator[Recorded | Unreadable]:
@@ -149,26 +148,45 @@ def _read(
                     part.first_kept_ms = _timestamp(msg)
                 if offset >= part.high - 1:
                     del remaining[where]
-            item = _decode(msg, codec, key, table_id)  # 4.
+            item = decode_message(  # 4.
+                msg.value() or b"",
+                msg.key(),
+                table_id=table_id,
+                codec=codec,
+                topic=where[0],
+                partition=where[1],
+                offset=offset,
+                broker_ms=_timestamp(msg),
+            )
             if item is not None:
                 yield item
 
 
-def _decode(
-    msg: Message, codec: EventCodec, key: bytes, table_id: str
+def decode_message(
+    value: bytes,
+    key: bytes | None,
+    *,
+    table_id: str,
+    codec: EventCodec,
+    topic: str = "",
+    partition: int = 0,
+    offset: int = 0,
+    broker_ms: int | None = None,
 ) -> Recorded | Unreadable | None:
-    value = msg.value() or b""
-    topic, partition, offset = str(msg.topic()), int(msg.partition() or 0), int(msg.offset() or 0)
+    """One message as the history sees it: the event when it is about ``table_id``; an
+    ``Unreadable`` when it does not decode (malformed, or written with a schema this process
+    does not know, e.g. a newer version) and its key is the table's or absent; else None.
+    """
     try:
         _, envelope = codec.decode_envelope(value)
         if envelope.get("table_id") != table_id:
             return None
         name, record = codec.decode(value)
     except EventDecodeError as err:
-        if msg.key() not in (key, None):
+        if key not in (table_id.encode(), None):
             return None  # another table's bad message: not ours to report
         return Unreadable(topic, partition, offset, err.reason, str(err))
-    return Recorded(name, record, topic, partition, offset, _timestamp(msg))
+    return Recorded(name, record, topic, partition, offset, broker_ms)
 
 
 def _timestamp(msg: Message) -> int | None:

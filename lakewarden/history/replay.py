@@ -113,13 +113,12 @@ def diff_timelines(
     differences = list(conflicts)
     for seq in sorted(topic.keys() | storage.keys()):
         mine, theirs = topic.get(seq), storage.get(seq)
-        if theirs is None and mine is not None:
+        if isinstance(theirs, str):
+            differences.append(Difference(seq, "malformed", f"storage entry unreadable: {theirs}"))
+        elif theirs is None and mine is not None:
             differences.append(Difference(seq, "missing", f"storage lacks {_describe(mine)}"))
         elif mine is None and theirs is not None:
-            what = _describe(theirs) if isinstance(theirs, TimelineEntry) else "an entry"
-            differences.append(Difference(seq, "extra", f"the topic lacks {what}"))
-        elif isinstance(theirs, str):
-            differences.append(Difference(seq, "malformed", f"storage entry unreadable: {theirs}"))
+            differences.append(Difference(seq, "extra", f"the topic lacks {_describe(theirs)}"))
         elif mine is not None and theirs is not None and mine != theirs:
             detail = "; ".join(_field_diffs(mine, theirs))
             differences.append(Difference(seq, "different", f"{_describe(theirs)}: {detail}"))
