@@ -7,7 +7,9 @@ Each ``WriteTransaction`` step takes the table's lease from timeline-lock; its f
 goes into the entry appended, and a lease lost before the append stops it (``LeaseLostError``).
 Writers in different processes and on different machines take turns on one lock, FIFO.
 
-Heartbeats and liveness go to heartbeat-monitor: ``heartbeat`` publishes beats for the
+Every entry appended through it is announced on the timeline topic (``announce``, by
+``TimelinePublisher``), the source of ``lakewarden replay``. Heartbeats and liveness go to
+heartbeat-monitor: ``heartbeat`` publishes beats for the
 instant while its block runs (``lakewarden.clients.heartbeat.Heartbeats``), and ``liveness``
 answers ALIVE for an instant this process beats for and is healthy, else the monitor's verdict
 from its changelog (``lakewarden.clients.liveness.Liveness``); UNKNOWN when the monitor's view
@@ -25,9 +27,11 @@ from lakewarden.clients.heartbeat import Heartbeats
 from lakewarden.clients.liveness import Liveness as LivenessView
 from lakewarden.clients.liveness import LivenessUnavailableError
 from lakewarden.clients.lock import LockClient, LockLease
+from lakewarden.clients.timeline_events import TimelinePublisher
 from lakewarden.errors import ConfigurationError
 from lakewarden.settings import Settings
 from lakewarden.table.coordinator import Coordinator, Liveness, LockReentryError
+from lakewarden.table.timeline_state import TimelineEntry
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +47,7 @@ class KafkaCoordinator(Coordinator):
         owner: str | None = None,
         heartbeats: Heartbeats | None = None,
         liveness_view: LivenessView | None = None,
+        timeline_events: TimelinePublisher | None = None,
     ) -> None:
         self.settings = settings
         self.client = client if client is not None else LockClient(settings, owner=owner)
@@ -50,6 +55,8 @@ class KafkaCoordinator(Coordinator):
         self.heartbeats = heartbeats if heartbeats is not None else Heartbeats(settings)
         self.liveness_view = liveness_view if liveness_view is not None else LivenessView(settings)
         self._owns_view = liveness_view is None
+        self.timeline_events = timeline_events or TimelinePublisher(settings)
+        self._owns_timeline_events = timeline_events is None
         self._guard = threading.Lock()
         self._held: dict[tuple[str, int], LockLease] = {}
 
@@ -105,6 +112,10 @@ class KafkaCoordinator(Coordinator):
         with self.heartbeats.hold(table_id, instant, owner):
             yield
 
+    def announce(self, table_id: str, entry: TimelineEntry) -> None:
+        """Publish ``entry`` on the timeline topic (best effort; see ``TimelinePublisher``)."""
+        self.timeline_events.publish(table_id, entry)
+
     def check_heartbeat(self, table_id: str, instant: str) -> None:
         """Raises: HeartbeatLostError when this process's heartbeat of the instant is lost."""
         self.heartbeats.check(table_id, instant)
@@ -115,6 +126,8 @@ class KafkaCoordinator(Coordinator):
             self.client.close()
         if self._owns_view:
             self.liveness_view.close()
+        if self._owns_timeline_events:
+            self.timeline_events.close()
 
 
 _shared: dict[tuple[str, str], KafkaCoordinator] = {}

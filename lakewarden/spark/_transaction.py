@@ -140,6 +140,7 @@ class SparkTransaction(WriteTransaction):
                 entry, _ = timeline.append(draft, validate=validate)
             except _Found as found:
                 return found.instant, found.job_id
+        coordinator.announce(table_id, entry)
         return entry.instant, job_id
 
     def complete_once(self, stats: CommitStats, key: BatchKey | None) -> None:

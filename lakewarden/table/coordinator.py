@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from lakewarden.errors import NonRetryableError, RetryableError
+from lakewarden.table.timeline_state import TimelineEntry
 
 
 class Liveness(StrEnum):
@@ -79,6 +80,14 @@ class Coordinator(abc.ABC):
     @abc.abstractmethod
     def heartbeat(self, table_id: str, instant: str, owner: str) -> AbstractContextManager[None]:
         """Declare ``instant`` alive (executed by ``owner``) for the ``with`` block."""
+
+    def announce(self, table_id: str, entry: TimelineEntry) -> None:
+        """Tell the audit trail that ``entry`` was appended to the table's timeline (the
+        Kafka coordinator publishes a ``TimelineTransition``; the embedded one has nowhere to
+        tell). Best effort and never raises: storage is the truth and the entry is already
+        there; an announcement that is lost shows up in ``lakewarden replay`` as an entry the
+        timeline topic lacks."""
+        return None
 
     def check_heartbeat(self, table_id: str, instant: str) -> None:
         """Return when this process may still complete ``instant``: its heartbeat, if it holds

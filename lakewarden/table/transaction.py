@@ -19,8 +19,10 @@ instant begun elsewhere (the job-committer service completes the instants Spark 
 requested); it appends nothing itself.
 
 Every entry is appended under the table lock (taken per step, not held across the file
-writes) and records the lease token. The lock only makes writers take turns; the conflict
-rules, checked against the log at completion and re-checked after every rebase, decide.
+writes), records the lease token, and is announced through the coordinator (with Kafka: a
+``TimelineTransition`` on the timeline topic, the source of ``lakewarden replay``). The
+lock only makes writers take turns; the conflict rules, checked against the log at
+completion and re-checked after every rebase, decide.
 """
 
 from __future__ import annotations
@@ -66,6 +68,7 @@ class WriteTransaction:
         actor: str,
         lock_ttl_s: float = 30.0,
         lock_wait_s: float = 30.0,
+        announce: bool = True,
     ) -> None:
         self.timeline = timeline
         self.coordinator = coordinator
@@ -76,6 +79,7 @@ class WriteTransaction:
         self.actor = actor
         self._lock_ttl_s = lock_ttl_s
         self._lock_wait_s = lock_wait_s
+        self._announce = announce
 
     @classmethod
     def begin(
@@ -114,6 +118,7 @@ class WriteTransaction:
                 return _draft(str(instant), action, Transition.REQUESTED, actor, lease, payload)
 
             entry, _ = timeline.append(draft)  # 3.
+        coordinator.announce(table_id, entry)
         return cls(
             timeline,
             coordinator,
@@ -137,12 +142,15 @@ class WriteTransaction:
         actor: str,
         lock_ttl_s: float = 30.0,
         lock_wait_s: float = 30.0,
+        announce: bool = True,
     ) -> WriteTransaction:
         """A handle on an instant another process (or an earlier run) began, to carry it on:
         the job-committer completes or rolls back instants that a Spark driver requested.
 
         Appends nothing: the action and operation come from the log, and every later step is
         judged by the state machine as usual (a terminal instant refuses further transitions).
+        ``announce=False``: the caller publishes the entries it appends itself (the
+        job-committer service does, in order with its result).
 
         Raises: UnknownInstantError (no such instant on the log)."""
         current = timeline.load().get(instant)
@@ -164,6 +172,7 @@ class WriteTransaction:
             actor=actor,
             lock_ttl_s=lock_ttl_s,
             lock_wait_s=lock_wait_s,
+            announce=announce,
         )
 
     def status(self) -> InstantState | None:
@@ -253,6 +262,8 @@ class WriteTransaction:
                 return _draft(self.instant, self.action, transition, self.actor, lease, payload)
 
             entry, _ = self.timeline.append(draft, validate=validate)
+        if self._announce:
+            self.coordinator.announce(self.table_id, entry)
         return entry
 
 

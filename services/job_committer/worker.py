@@ -122,8 +122,15 @@ class CommitWorker:
         self, job: CommitJob, storage: Storage, timeline: Timeline, progress: CommitProgress
     ) -> Outcome:
         progress.enter(STAGE_CHECK_INSTANT)
+        # The handler publishes the entries the service appends (before the result, and again
+        # after a crash), so the coordinator does not announce them a second time.
         txn = WriteTransaction.resume(  # 2.
-            timeline, self.coordinator(), job.table_id, job.instant, actor=self.actor
+            timeline,
+            self.coordinator(),
+            job.table_id,
+            job.instant,
+            actor=self.actor,
+            announce=False,
         )
         _check_plan(txn, job)
         committer = ManifestCommitter(

@@ -21,6 +21,7 @@ from lakewarden.table.timeline import (
     EntryDraft,
     IllegalTransitionError,
     Timeline,
+    TimelineEntry,
     TimelineState,
 )
 from lakewarden.table.transaction import WriteTransaction
@@ -288,3 +289,29 @@ def test_liveness_from_heartbeats() -> None:
     with coord.heartbeat("t", "20240101000000000", "w"):
         assert coord.liveness("t", "20240101000000000") is Liveness.ALIVE
     assert coord.liveness("t", "20240101000000000") is Liveness.DEAD
+
+
+class _Announcing(EmbeddedCoordinator):
+    """Records what the transaction announces (the Kafka coordinator publishes it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.announced: list[tuple[str, int, str]] = []
+
+    def announce(self, table_id: str, entry: TimelineEntry) -> None:
+        self.announced.append((table_id, entry.seq, str(entry.transition)))
+
+
+def test_every_appended_entry_is_announced_once_unless_the_caller_publishes_itself(
+    timeline: Timeline,
+) -> None:
+    coord = _Announcing()
+    tx = begin(timeline, coord)
+    tx.inflight(WorkloadProfile(operation="upsert", file_groups=(FG,)))
+    resumed = WriteTransaction.resume(
+        timeline, coord, "orders", tx.instant, actor="jc", announce=False
+    )
+    resumed.complete(stats_for(tx, FG))
+
+    assert coord.announced == [("orders", 0, "requested"), ("orders", 1, "inflight")]
+    assert [e.seq for e in timeline.entries()] == [0, 1, 2]
