@@ -41,9 +41,9 @@ def explain(history: TableHistory, instant: str) -> list[str]:
     if state == "completed" and terminal is not None:
         lines += _completed(history, story, terminal)
     elif state == "rolled_back" and terminal is not None:
-        lines += _rolled_back(story, terminal)
+        lines += _rolled_back(history, story, terminal)
     elif state in ("aborted", "cancel_requested"):
-        lines += _cancelled(story)
+        lines += _cancelled(history, story)
     elif state in ("requested", "inflight"):
         lines += _pending(story)
     else:
@@ -63,12 +63,12 @@ def _headline(story: InstantStory) -> str:
     return f"Instant {story.instant} ({story.steps[0].action}) is {story.state}: {path}."
 
 
-def _by(step: Step, history: TableHistory | None = None) -> str:
+def _by(step: Step, history: TableHistory) -> str:
     text = f"by {step.actor} at {fmt_ms(step.wall_ms)}"
     if step.lock_token is None:
         return text + " without the table lock"
     text += f" holding lock token {step.lock_token}"
-    grant = history.grant(step.lock_token) if history is not None else None
+    grant = history.grant(step.lock_token)
     if grant is not None and grant.requested_ms is not None and grant.granted_ms is not None:
         waited = grant.granted_ms - grant.requested_ms
         text += f" (asked for by {grant.owner}, granted after {waited} ms)"
@@ -92,17 +92,19 @@ def _completed(history: TableHistory, story: InstantStory, step: Step) -> list[s
     return lines
 
 
-def _rolled_back(story: InstantStory, step: Step) -> list[str]:
+def _rolled_back(history: TableHistory, story: InstantStory, step: Step) -> list[str]:
     reason = str(step.payload.get("reason") or "no reason recorded")
-    lines: list[str] = []
     expiry = story.expiries[-1] if story.expiries else None
     failed = [r for r in story.job_results if r.status == "failed"]
+    by = f"Rolled back {_by(step, history)}; reason recorded: {reason}."
     if expiry is not None:
-        lines.append(_expiry_sentence(expiry, _trail(story, expiry.owner)))
-    elif failed:
-        lines.append(f"Rolled back because the job commit failed: {_failure(failed[-1])}.")
-    lines.append(f"Rolled back {_by(step)}; reason recorded: {reason}.")
-    return lines
+        return [_expiry_sentence(expiry, _trail(story, expiry.owner)), by]
+    if failed:
+        cause = f"Rolled back because the job commit failed: {_failure(failed[-1])}."
+        if failed[-1].error_type and failed[-1].error_type in reason:
+            by = f"Rolled back {_by(step, history)}."  # the reason repeats the failure
+        return [cause, by]
+    return [by]  # the reason the appender recorded is all there is
 
 
 def _expiry_sentence(expiry: Expiry, trail: HeartbeatTrail | None) -> str:
@@ -131,12 +133,15 @@ def _failure(result: JobResult) -> str:
     stage = result.failed_stage or "an unnamed stage"
     error = result.error_type or "an error"
     text = f"job {result.job_id} failed at job-commit stage {stage} with {error}"
-    if result.reason:
-        text += f" ({result.reason})"
+    reason = result.reason or ""
+    if result.error_type and reason.startswith(f"{result.error_type}: "):
+        reason = reason[len(result.error_type) + 2 :]  # said once is enough
+    if reason:
+        text += f" ({reason})"
     return text
 
 
-def _cancelled(story: InstantStory) -> list[str]:
+def _cancelled(history: TableHistory, story: InstantStory) -> list[str]:
     lines: list[str] = []
     requests = [c for c in story.cancels if c.kind == "request"]
     if requests:
@@ -153,7 +158,7 @@ def _cancelled(story: InstantStory) -> list[str]:
     terminal = story.steps[-1]
     verb = "Aborted" if terminal.transition == "aborted" else "Cancel recorded"
     reason = terminal.payload.get("reason")
-    lines.append(f"{verb} {_by(terminal)}" + (f"; reason: {reason}." if reason else "."))
+    lines.append(f"{verb} {_by(terminal, history)}" + (f"; reason: {reason}." if reason else "."))
     return lines
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from lakewarden.history._locks import LockLedger
 from lakewarden.history.model import (
     CancelStep,
     Expiry,
@@ -26,7 +27,6 @@ from lakewarden.history.model import (
     InstantStory,
     JobRequest,
     JobResult,
-    LockGrant,
     Recorded,
     RetentionGap,
     Step,
@@ -94,8 +94,7 @@ class HistoryBuilder:
     def __init__(self, table_id: str) -> None:
         self.table_id = table_id
         self._instants: dict[str, _Instant] = {}
-        self._locks: dict[str, LockGrant] = {}  # acquire request id -> grant
-        self._lock_kinds: dict[str, str] = {}  # request id -> kind
+        self._locks = LockLedger()
         self._error_records = 0
         self._dead_letters: list[Unreadable] = []
         self._unreadable: list[Unreadable] = []
@@ -146,7 +145,7 @@ class HistoryBuilder:
         return TableHistory(
             table_id=self.table_id,
             stories=stories,
-            locks=tuple(sorted(self._locks.values(), key=_lock_order)),
+            locks=self._locks.grants(),
             error_records=self._error_records,
             dead_letters=tuple(self._dead_letters),
             unreadable=tuple(self._unreadable),
@@ -176,40 +175,10 @@ class HistoryBuilder:
     # -- one handler per event ------------------------------------------------------------------
 
     def _lock_request(self, event: Recorded, record: dict[str, Any]) -> None:
-        request_id, kind = str(record["request_id"]), str(record["kind"])
-        self._lock_kinds[request_id] = kind
-        at = epoch_ms(record["envelope"]["event_time"])
-        if kind == "acquire" and request_id not in self._locks:
-            self._locks[request_id] = LockGrant(request_id, str(record["owner"]), requested_ms=at)
-        elif kind == "release" and record.get("token") is not None:
-            self._update_grant(int(record["token"]), released_ms=at)
+        self._locks.request(record, epoch_ms(record["envelope"]["event_time"]))
 
     def _lock_reply(self, event: Recorded, record: dict[str, Any]) -> None:
-        request_id, status = str(record["request_id"]), str(record["status"])
-        at = epoch_ms(record["envelope"]["event_time"])
-        token = record.get("token")
-        if status == "expired" and token is not None:
-            self._update_grant(int(token), expired_ms=at)
-            return
-        if self._lock_kinds.get(request_id, "acquire") != "acquire":
-            return  # renewals and releases keep the grant's token
-        grant = self._locks.get(request_id) or LockGrant(request_id, str(record["owner"]))
-        if status == "granted":
-            grant = replace(grant, granted_ms=at, token=None if token is None else int(token))
-        elif status == "refused":
-            grant = replace(grant, refused=str(record.get("reason") or "refused"))
-        self._locks[request_id] = grant
-
-    def _update_grant(
-        self, token: int, *, released_ms: int | None = None, expired_ms: int | None = None
-    ) -> None:
-        for request_id, grant in self._locks.items():
-            if grant.token == token:
-                self._locks[request_id] = replace(
-                    grant,
-                    released_ms=released_ms or grant.released_ms,
-                    expired_ms=expired_ms or grant.expired_ms,
-                )
+        self._locks.reply(record, epoch_ms(record["envelope"]["event_time"]))
 
     def _heartbeat(self, event: Recorded, record: dict[str, Any]) -> None:
         if record.get("kind") == "tick":
@@ -365,7 +334,3 @@ def _problem(event: Recorded, reason: str, detail: str) -> Unreadable:
 
 def _opt(value: object) -> str | None:
     return None if value is None else str(value)
-
-
-def _lock_order(grant: LockGrant) -> tuple[int, int]:
-    return (grant.requested_ms or grant.granted_ms or 0, grant.token or 0)

@@ -80,7 +80,7 @@ def test_explain_names_the_true_cause_and_replay_checks_storage_against_the_topi
     assert winner.instant in failed.output  # the conflict names the instant that won
     assert written.exit_code == 0, written.output
     assert f"Completed by {table.actor} at" in written.output
-    assert "holding lock token" in written.output
+    assert "holding lock token" in written.output and "granted after" in written.output
     stories = json.loads(history.output)["stories"]
     assert set(stories) == {committed.instant, loser.instant, winner.instant}
     assert stories[winner.instant]["heartbeats"][0]["beats"] >= 1

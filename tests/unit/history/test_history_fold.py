@@ -172,3 +172,42 @@ def test_a_malformed_event_is_reported_and_the_fold_goes_on() -> None:
     assert reasons == [("malformed_event", 20), ("unknown_fingerprint", 99)]
     assert "TimelineTransition: JSONDecodeError" in history.unreadable[0].detail
     assert history.gaps == (gap,)
+
+
+def test_lock_replies_read_before_their_requests_pair_all_the_same() -> None:
+    request, reply = lock("acq-1", "writer-1", 7, asked=0, granted=12)
+    renew = event(
+        "LockRequest",
+        20,
+        request_id="renew-1",
+        kind="renew",
+        owner="writer-1",
+        ttl_ms=30_000,
+        token=7,
+        reply_topic="lakewarden.lock.replies",
+    )
+    renewed = event(
+        "LockReply",
+        21,
+        producer="timeline-lock",
+        request_id="renew-1",
+        owner="writer-1",
+        status="granted",
+        token=7,
+    )
+    release = event(
+        "LockRequest",
+        40,
+        request_id="rel-1",
+        kind="release",
+        owner="writer-1",
+        ttl_ms=0,
+        token=7,
+        reply_topic="",
+    )
+
+    history = build_history(TABLE, [reply, renewed, release, request, renew])
+
+    (grant,) = history.locks
+    assert (grant.request_id, grant.token) == ("acq-1", 7)
+    assert (grant.requested_ms, grant.granted_ms, grant.released_ms) == (T0, T0 + 12, T0 + 40)
