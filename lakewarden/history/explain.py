@@ -133,12 +133,18 @@ def _failure(result: JobResult) -> str:
     stage = result.failed_stage or "an unnamed stage"
     error = result.error_type or "an error"
     text = f"job {result.job_id} failed at job-commit stage {stage} with {error}"
-    reason = result.reason or ""
-    if result.error_type and reason.startswith(f"{result.error_type}: "):
-        reason = reason[len(result.error_type) + 2 :]  # said once is enough
+    reason = failure_reason(result)
     if reason:
         text += f" ({reason})"
     return text
+
+
+def failure_reason(result: JobResult) -> str:
+    """The failure's reason without the error type it often starts with (said once)."""
+    reason = result.reason or ""
+    if result.error_type and reason.startswith(f"{result.error_type}: "):
+        return reason[len(result.error_type) + 2 :]
+    return reason
 
 
 def _cancelled(history: TableHistory, story: InstantStory) -> list[str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from lakewarden.history.explain import fmt_ms
+from lakewarden.history.explain import failure_reason, fmt_ms
 from lakewarden.history.model import InstantStory, TableHistory
 
 
@@ -53,7 +53,9 @@ def story_lines(history: TableHistory, story: InstantStory) -> list[str]:
     for result in story.job_results:
         outcome = result.status
         if result.status == "failed":
-            outcome += f" at stage {result.failed_stage} ({result.error_type}: {result.reason})"
+            outcome += (
+                f" at stage {result.failed_stage} ({result.error_type}: {failure_reason(result)})"
+            )
         timed.append((result.event_ms, f"job {result.job_id} {outcome} by {result.committer}"))
     for cancel in story.cancels:
         outcome = f" -> {cancel.outcome}" if cancel.outcome else ""
