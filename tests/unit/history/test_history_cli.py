@@ -1,0 +1,45 @@
+"""The shared parts of the history commands: ``--since`` and the text of a history."""
+
+from __future__ import annotations
+
+import click
+import pytest
+from _events import INSTANT, TABLE, beats, job_request, job_result, lock, transition
+
+from lakewarden.cli._table_events import parse_since
+from lakewarden.history import build_history, story_lines, table_lines
+from lakewarden.table.instant import Instant
+
+
+def test_since_takes_an_instant_time_or_an_iso_time_utc_by_default() -> None:
+    assert parse_since(None) is None
+    assert parse_since(INSTANT) == Instant.parse(INSTANT).epoch_ms
+    assert parse_since("2025-11-23T12:00") == Instant.parse(INSTANT).epoch_ms
+    assert parse_since("2025-11-23T13:00+01:00") == Instant.parse(INSTANT).epoch_ms
+    with pytest.raises(click.BadParameter, match="neither an instant time"):
+        parse_since("yesterday")
+
+
+def test_the_text_history_has_a_line_per_event_oldest_first() -> None:
+    history = build_history(
+        TABLE,
+        [
+            *lock("acq-1", "writer-1", 7, asked=0, granted=12),
+            transition(0, "requested", 20),
+            *beats("writer-1", [0, 2], start=25),
+            job_request(200, ["a-0"]),
+            job_result(300, "failed", failed_stage="load", error_type="E", reason="E: gone"),
+            transition(1, "rolled_back", 310, actor="jc", payload={"reason": "E: gone"}),
+        ],
+    )
+
+    lines = story_lines(history, history.stories[INSTANT])
+
+    assert lines[0] == f"instant {INSTANT}: rolled_back"
+    texts = [line.split("  ", 2)[2] for line in lines[1:]]
+    assert texts[0].startswith("lock token 7 granted to writer-1, asked at")
+    assert texts[1] == "seq 0 requested by writer-1 (lock token 7)"
+    assert "2 beat(s)" in texts[2] and "missing seqs [1]" in texts[2]
+    assert texts[-2] == "job job-1 failed at stage load (E: gone) by job-committer-0"
+    assert texts[-1] == "seq 1 rolled_back by jc (lock token 7)"
+    assert table_lines(history)[0].startswith(f"table {TABLE}: 8 event(s), 1 instant(s)")
