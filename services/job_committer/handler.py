@@ -27,6 +27,7 @@ from typing import Any
 
 from faust.types import Message
 
+from lakewarden.clients.timeline_events import transition_record
 from lakewarden.events import Event, Undecodable
 from lakewarden.settings import Settings
 from lakewarden.storage import open_storage
@@ -41,7 +42,6 @@ from services.job_committer.protocol import (
     parse_request,
     refusal_for,
     result_record,
-    transition_record,
 )
 from services.job_committer.worker import CommitWorker, check_manifest
 

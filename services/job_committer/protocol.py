@@ -216,20 +216,3 @@ def refusal_for(record: dict[str, Any], err: InvalidEvent) -> dict[str, Any] | N
         outcome=outcome,
         producer_id="job-committer",
     )
-
-
-def transition_record(entry: TimelineEntry, *, table_id: str, producer_id: str) -> dict[str, Any]:
-    """The ``TimelineTransition`` event of a timeline entry."""
-    return make_event(
-        "TimelineTransition",
-        table_id=table_id,
-        producer_id=producer_id,
-        seq=entry.seq,
-        instant=entry.instant,
-        action=str(entry.action),
-        transition=str(entry.transition),
-        actor=entry.actor,
-        lock_token=entry.lock_token,
-        wall_time=entry.wall_time_ms,
-        payload=json.dumps(entry.payload, sort_keys=True),
-    )
