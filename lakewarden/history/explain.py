@@ -98,7 +98,7 @@ def _rolled_back(history: TableHistory, story: InstantStory, step: Step) -> list
     failed = [r for r in story.job_results if r.status == "failed"]
     by = f"Rolled back {_by(step, history)}; reason recorded: {reason}."
     if expiry is not None:
-        return [_expiry_sentence(expiry, _trail(story, expiry.owner)), by]
+        return [_expiry_sentence("Rolled back because", expiry, _trail(story, expiry.owner)), by]
     if failed:
         cause = f"Rolled back because the job commit failed: {_failure(failed[-1])}."
         if failed[-1].error_type and failed[-1].error_type in reason:
@@ -107,11 +107,11 @@ def _rolled_back(history: TableHistory, story: InstantStory, step: Step) -> list
     return [by]  # the reason the appender recorded is all there is
 
 
-def _expiry_sentence(expiry: Expiry, trail: HeartbeatTrail | None) -> str:
+def _expiry_sentence(lead: str, expiry: Expiry, trail: HeartbeatTrail | None) -> str:
     frontier = expiry.frontier_ms if expiry.frontier_ms is not None else expiry.detected_ms
     silent = frontier - expiry.last_seen_ms
     text = (
-        f"Rolled back because writer {expiry.owner}'s heartbeat stopped at "
+        f"{lead} writer {expiry.owner}'s heartbeat stopped at "
         f"{fmt_ms(expiry.last_seen_ms)} (broker time)"
     )
     if trail is not None and trail.interval_ms > 0:
@@ -180,9 +180,7 @@ def _pending(story: InstantStory) -> list[str]:
             )
     for expiry in story.expiries:
         lines.append(
-            _expiry_sentence(expiry, _trail(story, expiry.owner)).replace(
-                "Rolled back because", "Not rolled back yet, although"
-            )
+            _expiry_sentence("Not rolled back yet, although", expiry, _trail(story, expiry.owner))
         )
     if not story.heartbeats:
         lines.append("No heartbeat of it was recorded.")
@@ -192,7 +190,7 @@ def _pending(story: InstantStory) -> list[str]:
 def _without_timeline(story: InstantStory) -> list[str]:
     lines = ["Other events name it, but its timeline entries are not on the timeline topic."]
     lines += [f"Job commit: {_failure(r)}." for r in story.job_results if r.status == "failed"]
-    lines += [_expiry_sentence(e, _trail(story, e.owner)) for e in story.expiries]
+    lines += [_expiry_sentence("Declared dead:", e, _trail(story, e.owner)) for e in story.expiries]
     return lines
 
 

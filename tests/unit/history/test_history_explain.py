@@ -183,3 +183,16 @@ def test_a_message_of_an_unknown_schema_version_is_reported_not_fatal() -> None:
     history = build_history(TABLE, [bad, ok])
     assert history.stories[INSTANT].state == "requested"
     assert "could not be read (unknown_fingerprint)" in explain(history, INSTANT)[-1]
+
+
+def test_an_expired_but_pending_instant_is_not_called_rolled_back() -> None:
+    text = _explain(
+        [
+            transition(0, "requested", 0),
+            *beats("writer-1", [0, 1, 2]),
+            expired("writer-1", last_seen=2000, detected=5200),
+        ]
+    )
+
+    assert "Rolled back" not in text
+    assert "Not rolled back yet, although writer writer-1's heartbeat stopped at" in text
