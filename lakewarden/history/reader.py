@@ -178,10 +178,13 @@ def decode_message(
     does not know, e.g. a newer version) and its key is the table's or absent; else None.
     """
     try:
-        _, envelope = codec.decode_envelope(value)
-        if envelope.get("table_id") != table_id:
-            return None
+        if key != table_id.encode():  # lock replies are keyed by client: read the envelope
+            _, envelope = codec.decode_envelope(value)
+            if envelope.get("table_id") != table_id:
+                return None
         name, record = codec.decode(value)
+        if record["envelope"].get("table_id") != table_id:
+            return None  # keyed by the table, but about another: not this table's event
     except EventDecodeError as err:
         if key not in (table_id.encode(), None):
             return None  # another table's bad message: not ours to report

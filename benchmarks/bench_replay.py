@@ -1,0 +1,197 @@
+"""Replay and explain throughput, against a bare consume + decode loop in the same run.
+
+``replay``: N ``TimelineTransition`` events of one table (requested, inflight, completed per
+instant) are produced once to a timeline topic of this run; then, in rotated rounds, the bare
+floor (assign, consume to the high watermark, decode every message) and the replay's topic
+side (``read_table_events`` + ``entries_from_topic`` + the state machine over every entry)
+read them all. Issue 14's goals: at least 100k events/s (the row's ``budget``) and at most
+1.3x the floor's time (throughput ratio >= 1/1.3). The diff against storage is left out: it
+reads N timeline files, which the timeline benchmark measures.
+
+``explain``: the history fold and ``explain`` of one instant over the events of a table with
+10k instants (decoded, in memory), against decoding the same events; budget 2 s.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import statistics
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from benchmarks._registry import BenchContext, Result, benchmark
+from benchmarks._rounds import timed_rounds
+from lakewarden.events import default_codec, ensure_topics, make_event
+from lakewarden.events.topics import TIMELINE
+from lakewarden.history import (
+    Recorded,
+    build_history,
+    entries_from_topic,
+    explain,
+    read_table_events,
+)
+from lakewarden.history.replay import rebuild_state
+from lakewarden.settings import Settings
+from lakewarden.table.instant import Instant
+from lakewarden.table.stats import CommitStats, WorkloadProfile
+
+_TIMEOUT_S = 30.0
+_TABLE = "5f1f7b0e-2a9c-4a51-9d7e-0c6a3b1e9f42"
+_REQUESTED = {"operation": "insert", "cancellable": False, "plan": None}
+_INFLIGHT = WorkloadProfile(operation="insert", file_groups=()).model_dump(mode="json")
+_COMPLETED = CommitStats(operation="insert", write_stats=()).model_dump(mode="json")
+_QUIET = {"logger": logging.getLogger(__name__)}
+
+
+def _values(instants: int) -> list[bytes]:
+    """The encoded events of ``instants`` instants, each requested -> inflight -> completed."""
+    codec = default_codec()
+    start = Instant.parse("20250101000000000").epoch_ms
+    values = []
+    for i in range(instants):
+        instant = str(Instant.from_epoch_ms(start + i))
+        for step, (transition, payload) in enumerate(
+            (("requested", _REQUESTED), ("inflight", _INFLIGHT), ("completed", _COMPLETED))
+        ):
+            record = make_event(
+                "TimelineTransition",
+                table_id=_TABLE,
+                producer_id="bench",
+                seq=3 * i + step,
+                instant=instant,
+                action="commit",
+                transition=transition,
+                actor="bench-writer",
+                lock_token=3 * i + step + 1,
+                wall_time=start + i,
+                payload=json.dumps(payload, sort_keys=True),
+            )
+            values.append(codec.encode("TimelineTransition", record))
+    return values
+
+
+@benchmark("replay", "replay's topic side and explain vs a bare consume + decode loop")
+def replay(ctx: BenchContext) -> Iterator[Result]:
+    base = ctx.kafka_settings()
+    kafka = base.kafka.model_copy(
+        update={"topic_prefix": f"lakewarden.bench-{uuid.uuid4().hex[:8]}."}
+    )
+    settings = base.model_copy(update={"kafka": kafka})
+    instants = ctx.scale(333_334, 10_000)
+    values = _values(instants)
+    ensure_topics(settings, specs=[TIMELINE])
+    try:
+        _produce(settings, values)
+        times = timed_rounds(
+            ctx.scale(3, 2),
+            {"floor": lambda _: _floor(settings), "replay": lambda _: _replay(settings)},
+            collect=True,
+        )
+    finally:
+        _delete(settings)
+    n = len(values)
+    floor_s, replay_s = statistics.median(times["floor"]), statistics.median(times["replay"])
+    yield Result(
+        benchmark="replay",
+        metric=f"replay of {n} timeline events",
+        unit="events/s",
+        value=n / replay_s,
+        baseline=n / floor_s,
+        baseline_label="bare consume + decode loop",
+        lower_is_better=False,
+        goal=1 / 1.3,
+        budget=100_000.0 if n >= 1_000_000 else None,
+        details={"floor_s": times["floor"], "replay_s": times["replay"]},
+    )
+    yield _explain_result(ctx.scale(10_000, 2_000))
+
+
+def _produce(settings: Settings, values: list[bytes]) -> None:
+    producer = Producer(
+        settings.kafka.librdkafka_config(linger_ms=20, batch_num_messages=10_000, **_QUIET)
+    )
+    topic = TIMELINE.name(settings)
+    for value in values:
+        while True:
+            try:
+                producer.produce(topic, value, key=_TABLE.encode())
+                break
+            except BufferError:
+                producer.poll(0.1)
+    if producer.flush(_TIMEOUT_S * 4):
+        raise TimeoutError("replay benchmark: events not delivered")
+
+
+def _floor(settings: Settings) -> int:
+    """Consume every message of the topic to its high watermark and decode it."""
+    codec = default_codec()
+    topic = TIMELINE.name(settings)
+    consumer = Consumer(
+        settings.kafka.librdkafka_config(group_id=f"bench-{uuid.uuid4()}", **_QUIET)
+    )
+    try:
+        partitions = consumer.list_topics(topic, timeout=_TIMEOUT_S).topics[topic].partitions
+        ends = {}
+        for p in partitions:
+            _, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=_TIMEOUT_S)
+            if high > 0:
+                ends[p] = high
+        consumer.assign([TopicPartition(topic, p, 0) for p in ends])
+        decoded = 0
+        while ends:
+            for msg in consumer.consume(1000, timeout=1.0):
+                if msg.error() is None:
+                    codec.decode(msg.value() or b"")
+                    decoded += 1
+                    if int(msg.offset() or 0) >= ends.get(int(msg.partition() or 0), 0) - 1:
+                        ends.pop(int(msg.partition() or 0), None)
+        return decoded
+    finally:
+        consumer.close()
+
+
+def _replay(settings: Settings) -> int:
+    events = read_table_events(settings, _TABLE, topics=[TIMELINE], timeout_s=600)
+    entries, _ = entries_from_topic(e for e in events if isinstance(e, Recorded))
+    state = rebuild_state(entries)
+    return len(state.instants)
+
+
+def _explain_result(instants: int) -> Result:
+    codec = default_codec()
+    values = _values(instants)
+    last = str(Instant.from_epoch_ms(Instant.parse("20250101000000000").epoch_ms + instants - 1))
+
+    def decoded() -> list[Recorded]:
+        return [Recorded(*codec.decode(v)) for v in values]
+
+    def explained() -> Any:
+        history = build_history(_TABLE, decoded())
+        return explain(history, last)
+
+    times = timed_rounds(3, {"decode": lambda _: decoded(), "explain": lambda _: explained()})
+    explain_s, decode_s = statistics.median(times["explain"]), statistics.median(times["decode"])
+    return Result(
+        benchmark="replay",
+        metric=f"decode + history + explain, {instants} instants",
+        unit="s",
+        value=explain_s,
+        baseline=decode_s,
+        baseline_label="decoding the same events",
+        budget=2.0 if instants >= 10_000 else None,
+        details={"events": len(values), "explain_s": times["explain"], "decode_s": times["decode"]},
+    )
+
+
+def _delete(settings: Settings) -> None:
+    admin = AdminClient(settings.kafka.librdkafka_config(**_QUIET))
+    for future in admin.delete_topics([TIMELINE.name(settings)]).values():
+        future.result(_TIMEOUT_S)
+
+
+__all__ = ["replay"]
