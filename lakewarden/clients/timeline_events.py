@@ -2,9 +2,11 @@
 
 Storage is the truth for table state, the timeline topic its audit trail. Every appender
 announces the entry it appended (``Coordinator.announce``); with Kafka this publisher puts it
-on ``lakewarden.timeline``, keyed by table id, and waits for the broker's acknowledgement, so
-the topic's order per table is the log's order. It never raises: the entry is in storage
-already, and a lost announcement is exactly what ``lakewarden replay`` reports.
+on ``lakewarden.timeline``, keyed by table id, and waits for the broker's acknowledgement.
+Announcing happens after the table lock is released (a slow broker must not stretch lock
+holds), so two writers' events may reach the topic out of seq order; readers order by seq.
+It never raises: the entry is in storage already, and a lost announcement is exactly what
+``lakewarden replay`` reports.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from lakewarden.table.timeline_state import TimelineEntry
 
 log = logging.getLogger(__name__)
 
-# A short wait: announcing happens while the table lock is held.
+# A short wait: the writer waits for it between its protocol steps.
 _FLUSH_TIMEOUT_S = 5.0
 
 
