@@ -121,3 +121,18 @@ def test_wrapper_is_a_storage_with_the_same_uri(storage: Storage) -> None:
     assert isinstance(faulty, Storage)
     assert faulty.uri == storage.uri
     assert faulty.local_path("k") == storage.local_path("k")
+
+
+class _Crash(BaseException):
+    """A process dying mid-call (no ``except Exception`` handles it)."""
+
+
+def test_fail_with_a_given_error_raises_it_before_the_effect(storage: Storage) -> None:
+    faulty = FaultyStorage(storage)
+    faulty.fail("write_if_absent", nth=2, error=_Crash("crash at the second create"))
+    faulty.write_if_absent("a", b"1")
+    with pytest.raises(_Crash, match="crash at the second create"):
+        faulty.write_if_absent("b", b"2")
+    assert not storage.exists("b")  # nothing happened
+    faulty.write_if_absent("b", b"2")  # the fault fired once
+    assert faulty.calls("write_if_absent") == 3
