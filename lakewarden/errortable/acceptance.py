@@ -75,11 +75,8 @@ def job_id_of(state: InstantState) -> str | None:
     """The committer job of a Spark write: named by its completion, else by its plan."""
     if state.commit is not None and state.commit.extra_metadata.get(JOB_ID_METADATA):
         return state.commit.extra_metadata[JOB_ID_METADATA]
-    plan = state.plan if isinstance(state.plan, dict) else {}
-    spark = plan.get("spark")
-    if isinstance(spark, dict) and spark.get("job_id"):
-        return str(spark["job_id"])
-    return None
+    plan = state.job_plan
+    return plan.job_id if plan is not None else None
 
 
 def outcome_of(

@@ -22,6 +22,8 @@ from lakewarden.errortable.records import (
     error_record,
 )
 from lakewarden.table.instant import Action
+from lakewarden.table.job_commit import STAGE_ABORT, JobCommitSpec, abandon, commit_instant
+from lakewarden.table.plans import JobPlan
 from lakewarden.table.stats import CommitStats, WorkloadProfile
 from lakewarden.table.table import Table
 from lakewarden.table.transaction import WriteTransaction
@@ -42,7 +44,7 @@ class FakeWrite:
             operation="insert",
             actor="fake-spark",
             action=Action.COMMIT,
-            plan={"spark": {"job_id": self.job_id}},
+            plan=JobPlan(job_id=self.job_id),
         )
         self.instant = self.txn.instant
 
@@ -77,18 +79,17 @@ class FakeWrite:
         ]
 
     def complete(self, accepted: list[str], failed_records: int = 0) -> None:
-        """Job commit of ``accepted``, then ``completed``."""
-        self.committer.commit_job(accepted)
+        """Job commit of ``accepted``, then ``completed`` (``commit_instant``)."""
+        stats = CommitStats(
+            operation="insert",
+            failed_records=failed_records,
+            extra_metadata={"spark.job_id": self.job_id},
+        )
         with self.txn.heartbeat():
             self.txn.inflight(WorkloadProfile(operation="insert"))
-            self.txn.complete(
-                CommitStats(
-                    operation="insert",
-                    failed_records=failed_records,
-                    extra_metadata={"spark.job_id": self.job_id},
-                )
-            )
+            spec = JobCommitSpec(self.instant, self.job_id, tuple(accepted), stats)
+            commit_instant(self.committer, self.txn, spec)
 
     def roll_back(self, reason: str = "test") -> None:
-        self.txn.rollback(reason)
-        self.committer.abort_job(force=True, reason=reason)
+        """``rolled_back``, then job abort (``abandon``)."""
+        abandon(self.committer, self.txn, reason, stage=STAGE_ABORT)

@@ -199,12 +199,12 @@ def _outcome(table: _job.TableHandle, spec: WriteSpec, err: Exception | None) ->
             log.warning("instant %s completed, but Spark then failed: %s", spec.instant, err)
         return CommitResult(spec.instant, mine.commit)
     if mine is not None and mine.is_pending:
-        _job.abandon(table, spec, _spark_reason(err), None, [])
+        _job.abandon(table, spec, _spark_reason(err))
     state = table.timeline.load()
     mine = state.get(spec.instant)
     failure: Exception
     finding = None
-    if mine is not None and (mine.reason or "").split(":")[0].endswith("Conflict"):
+    if mine is not None and (mine.error_type or "").endswith("Conflict"):
         finding = conflicts.find_conflict(state, mine, None)
     if finding is not None:
         failure = finding.error(table.config.table_id)

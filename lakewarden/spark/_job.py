@@ -19,15 +19,16 @@ One write is one instant and one manifest-committer job:
      ``JobCommitRequest`` (``lakewarden.clients.CommitClient``) and waits for its answer: the
      service runs the very same function. Either way, the files of every other attempt are
      deleted by the job's cleanup;
-  4. on any failure: append ``rolled_back`` with the reason (making the instant
-     uncommittable), abort the job (no file of it stays in the table), and re-raise the error
-     with a note naming the instant (the job commit did both already when it failed itself);
+  4. on any failure: ``lakewarden.table.job_commit.abandon`` (``rolled_back`` with the reason
+     and the failed stage, making the instant uncommittable, then job abort: no file of it
+     stays in the table), and re-raise the error with a note naming the instant (the job
+     commit did both already when it failed itself);
      an unknown outcome (``CommitStateUnknownError``: a lost reply, no answer from the
      service in time) is raised as it is, nothing deleted.
   Steps 2-3 run under the instant's heartbeat (the driver keeps beating while it waits).
 
-``abort_write`` (Spark's ``abort(messages)``): ``rolled_back``, then job abort; nothing at
-all when the instant completed (Spark also aborts after a commit that failed late).
+``abort_write`` (Spark's ``abort(messages)``): the same ``abandon``; nothing at all when the
+instant completed (Spark also aborts after a commit that failed late).
 """
 
 from __future__ import annotations
@@ -65,8 +66,16 @@ from lakewarden.spark._transaction import (
 from lakewarden.storage import Storage, open_storage
 from lakewarden.table.config import TableConfig, load_config
 from lakewarden.table.coordinator import Coordinator
-from lakewarden.table.instant import Action, Transition
-from lakewarden.table.job_commit import AlreadyCommittedError, JobCommitSpec, commit_instant
+from lakewarden.table.instant import Action
+from lakewarden.table.job_commit import (
+    STAGE_ABORT,
+    STAGE_PREPARE,
+    AlreadyCommittedError,
+    JobCommitSpec,
+    commit_instant,
+)
+from lakewarden.table.job_commit import abandon as abandon_instant
+from lakewarden.table.plans import JobPlan
 from lakewarden.table.snapshot import snapshot_as_of_request
 from lakewarden.table.stats import CommitStats, FileGroupId, WorkloadProfile
 from lakewarden.table.timeline import Timeline
@@ -136,7 +145,7 @@ def open_write(
             table.config.table_id,
             operation=operation,
             actor=actor(),
-            plan={"spark": {"job_id": job_id}},
+            plan=JobPlan(job_id=job_id),
         )
     except BaseException as err:
         reason = f"requested failed: {err!r}"
@@ -193,7 +202,7 @@ def commit_write(
             err.add_note(_where(spec, "outcome unknown: reconcile with the timeline"))
             raise
         except BaseException as err:
-            abandon(table, spec, f"{type(err).__name__}: {err}", err)  # 4.
+            abandon(table, spec, err)  # 4.
             already = _already_committed(err, spec, batch)
             if already is not None:
                 raise already from err
@@ -267,48 +276,25 @@ def _already_committed(
 def abort_write(spec: WriteSpec, reason: str) -> None:
     """``rolled_back``, then job abort (see ``abandon``). Raises: the first failure."""
     table = TableHandle.open(spec.uri, spec.settings_json)
-    errors: list[BaseException] = []
-    abandon(table, spec, reason, None, errors)
-    if errors:
-        raise errors[0]
+    failures = abandon(table, spec, reason)
+    if failures:
+        raise failures[0]
 
 
 def abandon(
-    table: TableHandle,
-    spec: WriteSpec,
-    reason: str,
-    err: BaseException | None,
-    errors: list[BaseException] | None = None,
-) -> None:
-    """Give the instant up: first append ``rolled_back``, which makes it uncommittable (and is
-    refused if it completed: then nothing is deleted), then abort the job, deleting its files
-    even where the job commit had placed them. Spark calls ``abort`` also after a ``commit``
-    that completed the instant and then failed, so deleting first would destroy committed
-    data. A failure of either step is attached to ``err`` as a note (``err`` is what the
-    caller must see) or collected in ``errors``; a failed rollback leaves the files to the
-    cleaner."""
-
-    def failed(step_err: BaseException) -> None:
-        if err is not None:
-            err.add_note(f"while abandoning instant {spec.instant}: {step_err!r}")
-        elif errors is not None:
-            errors.append(step_err)
-
-    current = table.timeline.load().get(spec.instant)
-    if current is not None and current.state is Transition.COMPLETED:
-        log.warning("instant %s is completed; not abandoning it (%s)", spec.instant, reason)
-        return
-    try:
-        table.transaction(spec).rollback(reason)
-    except Exception as step_err:
-        failed(step_err)
-        return
-    try:
-        ManifestCommitter(table.storage, spec.job_id).abort_job(force=True, reason=reason)
-    except Exception as step_err:
-        failed(step_err)
-    if err is not None:
-        err.add_note(_where(spec, "rolled back"))
+    table: TableHandle, spec: WriteSpec, cause: BaseException | str, *, stage: str = ""
+) -> tuple[Exception, ...]:
+    """Give the instant up through the one rollback path (``job_commit.abandon``:
+    ``rolled_back`` first, refused when the instant completed, then job abort). ``cause`` is
+    the error the caller raises (failures become notes on it) or Spark's reason; the failures
+    of the steps are returned. A failed rollback leaves the files to the cleaner."""
+    if not stage:
+        stage = STAGE_PREPARE if isinstance(cause, BaseException) else STAGE_ABORT
+    committer = ManifestCommitter(table.storage, spec.job_id)
+    done = abandon_instant(committer, table.transaction(spec), cause, stage=stage)
+    if done.rolled_back and isinstance(cause, BaseException):
+        cause.add_note(_where(spec, "rolled back"))
+    return done.failures
 
 
 def commit_stats(

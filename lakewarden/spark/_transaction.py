@@ -6,7 +6,8 @@ group, which Structured Streaming sets to the run id). Two rules make a restarte
 every batch exactly once:
 
 - **one instant per run and batch.** The tasks of a batch find or open its instant with
-  ``begin_batch``: the ``requested`` entry names the key in its plan, and the append's
+  ``begin_batch``: the ``requested`` entry names the key in its ``JobPlan`` (``batch``: a
+  ``MicroBatch``, delta-rs's ``Txn{app_id, version}``), and the append's
   validator (re-run after every rebase) refuses to open a second one, so racing tasks in
   different processes agree on one instant.
 - **one completion per query and batch.** The commit records the key in ``extra_metadata``
@@ -28,10 +29,11 @@ from dataclasses import dataclass
 from lakewarden.table.coordinator import Coordinator, LeaseLostError
 from lakewarden.table.instant import Action, Instant, Transition
 from lakewarden.table.job_commit import AlreadyCommittedError
+from lakewarden.table.plans import JobPlan, MicroBatch
 from lakewarden.table.stats import CommitStats
 from lakewarden.table.timeline import InstantState, Timeline, TimelineState
 from lakewarden.table.timeline_state import EntryDraft
-from lakewarden.table.transaction import WriteTransaction
+from lakewarden.table.transaction import WriteTransaction, requested_payload
 
 QUERY_ID = "spark.streaming.query_id"
 RUN_ID = "spark.streaming.run_id"
@@ -60,8 +62,18 @@ class BatchKey:
             CHECKPOINT: self.checkpoint,
         }
 
-    def plan(self, job_id: str) -> dict[str, object]:
-        return {"spark": {"job_id": job_id, **self.metadata()}}
+    @property
+    def micro_batch(self) -> MicroBatch:
+        return MicroBatch(
+            query_id=self.query_id,
+            run_id=self.run_id,
+            batch_id=self.batch_id,
+            checkpoint=self.checkpoint,
+        )
+
+    def plan(self, job_id: str) -> JobPlan:
+        """The plan of the batch's instant: the job and the micro-batch it writes."""
+        return JobPlan(job_id=job_id, batch=self.micro_batch)
 
 
 def completed_batch(state: TimelineState, key: BatchKey) -> InstantState | None:
@@ -75,10 +87,11 @@ def completed_batch(state: TimelineState, key: BatchKey) -> InstantState | None:
 
 def pending_batch(state: TimelineState, key: BatchKey) -> tuple[str, str] | None:
     """(instant, job id) of the pending instant opened for ``key`` (this run), if any."""
+    wanted = key.micro_batch
     for inst in state.pending():
-        spark = inst.plan.get("spark") if isinstance(inst.plan, dict) else None
-        if isinstance(spark, dict) and {k: spark.get(k) for k in key.metadata()} == key.metadata():
-            return inst.instant, str(spark["job_id"])
+        plan = inst.job_plan
+        if plan is not None and plan.job_id is not None and plan.batch == wanted:
+            return inst.instant, plan.job_id
     return None
 
 
@@ -110,7 +123,7 @@ class SparkTransaction(WriteTransaction):
 
         Raises: BatchAlreadyCommittedError, LockTimeoutError, ConcurrentAppendError,
         CommitStateUnknownError."""
-        payload = {"operation": operation, "cancellable": False, "plan": key.plan(job_id)}
+        payload = requested_payload(operation, key.plan(job_id))
         with coordinator.lock(table_id) as lease:
 
             def draft(state: TimelineState) -> EntryDraft:
@@ -164,13 +177,16 @@ def pending_of_checkpoint(
     checkpoint location, whatever its run (what an abort without messages must roll back)."""
     found = []
     for inst in state.pending():
-        spark = inst.plan.get("spark") if isinstance(inst.plan, dict) else None
+        plan = inst.job_plan
+        batch = plan.batch if plan is not None else None
         if (
-            isinstance(spark, dict)
-            and spark.get(CHECKPOINT) == checkpoint
-            and spark.get(BATCH_ID) == str(batch_id)
+            plan is not None
+            and plan.job_id is not None
+            and batch is not None
+            and batch.checkpoint == checkpoint
+            and batch.batch_id == batch_id
         ):
-            found.append((inst.instant, str(spark["job_id"])))
+            found.append((inst.instant, plan.job_id))
     return found
 
 

@@ -1,8 +1,10 @@
 """Job commit, then ``completed``: the one implementation of a table commit through the
 manifest committer (``lakewarden.commit``).
 
-Three callers run exactly this function: ``Table.write`` (in-process), the Spark driver when no
-Kafka is configured, and the job-committer service (``services/job_committer``) when it is::
+Every producer of an instant commits through this function and gives an instant up through
+``abandon``: ``Table.write`` (in-process), the Spark driver when no Kafka is configured, the
+job-committer service (``services/job_committer``) when it is, and the error-table sink
+(``lakewarden.errortable``); table services will too::
 
     txn = WriteTransaction.resume(timeline, coordinator, table_id, instant, actor=me)
     outcome = commit_instant(ManifestCommitter(storage, job_id), txn, JobCommitSpec(...))
@@ -25,12 +27,14 @@ Protocol of ``commit_instant``:
 4. a lost reply (``CommitStateUnknownError``): the log decides. Completed is success;
    otherwise the error is raised and nothing is deleted (the instant stays pending; only a
    ``rolled_back`` entry makes its files garbage);
-5. any other failure: append ``rolled_back`` with the reason first (it makes the instant
+5. any other failure: ``abandon``: append ``rolled_back`` first (it makes the instant
    uncommittable, and is refused if it completed), only then abort the job (every file it
    placed or staged is deleted), and raise the original error.
 
 ``CommitProgress.stage`` names the step that was running (or, in step 1, the committer's
-stage), so a caller can report where a commit failed.
+stage); ``abandon`` records it, the job id and the error's type as typed fields of the
+``rolled_back`` payload (``InstantState.failed_stage``, ``failed_job_id``, ``error_type``), so
+whoever reads the timeline later knows where a commit failed without parsing the reason.
 
 A store that can neither rename nor hold back multipart uploads (the in-memory test store)
 has no private staging: its writer puts files at their final keys (invisible until
@@ -41,7 +45,6 @@ skipped and the caller deletes its files after the rollback.
 from __future__ import annotations
 
 import logging
-import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -65,19 +68,34 @@ STAGE_CHECK_INSTANT = "check_instant"
 STAGE_JOB_COMMIT = "job_commit"
 STAGE_CHECK_STATISTICS = "check_statistics"
 STAGE_COMPLETE = "complete_instant"
-_STAGE_NOTE = re.compile(r" \[job (?P<job>\S+) failed at stage (?P<stage>[a-z_]+)\]$")
+# Stages of a producer before ``commit_instant`` runs, as ``abandon`` records them.
+STAGE_WRITE_FILES = "write_files"
+STAGE_PREPARE = "prepare_commit"
+STAGE_ABORT = "abort"
+_MAX_REASON = 2000
 
 
 class InstantFinishedError(NonRetryableError):
     """The instant is terminal without this job's completion: rolled back, aborted, or
-    completed by another job. ``state`` is its state; ``reason`` the recorded reason."""
+    completed by another job. ``state`` is its state; ``reason``, ``failed_stage`` and
+    ``error_type`` what its terminal entry recorded."""
 
     def __init__(
-        self, message: str, *, table: str, instant: str, state: str, reason: str | None
+        self,
+        message: str,
+        *,
+        table: str,
+        instant: str,
+        state: str,
+        reason: str | None,
+        failed_stage: str | None = None,
+        error_type: str | None = None,
     ) -> None:
         super().__init__(message, table=table, instant=instant)
         self.state = state
         self.reason = reason
+        self.failed_stage = failed_stage
+        self.error_type = error_type
 
 
 class StatisticsMismatchError(NonRetryableError):
@@ -160,7 +178,8 @@ def commit_instant(
     except CommitStateUnknownError:
         raise
     except Exception as err:  # a crash (KeyboardInterrupt, SIGKILL) leaves it to be resumed
-        abandon(committer, txn, err, stage=failed_stage(err, progress))  # 5.
+        stage = failed_stage(err, progress)
+        abandon(committer, txn, err, stage=stage, job_id=spec.job_id)  # 5.
         raise
 
 
@@ -251,6 +270,8 @@ def _finished(table_id: str, mine: InstantState, job_id: str) -> InstantFinished
         instant=mine.instant,
         state=str(mine.state),
         reason=mine.reason,
+        failed_stage=mine.failed_stage,
+        error_type=mine.error_type,
     )
 
 
@@ -311,40 +332,83 @@ def check_once(state: TimelineState, instant: str, once: Mapping[str, str]) -> N
             )
 
 
+@dataclass(frozen=True)
+class Abandoned:
+    """How ``abandon`` went: whether the instant is rolled back (its files are garbage) and the
+    failures of its steps (also attached to the cause as notes when it is an error)."""
+
+    rolled_back: bool
+    failures: tuple[Exception, ...] = ()
+
+
 def abandon(
     committer: ManifestCommitter | None,
     txn: WriteTransaction,
-    err: BaseException,
+    cause: BaseException | str,
     *,
     stage: str,
-) -> bool:
-    """Step 5: ``rolled_back`` (reason: the error, then the job and stage), then job abort.
-    Returns whether the instant is rolled back. A failure is attached to ``err`` as a note."""
-    reason = f"{type(err).__name__}: {err}"[:2000] + stage_note(stage, committer)
+    job_id: str | None = None,
+    written: Sequence[str] = (),
+) -> Abandoned:
+    """Give an instant up; the one rollback path of every producer.
+
+    1. append ``rolled_back``: the reason (the error, or ``cause`` when it is text), the failed
+       ``stage``, the job and the error's type as fields. It makes the instant uncommittable
+       and is refused if the instant completed: then nothing is deleted (Spark aborts after a
+       commit that completed and then failed; a lost ``completed`` may have landed);
+    2. abort the job: every file it placed or staged is deleted;
+    3. delete ``written``: files put at their final keys without a committer (a store without
+       private staging).
+
+    A crash between the steps leaves invisible files of a rolled-back instant: the cleaner
+    (or ``recorded_commit``) finishes the abort. Idempotent: after an earlier ``abandon`` the
+    rollback is a no-op and the rest runs again."""
+    failures: list[Exception] = []
+    error = cause if isinstance(cause, BaseException) else None
+    reason = f"{type(cause).__name__}: {cause}" if error is not None else str(cause)
+    job = job_id if job_id is not None else (committer.job_id if committer else None)
     try:
-        txn.rollback(reason)
+        txn.rollback(  # 1.
+            reason[:_MAX_REASON],
+            failed_stage=stage,
+            job_id=job,
+            error_type=type(error).__name__ if error is not None else None,
+        )
     except Exception as rollback_err:
-        err.add_note(f"rolling back instant {txn.instant} failed: {rollback_err!r}")
-        err.add_note("its files were kept: the instant may have completed")
-        return False
+        if _completed(txn):
+            log.warning("instant %s completed; not abandoning it (%s)", txn.instant, reason)
+            _note(error, f"instant {txn.instant} completed: nothing was rolled back or deleted")
+            return Abandoned(rolled_back=False)
+        _note(error, f"rolling back instant {txn.instant} failed: {rollback_err!r}")
+        _note(error, "its files were kept: the instant may have completed")
+        return Abandoned(rolled_back=False, failures=(rollback_err,))
     if committer is not None:
         try:
-            committer.abort_job(force=True, reason=reason)
+            committer.abort_job(force=True, reason=reason)  # 2.
         except Exception as abort_err:
-            err.add_note(f"aborting job {committer.job_id} failed: {abort_err!r}")
-    return True
+            failures.append(abort_err)
+            _note(error, f"aborting job {committer.job_id} failed: {abort_err!r}")
+    storage = txn.timeline.storage
+    for key in written:  # 3.
+        try:
+            storage.delete(key)
+        except Exception as delete_err:
+            failures.append(delete_err)
+            _note(error, f"deleting {key} of instant {txn.instant} failed: {delete_err!r}")
+    return Abandoned(rolled_back=True, failures=tuple(failures))
 
 
-def stage_note(stage: str, committer: ManifestCommitter | None) -> str:
-    """The suffix ``abandon`` gives a rollback reason (``stage_of`` reads it back)."""
-    job = committer.job_id if committer is not None else "-"
-    return f" [job {job} failed at stage {stage}]"
+def _completed(txn: WriteTransaction) -> bool:
+    try:
+        mine = txn.status()
+    except Exception:  # storage trouble: say nothing completed (the files are kept anyway)
+        return False
+    return mine is not None and mine.state is Transition.COMPLETED
 
 
-def stage_of(reason: str | None) -> str | None:
-    """The failed stage recorded at the end of a rollback reason by ``abandon``."""
-    match = _STAGE_NOTE.search(reason or "")
-    return match["stage"] if match else None
+def _note(error: BaseException | None, note: str) -> None:
+    if error is not None:
+        error.add_note(note)
 
 
 def failed_stage(err: BaseException, progress: CommitProgress) -> str:

@@ -11,10 +11,11 @@ compaction, clustering):
 
 - every entry: well-formed payload for its transition; the action matches the instant's.
 - requested: the instant is absent and its time is strictly greater than every earlier
-  requested instant. ``cancellable`` only for plans. A plan names its file groups
-  (``ServicePlan``). A rollback names a pending ingestion instant (``RollbackPlan``) that has
-  no rollback yet; appending it is the rollback *intent*: the target can then only be rolled
-  back (no inflight, no completed).
+  requested instant. ``cancellable`` only for plans. The plan's kind fits the action
+  (``lakewarden.table.plans``): ingestion a job plan or none, clean a clean plan or none. A
+  compaction or clustering names its file groups (``ServicePlan``). A rollback names a pending
+  ingestion instant (``RollbackPlan``) that has no rollback yet; appending it is the rollback
+  *intent*: the target can then only be rolled back (no inflight, no completed).
 - inflight: only from requested (for every action).
 - completed: from inflight; clean and rollback (no workload phase) also from requested.
   Never for a cancel-requested instant (invariant 3) or one with a rollback intent. A
@@ -47,14 +48,13 @@ from lakewarden.table.instant import (
     Action,
     Transition,
 )
+from lakewarden.table.plans import CleanPlan, JobPlan, RollbackPlan, ServicePlan, UntypedPlan
 from lakewarden.table.stats import CommitStats, WorkloadProfile
 from lakewarden.table.timeline_state import (
     InstantState,
     ReasonPayload,
     Rejection,
     RequestedPayload,
-    RollbackPlan,
-    ServicePlan,
     StateView,
     TimelineEntry,
     TimelineState,
@@ -71,6 +71,16 @@ class Rejected:
 
 
 Updates = tuple[InstantState, ...]
+# The plan kinds each action may carry (None: no plan); legacy plans of no known shape
+# (``UntypedPlan``) are accepted where a plan was optional, so old timelines keep loading.
+_PLAN_KINDS: dict[Action, tuple[type[BaseModel] | None, ...]] = {
+    Action.COMMIT: (None, JobPlan, UntypedPlan),
+    Action.DELTACOMMIT: (None, JobPlan, UntypedPlan),
+    Action.COMPACTION: (ServicePlan,),
+    Action.CLUSTERING: (ServicePlan,),
+    Action.CLEAN: (None, CleanPlan, UntypedPlan),
+    Action.ROLLBACK: (RollbackPlan,),
+}
 _Handler = Callable[[StateView, InstantState, TimelineEntry], "Updates | Rejected"]
 
 
@@ -232,6 +242,12 @@ def _requested(
         return Rejected(
             f"only compaction and clustering plans may be cancellable, not {entry.action}"
         )
+    plan = payload.plan
+    allowed = _PLAN_KINDS[entry.action]
+    if not any(plan is None if kind is None else isinstance(plan, kind) for kind in allowed):
+        names = " or ".join("no plan" if k is None else k.__name__ for k in allowed)
+        got = "no plan" if plan is None else type(plan).__name__
+        return Rejected(f"malformed requested payload: a {entry.action} takes {names}, not {got}")
     new = InstantState(
         instant=entry.instant,
         action=entry.action,
@@ -241,24 +257,18 @@ def _requested(
         requested_seq=entry.seq,
         last_seq=entry.seq,
         lock_token=entry.lock_token,
-        plan=payload.plan,
+        plan=plan,
     )
-    if entry.action in TABLE_SERVICE_ACTIONS:
-        plan = _parse(ServicePlan, entry, payload.plan)
-        if isinstance(plan, Rejected):
-            return plan
+    if isinstance(plan, ServicePlan):
         return (new.model_copy(update={"plan_file_groups": plan.file_groups}),)
-    if entry.action is Action.ROLLBACK:
-        return _rollback_intent(view, new, entry)
+    if isinstance(plan, RollbackPlan):
+        return _rollback_intent(view, new, plan, entry)
     return (new,)
 
 
 def _rollback_intent(
-    view: StateView, new: InstantState, entry: TimelineEntry
+    view: StateView, new: InstantState, plan: RollbackPlan, entry: TimelineEntry
 ) -> Updates | Rejected:
-    plan = _parse(RollbackPlan, entry, new.plan)
-    if isinstance(plan, Rejected):
-        return plan
     target = view.get(plan.target)
     if target is None or target.action not in INGESTION_ACTIONS:
         return Rejected(
@@ -311,7 +321,8 @@ def _completed(view: StateView, current: InstantState, entry: TimelineEntry) -> 
     if isinstance(stats, Rejected):
         return stats
     if entry.action is Action.ROLLBACK:
-        target = view.get(RollbackPlan.model_validate(current.plan).target)
+        plan = current.plan
+        target = view.get(plan.target) if isinstance(plan, RollbackPlan) else None
         if target is None or target.state is not Transition.ROLLED_BACK:
             return Rejected(
                 f"rollback {entry.instant} completes only after its target is rolled_back"
@@ -369,7 +380,16 @@ def _with_reason(current: InstantState, entry: TimelineEntry) -> Updates | Rejec
     payload = _parse(ReasonPayload, entry, entry.payload)
     if isinstance(payload, Rejected):
         return payload
-    return (_advance(current, entry, reason=payload.reason),)
+    return (
+        _advance(
+            current,
+            entry,
+            reason=payload.reason,
+            failed_stage=payload.failed_stage,
+            failed_job_id=payload.job_id,
+            error_type=payload.error_type,
+        ),
+    )
 
 
 def _advance(current: InstantState, entry: TimelineEntry, **changes: object) -> InstantState:

@@ -10,16 +10,18 @@ state machine, the conflict rules and the log share them without import cycles.
 Payload shapes per transition (checked by the state machine; a malformed payload is rejected):
 
 - requested: ``RequestedPayload`` ``{"operation": str, "cancellable": bool, "plan": ...}``;
-  compaction/clustering plans are ``ServicePlan`` (the file groups the plan rewrites), rollback
-  plans are ``RollbackPlan`` (the instant being rolled back);
+  the plan is one of ``lakewarden.table.plans`` (a job, service, clean or rollback plan;
+  legacy dicts are upgraded on load);
 - inflight: ``WorkloadProfile.model_dump()``; completed: ``CommitStats.model_dump()``;
-- cancel_requested, aborted, rolled_back: ``ReasonPayload`` ``{"reason": str}``.
+- cancel_requested, aborted, rolled_back: ``ReasonPayload`` ``{"reason": str}``; a
+  ``rolled_back`` written by the commit path (version 2) also names the failed stage, the job
+  and the error type as fields.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -31,6 +33,7 @@ from lakewarden.table.instant import (
     QualifiedInstant,
     Transition,
 )
+from lakewarden.table.plans import JobPlan, PlanField
 from lakewarden.table.stats import CommitStats, FileGroupId, WorkloadProfile
 
 _INSTANT_PATTERN = r"^\d{17}$"
@@ -71,33 +74,26 @@ class RequestedPayload(BaseModel):
 
     operation: str = Field(min_length=1)
     cancellable: bool = False
-    plan: Any = None
+    plan: PlanField = None
 
 
-class ServicePlan(BaseModel):
-    """The plan of a compaction or clustering: the file groups it rewrites. Other keys
-    (cancellation policy, strategy) are kept as they are."""
-
-    model_config = ConfigDict(frozen=True, extra="allow")
-
-    file_groups: tuple[FileGroupId, ...] = Field(min_length=1)
-
-
-class RollbackPlan(BaseModel):
-    """The plan of a rollback: the pending ingestion instant it rolls back. Appending it is the
-    rollback *intent*: from then on the target can only be rolled back."""
-
-    model_config = ConfigDict(frozen=True, extra="allow")
-
-    target: str = Field(pattern=_INSTANT_PATTERN)
+REASON_PAYLOAD_VERSION = 2
 
 
 class ReasonPayload(BaseModel):
-    """Payload of ``cancel_requested``, ``aborted`` and ``rolled_back`` entries."""
+    """Payload of ``cancel_requested``, ``aborted`` and ``rolled_back`` entries.
+
+    Version 1 carried only ``reason``; version 2 adds, for a failed commit, the stage that
+    failed, the committer job and the error's type name as fields (entries of version 1 still
+    load: the fields are then None)."""
 
     model_config = ConfigDict(frozen=True, extra="allow")
 
+    version: Literal[1, 2] = 1
     reason: str = Field(min_length=1)
+    failed_stage: str | None = None
+    job_id: str | None = None
+    error_type: str | None = None
 
 
 class Rejection(BaseModel):
@@ -130,17 +126,25 @@ class InstantState(BaseModel):
     workload: WorkloadProfile | None = None
     commit: CommitStats | None = None
     lock_token: int | None = None
-    plan: Any = None
+    plan: PlanField = None
     # Compaction/clustering: the file groups the plan rewrites (from ServicePlan).
     plan_file_groups: tuple[FileGroupId, ...] = ()
     # Ingestion: the rollback instant whose intent makes this one uncommittable.
     rollback_by: str | None = None
-    # Why it was cancelled, aborted or rolled back.
+    # Why it was cancelled, aborted or rolled back; for a failed commit, where and how.
     reason: str | None = None
+    failed_stage: str | None = None
+    failed_job_id: str | None = None
+    error_type: str | None = None
 
     @property
     def is_pending(self) -> bool:
         return self.state in PENDING_STATES
+
+    @property
+    def job_plan(self) -> JobPlan | None:
+        """The plan of an ingestion instant written by a committer job, if it is one."""
+        return self.plan if isinstance(self.plan, JobPlan) else None
 
     @property
     def qualified(self) -> QualifiedInstant:

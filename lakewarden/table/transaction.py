@@ -32,12 +32,11 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any
 
-from pydantic import BaseModel
-
 from lakewarden.errors import NonRetryableError
 from lakewarden.table import conflicts
 from lakewarden.table.coordinator import Coordinator, Lease, LeaseLostError
 from lakewarden.table.instant import Action, Instant, Transition
+from lakewarden.table.plans import Plan
 from lakewarden.table.stats import CommitStats, WorkloadProfile
 from lakewarden.table.timeline import (
     IllegalTransitionError,
@@ -46,7 +45,7 @@ from lakewarden.table.timeline import (
     TimelineEntry,
     TimelineState,
 )
-from lakewarden.table.timeline_state import EntryDraft
+from lakewarden.table.timeline_state import REASON_PAYLOAD_VERSION, EntryDraft, ReasonPayload
 
 
 class UnknownInstantError(NonRetryableError):
@@ -92,7 +91,7 @@ class WriteTransaction:
         actor: str,
         action: Action = Action.COMMIT,
         cancellable: bool = False,
-        plan: Any = None,
+        plan: Plan | None = None,
         lock_ttl_s: float = 30.0,
         lock_wait_s: float = 30.0,
     ) -> WriteTransaction:
@@ -101,16 +100,16 @@ class WriteTransaction:
         Protocol:
           1. Take the table lock.
           2. Load the timeline; the instant time is ``Instant.next_after(last requested)``.
-          3. Append ``requested`` {operation, cancellable, plan} with the lease token; on a
+          3. Append ``requested`` {operation, cancellable, plan} with the lease token (the
+             plan is one of ``lakewarden.table.plans``, e.g. the ``JobPlan`` naming the
+             committer job); on a
              rebase step 2 runs again, so the time stays after every requested instant.
           4. Release the lock.
 
         Raises: LockTimeoutError, IllegalTransitionError (e.g. a malformed plan),
         ConcurrentAppendError, CommitStateUnknownError.
         """
-        if isinstance(plan, BaseModel):
-            plan = plan.model_dump(mode="json")
-        payload = {"operation": operation, "cancellable": cancellable, "plan": plan}
+        payload = requested_payload(operation, plan, cancellable=cancellable)
         with coordinator.lock(table_id, ttl_s=lock_ttl_s, wait_s=lock_wait_s) as lease:  # 1.
 
             def draft(state: TimelineState) -> EntryDraft:
@@ -227,8 +226,17 @@ class WriteTransaction:
 
         return self._append(Transition.COMPLETED, stats.model_dump(mode="json"), checks)
 
-    def rollback(self, reason: str) -> None:
-        """Append ``rolled_back``; a no-op when the instant is rolled back already.
+    def rollback(
+        self,
+        reason: str,
+        *,
+        failed_stage: str | None = None,
+        job_id: str | None = None,
+        error_type: str | None = None,
+    ) -> None:
+        """Append ``rolled_back``; a no-op when the instant is rolled back already. A failed
+        commit names the stage that failed, its job and the error's type (typed fields of the
+        payload, read back as ``InstantState.failed_stage`` etc.).
 
         After a named conflict the writer may delete its files first (nobody else completes
         its instant). After ``CommitStateUnknownError`` it must call this first: the lost
@@ -241,7 +249,14 @@ class WriteTransaction:
         if current is not None and current.state is Transition.ROLLED_BACK:
             return
         try:
-            self._append(Transition.ROLLED_BACK, {"reason": reason})
+            payload = ReasonPayload(
+                version=REASON_PAYLOAD_VERSION,
+                reason=reason,
+                failed_stage=failed_stage,
+                job_id=job_id,
+                error_type=error_type,
+            )
+            self._append(Transition.ROLLED_BACK, payload.model_dump(mode="json"))
         except IllegalTransitionError:
             current = self.status()
             if current is not None and current.state is Transition.ROLLED_BACK:
@@ -265,6 +280,14 @@ class WriteTransaction:
         if self._announce:
             self.coordinator.announce(self.table_id, entry)
         return entry
+
+
+def requested_payload(
+    operation: str, plan: Plan | None, *, cancellable: bool = False
+) -> dict[str, Any]:
+    """The payload of a ``requested`` entry (the typed plan as JSON)."""
+    dumped = plan.model_dump(mode="json") if plan is not None else None
+    return {"operation": operation, "cancellable": cancellable, "plan": dumped}
 
 
 def _draft(

@@ -59,7 +59,7 @@ from lakewarden.table.bucket import BucketSlices, route
 from lakewarden.table.config import META_FILE_NAME, TableConfig
 from lakewarden.table.coordinator import Coordinator
 from lakewarden.table.files import BaseFileName, WriteToken, file_key
-from lakewarden.table.job_commit import JobCommitSpec, abandon, commit_instant
+from lakewarden.table.job_commit import STAGE_WRITE_FILES, JobCommitSpec, abandon, commit_instant
 from lakewarden.table.merge import BucketMerge, Merged, merge, merge_bucket, stamped
 from lakewarden.table.snapshot import snapshot_as_of_request
 from lakewarden.table.stats import CommitStats, FileGroupId, WorkloadProfile, WriteStat
@@ -144,8 +144,8 @@ def write(ctx: WriteContext, data: pa.Table, operation: Operation) -> CommitResu
             spec = JobCommitSpec(txn.instant, _job_id(job, txn.instant), accepted, stats)
             outcome = commit_instant(job, txn, spec)  # 6
             return CommitResult(txn.instant, outcome.stats)
-    except Exception as err:
-        _abandon(ctx.storage, txn, job, written, err)
+    except Exception as err:  # idempotent after commit_instant's own abandon
+        abandon(job, txn, err, stage=STAGE_WRITE_FILES, written=written)
         raise
 
 
@@ -245,27 +245,3 @@ def _file_bytes(config: TableConfig, name: str, table: pa.Table) -> bytes:
     buffer = io.BytesIO()
     pq.write_table(table, buffer)
     return buffer.getvalue()
-
-
-def _abandon(
-    storage: Storage,
-    txn: WriteTransaction,
-    job: ManifestCommitter | None,
-    written: list[str],
-    err: Exception,
-) -> None:
-    """Append ``rolled_back`` first, then abort the job (or delete the files written directly).
-
-    The order matters after ``CommitStateUnknownError``: the lost ``completed`` entry may have
-    landed, in which case the rollback is refused and the files must stay (they are committed).
-    Only once the instant is terminal without completing are its files garbage. A crash between
-    the two steps leaves invisible files of a rolled-back instant, which the cleaner removes.
-    ``commit_instant`` abandons on its own failures already; this is idempotent after it.
-    A failure here is attached to ``err`` as a note: ``err`` is what the caller must see."""
-    if not abandon(job, txn, err, stage="write_files"):
-        return
-    for key in written:
-        try:
-            storage.delete(key)
-        except Exception as delete_err:
-            err.add_note(f"deleting {key} of instant {txn.instant} failed: {delete_err!r}")

@@ -21,7 +21,6 @@ import os
 import socket
 import time
 from collections.abc import Callable
-from typing import Any
 
 from lakewarden.commit import CommitError, JobLayout, ManifestCommitter
 from lakewarden.commit.layout import is_reserved
@@ -39,7 +38,6 @@ from lakewarden.table.job_commit import (
     JobCommitSpec,
     commit_instant,
     failed_stage,
-    stage_of,
 )
 from lakewarden.table.timeline import Timeline, TimelineEntry
 from lakewarden.table.transaction import WriteTransaction
@@ -165,15 +163,11 @@ class CommitWorker:
 
 
 def _check_plan(txn: WriteTransaction, job: CommitJob) -> None:
-    """A ``requested`` plan that names a job (``{"spark": {"job_id": ...}}`` or
-    ``{"job_id": ...}``) must name this one: a request cannot commit one job's files as
-    another job's instant."""
+    """A ``requested`` plan that names a job (a ``JobPlan``) must name this one: a request
+    cannot commit one job's files as another job's instant."""
     mine = txn.status()
-    plan: Any = mine.plan if mine is not None else None
-    named = None
-    if isinstance(plan, dict):
-        spark = plan.get("spark")
-        named = spark.get("job_id") if isinstance(spark, dict) else plan.get("job_id")
+    plan = mine.job_plan if mine is not None else None
+    named = plan.job_id if plan is not None else None
     if named is not None and named != job.job_id:
         raise RequestRefusedError(
             f"instant {job.instant} was requested for job {named}, not job {job.job_id}; "
@@ -215,15 +209,17 @@ def _failed(err: BaseException, stage: str) -> Outcome:
 
 def _finished(err: InstantFinishedError, timeline: Timeline, job: CommitJob) -> Outcome:
     """A request for an instant that ended without this job's completion: the recorded
-    failure when it was rolled back (by this job's commit, or by anyone), else a refusal."""
+    failure when it was rolled back (by this job's commit, or by anyone: the stage and error
+    type are fields of its ``rolled_back`` entry), else a refusal."""
     recorded = err.state == str(Transition.ROLLED_BACK)
     reason = err.reason if recorded and err.reason else f"{type(err).__name__}: {err}"
-    error_type = reason.split(":", 1)[0] if recorded else type(err).__name__
+    stage = err.failed_stage if recorded else None
+    error_type = err.error_type if recorded else None
     return Outcome(
         status="failed",
         reason=reason,
-        failed_stage=stage_of(reason) or STAGE_CHECK_INSTANT,
-        error_type=error_type if error_type.isidentifier() else type(err).__name__,
+        failed_stage=stage or STAGE_CHECK_INSTANT,
+        error_type=error_type or type(err).__name__,
         recorded=recorded,
         entries=_appended(timeline, job.instant),
     )

@@ -24,6 +24,7 @@ from lakewarden.table.config import META_FILE_NAME
 from lakewarden.table.coordinator import EmbeddedCoordinator
 from lakewarden.table.files import BaseFileName, WriteToken, file_key
 from lakewarden.table.instant import Transition
+from lakewarden.table.plans import JobPlan
 from lakewarden.table.stats import CommitStats, FileGroupId, WorkloadProfile, WriteStat
 from lakewarden.table.table import Table
 from lakewarden.table.transaction import WriteTransaction
@@ -84,7 +85,7 @@ class Driver:
             table.table_id,
             operation="insert",
             actor="test-driver",
-            plan={"spark": {"job_id": job_id}},
+            plan=JobPlan(job_id=job_id),
         )
         return cls(table, txn.instant, job_id, committer, txn)
 

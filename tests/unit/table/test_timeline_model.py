@@ -36,6 +36,7 @@ from lakewarden.table.checkpoint import entry_key
 from lakewarden.table.conflicts import Footprint, WriteConflictError
 from lakewarden.table.coordinator import EmbeddedCoordinator
 from lakewarden.table.instant import NO_WORKLOAD_ACTIONS, Action, Instant, Transition
+from lakewarden.table.plans import ServicePlan
 from lakewarden.table.state_machine import Replayer
 from lakewarden.table.stats import CommitStats, FileGroupId, WorkloadProfile, WriteStat
 from lakewarden.table.timeline import (
@@ -125,7 +126,7 @@ class TimelineModel(RuleBasedStateMachine):
         action, cancellable = KINDS[kind]
         plan = None
         if action in (Action.COMPACTION, Action.CLUSTERING):
-            plan = {"file_groups": [fg(g).model_dump() for g in groups]}
+            plan = ServicePlan(file_groups=tuple(fg(g) for g in groups))
         tx = WriteTransaction.begin(
             timeline,
             coord,

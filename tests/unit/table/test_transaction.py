@@ -16,6 +16,7 @@ from lakewarden.table.coordinator import (
     LockTimeoutError,
 )
 from lakewarden.table.instant import Action, Transition
+from lakewarden.table.plans import ServicePlan
 from lakewarden.table.stats import CommitStats, FileGroupId, WorkloadProfile, WriteStat
 from lakewarden.table.timeline import (
     EntryDraft,
@@ -172,7 +173,7 @@ def test_validate_comes_after_the_conflict_rules_and_passes_through(timeline: Ti
 
 def test_pending_plan_blocks_ingestion_and_a_completed_plan_beats_it(timeline: Timeline) -> None:
     coord = EmbeddedCoordinator()
-    plan = {"file_groups": [FG.model_dump()]}
+    plan = ServicePlan(file_groups=(FG,))
     compaction = begin(timeline, coord, "svc", action=Action.COMPACTION, plan=plan)
     tx = begin(timeline, coord)
     tx.inflight(WorkloadProfile(operation="upsert", file_groups=(FG,)))
@@ -189,7 +190,7 @@ def test_pending_plan_blocks_ingestion_and_a_completed_plan_beats_it(timeline: T
 
 def test_cancel_requested_plan_never_completes(timeline: Timeline) -> None:
     coord = EmbeddedCoordinator()
-    plan = {"file_groups": [FG.model_dump()]}
+    plan = ServicePlan(file_groups=(FG,))
     tx = begin(timeline, coord, "svc", action=Action.CLUSTERING, cancellable=True, plan=plan)
     tx.inflight(WorkloadProfile(operation="cluster", file_groups=(FG,)))
     cancel = EntryDraft(

@@ -13,6 +13,7 @@ from lakewarden.table.bucket import route
 from lakewarden.table.config import META_FILE_NAME
 from lakewarden.table.coordinator import EmbeddedCoordinator
 from lakewarden.table.files import BaseFileName, WriteToken, file_key
+from lakewarden.table.plans import JobPlan
 from lakewarden.table.stats import CommitStats, WorkloadProfile, WriteStat
 from lakewarden.table.table import Table
 from lakewarden.table.transaction import WriteTransaction
@@ -77,7 +78,7 @@ def open_job(table: Table, *tasks: pa.Table, plan_job: str | None = None) -> Job
         table.table_id,
         operation="insert",
         actor="test-driver",
-        plan={"spark": {"job_id": plan_job or job_id}},
+        plan=JobPlan(job_id=plan_job or job_id),
     )
     accepted, stats = [], []
     for task, data in enumerate(tasks):

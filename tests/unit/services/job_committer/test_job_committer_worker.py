@@ -20,7 +20,6 @@ from lakewarden.table.job_commit import (
     JobCommitSpec,
     StatisticsMismatchError,
     commit_instant,
-    stage_of,
 )
 from lakewarden.table.stats import CommitStats
 from lakewarden.table.table import Table
@@ -94,7 +93,8 @@ def test_statistics_naming_an_unplaced_file_roll_back_and_delete(table: Table) -
         commit_instant(job.committer, job.txn, spec(job, stats=wrong))
     mine = Table.open(table.uri).state().get(job.instant)
     assert mine is not None and mine.state is Transition.ROLLED_BACK
-    assert stage_of(mine.reason) == "check_statistics"
+    assert (mine.failed_stage, mine.failed_job_id) == ("check_statistics", job.job_id)
+    assert mine.error_type == "StatisticsMismatchError"
     assert data_files(table) == []  # renamed by the job commit, deleted by the job abort
     summary = job.committer.summary()
     assert summary is not None and summary.state == "ABORTED"

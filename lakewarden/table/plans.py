@@ -1,0 +1,171 @@
+"""The plan a ``requested`` entry carries: typed, discriminated by ``kind``, versioned.
+
+Every producer of an instant says in its plan what the instant is for, and every reader asks
+the typed model (``InstantState.job_plan``, ``plan.job_id``), never a dict:
+
+- ``JobPlan`` (commit, deltacommit): the manifest-committer job whose files the instant
+  completes, the streaming micro-batch it writes, if any (delta-rs's ``Txn{app_id, version}``:
+  the query id and batch id an exactly-once sink keys on), and, for an error table, the main
+  instants whose failed records it holds;
+- ``ServicePlan`` (compaction, clustering; Hudi RFC-79): the file groups it rewrites, the
+  strategy, its cancellation policy and the last completed instant the planner saw
+  (``cancellable`` itself is a field of the requested payload: the state machine checks it);
+- ``CleanPlan`` (clean): the files to delete and why;
+- ``RollbackPlan`` (rollback): the pending ingestion instant it rolls back.
+
+Each model has ``kind`` (the discriminator) and ``version``; a new field with a default keeps
+the version, a changed meaning gets a new one. Entries written before plans were typed carry
+plain dicts (``{"spark": {"job_id": ...}}``, ``{"errors": {"sources": [...]}}``,
+``{"file_groups": [...]}``, ``{"target": ...}``); ``upgrade_legacy_plan`` reads them as the
+models above, so old timelines and checkpoints load unchanged. A legacy dict of no known shape
+loads as ``UntypedPlan`` rather than failing: refusing it would drop a completed instant from
+every snapshot.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Final, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, JsonValue
+
+from lakewarden.table.stats import FileGroupId
+
+_INSTANT_PATTERN = r"^\d{17}$"
+# The keys the Spark writer put into legacy ``{"spark": {...}}`` plans.
+_LEGACY_JOB_ID: Final = "job_id"
+_LEGACY_QUERY_ID: Final = "spark.streaming.query_id"
+_LEGACY_RUN_ID: Final = "spark.streaming.run_id"
+_LEGACY_BATCH_ID: Final = "spark.streaming.batch_id"
+_LEGACY_CHECKPOINT: Final = "spark.streaming.checkpoint"
+
+
+class MicroBatch(BaseModel):
+    """One micro-batch of one run of a streaming query (Structured Streaming's ids)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    query_id: str = Field(min_length=1)
+    run_id: str = ""
+    batch_id: int = Field(ge=0)
+    checkpoint: str = ""
+
+
+class JobPlan(BaseModel):
+    """An ingestion instant: the committer job that writes it.
+
+    ``job_id`` is None only for error-table instants written before they had a job."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: Literal["job"] = "job"
+    version: Literal[1] = 1
+    job_id: str | None = Field(default=None, min_length=1)
+    batch: MicroBatch | None = None
+    # Error table: the main instants (``<table id>@<instant>``) whose failed records it holds.
+    sources: tuple[str, ...] = ()
+
+
+class CancellationPolicy(BaseModel):
+    """When the cleaner cancels a cancellable plan that has no live executor (RFC-79)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_age_s: float | None = Field(default=None, gt=0)
+    max_completed_instants: int | None = Field(default=None, gt=0)
+
+
+class ServicePlan(BaseModel):
+    """A compaction or clustering (RFC-79): the file groups it rewrites.
+
+    Unknown keys are kept (legacy plans carried free-form keys beside ``file_groups``)."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+    kind: Literal["service"] = "service"
+    version: Literal[1] = 1
+    file_groups: tuple[FileGroupId, ...] = Field(min_length=1)
+    strategy: str | None = None
+    cancellation_policy: CancellationPolicy | None = None
+    # The newest completed instant when the plan was made: its input is the snapshot as of it.
+    last_completed_instant: str | None = Field(default=None, pattern=_INSTANT_PATTERN)
+
+
+class CleanFile(BaseModel):
+    """One file a clean deletes, and the rule that made it garbage."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    path: str = Field(min_length=1)
+    reason: str = Field(min_length=1)
+
+
+class CleanPlan(BaseModel):
+    """A clean: the files it deletes (never one a retained snapshot or pending plan reads)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: Literal["clean"] = "clean"
+    version: Literal[1] = 1
+    files: tuple[CleanFile, ...] = ()
+    earliest_retained_instant: str | None = Field(default=None, pattern=_INSTANT_PATTERN)
+
+
+class RollbackPlan(BaseModel):
+    """A rollback: the pending ingestion instant it rolls back. Appending it is the rollback
+    *intent*: from then on the target can only be rolled back."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: Literal["rollback"] = "rollback"
+    version: Literal[1] = 1
+    target: str = Field(pattern=_INSTANT_PATTERN)
+
+
+class UntypedPlan(BaseModel):
+    """A legacy plan of no known shape, kept as it was written (never written any more)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: Literal["untyped"] = "untyped"
+    version: Literal[1] = 1
+    data: dict[str, JsonValue]
+
+
+def upgrade_legacy_plan(data: Any) -> Any:
+    """A plan as the typed models read it: a legacy dict (no ``kind``) in their shape; models
+    and typed dicts as they are (validation happens after)."""
+    if not isinstance(data, dict) or "kind" in data:
+        return data
+    spark = data.get("spark")
+    if isinstance(spark, dict):
+        return _legacy_job(spark)
+    errors = data.get("errors")
+    if isinstance(errors, dict):
+        return {"kind": "job", "sources": errors.get("sources", ())}
+    if isinstance(data.get(_LEGACY_JOB_ID), str):
+        return {"kind": "job", "job_id": data[_LEGACY_JOB_ID]}
+    if "file_groups" in data:
+        return {"kind": "service", **data}
+    if set(data) == {"target"}:
+        return {"kind": "rollback", **data}
+    return {"kind": "untyped", "data": data}
+
+
+def _legacy_job(spark: dict[str, Any]) -> dict[str, Any]:
+    plan: dict[str, Any] = {"kind": "job", "job_id": spark.get(_LEGACY_JOB_ID)}
+    if spark.get(_LEGACY_QUERY_ID) and spark.get(_LEGACY_BATCH_ID) is not None:
+        plan["batch"] = {
+            "query_id": spark[_LEGACY_QUERY_ID],
+            "run_id": spark.get(_LEGACY_RUN_ID) or "",
+            "batch_id": int(spark[_LEGACY_BATCH_ID]),
+            "checkpoint": spark.get(_LEGACY_CHECKPOINT) or "",
+        }
+    return plan
+
+
+Plan = Annotated[
+    JobPlan | ServicePlan | CleanPlan | RollbackPlan | UntypedPlan,
+    Field(discriminator="kind"),
+]
+# What ``requested`` payloads and instant states hold: legacy dicts are upgraded on load.
+PlanField = Annotated[Plan | None, BeforeValidator(upgrade_legacy_plan)]
