@@ -139,6 +139,9 @@ class CommitState:
     instant_state: str | None
     job_summary: str | None  # the _SUCCESS state: COMMITTED, FAILED, ABORTED, or None
     reason: str | None
+    # A rolled-back commit: the stage that failed and the error's type (its entry's fields).
+    failed_stage: str | None = None
+    error_type: str | None = None
 
 
 class CommitClient:
@@ -391,4 +394,6 @@ def check_commit(
         state = "rolled_back"
     elif mine.is_pending:
         state = "pending"
-    return CommitState(state, str(mine.state), job_state, mine.reason)
+    return CommitState(
+        state, str(mine.state), job_state, mine.reason, mine.failed_stage, mine.error_type
+    )

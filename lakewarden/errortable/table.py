@@ -11,7 +11,8 @@ manifest committer like every other producer (``lakewarden.table.job_commit``):
 1. drop the sources already committed (``SOURCES_KEY`` in the commit metadata of completed
    instants of the error table);
 2. resume the pending instant a crashed run left for exactly these sources once its task
-   attempt was committed (its ``JobPlan`` names the job and the sources); otherwise set up a
+   attempt was committed (its ``JobPlan`` names the job and the sources) and its heartbeat
+   is no longer alive (never two executors of one instant); otherwise set up a
    committer job and append ``requested`` with a ``JobPlan`` naming both, then ``inflight``
    with the new file groups: append groups beside each bucket, as Spark appends, so no
    commit rewrites another's files;
@@ -51,7 +52,7 @@ from lakewarden.errortable.records import TABLE_NAME, ErrorRow
 from lakewarden.settings import Settings
 from lakewarden.table.bucket import append_group, route
 from lakewarden.table.config import META_FILE_NAME, TableAlreadyExistsError
-from lakewarden.table.coordinator import Coordinator
+from lakewarden.table.coordinator import Coordinator, Liveness
 from lakewarden.table.files import BaseFileName, WriteToken, file_key
 from lakewarden.table.instant import Transition
 from lakewarden.table.job_commit import (
@@ -239,13 +240,16 @@ def _open(table: Table, sources: tuple[str, ...], hook: StageHook | None) -> _Wo
 
 def _resumable(table: Table, sources: tuple[str, ...], hook: StageHook | None) -> _Work | None:
     """The inflight instant of exactly ``sources`` whose task attempt committed (its manifest
-    is saved, or its job committed): what a crashed run left to finish."""
+    is saved, or its job committed) and whose heartbeat is not alive: what a crashed run
+    left to finish."""
     for inst in reversed(table.state().pending()):
         plan = inst.job_plan
         if inst.state is not Transition.INFLIGHT or plan is None or plan.job_id is None:
             continue
         if plan.sources != sources:
             continue
+        if table.coordinator.liveness(table.table_id, inst.instant) is Liveness.ALIVE:
+            continue  # its executor is at work: at most one executor per instant
         committer = ManifestCommitter(table.storage, plan.job_id, stage_hook=hook)
         attempt = committer.layout.attempt_id(_TASK)
         summary = committer.summary()

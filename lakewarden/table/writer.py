@@ -145,7 +145,8 @@ def write(ctx: WriteContext, data: pa.Table, operation: Operation) -> CommitResu
             outcome = commit_instant(job, txn, spec)  # 6
             return CommitResult(txn.instant, outcome.stats)
     except Exception as err:  # idempotent after commit_instant's own abandon
-        abandon(job, txn, err, stage=STAGE_WRITE_FILES, written=written)
+        job_id = _job_id(job, txn.instant)
+        abandon(job, txn, err, stage=STAGE_WRITE_FILES, job_id=job_id, written=written)
         raise
 
 

@@ -143,7 +143,13 @@ def test_abort_of_a_pending_write_rolls_back_then_deletes(tmp_path: Path) -> Non
     _job.abort_write(spec, "a task failed")
 
     assert states(table) == [Transition.ROLLED_BACK]
-    assert table.timeline()[0].reason == "a task failed"
+    rolled = table.timeline()[0]
+    assert rolled.reason == "a task failed"
+    assert (rolled.failed_stage, rolled.failed_job_id, rolled.error_type) == (
+        "abort",
+        spec.job_id,
+        None,
+    )
     assert files_on_disk(tmp_path) == set()
 
 

@@ -180,7 +180,8 @@ def test_check_commit_reads_the_timeline_and_the_job_summary(tmp_path: Path) -> 
     )
     other_job = new_job_id()
     assert check_commit(table.uri, txn.instant, other_job).state == "pending"
-    txn.rollback("given up")
+    txn.rollback("given up", failed_stage="job_commit", job_id=other_job, error_type="Oops")
     rolled = check_commit(table.uri, txn.instant, other_job)
     assert (rolled.state, rolled.reason, rolled.job_summary) == ("rolled_back", "given up", None)
+    assert (rolled.failed_stage, rolled.error_type) == ("job_commit", "Oops")
     assert check_commit(table.uri, INSTANT, other_job).state == "unknown_instant"

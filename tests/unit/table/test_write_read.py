@@ -550,6 +550,8 @@ def test_the_loser_of_an_overlap_is_rolled_back_and_leaves_no_files() -> None:
     states = {s.instant: s for s in loser.timeline()}
     (lost,) = [s for s in states.values() if s.state == Transition.ROLLED_BACK]
     assert info.value.instant == lost.instant
+    assert (lost.failed_stage, lost.error_type) == ("complete_instant", type(info.value).__name__)
+    assert lost.failed_job_id == f"{lost.instant}-direct"  # a store without private staging
     assert as_set(loser.read()) == {(1, "eu", 1, "winner")}
     assert [o.key for o in data_files(storage) if lost.instant in o.key] == []
 
@@ -568,6 +570,7 @@ def test_a_store_failure_while_writing_files_rolls_back() -> None:
     last = table.timeline()[-1]
     assert last.state == Transition.ROLLED_BACK
     assert last.reason is not None and "disk on fire" in last.reason
+    assert (last.failed_stage, last.error_type) == ("write_files", "StorageIOError")
     assert [o.key for o in data_files(storage) if last.instant in o.key] == []
     assert as_set(table.read()) == {(1, "eu", 1, "old"), (2, "eu", 1, "old")}
 
