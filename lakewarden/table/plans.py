@@ -28,6 +28,7 @@ from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, JsonValue
 
+from lakewarden.table.instant import Action
 from lakewarden.table.stats import FileGroupId
 
 _INSTANT_PATTERN = r"^\d{17}$"
@@ -169,3 +170,14 @@ Plan = Annotated[
 ]
 # What ``requested`` payloads and instant states hold: legacy dicts are upgraded on load.
 PlanField = Annotated[Plan | None, BeforeValidator(upgrade_legacy_plan)]
+
+# The plan kinds each action may carry (None: no plan), as the state machine checks them.
+# Legacy plans of no known shape (``UntypedPlan``) are accepted where a plan was optional.
+PLAN_KINDS: Final[dict[Action, tuple[type[BaseModel] | None, ...]]] = {
+    Action.COMMIT: (None, JobPlan, UntypedPlan),
+    Action.DELTACOMMIT: (None, JobPlan, UntypedPlan),
+    Action.COMPACTION: (ServicePlan,),
+    Action.CLUSTERING: (ServicePlan,),
+    Action.CLEAN: (None, CleanPlan, UntypedPlan),
+    Action.ROLLBACK: (RollbackPlan,),
+}

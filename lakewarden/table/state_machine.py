@@ -48,7 +48,7 @@ from lakewarden.table.instant import (
     Action,
     Transition,
 )
-from lakewarden.table.plans import CleanPlan, JobPlan, RollbackPlan, ServicePlan, UntypedPlan
+from lakewarden.table.plans import PLAN_KINDS, RollbackPlan, ServicePlan
 from lakewarden.table.stats import CommitStats, WorkloadProfile
 from lakewarden.table.timeline_state import (
     InstantState,
@@ -71,16 +71,6 @@ class Rejected:
 
 
 Updates = tuple[InstantState, ...]
-# The plan kinds each action may carry (None: no plan); legacy plans of no known shape
-# (``UntypedPlan``) are accepted where a plan was optional, so old timelines keep loading.
-_PLAN_KINDS: dict[Action, tuple[type[BaseModel] | None, ...]] = {
-    Action.COMMIT: (None, JobPlan, UntypedPlan),
-    Action.DELTACOMMIT: (None, JobPlan, UntypedPlan),
-    Action.COMPACTION: (ServicePlan,),
-    Action.CLUSTERING: (ServicePlan,),
-    Action.CLEAN: (None, CleanPlan, UntypedPlan),
-    Action.ROLLBACK: (RollbackPlan,),
-}
 _Handler = Callable[[StateView, InstantState, TimelineEntry], "Updates | Rejected"]
 
 
@@ -243,7 +233,7 @@ def _requested(
             f"only compaction and clustering plans may be cancellable, not {entry.action}"
         )
     plan = payload.plan
-    allowed = _PLAN_KINDS[entry.action]
+    allowed = PLAN_KINDS[entry.action]
     if not any(plan is None if kind is None else isinstance(plan, kind) for kind in allowed):
         names = " or ".join("no plan" if k is None else k.__name__ for k in allowed)
         got = "no plan" if plan is None else type(plan).__name__
