@@ -10,7 +10,8 @@ Flow::
 - ``location``: where a table's errors go (``<table root><suffix>`` or the global table);
 - ``records``: the ``ErrorRecord`` event (RFC-20's fields, context keys) and its publisher;
 - ``acceptance``: the sink's pure logic: buffers, what the main instant accepted, offsets;
-- ``table``: the error table itself: schema, create on first use, the idempotent commit.
+- ``table``: the error table itself: schema, create on first use;
+- ``commit``: the idempotent commit, through the manifest committer.
 
 Only records of task attempts that the completed main instant accepted (its job's
 ``_SUCCESS`` summary names them) are committed, each main instant's errors exactly once: the
@@ -27,6 +28,7 @@ from lakewarden.errortable.acceptance import (
     SourceKey,
     outcome_of,
 )
+from lakewarden.errortable.commit import commit_errors
 from lakewarden.errortable.location import ErrorTableLocation, error_table_location
 from lakewarden.errortable.records import (
     ErrorPublisher,
@@ -38,7 +40,6 @@ from lakewarden.errortable.table import (
     ERROR_TABLE_SCHEMA,
     SOURCES_KEY,
     SourceErrors,
-    commit_errors,
     committed_sources,
     open_error_table,
 )

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -62,6 +61,7 @@ from lakewarden.spark._transaction import (
     BatchAlreadyCommittedError,
     BatchKey,
     SparkTransaction,
+    completed_batch,
 )
 from lakewarden.storage import Storage, open_storage
 from lakewarden.table.config import TableConfig, load_config
@@ -70,6 +70,7 @@ from lakewarden.table.instant import Action
 from lakewarden.table.job_commit import (
     STAGE_ABORT,
     STAGE_PREPARE,
+    STAGE_REQUEST_COMMIT,
     AlreadyCommittedError,
     JobCommitSpec,
     commit_instant,
@@ -179,6 +180,7 @@ def commit_write(
     table = TableHandle.open(spec.uri, spec.settings_json)
     txn = table.transaction(spec)
     settings = load_settings(spec.settings_json)
+    stage = STAGE_PREPARE  # the driver's own step; commit_instant records its own stages
     with txn.heartbeat():
         try:
             accepted = accepted_messages(messages, instant=spec.instant, job_id=spec.job_id)
@@ -194,6 +196,7 @@ def commit_write(
                 description=f"instant {spec.instant}",
             )
             if settings.kafka.enabled:  # 3.
+                stage = STAGE_REQUEST_COMMIT
                 done = _commit_by_service(table, spec, job, settings, accepted)
             else:
                 done = commit_instant(ManifestCommitter(table.storage, spec.job_id), txn, job).stats
@@ -202,8 +205,8 @@ def commit_write(
             err.add_note(_where(spec, "outcome unknown: reconcile with the timeline"))
             raise
         except BaseException as err:
-            abandon(table, spec, err)  # 4.
-            already = _already_committed(err, spec, batch)
+            abandon(table, spec, err, stage=stage)  # 4.
+            already = _already_committed(table, err, spec, batch)
             if already is not None:
                 raise already from err
             raise
@@ -252,17 +255,22 @@ def _commit_by_service(
 
 
 def _already_committed(
-    err: BaseException, spec: WriteSpec, batch: BatchKey | None
+    table: TableHandle, err: BaseException, spec: WriteSpec, batch: BatchKey | None
 ) -> BatchAlreadyCommittedError | None:
     """The micro-batch rule's refusal as ``BatchAlreadyCommittedError`` (what the stream
-    writer expects), whether the driver or the service ran the commit."""
+    writer expects), whether the driver or the service ran the commit. The instant that
+    committed the batch is read from the timeline, not from the service's message."""
     if batch is None or isinstance(err, BatchAlreadyCommittedError):
         return None
     if isinstance(err, AlreadyCommittedError):
         committed_by = err.committed_by
     elif isinstance(err, JobCommitFailedError) and err.error_type == "AlreadyCommittedError":
-        found = re.search(r"instant (\d{17}) completed", err.reason)
-        committed_by = found[1] if found else "unknown"
+        try:
+            done = completed_batch(table.timeline.load(), batch)
+        except Exception as read_err:  # the refusal stands; only its detail is missing
+            err.add_note(f"reading which instant committed the batch failed: {read_err!r}")
+            done = None
+        committed_by = done.instant if done is not None else "unknown"
     else:
         return None
     return BatchAlreadyCommittedError(

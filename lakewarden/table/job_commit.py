@@ -72,6 +72,7 @@ STAGE_COMPLETE = "complete_instant"
 # Stages of a producer before ``commit_instant`` runs, as ``abandon`` records them.
 STAGE_WRITE_FILES = "write_files"
 STAGE_PREPARE = "prepare_commit"
+STAGE_REQUEST_COMMIT = "request_commit"  # asking the job-committer service to run it
 STAGE_ABORT = "abort"
 
 
