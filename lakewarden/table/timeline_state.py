@@ -21,7 +21,7 @@ Payload shapes per transition (checked by the state machine; a malformed payload
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, Literal, Protocol
+from typing import Any, Final, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -77,7 +77,7 @@ class RequestedPayload(BaseModel):
     plan: PlanField = None
 
 
-REASON_PAYLOAD_VERSION = 2
+REASON_PAYLOAD_VERSION: Final = 2
 
 
 class ReasonPayload(BaseModel):

@@ -102,8 +102,8 @@ class WriteTransaction:
           2. Load the timeline; the instant time is ``Instant.next_after(last requested)``.
           3. Append ``requested`` {operation, cancellable, plan} with the lease token (the
              plan is one of ``lakewarden.table.plans``, e.g. the ``JobPlan`` naming the
-             committer job); on a
-             rebase step 2 runs again, so the time stays after every requested instant.
+             committer job); on a rebase step 2 runs again, so the time stays after every
+             requested instant.
           4. Release the lock.
 
         Raises: LockTimeoutError, IllegalTransitionError (e.g. a malformed plan),
@@ -249,14 +249,16 @@ class WriteTransaction:
         if current is not None and current.state is Transition.ROLLED_BACK:
             return
         try:
-            payload = ReasonPayload(
+            # Not validated here: the state machine judges the payload (an empty reason is an
+            # IllegalTransitionError, like every malformed entry).
+            payload = ReasonPayload.model_construct(
                 version=REASON_PAYLOAD_VERSION,
                 reason=reason,
                 failed_stage=failed_stage,
                 job_id=job_id,
                 error_type=error_type,
             )
-            self._append(Transition.ROLLED_BACK, payload.model_dump(mode="json"))
+            self._append(Transition.ROLLED_BACK, payload.model_dump(mode="json", exclude_none=True))
         except IllegalTransitionError:
             current = self.status()
             if current is not None and current.state is Transition.ROLLED_BACK:
