@@ -147,8 +147,8 @@ def upgrade_legacy_plan(data: Any) -> Any:
         return {"kind": "job", "job_id": data[_LEGACY_JOB_ID]}
     if "file_groups" in data:
         return {"kind": "service", **data}
-    if set(data) == {"target"}:
-        return {"kind": "rollback", **data}
+    if "target" in data:  # the untyped RollbackPlan kept unknown keys; only the target counts
+        return {"kind": "rollback", "target": data["target"]}
     return {"kind": "untyped", "data": data}
 
 

@@ -110,7 +110,13 @@ def test_plans_written_before_they_were_typed_still_load() -> None:
         _entry(1, times[1], Action.COMMIT, Transition.REQUESTED, _req(stream)),
         _entry(2, times[2], Action.COMMIT, Transition.REQUESTED, _req(errors)),
         _entry(3, times[3], Action.COMPACTION, Transition.REQUESTED, _req(service)),
-        _entry(4, times[4], Action.ROLLBACK, Transition.REQUESTED, _req({"target": times[0]})),
+        _entry(
+            4,
+            times[4],
+            Action.ROLLBACK,
+            Transition.REQUESTED,
+            _req({"target": times[0], "why": "expired"}),
+        ),
         _entry(5, times[5], Action.COMMIT, Transition.REQUESTED, _req({"someone": "else"})),
         _entry(6, times[0], Action.COMMIT, Transition.ROLLED_BACK, {"reason": "old: reason"}),
     )
