@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -31,6 +30,7 @@ from typing import Any, Literal
 from confluent_kafka import Consumer, KafkaError, Message, Producer
 
 from lakewarden.clients._lock_wire import lock_request, table_partition
+from lakewarden.clock import SYSTEM_CLOCK, Clock
 from lakewarden.events.codec import EventCodec, EventDecodeError
 from lakewarden.table.coordinator import Lease
 
@@ -52,10 +52,15 @@ class LockLease(Lease):
     owner: str = ""
     lost_reason: str | None = field(default=None, repr=False)
     confirmed_at: float = field(default=0.0, repr=False)  # monotonic send time, confirmed
+    clock: Clock = field(default=SYSTEM_CLOCK, repr=False)  # the clock expires_at is on
 
     @property
     def lost(self) -> bool:
-        return self.released or self.lost_reason is not None or time.monotonic() >= self.expires_at
+        return (
+            self.released
+            or self.lost_reason is not None
+            or self.clock.monotonic() >= self.expires_at
+        )
 
 
 @dataclass(eq=False)
@@ -91,6 +96,7 @@ class LockIO:
         client_id: str,
         owner: str,
         resend_s: float,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.producer = producer
         self.consumer = consumer
@@ -102,6 +108,7 @@ class LockIO:
         self.client_id = client_id
         self.owner = owner
         self.resend_s = resend_s
+        self.clock = clock  # times leases, renewals and resends
         self.guard = threading.Lock()
         self.pending: dict[str, Pending] = {}
         self.leases: dict[str, LockLease] = {}  # by acquire request id
@@ -147,7 +154,7 @@ class LockIO:
 
     def send_untracked(self, kind: Kind, table_id: str, **fields: Any) -> None:
         """Produce a request whose answer nobody waits for (release, withdraw)."""
-        pending = Pending(kind, table_id, uuid.uuid4().hex, 0, time.monotonic())
+        pending = Pending(kind, table_id, uuid.uuid4().hex, 0, self.clock.monotonic())
         record = lock_request(
             table_id=table_id,
             producer_id=self.client_id,
@@ -197,7 +204,7 @@ class LockIO:
                     self._on_message(msg)
                     msg = self.consumer.poll(0)
                 self.producer.poll(0)
-                self._tick(time.monotonic())
+                self._tick(self.clock.monotonic())
             except Exception:  # the thread must survive anything a reply or librdkafka throws
                 log.exception("lock client IO loop error", extra={"client_id": self.client_id})
                 self._stop.wait(0.1)
@@ -261,6 +268,7 @@ class LockIO:
             request_id=pending.request_id,
             owner=self.owner,
             confirmed_at=pending.sent_at,
+            clock=self.clock,
         )
         self.leases[pending.request_id] = lease
         return partial(_resolve, pending.future, lease)

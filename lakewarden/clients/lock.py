@@ -24,7 +24,6 @@ import logging
 import os
 import socket
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -34,6 +33,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from lakewarden.clients._lock_io import LockIO, LockLease, Pending
 from lakewarden.clients._lock_wire import client_partition
+from lakewarden.clock import SYSTEM_CLOCK, Clock
 from lakewarden.errors import NonRetryableError, RetryableError
 from lakewarden.events.codec import default_codec
 from lakewarden.events.topics import LOCK_REPLIES, LOCK_REQUESTS
@@ -66,7 +66,8 @@ class LockClient:
     """Leases on table locks, from any thread. Thread-safe; close it when done.
 
     ``owner`` names the holder in the service's state and logs (default ``host:pid``);
-    ``resend_s`` is how long an unanswered acquire or renewal waits before it is sent again.
+    ``resend_s`` is how long an unanswered acquire or renewal waits before it is sent again;
+    ``clock`` times leases, renewals and resends (waits for a reply, ``wait_s``, are real time).
     """
 
     def __init__(
@@ -76,11 +77,13 @@ class LockClient:
         owner: str | None = None,
         client_id: str | None = None,
         resend_s: float = 1.0,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.settings = settings
         self.client_id = client_id or f"lock-client-{uuid.uuid4().hex[:16]}"
         self.owner = owner or f"{socket.gethostname()}:{os.getpid()}"
         self.resend_s = resend_s
+        self.clock = clock
         self._guard = threading.Lock()
         self._io: LockIO | None = None
         self._closed = False
@@ -132,7 +135,7 @@ class LockClient:
             table_id,
             uuid.uuid4().hex,
             max(1, round(ttl_s * 1000)),
-            time.monotonic(),
+            self.clock.monotonic(),
             on_queued=on_queued,
         )
         io.send(pending)  # 1.
@@ -171,7 +174,7 @@ class LockClient:
         if wait_s is None:
             io.send_untracked("release", lease.table_id, token=lease.token)
             return None
-        pending = Pending("release", lease.table_id, uuid.uuid4().hex, 0, time.monotonic())
+        pending = Pending("release", lease.table_id, uuid.uuid4().hex, 0, self.clock.monotonic())
         io.send(pending, token=lease.token)
         reply = pending.future.result(timeout=wait_s)
         return bool(reply["status"] == "granted")
@@ -247,6 +250,7 @@ class LockClient:
             client_id=self.client_id,
             owner=self.owner,
             resend_s=self.resend_s,
+            clock=self.clock,
         )
 
 
