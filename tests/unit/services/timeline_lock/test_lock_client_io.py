@@ -3,7 +3,6 @@ every ttl/3 from the last confirmed send, resends, and the three ways a lease is
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pytest
@@ -11,6 +10,7 @@ import pytest
 from lakewarden.clients._lock_io import LockIO, LockLease, Pending
 from lakewarden.clients._lock_wire import table_partition
 from lakewarden.events import decode, default_codec, encode, make_event
+from lakewarden.testing import ManualClock
 
 
 class FakeProducer:
@@ -44,16 +44,13 @@ class FakeMessage:
         return None
 
 
-# Fake times are offsets from the real monotonic clock, which LockLease.lost reads. The `io`
-# fixture resets T when each test starts: taken once at import, it would be minutes old by the
-# time a test runs late in a long session, and every 3 s lease would already read as lost.
-T = time.monotonic()
+# The times the tests pass are offsets from T, where each test's ManualClock stands (and stays:
+# a lease's ``lost`` reads that clock, so a slow machine cannot age a lease during a test).
+T = 1_000.0
 
 
 @pytest.fixture
 def io() -> LockIO:
-    global T
-    T = time.monotonic()
     return LockIO(
         producer=FakeProducer(),  # type: ignore[arg-type]
         consumer=None,  # type: ignore[arg-type]  # the thread is not started
@@ -65,6 +62,7 @@ def io() -> LockIO:
         client_id="me",
         owner="host:1",
         resend_s=1.0,
+        clock=ManualClock(start=T),
     )
 
 
@@ -192,3 +190,13 @@ def test_forget_drops_a_pending_acquire_and_a_lease_granted_meanwhile(io: LockIO
     assert io.forget(pending.request_id) is not None and not io.leases
     reply(io, pending.request_id, "granted", token=1)  # a late duplicate: ignored
     assert not io.leases
+
+
+def test_a_lease_is_lost_exactly_a_ttl_after_its_last_confirmed_send(io: LockIO) -> None:
+    clock = io.clock
+    assert isinstance(clock, ManualClock)
+    lease = grant(io, at=T)  # ttl 3 s
+    clock.advance(2.999)
+    assert not lease.lost
+    clock.advance(0.001)
+    assert lease.lost and lease.lost_reason is None  # by the clock, no notice needed
