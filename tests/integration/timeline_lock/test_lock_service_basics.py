@@ -25,6 +25,11 @@ def settings(shared_lock_settings: Settings, shared_lock_service: ServiceProcess
     return shared_lock_settings
 
 
+# The ttl of an acquire that times out: long, so a withdrawal that failed would hold the lock
+# far longer than the next acquire waits.
+DEAD_TTL_S = 60.0
+
+
 def table() -> str:
     return f"t-{uuid.uuid4().hex[:8]}"
 
@@ -53,14 +58,15 @@ def test_a_held_lock_makes_others_wait_and_times_them_out(
     with first.hold(name, ttl_s=5, wait_s=10) as lease:
         started = time.monotonic()
         with pytest.raises(LockTimeoutError, match=f"lock of table {name} was not granted"):
-            second.acquire(name, ttl_s=5, wait_s=0.5)
-        assert 0.5 <= time.monotonic() - started < 2
+            second.acquire(name, ttl_s=DEAD_TTL_S, wait_s=0.5)
+        # A lower bound only: it waited its wait_s. How promptly it gives up afterwards is
+        # the machine's speed, not the protocol's (the lock benchmark measures latency).
+        assert time.monotonic() - started >= 0.5
     # The timed-out acquire was withdrawn (or, if the release overtook it, granted and then
-    # released by the withdrawal): either way nothing holds the lock for its 5 s ttl.
-    started = time.monotonic()
-    with second.hold(name, ttl_s=5, wait_s=10) as after:
+    # released by the withdrawal): either way nothing holds the lock for its ttl. Had it
+    # stayed, this acquire, waiting far less than that ttl, would time out.
+    with second.hold(name, ttl_s=5, wait_s=DEAD_TTL_S / 6) as after:
         assert after.token > lease.token
-    assert time.monotonic() - started < 3
 
 
 def test_renewals_keep_a_lease_alive_past_its_ttl(
@@ -69,9 +75,12 @@ def test_renewals_keep_a_lease_alive_past_its_ttl(
     holder, waiter = make_client(settings), make_client(settings)
     name = table()
     with holder.hold(name, ttl_s=2.0, wait_s=10) as lease:
+        granted_send = lease.confirmed_at
         with pytest.raises(LockTimeoutError):
             waiter.acquire(name, ttl_s=5, wait_s=5)  # 2.5 ttls: renewals kept it
-        assert not lease.lost and lease.confirmed_at > time.monotonic() - 2.0
+        # The service confirmed a renewal sent after the first ttl ran out: the lease lives
+        # on renewals, not on its first grant (no bound on how fast the machine is).
+        assert not lease.lost and lease.confirmed_at > granted_send + lease.ttl_s
 
 
 def test_a_stale_release_is_refused(settings: Settings, make_client: type[LockClient]) -> None:
