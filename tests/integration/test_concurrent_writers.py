@@ -28,6 +28,7 @@ import pytest
 
 from lakewarden.table.instant import Transition
 from lakewarden.table.table import Table
+from lakewarden.testing import wait_until
 
 SCHEMA = pa.schema([("id", pa.int64()), ("ts", pa.int64()), ("v", pa.string())])
 KEYS = 24
@@ -40,6 +41,7 @@ def worker(uri: str, me: str, go: Path, out: Path, seed: int) -> None:
 
     table = Table.open(uri)
     rng = random.Random(seed)
+    _ready(out).touch()  # imported and opened: the test may give the start signal
     while not go.exists():
         time.sleep(0.005)
     outcomes: list[dict[str, Any]] = []
@@ -56,6 +58,10 @@ def worker(uri: str, me: str, go: Path, out: Path, seed: int) -> None:
             outcome.update(ok=False, error=type(err).__name__, instant=None, msg=repr(err))
         outcomes.append(outcome)
     out.write_text(json.dumps(outcomes))
+
+
+def _ready(out: Path) -> Path:
+    return out.with_suffix(".ready")
 
 
 def _apply(model: dict[int, dict[str, Any]], records: list[dict[str, Any]]) -> None:
@@ -80,7 +86,12 @@ def test_two_processes_upserting_overlapping_keys(tmp_path: Path) -> None:
         )
         for name, out, seed in (("a", outs[0], 1), ("b", outs[1], 2))
     ]
-    time.sleep(1.0)  # both processes have imported and opened the table
+    wait_until(
+        lambda: all(_ready(out).exists() for out in outs)
+        or any(proc.poll() is not None for proc in procs),
+        120,
+        "both processes to import and open the table",
+    )
     go.touch()
     for proc in procs:
         _, stderr = proc.communicate(timeout=200)

@@ -4,7 +4,6 @@ consolidation of append groups, and two concurrent upserts on overlapping keys."
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ from lakewarden.table.conflicts import OverlappingCommitConflict
 from lakewarden.table.instant import Transition
 from lakewarden.table.table import Table
 from lakewarden.table.writer import CommitResult
+from lakewarden.testing import wait_until
 
 pytestmark = pytest.mark.spark
 
@@ -75,7 +75,11 @@ def test_concurrent_upserts_one_commits_the_other_fails_with_the_conflict(
         target=upsert, args=("slow", "slow", {"lakewarden.test.slow_partition": "0:4"})
     )
     slow.start()
-    time.sleep(1.0)
+    wait_until(
+        lambda: any(i.is_pending for i in Table.open(uri).timeline()),
+        120,
+        "the slow upsert to request its instant",
+    )
     upsert("fast", "fast", {})
     slow.join(timeout=120)
 

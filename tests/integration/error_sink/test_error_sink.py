@@ -109,10 +109,14 @@ def test_only_accepted_attempts_of_completed_instants_once(
     write = FakeWrite(orders)
     loser, winner, other = write.attempt(0, 0), write.attempt(0, 1), write.attempt(1, 0)
     accepted = write.errors(winner, ["w1", "w2", "w3"]) + write.errors(other, ["o1"])
+    buffered = metric(sink, "lakewarden_error_sink_buffered_records")
     publish(producer, write.errors(loser, ["l1", "l2"]) + accepted)
     aborted = FakeWrite(orders)
     publish(producer, aborted.errors(aborted.attempt(0), ["r1", "r2"]))
-    time.sleep(1.0)
+    wait_for(
+        lambda: metric(sink, "lakewarden_error_sink_buffered_records") >= buffered + 8,
+        "the sink to buffer all 8 failed records",
+    )
     assert rows(errors_uri) == 0, "nothing is committed before the main instant completes"
     write.complete([winner, other], failed_records=4)
     aborted.roll_back()
