@@ -1,4 +1,5 @@
-"""Task attempts: a failed first attempt, speculation, and two attempts of one partition.
+"""Task attempts: a failed first attempt, a straggler with speculation on, two attempts of one
+partition (what speculation does on a cluster), and a zombie attempt.
 
 Invariant 1 (exclusive output): nothing written by a failed or superseded attempt is ever
 visible or left behind; everything of the accepted attempts of a completed instant is.
@@ -48,11 +49,17 @@ def test_failed_first_attempt_leaves_no_trace(spark: Any, table_dir: Path) -> No
 
 
 @pytest.mark.slow
-def test_speculation_with_a_slow_task_yields_one_copy_of_every_row(
+def test_a_straggling_task_with_speculation_enabled_commits_every_row_once(
     spark: Any, table_dir: Path
 ) -> None:
-    # spark.speculation is on (conftest); local mode never launches the speculative copy
-    # (one host), so this checks the job is unharmed; the next test drives two attempts.
+    """A write whose partition 2 straggles (3 s), with ``spark.speculation`` on (conftest),
+    commits every row exactly once and leaves nothing behind.
+
+    It cannot produce a speculative attempt: Spark never runs a task's speculative copy on
+    the host already running it, and local mode has one host. So it checks only that turning
+    speculation on does not harm a job; two attempts of one partition, which speculation
+    would cause on a cluster, are driven by
+    ``test_two_attempts_of_one_partition_only_the_accepted_one_commits``."""
     table = make_table(table_dir)
     data = rows(range(300))
     writer = spark_df(spark, data, partitions=4).write.format("lakewarden").mode("append")
