@@ -6,6 +6,9 @@
                                      its files and its manifest exist); later attempts succeed
 ``fail_partition``                   ``P``: every attempt of partition ``P`` fails before writing
 ``slow_partition``                   ``P:S``: partition ``P`` sleeps ``S`` seconds before writing
+``hold_partition``                   ``P:PATH``: partition ``P`` waits until the file ``PATH``
+                                     exists before writing (the test creates it when the
+                                     partition may go on: a condition, not a guessed duration)
 ``fail_after_commit_of_batch``       ``B``: streaming: the commit of micro-batch ``B`` fails right
                                      after its instant completed (as a driver crash before Spark
                                      records the batch in its commit log would)
@@ -18,8 +21,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from pathlib import Path
 
 from lakewarden.errors import RetryableError
+
+# How long a held partition waits for its file at most: a test that never releases it fails
+# instead of hanging the Spark job.
+_HOLD_LIMIT_S = 300.0
 
 
 class InjectedFaultError(RetryableError):
@@ -40,8 +48,22 @@ def before_write(hooks: Mapping[str, str], partition: int, attempt: int) -> None
         target, _, seconds = slow.partition(":")
         if int(target) == partition:
             time.sleep(float(seconds or "1"))
+    hold = hooks.get("hold_partition")
+    if hold is not None:
+        target, _, path = hold.partition(":")
+        if int(target) == partition:
+            _wait_for_file(Path(path), partition)
     if _int(hooks, "fail_partition") == partition:
         raise InjectedFaultError(f"injected failure of partition {partition}, attempt {attempt}")
+
+
+def _wait_for_file(path: Path, partition: int) -> None:
+    """Raises: InjectedFaultError (the file did not appear within ``_HOLD_LIMIT_S``)."""
+    deadline = time.monotonic() + _HOLD_LIMIT_S
+    while not path.exists():
+        if time.monotonic() >= deadline:
+            raise InjectedFaultError(f"partition {partition} was held, never released by {path}")
+        time.sleep(0.05)
 
 
 def after_task_commit(hooks: Mapping[str, str], partition: int, attempt: int) -> None:

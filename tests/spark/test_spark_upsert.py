@@ -70,9 +70,11 @@ def test_concurrent_upserts_one_commits_the_other_fails_with_the_conflict(
         except BaseException as err:  # noqa: BLE001 - the test inspects it
             outcomes[name] = err
 
-    # "slow" sleeps in its tasks, so "fast" (requested later) completes first.
+    # "slow" is held in its task until "fast" (requested later) has completed: a condition,
+    # not a sleep "fast" had to beat on a loaded machine.
+    release = table_dir.parent / f"{table_dir.name}-release-slow"
     slow = threading.Thread(
-        target=upsert, args=("slow", "slow", {"lakewarden.test.slow_partition": "0:4"})
+        target=upsert, args=("slow", "slow", {"lakewarden.test.hold_partition": f"0:{release}"})
     )
     slow.start()
     wait_until(
@@ -81,6 +83,7 @@ def test_concurrent_upserts_one_commits_the_other_fails_with_the_conflict(
         "the slow upsert to request its instant",
     )
     upsert("fast", "fast", {})
+    release.touch()
     slow.join(timeout=120)
 
     assert isinstance(outcomes["fast"], CommitResult), outcomes["fast"]
