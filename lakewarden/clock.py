@@ -28,9 +28,10 @@ class Clock(Protocol):
         """Return after ``seconds`` have passed on this clock."""
         ...
 
-    def wait(self, event: threading.Event, timeout: float) -> bool:
-        """Return True as soon as ``event`` is set, False once ``timeout`` seconds passed on
-        this clock without it."""
+    def wait(self, event: threading.Event, until: float) -> bool:
+        """Return True as soon as ``event`` is set, False once this clock reads ``until`` (a
+        ``monotonic()`` value) without it. An absolute deadline: time that passes between
+        computing it and calling ``wait`` is not lost (with a manual clock it would be)."""
         ...
 
 
@@ -43,8 +44,8 @@ class SystemClock:
     def sleep(self, seconds: float) -> None:
         time.sleep(seconds)
 
-    def wait(self, event: threading.Event, timeout: float) -> bool:
-        return event.wait(timeout)
+    def wait(self, event: threading.Event, until: float) -> bool:
+        return event.wait(max(until - time.monotonic(), 0.0))
 
 
 SYSTEM_CLOCK: Final[Clock] = SystemClock()

@@ -136,7 +136,7 @@ class Heartbeat:
         )
         self._thread.start()
         wait_s = self.tolerance_s if wait_first_s is None else wait_first_s
-        self._clock.wait(self._first_answer, wait_s)
+        self._clock.wait(self._first_answer, self._started_at + wait_s)
         if self.delivered == 0:
             self._declare_lost("first_beat", "the first heartbeat was not acknowledged")
             self.stop()
@@ -215,9 +215,9 @@ class Heartbeat:
                 # A late wake-up (GC pause, CPU starvation) does not queue a burst of beats.
                 next_beat = max(next_beat + interval, now + interval / 2)
             producer.poll(0)  # delivery callbacks run here, on this thread
-            self._judge(self._clock.monotonic())
+            self._judge(clock.monotonic())
             self._notify()
-            clock.wait(self._stop, min(max(next_beat - clock.monotonic(), 0.0), _MAX_WAIT_S))
+            clock.wait(self._stop, min(next_beat, clock.monotonic() + _MAX_WAIT_S))
         producer.poll(0)
 
     def _produce(self, producer: Producer, kind: BeatKind) -> None:

@@ -55,12 +55,10 @@ class ManualClock:
             deadline = self._now + seconds
             self._changed.wait_for(lambda: self._now >= deadline)
 
-    def wait(self, event: threading.Event, timeout: float) -> bool:
-        with self._changed:
-            deadline = self._now + timeout
+    def wait(self, event: threading.Event, until: float) -> bool:
         while not event.is_set():
             with self._changed:
-                if self._now >= deadline:
+                if self._now >= until:
                     return False
                 self._changed.wait(_EVENT_POLL_S)
         return True

@@ -40,10 +40,10 @@ def test_wait_returns_on_the_event_or_when_the_timeout_passed_on_the_clock() -> 
     clock = ManualClock()
     event = threading.Event()
     event.set()
-    assert clock.wait(event, 60) is True  # set already: at once, no time moves
+    assert clock.wait(event, 1_060.0) is True  # set already: at once, no time moves
     results: list[bool] = []
     unset = threading.Event()
-    thread = threading.Thread(target=lambda: results.append(clock.wait(unset, 2.0)))
+    thread = threading.Thread(target=lambda: results.append(clock.wait(unset, 1_002.0)))
     thread.start()
     clock.advance(2.0)
     thread.join(10)
@@ -60,7 +60,7 @@ def test_skip_sleeps_moves_time_itself_and_records_every_sleep() -> None:
 def test_the_manual_and_the_system_clock_are_clocks() -> None:
     clocks: list[Clock] = [ManualClock(), SYSTEM_CLOCK]
     for clock in clocks:
-        assert clock.wait(threading.Event(), 0) is False
+        assert clock.wait(threading.Event(), clock.monotonic()) is False  # the deadline is now
     before = SYSTEM_CLOCK.monotonic()
     SYSTEM_CLOCK.sleep(0.001)
     assert SYSTEM_CLOCK.monotonic() > before
