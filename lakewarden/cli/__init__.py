@@ -5,6 +5,11 @@ Subcommands plug in without touching this file: every public module of this pack
 :class:`click.Command` or :class:`click.Group`, which becomes ``lakewarden <name>``
 (underscores in the module name become dashes). Modules are imported only when their command
 runs (or ``--help`` lists them), so ``lakewarden dev up`` never pays for importing Spark.
+
+Expected failures are handled here, once, for every subcommand: a :class:`LakewardenError`
+becomes one line on stderr, ``Error: <message>`` (the message says what to do, "Help: ..."),
+and exit status 1, without a traceback; click's usage errors keep exit status 2. Anything
+else is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
@@ -16,10 +21,25 @@ from typing import Any
 import click
 
 from lakewarden.cli._logging import configure_logging
+from lakewarden.errors import LakewardenError
+
+
+def one_line(err: LakewardenError) -> str:
+    """The message of ``err`` on one line (a multi-line message, e.g. with a log tail, is
+    joined with spaces)."""
+    return " ".join(str(err).split()) or type(err).__name__
 
 
 class _PackageGroup(click.Group):
-    """A group whose subcommands are the public modules of ``lakewarden.cli``."""
+    """A group whose subcommands are the public modules of ``lakewarden.cli``, and the one
+    place where a ``LakewardenError`` of any subcommand becomes ``Error: ...`` and exit 1."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except LakewardenError as err:
+            # ``from None``: the chain is the library's business; the message says what to do.
+            raise click.ClickException(one_line(err)) from None
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         names = {
@@ -65,4 +85,4 @@ def main(argv: list[str] | None = None, **kwargs: Any) -> None:
     cli.main(args=argv, prog_name="lakewarden", **kwargs)
 
 
-__all__ = ["cli", "main"]
+__all__ = ["cli", "main", "one_line"]

@@ -17,7 +17,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from lakewarden.devstack import SERVICES, DevSettings, DevStack, DevStackError, PartHealth
+from lakewarden.devstack import SERVICES, DevSettings, DevStack, PartHealth
 from lakewarden.settings import Settings
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -74,10 +74,7 @@ def up(
     }
     dev_settings = DevSettings(**{k: v for k, v in overrides.items() if v is not None})
     stack = _stack(state_dir)
-    try:
-        record = stack.up(dev=dev_settings, with_s3=with_s3, services=list(SERVICES))
-    except DevStackError as err:
-        raise click.ClickException(str(err)) from err
+    record = stack.up(dev=dev_settings, with_s3=with_s3, services=list(SERVICES))
     console = Console()
     console.print(f"[green]stack up[/green] in {stack.state_dir} ({len(record.parts)} parts)")
     console.print(f"export LAKEWARDEN_KAFKA__BOOTSTRAP_SERVERS={record.bootstrap_servers}")
@@ -90,10 +87,7 @@ def up(
 def down(state_dir: Path | None) -> None:
     """Stop exactly what `dev up` started (by its pid files) and remove the pid files."""
     stack = _stack(state_dir)
-    try:
-        stopped = stack.down()
-    except DevStackError as err:
-        raise click.ClickException(str(err)) from err
+    stopped = stack.down()
     Console().print(f"stack down: stopped {', '.join(stopped) if stopped else 'nothing'}")
 
 

@@ -19,6 +19,7 @@ from rich.table import Table as RichTable
 from lakewarden.errortable import error_table_location
 from lakewarden.settings import Settings
 from lakewarden.table.config import NotATableError
+from lakewarden.table.instant import Instant, InvalidInstantError
 from lakewarden.table.table import Table
 
 
@@ -36,6 +37,26 @@ def _errors(uri: str, instant: str | None) -> tuple[str, pa.Table | None]:
     return location.uri, errors.read(filter=where)
 
 
+def _instant(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """``--instant`` must be an instant time: a typo is a usage error, not "no records".
+
+    Raises: click.BadParameter (exit status 2)."""
+    if value is None:
+        return None
+    try:
+        return str(Instant.parse(value))
+    except InvalidInstantError as err:
+        raise click.BadParameter(str(err)) from None
+
+
+_INSTANT_OPTION = click.option(
+    "--instant",
+    default=None,
+    callback=_instant,
+    help="Only the records of this instant of the table (17 digits, yyyyMMddHHmmssSSS).",
+)
+
+
 @click.group()
 def command() -> None:
     """The failed records of a table (its error table)."""
@@ -43,7 +64,7 @@ def command() -> None:
 
 @command.command()
 @click.argument("table_uri")
-@click.option("--instant", default=None, help="Only the records of this instant of the table.")
+@_INSTANT_OPTION
 @click.option("--limit", default=20, show_default=True, type=click.IntRange(min=1))
 def show(table_uri: str, instant: str | None, limit: int) -> None:
     """Print the failed records of TABLE_URI, newest instant first."""
@@ -71,7 +92,7 @@ def show(table_uri: str, instant: str | None, limit: int) -> None:
 
 @command.command()
 @click.argument("table_uri")
-@click.option("--instant", default=None, help="Only the records of this instant of the table.")
+@_INSTANT_OPTION
 def count(table_uri: str, instant: str | None) -> None:
     """Print how many failed records TABLE_URI has."""
     _, rows = _errors(table_uri, instant)

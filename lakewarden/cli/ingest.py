@@ -161,7 +161,6 @@ def command(
     master: str,
 ) -> None:
     """Stream a Kafka topic into a lakewarden table: one instant per micro-batch."""
-    from lakewarden.errors import LakewardenError
     from lakewarden.spark.ingest import IngestJob, IngestSpec, default_checkpoint, ingest_session
     from lakewarden.storage import open_storage
     from lakewarden.table.config import load_config
@@ -175,32 +174,29 @@ def command(
             "LAKEWARDEN_KAFKA__BOOTSTRAP_SERVERS."
         )
     console = Console()
+    config = load_config(open_storage(table_uri, settings))
+    spec = IngestSpec(
+        topic=topic,
+        table=table_uri,
+        bootstrap=servers,
+        checkpoint=(checkpoint or default_checkpoint(settings, config, topic)).resolve(),
+        trigger_s=trigger_s,
+        max_records_per_batch=max_records_per_batch,
+        bad_records="skip" if bad_records == "skip" else "fail",
+        starting_offsets=starting_offsets,
+        value_format="avro" if value_format == "avro" else "json",
+    )
+    console.print(f"checkpoint {spec.checkpoint}")
+    with console.status("starting Spark (local) ..."):
+        spark = ingest_session(master=master)
     try:
-        config = load_config(open_storage(table_uri, settings))
-        spec = IngestSpec(
-            topic=topic,
-            table=table_uri,
-            bootstrap=servers,
-            checkpoint=(checkpoint or default_checkpoint(settings, config, topic)).resolve(),
-            trigger_s=trigger_s,
-            max_records_per_batch=max_records_per_batch,
-            bad_records="skip" if bad_records == "skip" else "fail",
-            starting_offsets=starting_offsets,
-            value_format="avro" if value_format == "avro" else "json",
-        )
-        console.print(f"checkpoint {spec.checkpoint}")
-        with console.status("starting Spark (local) ..."):
-            spark = ingest_session(master=master)
+        job = IngestJob.start(spark, spec)
         try:
-            job = IngestJob.start(spark, spec)
-            try:
-                totals = run_with_progress(job, console, max_batches=max_batches)
-            except KeyboardInterrupt:
-                job.stop()
-                totals = job.totals
-                console.print("[yellow]interrupted[/]")
-            console.print(summary(totals, spec.bad_records_dir))
-        finally:
-            spark.stop()
-    except LakewardenError as err:
-        raise click.ClickException(str(err)) from err
+            totals = run_with_progress(job, console, max_batches=max_batches)
+        except KeyboardInterrupt:
+            job.stop()
+            totals = job.totals
+            console.print("[yellow]interrupted[/]")
+        console.print(summary(totals, spec.bad_records_dir))
+    finally:
+        spark.stop()

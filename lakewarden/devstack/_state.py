@@ -11,9 +11,10 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from lakewarden.devstack import _process
+from lakewarden.devstack.errors import DevStackError
 
 STACK_FILE = "stack.json"
 
@@ -68,11 +69,21 @@ def record_path(state_dir: Path) -> Path:
 
 
 def load(state_dir: Path) -> StackRecord:
-    """The stack record of ``state_dir``; an empty one when there is none."""
+    """The stack record of ``state_dir``; an empty one when there is none.
+
+    Raises: DevStackError: the record is not a stack record (edited or truncated by hand).
+    """
     path = record_path(state_dir)
     if not path.exists():
         return StackRecord()
-    return StackRecord.model_validate_json(path.read_text())
+    try:
+        return StackRecord.model_validate_json(path.read_text())
+    except ValidationError as err:
+        raise DevStackError(
+            f"{path} is not a stack record ({err.error_count()} problems, first: "
+            f"{err.errors()[0]['msg']}). Help: stop what it started by hand if anything "
+            "still runs, then remove the file."
+        ) from err
 
 
 def save(state_dir: Path, record: StackRecord) -> None:

@@ -1,0 +1,116 @@
+"""Every ``lakewarden`` command on bad input: one ``Error: ...`` line, no traceback.
+
+A ``LakewardenError`` exits with status 1, a usage error with click's status 2. The table of
+cases names every command; ``test_every_command_has_a_bad_input_case`` fails when a command is
+added without one.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from lakewarden.cli import cli
+
+NOT_A_TABLE = "/not/a/table"
+
+# (command path, arguments after it, exit status, a fragment of the error line)
+CASES: list[tuple[str, list[str], int, str]] = [
+    ("errors show", [NOT_A_TABLE], 1, "is not a lakewarden table"),
+    ("errors show", [NOT_A_TABLE, "--instant", "notaninstant"], 2, "'notaninstant' is not an"),
+    ("errors count", [NOT_A_TABLE], 1, "is not a lakewarden table"),
+    ("errors count", [NOT_A_TABLE, "--instant", "2024"], 2, "Invalid value for '--instant'"),
+    ("dev up", ["--kafka-port", "99999"], 2, "Invalid value for '--kafka-port'"),
+    ("dev up", ["--state-dir", "{corrupt}"], 1, "is not a stack record"),
+    ("dev down", ["--state-dir", "{corrupt}"], 1, "is not a stack record"),
+    ("dev status", ["--state-dir", "{corrupt}"], 1, "is not a stack record"),
+    (
+        "ingest",
+        ["--topic", "t", "--table", NOT_A_TABLE, "--bootstrap", "127.0.0.1:1"],
+        1,
+        "is not a lakewarden table",
+    ),
+    ("ingest", ["--topic", "t", "--table", NOT_A_TABLE], 2, "no Kafka to read from"),
+    (
+        "ingest",
+        ["--topic", "t", "--table", NOT_A_TABLE, "--trigger", "soon"],
+        2,
+        "is not a trigger",
+    ),
+]
+
+
+@pytest.fixture
+def corrupt_state(tmp_path: Path) -> Path:
+    """A state folder whose stack record was truncated."""
+    (tmp_path / "stack.json").write_text('{"parts": [{"name": ')
+    return tmp_path
+
+
+def _leaf_commands(group: click.Group, prefix: str = "") -> set[str]:
+    ctx = click.Context(group)
+    names: set[str] = set()
+    for name in group.list_commands(ctx):
+        command = group.get_command(ctx, name)
+        assert command is not None, name
+        path = f"{prefix}{name}"
+        if isinstance(command, click.Group):
+            names |= _leaf_commands(command, f"{path} ")
+        else:
+            names.add(path)
+    return names
+
+
+def test_every_command_has_a_bad_input_case() -> None:
+    assert _leaf_commands(cli) <= {path for path, *_ in CASES}
+
+
+@pytest.mark.parametrize(("path", "args", "status", "fragment"), CASES)
+def test_bad_input_is_one_error_line(
+    path: str,
+    args: list[str],
+    status: int,
+    fragment: str,
+    corrupt_state: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("LAKEWARDEN_KAFKA__BOOTSTRAP_SERVERS", raising=False)
+    argv = [*path.split(), *(a.replace("{corrupt}", str(corrupt_state)) for a in args)]
+
+    result = CliRunner().invoke(cli, argv)
+
+    assert result.exit_code == status, result.output
+    assert "Traceback" not in result.output
+    errors = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1, result.stderr
+    assert fragment in errors[0]
+    if status == 1:  # a LakewardenError: the message says what to do, once
+        assert "Help:" in errors[0]
+        assert errors[0].count("Help:") == 1
+    # An expected error is not re-raised as an exception (that would be a bug: exit 1 + trace).
+    assert isinstance(result.exception, SystemExit)
+
+
+def test_the_installed_command_prints_no_traceback() -> None:
+    """The real process (console-script entry point), not click's runner: stderr is exactly
+    the one error line."""
+    done = subprocess.run(
+        [sys.executable, "-c", "from lakewarden.cli import main; main()"]
+        + ["errors", "show", NOT_A_TABLE],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    assert done.stderr.splitlines() == [
+        "Error: 'file:///not/a/table' is not a lakewarden table: it has no "
+        ".lakewarden/table.json. Help: check the URI, or create the table with "
+        "lakewarden.Table.create."
+    ]
