@@ -8,7 +8,7 @@ Public surface (import from here)::
     TOPICS, TopicSpec, topic_for_event, ensure_topics     topics (and the specs, e.g. DLQ)
     EventProducer, EventDeliveryError                     keyed, encoding producer
     EventConsumer, ConsumedEvent                          decoding consumer with dead-lettering
-    dead_letter_record, Undecodable                       the dead-letter contract
+    dead_letter_record, Rejection, Undecodable            the dead-letter contract
     sample_events                                         one realistic record per event
 
 The faust codec lives in ``lakewarden.events.faust_codec`` (importing it registers
@@ -27,7 +27,7 @@ from lakewarden.events.codec import (
     encode,
 )
 from lakewarden.events.consumer import ConsumedEvent, EventConsumer
-from lakewarden.events.dlq import Undecodable, dead_letter_record
+from lakewarden.events.dlq import Rejection, Undecodable, dead_letter_record
 from lakewarden.events.envelope import make_event, new_envelope, now_ms
 from lakewarden.events.producer import EventDeliveryError, EventProducer
 from lakewarden.events.samples import sample_events
@@ -45,6 +45,7 @@ __all__ = [
     "EventDeliveryError",
     "EventEncodeError",
     "EventProducer",
+    "Rejection",
     "TopicSpec",
     "Undecodable",
     "dead_letter_record",

@@ -209,12 +209,12 @@ class EventConsumer:
             "consumer_group": self.group_id,
         }
         record = dead_letter_record(
-            error=err,
-            value=value,
+            err,
             topic=str(msg.topic()),
             partition=int(msg.partition() or 0),
             offset=int(msg.offset() or 0),
             key=msg.key(),
+            value=value,
             producer_id=self.consumer_id,
             consumer_group=self.group_id,
             codec=self.codec,

@@ -1,13 +1,22 @@
-"""The dead-letter contract shared by EventConsumer and faust services.
+"""The dead-letter contract shared by every consumer: ``EventConsumer``, the faust services
+and the plain confluent-kafka services.
 
-A message that cannot be decoded is kept byte for byte in ``<prefix>dlq`` as a ``DeadLetter``
+A message a consumer cannot use is kept byte for byte in ``<prefix>dlq`` as a ``DeadLetter``
 event, with why it failed and where it came from, so nothing is lost and the consumer keeps
-going. ``dead_letter_record`` builds that event; ``Undecodable`` is what the faust codec hands
-an agent instead of raising (faust would otherwise crash the agent on a decode error).
+going. Two kinds of bad messages, one constructor, ``dead_letter_record``:
+
+- undecodable bytes: pass the codec's ``EventDecodeError`` (its ``reason``: ``too_short``,
+  ``bad_magic``, ``unknown_fingerprint``, ...);
+- decodable but unusable (the wrong event type on the topic, a missing field, a key that does
+  not match the table): pass a ``Rejection`` naming the reason.
+
+``Undecodable`` is what the faust codec hands an agent instead of raising (faust would
+otherwise crash the agent on a decode error).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from lakewarden.events.codec import EventCodec, EventDecodeError
@@ -21,20 +30,39 @@ class Undecodable(NamedTuple):
     data: bytes
 
 
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    """Why a decodable message cannot be used: the ``DeadLetter``'s ``reason`` (a short
+    machine-readable name such as ``invalid_request``), ``detail`` and ``error_type``."""
+
+    reason: str
+    detail: str
+    error_type: str = "InvalidEvent"
+
+    @classmethod
+    def of(cls, why: Rejection | EventDecodeError) -> Rejection:
+        """``why`` itself, or the rejection a decode error stands for."""
+        if isinstance(why, Rejection):
+            return why
+        return cls(why.reason, str(why), type(why).__name__)
+
+
 def dead_letter_record(
+    why: Rejection | EventDecodeError,
     *,
-    error: EventDecodeError,
-    value: bytes,
     topic: str,
     partition: int,
     offset: int,
     key: bytes | None,
+    value: bytes,
     producer_id: str,
     consumer_group: str | None = None,
     codec: EventCodec | None = None,
 ) -> dict[str, Any]:
-    """The ``DeadLetter`` record for an undecodable message (its table is the key when the
-    key is UTF-8, as every lakewarden producer keys by table id; else empty)."""
+    """The ``DeadLetter`` record of the message at ``topic``/``partition``/``offset`` (its
+    table is the key when the key is UTF-8, as every lakewarden producer keys by table id;
+    else empty). ``value`` is the message's original bytes."""
+    rejection = Rejection.of(why)
     return make_event(
         "DeadLetter",
         table_id=table_id_from_key(key),
@@ -45,9 +73,9 @@ def dead_letter_record(
         offset=offset,
         key=key,
         value=value,
-        reason=error.reason,
-        detail=str(error),
-        error_type=type(error).__name__,
+        reason=rejection.reason,
+        detail=rejection.detail,
+        error_type=rejection.error_type,
         consumer_group=consumer_group,
     )
 

@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable
-from typing import Any, Protocol
+from typing import Protocol
 
 import faust
 from faust.types import Message
 from prometheus_client import Counter
 
-from lakewarden.events import Event, Undecodable, dead_letter_record, make_event
-from lakewarden.events.dlq import table_id_from_key
+from lakewarden.events import Event, EventDecodeError, Rejection, Undecodable, dead_letter_record
 
 log = logging.getLogger(__name__)
 
@@ -73,48 +72,35 @@ class DeadLetters:
 
     async def undecodable(self, message: Message, value: Undecodable) -> None:
         """Dead-letter a message the codec could not decode."""
-        record = dead_letter_record(
-            error=value.error,
-            value=value.data,
-            topic=message.topic,
-            partition=message.partition,
-            offset=message.offset,
-            key=message.key,
-            producer_id=self.service,
-            consumer_group=self.consumer_group,
-        )
-        await self._send(message, record, value.error.reason, str(value.error))
+        await self._send(message, value.error, value.data)
 
     async def reject(
         self, message: Message, *, reason: str, detail: str, error_type: str = "InvalidEvent"
     ) -> None:
         """Dead-letter a decodable message the service cannot use, saying why."""
-        record = make_event(
-            "DeadLetter",
-            table_id=table_id_from_key(message.key),
-            producer_id=self.service,
+        await self._send(message, Rejection(reason, detail, error_type), message.value)
+
+    async def _send(
+        self, message: Message, why: Rejection | EventDecodeError, value: bytes | None
+    ) -> None:
+        rejection = Rejection.of(why)
+        record = dead_letter_record(
+            rejection,
             topic=message.topic,
             partition=message.partition,
             offset=message.offset,
             key=message.key,
-            value=bytes(message.value or b""),
-            reason=reason,
-            detail=detail,
-            error_type=error_type,
+            value=bytes(value or b""),
+            producer_id=self.service,
             consumer_group=self.consumer_group,
         )
-        await self._send(message, record, reason, detail)
-
-    async def _send(
-        self, message: Message, record: dict[str, Any], reason: str, detail: str
-    ) -> None:
         await self.topic.send(key=message.key, value=Event("DeadLetter", record))
-        DEAD_LETTERS.labels(self.service, reason).inc()
+        DEAD_LETTERS.labels(self.service, rejection.reason).inc()
         log.warning(
             "dead-lettered an event: %s",
-            detail,
+            rejection.detail,
             extra={
-                "reason": reason,
+                "reason": rejection.reason,
                 "kafka_topic": message.topic,
                 "kafka_partition": message.partition,
                 "kafka_offset": message.offset,

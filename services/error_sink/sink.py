@@ -51,11 +51,10 @@ from lakewarden.errortable.table import SourcesAlreadyCommittedError
 from lakewarden.events import (
     EventCodec,
     EventDecodeError,
+    Rejection,
     dead_letter_record,
     default_codec,
-    make_event,
 )
-from lakewarden.events.dlq import table_id_from_key
 from lakewarden.settings import Settings
 from lakewarden.storage import open_storage
 from lakewarden.table.coordinator import Coordinator
@@ -157,20 +156,7 @@ class ErrorSink:
         try:
             name, record = self.codec.decode(value)
         except EventDecodeError as err:
-            self._dead_letter(
-                msg,
-                dead_letter_record(
-                    error=err,
-                    value=value,
-                    topic=str(msg.topic()),
-                    partition=partition,
-                    offset=offset,
-                    key=msg.key(),
-                    producer_id=SERVICE,
-                    consumer_group=self.options.group_id,
-                ),
-                err.reason,
-            )
+            self._dead_letter(msg, err)
             self.buffer.consumed(partition, offset)
             return
         try:
@@ -185,30 +171,29 @@ class ErrorSink:
             metrics.DROPPED.labels("late").inc()
 
     def _reject(self, msg: Message, partition: int, offset: int, reason: str, detail: str) -> None:
-        record = make_event(
-            "DeadLetter",
-            table_id=table_id_from_key(msg.key()),
-            producer_id=SERVICE,
+        self._dead_letter(msg, Rejection(reason, detail))
+
+    def _dead_letter(self, msg: Message, why: Rejection | EventDecodeError) -> None:
+        rejection = Rejection.of(why)
+        record = dead_letter_record(
+            rejection,
             topic=str(msg.topic()),
-            partition=partition,
-            offset=offset,
+            partition=int(msg.partition() or 0),
+            offset=int(msg.offset() or 0),
             key=msg.key(),
             value=msg.value() or b"",
-            reason=reason,
-            detail=detail,
-            error_type="InvalidEvent",
+            producer_id=SERVICE,
             consumer_group=self.options.group_id,
         )
-        self._dead_letter(msg, record, reason)
-
-    def _dead_letter(self, msg: Message, record: dict[str, Any], reason: str) -> None:
         # Flushed before the offset can pass it: the dead letter is durable first.
         self.producer.produce(
             self.options.dlq_topic, self.codec.encode("DeadLetter", record), key=msg.key()
         )
         self.producer.flush(10)
-        DEAD_LETTERS.labels(SERVICE, reason).inc()
-        log.warning("dead-lettered an event: %s", reason, extra={"kafka_offset": msg.offset()})
+        DEAD_LETTERS.labels(SERVICE, rejection.reason).inc()
+        log.warning(
+            "dead-lettered an event: %s", rejection.reason, extra={"kafka_offset": msg.offset()}
+        )
 
     # -- 2. decide, 3. commit -------------------------------------------------------------------
 

@@ -33,7 +33,7 @@ from typing import Any, Final
 
 from lakewarden.clients.liveness import LivenessRecord, parse_key, record_key
 from lakewarden.events import EventCodec, EventDecodeError, default_codec, make_event
-from lakewarden.events.dlq import dead_letter_record, table_id_from_key
+from lakewarden.events.dlq import Rejection, dead_letter_record
 from services.heartbeat_monitor import metrics
 from services.heartbeat_monitor.tracker import Beat, Expiry, Key, Outcome, Tracker
 
@@ -259,34 +259,18 @@ class Monitor:
         return record
 
     def _dead_letter(self, message: Consumed, err: InvalidHeartbeat) -> None:
-        if err.error is not None:
-            record = dead_letter_record(
-                error=err.error,
-                value=message.value,
-                topic=message.topic,
-                partition=message.partition,
-                offset=message.offset,
-                key=message.key,
-                producer_id=self.producer_id,
-                consumer_group=self.consumer_group,
-                codec=self.codec,
-            )
-        else:
-            record = make_event(
-                "DeadLetter",
-                table_id=table_id_from_key(message.key),
-                producer_id=self.producer_id,
-                codec=self.codec,
-                topic=message.topic,
-                partition=message.partition,
-                offset=message.offset,
-                key=message.key,
-                value=message.value,
-                reason=err.reason,
-                detail=str(err),
-                error_type="InvalidEvent",
-                consumer_group=self.consumer_group,
-            )
+        why = err.error if err.error is not None else Rejection(err.reason, str(err))
+        record = dead_letter_record(
+            why,
+            topic=message.topic,
+            partition=message.partition,
+            offset=message.offset,
+            key=message.key,
+            value=message.value,
+            producer_id=self.producer_id,
+            consumer_group=self.consumer_group,
+            codec=self.codec,
+        )
         self.effects.dead_letters.append(record)
         log.warning(
             "dead-lettering an event: %s",
