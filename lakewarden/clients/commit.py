@@ -39,12 +39,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Message, TopicPartition
 
 from lakewarden.commit import JobLayout, SuccessData, TaskAttemptId
 from lakewarden.errors import CommitStateUnknownError, NonRetryableError, RetryableError
-from lakewarden.events import EventDeliveryError, EventProducer, default_codec, make_event
-from lakewarden.events.codec import EventDecodeError
+from lakewarden.events import (
+    EventConsumer,
+    EventConsumerError,
+    EventDeliveryError,
+    EventProducer,
+    make_event,
+)
 from lakewarden.events.topics import JOB_RESULTS
 from lakewarden.settings import Settings
 from lakewarden.storage import NotFoundError, open_storage
@@ -55,11 +60,6 @@ from lakewarden.table.timeline import Timeline
 log = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT_S = 300.0
-_NO_LEADER_YET = (
-    KafkaError.NOT_LEADER_FOR_PARTITION,
-    KafkaError.LEADER_NOT_AVAILABLE,
-    KafkaError.UNKNOWN_TOPIC_OR_PART,
-)
 
 
 class JobCommitFailedError(NonRetryableError):
@@ -152,7 +152,7 @@ class CommitClient:
         self.producer_id = producer_id or f"commit-client@{socket.gethostname()}:{os.getpid()}"
         self._guard = threading.Lock()
         self._producer: EventProducer | None = None
-        self._consumer: Consumer | None = None
+        self._consumer: EventConsumer | None = None
 
     def commit(
         self,
@@ -175,7 +175,7 @@ class CommitClient:
             consumer = self._listen()  # 1.
             self._send(request, manifests)  # 2.
             while (left := deadline - time.monotonic()) > 0:  # 3.
-                message = consumer.poll(min(0.5, left))  # returns at the first message
+                message = consumer.poll_message(min(0.5, left))  # returns at the first one
                 reply = None if message is None else self._match(request, message)
                 if reply is not None:
                     return reply
@@ -202,34 +202,36 @@ class CommitClient:
 
     # -- internals -------------------------------------------------------------------------
 
-    def _listen(self) -> Consumer:
+    def _listen(self) -> EventConsumer:
         """A consumer assigned every partition of the results topic at its end (once: later
         requests read on from where the last one stopped, which is past nothing they need)."""
         if self._consumer is not None and self._consumer.assignment():
             return self._consumer
         if self._consumer is None:
-            config = self.settings.kafka.librdkafka_config(
+            # Replies are not dead-lettered: an undecodable one is not for us to judge.
+            self._consumer = EventConsumer(
+                self.settings,
                 group_id=f"commit-client-{uuid.uuid4().hex}",
-                enable_auto_commit=False,
+                auto_commit=False,
+                dead_letters=False,
                 enable_partition_eof=False,
                 logger=log,
             )
-            self._consumer = Consumer(config)
         consumer = self._consumer
         topic = JOB_RESULTS.name(self.settings)
         timeout = self.settings.kafka.request_timeout_s
         try:
-            metadata = consumer.list_topics(topic, timeout=timeout).topics.get(topic)
-            if metadata is None or metadata.error is not None or not metadata.partitions:
+            partitions = consumer.partitions(topic, timeout_s=timeout)
+            if not partitions:
                 raise CommitServiceUnavailableError(
                     f"topic {topic} does not exist; nothing was sent. Help: start the "
                     "job-committer service (`lakewarden dev up` runs it)."
                 )
             ends = [
-                TopicPartition(topic, p, _end(consumer, TopicPartition(topic, p), timeout))
-                for p in sorted(metadata.partitions)
+                TopicPartition(topic, p, consumer.watermarks(topic, p, timeout_s=timeout)[1])
+                for p in partitions
             ]
-        except KafkaException as err:
+        except EventConsumerError as err:
             raise CommitServiceUnavailableError(
                 f"cannot read {topic}: {err}; nothing was sent. Help: is the broker up?"
             ) from err
@@ -248,40 +250,15 @@ class CommitClient:
         except EventDeliveryError as err:
             raise _unknown(request, f"the request's delivery is unknown ({err})") from err
 
-    def _match(self, request: CommitRequest, message: Any) -> CommitReply | None:
-        if message.error() is not None:
-            log.warning("reading job results: %s", message.error())
+    def _match(self, request: CommitRequest, message: Message) -> CommitReply | None:
+        assert self._consumer is not None, "listening"
+        event = self._consumer.decode(message)  # None: undecodable, logged and skipped
+        if event is None or event.name != "JobCommitResult":
             return None
-        try:
-            name, record = default_codec().decode(message.value())
-        except EventDecodeError as err:
-            log.warning("skipping an undecodable job result: %s", err)
-            return None
-        if name != "JobCommitResult":
-            return None
+        record = event.record
         if record["job_id"] != request.job_id or record["instant"] != request.instant:
             return None
         return reply_from_record(request, record)
-
-
-def _end(consumer: Consumer, tp: TopicPartition, timeout_s: float) -> int:
-    """The partition's high watermark; a new topic's partitions may have no leader yet for a
-    moment, so retriable errors are retried until ``timeout_s``.
-
-    Raises: KafkaException."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            _, high = consumer.get_watermark_offsets(tp, timeout=timeout_s, cached=False)
-            return int(high)
-        except KafkaException as err:
-            error = err.args[0] if err.args else None
-            retriable = isinstance(error, KafkaError) and (
-                error.retriable() or error.code() in _NO_LEADER_YET
-            )
-            if not retriable or time.monotonic() >= deadline:
-                raise
-            time.sleep(0.1)
 
 
 def request_record(request: CommitRequest, producer_id: str) -> dict[str, Any]:

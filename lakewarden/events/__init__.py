@@ -7,7 +7,7 @@ Public surface (import from here)::
     new_envelope, make_event, now_ms                      building records
     TOPICS, TopicSpec, topic_for_event, ensure_topics     topics (and the specs, e.g. DLQ)
     EventProducer, EventDeliveryError                     keyed, encoding producer
-    EventConsumer, ConsumedEvent                          decoding consumer with dead-lettering
+    EventConsumer, ConsumedEvent, EventConsumerError      the one consumer (events or messages)
     dead_letter_record, Rejection, Undecodable            the dead-letter contract
     sample_events                                         one realistic record per event
 
@@ -26,7 +26,7 @@ from lakewarden.events.codec import (
     default_codec,
     encode,
 )
-from lakewarden.events.consumer import ConsumedEvent, EventConsumer
+from lakewarden.events.consumer import ConsumedEvent, EventConsumer, EventConsumerError
 from lakewarden.events.dlq import Rejection, Undecodable, dead_letter_record
 from lakewarden.events.envelope import make_event, new_envelope, now_ms
 from lakewarden.events.producer import EventDeliveryError, EventProducer
@@ -41,6 +41,7 @@ __all__ = [
     "Event",
     "EventCodec",
     "EventConsumer",
+    "EventConsumerError",
     "EventDecodeError",
     "EventDeliveryError",
     "EventEncodeError",

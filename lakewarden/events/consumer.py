@@ -1,47 +1,80 @@
-"""EventConsumer: poll, decode, and dead-letter what cannot be decoded.
+"""EventConsumer: the one Kafka consumer of lakewarden (clients, services, tests).
 
-Delivery is at-least-once. Calling ``poll`` again (or advancing ``events()``) declares the
-event returned before processed: its offset is stored and librdkafka's auto-commit commits it.
-An event returned but not followed by another ``poll`` or by ``commit()`` is delivered again
-after a restart or rebalance, so handlers must be idempotent.
+It covers what every reader of a topic needs, so none builds a confluent-kafka consumer by
+hand: librdkafka settings from ``Settings`` (the one adapter, ``KafkaSettings.librdkafka_config``),
+group subscription (with rebalance callbacks) or manual assignment, polling with a timeout
+(``poll`` returns at the first message: latency-sensitive readers never wait for a batch),
+batches for throughput (``consume``), Avro decoding, dead-lettering, and offsets stored and
+committed either by the consumer (``auto_commit=True``) or by the caller.
 
-A message that does not decode (``EventDecodeError``) is never handed to the caller:
+Two ways to read:
+
+- events: ``poll`` / ``events()`` decode each message; an undecodable one is dead-lettered and
+  never handed to the caller;
+- messages: ``poll_message`` / ``consume`` hand over raw messages (a reader that filters by
+  key before decoding, reads JSON, or decodes in a pure state module); ``decode`` and
+  ``dead_letter`` are there for it.
+
+Offsets with ``auto_commit=True`` (the default): delivery is at-least-once. Calling ``poll``
+again (or advancing ``events()``) declares the event returned before processed: its offset
+is stored and librdkafka's auto-commit commits it. An event returned but not followed by
+another ``poll`` or by ``commit()`` is delivered again after a restart or rebalance, so
+handlers must be idempotent. With ``auto_commit=False`` nothing is stored or committed unless
+the caller does (``store_offsets``, ``commit``), as a service that commits below what it
+still buffers must.
+
+A message that does not decode is dead-lettered (``dead_letters=True``):
 1. a ``DeadLetter`` with the reason, the source topic/partition/offset, the key and the
-   original bytes is produced to ``<prefix>dlq`` and flushed (durable before going on);
-2. the offset past the poison message is committed synchronously;
+   original bytes is produced to the DLQ topic and flushed (durable before going on);
+2. with ``auto_commit``, the offset past the poison message is committed synchronously;
 3. consuming continues with the next message.
 If the dead letter cannot be delivered, ``poll`` raises and nothing is committed, so the
-message is not lost: it is read again by whoever consumes the partition next.
+message is not lost: it is read again by whoever consumes the partition next. With
+``dead_letters=False`` (a client reading replies meant for it) it is logged and skipped.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Iterator
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
-from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Consumer, KafkaError, KafkaException, Message
+from confluent_kafka import (
+    TIMESTAMP_NOT_AVAILABLE,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    TopicPartition,
+)
 
 from lakewarden.errors import RetryableError
 from lakewarden.events.codec import EventCodec, EventDecodeError, default_codec
-from lakewarden.events.dlq import dead_letter_record
+from lakewarden.events.dlq import Rejection, dead_letter_record
 from lakewarden.events.producer import EventProducer
 from lakewarden.events.topics import DLQ, TopicSpec
 from lakewarden.settings import Settings
 
 log = logging.getLogger(__name__)
 
-_DEFAULT_CONFIG: dict[str, Any] = {
-    # Offsets are stored by us once the caller is done with an event, committed by librdkafka.
-    "enable_auto_commit": True,
-    "enable_auto_offset_store": False,
-    "auto_offset_reset": "earliest",
-    # librdkafka's own log lines go to this module's logger instead of stderr.
-    "logger": log,
-}
+Partitions = list[TopicPartition]
+RebalanceCallback = Callable[[Partitions], None]
+
+# A topic created a moment ago may have no partition leader yet: worth asking again.
+_NO_LEADER_YET = (
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+)
+
+
+class EventConsumerError(RetryableError):
+    """The broker could not be read (unreachable, a metadata, offsets or commit request
+    failed) or the consumer failed fatally."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,33 +91,53 @@ class ConsumedEvent:
 
 
 class EventConsumer:
-    """Consumes lakewarden events from ``topics`` in consumer group ``group_id``.
+    """Consumes lakewarden events; see the module doc.
 
-    Not thread-safe (neither is a librdkafka consumer's poll loop). No network IO happens in
-    ``__init__``; the client is created and subscribed on the first ``poll``.
-    ``config`` overrides librdkafka settings with underscores for dots.
+    ``group_id``: the consumer group (``None``: a private id, for readers that only
+    ``assign``). ``topics``: subscribed on the first poll unless ``subscribe`` or ``assign``
+    was called. ``config`` overrides librdkafka settings, with underscores for dots
+    (``fetch_wait_max_ms=100``). ``on_dead_letter`` is called with each rejection once its
+    dead letter is durable (a service's metric). Not thread-safe (neither is a librdkafka
+    consumer's poll loop). No network IO happens in ``__init__``.
     """
 
     def __init__(
         self,
         settings: Settings,
         *,
-        group_id: str,
-        topics: Iterable[TopicSpec | str],
+        group_id: str | None = None,
+        topics: Iterable[TopicSpec | str] = (),
         consumer_id: str | None = None,
         codec: EventCodec | None = None,
+        auto_commit: bool = True,
+        dead_letters: bool = True,
         dlq_producer: EventProducer | None = None,
+        dlq_topic: TopicSpec | str = DLQ,
+        on_dead_letter: Callable[[Rejection], None] | None = None,
         **config: Any,
     ) -> None:
         self.settings = settings
-        self.group_id = group_id
-        self.consumer_id = consumer_id or f"{settings.kafka.client_id}:{group_id}"
+        self.group_id = group_id or f"{settings.kafka.client_id}-{uuid.uuid4().hex}"
+        self.consumer_id = consumer_id or f"{settings.kafka.client_id}:{self.group_id}"
         self.topics = [t if isinstance(t, str) else t.name(settings) for t in topics]
+        self.auto_commit = auto_commit
+        self.dead_letters = dead_letters
+        self.dlq_topic = dlq_topic
+        self.on_dead_letter = on_dead_letter
         self._codec = codec
         self._dlq = dlq_producer
         self._owns_dlq = dlq_producer is None
-        self._config = {**_DEFAULT_CONFIG, **config}
+        self._config: dict[str, Any] = {
+            # Offsets are stored once the caller is done with a message, never by librdkafka.
+            "enable_auto_commit": auto_commit,
+            "enable_auto_offset_store": False,
+            "auto_offset_reset": "earliest",
+            # librdkafka's own log lines go to this module's logger instead of stderr.
+            "logger": log,
+            **config,
+        }
         self._consumer: Consumer | None = None
+        self._placed = False  # subscribed or assigned
         self._pending: Message | None = None
         self.dead_lettered = 0
 
@@ -94,28 +147,102 @@ class EventConsumer:
             self._codec = default_codec()
         return self._codec
 
+    # -- where to read -------------------------------------------------------------------
+
+    def subscribe(
+        self,
+        topics: Iterable[TopicSpec | str] | None = None,
+        *,
+        on_assign: RebalanceCallback | None = None,
+        on_revoke: RebalanceCallback | None = None,
+        on_lost: RebalanceCallback | None = None,
+    ) -> None:
+        """Join the group on ``topics`` (default: those given to ``__init__``); the callbacks
+        run inside ``poll``/``consume`` with the partitions concerned."""
+        if topics is not None:
+            self.topics = [t if isinstance(t, str) else t.name(self.settings) for t in topics]
+        callbacks: dict[str, Callable[[Consumer, Partitions], None]] = {}
+        for name, callback in (("on_assign", on_assign), ("on_revoke", on_revoke)):
+            if callback is not None:
+                callbacks[name] = _drop_consumer(callback)
+        if on_lost is not None:
+            callbacks["on_lost"] = _drop_consumer(on_lost)
+        self._client().subscribe(self.topics, **callbacks)
+        self._placed = True
+
+    def assign(self, partitions: Sequence[TopicPartition]) -> None:
+        """Read exactly ``partitions`` from their offsets (no group membership)."""
+        self._client().assign(list(partitions))
+        self._placed = True
+
+    def assignment(self) -> Partitions:
+        """The partitions currently assigned (none before ``subscribe``/``assign``)."""
+        return [] if self._consumer is None else list(self._consumer.assignment())
+
+    def partitions(self, topic: str, *, timeout_s: float) -> list[int]:
+        """The partition ids of ``topic``, sorted; ``[]`` when it does not exist.
+
+        Raises:
+            EventConsumerError: the broker did not answer within ``timeout_s``.
+        """
+        try:
+            metadata = self._client().list_topics(topic, timeout=timeout_s).topics.get(topic)
+        except KafkaException as err:
+            raise EventConsumerError(f"cannot read the metadata of {topic}: {err}") from err
+        if metadata is None or metadata.error is not None or not metadata.partitions:
+            return []
+        return sorted(metadata.partitions)
+
+    def watermarks(self, topic: str, partition: int, *, timeout_s: float) -> tuple[int, int]:
+        """``(low, high)`` of the partition, asked from the broker (never cached). A partition
+        of a new topic may have no leader for a moment: retriable errors are retried until
+        ``timeout_s``.
+
+        Raises:
+            EventConsumerError: a non-retriable error, or still failing after ``timeout_s``.
+        """
+        tp = TopicPartition(topic, partition)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                low, high = self._client().get_watermark_offsets(
+                    tp, timeout=max(deadline - time.monotonic(), 0.1), cached=False
+                )
+                return int(low), int(high)
+            except KafkaException as err:
+                if not _retriable(err) or time.monotonic() >= deadline:
+                    raise EventConsumerError(
+                        f"cannot read the offsets of {topic} [{partition}]: {err}"
+                    ) from err
+                time.sleep(0.1)
+
+    def positions(self, topic: str, partitions: Iterable[int]) -> dict[int, int]:
+        """The next offset to read of each assigned partition (negative: nothing read yet)."""
+        tps = [TopicPartition(topic, p) for p in partitions]
+        return {tp.partition: int(tp.offset) for tp in self._client().position(tps)}
+
+    # -- reading ---------------------------------------------------------------------------
+
     def poll(self, timeout_s: float = 1.0) -> ConsumedEvent | None:
-        """Mark the previous event processed and return the next decodable one, or ``None``
-        if none arrived within ``timeout_s``. Undecodable messages are dead-lettered on the way.
+        """Mark the previous event processed (``auto_commit``) and return the next decodable
+        one, or ``None`` if none arrived within ``timeout_s``. Undecodable messages are
+        dead-lettered on the way.
 
         Raises:
             EventDeliveryError: a dead letter could not be delivered (nothing was committed).
-            RetryableError: the consumer hit a fatal error or a commit failed.
+            EventConsumerError: the consumer failed fatally or a commit failed.
         """
-        consumer = self._client()
-        self._mark_done(consumer)
+        self._mark_done()
         deadline = time.monotonic() + timeout_s
         while True:
-            msg = consumer.poll(max(0.0, deadline - time.monotonic()))
+            msg = self.poll_message(max(0.0, deadline - time.monotonic()))
             if msg is None:
                 return None
-            error = msg.error()
-            if error is not None:
-                self._on_error(error)
-            else:
-                event = self._decode(consumer, msg)
-                if event is not None:
-                    return event
+            event = self.decode(msg)
+            if event is not None:
+                if self.auto_commit:
+                    self._pending = msg
+                return event
             if time.monotonic() >= deadline:
                 return None
 
@@ -136,25 +263,137 @@ class EventConsumer:
             elif idle_timeout_s is not None and time.monotonic() - idle_since >= idle_timeout_s:
                 return
 
-    def commit(self) -> None:
-        """Mark the last returned event processed and commit stored offsets synchronously.
+    def poll_message(self, timeout_s: float) -> Message | None:
+        """The next message as it is (not decoded), or ``None`` after ``timeout_s``. Returns
+        as soon as one is there. Consumer errors are logged (librdkafka recovers from them),
+        not returned.
 
         Raises:
-            RetryableError: the commit failed.
+            EventConsumerError: the consumer failed fatally.
+        """
+        consumer = self._started()
+        deadline = time.monotonic() + timeout_s
+        while True:
+            msg = consumer.poll(max(0.0, deadline - time.monotonic()))
+            if msg is None:
+                return None
+            error = msg.error()
+            if error is None:
+                return msg
+            self._on_error(error)
+            if time.monotonic() >= deadline:
+                return None
+
+    def consume(self, max_messages: int, timeout_s: float) -> list[Message]:
+        """Up to ``max_messages`` messages as they are; waits up to ``timeout_s`` unless the
+        batch fills (for throughput: a latency-sensitive reader uses ``poll_message``).
+
+        Raises:
+            EventConsumerError: the consumer failed fatally.
+        """
+        batch = self._started().consume(num_messages=max_messages, timeout=timeout_s)
+        good = []
+        for msg in batch:
+            error = msg.error()
+            if error is None:
+                good.append(msg)
+            else:
+                self._on_error(error)
+        return good
+
+    def decode(self, msg: Message) -> ConsumedEvent | None:
+        """The event in ``msg``; ``None`` when it does not decode (then it was dead-lettered,
+        or, with ``dead_letters=False``, logged and skipped).
+
+        Raises:
+            as ``dead_letter``.
+        """
+        value = msg.value() or b""
+        try:
+            name, record = self.codec.decode(value)
+        except EventDecodeError as err:
+            if self.dead_letters:
+                self.dead_letter(msg, err)
+            else:
+                log.warning("skipped an undecodable message: %s", err, extra=_where(msg))
+            return None
+        kind, timestamp = msg.timestamp()
+        return ConsumedEvent(
+            name=name,
+            record=record,
+            topic=str(msg.topic()),
+            partition=int(msg.partition() or 0),
+            offset=int(msg.offset() or 0),
+            key=msg.key(),
+            timestamp_ms=None if kind == TIMESTAMP_NOT_AVAILABLE else timestamp,
+        )
+
+    def dead_letter(self, msg: Message, why: Rejection | EventDecodeError) -> None:
+        """Send ``msg`` to the DLQ saying why and wait until it is durable (steps 1 and 2 of
+        the module doc).
+
+        Raises:
+            EventDeliveryError: the dead letter could not be delivered.
+            EventConsumerError: the commit past it failed (``auto_commit``).
+        """
+        rejection = Rejection.of(why)
+        record = dead_letter_record(
+            rejection,
+            topic=str(msg.topic()),
+            partition=int(msg.partition() or 0),
+            offset=int(msg.offset() or 0),
+            key=msg.key(),
+            value=msg.value() or b"",
+            producer_id=self.consumer_id,
+            consumer_group=self.group_id,
+            codec=self.codec,
+        )
+        dlq = self._dlq_producer()
+        dlq.send("DeadLetter", record, topic=self.dlq_topic)
+        dlq.flush()  # 1. durable in the DLQ before any offset passes it
+        if self.auto_commit:
+            self._store(msg)
+            self._commit(None)  # 2. skip the poison message for good
+        self.dead_lettered += 1
+        if self.on_dead_letter is not None:
+            self.on_dead_letter(rejection)
+        where = {**_where(msg), "reason": rejection.reason, "consumer_group": self.group_id}
+        log.warning("dead-lettered a message: %s", rejection.detail, extra=where)
+
+    # -- offsets ---------------------------------------------------------------------------
+
+    def store_offsets(self, offsets: Sequence[TopicPartition]) -> None:
+        """Store ``offsets`` (the next offset to read) for the next commit. A partition revoked
+        meanwhile is skipped: its next owner reads those messages again (at-least-once)."""
+        if self._consumer is None or not offsets:
+            return
+        try:
+            self._consumer.store_offsets(offsets=list(offsets))
+        except KafkaException as err:
+            log.info("offsets not stored: %s", err)
+
+    def commit(self, offsets: Sequence[TopicPartition] | None = None) -> None:
+        """Commit synchronously: ``offsets`` if given, else the stored offsets (with
+        ``auto_commit``, the last returned event is marked processed first).
+
+        Raises:
+            EventConsumerError: the commit failed.
         """
         if self._consumer is None:
             return
-        self._mark_done(self._consumer)
-        self._commit(self._consumer)
+        self._mark_done()
+        self._commit(offsets)
 
     def close(self) -> None:
-        """Leave the group (stored offsets are committed) and close an owned DLQ producer.
-        The last returned event is *not* marked processed; call ``commit()`` first for that.
+        """Leave the group (with ``auto_commit``, stored offsets are committed) and close an
+        owned DLQ producer. The last returned event is *not* marked processed; call
+        ``commit()`` first for that.
 
         Raises:
             EventDeliveryError: the owned DLQ producer could not flush.
         """
         consumer, self._consumer, self._pending = self._consumer, None, None
+        self._placed = False
         if consumer is not None:
             consumer.close()
         if self._owns_dlq and self._dlq is not None:
@@ -171,93 +410,78 @@ class EventConsumer:
     ) -> None:
         self.close()
 
+    # -- internals -------------------------------------------------------------------------
+
     def _client(self) -> Consumer:
         if self._consumer is None:
             config = self.settings.kafka.librdkafka_config(group_id=self.group_id, **self._config)
-            # librdkafka key is "group.id"; the settings adapter turns "_" into ".".
             self._consumer = Consumer(config)
-            self._consumer.subscribe(self.topics)
         return self._consumer
 
-    def _decode(self, consumer: Consumer, msg: Message) -> ConsumedEvent | None:
-        value = msg.value() or b""
-        try:
-            name, record = self.codec.decode(value)
-        except EventDecodeError as err:
-            self._dead_letter(consumer, msg, value, err)
-            return None
-        self._pending = msg
-        kind, timestamp = msg.timestamp()
-        return ConsumedEvent(
-            name=name,
-            record=record,
-            topic=str(msg.topic()),
-            partition=int(msg.partition() or 0),
-            offset=int(msg.offset() or 0),
-            key=msg.key(),
-            timestamp_ms=None if kind == TIMESTAMP_NOT_AVAILABLE else timestamp,
-        )
-
-    def _dead_letter(
-        self, consumer: Consumer, msg: Message, value: bytes, err: EventDecodeError
-    ) -> None:
-        where = {
-            "kafka_topic": msg.topic(),
-            "kafka_partition": msg.partition(),
-            "kafka_offset": msg.offset(),
-            "decode_reason": err.reason,
-            "consumer_group": self.group_id,
-        }
-        record = dead_letter_record(
-            err,
-            topic=str(msg.topic()),
-            partition=int(msg.partition() or 0),
-            offset=int(msg.offset() or 0),
-            key=msg.key(),
-            value=value,
-            producer_id=self.consumer_id,
-            consumer_group=self.group_id,
-            codec=self.codec,
-        )
-        dlq = self._dlq_producer()
-        dlq.send("DeadLetter", record, topic=DLQ)
-        dlq.flush()  # 1. durable in the DLQ before we commit past it
-        consumer.store_offsets(message=msg)
-        self._commit(consumer)  # 2. skip the poison message for good
-        self.dead_lettered += 1
-        log.warning("dead-lettered an undecodable message: %s", err, extra=where)
+    def _started(self) -> Consumer:
+        """The client, subscribed to ``topics`` if it was neither subscribed nor assigned."""
+        consumer = self._client()
+        if not self._placed and self.topics:
+            self.subscribe()
+        return consumer
 
     def _dlq_producer(self) -> EventProducer:
         if self._dlq is None:
             self._dlq = EventProducer(self.settings, producer_id=self.consumer_id, codec=self.codec)
         return self._dlq
 
-    def _mark_done(self, consumer: Consumer) -> None:
+    def _mark_done(self) -> None:
         pending, self._pending = self._pending, None
-        if pending is None:
-            return
-        try:
-            consumer.store_offsets(message=pending)
-        except KafkaException as err:
-            # The partition was revoked meanwhile: its new owner gets the event again
-            # (at-least-once), which is what an unstored offset means.
-            log.info(
-                "offset not stored: %s",
-                err,
-                extra={"kafka_topic": pending.topic(), "kafka_offset": pending.offset()},
-            )
+        if pending is not None:
+            self._store(pending)
 
-    def _commit(self, consumer: Consumer) -> None:
+    def _store(self, msg: Message) -> None:
+        """Store the offset past ``msg`` (skipped, like ``store_offsets``, when revoked)."""
+        assert self._consumer is not None, "created before anything is read"
         try:
-            consumer.commit(asynchronous=False)
+            self._consumer.store_offsets(message=msg)
+        except KafkaException as err:
+            log.info("offset not stored: %s", err, extra=_where(msg))
+
+    def _commit(self, offsets: Sequence[TopicPartition] | None) -> None:
+        assert self._consumer is not None, "created before anything is read"
+        try:
+            if offsets is None:
+                self._consumer.commit(asynchronous=False)
+            elif offsets:
+                self._consumer.commit(offsets=list(offsets), asynchronous=False)
         except KafkaException as err:
             error = err.args[0] if err.args else None
             if isinstance(error, KafkaError) and error.code() == KafkaError._NO_OFFSET:
                 return  # nothing new to commit
-            raise RetryableError(f"Offset commit failed for group {self.group_id}: {err}") from err
+            raise EventConsumerError(
+                f"Offset commit failed for group {self.group_id}: {err}"
+            ) from err
 
     def _on_error(self, error: KafkaError) -> None:
         if error.fatal():
-            raise RetryableError(f"Consumer {self.consumer_id} failed: {error.str()}")
+            raise EventConsumerError(f"Consumer {self.consumer_id} failed: {error.str()}")
+        if error.code() == KafkaError._PARTITION_EOF:
+            return
         # Transient errors (broker down, rebalance in progress): librdkafka recovers by itself.
         log.warning("consumer error: %s", error.str(), extra={"kafka_error": error.code()})
+
+
+def _drop_consumer(callback: RebalanceCallback) -> Callable[[Consumer, Partitions], None]:
+    def call(consumer: Consumer, partitions: Partitions) -> None:
+        callback(partitions)
+
+    return call
+
+
+def _retriable(err: KafkaException) -> bool:
+    error = err.args[0] if err.args else None
+    return isinstance(error, KafkaError) and (error.retriable() or error.code() in _NO_LEADER_YET)
+
+
+def _where(msg: Message) -> dict[str, Any]:
+    return {
+        "kafka_topic": msg.topic(),
+        "kafka_partition": msg.partition(),
+        "kafka_offset": msg.offset(),
+    }

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka import Message, TopicPartition
 
 from lakewarden.commit import ManifestCommitter, SuccessData
 from lakewarden.errortable import (
@@ -48,13 +48,7 @@ from lakewarden.errortable import (
 from lakewarden.errortable.acceptance import Discarded, Outcome, ReadyErrors
 from lakewarden.errortable.records import TABLE_NAME, TABLE_URI, InvalidErrorRecord
 from lakewarden.errortable.table import SourcesAlreadyCommittedError
-from lakewarden.events import (
-    EventCodec,
-    EventDecodeError,
-    Rejection,
-    dead_letter_record,
-    default_codec,
-)
+from lakewarden.events import EventCodec, EventConsumer, Rejection, default_codec
 from lakewarden.settings import Settings
 from lakewarden.storage import open_storage
 from lakewarden.table.coordinator import Coordinator
@@ -105,9 +99,6 @@ class ErrorSink:
         self._timelines: dict[str, Timeline] = {}
         self._error_tables: dict[str, Table] = {}
         config: dict[str, Any] = {
-            "group_id": options.group_id,
-            "enable_auto_commit": False,
-            "enable_auto_offset_store": False,
             "auto_offset_reset": "earliest",
             "session_timeout_ms": 6_000,
             "heartbeat_interval_ms": 1_000,
@@ -115,9 +106,16 @@ class ErrorSink:
         }
         if options.group_instance_id:
             config["group_instance_id"] = options.group_instance_id
-        self.consumer = Consumer(settings.kafka.librdkafka_config(**config))
-        self.producer = Producer(
-            settings.kafka.librdkafka_config(acks="all", enable_idempotence=True, logger=log)
+        # Offsets by hand, below what is buffered (step 4); bad events dead-lettered (step 1).
+        self.consumer = EventConsumer(
+            settings,
+            group_id=options.group_id,
+            consumer_id=SERVICE,
+            codec=self.codec,
+            auto_commit=False,
+            dlq_topic=options.dlq_topic,
+            on_dead_letter=lambda rejection: DEAD_LETTERS.labels(SERVICE, rejection.reason).inc(),
+            **config,
         )
         metrics.BUFFERED.set_function(lambda: len(self.buffer))
 
@@ -129,7 +127,7 @@ class ErrorSink:
         last_check = time.monotonic()
         try:
             while not stop.is_set():
-                batch = self.consumer.consume(num_messages=_BATCH, timeout=_MAX_WAIT_S)
+                batch = self.consumer.consume(_BATCH, _MAX_WAIT_S)
                 for msg in batch:
                     self._handle(msg)  # 1.
                 if time.monotonic() - last_check >= self.options.check_interval_s:
@@ -140,60 +138,26 @@ class ErrorSink:
             try:
                 self._commit_offsets()
             finally:
-                self.consumer.close()
-                self.producer.flush(10)
+                self.consumer.close()  # and its DLQ producer, flushed
 
     # -- 1. consume ----------------------------------------------------------------------------
 
     def _handle(self, msg: Message) -> None:
-        error = msg.error()
-        if error is not None:
-            if error.code() != KafkaError._PARTITION_EOF:
-                log.warning("consumer error: %s", error)
-            return
         partition, offset = int(msg.partition() or 0), int(msg.offset() or 0)
-        value = msg.value() or b""
-        try:
-            name, record = self.codec.decode(value)
-        except EventDecodeError as err:
-            self._dead_letter(msg, err)
+        event = self.consumer.decode(msg)  # undecodable: dead-lettered (durable) already
+        if event is None:
             self.buffer.consumed(partition, offset)
             return
         try:
-            if name != "ErrorRecord":
-                raise InvalidErrorRecord(f"a {name} event on the errors topic")
-            row = parse_error_record(record)
+            if event.name != "ErrorRecord":
+                raise InvalidErrorRecord(f"a {event.name} event on the errors topic")
+            row = parse_error_record(event.record)
         except InvalidErrorRecord as err:
-            self._reject(msg, partition, offset, "invalid_request", str(err))
+            self.consumer.dead_letter(msg, Rejection("invalid_request", str(err)))
             self.buffer.consumed(partition, offset)
             return
         if not self.buffer.add(row, partition, offset):
             metrics.DROPPED.labels("late").inc()
-
-    def _reject(self, msg: Message, partition: int, offset: int, reason: str, detail: str) -> None:
-        self._dead_letter(msg, Rejection(reason, detail))
-
-    def _dead_letter(self, msg: Message, why: Rejection | EventDecodeError) -> None:
-        rejection = Rejection.of(why)
-        record = dead_letter_record(
-            rejection,
-            topic=str(msg.topic()),
-            partition=int(msg.partition() or 0),
-            offset=int(msg.offset() or 0),
-            key=msg.key(),
-            value=msg.value() or b"",
-            producer_id=SERVICE,
-            consumer_group=self.options.group_id,
-        )
-        # Flushed before the offset can pass it: the dead letter is durable first.
-        self.producer.produce(
-            self.options.dlq_topic, self.codec.encode("DeadLetter", record), key=msg.key()
-        )
-        self.producer.flush(10)
-        DEAD_LETTERS.labels(SERVICE, rejection.reason).inc()
-        log.warning(
-            "dead-lettered an event: %s", rejection.reason, extra={"kafka_offset": msg.offset()}
-        )
 
     # -- 2. decide, 3. commit -------------------------------------------------------------------
 
@@ -246,14 +210,15 @@ class ErrorSink:
     def _watermarks(self, partitions: list[int]) -> dict[int, int] | None:
         marks: dict[int, int] = {}
         for partition in partitions:
-            tp = TopicPartition(self.options.errors_topic, partition)
             try:
-                _, high = self.consumer.get_watermark_offsets(tp, timeout=5, cached=False)
+                _, high = self.consumer.watermarks(
+                    self.options.errors_topic, partition, timeout_s=5
+                )
             except Exception as err:  # noqa: BLE001 - the broker is away: next check
                 metrics.CHECK_ERRORS.labels("watermarks").inc()
                 log.warning("cannot read the high watermark of partition %d: %r", partition, err)
                 return None
-            marks[partition] = int(high)
+            marks[partition] = high
         return marks
 
     def _location(self, item: ReadyErrors) -> ErrorTableLocation:
@@ -316,17 +281,17 @@ class ErrorSink:
         ]
         if offsets:
             try:
-                self.consumer.commit(offsets=offsets, asynchronous=False)
+                self.consumer.commit(offsets)
             except Exception as err:  # noqa: BLE001 - committed next time; redelivery is safe
                 log.warning("offset commit failed: %r", err)
 
-    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    def _on_assign(self, partitions: list[TopicPartition]) -> None:
         self._assigned |= {tp.partition for tp in partitions}
         if not self.ready:
             self.ready = True
             self.on_ready()
 
-    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    def _on_revoke(self, partitions: list[TopicPartition]) -> None:
         gone = {tp.partition for tp in partitions}
         self._commit_offsets(gone & self._assigned)
         self.buffer.revoke(gone)
