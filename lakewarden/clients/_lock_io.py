@@ -27,11 +27,12 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Literal
 
-from confluent_kafka import Consumer, KafkaError, Message, Producer
+from confluent_kafka import KafkaError, Message, Producer
 
 from lakewarden.clients._lock_wire import lock_request, table_partition
 from lakewarden.clock import SYSTEM_CLOCK, Clock
 from lakewarden.events.codec import EventCodec, EventDecodeError
+from lakewarden.events.consumer import EventConsumer
 from lakewarden.table.coordinator import Lease
 
 log = logging.getLogger(__name__)
@@ -87,7 +88,7 @@ class LockIO:
         self,
         *,
         producer: Producer,
-        consumer: Consumer,
+        consumer: EventConsumer,
         codec: EventCodec,
         requests_topic: str,
         request_partitions: int,
@@ -198,11 +199,11 @@ class LockIO:
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                # poll() returns as soon as a reply arrives (consume() would wait for a batch).
-                msg = self.consumer.poll(_POLL_S)
+                # poll_message returns as soon as a reply arrives (a batch would wait).
+                msg = self.consumer.poll_message(_POLL_S)
                 while msg is not None:
                     self._on_message(msg)
-                    msg = self.consumer.poll(0)
+                    msg = self.consumer.poll_message(0)
                 self.producer.poll(0)
                 self._tick(self.clock.monotonic())
             except Exception:  # the thread must survive anything a reply or librdkafka throws
@@ -210,11 +211,7 @@ class LockIO:
                 self._stop.wait(0.1)
 
     def _on_message(self, msg: Message) -> None:
-        error = msg.error()
-        if error is not None:
-            if error.code() != KafkaError._PARTITION_EOF:
-                log.warning("lock reply consumer error: %s", error.str())
-            return
+        # Consumer errors never get here: EventConsumer logs them (librdkafka recovers).
         if msg.key() != self._key:
             return  # another client's reply: not even decoded
         try:

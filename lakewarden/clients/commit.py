@@ -214,6 +214,7 @@ class CommitClient:
                 group_id=f"commit-client-{uuid.uuid4().hex}",
                 auto_commit=False,
                 dead_letters=False,
+                auto_offset_reset="latest",
                 enable_partition_eof=False,
                 logger=log,
             )

@@ -38,9 +38,10 @@ from dataclasses import asdict, dataclass
 from types import TracebackType
 from typing import Final, Literal
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
 from lakewarden.errors import RetryableError
+from lakewarden.events.consumer import EventConsumer, EventConsumerError
 from lakewarden.events.topics import FOREVER, HEARTBEATS, TopicSpec
 from lakewarden.settings import Settings
 from lakewarden.table.coordinator import Liveness as Verdict
@@ -134,8 +135,8 @@ class Liveness:
         self.settings = settings
         self.topic = topic or liveness_topic(settings)
         self._lock = threading.Lock()
-        self._consumer: Consumer | None = None
-        self._offsets: Consumer | None = None
+        self._consumer: EventConsumer | None = None
+        self._offsets: EventConsumer | None = None
         self._partitions: list[int] = []
         self._records: dict[tuple[str, str], LivenessRecord] = {}
         self.skipped = 0  # changelog messages that were not records (counted, not fatal)
@@ -203,34 +204,36 @@ class Liveness:
     ) -> None:
         self.close()
 
-    def _client(self, timeout_s: float) -> Consumer:
+    def _client(self, timeout_s: float) -> EventConsumer:
         if self._consumer is None:
-            self._consumer = Consumer(self._config())
+            self._consumer = self._new_consumer()
             # Offsets are asked on a client of their own: on the reading client they would
             # queue behind its fetch long-poll (up to fetch.wait.max.ms, 500 ms) per partition.
-            self._offsets = Consumer(self._config())
+            self._offsets = self._new_consumer()
         if not self._partitions:
             self._assign(self._consumer, timeout_s)
         return self._consumer
 
-    def _config(self) -> dict[str, object]:
-        return self.settings.kafka.librdkafka_config(
-            # assign() only: the group id is never joined nor committed to.
+    def _new_consumer(self) -> EventConsumer:
+        # assign() only: the private group id is never joined nor committed to. The records
+        # are JSON, read as raw messages: nothing is decoded or dead-lettered.
+        return EventConsumer(
+            self.settings,
             group_id=f"{SERVICE}-view-{uuid.uuid4().hex[:8]}",
-            enable_auto_commit=False,
+            auto_commit=False,
+            dead_letters=False,
             logger=log,
         )
 
-    def _assign(self, consumer: Consumer, timeout_s: float) -> None:
+    def _assign(self, consumer: EventConsumer, timeout_s: float) -> None:
         try:
-            metadata = consumer.list_topics(self.topic, timeout=timeout_s)
-        except KafkaException as err:
+            partitions = consumer.partitions(self.topic, timeout_s=timeout_s)
+        except EventConsumerError as err:
             raise LivenessUnavailableError(f"Cannot read topic {self.topic}: {err}") from err
-        topic = metadata.topics.get(self.topic)
-        if topic is None or topic.error is not None or not topic.partitions:
+        if not partitions:
             return  # the monitor has not run yet: nothing is known (UNKNOWN)
-        self._partitions = sorted(topic.partitions)
-        consumer.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in self._partitions])
+        self._partitions = partitions
+        consumer.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in partitions])
 
     def _catch_up(self, timeout_s: float | None) -> None:
         timeout = self.settings.kafka.request_timeout_s if timeout_s is None else timeout_s
@@ -252,23 +255,18 @@ class Liveness:
     def _high_watermark(self, partition: int, timeout: float) -> int:
         assert self._offsets is not None, "created with the consumer"
         try:
-            _, high = self._offsets.get_watermark_offsets(
-                TopicPartition(self.topic, partition), timeout=timeout, cached=False
-            )
-        except KafkaException as err:
+            return self._offsets.watermarks(self.topic, partition, timeout_s=timeout)[1]
+        except EventConsumerError as err:
             raise LivenessUnavailableError(
                 f"Cannot read the offsets of {self.topic} [{partition}]: {err}"
             ) from err
-        return int(high)
 
-    def _behind(self, consumer: Consumer, targets: dict[int, int]) -> set[int]:
-        positions = consumer.position([TopicPartition(self.topic, p) for p in targets])
+    def _behind(self, consumer: EventConsumer, targets: dict[int, int]) -> set[int]:
         behind = set()
-        for tp in positions:
+        for partition, position in consumer.positions(self.topic, targets).items():
             # A negative position means nothing was consumed yet: behind unless empty.
-            position = tp.offset if tp.offset >= 0 else 0
-            if position < targets[tp.partition]:
-                behind.add(tp.partition)
+            if max(position, 0) < targets[partition]:
+                behind.add(partition)
         return behind
 
     def _drain(self) -> None:
@@ -277,18 +275,17 @@ class Liveness:
         assert self._consumer is not None
         self._consume(self._consumer, 0.0)
 
-    def _consume(self, consumer: Consumer, timeout_s: float) -> None:
+    def _consume(self, consumer: EventConsumer, timeout_s: float) -> None:
         # consume() waits for its whole timeout unless the batch fills: take what is there,
         # and only when nothing is, wait for one message (poll returns as soon as it has one).
-        batch = consumer.consume(num_messages=10_000, timeout=0)
-        if not batch and timeout_s > 0:
-            msg = consumer.poll(timeout_s)
-            batch = [] if msg is None else [msg]
+        try:
+            batch = consumer.consume(10_000, 0)
+            if not batch and timeout_s > 0:
+                msg = consumer.poll_message(timeout_s)
+                batch = [] if msg is None else [msg]
+        except EventConsumerError as err:
+            raise LivenessUnavailableError(f"liveness view consumer failed: {err}") from err
         for msg in batch:
-            error = msg.error()
-            if error is not None:
-                self._on_error(error)
-                continue
             self._apply(msg.key(), msg.value())
 
     def _apply(self, key: bytes | None, value: bytes | None) -> None:
@@ -301,8 +298,3 @@ class Liveness:
         except (ValueError, KeyError, TypeError) as err:
             self.skipped += 1
             log.warning("skipped a liveness changelog message: %s", err)
-
-    def _on_error(self, error: KafkaError) -> None:
-        if error.fatal():
-            raise LivenessUnavailableError(f"liveness view consumer failed: {error.str()}")
-        log.info("liveness view consumer: %s", error.str())

@@ -29,13 +29,14 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaException, Producer, TopicPartition
 
 from lakewarden.clients._lock_io import LockIO, LockLease, Pending
 from lakewarden.clients._lock_wire import client_partition
 from lakewarden.clock import SYSTEM_CLOCK, Clock
 from lakewarden.errors import NonRetryableError, RetryableError
 from lakewarden.events.codec import default_codec
+from lakewarden.events.consumer import EventConsumer, EventConsumerError
 from lakewarden.events.topics import LOCK_REPLIES, LOCK_REQUESTS
 from lakewarden.settings import Settings
 from lakewarden.table.coordinator import LockTimeoutError
@@ -220,22 +221,22 @@ class LockClient:
         producer = Producer(kafka.librdkafka_config(**_PRODUCER_CONFIG))
         counts = _partition_counts(producer, (requests, replies), timeout)
         reply_partition = client_partition(self.client_id, counts[replies])
-        consumer = Consumer(
-            kafka.librdkafka_config(
-                group_id=self.client_id,  # never joined: the partition is assigned by hand
-                enable_auto_commit=False,
-                enable_partition_eof=False,
-                fetch_wait_max_ms=100,
-                logger=log,
-            )
+        # Replies meant for this client only: nothing is dead-lettered or committed.
+        consumer = EventConsumer(
+            self.settings,
+            group_id=self.client_id,  # never joined: the partition is assigned by hand
+            auto_commit=False,
+            dead_letters=False,
+            auto_offset_reset="latest",
+            enable_partition_eof=False,
+            fetch_wait_max_ms=100,
+            logger=log,
         )
         # Start at the current end, read before the first request is sent, so no reply to
         # this client can be produced before the consumer's position.
         try:
-            _, high = consumer.get_watermark_offsets(
-                TopicPartition(replies, reply_partition), timeout=timeout
-            )
-        except KafkaException as err:
+            _, high = consumer.watermarks(replies, reply_partition, timeout_s=timeout)
+        except EventConsumerError as err:
             consumer.close()
             raise LockServiceUnavailableError(f"cannot read {replies}: {err}") from err
         consumer.assign([TopicPartition(replies, reply_partition, high)])

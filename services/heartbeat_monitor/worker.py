@@ -33,7 +33,6 @@ from typing import Any, Final
 from confluent_kafka import (
     OFFSET_BEGINNING,
     TIMESTAMP_LOG_APPEND_TIME,
-    Consumer,
     KafkaError,
     KafkaException,
     Message,
@@ -42,7 +41,7 @@ from confluent_kafka import (
 )
 
 from lakewarden.clients.liveness import SERVICE
-from lakewarden.events import EventCodec, default_codec
+from lakewarden.events import EventCodec, EventConsumer, EventConsumerError, default_codec
 from lakewarden.settings import Settings
 from services._common.dlq import DEAD_LETTERS
 from services.heartbeat_monitor.monitor import Consumed, Effects, Monitor
@@ -105,9 +104,6 @@ class Worker:
         self.rebalances = 0
         kafka = settings.kafka
         consumer_config: dict[str, Any] = {
-            "group_id": group_id,
-            "enable_auto_commit": False,
-            "enable_auto_offset_store": False,
             # A new group starts now: old beats say nothing a tolerance window will not.
             "auto_offset_reset": "latest",
             "partition_assignment_strategy": "range",
@@ -117,7 +113,16 @@ class Worker:
         }
         if group_instance_id:
             consumer_config["group_instance_id"] = group_instance_id
-        self.consumer = Consumer(kafka.librdkafka_config(**consumer_config))
+        # Offsets by hand (step 4); messages raw: the Monitor decodes and dead-letters them
+        # as effects, written in order with the changelog (step 3).
+        self.consumer = EventConsumer(
+            settings,
+            group_id=group_id,
+            codec=self.codec,
+            auto_commit=False,
+            dead_letters=False,
+            **consumer_config,
+        )
         self.producer = Producer(
             kafka.librdkafka_config(acks="all", enable_idempotence=True, linger_ms=5, logger=log)
         )
@@ -127,7 +132,8 @@ class Worker:
         """The loop (see the module doc) until ``stop`` is set; then commit and close.
 
         Raises:
-            KafkaException: the consumer or producer failed fatally.
+            EventConsumerError: the consumer failed fatally.
+            KafkaException: the producer failed (an expiry could not be delivered).
         """
         self.consumer.subscribe(
             [self.topics.heartbeats, self.topics.timeline],
@@ -144,7 +150,8 @@ class Worker:
                     self._send_ticks()  # 1.
                     next_tick = now + self.tick_s
                 wait = min(max(next_tick - time.monotonic(), 0.0), _MAX_WAIT_S)
-                batch = self.consumer.consume(num_messages=_BATCH, timeout=wait)
+                # A batch, not poll(): heartbeats are high-rate and ticks bound the wait.
+                batch = self.consumer.consume(_BATCH, wait)
                 if batch:
                     self._process(batch, stop)  # 2. - 4.
                 if time.monotonic() - last_commit >= _COMMIT_EVERY_S:
@@ -158,11 +165,7 @@ class Worker:
     def _process(self, batch: list[Message], stop: threading.Event) -> None:
         last: dict[tuple[str, int], int] = {}
         heartbeats, timeline = self.topics.heartbeats, self.topics.timeline
-        for msg in batch:
-            error = msg.error()
-            if error is not None:
-                self._on_error(error)
-                continue
+        for msg in batch:  # consumer errors were handled by the consumer
             topic, partition, offset = str(msg.topic()), int(msg.partition() or 0), msg.offset()
             kind, timestamp = msg.timestamp()
             consumed = Consumed(
@@ -234,14 +237,8 @@ class Worker:
             raise KafkaException(KafkaError(KafkaError._MSG_TIMED_OUT, "; ".join(failed[:5])))
 
     def _store(self, last: dict[tuple[str, int], int]) -> None:
-        if not last:
-            return
-        offsets = [TopicPartition(t, p, o + 1) for (t, p), o in last.items()]
-        try:
-            self.consumer.store_offsets(offsets=offsets)
-        except KafkaException as err:
-            # A partition was revoked meanwhile: its next owner processes the batch again.
-            log.info("offsets not stored: %s", err)
+        # A partition revoked meanwhile is skipped: its next owner processes the batch again.
+        self.consumer.store_offsets([TopicPartition(t, p, o + 1) for (t, p), o in last.items()])
 
     def _commit(self) -> None:
         """Flush the producer (expiries, changelog, dead letters), then commit stored offsets."""
@@ -251,11 +248,9 @@ class Worker:
             self._failed = []
             return
         try:
-            self.consumer.commit(asynchronous=False)
-        except KafkaException as err:
-            error = err.args[0] if err.args else None
-            if not (isinstance(error, KafkaError) and error.code() == KafkaError._NO_OFFSET):
-                log.warning("offset commit failed: %s", err)
+            self.consumer.commit()
+        except EventConsumerError as err:
+            log.warning("offset commit failed: %s", err)
 
     def _send_ticks(self) -> None:
         for partition in range(self.topics.partitions):
@@ -269,7 +264,7 @@ class Worker:
 
     # -- rebalances ------------------------------------------------------------------------
 
-    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    def _on_assign(self, partitions: list[TopicPartition]) -> None:
         self.rebalances += 1
         mine = sorted(tp.partition for tp in partitions if tp.topic == self.topics.heartbeats)
         records = self._recover(mine)
@@ -283,12 +278,12 @@ class Worker:
             self.ready = True
             self.on_ready()
 
-    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    def _on_revoke(self, partitions: list[TopicPartition]) -> None:
         self.rebalancing = True
         self._commit()
         self._forget(partitions)
 
-    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    def _on_lost(self, partitions: list[TopicPartition]) -> None:
         self.rebalancing = True
         self._forget(partitions)
 
@@ -300,14 +295,16 @@ class Worker:
         """The latest record of every key of the changelog ``partitions`` (deletes applied).
 
         Raises:
-            KafkaException: the changelog could not be read.
+            EventConsumerError: the changelog could not be read.
         """
         if not partitions:
             return {}
-        reader = Consumer(
-            self.settings.kafka.librdkafka_config(
-                group_id=f"{self.group_id}-recovery", enable_auto_commit=False, logger=log
-            )
+        reader = EventConsumer(
+            self.settings,
+            group_id=f"{self.group_id}-recovery",
+            auto_commit=False,
+            dead_letters=False,
+            logger=log,
         )
         try:
             return _read_to_end(reader, self.topics.changelog, partitions)
@@ -321,11 +318,6 @@ class Worker:
             self._failed.append(f"{msg.topic()}: {err}")
             log.error("delivery failed", extra={"kafka_topic": msg.topic(), "error": str(err)})
 
-    def _on_error(self, error: KafkaError) -> None:
-        if error.fatal():
-            raise KafkaException(error)
-        log.warning("consumer error: %s", error.str())
-
     def _close(self) -> None:
         try:
             self._commit()
@@ -334,10 +326,12 @@ class Worker:
             self.producer.flush(self.settings.kafka.request_timeout_s)
 
 
-def _read_to_end(reader: Consumer, topic: str, partitions: list[int]) -> dict[bytes, bytes]:
+def _read_to_end(reader: EventConsumer, topic: str, partitions: list[int]) -> dict[bytes, bytes]:
+    """Raises: EventConsumerError (the offsets could not be read, or not to the end in time)."""
     ends = {}
     for partition in partitions:
-        low, high = _watermarks(reader, TopicPartition(topic, partition))
+        # A topic created a moment ago may have no leader yet: retried for up to 30 s.
+        low, high = reader.watermarks(topic, partition, timeout_s=30.0)
         if high > low:
             ends[partition] = high
     records: dict[bytes, bytes] = {}
@@ -347,42 +341,17 @@ def _read_to_end(reader: Consumer, topic: str, partitions: list[int]) -> dict[by
     deadline = time.monotonic() + 120
     while ends:
         if time.monotonic() > deadline:
-            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"recovering {topic}"))
-        for msg in reader.consume(num_messages=_BATCH, timeout=0.2):
+            raise EventConsumerError(f"recovering {topic}: not read to the end within 120 s")
+        for msg in reader.consume(_BATCH, 0.2):
             key, value = msg.key(), msg.value()
-            if msg.error() is not None or key is None:
+            if key is None:
                 continue
             if value is None:
                 records.pop(key, None)
             else:
                 records[key] = value
         # Positions, not offsets seen: compaction may have removed the last records.
-        for tp in reader.position([TopicPartition(topic, p) for p in ends]):
-            if tp.offset >= ends[tp.partition]:
-                del ends[tp.partition]
+        for partition, position in reader.positions(topic, ends).items():
+            if position >= ends[partition]:
+                del ends[partition]
     return records
-
-
-def _watermarks(
-    reader: Consumer, tp: TopicPartition, *, timeout_s: float = 30.0
-) -> tuple[int, int]:
-    """(low, high) of ``tp``; a topic created a moment ago may have no leader yet: retry.
-
-    Raises:
-        KafkaException: a non-retriable error, or still failing after ``timeout_s``.
-    """
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            low, high = reader.get_watermark_offsets(tp, timeout=10)
-            return int(low), int(high)
-        except KafkaException as err:
-            error = err.args[0] if err.args else None
-            retriable = isinstance(error, KafkaError) and (
-                error.retriable()
-                or error.code()
-                in (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE)
-            )
-            if not retriable or time.monotonic() > deadline:
-                raise
-            time.sleep(0.1)
