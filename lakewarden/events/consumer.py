@@ -35,7 +35,6 @@ message is not lost: it is read again by whoever consumes the partition next. Wi
 
 from __future__ import annotations
 
-import logging
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -43,38 +42,21 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
-from confluent_kafka import (
-    TIMESTAMP_NOT_AVAILABLE,
-    Consumer,
-    KafkaError,
-    KafkaException,
-    Message,
-    TopicPartition,
-)
+from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Message, TopicPartition
 
-from lakewarden.errors import RetryableError
+from lakewarden.events._kafka_reader import (
+    EventConsumerError,
+    KafkaReader,
+    Partitions,
+    RebalanceCallback,
+    log,
+    where,
+)
 from lakewarden.events.codec import EventCodec, EventDecodeError, default_codec
 from lakewarden.events.dlq import Rejection, dead_letter_record
 from lakewarden.events.producer import EventProducer
 from lakewarden.events.topics import DLQ, TopicSpec
 from lakewarden.settings import Settings
-
-log = logging.getLogger(__name__)
-
-Partitions = list[TopicPartition]
-RebalanceCallback = Callable[[Partitions], None]
-
-# A topic created a moment ago may have no partition leader yet: worth asking again.
-_NO_LEADER_YET = (
-    KafkaError.NOT_LEADER_FOR_PARTITION,
-    KafkaError.LEADER_NOT_AVAILABLE,
-    KafkaError.UNKNOWN_TOPIC_OR_PART,
-)
-
-
-class EventConsumerError(RetryableError):
-    """The broker could not be read (unreachable, a metadata, offsets or commit request
-    failed) or the consumer failed fatally."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +72,7 @@ class ConsumedEvent:
     timestamp_ms: int | None
 
 
-class EventConsumer:
+class EventConsumer(KafkaReader):
     """Consumes lakewarden events; see the module doc.
 
     ``group_id``: the consumer group (``None``: a private id, for readers that only
@@ -116,28 +98,21 @@ class EventConsumer:
         on_dead_letter: Callable[[Rejection], None] | None = None,
         **config: Any,
     ) -> None:
-        self.settings = settings
-        self.group_id = group_id or f"{settings.kafka.client_id}-{uuid.uuid4().hex}"
-        self.consumer_id = consumer_id or f"{settings.kafka.client_id}:{self.group_id}"
-        self.topics = [t if isinstance(t, str) else t.name(settings) for t in topics]
-        self.auto_commit = auto_commit
+        group = group_id or f"{settings.kafka.client_id}-{uuid.uuid4().hex}"
+        super().__init__(
+            settings,
+            group_id=group,
+            consumer_id=consumer_id or f"{settings.kafka.client_id}:{group}",
+            topics=topics,
+            auto_commit=auto_commit,
+            config=config,
+        )
         self.dead_letters = dead_letters
         self.dlq_topic = dlq_topic
         self.on_dead_letter = on_dead_letter
         self._codec = codec
         self._dlq = dlq_producer
         self._owns_dlq = dlq_producer is None
-        self._config: dict[str, Any] = {
-            # Offsets are stored once the caller is done with a message, never by librdkafka.
-            "enable_auto_commit": auto_commit,
-            "enable_auto_offset_store": False,
-            "auto_offset_reset": "earliest",
-            # librdkafka's own log lines go to this module's logger instead of stderr.
-            "logger": log,
-            **config,
-        }
-        self._consumer: Consumer | None = None
-        self._placed = False  # subscribed or assigned
         self._pending: Message | None = None
         self.dead_lettered = 0
 
@@ -147,81 +122,7 @@ class EventConsumer:
             self._codec = default_codec()
         return self._codec
 
-    # -- where to read -------------------------------------------------------------------
-
-    def subscribe(
-        self,
-        topics: Iterable[TopicSpec | str] | None = None,
-        *,
-        on_assign: RebalanceCallback | None = None,
-        on_revoke: RebalanceCallback | None = None,
-        on_lost: RebalanceCallback | None = None,
-    ) -> None:
-        """Join the group on ``topics`` (default: those given to ``__init__``); the callbacks
-        run inside ``poll``/``consume`` with the partitions concerned."""
-        if topics is not None:
-            self.topics = [t if isinstance(t, str) else t.name(self.settings) for t in topics]
-        callbacks: dict[str, Callable[[Consumer, Partitions], None]] = {}
-        for name, callback in (("on_assign", on_assign), ("on_revoke", on_revoke)):
-            if callback is not None:
-                callbacks[name] = _drop_consumer(callback)
-        if on_lost is not None:
-            callbacks["on_lost"] = _drop_consumer(on_lost)
-        self._client().subscribe(self.topics, **callbacks)
-        self._placed = True
-
-    def assign(self, partitions: Sequence[TopicPartition]) -> None:
-        """Read exactly ``partitions`` from their offsets (no group membership)."""
-        self._client().assign(list(partitions))
-        self._placed = True
-
-    def assignment(self) -> Partitions:
-        """The partitions currently assigned (none before ``subscribe``/``assign``)."""
-        return [] if self._consumer is None else list(self._consumer.assignment())
-
-    def partitions(self, topic: str, *, timeout_s: float) -> list[int]:
-        """The partition ids of ``topic``, sorted; ``[]`` when it does not exist.
-
-        Raises:
-            EventConsumerError: the broker did not answer within ``timeout_s``.
-        """
-        try:
-            metadata = self._client().list_topics(topic, timeout=timeout_s).topics.get(topic)
-        except KafkaException as err:
-            raise EventConsumerError(f"cannot read the metadata of {topic}: {err}") from err
-        if metadata is None or metadata.error is not None or not metadata.partitions:
-            return []
-        return sorted(metadata.partitions)
-
-    def watermarks(self, topic: str, partition: int, *, timeout_s: float) -> tuple[int, int]:
-        """``(low, high)`` of the partition, asked from the broker (never cached). A partition
-        of a new topic may have no leader for a moment: retriable errors are retried until
-        ``timeout_s``.
-
-        Raises:
-            EventConsumerError: a non-retriable error, or still failing after ``timeout_s``.
-        """
-        tp = TopicPartition(topic, partition)
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                low, high = self._client().get_watermark_offsets(
-                    tp, timeout=max(deadline - time.monotonic(), 0.1), cached=False
-                )
-                return int(low), int(high)
-            except KafkaException as err:
-                if not _retriable(err) or time.monotonic() >= deadline:
-                    raise EventConsumerError(
-                        f"cannot read the offsets of {topic} [{partition}]: {err}"
-                    ) from err
-                time.sleep(0.1)
-
-    def positions(self, topic: str, partitions: Iterable[int]) -> dict[int, int]:
-        """The next offset to read of each assigned partition (negative: nothing read yet)."""
-        tps = [TopicPartition(topic, p) for p in partitions]
-        return {tp.partition: int(tp.offset) for tp in self._client().position(tps)}
-
-    # -- reading ---------------------------------------------------------------------------
+    # -- events ----------------------------------------------------------------------------
 
     def poll(self, timeout_s: float = 1.0) -> ConsumedEvent | None:
         """Mark the previous event processed (``auto_commit``) and return the next decodable
@@ -263,44 +164,6 @@ class EventConsumer:
             elif idle_timeout_s is not None and time.monotonic() - idle_since >= idle_timeout_s:
                 return
 
-    def poll_message(self, timeout_s: float) -> Message | None:
-        """The next message as it is (not decoded), or ``None`` after ``timeout_s``. Returns
-        as soon as one is there. Consumer errors are logged (librdkafka recovers from them),
-        not returned.
-
-        Raises:
-            EventConsumerError: the consumer failed fatally.
-        """
-        consumer = self._started()
-        deadline = time.monotonic() + timeout_s
-        while True:
-            msg = consumer.poll(max(0.0, deadline - time.monotonic()))
-            if msg is None:
-                return None
-            error = msg.error()
-            if error is None:
-                return msg
-            self._on_error(error)
-            if time.monotonic() >= deadline:
-                return None
-
-    def consume(self, max_messages: int, timeout_s: float) -> list[Message]:
-        """Up to ``max_messages`` messages as they are; waits up to ``timeout_s`` unless the
-        batch fills (for throughput: a latency-sensitive reader uses ``poll_message``).
-
-        Raises:
-            EventConsumerError: the consumer failed fatally.
-        """
-        batch = self._started().consume(num_messages=max_messages, timeout=timeout_s)
-        good = []
-        for msg in batch:
-            error = msg.error()
-            if error is None:
-                good.append(msg)
-            else:
-                self._on_error(error)
-        return good
-
     def decode(self, msg: Message) -> ConsumedEvent | None:
         """The event in ``msg``; ``None`` when it does not decode (then it was dead-lettered,
         or, with ``dead_letters=False``, logged and skipped).
@@ -315,7 +178,7 @@ class EventConsumer:
             if self.dead_letters:
                 self.dead_letter(msg, err)
             else:
-                log.warning("skipped an undecodable message: %s", err, extra=_where(msg))
+                log.warning("skipped an undecodable message: %s", err, extra=where(msg))
             return None
         kind, timestamp = msg.timestamp()
         return ConsumedEvent(
@@ -357,20 +220,10 @@ class EventConsumer:
         self.dead_lettered += 1
         if self.on_dead_letter is not None:
             self.on_dead_letter(rejection)
-        where = {**_where(msg), "reason": rejection.reason, "consumer_group": self.group_id}
-        log.warning("dead-lettered a message: %s", rejection.detail, extra=where)
+        context = {**where(msg), "reason": rejection.reason, "consumer_group": self.group_id}
+        log.warning("dead-lettered a message: %s", rejection.detail, extra=context)
 
     # -- offsets ---------------------------------------------------------------------------
-
-    def store_offsets(self, offsets: Sequence[TopicPartition]) -> None:
-        """Store ``offsets`` (the next offset to read) for the next commit. A partition revoked
-        meanwhile is skipped: its next owner reads those messages again (at-least-once)."""
-        if self._consumer is None or not offsets:
-            return
-        try:
-            self._consumer.store_offsets(offsets=list(offsets))
-        except KafkaException as err:
-            log.info("offsets not stored: %s", err)
 
     def commit(self, offsets: Sequence[TopicPartition] | None = None) -> None:
         """Commit synchronously: ``offsets`` if given, else the stored offsets (with
@@ -379,10 +232,8 @@ class EventConsumer:
         Raises:
             EventConsumerError: the commit failed.
         """
-        if self._consumer is None:
-            return
         self._mark_done()
-        self._commit(offsets)
+        super().commit(offsets)
 
     def close(self) -> None:
         """Leave the group (with ``auto_commit``, stored offsets are committed) and close an
@@ -392,10 +243,8 @@ class EventConsumer:
         Raises:
             EventDeliveryError: the owned DLQ producer could not flush.
         """
-        consumer, self._consumer, self._pending = self._consumer, None, None
-        self._placed = False
-        if consumer is not None:
-            consumer.close()
+        self._pending = None
+        super().close()
         if self._owns_dlq and self._dlq is not None:
             self._dlq.close()
 
@@ -412,19 +261,6 @@ class EventConsumer:
 
     # -- internals -------------------------------------------------------------------------
 
-    def _client(self) -> Consumer:
-        if self._consumer is None:
-            config = self.settings.kafka.librdkafka_config(group_id=self.group_id, **self._config)
-            self._consumer = Consumer(config)
-        return self._consumer
-
-    def _started(self) -> Consumer:
-        """The client, subscribed to ``topics`` if it was neither subscribed nor assigned."""
-        consumer = self._client()
-        if not self._placed and self.topics:
-            self.subscribe()
-        return consumer
-
     def _dlq_producer(self) -> EventProducer:
         if self._dlq is None:
             self._dlq = EventProducer(self.settings, producer_id=self.consumer_id, codec=self.codec)
@@ -435,53 +271,11 @@ class EventConsumer:
         if pending is not None:
             self._store(pending)
 
-    def _store(self, msg: Message) -> None:
-        """Store the offset past ``msg`` (skipped, like ``store_offsets``, when revoked)."""
-        assert self._consumer is not None, "created before anything is read"
-        try:
-            self._consumer.store_offsets(message=msg)
-        except KafkaException as err:
-            log.info("offset not stored: %s", err, extra=_where(msg))
 
-    def _commit(self, offsets: Sequence[TopicPartition] | None) -> None:
-        assert self._consumer is not None, "created before anything is read"
-        try:
-            if offsets is None:
-                self._consumer.commit(asynchronous=False)
-            elif offsets:
-                self._consumer.commit(offsets=list(offsets), asynchronous=False)
-        except KafkaException as err:
-            error = err.args[0] if err.args else None
-            if isinstance(error, KafkaError) and error.code() == KafkaError._NO_OFFSET:
-                return  # nothing new to commit
-            raise EventConsumerError(
-                f"Offset commit failed for group {self.group_id}: {err}"
-            ) from err
-
-    def _on_error(self, error: KafkaError) -> None:
-        if error.fatal():
-            raise EventConsumerError(f"Consumer {self.consumer_id} failed: {error.str()}")
-        if error.code() == KafkaError._PARTITION_EOF:
-            return
-        # Transient errors (broker down, rebalance in progress): librdkafka recovers by itself.
-        log.warning("consumer error: %s", error.str(), extra={"kafka_error": error.code()})
-
-
-def _drop_consumer(callback: RebalanceCallback) -> Callable[[Consumer, Partitions], None]:
-    def call(consumer: Consumer, partitions: Partitions) -> None:
-        callback(partitions)
-
-    return call
-
-
-def _retriable(err: KafkaException) -> bool:
-    error = err.args[0] if err.args else None
-    return isinstance(error, KafkaError) and (error.retriable() or error.code() in _NO_LEADER_YET)
-
-
-def _where(msg: Message) -> dict[str, Any]:
-    return {
-        "kafka_topic": msg.topic(),
-        "kafka_partition": msg.partition(),
-        "kafka_offset": msg.offset(),
-    }
+__all__ = [
+    "ConsumedEvent",
+    "EventConsumer",
+    "EventConsumerError",
+    "Partitions",
+    "RebalanceCallback",
+]

@@ -14,8 +14,10 @@ from lakewarden.events import (
     TOPICS,
     ConsumedEvent,
     EventConsumer,
+    EventConsumerError,
     EventDeliveryError,
     EventProducer,
+    Rejection,
     encode,
     ensure_topics,
     sample_events,
@@ -209,3 +211,91 @@ def test_undeliverable_dead_letter_stops_and_commits_nothing(
         broken_dlq.close(timeout_s=1.0)
     # The good event before it was marked done; the poison message was not skipped.
     assert _committed(settings, "stuck", heartbeats) == 1
+
+
+def test_assigned_by_hand_at_the_end_reads_only_what_comes_after(
+    settings: Settings, topics: list[str], raw_producer: EventProducer
+) -> None:
+    """The reply readers' pattern (lock client, commit client): partitions from metadata,
+    assignment at the high watermark, ``poll_message`` returning at the first message."""
+    heartbeats = HEARTBEATS.name(settings)
+    beat = encode("Heartbeat", sample_events(table_id="t1")["Heartbeat"])
+    for _ in range(2):
+        raw_producer.produce_bytes(heartbeats, beat, key=b"t1", partition=0)
+    raw_producer.flush()
+    consumer = EventConsumer(settings, auto_commit=False, dead_letters=False)
+    try:
+        assert consumer.partitions(heartbeats, timeout_s=10) == list(range(HEARTBEATS.partitions))
+        assert consumer.partitions(f"{heartbeats}.missing", timeout_s=10) == []
+        assert consumer.watermarks(heartbeats, 0, timeout_s=10) == (0, 2)
+        consumer.assign([TopicPartition(heartbeats, 0, 2)])
+        assert consumer.poll_message(0.2) is None
+        raw_producer.produce_bytes(heartbeats, beat, key=b"t1", partition=0)
+        raw_producer.flush()
+        msg = consumer.poll_message(30.0)
+        assert msg is not None and msg.offset() == 2
+        event = consumer.decode(msg)
+        assert event is not None and (event.name, event.offset) == ("Heartbeat", 2)
+        assert consumer.positions(heartbeats, [0]) == {0: 3}
+    finally:
+        consumer.close()
+
+
+def test_manual_offsets_dead_letter_without_committing(
+    settings: Settings, topics: list[str], raw_producer: EventProducer
+) -> None:
+    """With ``auto_commit=False`` a dead letter is durable before ``decode`` returns, but no
+    offset moves until the caller commits (a service that buffers below it decides)."""
+    heartbeats = HEARTBEATS.name(settings)
+    good = encode("Heartbeat", sample_events(table_id="t1")["Heartbeat"])
+    for value in (b"\x00not avro at all", good):
+        raw_producer.produce_bytes(heartbeats, value, key=b"t1", partition=0)
+    raw_producer.flush()
+    rejections: list[str] = []
+    consumer = EventConsumer(
+        settings,
+        group_id="manual",
+        consumer_id="test-manual",
+        auto_commit=False,
+        on_dead_letter=lambda rejection: rejections.append(rejection.reason),
+    )
+    try:
+        consumer.subscribe([heartbeats])
+        messages = []
+        for _ in range(30):
+            messages += consumer.consume(10, 1.0)
+            if len(messages) == 2:
+                break
+        assert [consumer.decode(m) is None for m in messages] == [True, False]
+        consumer.dead_letter(messages[1], Rejection("invalid_request", "not for this topic"))
+        assert rejections == ["bad_magic", "invalid_request"]
+        assert _committed(settings, "manual", heartbeats) < 0  # nothing committed yet
+        consumer.commit([TopicPartition(heartbeats, 0, 2)])
+    finally:
+        consumer.close()
+    assert _committed(settings, "manual", heartbeats) == 2
+
+    dlq = _consumer(settings, "manual-dlq", DLQ.name(settings))
+    try:
+        letters = [e.record for e in _drain(dlq, 2)]
+    finally:
+        dlq.close()
+    assert [(r["offset"], r["reason"], r["error_type"]) for r in letters] == [
+        (0, "bad_magic", "EventDecodeError"),
+        (1, "invalid_request", "InvalidEvent"),
+    ]
+    assert {r["consumer_group"] for r in letters} == {"manual"}
+
+
+def test_an_unreachable_broker_is_a_named_error(settings: Settings) -> None:
+    nowhere = settings.model_copy(
+        update={"kafka": settings.kafka.model_copy(update={"bootstrap_servers": "127.0.0.1:1"})}
+    )
+    consumer = EventConsumer(nowhere, auto_commit=False)
+    try:
+        with pytest.raises(EventConsumerError, match="cannot read"):
+            consumer.partitions("anything", timeout_s=1.0)
+        with pytest.raises(EventConsumerError, match="cannot read the offsets"):
+            consumer.watermarks("anything", 0, timeout_s=1.0)
+    finally:
+        consumer.close()

@@ -1,0 +1,274 @@
+"""The raw half of ``EventConsumer``: one librdkafka consumer made from ``Settings``, placed
+by group subscription or by hand, read message by message or in batches, offsets stored and
+committed as told. ``EventConsumer`` adds decoding and dead-lettering on top; nothing else in
+lakewarden creates a confluent-kafka consumer.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+
+from lakewarden.errors import RetryableError
+from lakewarden.events.topics import TopicSpec
+from lakewarden.settings import Settings
+
+log = logging.getLogger("lakewarden.events.consumer")
+
+Partitions = list[TopicPartition]
+RebalanceCallback = Callable[[Partitions], None]
+
+# A topic created a moment ago may have no partition leader yet: worth asking again.
+_NO_LEADER_YET = (
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+)
+
+
+class EventConsumerError(RetryableError):
+    """The broker could not be read (unreachable, a metadata, offsets or commit request
+    failed) or the consumer failed fatally."""
+
+
+class KafkaReader:
+    """Reads Kafka messages as they are (see ``EventConsumer`` for the options)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        group_id: str,
+        consumer_id: str,
+        topics: Iterable[TopicSpec | str],
+        auto_commit: bool,
+        config: dict[str, Any],
+    ) -> None:
+        self.settings = settings
+        self.group_id = group_id
+        self.consumer_id = consumer_id
+        self.topics = [t if isinstance(t, str) else t.name(settings) for t in topics]
+        self.auto_commit = auto_commit
+        self._config: dict[str, Any] = {
+            # Offsets are stored once the caller is done with a message, never by librdkafka.
+            "enable_auto_commit": auto_commit,
+            "enable_auto_offset_store": False,
+            "auto_offset_reset": "earliest",
+            # librdkafka's own log lines go to this module's logger instead of stderr.
+            "logger": log,
+            **config,
+        }
+        self._consumer: Consumer | None = None
+        self._placed = False  # subscribed or assigned
+
+    # -- where to read -------------------------------------------------------------------
+
+    def subscribe(
+        self,
+        topics: Iterable[TopicSpec | str] | None = None,
+        *,
+        on_assign: RebalanceCallback | None = None,
+        on_revoke: RebalanceCallback | None = None,
+        on_lost: RebalanceCallback | None = None,
+    ) -> None:
+        """Join the group on ``topics`` (default: those given to ``__init__``); the callbacks
+        run inside ``poll``/``consume`` with the partitions concerned."""
+        if topics is not None:
+            self.topics = [t if isinstance(t, str) else t.name(self.settings) for t in topics]
+        callbacks: dict[str, Callable[[Consumer, Partitions], None]] = {}
+        for name, callback in (("on_assign", on_assign), ("on_revoke", on_revoke)):
+            if callback is not None:
+                callbacks[name] = _drop_consumer(callback)
+        if on_lost is not None:
+            callbacks["on_lost"] = _drop_consumer(on_lost)
+        self._client().subscribe(self.topics, **callbacks)
+        self._placed = True
+
+    def assign(self, partitions: Sequence[TopicPartition]) -> None:
+        """Read exactly ``partitions`` from their offsets (no group membership)."""
+        self._client().assign(list(partitions))
+        self._placed = True
+
+    def assignment(self) -> Partitions:
+        """The partitions currently assigned (none before ``subscribe``/``assign``)."""
+        return [] if self._consumer is None else list(self._consumer.assignment())
+
+    def partitions(self, topic: str, *, timeout_s: float) -> list[int]:
+        """The partition ids of ``topic``, sorted; ``[]`` when it does not exist.
+
+        Raises:
+            EventConsumerError: the broker did not answer within ``timeout_s``.
+        """
+        try:
+            metadata = self._client().list_topics(topic, timeout=timeout_s).topics.get(topic)
+        except KafkaException as err:
+            raise EventConsumerError(f"cannot read the metadata of {topic}: {err}") from err
+        if metadata is None or metadata.error is not None or not metadata.partitions:
+            return []
+        return sorted(metadata.partitions)
+
+    def watermarks(self, topic: str, partition: int, *, timeout_s: float) -> tuple[int, int]:
+        """``(low, high)`` of the partition, asked from the broker (never cached). A partition
+        of a new topic may have no leader for a moment: retriable errors are retried until
+        ``timeout_s``.
+
+        Raises:
+            EventConsumerError: a non-retriable error, or still failing after ``timeout_s``.
+        """
+        tp = TopicPartition(topic, partition)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                low, high = self._client().get_watermark_offsets(
+                    tp, timeout=max(deadline - time.monotonic(), 0.1), cached=False
+                )
+                return int(low), int(high)
+            except KafkaException as err:
+                if not _retriable(err) or time.monotonic() >= deadline:
+                    raise EventConsumerError(
+                        f"cannot read the offsets of {topic} [{partition}]: {err}"
+                    ) from err
+                time.sleep(0.1)
+
+    def positions(self, topic: str, partitions: Iterable[int]) -> dict[int, int]:
+        """The next offset to read of each assigned partition (negative: nothing read yet)."""
+        tps = [TopicPartition(topic, p) for p in partitions]
+        return {tp.partition: int(tp.offset) for tp in self._client().position(tps)}
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def poll_message(self, timeout_s: float) -> Message | None:
+        """The next message as it is (not decoded), or ``None`` after ``timeout_s``. Returns
+        as soon as one is there. Consumer errors are logged (librdkafka recovers from them),
+        not returned.
+
+        Raises:
+            EventConsumerError: the consumer failed fatally.
+        """
+        consumer = self._started()
+        deadline = time.monotonic() + timeout_s
+        while True:
+            msg = consumer.poll(max(0.0, deadline - time.monotonic()))
+            if msg is None:
+                return None
+            error = msg.error()
+            if error is None:
+                return msg
+            self._on_error(error)
+            if time.monotonic() >= deadline:
+                return None
+
+    def consume(self, max_messages: int, timeout_s: float) -> list[Message]:
+        """Up to ``max_messages`` messages as they are; waits up to ``timeout_s`` unless the
+        batch fills (for throughput: a latency-sensitive reader uses ``poll_message``).
+
+        Raises:
+            EventConsumerError: the consumer failed fatally.
+        """
+        batch = self._started().consume(num_messages=max_messages, timeout=timeout_s)
+        good = []
+        for msg in batch:
+            error = msg.error()
+            if error is None:
+                good.append(msg)
+            else:
+                self._on_error(error)
+        return good
+
+    # -- offsets ---------------------------------------------------------------------------
+
+    def store_offsets(self, offsets: Sequence[TopicPartition]) -> None:
+        """Store ``offsets`` (the next offset to read) for the next commit. A partition revoked
+        meanwhile is skipped: its next owner reads those messages again (at-least-once)."""
+        if self._consumer is None or not offsets:
+            return
+        try:
+            self._consumer.store_offsets(offsets=list(offsets))
+        except KafkaException as err:
+            log.info("offsets not stored: %s", err)
+
+    def commit(self, offsets: Sequence[TopicPartition] | None = None) -> None:
+        """Commit synchronously: ``offsets`` if given, else the stored offsets.
+
+        Raises:
+            EventConsumerError: the commit failed.
+        """
+        if self._consumer is not None:
+            self._commit(offsets)
+
+    def close(self) -> None:
+        """Leave the group (with ``auto_commit``, stored offsets are committed)."""
+        consumer, self._consumer = self._consumer, None
+        self._placed = False
+        if consumer is not None:
+            consumer.close()
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _client(self) -> Consumer:
+        if self._consumer is None:
+            config = self.settings.kafka.librdkafka_config(group_id=self.group_id, **self._config)
+            self._consumer = Consumer(config)
+        return self._consumer
+
+    def _started(self) -> Consumer:
+        """The client, subscribed to ``topics`` if it was neither subscribed nor assigned."""
+        consumer = self._client()
+        if not self._placed and self.topics:
+            self.subscribe()
+        return consumer
+
+    def _store(self, msg: Message) -> None:
+        """Store the offset past ``msg`` (skipped, like ``store_offsets``, when revoked)."""
+        assert self._consumer is not None, "created before anything is read"
+        try:
+            self._consumer.store_offsets(message=msg)
+        except KafkaException as err:
+            log.info("offset not stored: %s", err, extra=where(msg))
+
+    def _commit(self, offsets: Sequence[TopicPartition] | None) -> None:
+        assert self._consumer is not None, "created before anything is read"
+        try:
+            if offsets is None:
+                self._consumer.commit(asynchronous=False)
+            elif offsets:
+                self._consumer.commit(offsets=list(offsets), asynchronous=False)
+        except KafkaException as err:
+            error = err.args[0] if err.args else None
+            if isinstance(error, KafkaError) and error.code() == KafkaError._NO_OFFSET:
+                return  # nothing new to commit
+            raise EventConsumerError(
+                f"Offset commit failed for group {self.group_id}: {err}"
+            ) from err
+
+    def _on_error(self, error: KafkaError) -> None:
+        if error.fatal():
+            raise EventConsumerError(f"Consumer {self.consumer_id} failed: {error.str()}")
+        if error.code() == KafkaError._PARTITION_EOF:
+            return
+        # Transient errors (broker down, rebalance in progress): librdkafka recovers by itself.
+        log.warning("consumer error: %s", error.str(), extra={"kafka_error": error.code()})
+
+
+def _drop_consumer(callback: RebalanceCallback) -> Callable[[Consumer, Partitions], None]:
+    def call(consumer: Consumer, partitions: Partitions) -> None:
+        callback(partitions)
+
+    return call
+
+
+def _retriable(err: KafkaException) -> bool:
+    error = err.args[0] if err.args else None
+    return isinstance(error, KafkaError) and (error.retriable() or error.code() in _NO_LEADER_YET)
+
+
+def where(msg: Message) -> dict[str, Any]:
+    return {
+        "kafka_topic": msg.topic(),
+        "kafka_partition": msg.partition(),
+        "kafka_offset": msg.offset(),
+    }
