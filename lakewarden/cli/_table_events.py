@@ -46,6 +46,14 @@ def parse_since(text: str | None) -> int | None:
     return int(moment.timestamp() * 1000)
 
 
+def check_since(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A click callback: a bad ``--since`` is a usage error before the table is opened.
+
+    Raises: click.BadParameter."""
+    parse_since(value)
+    return value
+
+
 def open_table(uri: str, settings: Settings) -> tuple[Storage, TableConfig]:
     """The table's storage and config.
 

@@ -16,10 +16,10 @@ import pyarrow.compute as pc
 from rich.console import Console
 from rich.table import Table as RichTable
 
+from lakewarden.cli._params import instant_param
 from lakewarden.errortable import error_table_location
 from lakewarden.settings import Settings
 from lakewarden.table.config import NotATableError
-from lakewarden.table.instant import Instant, InvalidInstantError
 from lakewarden.table.table import Table
 
 
@@ -37,22 +37,10 @@ def _errors(uri: str, instant: str | None) -> tuple[str, pa.Table | None]:
     return location.uri, errors.read(filter=where)
 
 
-def _instant(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    """``--instant`` must be an instant time: a typo is a usage error, not "no records".
-
-    Raises: click.BadParameter (exit status 2)."""
-    if value is None:
-        return None
-    try:
-        return str(Instant.parse(value))
-    except InvalidInstantError as err:
-        raise click.BadParameter(str(err)) from None
-
-
 _INSTANT_OPTION = click.option(
     "--instant",
     default=None,
-    callback=_instant,
+    callback=instant_param,
     help="Only the records of this instant of the table (17 digits, yyyyMMddHHmmssSSS).",
 )
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import click
 
+from lakewarden.cli._params import instant_param
 from lakewarden.cli._table_events import open_table, table_events
 from lakewarden.history import build_history, explain
 from lakewarden.settings import Settings
@@ -18,7 +19,7 @@ from lakewarden.settings import Settings
 
 @click.command()
 @click.argument("uri")
-@click.argument("instant")
+@click.argument("instant", callback=instant_param)
 def command(uri: str, instant: str) -> None:
     """Explain the state of INSTANT of the table at URI."""
     settings = Settings()

@@ -14,15 +14,18 @@ import json
 
 import click
 
-from lakewarden.cli._table_events import SINCE_HELP, open_table, table_events
+from lakewarden.cli._params import instant_param
+from lakewarden.cli._table_events import SINCE_HELP, check_since, open_table, table_events
 from lakewarden.history import build_history, history_json, story_lines, table_lines
 from lakewarden.settings import Settings
 
 
 @click.command()
 @click.argument("uri")
-@click.option("--since", default=None, help=SINCE_HELP)
-@click.option("--instant", default=None, help="Only the story of this instant.")
+@click.option("--since", default=None, callback=check_since, help=SINCE_HELP)
+@click.option(
+    "--instant", default=None, callback=instant_param, help="Only the story of this instant."
+)
 @click.option(
     "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
 )

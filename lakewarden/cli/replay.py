@@ -16,7 +16,7 @@ from collections import Counter
 
 import click
 
-from lakewarden.cli._table_events import SINCE_HELP, open_table, table_events
+from lakewarden.cli._table_events import SINCE_HELP, check_since, open_table, table_events
 from lakewarden.events.topics import TIMELINE
 from lakewarden.history import (
     Recorded,
@@ -32,7 +32,7 @@ from lakewarden.settings import Settings
 
 @click.command()
 @click.argument("uri")
-@click.option("--since", default=None, help=SINCE_HELP)
+@click.option("--since", default=None, callback=check_since, help=SINCE_HELP)
 @click.pass_context
 def command(ctx: click.Context, uri: str, since: str | None) -> None:
     """Diff the timeline of the table at URI against the one its timeline topic records."""

@@ -12,37 +12,63 @@ import sys
 from pathlib import Path
 
 import click
+import pyarrow as pa
 import pytest
 from click.testing import CliRunner
 
 from lakewarden.cli import cli
+from lakewarden.table.table import Table
 
 NOT_A_TABLE = "/not/a/table"
 
-# (command path, arguments after it, exit status, a fragment of the error line)
-CASES: list[tuple[str, list[str], int, str]] = [
-    ("errors show", [NOT_A_TABLE], 1, "is not a lakewarden table"),
-    ("errors show", [NOT_A_TABLE, "--instant", "notaninstant"], 2, "'notaninstant' is not an"),
-    ("errors count", [NOT_A_TABLE], 1, "is not a lakewarden table"),
-    ("errors count", [NOT_A_TABLE, "--instant", "2024"], 2, "Invalid value for '--instant'"),
-    ("dev up", ["--kafka-port", "99999"], 2, "Invalid value for '--kafka-port'"),
-    ("dev up", ["--state-dir", "{corrupt}"], 1, "is not a stack record"),
-    ("dev down", ["--state-dir", "{corrupt}"], 1, "is not a stack record"),
-    ("dev status", ["--state-dir", "{corrupt}"], 1, "is not a stack record"),
+NO_BROKER = {"LAKEWARDEN_KAFKA__BOOTSTRAP_SERVERS": "127.0.0.1:1"}
+INSTANT = "20240101000000000"
+
+# (command path, arguments after it, extra environment, exit status, a fragment of the error
+# line). "{corrupt}" is a state folder with a truncated stack record, "{table}" a real table.
+CASES: list[tuple[str, list[str], dict[str, str], int, str]] = [
+    ("errors show", [NOT_A_TABLE], {}, 1, "is not a lakewarden table"),
+    ("errors show", [NOT_A_TABLE, "--instant", "notaninstant"], {}, 2, "'notaninstant' is not"),
+    ("errors count", [NOT_A_TABLE], {}, 1, "is not a lakewarden table"),
+    ("errors count", [NOT_A_TABLE, "--instant", "2024"], {}, 2, "Invalid value for '--instant'"),
+    ("dev up", ["--kafka-port", "99999"], {}, 2, "Invalid value for '--kafka-port'"),
+    ("dev up", ["--state-dir", "{corrupt}"], {}, 1, "is not a stack record"),
+    ("dev down", ["--state-dir", "{corrupt}"], {}, 1, "is not a stack record"),
+    ("dev status", ["--state-dir", "{corrupt}"], {}, 1, "is not a stack record"),
     (
         "ingest",
         ["--topic", "t", "--table", NOT_A_TABLE, "--bootstrap", "127.0.0.1:1"],
+        {},
         1,
         "is not a lakewarden table",
     ),
-    ("ingest", ["--topic", "t", "--table", NOT_A_TABLE], 2, "no Kafka to read from"),
+    ("ingest", ["--topic", "t", "--table", NOT_A_TABLE], {}, 2, "no Kafka to read from"),
     (
         "ingest",
         ["--topic", "t", "--table", NOT_A_TABLE, "--trigger", "soon"],
+        {},
         2,
         "is not a trigger",
     ),
+    ("history", [NOT_A_TABLE], NO_BROKER, 1, "is not a lakewarden table"),
+    ("history", ["{table}"], {}, 1, "Kafka is not configured"),
+    ("history", ["{table}"], NO_BROKER, 1, "Help: is the broker up?"),
+    ("history", [NOT_A_TABLE, "--since", "bogus"], {}, 2, "Invalid value for --since"),
+    ("history", [NOT_A_TABLE, "--instant", "nope"], {}, 2, "Invalid value for '--instant'"),
+    ("explain", [NOT_A_TABLE, INSTANT], NO_BROKER, 1, "is not a lakewarden table"),
+    ("explain", ["{table}", INSTANT], NO_BROKER, 1, "Help: is the broker up?"),
+    ("explain", [NOT_A_TABLE, "notaninstant"], {}, 2, "Invalid value for 'INSTANT'"),
+    ("replay", [NOT_A_TABLE], NO_BROKER, 1, "is not a lakewarden table"),
+    ("replay", ["{table}"], NO_BROKER, 1, "Help: is the broker up?"),
+    ("replay", [NOT_A_TABLE, "--since", "2025-99"], {}, 2, "Invalid value for --since"),
 ]
+
+
+@pytest.fixture
+def table(tmp_path: Path) -> str:
+    uri = str(tmp_path / "orders")
+    Table.create(uri, name="orders", record_key="id", schema=pa.schema([("id", pa.int64())]))
+    return uri
 
 
 @pytest.fixture
@@ -70,17 +96,23 @@ def test_every_command_has_a_bad_input_case() -> None:
     assert _leaf_commands(cli) <= {path for path, *_ in CASES}
 
 
-@pytest.mark.parametrize(("path", "args", "status", "fragment"), CASES)
+@pytest.mark.parametrize(("path", "args", "env", "status", "fragment"), CASES)
 def test_bad_input_is_one_error_line(
     path: str,
     args: list[str],
+    env: dict[str, str],
     status: int,
     fragment: str,
     corrupt_state: Path,
+    table: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.delenv("LAKEWARDEN_KAFKA__BOOTSTRAP_SERVERS", raising=False)
-    argv = [*path.split(), *(a.replace("{corrupt}", str(corrupt_state)) for a in args)]
+    monkeypatch.setenv("LAKEWARDEN_KAFKA__REQUEST_TIMEOUT_S", "1")  # an unreachable broker
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    places = {"{corrupt}": str(corrupt_state), "{table}": table}
+    argv = [*path.split(), *(places.get(a, a) for a in args)]
 
     result = CliRunner().invoke(cli, argv)
 
