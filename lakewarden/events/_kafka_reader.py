@@ -134,6 +134,23 @@ class KafkaReader:
                     ) from err
                 time.sleep(0.1)
 
+    def offset_at(self, topic: str, partition: int, epoch_ms: int, *, timeout_s: float) -> int:
+        """The first offset of the partition with a timestamp at or after ``epoch_ms``; -1
+        when no message is that recent.
+
+        Raises:
+            EventConsumerError: the broker did not answer within ``timeout_s``.
+        """
+        try:
+            (found,) = self._client().offsets_for_times(
+                [TopicPartition(topic, partition, epoch_ms)], timeout=timeout_s
+            )
+        except KafkaException as err:
+            raise EventConsumerError(
+                f"cannot look up offsets by time in {topic} [{partition}]: {err}"
+            ) from err
+        return int(found.offset)
+
     def positions(self, topic: str, partitions: Iterable[int]) -> dict[int, int]:
         """The next offset to read of each assigned partition (negative: nothing read yet)."""
         tps = [TopicPartition(topic, p) for p in partitions]

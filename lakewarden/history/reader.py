@@ -23,16 +23,11 @@ import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from confluent_kafka import (
-    TIMESTAMP_NOT_AVAILABLE,
-    Consumer,
-    KafkaException,
-    Message,
-    TopicPartition,
-)
+from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Message, TopicPartition
 
 from lakewarden.errors import RetryableError
 from lakewarden.events.codec import EventCodec, EventDecodeError, default_codec
+from lakewarden.events.consumer import EventConsumer, EventConsumerError
 from lakewarden.events.topics import TOPICS, TopicSpec
 from lakewarden.history.model import Recorded, RetentionGap, Unreadable
 from lakewarden.settings import Settings
@@ -72,13 +67,15 @@ def read_table_events(
     """
     codec = codec or default_codec()
     names = [spec.name(settings) for spec in topics]
-    consumer = Consumer(
-        settings.kafka.librdkafka_config(
-            group_id=f"lakewarden-history-{uuid.uuid4()}",
-            enable_auto_commit=False,
-            enable_partition_eof=False,
-            logger=log,
-        )
+    # Raw messages: the history decodes them itself, keeping the unreadable ones (step 4).
+    consumer = EventConsumer(
+        settings,
+        group_id=f"lakewarden-history-{uuid.uuid4()}",
+        codec=codec,
+        auto_commit=False,
+        dead_letters=False,
+        enable_partition_eof=False,
+        logger=log,
     )
     try:
         partitions = _plan(consumer, names, since_ms, settings.kafka.request_timeout_s)  # 1, 2.
@@ -91,34 +88,34 @@ def read_table_events(
 
 
 def _plan(
-    consumer: Consumer, names: list[str], since_ms: int | None, timeout: float
+    consumer: EventConsumer, names: list[str], since_ms: int | None, timeout: float
 ) -> list[_Partition]:
     try:
-        metadata = consumer.list_topics(timeout=timeout)
-    except KafkaException as err:
+        return [p for name in names for p in _plan_topic(consumer, name, since_ms, timeout)]
+    except EventConsumerError as err:
         raise RetryableError(f"Cannot list topics: {err}. Help: is the broker up?") from err
-    plan: list[_Partition] = []
-    for name in names:
-        topic = metadata.topics.get(name)
-        if topic is None or topic.error is not None:
-            log.info("topic absent, skipped", extra={"kafka_topic": name})
-            continue
-        for number in sorted(topic.partitions):
-            low, high = consumer.get_watermark_offsets(
-                TopicPartition(name, number), timeout=timeout, cached=False
-            )
-            start = low
-            if since_ms is not None and high > low:
-                found = consumer.offsets_for_times(
-                    [TopicPartition(name, number, since_ms)], timeout=timeout
-                )[0].offset
-                start = high if found < 0 else max(found, low)  # -1: nothing that recent
-            plan.append(_Partition(name, number, start, high, low))
+
+
+def _plan_topic(
+    consumer: EventConsumer, name: str, since_ms: int | None, timeout: float
+) -> list[_Partition]:
+    """Raises: EventConsumerError."""
+    numbers = consumer.partitions(name, timeout_s=timeout)
+    if not numbers:
+        log.info("topic absent, skipped", extra={"kafka_topic": name})
+    plan = []
+    for number in numbers:
+        low, high = consumer.watermarks(name, number, timeout_s=timeout)
+        start = low
+        if since_ms is not None and high > low:
+            found = consumer.offset_at(name, number, since_ms, timeout_s=timeout)
+            start = high if found < 0 else max(found, low)  # -1: nothing that recent
+        plan.append(_Partition(name, number, start, high, low))
     return plan
 
 
 def _read(
-    consumer: Consumer,
+    consumer: EventConsumer,
     partitions: list[_Partition],
     codec: EventCodec,
     table_id: str,
@@ -136,10 +133,7 @@ def _read(
                 f"read of table {table_id}'s events did not reach the end of {left} within "
                 f"{timeout_s:g} s. Help: retry, or pass a longer timeout."
             )
-        for msg in consumer.consume(num_messages=1000, timeout=0.5):
-            if msg.error() is not None:
-                log.warning("consumer error: %s", msg.error())
-                continue
+        for msg in consumer.consume(1000, 0.5):  # consumer errors: logged by the consumer
             where = (str(msg.topic()), int(msg.partition() or 0))
             part = remaining.get(where)
             offset = int(msg.offset() or 0)
