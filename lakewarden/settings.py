@@ -142,3 +142,13 @@ class Settings(BaseSettings):
         default=Path(".lakewarden-state"),
         description="where the local stack keeps broker data, pid files and logs",
     )
+    schema_dir: Path | None = Field(
+        default=None,
+        description="the event schemas (*.avsc); None: schemas/ of the source tree "
+        "(LAKEWARDEN_SCHEMA_DIR)",
+    )
+    spark_jars: Path | None = Field(
+        default=None,
+        description="the folder of Spark's Kafka source jars; None: infra/spark/jars of the "
+        "source tree (LAKEWARDEN_SPARK_JARS)",
+    )

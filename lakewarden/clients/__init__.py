@@ -2,7 +2,8 @@
 
 LockClient, LockLease                    leases from timeline-lock (plain threads)
 LockRefusedError, LockServiceUnavailableError, LockTimeoutError
-KafkaCoordinator, coordinator_for        the table Coordinator on timeline-lock
+KafkaCoordinator                         the table Coordinator on timeline-lock (chosen by
+                                         lakewarden.table.connect when Kafka is configured)
 Heartbeat, Heartbeats, HeartbeatLostError  heartbeats for heartbeat-monitor (a thread each)
 Liveness, LivenessUnavailableError       heartbeat-monitor's verdicts, from its changelog
 CommitClient, CommitRequest, CommitReply job commits by job-committer (waits, never retries)
@@ -20,7 +21,7 @@ from lakewarden.clients.commit import (
     check_commit,
 )
 from lakewarden.clients.heartbeat import Heartbeat, HeartbeatLostError, Heartbeats
-from lakewarden.clients.kafka_coordinator import KafkaCoordinator, coordinator_for
+from lakewarden.clients.kafka_coordinator import KafkaCoordinator
 from lakewarden.clients.liveness import Liveness, LivenessUnavailableError
 from lakewarden.clients.lock import (
     LockClient,
@@ -50,5 +51,4 @@ __all__ = [
     "LockRefusedError",
     "LockServiceUnavailableError",
     "LockTimeoutError",
-    "coordinator_for",
 ]

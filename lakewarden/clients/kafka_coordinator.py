@@ -1,7 +1,10 @@
 """KafkaCoordinator: the table lock of every timeline transaction held at timeline-lock.
 
     table = Table.open(uri, coordinator=KafkaCoordinator(settings))
-    table = Table.open(uri, coordinator=coordinator_for(settings))   # Kafka when configured
+    connection = lakewarden.table.connect(settings)                 # Kafka when configured
+
+``lakewarden.table.connection`` is the one place that chooses this coordinator from settings;
+this module only implements it.
 
 Each ``WriteTransaction`` step takes the table's lease from timeline-lock; its fencing token
 goes into the entry appended, and a lease lost before the append stops it (``LeaseLostError``).
@@ -128,23 +131,3 @@ class KafkaCoordinator(Coordinator):
             self.liveness_view.close()
         if self._owns_timeline_events:
             self.timeline_events.close()
-
-
-_shared: dict[tuple[str, str], KafkaCoordinator] = {}
-_shared_guard = threading.Lock()
-
-
-def coordinator_for(settings: Settings | None = None) -> Coordinator:
-    """The coordinator ``settings`` call for: one process-wide ``KafkaCoordinator`` per broker
-    and topic prefix when Kafka is configured, else the process-wide embedded one."""
-    from lakewarden.table.table import default_coordinator
-
-    settings = settings or Settings()
-    servers = settings.kafka.bootstrap_servers
-    if servers is None:
-        return default_coordinator()
-    key = (servers, settings.kafka.topic_prefix)
-    with _shared_guard:
-        if key not in _shared:
-            _shared[key] = KafkaCoordinator(settings)
-        return _shared[key]

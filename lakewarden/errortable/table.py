@@ -69,10 +69,11 @@ class SourceErrors:
 def open_error_table(
     location: ErrorTableLocation,
     *,
+    coordinator: Coordinator,
     settings: Settings | None = None,
-    coordinator: Coordinator | None = None,
 ) -> Table:
-    """The error table at ``location``, created on first use (a racing creator wins)."""
+    """The error table at ``location``, created on first use (a racing creator wins); its
+    commits take ``coordinator``'s lock (the error-sink's: timeline-lock)."""
     try:
         return Table.create(
             location.uri,

@@ -18,7 +18,6 @@ are missing, and a unit test requires every current schema to be frozen.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -27,6 +26,7 @@ from fastavro.schema import fingerprint as _fastavro_fingerprint
 from fastavro.schema import parse_schema, to_parsing_canonical_form
 
 from lakewarden.errors import ConfigurationError
+from lakewarden.settings import Settings
 
 ENVELOPE_FILE = "Envelope.avsc"
 ENVELOPE_FULLNAME = "lakewarden.Envelope"
@@ -62,14 +62,14 @@ class SchemaSet:
 
 
 def default_schema_dir() -> Path:
-    """``$LAKEWARDEN_SCHEMA_DIR`` if set, else ``schemas/`` of the source tree (the package is
+    """``Settings().schema_dir`` (``$LAKEWARDEN_SCHEMA_DIR``) if set, else ``schemas/`` of the source tree (the package is
     installed editable, so ``lakewarden/`` sits beside ``schemas/``).
 
     Raises:
         ConfigurationError: the directory does not exist.
     """
-    override = os.environ.get(SCHEMA_DIR_ENV)
-    path = Path(override) if override else Path(__file__).resolve().parents[2] / "schemas"
+    override = Settings().schema_dir
+    path = override if override else Path(__file__).resolve().parents[2] / "schemas"
     if not (path / ENVELOPE_FILE).is_file():
         raise ConfigurationError(
             f"No event schemas at {path} (expected {ENVELOPE_FILE} there). Help: install "

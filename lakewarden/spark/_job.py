@@ -47,7 +47,6 @@ from lakewarden.clients import (
     CommitClient,
     CommitRequest,
     JobCommitFailedError,
-    coordinator_for,
 )
 from lakewarden.clients.commit import DEFAULT_TIMEOUT_S
 from lakewarden.commit import ManifestCommitter, new_job_id
@@ -65,6 +64,7 @@ from lakewarden.spark._transaction import (
 )
 from lakewarden.storage import Storage, open_storage
 from lakewarden.table.config import TableConfig, load_config
+from lakewarden.table.connection import shared_connection
 from lakewarden.table.coordinator import Coordinator
 from lakewarden.table.instant import Action
 from lakewarden.table.job_commit import (
@@ -109,9 +109,10 @@ class TableHandle:
         settings = load_settings(settings_json)
         storage = open_storage(uri, settings)
         config = load_config(storage)
-        return cls(
-            uri, storage, config, Timeline(storage, table=config.name), coordinator_for(settings)
-        )
+        # Spark builds the data source from options, so nobody can hand the driver a
+        # coordinator: it takes the process's shared one for these settings (the factory).
+        coordinator = shared_connection(settings).coordinator
+        return cls(uri, storage, config, Timeline(storage, table=config.name), coordinator)
 
     def transaction(self, spec: WriteSpec) -> SparkTransaction:
         """A handle on the instant ``spec`` opened (in this or another process)."""

@@ -103,10 +103,10 @@ class KafkaJarsMissingError(ConfigurationError):
 
 
 def default_jars_dir() -> Path:
-    """``$LAKEWARDEN_SPARK_JARS``, else ``infra/spark/jars`` of the source tree."""
-    configured = os.environ.get(JARS_ENV)
+    """``Settings().spark_jars`` (``$LAKEWARDEN_SPARK_JARS``), else ``infra/spark/jars`` of the source tree."""
+    configured = Settings().spark_jars
     if configured:
-        return Path(configured)
+        return configured
     return Path(__file__).resolve().parents[2] / "infra" / "spark" / "jars"
 
 

@@ -7,18 +7,19 @@
     table.read(as_of=result.instant)                       # time travel
     table.changes(since_instant=result.instant)            # incremental
 
-Without Kafka the table lock and heartbeats come from an in-process ``EmbeddedCoordinator``,
-one per process shared by every table opened without an explicit coordinator (so two ``Table``
-objects on one table in one process take turns on one lock). Safety never depends on it:
-concurrent processes are kept apart by the timeline's put-if-absent appends and the conflict
-rules the state machine replays.
+A table receives its coordinator (the table lock and heartbeats). ``Table.create`` and
+``Table.open`` given none ask ``lakewarden.table.connection.shared_connection(settings)``, the
+one factory: timeline-lock and heartbeat-monitor when the settings name a Kafka broker, else an
+in-process ``EmbeddedCoordinator`` shared by the tables of this process (so two ``Table``
+objects on one table take turns on one lock). Safety never depends on it: concurrent processes
+are kept apart by the timeline's put-if-absent appends and the conflict rules the state
+machine replays.
 """
 
 from __future__ import annotations
 
 import os
 import socket
-import threading
 from collections.abc import Sequence
 from typing import Literal
 
@@ -28,39 +29,29 @@ import pyarrow.compute as pc
 from lakewarden.settings import Settings
 from lakewarden.storage import Storage, open_storage
 from lakewarden.table.config import TableConfig, load_config, save_new_config
-from lakewarden.table.coordinator import Coordinator, EmbeddedCoordinator
+from lakewarden.table.connection import shared_connection
+from lakewarden.table.coordinator import Coordinator
 from lakewarden.table.reader import read_changes, read_snapshot
 from lakewarden.table.snapshot import Snapshot, build_snapshot, changes_since
 from lakewarden.table.timeline import InstantState, Timeline, TimelineState
 from lakewarden.table.writer import CommitResult, Operation, WriteContext, write
 
-_default_coordinator: Coordinator | None = None
-_default_guard = threading.Lock()
-
-
-def default_coordinator() -> Coordinator:
-    """The process-wide embedded coordinator (created on first use)."""
-    global _default_coordinator
-    with _default_guard:
-        if _default_coordinator is None:
-            _default_coordinator = EmbeddedCoordinator()
-        return _default_coordinator
-
 
 class Table:
-    """A lakewarden table; make one with ``Table.create`` or ``Table.open``."""
+    """A lakewarden table; make one with ``Table.create`` or ``Table.open``, or from a storage,
+    its config and a coordinator."""
 
     def __init__(
         self,
         storage: Storage,
         config: TableConfig,
         *,
-        coordinator: Coordinator | None = None,
+        coordinator: Coordinator,
         actor: str | None = None,
     ) -> None:
         self.storage = storage
         self.config = config
-        self.coordinator = coordinator if coordinator is not None else default_coordinator()
+        self.coordinator = coordinator
         self.actor = actor or f"python-writer@{socket.gethostname()}:{os.getpid()}"
         self.timeline_log = Timeline(storage, table=config.name)
 
@@ -79,9 +70,10 @@ class Table:
         coordinator: Coordinator | None = None,
         settings: Settings | None = None,
     ) -> Table:
-        """Create a table at ``uri`` (a path, ``file://`` or ``s3://bucket/prefix``).
+        """Create a table at ``uri`` (a path, ``file://`` or ``s3://bucket/prefix``). Without a
+        ``coordinator``, the shared one ``settings`` call for (see the module docstring).
 
-        Raises: InvalidTableConfigError, TableAlreadyExistsError."""
+        Raises: InvalidTableConfigError, TableAlreadyExistsError, ConfigurationError."""
         config = TableConfig.new(
             name=name,
             record_key=record_key,
@@ -93,22 +85,20 @@ class Table:
         )
         storage = open_storage(uri, settings)
         save_new_config(storage, config)
-        return cls(storage, config, coordinator=coordinator)
+        return cls(storage, config, coordinator=coordinator or _coordinator_for(settings))
 
     @classmethod
     def open(
         cls, uri: str, *, coordinator: Coordinator | None = None, settings: Settings | None = None
     ) -> Table:
-        """Open the table at ``uri``. Without a ``coordinator``, ``settings`` with Kafka
-        configured mean timeline-lock's (``lakewarden.clients.coordinator_for``).
+        """Open the table at ``uri``. Without a ``coordinator``, the shared one ``settings``
+        call for: timeline-lock's when they name a Kafka broker (see the module docstring).
 
-        Raises: NotATableError, UnsupportedFormatVersionError, InvalidTableConfigError."""
+        Raises: NotATableError, UnsupportedFormatVersionError, InvalidTableConfigError,
+        ConfigurationError."""
         storage = open_storage(uri, settings)
-        if coordinator is None and settings is not None and settings.kafka.enabled:
-            from lakewarden.clients import coordinator_for  # the clients import this module
-
-            coordinator = coordinator_for(settings)
-        return cls(storage, load_config(storage), coordinator=coordinator)
+        config = load_config(storage)
+        return cls(storage, config, coordinator=coordinator or _coordinator_for(settings))
 
     @property
     def uri(self) -> str:
@@ -201,6 +191,11 @@ class Table:
         return read_changes(
             self.storage, self.config, changes, columns=columns, filter=filter, with_meta=with_meta
         )
+
+
+def _coordinator_for(settings: Settings | None) -> Coordinator:
+    # The edge convenience: the one factory, explicitly (library code is handed one).
+    return shared_connection(settings if settings is not None else Settings()).coordinator
 
 
 def read(

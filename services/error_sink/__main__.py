@@ -3,25 +3,28 @@
 Environment: ``LAKEWARDEN_KAFKA__BOOTSTRAP_SERVERS`` (required), ``LAKEWARDEN_KAFKA__TOPIC_PREFIX``,
 ``LAKEWARDEN_S3__*`` (tables on S3), ``LAKEWARDEN_ERROR_TABLE__NAME`` /
 ``LAKEWARDEN_ERROR_TABLE__BASE_PATH`` (global mode; else each table's ``<root>_errors``),
-``LAKEWARDEN_HEALTH_PORT``, ``LAKEWARDEN_INSTANCE_ID``, ``LAKEWARDEN_LOG_LEVEL``,
-``LAKEWARDEN_ERROR_SINK_CHECK_INTERVAL_S`` (default 1). Tests only:
-``LAKEWARDEN_ERROR_SINK_PAUSE_BEFORE_COMPLETE_S`` pauses every error-table commit after its
-files are written (to kill the process mid-commit).
+``LAKEWARDEN_HEALTH_PORT``, ``LAKEWARDEN_INSTANCE_ID``, ``LAKEWARDEN_LOG_LEVEL``, and
+``SinkSettings`` (``LAKEWARDEN_ERROR_SINK_*``).
 
-Steps: 1. logfmt logging; 2. the topics exist; 3. the sink runs (SIGTERM/SIGINT stop it:
-offsets committed, group left); 4. once the first assignment completed, health listens.
+Steps: 1. logfmt logging; 2. the topics exist and the coordinator is timeline-lock's (no
+Kafka: exit 2, never the embedded coordinator: the sink's commits take the same table lock as
+every other writer); 3. the sink runs (SIGTERM/SIGINT stop it: offsets committed, group left,
+coordinator closed); 4. once the first assignment completed, health listens.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import time
 from typing import Any, NoReturn
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from lakewarden.errors import LakewardenError
 from lakewarden.events.topics import DLQ, ERRORS, ensure_topics
 from lakewarden.settings import Settings
+from lakewarden.table import Connection, connect
 from services._common import HealthServer, ServiceSettings, setup_logging
 from services._common.runner import run_loop_until_signalled
 from services.error_sink.sink import SERVICE, ErrorSink, SinkOptions
@@ -29,16 +32,41 @@ from services.error_sink.sink import SERVICE, ErrorSink, SinkOptions
 log = logging.getLogger(__name__)
 
 
+class SinkSettings(BaseSettings):
+    """error-sink's own knobs (``LAKEWARDEN_ERROR_SINK_<FIELD>``)."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="LAKEWARDEN_ERROR_SINK_", frozen=True, extra="ignore"
+    )
+
+    check_interval_s: float = Field(
+        default=1.0, gt=0, description="how often buffered records' main instants are checked"
+    )
+    pause_before_complete_s: float = Field(
+        default=0.0,
+        ge=0,
+        description="tests only: pause every error-table commit after its files are written "
+        "(to kill the process mid-commit)",
+    )
+
+
+def _start(settings: Settings) -> Connection:
+    """Step 2. Raises: LakewardenError (no Kafka, topics not creatable)."""
+    ensure_topics(settings, specs=(ERRORS, DLQ))
+    return connect(settings, require_kafka=True)
+
+
 def main() -> NoReturn:
     settings = Settings()
     service_settings = ServiceSettings()
+    sink_settings = SinkSettings()
     setup_logging(SERVICE, service_settings.log_level)  # 1.
     try:
-        ensure_topics(settings, specs=(ERRORS, DLQ))  # 2.
+        connection = _start(settings)  # 2.
     except LakewardenError as err:
         log.error("cannot start: %s", err, extra={"service": SERVICE})
         raise SystemExit(2) from err
-    pause_s = float(os.environ.get("LAKEWARDEN_ERROR_SINK_PAUSE_BEFORE_COMPLETE_S", "0"))
+    pause_s = sink_settings.pause_before_complete_s
 
     def pause(instant: str) -> None:
         log.info("pausing before completing", extra={"instant": instant})
@@ -50,11 +78,11 @@ def main() -> NoReturn:
         dlq_topic=DLQ.name(settings),
         group_id=f"{settings.kafka.topic_prefix}{SERVICE}",
         group_instance_id=f"{SERVICE}-{instance}" if instance else None,
-        check_interval_s=float(os.environ.get("LAKEWARDEN_ERROR_SINK_CHECK_INTERVAL_S", "1")),
+        check_interval_s=sink_settings.check_interval_s,
         before_complete=pause if pause_s > 0 else None,
     )
     started = time.monotonic()
-    sink = ErrorSink(settings, options)
+    sink = ErrorSink(settings, options, coordinator=connection.coordinator)
 
     def probe() -> tuple[bool, dict[str, Any]]:
         return sink.ready, {
@@ -67,7 +95,8 @@ def main() -> NoReturn:
 
     health = HealthServer(service_settings.health_port, probe)
     sink.on_ready = health.start  # 4.
-    run_loop_until_signalled(SERVICE, sink.run, health)  # 3.
+    with connection:
+        run_loop_until_signalled(SERVICE, sink.run, health)  # 3.
 
 
 if __name__ == "__main__":

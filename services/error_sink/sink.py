@@ -51,9 +51,7 @@ from lakewarden.errortable.table import SourcesAlreadyCommittedError
 from lakewarden.events import EventCodec, EventConsumer, Rejection, default_codec
 from lakewarden.settings import Settings
 from lakewarden.storage import open_storage
-from lakewarden.table.coordinator import Coordinator
-from lakewarden.table.table import Table, default_coordinator
-from lakewarden.table.timeline import Timeline
+from lakewarden.table import Coordinator, Table, Timeline
 from services._common.dlq import DEAD_LETTERS
 from services.error_sink import metrics
 
@@ -83,13 +81,13 @@ class ErrorSink:
         settings: Settings,
         options: SinkOptions,
         *,
-        coordinator: Coordinator | None = None,
+        coordinator: Coordinator,
         codec: EventCodec | None = None,
         on_ready: Callable[[], None] = lambda: None,
     ) -> None:
         self.settings = settings
         self.options = options
-        self.coordinator = coordinator or default_coordinator()
+        self.coordinator = coordinator
         self.codec = codec or default_codec()
         self.on_ready = on_ready
         self.buffer = ErrorBuffer()

@@ -9,15 +9,15 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable
 from concurrent.futures import Executor
 from typing import Any
 
 import faust
 
-from lakewarden.clients import coordinator_for
 from lakewarden.events import Event
-from lakewarden.table.coordinator import Coordinator
+from lakewarden.table import Coordinator, connect
 from services.job_committer.app import (
     SERVICE,
     app,
@@ -50,10 +50,11 @@ async def _send_transition(table_id: str, event: Event) -> None:
     await timeline_topic.send(key=table_id.encode(), value=event)
 
 
+@functools.cache
 def _coordinator() -> Coordinator:
-    # The table lock is timeline-lock's lease (created on the first commit, on the worker
-    # thread: no network IO at import).
-    return coordinator_for(settings)
+    # The table lock is timeline-lock's lease: Kafka or refuse (no embedded fallback). Built
+    # on the first commit, on the worker thread: no network IO at import.
+    return connect(settings, require_kafka=True).coordinator
 
 
 worker = CommitWorker(settings, _coordinator, hook=crash_hook_from_env())

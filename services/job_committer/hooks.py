@@ -1,4 +1,4 @@
-"""Test hooks of job-committer, from the environment (never set in production).
+"""Test hooks of job-committer, from the environment (``HookSettings``; never set in production).
 
 ``LAKEWARDEN_JOB_COMMITTER_CRASH_AT=<event>:<stage>`` makes the process kill itself with
 SIGKILL (no cleanup at all, as ``kill -9``) when the job commit reaches ``stage``:
@@ -25,29 +25,44 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
 log = logging.getLogger(__name__)
 
-CRASH_AT = "LAKEWARDEN_JOB_COMMITTER_CRASH_AT"
-CRASH_ONCE = "LAKEWARDEN_JOB_COMMITTER_CRASH_ONCE"
-PAUSE_S = "LAKEWARDEN_JOB_COMMITTER_PAUSE_S"
+_PREFIX = "LAKEWARDEN_JOB_COMMITTER_"
+CRASH_AT = f"{_PREFIX}CRASH_AT"
+CRASH_ONCE = f"{_PREFIX}CRASH_ONCE"
+PAUSE_S = f"{_PREFIX}PAUSE_S"
 
 
-def crash_hook_from_env() -> Callable[[str, str], None] | None:
-    """The hook the environment asks for, or None (the normal case)."""
-    where = os.environ.get(CRASH_AT)
+class HookSettings(BaseSettings):
+    """The test hooks' environment (``LAKEWARDEN_JOB_COMMITTER_<FIELD>``, see the module doc)."""
+
+    model_config = SettingsConfigDict(env_prefix=_PREFIX, frozen=True, extra="ignore")
+
+    crash_at: str | None = None
+    crash_once: Path | None = None
+    pause_s: float = Field(default=0.0, ge=0)
+
+
+def crash_hook_from_env(
+    settings: HookSettings | None = None,
+) -> Callable[[str, str], None] | None:
+    """The hook the environment (or ``settings``) asks for, or None (the normal case)."""
+    settings = settings if settings is not None else HookSettings()
+    where = settings.crash_at
     if not where:
         return None
-    once = os.environ.get(CRASH_ONCE)
-    pause_s = float(os.environ.get(PAUSE_S) or 0)
+    once, pause_s = settings.crash_once, settings.pause_s
 
     def hook(event: str, stage: str) -> None:
         if f"{event}:{stage}" != where:
             return
         if once is not None:
-            marker = Path(once)
-            if marker.exists():
+            if once.exists():
                 return
-            marker.write_text(f"{os.getpid()}\n")
+            once.write_text(f"{os.getpid()}\n")
         if pause_s > 0:
             log.warning("test hook: pausing %.1f s at %s", pause_s, where)
             time.sleep(pause_s)  # a worker thread: the event loop keeps running

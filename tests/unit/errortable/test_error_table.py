@@ -56,11 +56,13 @@ def test_commit_is_idempotent_per_source_instant(main_table: Table) -> None:
     attempt = write.attempt(0)
     write.complete([attempt])
     loc = error_table_location(main_table.uri, main_table.name, ErrorTableSettings())
-    errors = open_error_table(loc)
+    errors = open_error_table(loc, coordinator=main_table.coordinator)
     batch = _batch(write, attempt, ["k1", "k2"])
     instant = commit_errors(errors, [batch])
     assert instant is not None
-    assert commit_errors(open_error_table(loc), [batch]) is None  # created once, committed once
+    assert (
+        commit_errors(open_error_table(loc, coordinator=main_table.coordinator), [batch]) is None
+    )  # created once, committed once
     assert committed_sources(errors.state()) == {str(batch.key)}
     got = lakewarden.read(loc.uri)
     assert sorted(got.column("uid").to_pylist()) == sorted(r.uid for r in batch.rows)
@@ -75,11 +77,11 @@ def test_completion_refused_when_another_instant_committed_the_source(main_table
     attempt = write.attempt(0)
     write.complete([attempt])
     loc = error_table_location(main_table.uri, main_table.name, ErrorTableSettings())
-    errors = open_error_table(loc)
+    errors = open_error_table(loc, coordinator=main_table.coordinator)
     batch = _batch(write, attempt, ["k1"])
 
     def racer(instant: str) -> None:  # another sink commits the same source meanwhile
-        commit_errors(open_error_table(loc), [batch])
+        commit_errors(open_error_table(loc, coordinator=main_table.coordinator), [batch])
 
     with pytest.raises(SourcesAlreadyCommittedError, match="committed by another instant"):
         commit_errors(errors, [batch], before_complete=racer)
@@ -95,7 +97,10 @@ def test_cli_show_and_count(main_table: Table) -> None:
     attempt = write.attempt(0)
     write.complete([attempt])
     loc = error_table_location(main_table.uri, main_table.name, ErrorTableSettings())
-    commit_errors(open_error_table(loc), [_batch(write, attempt, ["k1", "k2", "k3"])])
+    commit_errors(
+        open_error_table(loc, coordinator=main_table.coordinator),
+        [_batch(write, attempt, ["k1", "k2", "k3"])],
+    )
     runner = CliRunner()
     counted = runner.invoke(cli, ["errors", "count", main_table.uri])
     assert counted.exit_code == 0, counted.output

