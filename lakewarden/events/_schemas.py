@@ -62,8 +62,8 @@ class SchemaSet:
 
 
 def default_schema_dir() -> Path:
-    """``Settings().schema_dir`` (``$LAKEWARDEN_SCHEMA_DIR``) if set, else ``schemas/`` of the source tree (the package is
-    installed editable, so ``lakewarden/`` sits beside ``schemas/``).
+    """``Settings().schema_dir`` (``$LAKEWARDEN_SCHEMA_DIR``) if set, else ``schemas/`` of the
+    source tree (the package is installed editable, so ``lakewarden/`` sits beside ``schemas/``).
 
     Raises:
         ConfigurationError: the directory does not exist.

@@ -103,7 +103,8 @@ class KafkaJarsMissingError(ConfigurationError):
 
 
 def default_jars_dir() -> Path:
-    """``Settings().spark_jars`` (``$LAKEWARDEN_SPARK_JARS``), else ``infra/spark/jars`` of the source tree."""
+    """``Settings().spark_jars`` (``$LAKEWARDEN_SPARK_JARS``), else ``infra/spark/jars`` of the
+    source tree."""
     configured = Settings().spark_jars
     if configured:
         return configured

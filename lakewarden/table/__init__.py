@@ -99,6 +99,7 @@ __all__ = [
     "Timeline",
     "TimelineCorruptError",
     "TimelineState",
+    "Transition",
     "UnsupportedFormatVersionError",
     "WorkloadProfile",
     "WriteConflictError",

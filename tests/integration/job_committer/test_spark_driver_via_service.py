@@ -12,15 +12,15 @@ import pyarrow as pa
 import pytest
 from _jc_helpers import wait_for
 
-from lakewarden.clients import JobCommitFailedError, kafka_coordinator
+from lakewarden.clients import JobCommitFailedError
 from lakewarden.settings import Settings
 from lakewarden.spark import _job
 from lakewarden.spark._messages import TaskCommitMessage
 from lakewarden.spark._options import WriteSpec, encode_settings
 from lakewarden.spark._task import TaskIdentity, write_task
 from lakewarden.spark._transaction import BatchAlreadyCommittedError, BatchKey
+from lakewarden.table import Table, close_shared_connections
 from lakewarden.table.instant import Transition
-from lakewarden.table.table import Table
 from services._common.process import ServiceProcess
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.usefixtures("committer_service")]
@@ -36,15 +36,10 @@ def batches(ids: range, note: str = "v1") -> Iterator[pa.RecordBatch]:
 
 @pytest.fixture(scope="module", autouse=True)
 def _close_shared_coordinators() -> Iterator[None]:
-    """The driver code takes the process-wide KafkaCoordinator (``coordinator_for``); close
+    """The driver code takes the process's shared connection (``shared_connection``); close
     it before the broker goes away at the end of the session."""
     yield
-    with kafka_coordinator._shared_guard:
-        shared = list(kafka_coordinator._shared.values())
-        kafka_coordinator._shared.clear()
-    for coordinator in shared:
-        if isinstance(coordinator, kafka_coordinator.KafkaCoordinator):
-            coordinator.close()
+    close_shared_connections()
 
 
 @pytest.fixture

@@ -10,11 +10,19 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from lakewarden.clients import KafkaCoordinator, coordinator_for
+from lakewarden.clients import KafkaCoordinator
+from lakewarden.errors import ConfigurationError
 from lakewarden.events import ensure_topics
 from lakewarden.settings import KafkaSettings, Settings
-from lakewarden.table.coordinator import Liveness, LockReentryError
-from lakewarden.table.table import Table, default_coordinator
+from lakewarden.table import (
+    EmbeddedCoordinator,
+    Liveness,
+    LockReentryError,
+    Table,
+    close_shared_connections,
+    connect,
+    shared_connection,
+)
 from services._common.process import ServiceProcess
 
 pytestmark = pytest.mark.timeout(120)
@@ -70,16 +78,33 @@ def test_liveness_is_alive_while_this_process_beats_and_unknown_without_a_monito
     assert coordinator.liveness("orders", instant) is Liveness.UNKNOWN
 
 
-def test_coordinator_for_picks_kafka_when_configured(shared_lock_settings: Settings) -> None:
-    first = coordinator_for(shared_lock_settings)
-    assert isinstance(first, KafkaCoordinator) and coordinator_for(shared_lock_settings) is first
-    assert coordinator_for(Settings(kafka=KafkaSettings())) is default_coordinator()
+def test_connect_picks_kafka_when_configured(shared_lock_settings: Settings) -> None:
+    with connect(shared_lock_settings, require_kafka=True) as connection:
+        assert isinstance(connection.coordinator, KafkaCoordinator)
+    without_kafka = Settings(kafka=KafkaSettings())
+    with connect(without_kafka) as connection:
+        assert isinstance(connection.coordinator, EmbeddedCoordinator)
+    with pytest.raises(ConfigurationError, match="Help: set LAKEWARDEN_KAFKA__BOOTSTRAP"):
+        connect(without_kafka, require_kafka=True)
 
 
 def test_table_open_with_kafka_settings_alone_uses_timeline_lock(
     shared_lock_settings: Settings, tmp_path: Path
 ) -> None:
     uri = str(tmp_path / "t")
-    Table.create(uri, name="t", record_key="id", schema=pa.schema([("id", pa.int64())]))
-    assert isinstance(Table.open(uri, settings=shared_lock_settings).coordinator, KafkaCoordinator)
-    assert Table.open(uri).coordinator is default_coordinator()
+    without_kafka = Settings(kafka=KafkaSettings())
+    created = Table.create(
+        uri,
+        name="t",
+        record_key="id",
+        schema=pa.schema([("id", pa.int64())]),
+        settings=without_kafka,
+    )
+    try:
+        opened = Table.open(uri, settings=shared_lock_settings)
+        assert isinstance(opened.coordinator, KafkaCoordinator)
+        assert opened.coordinator is shared_connection(shared_lock_settings).coordinator
+        assert isinstance(created.coordinator, EmbeddedCoordinator)
+        assert Table.open(uri, settings=without_kafka).coordinator is created.coordinator
+    finally:
+        close_shared_connections()

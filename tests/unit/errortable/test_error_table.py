@@ -60,9 +60,8 @@ def test_commit_is_idempotent_per_source_instant(main_table: Table) -> None:
     batch = _batch(write, attempt, ["k1", "k2"])
     instant = commit_errors(errors, [batch])
     assert instant is not None
-    assert (
-        commit_errors(open_error_table(loc, coordinator=main_table.coordinator), [batch]) is None
-    )  # created once, committed once
+    again = open_error_table(loc, coordinator=main_table.coordinator)
+    assert commit_errors(again, [batch]) is None  # created once, committed once
     assert committed_sources(errors.state()) == {str(batch.key)}
     got = lakewarden.read(loc.uri)
     assert sorted(got.column("uid").to_pylist()) == sorted(r.uid for r in batch.rows)

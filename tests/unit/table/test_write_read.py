@@ -35,6 +35,7 @@ from lakewarden.table.config import (
     save_new_config,
 )
 from lakewarden.table.conflicts import OverlappingCommitConflict
+from lakewarden.table.coordinator import EmbeddedCoordinator
 from lakewarden.table.files import BaseFileName, WriteToken, bucket_file_id, file_key
 from lakewarden.table.instant import Transition
 from lakewarden.table.merge import merge, stamped, stored
@@ -86,7 +87,7 @@ def make_table(request: pytest.FixtureRequest, tmp_path: Path) -> MakeTable:
             storage = MemStorage()
             config = TableConfig.new(**args)
             save_new_config(storage, config)
-            return Table(storage, config)
+            return Table(storage, config, coordinator=EmbeddedCoordinator())
         if request.param == "local":
             return Table.create(str(tmp_path / f"t{n}"), **args)
         s3_settings: Settings = request.getfixturevalue("s3_settings")
@@ -540,9 +541,18 @@ def _shared_table(buckets: int = 1) -> tuple[_Interleaving, TableConfig]:
     return storage, config
 
 
+def _rivals(storage: Storage, config: TableConfig) -> tuple[Table, Table]:
+    """Two writers of one table in one process: they take turns on one lock."""
+    coordinator = EmbeddedCoordinator()
+    return (
+        Table(storage, config, coordinator=coordinator, actor="loser"),
+        Table(storage, config, coordinator=coordinator, actor="winner"),
+    )
+
+
 def test_the_loser_of_an_overlap_is_rolled_back_and_leaves_no_files() -> None:
     storage, config = _shared_table()
-    loser, winner = Table(storage, config, actor="loser"), Table(storage, config, actor="winner")
+    loser, winner = _rivals(storage, config)
     storage.hook = lambda: winner.write(rows((1, "eu", 1, "winner")))
     with pytest.raises(OverlappingCommitConflict) as info:
         loser.write(rows((1, "eu", 1, "loser"), (2, "eu", 1, "loser")))
@@ -558,7 +568,7 @@ def test_the_loser_of_an_overlap_is_rolled_back_and_leaves_no_files() -> None:
 
 def test_a_store_failure_while_writing_files_rolls_back() -> None:
     storage, config = _shared_table(buckets=2)
-    table = Table(storage, config)
+    table = Table(storage, config, coordinator=EmbeddedCoordinator())
     table.write(rows((1, "eu", 1, "old"), (2, "eu", 1, "old")))
 
     def fail() -> None:
@@ -577,7 +587,7 @@ def test_a_store_failure_while_writing_files_rolls_back() -> None:
 
 def test_a_lost_reply_on_completion_is_reconciled_from_the_log() -> None:
     storage, config = _shared_table()
-    table = Table(storage, config)
+    table = Table(storage, config, coordinator=EmbeddedCoordinator())
 
     def lose_the_completed_reply() -> None:
         storage.lose_next_reply = True  # one group: the next create is the completed entry
@@ -593,7 +603,7 @@ def test_a_lost_reply_on_completion_is_reconciled_from_the_log() -> None:
 
 def test_two_merges_of_a_bucket_with_append_groups_overlap() -> None:
     storage, config = _shared_table()
-    loser, winner = Table(storage, config, actor="loser"), Table(storage, config, actor="winner")
+    loser, winner = _rivals(storage, config)
     appended = append_like_spark(winner, rows((1, "eu", 1, "a")), rows((2, "eu", 1, "b")))
 
     def winner_merges_first() -> None:
@@ -613,7 +623,7 @@ def test_a_merge_that_saw_no_append_group_overlaps_one_that_emptied_them() -> No
     group and emptied the bucket. They share no file group of either snapshot, yet overlap:
     the winner names the canonical group among the groups it replaced."""
     storage, config = _shared_table()
-    loser, winner = Table(storage, config, actor="loser"), Table(storage, config, actor="winner")
+    loser, winner = _rivals(storage, config)
 
     def append_then_delete_it() -> None:
         append_like_spark(winner, rows((1, "eu", 1, "appended")))
@@ -630,7 +640,7 @@ def test_an_append_racing_a_merge_of_its_bucket_commits_and_loses_nothing() -> N
     """Append groups are unique per instant and task: an append never overlaps anything, and
     a merge replaces only the append groups of its own snapshot."""
     storage, config = _shared_table()
-    table = Table(storage, config)
+    table = Table(storage, config, coordinator=EmbeddedCoordinator())
     table.write(rows((1, "eu", 1, "a")))
     appended: list[str] = []
     storage.hook = lambda: appended.append(append_like_spark(table, rows((2, "eu", 1, "new"))))
