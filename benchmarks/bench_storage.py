@@ -33,6 +33,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from pydantic import SecretStr
+
 from benchmarks._registry import BenchContext, Result, benchmark
 from benchmarks._rounds import rotated_rounds
 from lakewarden.settings import S3Settings, Settings
@@ -138,6 +140,10 @@ def measure_s3(settings: S3Settings, bucket: str, n: int, rounds: int) -> dict[s
     return {"n": n, **{name: statistics.median(r) for name, r in rates.items()}, "all": rates}
 
 
+def _reveal(secret: SecretStr | None) -> str | None:
+    return None if secret is None else secret.get_secret_value()
+
+
 def _plain_client(settings: S3Settings) -> Any:
     import boto3
     from botocore.config import Config
@@ -146,8 +152,9 @@ def _plain_client(settings: S3Settings) -> Any:
         "s3",
         endpoint_url=settings.endpoint_url,
         region_name=settings.region,
-        aws_access_key_id=settings.access_key_id.get_secret_value(),
-        aws_secret_access_key=settings.secret_access_key.get_secret_value(),
+        # None: boto3's credential chain, as S3Storage does.
+        aws_access_key_id=_reveal(settings.access_key_id),
+        aws_secret_access_key=_reveal(settings.secret_access_key),
         config=Config(retries={"mode": "standard", "max_attempts": 3}),
     )
 
@@ -178,7 +185,12 @@ def s3_endpoint() -> Iterator[tuple[S3Settings, str, str]]:
     server = SeaweedS3(home=home, port=free_port())
     try:
         server.start(bucket=BUCKET)
-        yield S3Settings(endpoint_url=server.endpoint_url), BUCKET, "SeaweedFS started for this run"
+        settings = S3Settings(
+            endpoint_url=server.endpoint_url,
+            access_key_id=SecretStr(server.access_key),
+            secret_access_key=SecretStr(server.secret_key),
+        )
+        yield settings, BUCKET, "SeaweedFS started for this run"
     finally:
         server.stop()
         shutil.rmtree(home, ignore_errors=True)

@@ -51,14 +51,25 @@ class KafkaSettings(BaseModel):
 
 
 class S3Settings(BaseModel):
-    """An S3-compatible endpoint (SeaweedFS locally, AWS S3 in production)."""
+    """An S3-compatible endpoint (SeaweedFS locally, AWS S3 in production).
+
+    Credentials have no default: unset, boto3's credential chain applies (``AWS_*`` variables,
+    ``~/.aws``, an instance or pod role). Only the local dev stack has known credentials, and
+    it (``lakewarden.devstack``) and the test fixtures pass them explicitly. A Spark write never
+    carries them in its options: each process reads them from its own environment
+    (``lakewarden.spark._options``).
+    """
 
     model_config = ConfigDict(frozen=True)
 
     endpoint_url: str | None = None
     region: str = "us-east-1"
-    access_key_id: SecretStr = SecretStr("lakewarden")
-    secret_access_key: SecretStr = SecretStr("lakewarden")
+    access_key_id: SecretStr | None = None
+    secret_access_key: SecretStr | None = None
+
+    @property
+    def has_credentials(self) -> bool:
+        return self.access_key_id is not None and self.secret_access_key is not None
 
 
 class HeartbeatPolicy(BaseModel):

@@ -116,17 +116,12 @@ def kafka_settings(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactor
 @pytest.fixture(scope="session")
 def seaweed_s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedS3]:
     """A running SeaweedFS S3 endpoint for the whole session (stopped by pid at the end)."""
-    defaults = S3Settings()
     home = tmp_path_factory.mktemp("seaweedfs")
 
     def make() -> SeaweedS3:
-        return SeaweedS3(
-            home=home,
-            port=_process.free_port(),
-            access_key=defaults.access_key_id.get_secret_value(),
-            secret_key=defaults.secret_access_key.get_secret_value(),
-            region=defaults.region,
-        )
+        # The dev stack's well-known credentials (SeaweedS3's defaults); s3_settings hands
+        # them to the tests explicitly, as settings have no default credentials.
+        return SeaweedS3(home=home, port=_process.free_port(), region=S3Settings().region)
 
     _require("SeaweedFS", weed_binary)
     endpoint = _start_with_retry("the test S3 endpoint (SeaweedFS)", make)

@@ -80,6 +80,10 @@ def up(
     console.print(f"export LAKEWARDEN_KAFKA__BOOTSTRAP_SERVERS={record.bootstrap_servers}")
     if record.s3_endpoint_url is not None:
         console.print(f"export LAKEWARDEN_S3__ENDPOINT_URL={record.s3_endpoint_url}")
+        # The local endpoint's well-known pair (settings have no default credentials).
+        access_key, secret_key = stack.s3_credentials()
+        console.print(f"export LAKEWARDEN_S3__ACCESS_KEY_ID={access_key}")
+        console.print(f"export LAKEWARDEN_S3__SECRET_ACCESS_KEY={secret_key}")
 
 
 @dev.command()

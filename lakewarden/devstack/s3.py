@@ -82,14 +82,20 @@ def _free_aux_ports() -> dict[str, int]:
     return {flag: _process.free_port() for flag in _AUX_PORTS}
 
 
+# The local stack's credentials: known to everyone, so they are only ever used for it (the dev
+# stack and the test fixtures pass them explicitly; ``S3Settings`` has no default credentials).
+DEV_ACCESS_KEY = "lakewarden"
+DEV_SECRET_KEY = "lakewarden"
+
+
 @dataclass(frozen=True, kw_only=True)
 class SeaweedS3:
     """One ``weed mini`` process whose data, pid file and log live under ``home``."""
 
     home: Path
     port: int = 8333
-    access_key: str = "lakewarden"
-    secret_key: str = "lakewarden"
+    access_key: str = DEV_ACCESS_KEY
+    secret_key: str = DEV_SECRET_KEY
     region: str = "us-east-1"
     aux_ports: dict[str, int] = field(default_factory=_free_aux_ports)
 

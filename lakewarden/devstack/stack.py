@@ -24,7 +24,7 @@ from lakewarden.devstack import _process, _state
 from lakewarden.devstack._state import PartRecord, StackRecord
 from lakewarden.devstack.config import DevSettings
 from lakewarden.devstack.kafka import KafkaBroker
-from lakewarden.devstack.s3 import SeaweedS3, remove_socket_files
+from lakewarden.devstack.s3 import DEV_ACCESS_KEY, DEV_SECRET_KEY, SeaweedS3, remove_socket_files
 from lakewarden.devstack.services import ServiceSpec
 from lakewarden.settings import Settings
 
@@ -208,13 +208,13 @@ class DevStack:
         if (part := record.part("s3")) is not None:
             log.info("s3 already running", extra={"pid": part.pid})
             return record
-        s3 = self.settings.s3
+        access_key, secret_key = self.s3_credentials()
         endpoint = SeaweedS3(
             home=self.state_dir / "s3",
             port=_port(dev.s3_port),
-            access_key=s3.access_key_id.get_secret_value(),
-            secret_key=s3.secret_access_key.get_secret_value(),
-            region=s3.region,
+            access_key=access_key,
+            secret_key=secret_key,
+            region=self.settings.s3.region,
         )
         pid = endpoint.start(timeout_s=dev.startup_timeout_s, bucket=dev.bucket)
         part = _part("s3", "s3", pid, endpoint.pid_file, endpoint.log_file, **endpoint.all_ports())
@@ -227,12 +227,20 @@ class DevStack:
         env["LAKEWARDEN_STATE_DIR"] = str(self.state_dir)
         env["LAKEWARDEN_HEALTH_PORT"] = str(health_port)
         if record.s3_endpoint_url is not None:
-            s3 = self.settings.s3
+            access_key, secret_key = self.s3_credentials()
             env["LAKEWARDEN_S3__ENDPOINT_URL"] = record.s3_endpoint_url
-            env["LAKEWARDEN_S3__REGION"] = s3.region
-            env["LAKEWARDEN_S3__ACCESS_KEY_ID"] = s3.access_key_id.get_secret_value()
-            env["LAKEWARDEN_S3__SECRET_ACCESS_KEY"] = s3.secret_access_key.get_secret_value()
+            env["LAKEWARDEN_S3__REGION"] = self.settings.s3.region
+            env["LAKEWARDEN_S3__ACCESS_KEY_ID"] = access_key
+            env["LAKEWARDEN_S3__SECRET_ACCESS_KEY"] = secret_key
         return env
+
+    def s3_credentials(self) -> tuple[str, str]:
+        """The local S3 endpoint's (access key, secret): the settings' when they name both,
+        else the dev stack's well-known pair (only ever used for this local endpoint)."""
+        s3 = self.settings.s3
+        if s3.access_key_id is not None and s3.secret_access_key is not None:
+            return s3.access_key_id.get_secret_value(), s3.secret_access_key.get_secret_value()
+        return DEV_ACCESS_KEY, DEV_SECRET_KEY
 
     def _ensure_service(
         self, record: StackRecord, spec: ServiceSpec, *, timeout_s: float

@@ -15,7 +15,8 @@ Options (case-insensitive):
 ``since``                                  read: incremental, records written after the instant
 ``columns``                                read: comma-separated columns to read (pruning)
 ``lakewarden.settings``                    JSON of ``lakewarden.settings.Settings`` for workers
-                                           (default: each process reads ``LAKEWARDEN_*`` env)
+                                           without S3 credentials (default: each process reads
+                                           ``LAKEWARDEN_*`` env)
 ``lakewarden.instant`` / ``lakewarden.job`` set by ``lakewarden.spark.write``: join the instant
                                            it opened instead of opening one
 ``lakewarden.test.*``                      fault injection for tests (see ``_faults``)
@@ -80,25 +81,40 @@ def settings_json(options: Mapping[str, str]) -> str | None:
 
 
 def load_settings(encoded: str | None) -> Settings:
-    """Settings from the ``lakewarden.settings`` option, else from the environment.
+    """Settings from the ``lakewarden.settings`` option, else from the environment. The S3
+    credentials come from this process's environment (``LAKEWARDEN_S3__*``), or, unset there,
+    from boto3's credential chain: ``encode_settings`` never puts them in the option (JSON
+    written by hand that holds them is still honoured when the environment has none).
 
     Raises: InvalidOptionError."""
+    own = Settings()
     if encoded is None:
-        return Settings()
+        return own
     try:
-        return Settings.model_validate(json.loads(encoded))
+        settings = Settings.model_validate(json.loads(encoded))
     except (ValueError, TypeError) as err:
         raise InvalidOptionError(
             f"option {OPT_SETTINGS} is not valid settings JSON: {err}"
         ) from err
+    if not own.s3.has_credentials:
+        return settings
+    credentials = {
+        "access_key_id": own.s3.access_key_id,
+        "secret_access_key": own.s3.secret_access_key,
+    }
+    return settings.model_copy(update={"s3": settings.s3.model_copy(update=credentials)})
 
 
 def encode_settings(settings: Settings) -> str:
-    """The ``lakewarden.settings`` option value for ``settings``, secrets included (the option
-    travels inside the Spark plan: prefer environment variables on shared clusters)."""
-    data = settings.model_dump(mode="json")
-    data["s3"]["access_key_id"] = settings.s3.access_key_id.get_secret_value()
-    data["s3"]["secret_access_key"] = settings.s3.secret_access_key.get_secret_value()
+    """The ``lakewarden.settings`` option value for ``settings``, without S3 credentials.
+
+    The option travels inside the Spark plan (the UI, event logs, the history server), so no
+    secret goes in it: every process of the write (driver, executors) reads the credentials
+    from its own environment or boto3's chain (``load_settings``). Local-mode Python workers
+    inherit the driver's environment; on a cluster, give the executors credentials through
+    their environment or an instance/pod role.
+    """
+    data = settings.model_dump(mode="json", exclude={"s3": {"access_key_id", "secret_access_key"}})
     return json.dumps(data)
 
 

@@ -38,6 +38,7 @@ from typing import Any
 import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
+from pydantic import SecretStr
 
 from lakewarden.settings import S3Settings
 from lakewarden.storage import (
@@ -84,6 +85,10 @@ def _translate(err: Exception, op: str, key: str, *, conditional: bool = False) 
         "credentials in the LAKEWARDEN_S3__* settings.",
         key=key,
     )
+
+
+def _reveal(secret: SecretStr | None) -> str | None:
+    return None if secret is None else secret.get_secret_value()
 
 
 class S3Storage(Storage):
@@ -133,8 +138,9 @@ class S3Storage(Storage):
             "s3",
             endpoint_url=s.endpoint_url,
             region_name=s.region,
-            aws_access_key_id=s.access_key_id.get_secret_value(),
-            aws_secret_access_key=s.secret_access_key.get_secret_value(),
+            # None: boto3's credential chain (environment, ~/.aws, instance role).
+            aws_access_key_id=_reveal(s.access_key_id),
+            aws_secret_access_key=_reveal(s.secret_access_key),
             config=config,
         )
 

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from lakewarden.devstack.s3 import DEV_ACCESS_KEY, DEV_SECRET_KEY
+
 pytestmark = pytest.mark.spark
 
 # PySpark's driver leaves the sockets of collect() to the garbage collector
@@ -41,6 +43,11 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     # Python workers must run this interpreter (the venv with pyarrow and lakewarden).
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    # The test S3 endpoint's credentials, from the environment as on a real deployment: the
+    # write options never carry them, and local-mode Python workers inherit this process's
+    # environment (on a cluster: the executors' environment or instance role).
+    os.environ["LAKEWARDEN_S3__ACCESS_KEY_ID"] = DEV_ACCESS_KEY
+    os.environ["LAKEWARDEN_S3__SECRET_ACCESS_KEY"] = DEV_SECRET_KEY
     work = tmp_path_factory.mktemp("spark")
     session = (
         SparkSession.builder.master("local[2,4]")

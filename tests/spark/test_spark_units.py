@@ -8,6 +8,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 from _spark_helpers import committed_files, files_on_disk, make_table, rows, states
+from pydantic import SecretStr
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 import lakewarden
@@ -44,10 +45,29 @@ def test_options() -> None:
     assert ReadSpec.parse({"path": "/t", "columns": "a, b"}).columns == ("a", "b")
     with pytest.raises(InvalidOptionError, match="table URI"):
         ReadSpec.parse({})
-    settings = Settings(s3=S3Settings(endpoint_url="http://x", access_key_id="k"))
-    again = load_settings(encode_settings(settings))
-    assert again.s3.access_key_id.get_secret_value() == "k"
+
+
+def test_the_settings_option_carries_no_secret(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The option lands in Spark's plan (UI, event logs): the credentials stay out of it, and
+    each process reads them from its own environment, else boto3's chain."""
+    for name in ("LAKEWARDEN_S3__ACCESS_KEY_ID", "LAKEWARDEN_S3__SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    s3 = S3Settings(
+        endpoint_url="http://x",
+        access_key_id=SecretStr("AKIA-the-key-id"),
+        secret_access_key=SecretStr("the-secret-value"),
+    )
+    encoded = encode_settings(Settings(s3=s3))
+    assert "the-secret-value" not in encoded and "AKIA-the-key-id" not in encoded
+    again = load_settings(encoded)
     assert again.s3.endpoint_url == "http://x"
+    assert again.s3.access_key_id is None and again.s3.secret_access_key is None  # boto3's chain
+    monkeypatch.setenv("LAKEWARDEN_S3__ACCESS_KEY_ID", "env-key")
+    monkeypatch.setenv("LAKEWARDEN_S3__SECRET_ACCESS_KEY", "env-secret")
+    from_env = load_settings(encoded)
+    assert from_env.s3.endpoint_url == "http://x"
+    assert from_env.s3.secret_access_key is not None
+    assert from_env.s3.secret_access_key.get_secret_value() == "env-secret"
 
 
 def test_schema_check_names_missing_extra_and_uncastable(tmp_path: Path) -> None:
