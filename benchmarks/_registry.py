@@ -150,7 +150,7 @@ class BenchContext:
 
     def _start_broker(self) -> str:
         from lakewarden.devstack import KafkaBroker
-        from lakewarden.devstack._process import free_port
+        from lakewarden.devstack.processes import free_port
 
         home = Path(tempfile.mkdtemp(prefix="lakewarden-bench-kafka-"))
         broker = KafkaBroker(home=home, port=free_port(), controller_port=free_port())

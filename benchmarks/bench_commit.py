@@ -245,7 +245,7 @@ class _Seaweed:
 
     def __init__(self) -> None:
         from lakewarden.devstack import SeaweedS3
-        from lakewarden.devstack._process import free_port
+        from lakewarden.devstack.processes import free_port
 
         self.home = Path(tempfile.mkdtemp(prefix="lakewarden-bench-s3-"))
         self.server = SeaweedS3(home=self.home, port=free_port())

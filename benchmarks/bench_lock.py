@@ -36,8 +36,7 @@ from confluent_kafka.admin import AdminClient
 
 from benchmarks._registry import BenchContext, Result, benchmark
 from benchmarks._rounds import rotated_rounds
-from lakewarden.clients import LockClient
-from lakewarden.clients._lock_wire import lock_request, table_partition
+from lakewarden.clients import LockClient, lock_request, table_partition
 from lakewarden.events import TopicSpec, encode, ensure_topics
 from lakewarden.events.topics import LOCK_REPLIES, LOCK_REQUESTS
 from lakewarden.settings import Settings

@@ -17,8 +17,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from benchmarks._registry import BenchContext, Result, benchmark
-from lakewarden.devstack._process import free_port
 from lakewarden.devstack.kafka import KafkaBroker
+from lakewarden.devstack.processes import free_port
 from lakewarden.devstack.s3 import SeaweedS3
 
 

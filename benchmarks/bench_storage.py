@@ -178,7 +178,7 @@ def s3_endpoint() -> Iterator[tuple[S3Settings, str, str]]:
         _ensure_bucket(configured)
         yield configured, BUCKET, f"external endpoint {configured.endpoint_url}"
         return
-    from lakewarden.devstack._process import free_port
+    from lakewarden.devstack.processes import free_port
     from lakewarden.devstack.s3 import SeaweedS3
 
     home = Path(tempfile.mkdtemp(prefix="lakewarden-bench-s3-"))

@@ -29,7 +29,7 @@ import pytest
 from _hypothesis_profiles import load_profile
 from pydantic import SecretStr
 
-from lakewarden.devstack import _process
+from lakewarden.devstack import processes
 from lakewarden.devstack.errors import DevStackError
 from lakewarden.devstack.kafka import KafkaBroker
 from lakewarden.devstack.s3 import SeaweedS3, weed_binary
@@ -87,7 +87,7 @@ def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBrok
 
     def make() -> KafkaBroker:
         return KafkaBroker(
-            home=home, port=_process.free_port(), controller_port=_process.free_port()
+            home=home, port=processes.free_port(), controller_port=processes.free_port()
         )
 
     _require("Kafka jars", make().check_jars)
@@ -121,7 +121,7 @@ def seaweed_s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedS3]:
     def make() -> SeaweedS3:
         # The dev stack's well-known credentials (SeaweedS3's defaults); s3_settings hands
         # them to the tests explicitly, as settings have no default credentials.
-        return SeaweedS3(home=home, port=_process.free_port(), region=S3Settings().region)
+        return SeaweedS3(home=home, port=processes.free_port(), region=S3Settings().region)
 
     _require("SeaweedFS", weed_binary)
     endpoint = _start_with_retry("the test S3 endpoint (SeaweedFS)", make)

@@ -8,8 +8,11 @@ Heartbeat, Heartbeats, HeartbeatLostError  heartbeats for heartbeat-monitor (a t
 Liveness, LivenessUnavailableError       heartbeat-monitor's verdicts, from its changelog
 CommitClient, CommitRequest, CommitReply job commits by job-committer (waits, never retries)
 JobCommitFailedError, CommitServiceUnavailableError, check_commit, CommitState
+table_partition, lock_request            the lock wire contract timeline-lock shares with the
+                                         clients (routing, request events)
 """
 
+from lakewarden.clients._lock_wire import lock_request, table_partition
 from lakewarden.clients.commit import (
     AttemptManifest,
     CommitClient,
@@ -40,6 +43,8 @@ __all__ = [
     "CommitState",
     "JobCommitFailedError",
     "check_commit",
+    "lock_request",
+    "table_partition",
     "Heartbeat",
     "HeartbeatLostError",
     "Heartbeats",

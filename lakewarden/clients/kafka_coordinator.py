@@ -32,11 +32,16 @@ from lakewarden.clients.liveness import LivenessUnavailableError
 from lakewarden.clients.lock import LockClient, LockLease
 from lakewarden.clients.timeline_events import TimelinePublisher
 from lakewarden.errors import ConfigurationError
+from lakewarden.events.topics import HEARTBEATS, LOCK_REPLIES, LOCK_REQUESTS, TopicSpec
 from lakewarden.settings import Settings
 from lakewarden.table.coordinator import Coordinator, Liveness, LockReentryError
 from lakewarden.table.timeline_state import TimelineEntry
 
 log = logging.getLogger(__name__)
+
+# What a KafkaCoordinator produces to: a service that commits through one ensures them at start
+# (timeline-lock and heartbeat-monitor create them too, but need not have run yet).
+COORDINATOR_TOPICS: tuple[TopicSpec, ...] = (LOCK_REQUESTS, LOCK_REPLIES, HEARTBEATS)
 
 
 class KafkaCoordinator(Coordinator):

@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from lakewarden.devstack import _process
+from lakewarden.devstack import processes
 from lakewarden.devstack.errors import DevStackError
 
 STACK_FILE = "stack.json"
@@ -35,9 +35,9 @@ class PartRecord(BaseModel):
 
     def is_ours_and_alive(self) -> bool:
         """True while the recorded process runs (same pid and the same start time)."""
-        if not _process.pid_alive(self.pid):
+        if not processes.pid_alive(self.pid):
             return False
-        return self.start_ticks is None or _process.process_start_ticks(self.pid) == (
+        return self.start_ticks is None or processes.process_start_ticks(self.pid) == (
             self.start_ticks
         )
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lakewarden.devstack import _process
+from lakewarden.devstack import processes
 from lakewarden.devstack.errors import DevStackError
 from lakewarden.devstack.paths import INFRA_DIR
 
@@ -57,7 +57,7 @@ class KafkaBroker:
 
     @property
     def bootstrap(self) -> str:
-        return f"{_process.LOOPBACK}:{self.port}"
+        return f"{processes.LOOPBACK}:{self.port}"
 
     @property
     def lib_dir(self) -> Path:
@@ -98,7 +98,7 @@ class KafkaBroker:
             for line in template.splitlines()
             if line.split("=", 1)[0].strip() not in _NODE_KEYS
         ]
-        host = _process.LOOPBACK
+        host = processes.LOOPBACK
         node = [
             f"listeners=PLAINTEXT://{host}:{self.port},CONTROLLER://{host}:{self.controller_port}",
             f"advertised.listeners=PLAINTEXT://{host}:{self.port}",
@@ -151,7 +151,7 @@ class KafkaBroker:
 
     def answers_metadata(self, *, timeout_s: float = 2.0) -> bool:
         """True when the broker answers a metadata request and lists itself as a live broker."""
-        if not _process.port_answers(self.port):
+        if not processes.port_answers(self.port):
             return False
         from confluent_kafka.admin import AdminClient
 
@@ -170,8 +170,8 @@ class KafkaBroker:
 
     def running_pid(self) -> int | None:
         """The pid from this broker's pid file if that process is alive, else None."""
-        pid = _process.read_pid_file(self.pid_file)
-        return pid if pid is not None and _process.pid_alive(pid) else None
+        pid = processes.read_pid_file(self.pid_file)
+        return pid if pid is not None and processes.pid_alive(pid) else None
 
     def start(self, *, timeout_s: float = 90.0) -> int:
         """Format (if needed), start the broker and wait until it answers metadata requests.
@@ -191,9 +191,9 @@ class KafkaBroker:
         jvm_opts = ["-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20"]
         argv = [*self._jvm("kafka.Kafka", heap=self.heap, extra=jvm_opts)]
         argv.append(str(self.properties_file))
-        pid = _process.spawn(argv, log_file=self.log_file, pid_file=self.pid_file)
+        pid = processes.spawn(argv, log_file=self.log_file, pid_file=self.pid_file)
         try:
-            _process.wait_ready(
+            processes.wait_ready(
                 "Kafka broker",
                 pid,
                 self.answers_metadata,
@@ -217,7 +217,7 @@ class KafkaBroker:
 
     def stop(self, *, timeout_s: float = 20.0) -> None:
         """Stop the broker recorded in the pid file (if any) and remove the pid file."""
-        pid = _process.read_pid_file(self.pid_file)
+        pid = processes.read_pid_file(self.pid_file)
         if pid is not None:
-            _process.stop(pid, timeout_s=timeout_s, name="kafka")
+            processes.stop(pid, timeout_s=timeout_s, name="kafka")
         self.pid_file.unlink(missing_ok=True)

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lakewarden.devstack import _process
+from lakewarden.devstack import processes
 from lakewarden.devstack.errors import DevStackError
 
 log = logging.getLogger(__name__)
@@ -79,7 +79,7 @@ def remove_socket_files(ports: Iterable[int]) -> None:
 
 
 def _free_aux_ports() -> dict[str, int]:
-    return {flag: _process.free_port() for flag in _AUX_PORTS}
+    return {flag: processes.free_port() for flag in _AUX_PORTS}
 
 
 # The local stack's credentials: known to everyone, so they are only ever used for it (the dev
@@ -101,7 +101,7 @@ class SeaweedS3:
 
     @property
     def endpoint_url(self) -> str:
-        return f"http://{_process.LOOPBACK}:{self.port}"
+        return f"http://{processes.LOOPBACK}:{self.port}"
 
     @property
     def pid_file(self) -> Path:
@@ -140,7 +140,7 @@ class SeaweedS3:
         return self.identities_file
 
     def argv(self) -> list[str]:
-        host = _process.LOOPBACK
+        host = processes.LOOPBACK
         args = [
             str(weed_binary()),
             "mini",
@@ -187,7 +187,7 @@ class SeaweedS3:
         All listeners, not just S3: the admin server comes up last, and a port another process
         took meanwhile must show up as a failed start, not as a hole found later.
         """
-        if not all(_process.port_answers(port) for port in self.all_ports().values()):
+        if not all(processes.port_answers(port) for port in self.all_ports().values()):
             return False
         try:
             self.client().list_buckets()
@@ -213,8 +213,8 @@ class SeaweedS3:
 
     def running_pid(self) -> int | None:
         """The pid from this endpoint's pid file if that process is alive, else None."""
-        pid = _process.read_pid_file(self.pid_file)
-        return pid if pid is not None and _process.pid_alive(pid) else None
+        pid = processes.read_pid_file(self.pid_file)
+        return pid if pid is not None and processes.pid_alive(pid) else None
 
     def start(self, *, timeout_s: float = 60.0, bucket: str | None = None) -> int:
         """Start ``weed mini``, wait until S3 answers, create ``bucket`` if given; return pid.
@@ -230,9 +230,9 @@ class SeaweedS3:
         began = time.monotonic()
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.write_identities()
-        pid = _process.spawn(self.argv(), log_file=self.log_file, pid_file=self.pid_file)
+        pid = processes.spawn(self.argv(), log_file=self.log_file, pid_file=self.pid_file)
         try:
-            _process.wait_ready(
+            processes.wait_ready(
                 "SeaweedFS",
                 pid,
                 self.answers,
@@ -257,8 +257,8 @@ class SeaweedS3:
 
     def stop(self, *, timeout_s: float = 15.0) -> None:
         """Stop the process recorded in the pid file (if any) and remove the pid file."""
-        pid = _process.read_pid_file(self.pid_file)
+        pid = processes.read_pid_file(self.pid_file)
         if pid is not None:
-            _process.stop(pid, timeout_s=timeout_s, name="s3")
+            processes.stop(pid, timeout_s=timeout_s, name="s3")
             remove_socket_files(self.all_ports().values())
         self.pid_file.unlink(missing_ok=True)

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from lakewarden.devstack import _process, _state
+from lakewarden.devstack import _state, processes
 from lakewarden.devstack._state import PartRecord, StackRecord
 from lakewarden.devstack.config import DevSettings
 from lakewarden.devstack.kafka import KafkaBroker
@@ -49,7 +49,7 @@ class PartHealth:
 
 
 def _port(requested: int) -> int:
-    return requested if requested != 0 else _process.free_port()
+    return requested if requested != 0 else processes.free_port()
 
 
 def _part(
@@ -62,7 +62,7 @@ def _part(
             "name": name,
             "kind": kind,
             "pid": pid,
-            "start_ticks": _process.process_start_ticks(pid),
+            "start_ticks": processes.process_start_ticks(pid),
             "pid_file": pid_file,
             "log_file": log_file,
             "health_port": health_port,
@@ -130,7 +130,7 @@ class DevStack:
                 pid=part.pid,
                 alive=part.is_ours_and_alive(),
                 port=part.health_port,
-                answering=_process.port_answers(part.health_port),
+                answering=processes.port_answers(part.health_port),
                 log_file=part.log_file,
             )
             for part in _state.load(self.state_dir).parts
@@ -138,15 +138,15 @@ class DevStack:
 
     def _stop_part(self, record: StackRecord, part: PartRecord) -> StackRecord:
         if part.is_ours_and_alive():
-            _process.stop(part.pid, name=part.name)
+            processes.stop(part.pid, name=part.name)
             if part.kind == "s3":
                 remove_socket_files(part.ports.values())
-        elif _process.pid_alive(part.pid):
+        elif processes.pid_alive(part.pid):
             log.warning(
                 "pid now belongs to another process; not signalling it",
                 extra={"part": part.name, "pid": part.pid},
             )
-        if _process.read_pid_file(part.pid_file) == part.pid:
+        if processes.read_pid_file(part.pid_file) == part.pid:
             part.pid_file.unlink(missing_ok=True)
         record = record.without_part(part.name)
         _state.save(self.state_dir, record)
@@ -254,14 +254,14 @@ class DevStack:
         args = [arg.replace("{health_port}", str(port)) for arg in spec.args]
         argv = [sys.executable, "-m", spec.module, *args]
         env = self._service_env(record, port)
-        pid = _process.spawn(argv, log_file=log_file, pid_file=pid_file, env=env)
+        pid = processes.spawn(argv, log_file=log_file, pid_file=pid_file, env=env)
         record = self._save_started(
             record, _part(spec.name, "service", pid, pid_file, log_file, health=port)
         )
-        _process.wait_ready(
+        processes.wait_ready(
             f"service {spec.name}",
             pid,
-            lambda: _process.port_answers(port),
+            lambda: processes.port_answers(port),
             timeout_s=timeout_s,
             log_file=log_file,
         )

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import sys
 
-from lakewarden.cli._logging import LogfmtFormatter
+from lakewarden.logfmt import LogfmtFormatter
 
 
 class _ServiceFilter(logging.Filter):

@@ -21,7 +21,7 @@ import urllib.request
 from pathlib import Path
 from types import TracebackType
 
-from lakewarden.devstack import _process
+from lakewarden.devstack import processes
 from lakewarden.settings import Settings
 
 
@@ -51,7 +51,7 @@ class ServiceProcess:
         self.name = module.rsplit(".", 1)[-1]
         self.log_file = home / f"{self.name}.log"
         self.pid_file = home / f"{self.name}.pid"
-        self.port = _process.free_port()
+        self.port = processes.free_port()
         self.pid: int | None = None
 
     def start(self, *, timeout_s: float = 90.0) -> float:
@@ -60,13 +60,13 @@ class ServiceProcess:
         Raises:
             DevStackError: it exited during start-up or was not ready in time (with its log).
         """
-        if self.pid is not None and _process.pid_alive(self.pid):
+        if self.pid is not None and processes.pid_alive(self.pid):
             return 0.0
         argv = [sys.executable, "-m", self.module]
-        self.pid = _process.spawn(
+        self.pid = processes.spawn(
             argv, log_file=self.log_file, pid_file=self.pid_file, env=self._env()
         )
-        return _process.wait_ready(
+        return processes.wait_ready(
             self.module,
             self.pid,
             self._healthy,
@@ -77,7 +77,7 @@ class ServiceProcess:
     def stop(self) -> None:
         """SIGTERM (SIGKILL after 15 s) and wait until the process group is gone."""
         if self.pid is not None:
-            _process.stop(self.pid, name=self.module)
+            processes.stop(self.pid, name=self.module)
             self.pid = None
 
     def kill(self) -> None:
@@ -89,8 +89,8 @@ class ServiceProcess:
             os.killpg(pid, signal.SIGKILL)
         except ProcessLookupError:
             return
-        _process.wait_for(lambda: not _process.pid_alive(pid), timeout_s=10)
-        _process.stop(pid, name=self.module)  # reaps leftovers of the group, if any
+        processes.wait_for(lambda: not processes.pid_alive(pid), timeout_s=10)
+        processes.stop(pid, name=self.module)  # reaps leftovers of the group, if any
 
     def get(self, path: str) -> tuple[int, str]:
         """GET ``path`` from the health/metrics endpoint: (status, body)."""

@@ -6,10 +6,10 @@ Environment: ``LAKEWARDEN_KAFKA__BOOTSTRAP_SERVERS`` (required), ``LAKEWARDEN_KA
 ``LAKEWARDEN_HEALTH_PORT``, ``LAKEWARDEN_INSTANCE_ID``, ``LAKEWARDEN_LOG_LEVEL``, and
 ``SinkSettings`` (``LAKEWARDEN_ERROR_SINK_*``).
 
-Steps: 1. logfmt logging; 2. the topics exist and the coordinator is timeline-lock's (no
-Kafka: exit 2, never the embedded coordinator: the sink's commits take the same table lock as
-every other writer); 3. the sink runs (SIGTERM/SIGINT stop it: offsets committed, group left,
-coordinator closed); 4. once the first assignment completed, health listens.
+Steps: 1. logfmt logging; 2. the topics exist (the coordinator's too) and the coordinator is
+timeline-lock's (no Kafka: exit 2, never the embedded coordinator: the sink's commits take the
+same table lock as every other writer); 3. the sink runs (SIGTERM/SIGINT stop it: offsets
+committed, group left, coordinator closed); 4. once the first assignment completed, health listens.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import Any, NoReturn
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from lakewarden.clients.kafka_coordinator import COORDINATOR_TOPICS
 from lakewarden.errors import LakewardenError
 from lakewarden.events.topics import DLQ, ERRORS, ensure_topics
 from lakewarden.settings import Settings
@@ -52,7 +53,7 @@ class SinkSettings(BaseSettings):
 
 def _start(settings: Settings) -> Connection:
     """Step 2. Raises: LakewardenError (no Kafka, topics not creatable)."""
-    ensure_topics(settings, specs=(ERRORS, DLQ))
+    ensure_topics(settings, specs=(ERRORS, DLQ, *COORDINATOR_TOPICS))
     return connect(settings, require_kafka=True)
 
 

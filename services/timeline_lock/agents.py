@@ -12,7 +12,7 @@ from typing import Any
 
 import faust
 
-from lakewarden.clients._lock_wire import table_partition
+from lakewarden.clients import table_partition
 from lakewarden.events import Event
 from lakewarden.events.topics import LOCK_REPLIES, LOCK_REQUESTS
 from services.timeline_lock.app import (

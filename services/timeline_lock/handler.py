@@ -28,7 +28,7 @@ from typing import Any
 
 from faust.types import Message
 
-from lakewarden.clients._lock_wire import lock_request
+from lakewarden.clients import lock_request
 from lakewarden.events import Event, Undecodable
 from services._common.dlq import DeadLetterSink, dead_letter_failures
 from services.timeline_lock import metrics

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from lakewarden.clients._lock_wire import table_partition
+from lakewarden.clients import table_partition
 from lakewarden.events import make_event
 from services.timeline_lock.state import REQUEST_KINDS, Reply, Request, Route, validate
 

@@ -23,7 +23,7 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
 from lakewarden.cli import cli
-from lakewarden.devstack import DevStack, DevStackError, KafkaBroker, ServiceSpec, _process, _state
+from lakewarden.devstack import DevStack, DevStackError, KafkaBroker, ServiceSpec, _state, processes
 from lakewarden.devstack._state import PartRecord, StackRecord
 from lakewarden.settings import Settings
 
@@ -138,17 +138,17 @@ def test_missing_kafka_jars_fail_with_what_to_run(tmp_path: Path) -> None:
 
 def test_stop_escalates_to_sigkill(tmp_path: Path) -> None:
     argv = ["sh", "-c", "trap '' TERM; echo ready; while :; do sleep 0.1; done"]
-    pid = _process.spawn(argv, log_file=tmp_path / "log", pid_file=tmp_path / "pid")
-    assert _process.wait_for(lambda: "ready" in (tmp_path / "log").read_text(), timeout_s=5)
-    _process.stop(pid, timeout_s=0.5, name="stubborn")
-    assert not _process.pid_alive(pid)
+    pid = processes.spawn(argv, log_file=tmp_path / "log", pid_file=tmp_path / "pid")
+    assert processes.wait_for(lambda: "ready" in (tmp_path / "log").read_text(), timeout_s=5)
+    processes.stop(pid, timeout_s=0.5, name="stubborn")
+    assert not processes.pid_alive(pid)
     assert process_group(pid) == set()  # the sleep children went with it
 
 
 def test_down_never_signals_a_reused_pid(tmp_path: Path) -> None:
-    pid = _process.spawn(["sleep", "30"], log_file=tmp_path / "log", pid_file=tmp_path / "pid")
+    pid = processes.spawn(["sleep", "30"], log_file=tmp_path / "log", pid_file=tmp_path / "pid")
     try:
-        ticks = _process.process_start_ticks(pid)
+        ticks = processes.process_start_ticks(pid)
         assert ticks is not None
         stale = PartRecord(
             name="old",
@@ -162,10 +162,10 @@ def test_down_never_signals_a_reused_pid(tmp_path: Path) -> None:
         )
         _state.save(tmp_path, StackRecord(parts=(stale,)))
         assert DevStack(tmp_path, Settings()).down() == []
-        assert _process.pid_alive(pid)
+        assert processes.pid_alive(pid)
         assert not _state.record_path(tmp_path).exists()
     finally:
-        _process.stop(pid, timeout_s=2)
+        processes.stop(pid, timeout_s=2)
 
 
 @pytest.mark.slow
@@ -222,9 +222,9 @@ def test_dev_up_status_down_leaves_nothing(tmp_path: Path, monkeypatch: pytest.M
     assert "stopped fake-service, s3, kafka" in down.output
     for part in record.parts:
         assert process_group(part.pid) == set(), f"{part.name} left processes behind"
-        assert not _process.pid_alive(part.pid)
+        assert not processes.pid_alive(part.pid)
         assert not part.pid_file.exists()
-        assert not _process.port_answers(part.health_port)
+        assert not processes.port_answers(part.health_port)
     assert not _state.record_path(state).exists()
     s3_ports = next(part.ports for part in record.parts if part.kind == "s3").values()
     leftovers = [p for port in s3_ports for p in Path("/tmp").glob(f"seaweedfs-*-{port}.sock")]
@@ -261,7 +261,7 @@ def test_cli_finds_subcommands_by_module() -> None:
 def test_stack_logs_are_logfmt() -> None:
     import logging
 
-    from lakewarden.cli._logging import LogfmtFormatter
+    from lakewarden.logfmt import LogfmtFormatter
 
     record = logging.LogRecord(
         "lakewarden.devstack", logging.INFO, __file__, 1, "kafka ready", None, None

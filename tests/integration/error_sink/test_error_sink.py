@@ -2,7 +2,8 @@
 
 Main tables are local; their instants are ended by ``FakeWrite`` (what a Spark write leaves
 in storage: a job's ``_SUCCESS`` naming the accepted attempts, then ``completed``; or
-``rolled_back``). Every test has its own topic prefix (fresh topics and consumer group).
+``rolled_back``). Every test has its own topic prefix (fresh topics and consumer group) and
+its own timeline-lock, whose leases the sink's error-table commits take.
 """
 
 from __future__ import annotations
@@ -17,16 +18,17 @@ import pyarrow as pa
 import pytest
 
 import lakewarden
-from lakewarden.errortable import SOURCES_KEY, error_table_location
+from lakewarden.clients import LockClient
+from lakewarden.errortable import SOURCES_KEY, error_table_location, open_error_table
 from lakewarden.errortable.testing import FakeWrite
 from lakewarden.events import EventProducer, ensure_topics
 from lakewarden.events.topics import DLQ, ERRORS
 from lakewarden.settings import ErrorTableSettings, Settings
-from lakewarden.table.config import NotATableError
-from lakewarden.table.table import Table
+from lakewarden.table import EmbeddedCoordinator, NotATableError, Table, Timeline
 from services._common.process import ServiceProcess
 
 MODULE = "services.error_sink"
+LOCK_MODULE = "services.timeline_lock"
 SCHEMA = pa.schema([pa.field("id", pa.string(), nullable=False), pa.field("x", pa.int32())])
 
 
@@ -36,6 +38,15 @@ def sink_settings(kafka_settings: Settings) -> Settings:
     settings = kafka_settings.model_copy(update={"kafka": kafka})
     ensure_topics(settings, specs=[ERRORS, DLQ])
     return settings
+
+
+@pytest.fixture(autouse=True)
+def timeline_lock(sink_settings: Settings, tmp_path: Path) -> Iterator[ServiceProcess]:
+    """The sink refuses the embedded coordinator: its commits need timeline-lock."""
+    home = tmp_path / "timeline-lock"
+    home.mkdir()
+    with ServiceProcess(LOCK_MODULE, sink_settings, home=home) as service:
+        yield service
 
 
 def _sink(settings: Settings, home: Path, **env: str) -> ServiceProcess:
@@ -134,6 +145,32 @@ def test_only_accepted_attempts_of_completed_instants_once(
     assert metric(sink, 'lakewarden_error_sink_failed_records_total{table="orders"}') == 4
     assert metric(sink, 'lakewarden_error_sink_dropped_total{reason="not_accepted"}') == 2
     assert metric(sink, 'lakewarden_error_sink_dropped_total{reason="discarded"}') == 2
+
+
+def test_error_table_commits_take_timeline_locks_lease(
+    sink: ServiceProcess, producer: EventProducer, sink_settings: Settings, tmp_path: Path
+) -> None:
+    """While this test holds the error table's lease at timeline-lock, the sink cannot commit;
+    once released it does, and its entries carry later fencing tokens of the same lock."""
+    orders = table(tmp_path, "orders")
+    location = error_table_location(orders.uri, "orders", ErrorTableSettings())
+    errors = open_error_table(location, coordinator=EmbeddedCoordinator())  # learn its id
+    write = FakeWrite(orders)
+    attempt = write.attempt(0)
+    client = LockClient(sink_settings, owner="the-test")
+    try:
+        with client.hold(errors.table_id, ttl_s=60.0, wait_s=30.0) as lease:
+            held = lease.token
+            publish(producer, write.errors(attempt, ["k1", "k2"]))
+            write.complete([attempt])
+            time.sleep(3.0)  # ten checks of the sink (every 0.3 s)
+            assert rows(location.uri) == 0, "the sink committed without timeline-lock's lease"
+        wait_for(lambda: rows(location.uri) == 2, "the errors once the lease was released")
+    finally:
+        client.close()
+    entries = list(Timeline(errors.storage, table=errors.name).entries())
+    assert entries
+    assert all(e.lock_token is not None and e.lock_token > held for e in entries)
 
 
 def test_undecodable_events_are_dead_lettered_and_the_sink_goes_on(

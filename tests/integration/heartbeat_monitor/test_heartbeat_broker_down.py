@@ -13,7 +13,7 @@ import pytest
 from hbtools import INTERVAL_S, MISSES, TOLERANCE_S, Writer, spawn
 
 from lakewarden.devstack import KafkaBroker
-from lakewarden.devstack._process import free_port
+from lakewarden.devstack.processes import free_port
 from lakewarden.events import ensure_topics
 from lakewarden.events.topics import HEARTBEATS
 from lakewarden.settings import KafkaSettings, Settings

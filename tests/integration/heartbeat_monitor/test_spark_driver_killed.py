@@ -19,7 +19,7 @@ import pytest
 from hbtools import INTERVAL_S, MISSES, TOLERANCE_S, Expiries, env_for
 
 from lakewarden.clients.liveness import Liveness
-from lakewarden.devstack import _process
+from lakewarden.devstack import processes
 from lakewarden.events import ensure_topics
 from lakewarden.settings import Settings
 from lakewarden.table.coordinator import Liveness as Verdict
@@ -134,7 +134,7 @@ def test_killed_spark_driver_leaves_an_instant_the_monitor_declares_dead(
         assert mine is not None and mine.state is Transition.REQUESTED  # left for the cleaner
         assert not [i for i in table.timeline() if i.state is Transition.COMPLETED]
         # the JVM and the Python workers died with the driver
-        assert _process.wait_for(lambda: not _group_alive(driver.pid), timeout_s=10)
+        assert processes.wait_for(lambda: not _group_alive(driver.pid), timeout_s=10)
     finally:
         if _group_alive(driver.pid):
             os.killpg(driver.pid, signal.SIGKILL)

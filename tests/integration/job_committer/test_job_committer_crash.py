@@ -16,7 +16,7 @@ import pytest
 from _jc_helpers import MODULE, Driver, as_set, data_files, make_table, rows, wait_for
 
 from lakewarden.clients import CommitClient, CommitReply
-from lakewarden.devstack import _process
+from lakewarden.devstack import processes
 from lakewarden.settings import Settings
 from lakewarden.table.instant import Transition
 from lakewarden.table.table import Table
@@ -83,7 +83,7 @@ def test_a_committer_killed_mid_commit_resumes_after_a_restart(
     try:
         pid = service.pid
         assert pid is not None
-        assert wait_for(lambda: marker.exists() and not _process.pid_alive(pid), 60), (
+        assert wait_for(lambda: marker.exists() and not processes.pid_alive(pid), 60), (
             "the service did not crash at the hook:\n" + service.log_text()[-3000:]
         )
         service.start()  # a new process: the request is delivered again

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
+from lakewarden.clients import table_partition
 from lakewarden.clients._lock_io import LockIO, LockLease, Pending
-from lakewarden.clients._lock_wire import table_partition
 from lakewarden.events import decode, default_codec, encode, make_event
 from lakewarden.testing import ManualClock
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from faust.types import Message
 
-from lakewarden.clients._lock_wire import lock_request, table_partition
+from lakewarden.clients import lock_request, table_partition
 from lakewarden.events import Event, EventDecodeError, Undecodable, decode, encode, sample_events
 from services._common.dlq import DEAD_LETTERS, DeadLetters
 from services.timeline_lock.handler import ExpiryScanner, RequestHandler
