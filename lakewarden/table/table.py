@@ -27,9 +27,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lakewarden.settings import Settings
-from lakewarden.storage import Storage, open_storage
+from lakewarden.storage import Storage
 from lakewarden.table.config import TableConfig, load_config, save_new_config
-from lakewarden.table.connection import shared_connection
+from lakewarden.table.connection import load_storage, shared_connection
 from lakewarden.table.coordinator import Coordinator
 from lakewarden.table.reader import read_changes, read_snapshot
 from lakewarden.table.snapshot import Snapshot, build_snapshot, changes_since
@@ -83,7 +83,7 @@ class Table:
             table_type=table_type,
             buckets=buckets,
         )
-        storage = open_storage(uri, settings)
+        storage = load_storage(uri, settings)
         save_new_config(storage, config)
         return cls(storage, config, coordinator=coordinator or _coordinator_for(settings))
 
@@ -96,7 +96,7 @@ class Table:
 
         Raises: NotATableError, UnsupportedFormatVersionError, InvalidTableConfigError,
         ConfigurationError."""
-        storage = open_storage(uri, settings)
+        storage = load_storage(uri, settings)
         config = load_config(storage)
         return cls(storage, config, coordinator=coordinator or _coordinator_for(settings))
 
@@ -195,7 +195,7 @@ class Table:
 
 def _coordinator_for(settings: Settings | None) -> Coordinator:
     # The edge convenience: the one factory, explicitly (library code is handed one).
-    return shared_connection(settings if settings is not None else Settings()).coordinator
+    return shared_connection(settings).coordinator
 
 
 def read(

@@ -142,6 +142,26 @@ def test_lakewarden_has_no_import_cycle() -> None:
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
 
 
+def test_services_import_only_public_library_modules() -> None:
+    """A private module (``_name``) of the library is its own business: services use what the
+    library exports (``lakewarden.clients``, ``lakewarden.logfmt``, ...)."""
+    services = ROOT.parent / "services"
+    private = []
+    for path in sorted(services.rglob("*.py")):
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for node in ast.walk(tree):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            for name in names:
+                parts = name.split(".")
+                if parts[0] == PACKAGE and any(p.startswith("_") for p in parts[1:]):
+                    private.append(f"{path.relative_to(services.parent)}:{node.lineno} {name}")
+    assert private == []
+
+
 def test_the_table_and_the_clients_import_together_in_a_fresh_process() -> None:
     subprocess.run(
         [sys.executable, "-c", "import lakewarden.table, lakewarden.clients"],
