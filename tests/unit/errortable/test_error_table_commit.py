@@ -46,7 +46,8 @@ def _source(main: Table, keys: list[str]) -> SourceErrors:
 
 
 def _errors(main: Table) -> Table:
-    return open_error_table(error_table_location(main.uri, main.name, ErrorTableSettings()))
+    location = error_table_location(main.uri, main.name, ErrorTableSettings())
+    return open_error_table(location, coordinator=main.coordinator)
 
 
 def _data_files(table: Table) -> set[str]:
