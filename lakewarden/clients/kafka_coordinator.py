@@ -32,7 +32,13 @@ from lakewarden.clients.liveness import LivenessUnavailableError
 from lakewarden.clients.lock import LockClient, LockLease
 from lakewarden.clients.timeline_events import TimelinePublisher
 from lakewarden.errors import ConfigurationError
-from lakewarden.events.topics import HEARTBEATS, LOCK_REPLIES, LOCK_REQUESTS, TopicSpec
+from lakewarden.events.topics import (
+    HEARTBEATS,
+    LOCK_REPLIES,
+    LOCK_REQUESTS,
+    TIMELINE,
+    TopicSpec,
+)
 from lakewarden.settings import Settings
 from lakewarden.table.coordinator import Coordinator, Liveness, LockReentryError
 from lakewarden.table.timeline_state import TimelineEntry
@@ -40,8 +46,9 @@ from lakewarden.table.timeline_state import TimelineEntry
 log = logging.getLogger(__name__)
 
 # What a KafkaCoordinator produces to: a service that commits through one ensures them at start
-# (timeline-lock and heartbeat-monitor create them too, but need not have run yet).
-COORDINATOR_TOPICS: tuple[TopicSpec, ...] = (LOCK_REQUESTS, LOCK_REPLIES, HEARTBEATS)
+# (timeline-lock and heartbeat-monitor create theirs too, but need not have run yet). Without
+# the timeline topic every append would wait for its announcement to time out.
+COORDINATOR_TOPICS: tuple[TopicSpec, ...] = (LOCK_REQUESTS, LOCK_REPLIES, HEARTBEATS, TIMELINE)
 
 
 class KafkaCoordinator(Coordinator):
