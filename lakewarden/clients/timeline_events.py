@@ -19,7 +19,7 @@ from typing import Any
 from lakewarden.errors import LakewardenError
 from lakewarden.events.envelope import make_event
 from lakewarden.events.producer import EventProducer
-from lakewarden.events.topics import TIMELINE
+from lakewarden.events.topics import TIMELINE, ensure_topics
 from lakewarden.settings import Settings
 from lakewarden.table.timeline_state import TimelineEntry
 
@@ -84,6 +84,12 @@ class TimelinePublisher:
                 log.warning("timeline announcements lost on close: %s", err)
 
     def _client(self) -> EventProducer:
+        """The producer, created on first use after making sure the timeline topic exists:
+        Kafka's auto-creation (when enabled) would give it the default retention, and without
+        the topic every announcement waits ``_FLUSH_TIMEOUT_S`` for nothing.
+
+        Raises: RetryableError (the broker did not answer the topic check)."""
         if self._producer is None:
+            ensure_topics(self.settings, specs=(TIMELINE,))
             self._producer = EventProducer(self.settings, producer_id="timeline-announcer")
         return self._producer

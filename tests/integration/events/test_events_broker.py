@@ -9,6 +9,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource
 
+from lakewarden.clients.timeline_events import TimelinePublisher
 from lakewarden.events import (
     DLQ,
     TOPICS,
@@ -26,6 +27,8 @@ from lakewarden.events import (
 from lakewarden.events.codec import MAGIC
 from lakewarden.events.topics import HEARTBEATS, TIMELINE
 from lakewarden.settings import Settings
+from lakewarden.table.instant import Action, Transition
+from lakewarden.table.timeline_state import TimelineEntry
 
 pytestmark = pytest.mark.kafka
 
@@ -297,5 +300,38 @@ def test_an_unreachable_broker_is_a_named_error(settings: Settings) -> None:
             consumer.partitions("anything", timeout_s=1.0)
         with pytest.raises(EventConsumerError, match="cannot read the offsets"):
             consumer.watermarks("anything", 0, timeout_s=1.0)
+    finally:
+        consumer.close()
+
+
+def test_timeline_announcer_creates_its_topic_and_delivers(settings: Settings) -> None:
+    """A writer whose services never created the timeline topic still announces its entries
+    (the topic is made with its own retention, not auto-created with the broker default)."""
+    entry = TimelineEntry(
+        seq=0,
+        instant="20261123120000000",
+        action=Action.COMMIT,
+        transition=Transition.REQUESTED,
+        actor="writer-1",
+        lock_token=1,
+        wall_time_ms=1_763_900_000_000,
+        payload={"operation": "insert"},
+    )
+    publisher = TimelinePublisher(settings)
+    try:
+        publisher.publish("t1", entry)
+    finally:
+        publisher.close()
+    assert publisher.failed == 0
+    admin = AdminClient(settings.kafka.librdkafka_config())
+    [config] = admin.describe_configs([ConfigResource("topic", TIMELINE.name(settings))]).values()
+    assert config.result(timeout=10)["retention.ms"].value == "-1"
+    consumer = EventConsumer(settings, auto_commit=False, dead_letters=False)
+    try:
+        timeline = TIMELINE.name(settings)
+        ends = [
+            consumer.watermarks(timeline, p, timeout_s=10)[1] for p in range(TIMELINE.partitions)
+        ]
+        assert sum(ends) == 1
     finally:
         consumer.close()
