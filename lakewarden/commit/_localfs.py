@@ -65,6 +65,8 @@ def rename_noreplace_errno(src: bytes, dst: bytes) -> int:
         if _RENAMEAT2(_AT_FDCWD, src, _AT_FDCWD, dst, _RENAME_NOREPLACE) == 0:
             return 0
         code = ctypes.get_errno()
+        if code == errno.EEXIST:
+            return _finish_interrupted_link(src, dst)
         if code not in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
             return code
         _fallback = True  # this filesystem cannot: link + unlink from now on
@@ -82,6 +84,20 @@ def _link_then_unlink(src: str, dst: str) -> None:
         if not _same_file(src, dst):
             raise
     os.unlink(src)
+
+
+def _finish_interrupted_link(src: bytes, dst: bytes) -> int:
+    """``dst`` exists. When it is ``src`` itself (a rename by link + unlink, here or through
+    ``LocalStorage.rename``, was interrupted between the two), finish it: 0. Else EEXIST."""
+    if not _same_file(os.fsdecode(src), os.fsdecode(dst)):
+        return errno.EEXIST
+    try:
+        os.unlink(src)
+    except FileNotFoundError:
+        pass  # a concurrent resume finished it
+    except OSError as err:
+        return err.errno or errno.EIO
+    return 0
 
 
 def _same_file(a: str, b: str) -> bool:

@@ -3,10 +3,15 @@ store call of a job commit is metered through its one ``MeteredStorage``."""
 
 from __future__ import annotations
 
+import errno
+import os
+from pathlib import Path
+
 import pytest
 from _commit_helpers import Table, job_files, run_task
 
 from lakewarden.commit import CommitterOptions
+from lakewarden.commit._localfs import rename_noreplace_errno
 from lakewarden.storage.faults import FaultyStorage
 from lakewarden.storage.metered import MeteredStorage
 
@@ -41,3 +46,26 @@ def test_s3_job_commit_uses_uploads(s3_table: Table) -> None:
     accepted = [run_task(committer, t, 0, f).attempt_id for t, f in files.items()]
     committer.commit_job(accepted)
     assert committer.statistics.counter("op_complete_multipart") == 3
+
+
+def test_fast_rename_finishes_a_rename_interrupted_between_link_and_unlink(
+    tmp_path: Path,
+) -> None:
+    """``LocalStorage.rename`` (the path a wrapped store takes) renames by link + unlink; a
+    process killed between the two leaves the file under both names. The fast path that
+    resumes the job must finish that rename, not report the destination as foreign."""
+    src, dst = tmp_path / "attempt.parquet", tmp_path / "final.parquet"
+    src.write_bytes(b"rows")
+    os.link(src, dst)  # killed here
+
+    assert rename_noreplace_errno(bytes(src), bytes(dst)) == 0
+    assert not src.exists() and dst.read_bytes() == b"rows"
+
+
+def test_fast_rename_never_replaces_another_file(tmp_path: Path) -> None:
+    src, dst = tmp_path / "attempt.parquet", tmp_path / "final.parquet"
+    src.write_bytes(b"mine")
+    dst.write_bytes(b"someone else's")
+
+    assert rename_noreplace_errno(bytes(src), bytes(dst)) == errno.EEXIST
+    assert src.read_bytes() == b"mine" and dst.read_bytes() == b"someone else's"
