@@ -1,6 +1,6 @@
 """``FaultyStorage``: a storage wrapper that injects faults, the test harness for every caller.
 
-Two faults, chosen per operation and call number:
+Three faults, chosen per operation and call number:
 
 - ``fail``: the call raises ``InjectedFaultError`` (a ``StorageIOError``) *before* reaching
   the wrapped storage, so nothing happened; or the given ``error`` instead (a test's
@@ -9,6 +9,13 @@ Two faults, chosen per operation and call number:
   ``InjectedFaultError`` as a lost network reply would. Callers must reconcile by reading
   state, never assume the write failed. If the wrapped call itself raises, that error
   propagates unchanged (there was no reply to lose).
+- ``before``: ``action()`` runs just before the call reaches the wrapped storage, then the
+  call proceeds (or meets the ``fail``/``lose_reply`` armed for it). A test slips another
+  writer's step in between a caller's read and its write: a deterministic race. The action
+  runs outside the wrapper's lock, so it may call the wrapped storage or this wrapper (its
+  calls are counted, and the faults armed for them fire); it may re-arm itself with
+  ``nth=None`` (the next call after the ones made so far) to race every attempt. An error it
+  raises propagates and the call does not happen.
 
 Optionally every call (or every call of some operations) sleeps ``latency_s`` first, to
 model a remote store (the timeline benchmark uses 5 ms per metadata call).
@@ -27,7 +34,10 @@ Usage::
     faulty.lose_reply("write_if_absent")        # the next one lands, then "fails"
     with pytest.raises(InjectedFaultError):
         faulty.write_if_absent("k", b"v")
-    assert faulty.read("k") == b"v"
+    assert faulty.read("k") == b"v" and faulty.pending() == 0
+    faulty.before("write_if_absent", lambda: faulty.inner.write_if_absent("k2", b"theirs"))
+    with pytest.raises(AlreadyExistsError):     # another writer got there first
+        faulty.write_if_absent("k2", b"mine")
 """
 
 from __future__ import annotations
@@ -66,7 +76,8 @@ class InjectedFaultError(StorageIOError):
 
 
 class FaultyStorage(ForwardingStorage):
-    """Wraps ``inner``; faults are armed with ``fail`` and ``lose_reply``. Thread-safe."""
+    """Wraps ``inner``; faults are armed with ``fail``, ``lose_reply`` and ``before``.
+    Thread-safe."""
 
     def __init__(
         self,
@@ -83,6 +94,7 @@ class FaultyStorage(ForwardingStorage):
         self._lock = threading.Lock()
         self._counts: Counter[str] = Counter()
         self._armed: dict[tuple[Operation, int], tuple[FaultKind, BaseException | None]] = {}
+        self._actions: dict[tuple[Operation, int], list[Callable[[], object]]] = {}
 
     def __repr__(self) -> str:
         return f"FaultyStorage({self.inner!r})"
@@ -104,6 +116,18 @@ class FaultyStorage(ForwardingStorage):
         Raises: ValueError (unknown operation, or ``nth`` already past)."""
         self._arm(op, nth, FaultKind.LOSE_REPLY)
 
+    def before(
+        self, op: Operation, action: Callable[[], object], *, nth: int | None = None
+    ) -> None:
+        """Run ``action()`` just before call ``nth`` of ``op`` (default: the next) reaches the
+        wrapped storage; the call then proceeds. Several actions for one call run in the
+        order armed. To race every attempt, the action re-arms itself (``nth=None``).
+
+        Raises: ValueError (unknown operation, or ``nth`` already past)."""
+        with self._lock:
+            call = self._next_call(op, nth)
+            self._actions.setdefault((op, call), []).append(action)
+
     def _arm(
         self,
         op: Operation,
@@ -111,19 +135,33 @@ class FaultyStorage(ForwardingStorage):
         kind: FaultKind,
         error: BaseException | None = None,
     ) -> None:
+        with self._lock:
+            self._armed[(op, self._next_call(op, nth))] = (kind, error)
+
+    def _next_call(self, op: Operation, nth: int | None) -> int:
+        """The call number ``nth`` designates (the next call when None); under the lock.
+
+        Raises: ValueError (unknown operation, or that call already happened)."""
         if op not in OPERATIONS:  # a typo would otherwise arm a fault that never fires
             raise ValueError(f"unknown storage operation {op!r}; one of {OPERATIONS}")
-        with self._lock:
-            done = self._counts[op]
-            call = done + 1 if nth is None else nth
-            if call <= done:
-                raise ValueError(f"call {call} of {op} already happened ({done} so far)")
-            self._armed[(op, call)] = (kind, error)
+        done = self._counts[op]
+        call = done + 1 if nth is None else nth
+        if call <= done:
+            raise ValueError(f"call {call} of {op} already happened ({done} so far)")
+        return call
 
     def clear_faults(self) -> None:
-        """Disarm every fault not yet fired."""
+        """Disarm every fault and action not yet fired."""
         with self._lock:
             self._armed.clear()
+            self._actions.clear()
+
+    def pending(self, op: Operation | None = None) -> int:
+        """How many calls (of ``op``, or of any operation) still have a fault or an action
+        armed: 0 once every armed one has fired (or was cleared)."""
+        with self._lock:
+            armed = set(self._armed) | set(self._actions)
+            return sum(1 for armed_op, _ in armed if op is None or armed_op == op)
 
     def calls(self, op: Operation) -> int:
         """How many times ``op`` was called so far (faulted calls included)."""
@@ -143,6 +181,9 @@ class FaultyStorage(ForwardingStorage):
             self._counts[op] += 1
             number = self._counts[op]
             kind, error = self._armed.pop((op, number), (None, None))
+            actions = self._actions.pop((op, number), [])
+        for action in actions:  # unlocked: an action may call this wrapper, or arm faults
+            action()
         if self.latency_s > 0 and op in self.latency_ops:
             self.clock.sleep(self.latency_s)
         if error is not None:

@@ -3,6 +3,7 @@ has its effect, calls are counted, latency is added."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -136,3 +137,100 @@ def test_fail_with_a_given_error_raises_it_before_the_effect(storage: Storage) -
     assert not storage.exists("b")  # nothing happened
     faulty.write_if_absent("b", b"2")  # the fault fired once
     assert faulty.calls("write_if_absent") == 3
+
+
+def test_before_runs_the_action_just_before_the_call_which_then_proceeds(
+    storage: Storage,
+) -> None:
+    faulty = FaultyStorage(storage)
+    seen: list[bool] = []
+    faulty.before("write_if_absent", lambda: seen.append(storage.exists("k")))
+    assert faulty.pending("write_if_absent") == 1
+    faulty.write_if_absent("k", b"mine")
+    assert seen == [False]  # ran before the call reached the store
+    assert storage.read("k") == b"mine"  # and the call went through
+    assert faulty.pending() == 0
+    faulty.write_if_absent("k2", b"x")  # it fired once
+    assert seen == [False]
+
+
+def test_before_lets_another_writer_win_the_race(storage: Storage) -> None:
+    faulty = FaultyStorage(storage)
+    faulty.before("write_if_absent", lambda: storage.write_if_absent("k", b"theirs"))
+    with pytest.raises(AlreadyExistsError):
+        faulty.write_if_absent("k", b"mine")
+    assert storage.read("k") == b"theirs"
+
+
+def test_before_the_nth_call_only(storage: Storage) -> None:
+    faulty = FaultyStorage(storage)
+    ran: list[int] = []
+    faulty.before("write", lambda: ran.append(faulty.calls("write")), nth=3)
+    faulty.before("read", lambda: ran.append(-1))  # another operation: not triggered by writes
+    for i in range(4):
+        faulty.write(f"k{i}", b"x")
+    assert ran == [3]  # before the third write, counted already
+    assert faulty.pending() == 1 and faulty.pending("read") == 1
+    with pytest.raises(ValueError, match="call 2 of write already happened"):
+        faulty.before("write", lambda: None, nth=2)
+    with pytest.raises(ValueError, match="unknown storage operation"):
+        faulty.before("wirte", lambda: None)  # type: ignore[arg-type]
+
+
+def test_before_re_armed_by_the_action_races_every_call(storage: Storage) -> None:
+    faulty = FaultyStorage(storage)
+    ran: list[int] = []
+
+    def every_time() -> None:
+        ran.append(faulty.calls("write"))
+        faulty.before("write", every_time)  # nth=None: the call after this one
+
+    faulty.before("write", every_time)
+    for i in range(3):
+        faulty.write(f"k{i}", b"x")
+    assert ran == [1, 2, 3]
+    faulty.clear_faults()  # stops it
+    faulty.write("k3", b"x")
+    assert ran == [1, 2, 3] and faulty.pending() == 0
+
+
+def test_before_action_may_write_through_the_wrapper_without_deadlock(storage: Storage) -> None:
+    faulty = FaultyStorage(storage)
+    faulty.before("write_if_absent", lambda: faulty.write_if_absent("k", b"theirs"))
+    done = threading.Event()
+    outcome: list[BaseException] = []
+
+    def mine() -> None:
+        try:
+            faulty.write_if_absent("k", b"mine")
+        except BaseException as e:  # noqa: BLE001 - reported to the test thread
+            outcome.append(e)
+        done.set()
+
+    threading.Thread(target=mine, daemon=True).start()
+    assert done.wait(10), "the action deadlocked on the wrapper's lock"
+    assert [type(e) for e in outcome] == [AlreadyExistsError]
+    assert storage.read("k") == b"theirs"
+    assert faulty.calls("write_if_absent") == 2  # the action's call is counted too
+
+
+def test_before_then_the_faults_armed_for_the_same_call(storage: Storage) -> None:
+    faulty = FaultyStorage(storage)
+    ran: list[str] = []
+    faulty.before("write", lambda: ran.append("action"))
+    faulty.fail("write")
+    with pytest.raises(InjectedFaultError):
+        faulty.write("k", b"x")
+    assert ran == ["action"] and not storage.exists("k")
+
+
+def test_an_error_raised_by_the_action_stops_the_call(storage: Storage) -> None:
+    faulty = FaultyStorage(storage)
+
+    def crash() -> None:
+        raise _Crash("died before writing")
+
+    faulty.before("write", crash)
+    with pytest.raises(_Crash):
+        faulty.write("k", b"x")
+    assert not storage.exists("k")

@@ -1,10 +1,6 @@
-"""A small, thread-safe in-memory ``Storage`` for timeline tests, with two test hooks:
-
-- ``before_write_if_absent``: called (once, then cleared) just before the next
-  ``write_if_absent`` takes effect, so a test can slip another writer's append in between a
-  writer's read of the tail and its write (a deterministic race);
-- ``lose_next_reply``: the next ``write_if_absent`` takes effect, then raises
-  ``StorageIOError`` as if the reply had been lost.
+"""A small, thread-safe in-memory ``Storage`` for timeline tests. It injects no faults: a test
+wraps it in ``lakewarden.storage.faults.FaultyStorage`` to race a writer (``before``) or lose a
+reply (``lose_reply``), and lets the racing "other writer" use the inner store directly.
 """
 
 from __future__ import annotations
@@ -12,7 +8,7 @@ from __future__ import annotations
 import bisect
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 from lakewarden.storage import (
     AlreadyExistsError,
@@ -20,7 +16,6 @@ from lakewarden.storage import (
     ObjectInfo,
     Storage,
     StorageCapabilities,
-    StorageIOError,
 )
 
 # Neither rename nor multipart uploads: writes on it have no private staging.
@@ -33,8 +28,6 @@ class MemStorage(Storage):
         self._lock = threading.RLock()
         self._objects: dict[str, bytes] = {}
         self._keys: list[str] = []
-        self.before_write_if_absent: Callable[[], None] | None = None
-        self.lose_next_reply = False
         self.calls: dict[str, int] = {}
         self.reads: list[str] = []  # keys read successfully, in order
 
@@ -66,17 +59,11 @@ class MemStorage(Storage):
             self._put(key, data)
 
     def write_if_absent(self, key: str, data: bytes) -> None:
-        hook, self.before_write_if_absent = self.before_write_if_absent, None
-        if hook is not None:
-            hook()
         with self._lock:
             self._count("write_if_absent")
             if key in self._objects:
                 raise AlreadyExistsError(f"object {key} exists", key=key)
             self._put(key, data)
-            if self.lose_next_reply:
-                self.lose_next_reply = False
-                raise StorageIOError(f"reply lost after writing {key}", key=key)
 
     def list(self, prefix: str = "", *, start_after: str | None = None) -> Iterator[ObjectInfo]:
         with self._lock:

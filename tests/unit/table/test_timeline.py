@@ -13,6 +13,7 @@ from _memstore import MemStorage
 
 from lakewarden.errors import CommitStateUnknownError
 from lakewarden.storage import Storage, StorageIOError
+from lakewarden.storage.faults import FaultyStorage
 from lakewarden.table.checkpoint import CHECKPOINT_PREFIX, checkpoint_key, entry_key, gc_paused
 from lakewarden.table.instant import Action, Instant, Transition
 from lakewarden.table.timeline import (
@@ -146,7 +147,8 @@ def test_racing_checkpoint_writers_do_not_clobber(storage: Storage) -> None:
 
 def test_lost_race_rebases_and_regenerates_the_draft() -> None:
     storage = MemStorage()
-    ours, theirs = Timeline(storage), Timeline(storage)
+    faulty = FaultyStorage(storage)  # ours goes through it; theirs writes to the store itself
+    ours, theirs = Timeline(faulty), Timeline(storage)
     fill(ours, 2)
     seen: list[int] = []
     validated: list[int] = []
@@ -156,7 +158,7 @@ def test_lost_race_rebases_and_regenerates_the_draft() -> None:
         return requested("ours")(state)
 
     # theirs appends between our read of the tail and our write
-    storage.before_write_if_absent = lambda: theirs.append(requested("theirs")) and None
+    faulty.before("write_if_absent", lambda: theirs.append(requested("theirs")))
     entry, state = ours.append(factory, validate=lambda s, d: validated.append(s.tail_seq))
     assert seen == validated == [1, 2]
     assert entry.seq == 3 and entry.actor == "ours" and state.tail_seq == 3
@@ -193,25 +195,29 @@ def test_illegal_entry_is_refused_before_writing() -> None:
 
 def test_bounded_attempts_then_concurrent_append_error() -> None:
     storage = MemStorage()
-    ours, theirs = Timeline(storage, max_append_attempts=3), Timeline(storage)
+    faulty = FaultyStorage(storage)
+    ours, theirs = Timeline(faulty, max_append_attempts=3), Timeline(storage)
 
     def always_first() -> None:
         theirs.append(requested("theirs"))
-        storage.before_write_if_absent = always_first
+        faulty.before("write_if_absent", always_first)  # and before our next attempt too
 
-    storage.before_write_if_absent = always_first
+    faulty.before("write_if_absent", always_first)
     with pytest.raises(ConcurrentAppendError, match="lost the race for the timeline tail 3 times"):
         ours.append(requested("ours"))
-    storage.before_write_if_absent = None
+    assert faulty.calls("write_if_absent") == 3  # every attempt of ours was raced
+    faulty.clear_faults()
     assert {e.actor for e in ours.entries()} == {"theirs"}
 
 
 def test_lost_reply_after_the_write_counts_as_success() -> None:
     storage = MemStorage()
-    timeline = Timeline(storage)
+    faulty = FaultyStorage(storage)
+    timeline = Timeline(faulty)
     fill(timeline, 1)
-    storage.lose_next_reply = True
+    faulty.lose_reply("write_if_absent")
     entry, state = timeline.append(requested("ours"))
+    assert faulty.pending() == 0  # the reply was lost
     assert entry.seq == 1 and state.tail_seq == 1
     assert [e.actor for e in Timeline(storage).entries()] == ["w", "ours"]  # exactly once
 
@@ -233,10 +239,10 @@ def test_unknown_outcome_and_failing_reads() -> None:
                 raise StorageIOError("timeout", key=key)
             return super().read(key)
 
-    storage = ReadsFailAfterWrite()
-    storage.lose_next_reply = True
+    faulty = FaultyStorage(ReadsFailAfterWrite())
+    faulty.lose_reply("write_if_absent")
     with pytest.raises(CommitStateUnknownError, match="entry 0 is unknown") as info:
-        Timeline(storage, table="t1").append(requested())
+        Timeline(faulty, table="t1").append(requested())
     assert isinstance(info.value.__cause__, StorageIOError)
     assert info.value.table == "t1"
 

@@ -32,6 +32,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, invariant, rule
 
 from lakewarden.storage import AlreadyExistsError
+from lakewarden.storage.faults import FaultyStorage
 from lakewarden.table.checkpoint import entry_key
 from lakewarden.table.conflicts import Footprint, WriteConflictError
 from lakewarden.table.coordinator import EmbeddedCoordinator
@@ -103,9 +104,10 @@ class TimelineModel(RuleBasedStateMachine):
 
     @initialize()
     def setup(self) -> None:
-        self.storage = MemStorage()
+        self.storage = MemStorage()  # zombies, rogues and the invariants use it directly
+        self.faulty = FaultyStorage(self.storage)  # the processes go through it
         self.procs = [
-            (Timeline(self.storage, checkpoint_interval=7, table="t"), EmbeddedCoordinator())
+            (Timeline(self.faulty, checkpoint_interval=7, table="t"), EmbeddedCoordinator())
             for _ in range(3)
         ]
         self.acked: set[str] = set()  # complete() returned to the writer
@@ -148,11 +150,11 @@ class TimelineModel(RuleBasedStateMachine):
             self._inflight(write)
             return
         if racer is not None and racer.tx.coordinator is not write.tx.coordinator:
-            self.storage.before_write_if_absent = lambda: self._complete(racer)
-        self.storage.lose_next_reply = lose_reply and racer is None
+            self.faulty.before("write_if_absent", lambda: self._complete(racer))
+        if lose_reply and racer is None:
+            self.faulty.lose_reply("write_if_absent")
         self._complete(write)
-        self.storage.before_write_if_absent = None
-        self.storage.lose_next_reply = False
+        self.faulty.clear_faults()
 
     # The same step again: hypothesis picks rules uniformly, and lifecycles should get far.
     advance_more = advance

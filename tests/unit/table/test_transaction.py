@@ -8,6 +8,7 @@ import time
 import pytest
 from _memstore import MemStorage
 
+from lakewarden.storage.faults import FaultyStorage
 from lakewarden.table.conflicts import OverlappingCommitConflict, PendingPlanConflict
 from lakewarden.table.coordinator import (
     EmbeddedCoordinator,
@@ -108,12 +109,13 @@ def test_rebase_between_two_processes_rechecks_conflicts() -> None:
     """Two processes (own coordinator, own timeline cache) on one storage: the later one's
     append loses the race, rebases, and the re-run conflict check fails it."""
     storage = MemStorage()
-    t1, t2 = Timeline(storage, table="orders"), Timeline(storage, table="orders")
+    faulty = FaultyStorage(storage)  # b's process goes through it
+    t1, t2 = Timeline(storage, table="orders"), Timeline(faulty, table="orders")
     c1, c2 = EmbeddedCoordinator(), EmbeddedCoordinator()
     a, b = begin(t1, c1, "a"), begin(t2, c2, "b")
     for tx in (a, b):
         tx.inflight(WorkloadProfile(operation="upsert", file_groups=(FG,)))
-    storage.before_write_if_absent = lambda: a.complete(stats_for(a, FG)) and None
+    faulty.before("write_if_absent", lambda: a.complete(stats_for(a, FG)))
     with pytest.raises(OverlappingCommitConflict):
         b.complete(stats_for(b, FG))
     state = Timeline(storage).load()
@@ -128,7 +130,8 @@ def test_validate_runs_after_the_conflict_rules_and_again_after_a_rebase() -> No
     """A second process completes an instant while ours appends: our append loses the race,
     rebases, and ``validate`` sees the new state and refuses; the instant stays pending."""
     storage = MemStorage()
-    t1, t2 = Timeline(storage, table="orders"), Timeline(storage, table="orders")
+    faulty = FaultyStorage(storage)  # b's process goes through it
+    t1, t2 = Timeline(storage, table="orders"), Timeline(faulty, table="orders")
     c1, c2 = EmbeddedCoordinator(), EmbeddedCoordinator()
     a, b = begin(t1, c1, "a"), begin(t2, c2, "b")
     a.inflight(WorkloadProfile(operation="upsert", file_groups=(FG,)))
@@ -144,7 +147,7 @@ def test_validate_runs_after_the_conflict_rules_and_again_after_a_rebase() -> No
     def a_completes_first() -> None:
         a.complete(stats_for(a, FG))
 
-    storage.before_write_if_absent = a_completes_first
+    faulty.before("write_if_absent", a_completes_first)
     with pytest.raises(_BatchDone, match=f"{a.instant} did it already"):
         b.complete(stats_for(b, other), validate=refuse_once_a_completed)
     assert seen == [0, 1]  # before the append, and again against the rebased state

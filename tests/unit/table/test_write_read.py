@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 import lakewarden
 from lakewarden.settings import Settings
 from lakewarden.storage import ObjectInfo, Storage, StorageIOError
+from lakewarden.storage.faults import FaultyStorage
 from lakewarden.table.bucket import append_group, bucket_of, route
 from lakewarden.table.config import (
     META_COLUMNS,
@@ -587,14 +588,15 @@ def test_a_store_failure_while_writing_files_rolls_back() -> None:
 
 def test_a_lost_reply_on_completion_is_reconciled_from_the_log() -> None:
     storage, config = _shared_table()
-    table = Table(storage, config, coordinator=EmbeddedCoordinator())
+    faulty = FaultyStorage(storage)
+    table = Table(faulty, config, coordinator=EmbeddedCoordinator())
 
     def lose_the_completed_reply() -> None:
-        storage.lose_next_reply = True  # one group: the next create is the completed entry
+        faulty.lose_reply("write_if_absent")  # one group: the next create is the completed entry
 
     storage.after = lose_the_completed_reply
     result = table.write(rows((1, "eu", 1, "a")))
-    assert storage.lose_next_reply is False  # the fault fired
+    assert faulty.pending() == 0  # the fault fired
     assert [(s.instant, s.state) for s in table.timeline()] == [
         (result.instant, Transition.COMPLETED)
     ]
