@@ -25,7 +25,8 @@ from lakewarden.table.timeline_state import TimelineEntry
 
 log = logging.getLogger(__name__)
 
-# A short wait: the writer waits for it between its protocol steps.
+# A short wait: the writer waits for it between its protocol steps (also bounds the one-time
+# topic check, so an unreachable broker costs a writer seconds, not the request timeout).
 _FLUSH_TIMEOUT_S = 5.0
 
 
@@ -90,6 +91,6 @@ class TimelinePublisher:
 
         Raises: RetryableError (the broker did not answer the topic check)."""
         if self._producer is None:
-            ensure_topics(self.settings, specs=(TIMELINE,))
+            ensure_topics(self.settings, specs=(TIMELINE,), timeout_s=_FLUSH_TIMEOUT_S)
             self._producer = EventProducer(self.settings, producer_id="timeline-announcer")
         return self._producer
