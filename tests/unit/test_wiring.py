@@ -77,11 +77,14 @@ def test_former_raw_environment_reads_are_settings(
     assert crash_hook_from_env() is None
 
 
-def test_error_sink_refuses_to_start_without_kafka(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "service", ["error_sink", "job_committer", "timeline_lock", "heartbeat_monitor"]
+)
+def test_every_service_refuses_to_start_without_kafka(tmp_path: Path, service: str) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("LAKEWARDEN_")}
     env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
     done = subprocess.run(
-        [sys.executable, "-m", "services.error_sink"],
+        [sys.executable, "-m", f"services.{service}"],
         env=env,
         cwd=tmp_path,
         capture_output=True,
