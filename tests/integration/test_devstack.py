@@ -31,21 +31,6 @@ from lakewarden.settings import Settings
 LOOPBACK = {("tcp", "0100007F"), ("tcp6", "0000000000000000FFFF00000100007F")}
 
 
-def process_group(pgid: int) -> set[int]:
-    """Every live pid whose process group is ``pgid`` (the part and anything it forked)."""
-    members = set()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
-            members.add(int(entry.name))
-    return members
-
-
 def listening_sockets(pids: set[int]) -> list[tuple[str, str, int]]:
     """(family, local address hex, port) of every listening TCP socket the pids hold."""
     inodes = set()
@@ -100,7 +85,7 @@ def test_fixture_broker_round_trip_on_loopback(
     pid = kafka_broker.running_pid()
     assert pid is not None
     ports = {kafka_broker.port, kafka_broker.controller_port}
-    assert_loopback_only(process_group(pid), ports)
+    assert_loopback_only(processes.group_members(pid), ports)
 
 
 def test_fixture_s3_bucket_with_credentials(s3_settings: Settings, s3_bucket: str) -> None:
@@ -142,7 +127,7 @@ def test_stop_escalates_to_sigkill(tmp_path: Path) -> None:
     assert processes.wait_for(lambda: "ready" in (tmp_path / "log").read_text(), timeout_s=5)
     processes.stop(pid, timeout_s=0.5, name="stubborn")
     assert not processes.pid_alive(pid)
-    assert process_group(pid) == set()  # the sleep children went with it
+    assert processes.group_members(pid) == set()  # the sleep children went with it
 
 
 def test_down_never_signals_a_reused_pid(tmp_path: Path) -> None:
@@ -202,7 +187,7 @@ def test_dev_up_status_down_leaves_nothing(tmp_path: Path, monkeypatch: pytest.M
         assert up.exit_code == 0, up.output
         record = _state.load(state)
         assert [part.name for part in record.parts] == ["kafka", "s3", "fake-service"]
-        groups = {part.name: process_group(part.pid) for part in record.parts}
+        groups = {part.name: processes.group_members(part.pid) for part in record.parts}
         for part in record.parts:
             assert groups[part.name], f"{part.name} is not running"
             assert part.pid_file.read_text().strip() == str(part.pid)
@@ -221,7 +206,7 @@ def test_dev_up_status_down_leaves_nothing(tmp_path: Path, monkeypatch: pytest.M
     assert down.exit_code == 0, down.output
     assert "stopped fake-service, s3, kafka" in down.output
     for part in record.parts:
-        assert process_group(part.pid) == set(), f"{part.name} left processes behind"
+        assert processes.group_members(part.pid) == set(), f"{part.name} left processes behind"
         assert not processes.pid_alive(part.pid)
         assert not part.pid_file.exists()
         assert not processes.port_answers(part.health_port)

@@ -11,6 +11,7 @@ from _events import event
 from click.testing import CliRunner
 
 from lakewarden.cli import cli
+from lakewarden.clients.timeline_events import transition_record
 from lakewarden.history import Recorded, diff_timelines, entries_from_topic, read_storage_entries
 from lakewarden.table.checkpoint import entry_key
 from lakewarden.table.table import Table
@@ -28,23 +29,19 @@ def table(tmp_path: Path) -> Table:
 
 
 def published(table: Table) -> list[Recorded]:
-    """The TimelineTransition event of every storage entry: a perfectly published topic."""
+    """The TimelineTransition event of every storage entry, as the announcer publishes it:
+    a perfectly published topic."""
+    table_id = table.config.table_id
     return [
         event(
             "TimelineTransition",
             entry.seq,
-            table=table.config.table_id,
+            **{k: v for k, v in record.items() if k != "envelope"},
+            table=table_id,
             producer=entry.actor,
-            seq=entry.seq,
-            instant=entry.instant,
-            action=str(entry.action),
-            transition=str(entry.transition),
-            actor=entry.actor,
-            lock_token=entry.lock_token,
-            wall_time=entry.wall_time_ms,
-            payload=json.dumps(entry.payload, sort_keys=True),
         )
         for entry in table.timeline_log.entries()
+        for record in [transition_record(entry, table_id=table_id, producer_id=entry.actor)]
     ]
 
 
