@@ -57,6 +57,7 @@ from lakewarden.table.timeline import (
     IllegalTransitionError,
     Timeline,
     TimelineCorruptError,
+    TimelineGapError,
 )
 from lakewarden.table.timeline_state import InstantState, TimelineState
 from lakewarden.table.writer import (
@@ -98,6 +99,7 @@ __all__ = [
     "TableConfig",
     "Timeline",
     "TimelineCorruptError",
+    "TimelineGapError",
     "TimelineState",
     "Transition",
     "UnsupportedFormatVersionError",

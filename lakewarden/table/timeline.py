@@ -9,8 +9,10 @@ Checkpoints (``lakewarden.table.checkpoint``) every K entries bound load time.
 A ``Timeline`` caches the newest state it has loaded: the log is append-only and entries are
 immutable once written, so loading again only reads the entries after the cached tail. Those
 are read by key (tail + 1, tail + 2, ... until one is missing), never by listing: a listing
-costs the whole directory on a filesystem. Listing readers (``entries``, a full replay) also
-prove the log has no hole.
+costs the whole directory on a filesystem. Where the probe finds a key missing, one listing
+after that key confirms it is the end (``timeline_gaps``): an entry missing while a later one
+exists is a gap, and reads and appends raise ``TimelineGapError`` instead of stopping there
+(or appending into it). Listing readers (``entries``, a full replay) prove the same.
 
 The records (``TimelineEntry``, ``EntryDraft``, ``InstantState``, ``TimelineState``,
 ``Rejection``) are defined in ``timeline_state`` and re-exported here.
@@ -41,6 +43,12 @@ from lakewarden.table.checkpoint import (
     seq_of,
 )
 from lakewarden.table.state_machine import Rejected, Replayer, apply
+from lakewarden.table.timeline_gaps import (
+    TimelineCorruptError,
+    TimelineGapError,
+    first_entry_after,
+    lost_reason,
+)
 from lakewarden.table.timeline_state import (
     EntryDraft,
     InstantState,
@@ -66,11 +74,6 @@ class IllegalTransitionError(NonRetryableError):
     def __init__(self, message: str, *, reason: str, table: str | None, instant: str) -> None:
         super().__init__(message, table=table, instant=instant)
         self.reason = reason
-
-
-class TimelineCorruptError(NonRetryableError):
-    """The log has a hole: an entry is missing below the tail (deleted by hand, or a broken
-    store). Readers refuse to guess; restore the entry or rebuild the table's timeline."""
 
 
 class Timeline:
@@ -107,7 +110,8 @@ class Timeline:
         entries after it, read by key. ``full_replay`` ignores cache and checkpoints: it lists
         the log and replays every entry from 0 (what a verifier or the replay tool does).
 
-        Raises: TimelineCorruptError (full replay found a hole in the log), StorageError.
+        Raises: TimelineGapError (an entry is missing while a later one exists: a gap; a
+        ``TimelineCorruptError``), StorageError.
         """
         if full_replay:
             return self._extend(TimelineState(), self._list_after(-1))[0]
@@ -140,12 +144,7 @@ class Timeline:
                     return  # checkpoints sort after every entry key
                 continue
             if seq != expected:
-                raise TimelineCorruptError(
-                    f"timeline entry {expected} is missing but entry {seq} exists. Help: "
-                    "restore the missing entry from a backup or the timeline topic "
-                    "(`lakewarden replay`); readers refuse to skip it.",
-                    table=self.table,
-                )
+                raise TimelineGapError(missing_seq=expected, next_seq=seq, table=self.table)
             data = self.storage.read(info.key)
             yield seq, data, _parse_entry(seq, data)
             expected += 1
@@ -153,19 +152,42 @@ class Timeline:
     def _probe_after(self, after_seq: int) -> Iterator[_Read]:
         """The entries after ``after_seq`` read by key until the first missing one.
 
-        The log has no holes (an entry is written only at tail + 1, after reading the tail), so
-        the first missing key is the end. This costs one read per new entry however long the
-        log is, where a listing costs the whole directory on a filesystem. Remote stores read
-        ahead in parallel batches (doubling up to ``read_ahead``) to hide latency.
+        An entry is written only at tail + 1, after reading the tail, so the first missing key
+        should be the end; one listing after it proves that (a later entry means a gap:
+        ``TimelineGapError``). This costs one read per new entry plus one listing however long
+        the log is. Remote stores read ahead in parallel batches (doubling up to
+        ``read_ahead``) to hide latency.
+
+        Raises: TimelineGapError, StorageError.
         """
         seq, batch = after_seq + 1, 1
         while True:
             for data in self._read_many([entry_key(s) for s in range(seq, seq + batch)]):
                 if data is None:
-                    return
+                    data = self._confirm_end(seq)
+                    if data is None:
+                        return
                 yield seq, data, _parse_entry(seq, data)
                 seq += 1
             batch = min(batch * 2, self._read_ahead)
+
+    def _confirm_end(self, seq: int) -> bytes | None:
+        """Entry ``seq`` was missing: None if it is the end of the log, its bytes if it was
+        appended meanwhile (a racing writer).
+
+        A later entry in the listing is a gap only if ``seq`` is *still* missing when read
+        again after the listing: whoever wrote the later entry had read ``seq`` first, so
+        ``seq`` existed and was since deleted. Without the re-read, a writer that appended
+        ``seq`` and then ``seq + 1`` between our read and our listing would look like a gap.
+
+        Raises: TimelineGapError, StorageError."""
+        found = first_entry_after(self.storage, seq)
+        if found is None:
+            return None
+        data = self._read_many([entry_key(seq)])[0]
+        if data is None:
+            raise TimelineGapError(missing_seq=seq, next_seq=found, table=self.table)
+        return data
 
     def _read_many(self, keys: list[str]) -> list[bytes | None]:
         def read(key: str) -> bytes | None:
@@ -225,8 +247,9 @@ class Timeline:
              ``CommitStateUnknownError`` when a write's outcome is still unknown.
           6. Done: write the checkpoint if one is due (best effort).
 
-        Raises: IllegalTransitionError, ConcurrentAppendError, CommitStateUnknownError, whatever
-        ``validate`` raises, StorageError from reads.
+        Raises: IllegalTransitionError, ConcurrentAppendError, CommitStateUnknownError,
+        TimelineGapError (never appends into a gap), whatever ``validate`` raises,
+        StorageError from reads.
         """
         state = self.load()  # 1.
         tried: set[tuple[int, bytes]] = set()
@@ -315,10 +338,14 @@ def _read_pool() -> ThreadPoolExecutor:
 
 
 def _parse_entry(seq: int, data: bytes) -> TimelineEntry | str:
-    """The entry, or why it is malformed (a reason string)."""
+    """The entry, or why it is malformed (a reason string; a placeholder of a lost entry
+    says so)."""
     try:
         entry = TimelineEntry.model_validate_json(data)
     except ValidationError as err:
+        lost = lost_reason(data, seq)
+        if lost is not None:
+            return lost
         return f"malformed entry: {err.error_count()} error(s): {err.errors()[0]['msg']}"
     if entry.seq != seq:
         return f"malformed entry: it says seq {entry.seq} but is stored as entry {seq}"
@@ -351,6 +378,7 @@ __all__ = [
     "Timeline",
     "TimelineCorruptError",
     "TimelineEntry",
+    "TimelineGapError",
     "TimelineState",
     "Validator",
 ]
