@@ -265,7 +265,7 @@ class Timeline:
                 log.warning("timeline append at seq %d: outcome unknown (%s)", entry.seq, err)
                 unknown[entry.seq] = err
             else:
-                self._landed(new_state)  # 6.
+                self._landed(new_state, data)  # 6.
                 return entry, new_state
             try:
                 state, raw = self._extend(state, self._probe_after(state.tail_seq))  # 4.
@@ -315,12 +315,12 @@ class Timeline:
             )
         return entry, data, verdict
 
-    def _landed(self, state: TimelineState) -> None:
+    def _landed(self, state: TimelineState, data: bytes) -> None:
         with self._lock:
             if self._cached is None or self._cached.tail_seq < state.tail_seq:
                 self._cached = state
         if self.checkpoints.due(state.tail_seq):
-            self.checkpoints.write(state)
+            self.checkpoints.write(state, last_entry=data)
 
 
 _POOL_LOCK = threading.Lock()

@@ -89,7 +89,7 @@ def test_checkpoints_every_k_entries_and_load_uses_the_newest(storage: Storage) 
     assert state == Timeline(storage).load(full_replay=True)
     # the checkpoint of seq 9 (and entry 9, to cross-check it), then entries 10 and 11 by
     # key; the miss at 12 is confirmed as the end by one listing after it
-    assert counting.reads == [checkpoint_key(9), entry_key(10), entry_key(11)]
+    assert counting.reads == [checkpoint_key(9), entry_key(9), entry_key(10), entry_key(11)]
     assert counting.calls["list"] == 2  # of the checkpoints, and after entry 12
 
 
