@@ -108,6 +108,18 @@ def describe_fields(schema: pa.Schema) -> tuple[SchemaField, ...]:
     return tuple(SchemaField(name=f.name, type=str(f.type), nullable=f.nullable) for f in schema)
 
 
+TableType = Literal["cow", "mor"]
+# The long names users may pass (Hudi's COPY_ON_WRITE / MERGE_ON_READ); persisted short.
+TABLE_TYPE_ALIASES: dict[str, str] = {"copy_on_write": "cow", "merge_on_read": "mor"}
+
+
+def normalize_table_type(value: str) -> str:
+    """``cow`` or ``mor`` for either spelling (case-insensitive); other values unchanged (the
+    config's validation names them)."""
+    lowered = value.lower()
+    return TABLE_TYPE_ALIASES.get(lowered, lowered)
+
+
 class TableConfig(BaseModel):
     """What a table is: persisted once by ``Table.create``, never rewritten by writers."""
 
@@ -116,7 +128,7 @@ class TableConfig(BaseModel):
     format_version: int = FORMAT_VERSION
     table_id: str = Field(description="uuid4 string; the table's identity on the timeline")
     name: str = Field(min_length=1)
-    table_type: Literal["cow", "mor"] = "cow"
+    table_type: TableType = "cow"
     record_key: str
     partition_by: tuple[str, ...] = ()
     ordering_field: str | None = None
@@ -151,14 +163,15 @@ class TableConfig(BaseModel):
         schema: pa.Schema,
         partition_by: Sequence[str] = (),
         ordering_field: str | None = None,
-        table_type: Literal["cow", "mor"] = "cow",
+        table_type: str = "cow",
         buckets: int = 1,
     ) -> TableConfig:
-        """A config with a fresh table id. Raises: InvalidTableConfigError."""
+        """A config with a fresh table id; ``table_type`` is ``cow``/``copy_on_write`` or
+        ``mor``/``merge_on_read``. Raises: InvalidTableConfigError."""
         return _validated(
             table_id=str(uuid.uuid4()),
             name=name,
-            table_type=table_type,
+            table_type=normalize_table_type(table_type),
             record_key=record_key,
             partition_by=tuple(partition_by),
             ordering_field=ordering_field,
@@ -172,6 +185,10 @@ class TableConfig(BaseModel):
         """The schema of every data file: the meta columns, then the table's columns."""
         meta = [pa.field(name, pa.string(), nullable=False) for name in META_COLUMNS]
         return pa.schema(meta + list(self.pa_schema), metadata=self.pa_schema.metadata)
+
+    @property
+    def merge_on_read(self) -> bool:
+        return self.table_type == "mor"
 
     def to_json(self) -> bytes:
         return self.model_dump_json(indent=2).encode("utf-8")

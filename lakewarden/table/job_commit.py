@@ -255,7 +255,7 @@ def _committed_by(committer: ManifestCommitter, stats: CommitStats) -> bool:
     if summary is None or summary.state != "COMMITTED":
         return False
     placed = {key: size for files in summary.committed_files.values() for key, size in files}
-    return all(placed.get(s.path) == s.size_bytes for s in stats.write_stats)
+    return all(placed.get(s.path) == s.size_bytes for s in stats.write_stats if not s.is_log)
 
 
 def _finished(table_id: str, mine: InstantState, job_id: str) -> InstantFinishedError:
@@ -286,11 +286,15 @@ def _finish_abort(committer: ManifestCommitter, mine: InstantState) -> None:
 def check_statistics(
     stats: CommitStats, files: Sequence[CommittedFile], *, instant: str, table: str
 ) -> None:
-    """Every file the statistics name is a committed file of that size.
+    """Every file the statistics name is a committed file of that size. Log file blocks
+    (merge-on-read) are appended in place by their attempt, not placed by the job commit;
+    readers check them against the statistics (``lakewarden.logfile.select``).
 
     Raises: StatisticsMismatchError."""
     placed = {f.key: f.size for f in files}
     for stat in stats.write_stats:
+        if stat.is_log:
+            continue
         size = placed.get(stat.path)
         if size is None or size != stat.size_bytes:
             found = "no committed file" if size is None else f"a committed file of {size} bytes"

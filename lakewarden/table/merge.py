@@ -122,6 +122,18 @@ def _dedupe(table: pa.Table, ordering: str | None) -> pa.Table:
     return ranked.filter(first).drop_columns([_SEQ])
 
 
+def _slice_records(storage: Storage, config: TableConfig, file_slice: FileSlice) -> pa.Table:
+    """A slice's records: its base file, merged with its log blocks on a merge-on-read table."""
+    if not file_slice.log_files:
+        if file_slice.base_file is None:
+            return config.file_schema.empty_table()
+        return read_data_file(storage, file_slice.base_file.path)
+    # Imported here: lakewarden.table.mor merges with this module's ``merge``.
+    from lakewarden.table.mor import read_slice
+
+    return read_slice(storage, config, file_slice)
+
+
 @dataclass(frozen=True)
 class BucketMerge:
     """The merge of one bucket: the new content of its canonical group and the file groups
@@ -144,11 +156,8 @@ def merge_bucket(
     """``incoming`` (routed to ``canonical``) merged with the records of every slice of its
     bucket (``BucketSlices.of(canonical)``: the canonical group and its append groups). The
     result belongs in the canonical group; the Python writer and the Spark tasks both use it."""
-    existing = [
-        stored(read_data_file(storage, s.base_file.path), config)
-        for s in slices
-        if s.base_file is not None
-    ]
+    existing = [stored(_slice_records(storage, config, s), config) for s in slices]
+    existing = [t for t in existing if len(t)]
     merged = merge(
         operation,
         pa.concat_tables(existing) if existing else None,

@@ -10,6 +10,10 @@ IO goes through ``Storage``: on a local table pyarrow reads ``storage.local_path
 (memory-mapped, parallel); elsewhere (S3) a read-only pyarrow filesystem adapter fetches each
 fragment's object with ``storage.read`` when the scan opens it.
 
+Merge-on-read slices (a base file with log files) cannot be scanned as files: each is read
+and merged by ``lakewarden.table.mor.read_slice``, then filtered and projected in memory, and
+appended to the scan of the plain slices.
+
 Meta columns (``_lw_*``) are stripped unless ``with_meta=True`` or named in ``columns``.
 """
 
@@ -28,7 +32,7 @@ from lakewarden.errors import NonRetryableError
 from lakewarden.storage import Storage
 from lakewarden.table.bucket import MalformedPartitionPathError, parse_partition_path
 from lakewarden.table.config import META_COLUMNS, META_COMMIT_TIME, TableConfig
-from lakewarden.table.snapshot import Changes, Snapshot
+from lakewarden.table.snapshot import Changes, FileSlice, Snapshot
 from lakewarden.table.stats import WriteStat
 
 _PARQUET = ds.ParquetFileFormat()
@@ -39,7 +43,8 @@ class ColumnNotFoundError(NonRetryableError):
 
 
 class UnsupportedSliceError(NonRetryableError):
-    """The snapshot holds files this reader cannot merge yet (merge-on-read log files)."""
+    """The snapshot holds files a reader cannot merge (a Spark read of log files that is not
+    routed through the Python merge)."""
 
 
 def read_data_file(storage: Storage, key: str, *, columns: Sequence[str] | None = None) -> pa.Table:
@@ -60,15 +65,34 @@ def read_snapshot(
     filter: pc.Expression | None = None,
     with_meta: bool = False,
 ) -> pa.Table:
-    """The records of ``snapshot``. Raises: ColumnNotFoundError, UnsupportedSliceError."""
-    for file_slice in snapshot.slices.values():
-        if file_slice.log_files:
-            raise UnsupportedSliceError(
-                f"file group {file_slice.file_group} of table {config.name!r} has log files; "
-                "this reader reads copy-on-write base files only.",
-                table=config.name,
-            )
-    return scan(storage, config, snapshot.base_files(), columns, filter, with_meta)
+    """The records of ``snapshot``. Raises: ColumnNotFoundError, MissingCommittedBlockError."""
+    merged = [s for s in snapshot.slices.values() if s.log_files]
+    if not merged:
+        return scan(storage, config, snapshot.base_files(), columns, filter, with_meta)
+    plain = [s for s in snapshot.base_files() if not snapshot.slices[s.file_group].log_files]
+    table = scan(storage, config, plain, columns, filter, with_meta)
+    return _with_merged(storage, config, table, merged, columns, filter, with_meta)
+
+
+def _with_merged(
+    storage: Storage,
+    config: TableConfig,
+    table: pa.Table,
+    slices: Sequence[FileSlice],
+    columns: Sequence[str] | None,
+    filter: pc.Expression | None,
+    with_meta: bool,
+) -> pa.Table:
+    """``table`` followed by the merged records of ``slices``, filtered and projected."""
+    # Imported here: lakewarden.table.mor merges with lakewarden.table.merge, which reads
+    # base files through this module.
+    from lakewarden.table.mor import read_slice
+
+    records = [read_slice(storage, config, s) for s in slices]
+    merged = pa.concat_tables(records) if records else config.file_schema.empty_table()
+    selected = _columns(config, columns, with_meta)
+    extra = ds.dataset(merged).to_table(columns=selected, filter=filter)
+    return pa.concat_tables([table, extra.cast(table.schema)])
 
 
 def read_changes(
@@ -83,10 +107,15 @@ def read_changes(
     """The latest version of every record written by the instants of ``changes`` (Hudi's
     incremental query): the latest slices those instants wrote, restricted to the records whose
     ``_lw_commit_time`` is one of them. Deleted records do not appear."""
-    stats = [s.base_file for s in changes.slices() if s.base_file is not None]
+    slices = changes.slices()
+    stats = [s.base_file for s in slices if s.base_file is not None and not s.log_files]
     written = pc.field(META_COMMIT_TIME).isin(pa.array(changes.instants, pa.string()))
     combined = written if filter is None else written & filter
-    return scan(storage, config, stats, columns, combined, with_meta)
+    table = scan(storage, config, stats, columns, combined, with_meta)
+    merged = [s for s in slices if s.log_files]
+    if not merged:
+        return table
+    return _with_merged(storage, config, table, merged, columns, combined, with_meta)
 
 
 def scan(

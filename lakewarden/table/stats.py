@@ -47,9 +47,19 @@ class WriteStat(BaseModel):
     num_deletes: int = Field(default=0, ge=0)
     size_bytes: int = Field(ge=0)
     # Merge-on-read log files: the committed attempt and how many blocks it wrote. Authoritative
-    # for readers, which drop any other block (see lakewarden.logfile).
+    # for readers, which drop any other block (see lakewarden.logfile). ``size_bytes`` of a log
+    # file's statistic counts the bytes of those blocks (others may share the file).
     log_attempt: str | None = None
     log_block_count: int | None = None
+    log_instant: str | None = Field(
+        default=None, description="the instant whose blocks these are (INSTANT_TIME)"
+    )
+
+    @property
+    def is_log(self) -> bool:
+        """Whether this statistic names a log file's blocks (written in place, not placed by
+        the job commit)."""
+        return self.log_block_count is not None
 
 
 class CommitStats(BaseModel):

@@ -65,7 +65,7 @@ class Table:
         schema: pa.Schema,
         partition_by: Sequence[str] = (),
         ordering_field: str | None = None,
-        table_type: Literal["cow", "mor"] = "cow",
+        table_type: Literal["cow", "mor", "copy_on_write", "merge_on_read"] = "cow",
         buckets: int = 1,
         coordinator: Coordinator | None = None,
         settings: Settings | None = None,

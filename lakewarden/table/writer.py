@@ -38,9 +38,13 @@ Every data file carries the meta columns ``_lw_commit_time`` (instant that wrote
 ``_lw_record_key`` (key text), ``_lw_partition_path`` and ``_lw_file_name``, before the user
 columns; readers strip them unless asked.
 
-The action is ``commit`` for both table types: merge-on-read log files come with
-``lakewarden.logfile``; until then a ``mor`` table is written copy-on-write, which is a valid
-MOR layout (base files only).
+On a merge-on-read table (``table_type="mor"``) every write is a ``deltacommit``. An upsert
+or delete of a bucket whose only slice is its canonical group with a base file appends one log
+block to that slice instead of rewriting it (``lakewarden.table.mor``: appended in place on a
+local filesystem, a new log file version on S3; written at the final key, since a block is
+invisible until the statistics name its attempt). Inserts, and buckets with no base file yet or
+with append groups beside the canonical one, are merged and written as base files as above
+(the merge reads each slice with its log blocks merged in).
 """
 
 from __future__ import annotations
@@ -59,9 +63,11 @@ from lakewarden.table.bucket import BucketSlices, route
 from lakewarden.table.config import META_FILE_NAME, TableConfig
 from lakewarden.table.coordinator import Coordinator
 from lakewarden.table.files import BaseFileName, WriteToken, file_key
+from lakewarden.table.instant import Action
 from lakewarden.table.job_commit import STAGE_WRITE_FILES, JobCommitSpec, abandon, commit_instant
 from lakewarden.table.merge import BucketMerge, Merged, merge, merge_bucket, stamped
-from lakewarden.table.snapshot import snapshot_as_of_request
+from lakewarden.table.mor import write_blocks
+from lakewarden.table.snapshot import FileSlice, snapshot_as_of_request
 from lakewarden.table.stats import CommitStats, FileGroupId, WorkloadProfile, WriteStat
 from lakewarden.table.timeline import Timeline
 from lakewarden.table.transaction import WriteTransaction
@@ -125,8 +131,14 @@ def write(ctx: WriteContext, data: pa.Table, operation: Operation) -> CommitResu
     not be established; the files stay for the cleaner)."""
     data = validate_input(data, ctx.config, operation)  # 1
     groups = route(data, ctx.config)  # 2
+    action = Action.DELTACOMMIT if ctx.config.merge_on_read else Action.COMMIT
     txn = WriteTransaction.begin(  # 3
-        ctx.timeline, ctx.coordinator, ctx.config.table_id, operation=operation, actor=ctx.actor
+        ctx.timeline,
+        ctx.coordinator,
+        ctx.config.table_id,
+        operation=operation,
+        actor=ctx.actor,
+        action=action,
     )
     job: ManifestCommitter | None = None
     written: list[str] = []
@@ -193,8 +205,23 @@ def _write_groups(
     (pyarrow releases the GIL)."""
     groups = list(routed.items())
 
+    attempt_id = str(attempt.attempt_id) if attempt is not None else f"{instant}-direct"
+
     def one(task: int) -> tuple[BucketMerge, WriteStat | None]:
         group, incoming = groups[task]
+        target = _log_slice(ctx.config, buckets.of(group), group, operation)
+        if target is not None:
+            records = stamped(incoming, instant, ctx.config, operation)
+            stat = write_blocks(
+                ctx.storage,
+                target,
+                records,
+                instant=instant,
+                attempt=attempt_id,
+                token=WriteToken(task, 0, 0),
+                delete=operation == "delete",
+            )
+            return BucketMerge(Merged(None, deletes=stat.num_deletes)), stat
         result = merge_bucket(
             ctx.storage,
             ctx.config,
@@ -238,6 +265,18 @@ def _write_groups(
         if operation == "delete"
         else {},
     )
+
+
+def _log_slice(
+    config: TableConfig, slices: list[FileSlice], canonical: FileGroupId, operation: str
+) -> FileSlice | None:
+    """The slice an upsert or delete appends a log block to on a merge-on-read table: the
+    bucket's canonical slice, when it has a base file and no append group beside it."""
+    if not config.merge_on_read or operation not in ("upsert", "delete"):
+        return None
+    if len(slices) != 1 or slices[0].file_group != canonical or slices[0].base_file is None:
+        return None
+    return slices[0]
 
 
 def _file_bytes(config: TableConfig, name: str, table: pa.Table) -> bytes:

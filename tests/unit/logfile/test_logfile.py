@@ -107,7 +107,7 @@ def test_backward_scan_follows_trailing_lengths_and_stops_at_damage() -> None:
     assert list(scan_backward(data + b"xx")) == []
 
 
-@settings(max_examples=examples(40))
+@settings(max_examples=examples(40), deadline=None)
 @given(
     st.lists(
         st.tuples(

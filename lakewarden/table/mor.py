@@ -1,0 +1,203 @@
+"""Merge-on-read file slices: where an attempt's log blocks go, and how a slice is read.
+
+**Writing.** An upsert or delete of a bucket whose current slice is its canonical group's base
+file (plus log files) appends one block to that slice instead of rewriting the base file:
+a data block with the input records (reduced to one per key by the merge rules, stamped with
+the instant), or a delete block with the keys. Where the block goes (``log_target``):
+
+- a store with ``capabilities.append`` (local files): the slice's latest log file, appended in
+  place (a new slice starts ``.log.1``). Retries, speculative attempts and zombies append
+  beside it; only the blocks the statistics name count.
+- otherwise (S3): a new log file version, ``max(version) + 1`` with the attempt's write token,
+  written once and only if absent.
+
+The write statistic (``log_statistic``) names the log file, the instant, the attempt and its
+block count: what ``lakewarden.logfile.select.select_committed`` takes on read.
+
+**Reading** (``read_slice``): the base file, then the selected blocks of every log file in the
+order they were committed, each merged with ``lakewarden.table.merge.merge`` exactly as a
+copy-on-write write of the same input would have merged it (data blocks as upserts, delete
+blocks as deletes). That is why a merge-on-read table reads the same as a copy-on-write table
+fed the same writes. Damaged regions and blocks of uncommitted attempts are skipped and logged
+(``Selection.report``); a committed block that is missing raises ``MissingCommittedBlockError``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pyarrow as pa
+
+from lakewarden.logfile import (
+    BlockType,
+    CommittedBlocks,
+    LogBlock,
+    LogScan,
+    LogWrite,
+    LogWriter,
+    Selection,
+    scan_log,
+    select_by_sequence,
+    select_committed,
+)
+from lakewarden.storage import AlreadyExistsError, Storage
+from lakewarden.table.config import (
+    META_COMMIT_TIME,
+    META_FILE_NAME,
+    META_PARTITION_PATH,
+    META_RECORD_KEY,
+    TableConfig,
+)
+from lakewarden.table.files import LogFileName, WriteToken, file_key, split_key
+from lakewarden.table.merge import merge
+from lakewarden.table.reader import read_data_file
+from lakewarden.table.snapshot import FileSlice
+from lakewarden.table.stats import WriteStat
+
+_MAX_VERSION_SKIPS = 100
+
+__all__ = [
+    "delete_keys",
+    "log_statistic",
+    "log_target",
+    "read_slice",
+    "slice_selection",
+    "write_blocks",
+]
+
+
+def log_target(
+    storage: Storage, file_slice: FileSlice, token: WriteToken, *, skip: int = 0
+) -> tuple[str, bool]:
+    """``(key, append)``: the log file an attempt with ``token`` writes its blocks to;
+    ``skip`` versions further when a new version's name is taken (a rolled-back write's)."""
+    group = file_slice.file_group
+    names = [LogFileName.parse(split_key(s.path)[1]) for s in file_slice.log_files]
+    if storage.capabilities.append and file_slice.log_files:
+        return file_slice.log_files[-1].path, True
+    version = max((n.version for n in names), default=0) + 1 + skip
+    name = LogFileName(group.file_id, file_slice.base_instant, version, token).render()
+    return file_key(group.partition_path, name), storage.capabilities.append
+
+
+def delete_keys(stamped_keys: pa.Table) -> pa.Table:
+    """The content of a delete block: the commit time, record key and partition path."""
+    return stamped_keys.select([META_COMMIT_TIME, META_RECORD_KEY, META_PARTITION_PATH])
+
+
+def log_statistic(
+    file_slice: FileSlice, written: LogWrite, *, records: int, delete: bool
+) -> WriteStat:
+    """The write statistic of one attempt's blocks in a log file."""
+    return WriteStat(
+        file_group=file_slice.file_group,
+        path=written.key,
+        base_instant=file_slice.base_instant,
+        num_records=records,
+        num_updates=0 if delete else records,
+        num_deletes=records if delete else 0,
+        size_bytes=written.size_bytes,
+        log_attempt=written.attempt,
+        log_block_count=written.block_count,
+        log_instant=written.instant,
+    )
+
+
+def write_blocks(
+    storage: Storage,
+    file_slice: FileSlice,
+    records: pa.Table,
+    *,
+    instant: str,
+    attempt: str,
+    token: WriteToken,
+    delete: bool,
+) -> WriteStat:
+    """Append one block of ``records`` (merge schema, stamped) or of their keys to the slice.
+
+    A new version whose name is taken (by a rolled-back write: names name only the version
+    and the write token) moves on to the next version.
+
+    Raises: StorageError."""
+    for skip in range(_MAX_VERSION_SKIPS + 1):
+        key, append = log_target(storage, file_slice, token, skip=skip)
+        writer = LogWriter(storage, key, instant=instant, attempt=attempt, append=append)
+        if delete:
+            writer.add_delete(delete_keys(records))
+        else:
+            writer.add_data(records)
+        try:
+            written = writer.flush()
+        except AlreadyExistsError:
+            if skip == _MAX_VERSION_SKIPS:
+                raise
+            continue
+        return log_statistic(file_slice, written, records=len(records), delete=delete)
+    raise AssertionError("unreachable")
+
+
+def slice_selection(storage: Storage, file_slice: FileSlice) -> Selection:
+    """The blocks of ``file_slice``'s log files that count, in commit order.
+
+    Statistics naming an attempt are authoritative; a log file whose statistics name none (an
+    older writer) falls back to HUDI-6758's rule and its blocks come first.
+
+    Raises: MissingCommittedBlockError, StorageError."""
+    scans: dict[str, LogScan] = {}
+    for stat in file_slice.log_files:
+        if stat.path not in scans:
+            scans[stat.path] = scan_log(storage.read(stat.path), stat.path)
+    committed = [
+        CommittedBlocks(stat.path, stat.log_instant, stat.log_attempt, stat.log_block_count)
+        for stat in file_slice.log_files
+        if stat.log_attempt is not None
+        and stat.log_instant is not None
+        and stat.log_block_count is not None
+    ]
+    legacy = [s for s in file_slice.log_files if s.log_attempt is None or s.log_instant is None]
+    selection = select_committed(list(scans.values()), committed)
+    if legacy:
+        paths = dict.fromkeys(s.path for s in legacy)
+        legacy_scans = [scans[p] for p in paths]
+        instants = _instants(legacy, legacy_scans)
+        fallback = select_by_sequence(legacy_scans, instants)
+        selection.blocks[:0] = fallback.blocks
+    return selection
+
+
+def _instants(stats: Sequence[WriteStat], scans: Sequence[LogScan]) -> list[str]:
+    named = [s.log_instant for s in stats if s.log_instant is not None]
+    if len(named) == len(stats):
+        return list(dict.fromkeys(named))
+    found = (b.instant for scan in scans for b in scan.blocks if b.instant is not None)
+    return list(dict.fromkeys([*named, *found]))
+
+
+def read_slice(storage: Storage, config: TableConfig, file_slice: FileSlice) -> pa.Table:
+    """The records of a file slice, base file merged with its committed log blocks, in the
+    file schema (``_lw_file_name`` is the file that holds each record's latest version).
+
+    Raises: MissingCommittedBlockError, StorageError."""
+    schema = config.file_schema
+    state: pa.Table | None = None
+    if file_slice.base_file is not None:
+        state = read_data_file(storage, file_slice.base_file.path).cast(schema)
+    if not file_slice.log_files:
+        return state if state is not None else schema.empty_table()
+    selection = slice_selection(storage, file_slice)
+    selection.report()
+    for block in selection.blocks:
+        state = _apply(state, block, config)
+    return state if state is not None else schema.empty_table()
+
+
+def _apply(state: pa.Table | None, block: LogBlock, config: TableConfig) -> pa.Table | None:
+    if block.block_type is BlockType.COMMAND:
+        return state
+    records = block.records()
+    if block.block_type is BlockType.DELETE:
+        return merge("delete", state, records, config.ordering_field).table
+    name = split_key(block.path)[1]
+    names = pa.repeat(pa.scalar(name), len(records))
+    records = records.append_column(META_FILE_NAME, names).select(config.file_schema.names)
+    return merge("upsert", state, records.cast(config.file_schema), config.ordering_field).table

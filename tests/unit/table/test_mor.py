@@ -1,0 +1,189 @@
+"""Merge-on-read tables: deltacommits append log blocks, reads merge them, time travel and
+incremental reads work, and any sequence of writes reads the same as on copy-on-write."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from _hypothesis_profiles import examples
+from _memstore import MemStorage
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from lakewarden.logfile import MissingCommittedBlockError, scan_log
+from lakewarden.settings import Settings
+from lakewarden.table.config import TableConfig, save_new_config
+from lakewarden.table.coordinator import EmbeddedCoordinator
+from lakewarden.table.files import is_log_file, split_key
+from lakewarden.table.instant import Action
+from lakewarden.table.table import Table
+
+SCHEMA = pa.schema(
+    [
+        pa.field("id", pa.int64(), nullable=False),
+        pa.field("region", pa.string()),
+        pa.field("ts", pa.int64()),
+        pa.field("v", pa.string()),
+    ]
+)
+MakeTable = Callable[..., Table]
+
+
+def rows(*records: tuple[int, str | None, int | None, str]) -> pa.Table:
+    return pa.Table.from_pylist(
+        [dict(zip(SCHEMA.names, r, strict=True)) for r in records], schema=SCHEMA
+    )
+
+
+def as_set(table: pa.Table) -> set[tuple[Any, ...]]:
+    return {tuple(r.values()) for r in table.select(SCHEMA.names).to_pylist()}
+
+
+def as_sorted(table: pa.Table) -> list[tuple[Any, ...]]:
+    return sorted((tuple(r.values()) for r in table.select(SCHEMA.names).to_pylist()), key=repr)
+
+
+ARGS: dict[str, Any] = {
+    "name": "orders",
+    "record_key": "id",
+    "schema": SCHEMA,
+    "partition_by": ["region"],
+    "ordering_field": "ts",
+    "buckets": 2,
+}
+
+
+def memory_table(table_type: str, **overrides: Any) -> Table:
+    storage = MemStorage()
+    config = TableConfig.new(**(ARGS | {"table_type": table_type} | overrides))
+    save_new_config(storage, config)
+    return Table(storage, config, coordinator=EmbeddedCoordinator())
+
+
+@pytest.fixture(params=["local", "memory", pytest.param("s3", marks=pytest.mark.s3)])
+def make_table(request: pytest.FixtureRequest, tmp_path: Path) -> MakeTable:
+    counter = iter(range(1000))
+
+    def make(table_type: str = "merge_on_read", **overrides: Any) -> Table:
+        args = ARGS | {"table_type": table_type} | overrides
+        n = next(counter)
+        if request.param == "memory":
+            return memory_table(table_type, **overrides)
+        if request.param == "local":
+            return Table.create(str(tmp_path / f"t{n}"), **args)
+        s3_settings: Settings = request.getfixturevalue("s3_settings")
+        bucket: str = request.getfixturevalue("s3_bucket")
+        return Table.create(f"s3://{bucket}/{tmp_path.name}/t{n}", settings=s3_settings, **args)
+
+    return make
+
+
+def log_stats(table: Table, instant: str) -> list[Any]:
+    state = table.state().get(instant)
+    assert state is not None and state.commit is not None
+    return [s for s in state.commit.write_stats if s.is_log]
+
+
+def test_upserts_and_deletes_are_deltacommits_that_append_log_blocks(make_table: MakeTable) -> None:
+    table = make_table()
+    assert table.config.table_type == "mor"
+    first = table.write(rows((1, "eu", 1, "a"), (2, "eu", 1, "b"), (3, "us", 1, "c")), "insert")
+    assert log_stats(table, first.instant) == []  # new file groups: base files
+    second = table.write(rows((1, "eu", 2, "a2"), (3, "us", 0, "stale")), "upsert")
+    third = table.write(rows((2, "eu", 9, "")), "delete")
+    assert {table.state().get(i).action for i in (first.instant, second.instant)} == {  # type: ignore[union-attr]
+        Action.DELTACOMMIT
+    }
+    stats = log_stats(table, second.instant) + log_stats(table, third.instant)
+    assert stats and all(is_log_file(split_key(s.path)[1]) for s in stats)
+    assert all(s.log_block_count == 1 and s.log_attempt for s in stats)
+    assert as_set(table.read()) == {(1, "eu", 2, "a2"), (3, "us", 1, "c")}
+    # Time travel and incremental reads see the merged slices.
+    assert as_set(table.read(as_of=second.instant)) == {
+        (1, "eu", 2, "a2"),
+        (2, "eu", 1, "b"),
+        (3, "us", 1, "c"),
+    }
+    assert as_set(table.changes(first.instant)) == {(1, "eu", 2, "a2")}
+    meta = table.read(with_meta=True)
+    ids, files = meta.column("id").to_pylist(), meta.column("_lw_file_name").to_pylist()
+    names = dict(zip(ids, files, strict=True))
+    assert names[1].startswith(".") and names[3].endswith(".parquet")
+
+
+def test_local_appends_go_to_one_log_file_and_s3_style_stores_write_versions(
+    tmp_path: Path,
+) -> None:
+    local = Table.create(str(tmp_path / "t"), **(ARGS | {"table_type": "mor", "buckets": 1}))
+    memory = memory_table("mor", buckets=1)
+    for table in (local, memory):
+        table.write(rows((1, "eu", 1, "a")), "insert")
+        for ts in (2, 3, 4):
+            table.write(rows((1, "eu", ts, f"v{ts}")), "upsert")
+        paths = [s.path for s in table.snapshot().slices.values() for s in s.log_files]
+        assert len(paths) == 3
+        assert as_set(table.read()) == {(1, "eu", 4, "v4")}
+    local_paths = {s.path for sl in local.snapshot().slices.values() for s in sl.log_files}
+    memory_paths = {s.path for sl in memory.snapshot().slices.values() for s in sl.log_files}
+    assert len(local_paths) == 1  # appended in place
+    assert len(memory_paths) == 3  # no append: one version per write
+
+
+def test_blocks_of_an_uncommitted_attempt_in_the_log_file_are_invisible(tmp_path: Path) -> None:
+    table = Table.create(str(tmp_path / "t"), **(ARGS | {"table_type": "mor", "buckets": 1}))
+    table.write(rows((1, "eu", 1, "a"), (2, "eu", 1, "b")), "insert")
+    table.write(rows((1, "eu", 2, "a2")), "upsert")
+    (path,) = {s.path for sl in table.snapshot().slices.values() for s in sl.log_files}
+    data = table.storage.read(path)
+    # A zombie re-appends the committed bytes and a torn copy: nothing changes.
+    table.storage.append(path, data + data[: len(data) // 2])
+    assert as_set(table.read()) == {(1, "eu", 2, "a2"), (2, "eu", 1, "b")}
+    assert len(scan_log(table.storage.read(path), path).corrupt) == 1
+    # A committed block that is gone is a named error, never a silent drop.
+    table.storage.write(path, data[:-1])
+    with pytest.raises(MissingCommittedBlockError):
+        table.read()
+
+
+def test_a_merge_on_read_insert_into_a_slice_with_logs_rewrites_the_base_file(
+    make_table: MakeTable,
+) -> None:
+    table = make_table(buckets=1)
+    table.write(rows((1, "eu", 1, "a")), "insert")
+    table.write(rows((1, "eu", 2, "b")), "upsert")
+    table.write(rows((2, "eu", 1, "c")), "insert")
+    (file_slice,) = table.snapshot().slices.values()
+    assert file_slice.log_files == () and file_slice.base_file is not None
+    assert as_set(table.read()) == {(1, "eu", 2, "b"), (2, "eu", 1, "c")}
+
+
+# -- the property: merge-on-read reads as copy-on-write -------------------------------------
+
+_RECORD = st.tuples(
+    st.integers(0, 7), st.sampled_from(["eu", "us"]), st.integers(0, 3), st.sampled_from("xyz")
+)
+_BATCH = st.tuples(
+    st.sampled_from(["insert", "upsert", "upsert", "delete"]),
+    st.lists(_RECORD, min_size=1, max_size=5),
+)
+
+
+@settings(max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(_BATCH, min_size=1, max_size=6), st.data())
+def test_property_merge_on_read_reads_the_same_as_copy_on_write(
+    batches: list[tuple[str, list[tuple[int, str, int, str]]]], data: st.DataObject
+) -> None:
+    cow, mor = memory_table("cow"), memory_table("merge_on_read")
+    instants: list[tuple[str, str]] = []
+    for operation, records in batches:
+        batch = rows(*records)
+        instants.append((cow.write(batch, operation).instant, mor.write(batch, operation).instant))
+        assert as_sorted(mor.read()) == as_sorted(cow.read())
+    at = data.draw(st.integers(0, len(instants) - 1))
+    (cow_at, mor_at) = instants[at]
+    assert as_sorted(mor.read(as_of=mor_at)) == as_sorted(cow.read(as_of=cow_at))
+    assert as_sorted(mor.changes(mor_at)) == as_sorted(cow.changes(cow_at))
