@@ -14,9 +14,17 @@ TableConfig, Action, Transition, Instant the table's config and the timeline's v
 Timeline, TimelineState, InstantState    the timeline log and its folded state
 Snapshot, CommitStats, FileGroupId,      what a snapshot and a commit are made of
 WorkloadProfile, WriteStat
+CleanPolicy, CleaningPolicy, CleanResult cleaning (``Table.clean``; ``lakewarden.table.clean``)
 errors                                   NotATableError, TableAlreadyExistsError, ... (below)
 """
 
+from lakewarden.table.clean import (
+    CleaningPolicy,
+    CleanPolicy,
+    CleanResult,
+    InstantCleanedError,
+    InvalidCleanPolicyError,
+)
 from lakewarden.table.config import (
     InvalidTableConfigError,
     NotATableError,
@@ -69,6 +77,11 @@ from lakewarden.table.writer import (
 
 __all__ = [
     "Action",
+    "CleanPolicy",
+    "CleanResult",
+    "CleaningPolicy",
+    "InstantCleanedError",
+    "InvalidCleanPolicyError",
     "ColumnNotFoundError",
     "CommitResult",
     "CommitStats",

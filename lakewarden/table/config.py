@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from lakewarden.errors import ConfigurationError, NonRetryableError
 from lakewarden.storage import AlreadyExistsError, NotFoundError, Storage
+from lakewarden.table.clean.policy import CleanPolicy
 
 FORMAT_VERSION = 1
 CONFIG_KEY = ".lakewarden/table.json"
@@ -135,6 +136,8 @@ class TableConfig(BaseModel):
     buckets: int = Field(default=1, ge=1)
     arrow_schema: str = Field(description="Arrow IPC schema, base64")
     fields: tuple[SchemaField, ...] = Field(description="readable copy of arrow_schema")
+    # How cleans retain old file versions (tables created before it clean with the defaults).
+    clean_policy: CleanPolicy = Field(default_factory=CleanPolicy)
 
     @model_validator(mode="after")
     def _check(self) -> TableConfig:
@@ -165,10 +168,12 @@ class TableConfig(BaseModel):
         ordering_field: str | None = None,
         table_type: str = "cow",
         buckets: int = 1,
+        clean_policy: CleanPolicy | None = None,
     ) -> TableConfig:
         """A config with a fresh table id; ``table_type`` is ``cow``/``copy_on_write`` or
         ``mor``/``merge_on_read``. Raises: InvalidTableConfigError."""
         return _validated(
+            clean_policy=clean_policy or CleanPolicy(),
             table_id=str(uuid.uuid4()),
             name=name,
             table_type=normalize_table_type(table_type),

@@ -98,6 +98,9 @@ class CleanFile(BaseModel):
 
     path: str = Field(min_length=1)
     reason: str = Field(min_length=1)
+    size_bytes: int = Field(default=0, ge=0)
+    # A pending multipart upload to ``path`` (of a finished or dead job): aborted, not deleted.
+    upload_id: str | None = None
 
 
 class CleanPlan(BaseModel):
@@ -109,6 +112,8 @@ class CleanPlan(BaseModel):
     version: Literal[1] = 1
     files: tuple[CleanFile, ...] = ()
     earliest_retained_instant: str | None = Field(default=None, pattern=_INSTANT_PATTERN)
+    # The policy that chose the files (``CleanPolicy.describe()``), for messages.
+    policy: str | None = None
 
 
 class RollbackPlan(BaseModel):

@@ -6,6 +6,7 @@
     table.read(filter=pc.field("region") == "eu")          # the latest snapshot
     table.read(as_of=result.instant)                       # time travel
     table.changes(since_instant=result.instant)            # incremental
+    table.clean(dry_run=True)                              # what a clean would delete
 
 A table receives its coordinator (the table lock and heartbeats). ``Table.create`` and
 ``Table.open`` given none ask ``lakewarden.table.connection.shared_connection(settings)``, the
@@ -20,7 +21,8 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Collection, Sequence
 from typing import Literal
 
 import pyarrow as pa
@@ -28,6 +30,14 @@ import pyarrow.compute as pc
 
 from lakewarden.settings import Settings
 from lakewarden.storage import Storage
+from lakewarden.table.clean import (
+    CleanPolicy,
+    CleanRequest,
+    CleanResult,
+    RollbackContext,
+    check_not_cleaned,
+    clean_table,
+)
 from lakewarden.table.config import TableConfig, load_config, save_new_config
 from lakewarden.table.connection import load_storage, shared_connection
 from lakewarden.table.coordinator import Coordinator
@@ -67,6 +77,7 @@ class Table:
         ordering_field: str | None = None,
         table_type: Literal["cow", "mor", "copy_on_write", "merge_on_read"] = "cow",
         buckets: int = 1,
+        clean_policy: CleanPolicy | None = None,
         coordinator: Coordinator | None = None,
         settings: Settings | None = None,
     ) -> Table:
@@ -82,6 +93,7 @@ class Table:
             ordering_field=ordering_field,
             table_type=table_type,
             buckets=buckets,
+            clean_policy=clean_policy,
         )
         storage = load_storage(uri, settings)
         save_new_config(storage, config)
@@ -164,11 +176,16 @@ class Table:
     ) -> pa.Table:
         """The records as of ``as_of`` (default: the latest completed instant).
 
-        Raises: InstantNotCompletedError, ColumnNotFoundError."""
+        Raises: InstantNotCompletedError, InstantCleanedError (a clean deleted files of that
+        snapshot: outside the table's retention), ColumnNotFoundError."""
+        state = self.state()
+        snapshot = build_snapshot(state.completed(), as_of)
+        if as_of is not None:
+            check_not_cleaned(state, snapshot, table=self.name)
         return read_snapshot(
             self.storage,
             self.config,
-            self.snapshot(as_of),
+            snapshot,
             columns=columns,
             filter=filter,
             with_meta=with_meta,
@@ -191,6 +208,41 @@ class Table:
         return read_changes(
             self.storage, self.config, changes, columns=columns, filter=filter, with_meta=with_meta
         )
+
+    # -- cleaning -----------------------------------------------------------------------------
+
+    def clean(
+        self,
+        policy: CleanPolicy | str | None = None,
+        dry_run: bool = False,
+        *,
+        delete_orphans: bool = False,
+        dead: Collection[str] = (),
+        wall_clock: Callable[[], float] = time.time,
+    ) -> CleanResult:
+        """Clean the table as a ``clean`` instant (``lakewarden.table.clean.run``): roll back
+        writes whose executor is dead, then plan the files to delete (old versions by
+        ``policy``, default the table's ``clean_policy``; files of rolled-back instants;
+        leftovers of finished jobs; orphans only with ``delete_orphans``), delete them and
+        append ``completed``. A pending clean of an interrupted run is finished first, as it
+        was planned. ``dry_run`` changes nothing and reports what would happen. ``dead``:
+        instants known dead (``HeartbeatExpired``); ``wall_clock``: epoch seconds (tests).
+
+        Raises: InvalidCleanPolicyError, LockTimeoutError, ConcurrentAppendError,
+        CommitStateUnknownError, StorageError (a rerun resumes)."""
+        if isinstance(policy, str):
+            policy = CleanPolicy.parse(policy, base=self.config.clean_policy)
+        ctx = RollbackContext(
+            self.storage, self.timeline_log, self.coordinator, self.table_id, self.actor
+        )
+        request = CleanRequest(
+            policy=policy or self.config.clean_policy,
+            dry_run=dry_run,
+            delete_orphans=delete_orphans,
+            dead=dead,
+            wall_clock=wall_clock,
+        )
+        return clean_table(ctx, request)
 
 
 def _coordinator_for(settings: Settings | None) -> Coordinator:

@@ -1,0 +1,45 @@
+"""Cleaning a table: old file versions by policy, failed writes, job leftovers, orphans.
+
+``Table.clean(policy=None, dry_run=False)`` is the entry point; the service
+``services/cleaner`` runs it per table. The pieces:
+
+CleanPolicy, CleaningPolicy       Hudi's three policies and their defaults (``policy``)
+plan_retention                    which files of completed writes a policy frees (``retention``)
+find_storage_garbage              rolled-back files, finished jobs' leftovers, orphans (``garbage``)
+failed_writes, roll_back          rollback of writes whose executor is dead (``rollback``)
+clean_table, CleanRequest,        the clean instant: plan, delete, completed (``run``)
+CleanResult
+InstantCleanedError               time travel to a snapshot a clean deleted files of (``cleaned``)
+"""
+
+from lakewarden.table.clean.cleaned import InstantCleanedError, check_not_cleaned
+from lakewarden.table.clean.garbage import StorageGarbage, find_storage_garbage
+from lakewarden.table.clean.policy import (
+    DEFAULT_ORPHAN_MIN_AGE_S,
+    CleaningPolicy,
+    CleanPolicy,
+    InvalidCleanPolicyError,
+)
+from lakewarden.table.clean.retention import RetentionPlan, plan_retention
+from lakewarden.table.clean.rollback import RollbackContext, failed_writes, roll_back
+from lakewarden.table.clean.run import CleanRequest, CleanResult, clean_table, execute_clean
+
+__all__ = [
+    "DEFAULT_ORPHAN_MIN_AGE_S",
+    "CleanPolicy",
+    "CleanRequest",
+    "CleanResult",
+    "CleaningPolicy",
+    "InstantCleanedError",
+    "InvalidCleanPolicyError",
+    "RetentionPlan",
+    "RollbackContext",
+    "StorageGarbage",
+    "check_not_cleaned",
+    "clean_table",
+    "execute_clean",
+    "failed_writes",
+    "find_storage_garbage",
+    "plan_retention",
+    "roll_back",
+]

@@ -1,0 +1,153 @@
+"""Rolling back failed writes: pending ingestion instants whose executor is dead.
+
+A write whose heartbeat expired (heartbeat-monitor published ``HeartbeatExpired``, the
+coordinator's liveness view says dead, or, in-process, the embedded coordinator saw its
+heartbeat block end without a completion) never completes by itself. Steps (Hudi's rollback
+of failed writes, in log terms; every destructive step comes after an entry that makes the
+instant uncommittable):
+
+1. under the table lock append the rollback *intent*: a ``rollback`` instant ``requested``
+   with ``RollbackPlan(target)``; the state machine then refuses the target's ``inflight``
+   and ``completed`` (a writer that was only slow loses its commit, not its files' safety);
+   refused when the target completed meanwhile: then nothing happens;
+2. ``abandon`` the target (the one rollback path): ``rolled_back``, then the job's abort
+   (every file it placed or staged is deleted, its pending uploads aborted);
+3. complete the rollback instant.
+
+Resumable at every step: a target with an intent is rolled back by that rollback instant
+whatever its liveness, and a pending rollback instant whose target is already rolled back
+only needs steps 2 (idempotent) and 3. Files the job did not track (a writer without private
+staging puts them at their final keys) are garbage once the target is rolled back; the clean
+that follows deletes them (``lakewarden.table.clean.garbage``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection
+from dataclasses import dataclass
+
+from lakewarden.commit import ManifestCommitter
+from lakewarden.storage import Storage
+from lakewarden.table.abandon import abandon
+from lakewarden.table.coordinator import Coordinator, Liveness
+from lakewarden.table.instant import INGESTION_ACTIONS, Action, Transition
+from lakewarden.table.plans import RollbackPlan
+from lakewarden.table.stats import CommitStats
+from lakewarden.table.timeline import IllegalTransitionError, Timeline, TimelineState
+from lakewarden.table.timeline_state import InstantState
+from lakewarden.table.transaction import WriteTransaction
+
+log = logging.getLogger(__name__)
+
+CLEANER_STAGE = "cleaner_rollback"
+
+
+@dataclass(frozen=True)
+class RollbackContext:
+    """What a rollback works with (the table's storage, timeline, coordinator and identity)."""
+
+    storage: Storage
+    timeline: Timeline
+    coordinator: Coordinator
+    table_id: str
+    actor: str
+
+
+def failed_writes(
+    state: TimelineState, coordinator: Coordinator, table_id: str, dead: Collection[str] = ()
+) -> list[InstantState]:
+    """Pending ingestion instants to roll back: those with a rollback intent (resume), those
+    named in ``dead`` (``HeartbeatExpired``) and those the coordinator says are dead."""
+    targets = []
+    for inst in state.pending():
+        if inst.action not in INGESTION_ACTIONS:
+            continue
+        if (
+            inst.rollback_by is not None
+            or inst.instant in dead
+            or coordinator.liveness(table_id, inst.instant) is Liveness.DEAD
+        ):
+            targets.append(inst)
+    return targets
+
+
+def unfinished_rollbacks(state: TimelineState) -> list[InstantState]:
+    """Rollback instants whose target is already rolled back (a crash before step 3)."""
+    found = []
+    for inst in state.pending():
+        if inst.action is Action.ROLLBACK and isinstance(inst.plan, RollbackPlan):
+            target = state.get(inst.plan.target)
+            if target is not None and not target.is_pending:
+                found.append(inst)
+    return found
+
+
+def roll_back(ctx: RollbackContext, target: InstantState, reason: str) -> bool:
+    """Roll ``target`` back (steps 1-3); False when it completed before the intent landed.
+
+    Raises: LockTimeoutError, ConcurrentAppendError, CommitStateUnknownError (retry the clean:
+    the intent, if it landed, is resumed), StorageError."""
+    rollback_instant = target.rollback_by
+    if rollback_instant is None:
+        try:
+            intent = WriteTransaction.begin(  # 1.
+                ctx.timeline,
+                ctx.coordinator,
+                ctx.table_id,
+                operation="rollback",
+                actor=ctx.actor,
+                action=Action.ROLLBACK,
+                plan=RollbackPlan(target=target.instant),
+            )
+        except IllegalTransitionError as err:
+            current = ctx.timeline.load().get(target.instant)
+            if current is None or current.rollback_by is None:
+                log.info("not rolling back %s: %s", target.instant, err.reason)
+                return False
+            intent_instant = current.rollback_by  # another cleaner's intent: finish it
+        else:
+            intent_instant = intent.instant
+        rollback_instant = intent_instant
+    _finish(ctx, target, rollback_instant, reason)
+    return True
+
+
+def finish_rollback(ctx: RollbackContext, rollback: InstantState) -> None:
+    """Steps 2 and 3 of a rollback instant whose run was interrupted."""
+    assert isinstance(rollback.plan, RollbackPlan)
+    target = ctx.timeline.load().get(rollback.plan.target)
+    if target is not None:
+        _finish(ctx, target, rollback.instant, "resuming an interrupted rollback")
+
+
+def _finish(ctx: RollbackContext, target: InstantState, rollback_instant: str, why: str) -> None:
+    job_id = target.job_plan.job_id if target.job_plan is not None else None
+    committer = ManifestCommitter(ctx.storage, job_id) if job_id is not None else None
+    txn = WriteTransaction.resume(
+        ctx.timeline, ctx.coordinator, ctx.table_id, target.instant, actor=ctx.actor
+    )
+    cause = f"rolled back by the cleaner ({rollback_instant}): {why}"
+    outcome = abandon(committer, txn, cause, stage=CLEANER_STAGE)  # 2.
+    if not outcome.rolled_back:
+        return
+    for failure in outcome.failures:
+        log.warning("rollback of %s: %s (the next clean retries)", target.instant, failure)
+    rollback = WriteTransaction.resume(
+        ctx.timeline, ctx.coordinator, ctx.table_id, rollback_instant, actor=ctx.actor
+    )
+    current = rollback.status()
+    if current is not None and current.state is Transition.REQUESTED:
+        rollback.complete(  # 3.
+            CommitStats(operation="rollback", extra_metadata={"target": target.instant})
+        )
+
+
+__all__ = [
+    "CLEANER_STAGE",
+    "RollbackContext",
+    "failed_writes",
+    "finish_rollback",
+    "roll_back",
+    "unfinished_rollbacks",
+]
