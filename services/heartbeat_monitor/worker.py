@@ -32,7 +32,6 @@ from collections.abc import Callable, Iterable
 from typing import Any, Final
 
 from confluent_kafka import (
-    OFFSET_BEGINNING,
     TIMESTAMP_LOG_APPEND_TIME,
     KafkaError,
     KafkaException,
@@ -44,6 +43,7 @@ from confluent_kafka import (
 from lakewarden.clients.liveness import SERVICE
 from lakewarden.events import EventCodec, EventConsumer, EventConsumerError, default_codec
 from lakewarden.settings import Settings
+from services._common.changelog import recover_changelog
 from services._common.dlq import DEAD_LETTERS
 from services.heartbeat_monitor.monitor import Consumed, Effects, Monitor
 
@@ -298,19 +298,12 @@ class Worker:
         Raises:
             EventConsumerError: the changelog could not be read.
         """
-        if not partitions:
-            return {}
-        reader = EventConsumer(
+        return recover_changelog(
             self.settings,
-            group_id=f"{self.group_id}-recovery",
-            auto_commit=False,
-            dead_letters=False,
-            logger=log,
+            group_id=self.group_id,
+            topic=self.topics.changelog,
+            partitions=partitions,
         )
-        try:
-            return _read_to_end(reader, self.topics.changelog, partitions)
-        finally:
-            reader.close()
 
     # -- delivery and errors ---------------------------------------------------------------
 
@@ -325,34 +318,3 @@ class Worker:
             self.consumer.close()
         finally:
             self.producer.flush(self.settings.kafka.request_timeout_s)
-
-
-def _read_to_end(reader: EventConsumer, topic: str, partitions: list[int]) -> dict[bytes, bytes]:
-    """Raises: EventConsumerError (the offsets could not be read, or not to the end in time)."""
-    ends = {}
-    for partition in partitions:
-        # A topic created a moment ago may have no leader yet: retried for up to 30 s.
-        low, high = reader.watermarks(topic, partition, timeout_s=30.0)
-        if high > low:
-            ends[partition] = high
-    records: dict[bytes, bytes] = {}
-    if not ends:
-        return records
-    reader.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in ends])
-    deadline = time.monotonic() + 120
-    while ends:
-        if time.monotonic() > deadline:
-            raise EventConsumerError(f"recovering {topic}: not read to the end within 120 s")
-        for msg in reader.consume(_BATCH, 0.2):
-            key, value = msg.key(), msg.value()
-            if key is None:
-                continue
-            if value is None:
-                records.pop(key, None)
-            else:
-                records[key] = value
-        # Positions, not offsets seen: compaction may have removed the last records.
-        for partition, position in reader.positions(topic, ends).items():
-            if position >= ends[partition]:
-                del ends[partition]
-    return records

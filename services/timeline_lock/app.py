@@ -1,47 +1,39 @@
-"""The faust app of timeline-lock: its topics and its table, declared at module top.
+"""timeline-lock, declared: its settings, topics and group.
 
-The table ``locks`` maps table id -> a stored ``TableLock`` (``state_json``); it is partitioned like
-``lock.requests`` (a table's lock lives in the partition its requests arrive on) and backed
-by the changelog topic ``<prefix>timeline-lock-locks-changelog``, so the locks, and above all
-each table's ``last_token``, survive restarts and rebalances.
+The locks live in memory (``Worker.locks``: table id -> a stored ``TableLock``, see
+``state_json``) and in the compacted changelog topic ``<prefix>timeline-lock-locks-changelog``,
+partitioned like ``lock.requests`` (a table's lock lives in the partition its requests arrive
+on), so the locks, and above all each table's ``last_token``, survive restarts and
+rebalances. The name and the record format (key: the table id as a JSON string; value: the
+stored lock as JSON) are those the faust version of the service wrote, so its state carries
+over.
+
+The Kafka loop is ``worker.Worker`` (plain confluent-kafka; its module doc says why).
 """
 
 from __future__ import annotations
 
-import faust
+from typing import Final
 
-from lakewarden.events.faust_codec import CODEC_NAME
-from lakewarden.events.topics import DLQ, LOCK_REPLIES, LOCK_REQUESTS
+from lakewarden.events.topics import DLQ, FOREVER, LOCK_REPLIES, LOCK_REQUESTS, TopicSpec
 from lakewarden.settings import Settings
-from services._common import DeadLetters, Lifecycle, ServiceSettings, make_app
+from services._common import ServiceSettings
+from services.timeline_lock.handler import SERVICE
+from services.timeline_lock.worker import Topics
 
-SERVICE = "timeline-lock"
-TOPICS = (LOCK_REQUESTS, LOCK_REPLIES)
+LOCKS_CHANGELOG: Final = TopicSpec(
+    f"{SERVICE}-locks-changelog", LOCK_REQUESTS.partitions, FOREVER, cleanup_policy="compact"
+)
+TOPICS: Final = (LOCK_REQUESTS, LOCK_REPLIES, LOCKS_CHANGELOG, DLQ)
 
 settings = Settings()
 service_settings = ServiceSettings()
-app = make_app(
-    SERVICE,
-    settings,
+group_id = f"{settings.kafka.topic_prefix}{SERVICE}"
+topics = Topics(
+    requests=LOCK_REQUESTS.name(settings),
+    replies=LOCK_REPLIES.name(settings),
+    changelog=LOCKS_CHANGELOG.name(settings),
+    dlq=DLQ.name(settings),
     partitions=LOCK_REQUESTS.partitions,
-    instance_id=service_settings.instance_id,
-    commit_interval_s=service_settings.commit_interval_s,
+    reply_partitions=LOCK_REPLIES.partitions,
 )
-lifecycle = Lifecycle(app, SERVICE)
-
-requests_topic = app.topic(
-    LOCK_REQUESTS.name(settings), key_serializer="raw", value_serializer=CODEC_NAME
-)
-replies_topic = app.topic(
-    LOCK_REPLIES.name(settings), key_serializer="raw", value_serializer=CODEC_NAME
-)
-dlq_topic = app.topic(DLQ.name(settings), key_serializer="raw", value_serializer=CODEC_NAME)
-
-locks = app.Table(
-    "locks",
-    default=None,
-    schema=faust.Schema(key_serializer="json", value_serializer="json"),
-    partitions=LOCK_REQUESTS.partitions,
-)
-
-dead_letters = DeadLetters(dlq_topic, service=SERVICE, consumer_group=app.conf.id)

@@ -1,21 +1,23 @@
-"""What timeline-lock's agent and timer do, apart from faust (so tests can drive it directly).
+"""What timeline-lock does with each request, apart from Kafka (tests drive it directly).
 
-``RequestHandler.handle`` takes one message of ``lock.requests``:
+``RequestHandler.handle`` takes one message of ``lock.requests`` and returns its ``Effects``:
 
-1. undecodable, not a LockRequest, misrouted or invalid: dead-letter it (and refuse it when it
+1. undecodable, not a LockRequest, misrouted or invalid: a dead letter (and a refusal when it
    says where to answer), then go on;
 2. load the table's lock, ``state.apply`` the request at its offset (a redelivered request is
    skipped: at-least-once delivery, exactly-once effect);
-3. store the new state (the faust table sends it to the changelog);
-4. send the replies.
+3. store the new state in the table; its id goes into ``Effects.changelog``;
+4. the replies go into ``Effects.replies``.
 
-Replies may be sent before the changelog write is durable: every decision is a function of
-the request log (see ``state``), so a crash in between re-applies the same requests to the same
-decisions, and at worst a reply is sent twice (clients ignore replies they no longer wait for).
+The worker produces the replies first, then the changelog record. Replies may be sent before
+the changelog write is durable: every decision is a function of the request log (see
+``state``), and offsets are committed only after the changelog is flushed, so a crash in
+between re-applies the same requests to the same decisions, and at worst a reply is sent
+twice (clients ignore replies they no longer wait for).
 
-``ExpiryScanner.tick`` (the timer) finds leases past their (conservative) expiry and sends an
-``expire`` request for each, through the same topic and partition as the table's requests, so
-the agent applies expiry in order with everything else.
+``ExpiryScanner.tick`` (the worker's timer) finds leases past their (conservative) expiry and
+sends an ``expire`` request for each, through the same topic and partition as the table's
+requests, so the handler applies expiry in order with everything else.
 """
 
 from __future__ import annotations
@@ -23,14 +25,14 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+from collections.abc import Callable, Mapping, MutableMapping
+from dataclasses import dataclass, field
 from typing import Any
 
-from faust.types import Message
-
 from lakewarden.clients import lock_request
-from lakewarden.events import Event, Undecodable
-from services._common.dlq import DeadLetterSink, dead_letter_failures
+from lakewarden.events import EventCodec, EventDecodeError, default_codec
+from lakewarden.events.dlq import Rejection, dead_letter_record
+from services._common.dlq import DEAD_LETTERS
 from services.timeline_lock import metrics
 from services.timeline_lock.protocol import (
     InvalidRequest,
@@ -49,9 +51,10 @@ from services.timeline_lock.state_json import due_expiry_json, lock_from_json, l
 
 log = logging.getLogger(__name__)
 
+SERVICE = "timeline-lock"
+
 Clock = Callable[[], int]
-SendReply = Callable[[str, Reply], Awaitable[None]]
-SendRequest = Callable[[str, dict[str, Any]], Awaitable[None]]
+SendRequest = Callable[[str, dict[str, Any]], None]
 
 
 def wall_clock_ms() -> int:
@@ -59,44 +62,72 @@ def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+@dataclass(frozen=True, slots=True)
+class Consumed:
+    """A message of ``lock.requests`` as consumed (value undecoded)."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes
+    timestamp_ms: int = 0
+
+
+@dataclass(slots=True)
+class Effects:
+    """What the worker must produce for one message, in field order."""
+
+    replies: list[tuple[str, Reply]] = field(default_factory=list)
+    changelog: list[str] = field(default_factory=list)  # table ids whose lock changed
+    dead_letters: list[dict[str, Any]] = field(default_factory=list)
+
+
 class RequestHandler:
-    """Applies lock requests to the lock table and answers them."""
+    """Applies lock requests to ``table`` (table id -> ``lock_to_json`` value) and says what
+    to answer. ``partitions``/``reply_partitions`` are the two topics' partition counts."""
 
     def __init__(
         self,
         *,
         table: MutableMapping[str, Any],
-        send_reply: SendReply,
-        dead_letters: DeadLetterSink,
         reply_topic: str,
         partitions: Callable[[], int],
         reply_partitions: Callable[[], int],
+        consumer_group: str,
         clock: Clock = wall_clock_ms,
+        codec: EventCodec | None = None,
     ) -> None:
         self.table = table
-        self.send_reply = send_reply
-        self.dead_letters = dead_letters
         self.reply_topic = reply_topic
         self.partitions = partitions
         self.reply_partitions = reply_partitions
+        self.consumer_group = consumer_group
         self.clock = clock
+        self.codec = codec or default_codec()
 
-    async def handle(self, message: Message, value: Any) -> None:
+    def handle(self, message: Consumed) -> Effects:
         """Process one message of ``lock.requests`` (see the module docstring). A failure
         while handling it dead-letters it (``handler_error``): one bad request must not stop
         the locks of every table; its sender resends or times out."""
-        if message.timestamp:
-            delay_s = self.clock() / 1000 - message.timestamp
+        if message.timestamp_ms:
+            delay_s = (self.clock() - message.timestamp_ms) / 1000
             metrics.REQUEST_DELAY.observe(max(0.0, delay_s))
-        await dead_letter_failures(
-            self.dead_letters, message, self._handle(message, value), what="lock request"
-        )
+        effects = Effects()
+        try:
+            self._handle(message, effects)
+        except Exception as err:
+            log.exception("lock request failed", extra={"kafka_offset": message.offset})
+            why = Rejection("handler_error", f"{type(err).__name__}: {err}", type(err).__name__)
+            effects = Effects(dead_letters=[self._dead_letter(message, why)])
+        return effects
 
-    async def _handle(self, message: Message, value: Any) -> None:
-        if isinstance(value, Undecodable):
-            await self.dead_letters.undecodable(message, value)  # 1.
+    def _handle(self, message: Consumed, effects: Effects) -> None:
+        try:
+            name, record = self.codec.decode(message.value)
+        except EventDecodeError as err:
+            effects.dead_letters.append(self._dead_letter(message, err))  # 1.
             return
-        name, record = value
         try:
             table_id, request = parse_request(
                 name,
@@ -108,7 +139,7 @@ class RequestHandler:
                 reply_partitions=self.reply_partitions(),
             )
         except InvalidRequest as err:
-            await self._reject(message, record, err)
+            self._reject(message, record, err, effects)
             return
         state = lock_from_json(self.table.get(table_id))  # 2.
         outcome = apply(state, request, offset=message.offset, now_ms=self.clock())
@@ -116,19 +147,47 @@ class RequestHandler:
             metrics.DUPLICATES.inc()
             return
         self.table[table_id] = lock_to_json(outcome.state)  # 3.
+        effects.changelog.append(table_id)
         for reply in outcome.replies:  # 4.
             if request.wants_reply or reply.request_id != request.request_id:
-                await self.send_reply(table_id, reply)
+                effects.replies.append((table_id, reply))
         _count(request, outcome)
 
-    async def _reject(self, message: Message, record: Any, err: InvalidRequest) -> None:
-        await self.dead_letters.reject(message, reason=err.reason, detail=err.detail)
+    def _reject(
+        self, message: Consumed, record: Any, err: InvalidRequest, effects: Effects
+    ) -> None:
+        effects.dead_letters.append(self._dead_letter(message, Rejection(err.reason, err.detail)))
         if err.reason != "invalid_request" or not isinstance(record, dict):
             return
         refusal = refusal_for(record, err.detail)
         partition = None if refusal is None else refusal.route.partition
         if refusal is not None and (partition is None or partition < self.reply_partitions()):
-            await self.send_reply(str(record["envelope"]["table_id"]), refusal)
+            effects.replies.append((str(record["envelope"]["table_id"]), refusal))
+
+    def _dead_letter(self, message: Consumed, why: Rejection | EventDecodeError) -> dict[str, Any]:
+        rejection = Rejection.of(why)
+        DEAD_LETTERS.labels(SERVICE, rejection.reason).inc()
+        log.warning(
+            "dead-lettered an event: %s",
+            rejection.detail,
+            extra={
+                "reason": rejection.reason,
+                "kafka_topic": message.topic,
+                "kafka_partition": message.partition,
+                "kafka_offset": message.offset,
+            },
+        )
+        return dead_letter_record(
+            rejection,
+            topic=message.topic,
+            partition=message.partition,
+            offset=message.offset,
+            key=message.key,
+            value=message.value,
+            producer_id=SERVICE,
+            consumer_group=self.consumer_group,
+            codec=self.codec,
+        )
 
 
 def _count(request: Request, outcome: Outcome) -> None:
@@ -146,11 +205,11 @@ def _count(request: Request, outcome: Outcome) -> None:
 
 
 class ExpiryScanner:
-    """The timer's work: find overdue leases, ask the agent to expire them, update gauges.
+    """The timer's work: find overdue leases, ask the handler to expire them, update gauges.
 
     ``_sent`` only remembers which expire requests are in flight, so one overdue lease is not
     asked about on every tick; it is a cache, not state (losing it costs a duplicate request,
-    which the agent ignores because it names a lease version that no longer exists).
+    which the handler ignores because it names a lease version that no longer exists).
     """
 
     def __init__(
@@ -171,7 +230,7 @@ class ExpiryScanner:
         self.resend_after_ms = resend_after_ms
         self._sent: dict[tuple[str, int, int], int] = {}
 
-    async def tick(self) -> int:
+    def tick(self) -> int:
         """Send expire requests for overdue leases; return how many were sent."""
         now, owned_since = self.clock(), self.owned_since()
         held = waiting = sent = 0
@@ -190,7 +249,7 @@ class ExpiryScanner:
                 still_due[version] = last
                 continue
             request = expire_request(holder, request_id=str(uuid.uuid4()), owner=self.producer_id)
-            await self.send_request(table_id, self._record(table_id, request))
+            self.send_request(table_id, self._record(table_id, request))
             still_due[version] = now
             sent += 1
         self._sent = still_due
@@ -216,6 +275,6 @@ class ExpiryScanner:
         )
 
 
-def reply_event(reply: Reply, *, table_id: str, producer_id: str) -> Event:
-    """The faust value for a reply."""
-    return Event("LockReply", reply_record(reply, table_id=table_id, producer_id=producer_id))
+def reply_value(reply: Reply, *, table_id: str, codec: EventCodec) -> bytes:
+    """The encoded ``LockReply`` for ``reply``."""
+    return codec.encode("LockReply", reply_record(reply, table_id=table_id, producer_id=SERVICE))

@@ -1,18 +1,16 @@
-"""timeline-lock's handler and expiry scanner, driven without faust or Kafka: parsing and
+"""timeline-lock's handler and expiry scanner, driven without Kafka: parsing and
 routing checks, dead letters for every kind of bad request, redelivery, expiry requests."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import pytest
-from faust.types import Message
 
 from lakewarden.clients import lock_request, table_partition
-from lakewarden.events import Event, EventDecodeError, Undecodable, decode, encode, sample_events
-from services._common.dlq import DEAD_LETTERS, DeadLetters
-from services.timeline_lock.handler import ExpiryScanner, RequestHandler
+from lakewarden.events import encode, sample_events
+from services._common.dlq import DEAD_LETTERS
+from services.timeline_lock.handler import Consumed, ExpiryScanner, RequestHandler
 from services.timeline_lock.state import Reply
 from services.timeline_lock.state_json import lock_from_json
 
@@ -20,33 +18,28 @@ PARTITIONS = 6
 REPLIES = "lakewarden.lock.replies"
 
 
-class FakeTopic:
-    def __init__(self) -> None:
-        self.sent: list[tuple[bytes | None, Event]] = []
-
-    async def send(self, *, key: bytes | None, value: Event) -> None:
-        self.sent.append((key, value))
-
-
 class Harness:
     def __init__(self, *, now_ms: int = 1_000) -> None:
         self.table: dict[str, Any] = {}
         self.replies: list[tuple[str, Reply]] = []
-        self.dlq = FakeTopic()
+        self.dlq: list[dict[str, Any]] = []
+        self.changed: list[str] = []
         self.now_ms = now_ms
         self.offset = 0
         self.handler = RequestHandler(
             table=self.table,
-            send_reply=self._reply,
-            dead_letters=DeadLetters(self.dlq, service="timeline-lock", consumer_group="g"),  # type: ignore[arg-type]
             reply_topic=REPLIES,
             partitions=lambda: PARTITIONS,
             reply_partitions=lambda: PARTITIONS,
+            consumer_group="g",
             clock=lambda: self.now_ms,
         )
 
-    async def _reply(self, table_id: str, reply: Reply) -> None:
-        self.replies.append((table_id, reply))
+    def _handle(self, message: Consumed) -> None:
+        effects = self.handler.handle(message)
+        self.replies.extend(effects.replies)
+        self.changed.extend(effects.changelog)
+        self.dlq.extend(effects.dead_letters)
 
     def feed(
         self,
@@ -59,32 +52,24 @@ class Harness:
     ) -> None:
         table_id = record["envelope"]["table_id"]
         value = encode(name, record)
-        message = Message(
+        message = Consumed(
             "lakewarden.lock.requests",
             table_partition(table_id, PARTITIONS) if partition is None else partition,
             self.offset if offset is None else offset,
-            0.0,
-            0,
-            None,
             table_id.encode() if key is None else key,
             value,
-            None,
         )
         self.offset += 1
-        asyncio.run(self.handler.handle(message, decode(value)))
+        self._handle(message)
 
     def feed_bytes(self, value: bytes, *, key: bytes = b"t1") -> None:
         topic = "lakewarden.lock.requests"
-        message = Message(topic, 0, self.offset, 0.0, 0, None, key, value, None)
+        message = Consumed(topic, 0, self.offset, key, value)
         self.offset += 1
-        try:
-            decoded: Any = decode(value)
-        except EventDecodeError as err:
-            decoded = Undecodable(err, value)
-        asyncio.run(self.handler.handle(message, decoded))
+        self._handle(message)
 
     def dead_letters(self) -> list[dict[str, Any]]:
-        return [event.record for _, event in self.dlq.sent]
+        return list(self.dlq)
 
 
 def req(kind: str = "acquire", table_id: str = "t1", **fields: Any) -> dict[str, Any]:
@@ -109,7 +94,7 @@ def test_acquire_is_applied_stored_and_answered_on_the_requested_route() -> None
     [(table_id, reply)] = h.replies
     assert table_id == "t1" and reply.status == "granted" and reply.token == 1
     assert reply.route.partition == 4 and reply.route.key == "client-1"
-    assert h.dlq.sent == []
+    assert h.dlq == [] and h.changed == ["t1"]  # the new lock goes to the changelog
 
 
 def test_a_redelivered_request_is_skipped() -> None:
@@ -117,6 +102,7 @@ def test_a_redelivered_request_is_skipped() -> None:
     h.feed(req(), offset=10)
     h.feed(req(request_id="r2", owner="w2"), offset=11)
     h.feed(req(request_id="r3", owner="w3"), offset=11)  # redelivery of offset 11
+    assert h.changed == ["t1", "t1"]  # nothing written for the redelivery
     assert [w["request_id"] for w in h.table["t1"]["queue"]] == ["r2"]
     assert [r.request_id for _, r in h.replies] == ["r1", "r2"]
 
@@ -184,7 +170,7 @@ def test_expiry_scanner_sends_one_expire_per_overdue_lease_version() -> None:
     h.feed(req(table_id="b", request_id="r2", owner="w2"))
     sent: list[tuple[str, dict[str, Any]]] = []
 
-    async def send(table_id: str, record: dict[str, Any]) -> None:
+    def send(table_id: str, record: dict[str, Any]) -> None:
         sent.append((table_id, record))
 
     clock = {"now": 1_400}
@@ -196,16 +182,16 @@ def test_expiry_scanner_sends_one_expire_per_overdue_lease_version() -> None:
         clock=lambda: clock["now"],
         resend_after_ms=2_000,
     )
-    assert asyncio.run(scanner.tick()) == 0
+    assert scanner.tick() == 0
     clock["now"] = 1_500
-    assert asyncio.run(scanner.tick()) == 1
+    assert scanner.tick() == 1
     [(table_id, record)] = sent
     assert table_id == "a" and record["kind"] == "expire"
     assert record["token"] == 1 and record["lease_expires_ms"] == 1_500
     clock["now"] = 2_000
-    assert asyncio.run(scanner.tick()) == 0  # in flight: not asked again yet
+    assert scanner.tick() == 0  # in flight: not asked again yet
     clock["now"] = 3_600
-    assert asyncio.run(scanner.tick()) == 1  # no answer for 2 s: asked again
+    assert scanner.tick() == 1  # no answer for 2 s: asked again
     h.feed(record)  # the agent applies it
     assert h.table["a"]["holder"] is None
     assert h.replies[-1][1].status == "expired" and h.replies[-1][1].request_id == "r1"
@@ -216,7 +202,7 @@ def test_expiry_scanner_gives_holders_a_full_ttl_after_a_takeover() -> None:
     h.feed(req(ttl_ms=500))
     sent: list[Any] = []
 
-    async def send(table_id: str, record: dict[str, Any]) -> None:
+    def send(table_id: str, record: dict[str, Any]) -> None:
         sent.append(record)
 
     now = {"ms": 10_000}
@@ -227,9 +213,9 @@ def test_expiry_scanner_gives_holders_a_full_ttl_after_a_takeover() -> None:
         producer_id="timeline-lock",
         clock=lambda: now["ms"],
     )
-    assert asyncio.run(scanner.tick()) == 0  # deadline passed long ago, but 9.8 + 0.5 > 10
+    assert scanner.tick() == 0  # deadline passed long ago, but 9.8 + 0.5 > 10
     now["ms"] = 10_300
-    assert asyncio.run(scanner.tick()) == 1
+    assert scanner.tick() == 1
 
 
 def test_a_fire_and_forget_release_is_not_answered_but_the_next_holder_is() -> None:
@@ -242,7 +228,7 @@ def test_a_fire_and_forget_release_is_not_answered_but_the_next_holder_is() -> N
         ("r2", "queued"),
         ("r2", "granted"),
     ]
-    assert h.dlq.sent == []
+    assert h.dlq == []
 
 
 def test_a_handler_failure_dead_letters_the_request_and_serving_goes_on() -> None:

@@ -1,0 +1,320 @@
+"""timeline-lock's Kafka loop: one consumer, one producer, one thread.
+
+Why a plain confluent-kafka loop rather than a faust agent: a lock client waits for every
+answer, so the service's own latency is the product. Through faust, a request crossed
+aiokafka's consumer thread, the agent's queue and aiokafka's producer: about 0.7 ms per hop
+on top of the broker, which put acquire+release at 4-8x a raw Kafka round trip. Here the
+request is read by librdkafka, applied (``RequestHandler``) and its reply handed back to
+librdkafka on the same thread, with nothing in between.
+
+It keeps what faust gave: a consumer group whose members split the partitions of
+``lock.requests`` (static membership with ``LAKEWARDEN_INSTANCE_ID``), the locks in a
+compacted changelog topic partitioned like the requests and read back on assignment before
+any request of those partitions is handled, and at-least-once processing with exactly-once
+effect (offsets are committed only after the changelog writes of what they cover were
+acknowledged, and ``state.apply`` skips requests at or below a lock's applied offset).
+
+The loop, each turn:
+1. every ``EXPIRY_TICK_S``: the ``ExpiryScanner`` sends ``expire`` requests for overdue leases;
+2. wait for a request (returns as soon as one arrives), take what else is already there;
+3. for each: the handler's effects are produced at once: replies, then the changelog record of
+   the table's new lock, then dead letters;
+4. store the offsets; every ``commit_interval_s``, flush the producer and commit them.
+
+On assignment the changelog of the new partitions is read to its end first; on revocation
+the offsets are committed and the revoked partitions' locks dropped.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import Any, Final
+
+from confluent_kafka import KafkaError, Message, Producer, TopicPartition
+
+from lakewarden.clients import table_partition
+from lakewarden.events import EventCodec, EventConsumer, EventConsumerError, default_codec
+from lakewarden.settings import Settings
+from services._common.changelog import recover_changelog
+from services.timeline_lock.handler import (
+    SERVICE,
+    Consumed,
+    Effects,
+    ExpiryScanner,
+    RequestHandler,
+    reply_value,
+    wall_clock_ms,
+)
+
+log = logging.getLogger(__name__)
+
+# Expiry is seen at most this late (plus a Kafka round trip); the issue asks for ttl + 1 s.
+EXPIRY_TICK_S: Final = 0.25
+_DRAIN: Final = 500  # requests taken at once when several are already there
+
+
+class Topics:
+    """The names this worker uses (under the settings' prefix) and the partition counts."""
+
+    def __init__(
+        self,
+        *,
+        requests: str,
+        replies: str,
+        changelog: str,
+        dlq: str,
+        partitions: int,
+        reply_partitions: int,
+    ) -> None:
+        self.requests = requests
+        self.replies = replies
+        self.changelog = changelog
+        self.dlq = dlq
+        self.partitions = partitions
+        self.reply_partitions = reply_partitions
+
+
+def changelog_key(table_id: str) -> bytes:
+    """A lock's changelog key: the table id as a JSON string (faust's format, so a changelog
+    written by the faust version of this service is read back as it is)."""
+    return json.dumps(table_id).encode()
+
+
+class Worker:
+    """Runs timeline-lock until ``stop`` is set (see the module doc). ``on_ready`` is called
+    once, after the first assignment (and its recovery) completed."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        topics: Topics,
+        *,
+        group_id: str,
+        group_instance_id: str | None,
+        commit_interval_s: float,
+        on_ready: Callable[[], None] = lambda: None,
+        codec: EventCodec | None = None,
+    ) -> None:
+        self.settings = settings
+        self.topics = topics
+        self.group_id = group_id
+        self.commit_interval_s = commit_interval_s
+        self.on_ready = on_ready
+        self.codec = codec or default_codec()
+        self.ready = False
+        self.rebalancing = True
+        self.rebalances = 0
+        self.assigned_at_ms = wall_clock_ms()
+        self.locks: dict[str, Any] = {}  # table id -> lock_to_json value, owned partitions only
+        self.handler = RequestHandler(
+            table=self.locks,
+            reply_topic=topics.replies,
+            partitions=lambda: topics.partitions,
+            reply_partitions=lambda: topics.reply_partitions,
+            consumer_group=group_id,
+            codec=self.codec,
+        )
+        self.scanner = ExpiryScanner(
+            table=self.locks,
+            send_request=self._send_request,
+            owned_since=lambda: self.assigned_at_ms,
+            producer_id=SERVICE,
+        )
+        consumer_config: dict[str, Any] = {
+            "auto_offset_reset": "earliest",  # a new group applies the whole request log
+            "session_timeout_ms": 6_000,
+            "heartbeat_interval_ms": 1_000,
+            "fetch_wait_max_ms": 100,  # a fetch returns at once when a request arrives
+            "logger": log,
+        }
+        if group_instance_id:
+            consumer_config["group_instance_id"] = group_instance_id
+        self.consumer = EventConsumer(
+            settings,
+            group_id=group_id,
+            codec=self.codec,
+            auto_commit=False,
+            dead_letters=False,
+            **consumer_config,
+        )
+        # No linger: a client waits for each reply. Under load librdkafka still batches what
+        # accumulates while a request to the broker is in flight.
+        self.producer = Producer(
+            settings.kafka.librdkafka_config(
+                acks="all", enable_idempotence=True, linger_ms=0, logger=log
+            )
+        )
+        self._failed = 0
+
+    def run(self, stop: threading.Event) -> None:
+        """The loop (see the module doc) until ``stop`` is set; then commit and close.
+
+        Raises:
+            EventConsumerError: the consumer failed fatally or the changelog could not be read.
+        """
+        self.consumer.subscribe(
+            [self.topics.requests],
+            on_assign=self._on_assign,
+            on_revoke=self._on_revoke,
+            on_lost=self._on_lost,
+        )
+        next_scan = time.monotonic() + EXPIRY_TICK_S
+        last_commit = time.monotonic()
+        try:
+            while not stop.is_set():
+                now = time.monotonic()
+                if now >= next_scan:
+                    if self.ready and not self.rebalancing:
+                        self.scanner.tick()  # 1.
+                    next_scan = now + EXPIRY_TICK_S
+                msg = self.consumer.poll_message(max(0.0, min(next_scan - now, 0.1)))  # 2.
+                if msg is not None:
+                    last: dict[int, int] = {}
+                    for each in [msg, *self.consumer.consume(_DRAIN, 0)]:
+                        self._process(each)  # 3.
+                        last[int(each.partition() or 0)] = int(each.offset() or 0)
+                    self.producer.poll(0)  # delivery reports
+                    self._store(last)  # 4.
+                if time.monotonic() - last_commit >= self.commit_interval_s:
+                    self._commit()
+                    last_commit = time.monotonic()
+        finally:
+            self._close()
+
+    # -- one request -----------------------------------------------------------------------
+
+    def _process(self, msg: Message) -> None:
+        _, timestamp = msg.timestamp()
+        consumed = Consumed(
+            topic=str(msg.topic()),
+            partition=int(msg.partition() or 0),
+            offset=int(msg.offset() or 0),
+            key=msg.key(),
+            value=msg.value() or b"",
+            timestamp_ms=max(0, int(timestamp)),
+        )
+        self._carry_out(self.handler.handle(consumed), consumed.partition)
+
+    def _carry_out(self, effects: Effects, partition: int) -> None:
+        for table_id, reply in effects.replies:
+            value = reply_value(reply, table_id=table_id, codec=self.codec)
+            key = (reply.route.key or table_id).encode()
+            if reply.route.partition is None:
+                self._produce(self.topics.replies, value, key=key)
+            else:
+                self._produce(self.topics.replies, value, key=key, partition=reply.route.partition)
+        for table_id in effects.changelog:
+            stored = json.dumps(self.locks[table_id]).encode()
+            self._produce(
+                self.topics.changelog, stored, key=changelog_key(table_id), partition=partition
+            )
+        for record in effects.dead_letters:
+            value = self.codec.encode("DeadLetter", record)
+            self._produce(self.topics.dlq, value, key=record["envelope"]["table_id"].encode())
+
+    def _send_request(self, table_id: str, record: dict[str, Any]) -> None:
+        self._produce(
+            self.topics.requests,
+            self.codec.encode("LockRequest", record),
+            key=table_id.encode(),
+            partition=table_partition(table_id, self.topics.partitions),
+        )
+        self.producer.poll(0)
+
+    def _produce(self, topic: str, value: bytes, **kwargs: Any) -> None:
+        try:
+            self.producer.produce(topic, value, on_delivery=self._on_delivery, **kwargs)
+        except BufferError:
+            self.producer.flush(self.settings.kafka.request_timeout_s)  # full: wait, once
+            self.producer.produce(topic, value, on_delivery=self._on_delivery, **kwargs)
+
+    def _store(self, last: dict[int, int]) -> None:
+        # A partition revoked meanwhile is skipped: its next owner handles those again.
+        topic = self.topics.requests
+        self.consumer.store_offsets([TopicPartition(topic, p, o + 1) for p, o in last.items()])
+
+    def _commit(self) -> None:
+        """Flush the producer (replies, changelog, dead letters), then commit stored offsets:
+        an offset is never committed before the changelog records of what it covers."""
+        remaining = self.producer.flush(self.settings.kafka.request_timeout_s)
+        if remaining or self._failed:
+            log.warning(
+                "not committing: %d messages undelivered, %d failed", remaining, self._failed
+            )
+            self._failed = 0
+            return
+        try:
+            self.consumer.commit()
+        except EventConsumerError as err:
+            log.warning("offset commit failed: %s", err)
+
+    # -- rebalances ------------------------------------------------------------------------
+
+    def _on_assign(self, partitions: list[TopicPartition]) -> None:
+        self.rebalances += 1
+        mine = sorted(tp.partition for tp in partitions if tp.topic == self.topics.requests)
+        recovered = self._recover(mine)
+        self.locks.update(recovered)
+        self.assigned_at_ms = wall_clock_ms()
+        log.info(
+            "partitions assigned",
+            extra={"partitions": mine, "locks": len(recovered), "service": SERVICE},
+        )
+        self.rebalancing = False
+        if not self.ready:
+            self.ready = True
+            self.on_ready()
+
+    def _on_revoke(self, partitions: list[TopicPartition]) -> None:
+        self.rebalancing = True
+        self._commit()
+        self._forget(partitions)
+
+    def _on_lost(self, partitions: list[TopicPartition]) -> None:
+        self.rebalancing = True
+        self._forget(partitions)
+
+    def _forget(self, partitions: Iterable[TopicPartition]) -> None:
+        gone = {tp.partition for tp in partitions if tp.topic == self.topics.requests}
+        for table_id in [
+            t for t in self.locks if table_partition(t, self.topics.partitions) in gone
+        ]:
+            del self.locks[table_id]
+
+    def _recover(self, partitions: list[int]) -> dict[str, Any]:
+        """The latest lock of every table in the changelog ``partitions``.
+
+        Raises:
+            EventConsumerError: the changelog could not be read to its end in time.
+        """
+        raw = recover_changelog(
+            self.settings,
+            group_id=self.group_id,
+            topic=self.topics.changelog,
+            partitions=partitions,
+        )
+        locks: dict[str, Any] = {}
+        for key, value in raw.items():
+            try:
+                locks[str(json.loads(key))] = json.loads(value)
+            except ValueError as err:  # not ours: say so, keep the rest
+                log.error("unreadable changelog record skipped: %s", err, extra={"key": key[:200]})
+        return locks
+
+    # -- delivery and closing --------------------------------------------------------------
+
+    def _on_delivery(self, err: KafkaError | None, msg: Message) -> None:
+        if err is not None:
+            self._failed += 1
+            log.error("delivery failed", extra={"kafka_topic": msg.topic(), "error": str(err)})
+
+    def _close(self) -> None:
+        try:
+            self._commit()
+            self.consumer.close()
+        finally:
+            self.producer.flush(self.settings.kafka.request_timeout_s)
