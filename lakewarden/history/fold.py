@@ -58,6 +58,7 @@ class _Trail:
     longest_gap_ms: int = 0
     seqs: set[int] = field(default_factory=set)
     final_ms: int | None = None
+    longest_gap_from_ms: int | None = None
 
     def freeze(self) -> HeartbeatTrail:
         missing: tuple[int, ...] = ()
@@ -73,6 +74,7 @@ class _Trail:
             longest_gap_ms=self.longest_gap_ms,
             missing_seqs=missing,
             final_ms=self.final_ms,
+            longest_gap_from_ms=self.longest_gap_from_ms,
         )
 
 
@@ -199,8 +201,9 @@ class HistoryBuilder:
             return
         trail.beats += 1
         trail.seqs.add(int(record["seq"]))
-        if trail.last_ms is not None:
-            trail.longest_gap_ms = max(trail.longest_gap_ms, at - trail.last_ms)
+        if trail.last_ms is not None and at - trail.last_ms > trail.longest_gap_ms:
+            trail.longest_gap_ms = at - trail.last_ms
+            trail.longest_gap_from_ms = trail.last_ms
         trail.first_ms = at if trail.first_ms is None else min(trail.first_ms, at)
         trail.last_ms = at if trail.last_ms is None else max(trail.last_ms, at)
 

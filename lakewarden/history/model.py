@@ -74,6 +74,7 @@ class HeartbeatTrail:
     longest_gap_ms: int = 0
     missing_seqs: tuple[int, ...] = ()
     final_ms: int | None = None
+    longest_gap_from_ms: int | None = None  # the beat the longest gap followed (for the chart)
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,13 +10,16 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 from click.testing import CliRunner, Result
 from hbtools import INTERVAL_S, Expiries, Writer, hold
+from matplotlib.image import imread
 
 from lakewarden.cli import cli
 from lakewarden.clients.timeline_events import TimelinePublisher
 from lakewarden.history import fmt_ms
+from lakewarden.history.chart import BAR_COLOURS
 from lakewarden.settings import Settings
 from lakewarden.table.coordinator import EmbeddedCoordinator
 from lakewarden.table.stats import WorkloadProfile
@@ -77,6 +80,8 @@ def test_explain_names_the_killed_writer_its_last_beat_and_the_missed_beats(
     txn.rollback("heartbeat of writer expired")  # the cleaner's step
     rolled_back = run(hb_settings, "explain", table.uri, txn.instant)
     replay = run(hb_settings, "replay", table.uri)
+    page = run(hb_settings, "chart", table.uri, "--out", str(tmp_path / "history.html"))
+    image = run(hb_settings, "chart", table.uri, "--out", str(tmp_path / "history.png"))
     publisher.close()
 
     stopped = (
@@ -92,3 +97,11 @@ def test_explain_names_the_killed_writer_its_last_beat_and_the_missed_beats(
     assert "reason recorded: heartbeat of writer expired" in rolled_back.output
     assert replay.exit_code == 0, replay.output
     assert replay.output.rstrip().endswith("no difference")
+    assert page.exit_code == 0 and image.exit_code == 0, page.output + image.output
+    html = (tmp_path / "history.html").read_text()
+    assert "heartbeat of writer declared dead by heartbeat-monitor" in html
+    assert f"{txn.instant} commit (rolled_back)" in html
+    rgb = np.round(imread(str(tmp_path / "history.png"))[..., :3] * 255).astype(int)
+    for kind in ("inflight", "heartbeats", "gap"):  # the beats, then the silence to the expiry
+        wanted = tuple(int(BAR_COLOURS[kind][i : i + 2], 16) for i in (1, 3, 5))
+        assert np.any(np.all(rgb == wanted, axis=-1)), f"no {kind} bar in the chart"

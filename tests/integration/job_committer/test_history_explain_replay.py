@@ -10,15 +10,19 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 
+import numpy as np
 import pytest
 from _jc_helpers import Driver, make_table, rows, wait_for
 from click.testing import CliRunner, Result
+from matplotlib.image import imread
 
 from lakewarden.cli import cli
 from lakewarden.clients import CommitClient, JobCommitFailedError, KafkaCoordinator
 from lakewarden.events.topics import TIMELINE
 from lakewarden.history import Recorded, read_table_events
+from lakewarden.history.chart import BAR_COLOURS
 from lakewarden.settings import Settings
 from lakewarden.table.checkpoint import entry_key
 from lakewarden.table.table import Table
@@ -49,7 +53,7 @@ def timeline_events(settings: Settings, table: Table) -> int:
 
 
 def test_explain_names_the_true_cause_and_replay_checks_storage_against_the_topic(
-    jc_settings: Settings, client: CommitClient, table: Table
+    jc_settings: Settings, client: CommitClient, table: Table, tmp_path: Path
 ) -> None:
     committed = Driver.begin(table)
     client.commit(committed.request([committed.task(0, rows((1, "eu", "a")))]), timeout_s=60)
@@ -66,6 +70,7 @@ def test_explain_names_the_true_cause_and_replay_checks_storage_against_the_topi
     written = run(jc_settings, "explain", table.uri, winner.instant)
     history = run(jc_settings, "history", table.uri, "--format", "json")
     clean = run(jc_settings, "replay", table.uri)
+    chart = run(jc_settings, "chart", table.uri, "--out", str(tmp_path / "history.png"))
 
     assert done.exit_code == 0, done.output
     assert f"Instant {committed.instant} (commit) is completed" in done.output
@@ -87,6 +92,13 @@ def test_explain_names_the_true_cause_and_replay_checks_storage_against_the_topi
     assert clean.exit_code == 0, clean.output
     assert "9 entries on" in clean.output and "9 in storage" in clean.output
     assert clean.output.rstrip().endswith("no difference")
+    assert chart.exit_code == 0, chart.output
+    assert "the table lock and 3 instant(s)" in chart.output
+    rgb = np.round(imread(str(tmp_path / "history.png"))[..., :3] * 255).astype(int)
+    assert rgb.shape == (int(100 * (1.8 + 0.5 * 4)), 1200, 3)  # the lock lane and 3 lanes
+    for kind in ("inflight", "lock", "heartbeats"):
+        wanted = tuple(int(BAR_COLOURS[kind][i : i + 2], 16) for i in (1, 3, 5))
+        assert np.any(np.all(rgb == wanted, axis=-1)), f"no {kind} bar in the chart"
 
     table.storage.delete(entry_key(7))
     altered = json.loads(table.storage.read(entry_key(4)))
