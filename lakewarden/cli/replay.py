@@ -1,13 +1,17 @@
 """``lakewarden replay``: rebuild a table's timeline from the timeline topic alone and diff
-it, entry by entry, against the timeline in storage.
+it, entry by entry, against the timeline in storage; re-drive timeline-lock's state module
+over the table's recorded lock requests and compare its decisions with the recorded replies.
 
     lakewarden replay /data/orders                  # exit code 1 on any difference
+    lakewarden replay /data/orders --from-beginning # the same, said explicitly
     lakewarden replay /data/orders --since 2025-03-14T09:00
 
 Each difference is one line: ``missing`` (the topic has the entry, storage does not),
 ``extra`` (storage has it, the topic does not), ``different`` (named fields differ),
 ``conflicting`` (the topic holds two versions), ``malformed`` (storage's entry does not parse).
-With ``--since`` only the entries from the first one read on are compared.
+With ``--since`` only the entries from the first one read on are compared. The lock
+decisions are always re-driven from the oldest request the topic holds (a lock's state is the
+fold of all of them); when retention deleted older ones, that is said and nothing is compared.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from collections import Counter
 import click
 
 from lakewarden.cli._table_events import SINCE_HELP, check_since, open_table, table_events
-from lakewarden.events.topics import TIMELINE
+from lakewarden.events.topics import LOCK_REPLIES, LOCK_REQUESTS, TIMELINE
 from lakewarden.history import (
     Recorded,
     RetentionGap,
@@ -27,15 +31,25 @@ from lakewarden.history import (
     fmt_ms,
     read_storage_entries,
 )
+from lakewarden.history.lock_replay import LockReplayReport, redrive_locks
 from lakewarden.settings import Settings
+from lakewarden.table.config import TableConfig
 
 
 @click.command()
 @click.argument("uri")
 @click.option("--since", default=None, callback=check_since, help=SINCE_HELP)
+@click.option(
+    "--from-beginning",
+    is_flag=True,
+    help="Read every topic from the oldest event it holds (the default; not with --since).",
+)
 @click.pass_context
-def command(ctx: click.Context, uri: str, since: str | None) -> None:
-    """Diff the timeline of the table at URI against the one its timeline topic records."""
+def command(ctx: click.Context, uri: str, since: str | None, from_beginning: bool) -> None:
+    """Diff the timeline of the table at URI against the one its timeline topic records, and
+    its lock decisions against timeline-lock's state module."""
+    if from_beginning and since is not None:
+        raise click.UsageError("--from-beginning and --since exclude each other")
     settings = Settings()
     storage, config = open_table(uri, settings)
     items = table_events(settings, config, since=since, topics=[TIMELINE])
@@ -67,8 +81,34 @@ def command(ctx: click.Context, uri: str, since: str | None) -> None:
             )
     for difference in report.differences:
         click.echo(f"seq {difference.seq} {difference.kind}: {difference.detail}")
-    if report.clean and not problems:
+    locks = _redrive(settings, config)
+    if report.clean and locks.clean and not problems:
         click.echo("no difference")
         return
-    click.echo(f"{len(report.differences)} difference(s)")
+    click.echo(f"{len(report.differences) + len(locks.differences)} difference(s)")
     ctx.exit(1)
+
+
+def _redrive(settings: Settings, config: TableConfig) -> LockReplayReport:
+    """Re-drive the lock decisions and say how it went.
+
+    Raises: RetryableError, ReadTimeoutError."""
+    # From the oldest request kept, whatever --since says: the lock is the fold of them all.
+    items = table_events(settings, config, since=None, topics=[LOCK_REQUESTS, LOCK_REPLIES])
+    unreadable = [i for i in items if isinstance(i, Unreadable)]
+    report = redrive_locks(
+        settings, config.table_id, (i for i in items if not isinstance(i, Unreadable))
+    )
+    if report.skipped is not None:
+        click.echo(f"lock decisions not re-driven: {report.skipped}")
+        return report
+    for item in unreadable:  # the re-drive went on without them, as the service did
+        click.echo(f"unreadable {item.topic}[{item.partition}]@{item.offset}: {item.reason}")
+    click.echo(
+        f"lock decisions: {report.requests} request(s) re-driven through timeline-lock's state "
+        f"module against {report.replies} recorded reply(ies): "
+        + ("the same" if not report.differences else f"{len(report.differences)} differ")
+    )
+    for difference in report.differences:
+        click.echo(difference.describe())
+    return report

@@ -7,6 +7,7 @@ messages) instead of guessing.
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 
 from lakewarden.history.model import (
@@ -17,6 +18,9 @@ from lakewarden.history.model import (
     Step,
     TableHistory,
 )
+
+# How a ``cancel_requested`` entry's reason names who asked (``table.cancel.cancel_reason``).
+_CANCEL_REASON = re.compile(r"cancel requested by (?P<who>[^:]+): (?P<why>.*)", re.DOTALL)
 
 
 def fmt_ms(ms: int | None) -> str:
@@ -148,23 +152,38 @@ def failure_reason(result: JobResult) -> str:
 
 
 def _cancelled(history: TableHistory, story: InstantStory) -> list[str]:
-    lines: list[str] = []
+    terminal = story.steps[-1]
+    aborted = terminal.transition == "aborted"
+    lead = "Aborted because cancel" if aborted else "Cancel"
     requests = [c for c in story.cancels if c.kind == "request"]
-    if requests:
+    marked = story.step("cancel_requested")
+    why: str | None = None
+    if requests:  # the cancel-manager's request events name requester and reason as fields
         first = requests[0]
-        why = first.reason or "no reason given"
-        lines.append(
-            f"Cancel was requested by {first.requester} at {fmt_ms(first.requested_ms)} for: {why}."
-        )
+        why = first.reason or "none given"
+        lines = [
+            f"{lead} was requested by {first.requester} at {fmt_ms(first.requested_ms)} "
+            f"for reason: {why}."
+        ]
+    elif marked is not None:  # only the timeline tells: its cancel_requested entry
+        why = str(marked.payload.get("reason") or "none recorded")
+        asked = _CANCEL_REASON.fullmatch(why)
+        by = f"by {asked['who']}" if asked else f"(entry appended by {marked.actor})"
+        lines = [
+            f"{lead} was requested {by} at {fmt_ms(marked.wall_ms)} for reason: "
+            f"{asked['why'] if asked else why}."
+        ]
+    else:
+        lines = []
     for cancel in story.cancels:
         if cancel.outcome == "refused":
             lines.append(
                 f"A {cancel.kind} by {cancel.requester} was refused: {cancel.outcome_reason}."
             )
-    terminal = story.steps[-1]
-    verb = "Aborted" if terminal.transition == "aborted" else "Cancel recorded"
+    verb = "Aborted" if aborted else "Cancel recorded"
     reason = terminal.payload.get("reason")
-    lines.append(f"{verb} {_by(terminal, history)}" + (f"; reason: {reason}." if reason else "."))
+    said = reason is None or (marked is not None and reason == marked.payload.get("reason"))
+    lines.append(f"{verb} {_by(terminal, history)}" + ("." if said else f"; reason: {reason}."))
     return lines
 
 

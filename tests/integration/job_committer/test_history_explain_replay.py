@@ -9,6 +9,7 @@ own instant completes. Every appender announces its entries on the timeline topi
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -91,6 +92,13 @@ def test_explain_names_the_true_cause_and_replay_checks_storage_against_the_topi
     assert stories[winner.instant]["heartbeats"][0]["beats"] >= 1
     assert clean.exit_code == 0, clean.output
     assert "9 entries on" in clean.output and "9 in storage" in clean.output
+    # timeline-lock's state module, re-driven over the real requests, took the same decisions
+    redriven = re.search(
+        r"lock decisions: (\d+) request\(s\) re-driven .* (\d+) recorded", clean.output
+    )
+    assert redriven is not None, clean.output
+    assert int(redriven[1]) >= 6 and int(redriven[2]) >= 6  # 3 acquires and 3 releases at least
+    assert ": the same\n" in clean.output
     assert clean.output.rstrip().endswith("no difference")
     assert chart.exit_code == 0, chart.output
     assert "the table lock and 3 instant(s)" in chart.output

@@ -61,6 +61,7 @@ CASES: list[tuple[str, list[str], dict[str, str], int, str]] = [
     ("replay", [NOT_A_TABLE], NO_BROKER, 1, "is not a lakewarden table"),
     ("replay", ["{table}"], NO_BROKER, 1, "Help: is the broker up?"),
     ("replay", [NOT_A_TABLE, "--since", "2025-99"], {}, 2, "Invalid value for --since"),
+    ("replay", [NOT_A_TABLE, "--since", INSTANT, "--from-beginning"], {}, 2, "exclude each other"),
     ("timeline repair", [NOT_A_TABLE], {}, 1, "is not a lakewarden table"),
     ("chart", [NOT_A_TABLE, "--out", "h.html"], NO_BROKER, 1, "is not a lakewarden table"),
     ("chart", ["{table}", "--out", "h.png"], NO_BROKER, 1, "Help: is the broker up?"),

@@ -125,7 +125,10 @@ def test_aborted_names_who_asked_to_cancel_and_why() -> None:
         ]
     )
 
-    assert f"Cancel was requested by ops-alice at {fmt_ms(T0 + 40)} for: too slow." in text
+    assert (
+        f"Aborted because cancel was requested by ops-alice at {fmt_ms(T0 + 40)} "
+        "for reason: too slow."
+    ) in text
     assert "Aborted by cancel-manager" in text
 
 
@@ -196,3 +199,21 @@ def test_an_expired_but_pending_instant_is_not_called_rolled_back() -> None:
 
     assert "Rolled back" not in text
     assert "Not rolled back yet, although writer writer-1's heartbeat stopped at" in text
+
+
+def test_aborted_names_the_requester_and_reason_from_the_timeline_when_no_cancel_event() -> None:
+    # table.cancel.request_cancel records who asked in the cancel_requested entry's reason.
+    why = {"version": 2, "reason": "cancel requested by ops-bob: blocks the nightly load"}
+    text = _explain(
+        [
+            transition(0, "requested", 0, action="clustering"),
+            transition(1, "cancel_requested", 40, action="clustering", actor="cli", payload=why),
+            transition(2, "aborted", 90, action="clustering", actor="executor-2", payload=why),
+        ]
+    )
+
+    assert (
+        f"Aborted because cancel was requested by ops-bob at {fmt_ms(T0 + 40)} for reason: "
+        "blocks the nightly load."
+    ) in text
+    assert text.endswith(f"Aborted by executor-2 at {fmt_ms(T0 + 90)} holding lock token 7.")
