@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING
 import click
 from rich.console import Console
 
+from lakewarden.errors import RetryableError
+from lakewarden.names import InvalidNameError, check_topic_name
 from lakewarden.settings import Settings
 
 if TYPE_CHECKING:  # Spark is imported only when the command runs
@@ -44,6 +46,30 @@ def parse_trigger(text: str) -> float | None:
             f"or {AVAILABLE_NOW} (what the topic holds now, then stop)."
         )
     return float(match.group(1)) * _UNITS[match.group(2)]
+
+
+def check_broker(settings: Settings, servers: str) -> None:
+    """Ask the broker for its metadata once, within the Kafka client's request timeout, so an
+    unreachable broker is one line now instead of minutes of Spark retries and a Java trace.
+
+    Raises: RetryableError (no answer)."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    timeout = settings.kafka.request_timeout_s
+    kafka = settings.kafka.model_copy(update={"bootstrap_servers": servers})  # --bootstrap wins
+    config = kafka.librdkafka_config()
+    # librdkafka's own connection-refused lines would repeat the one error below.
+    config["log_level"] = 0
+    admin = AdminClient(config)
+    try:
+        admin.list_topics(timeout=timeout)
+    except KafkaException as err:
+        raise RetryableError(
+            f"Kafka at {servers} did not answer within {timeout:g} s ({err.args[0]}). "
+            "Help: is the broker up? (--bootstrap, LAKEWARDEN_KAFKA__BOOTSTRAP_SERVERS, "
+            "LAKEWARDEN_KAFKA__REQUEST_TIMEOUT_S)"
+        ) from err
 
 
 def batch_line(report: BatchReport) -> str:
@@ -94,8 +120,18 @@ def summary(totals: IngestTotals, bad_dir: Path) -> str:
     )
 
 
+def topic_param(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """A click callback: the topic must be a legal Kafka topic (a usage error, exit 2).
+
+    Raises: click.BadParameter."""
+    try:
+        return check_topic_name(value)
+    except InvalidNameError as err:
+        raise click.BadParameter(str(err)) from None
+
+
 @click.command()
-@click.option("--topic", required=True, help="Kafka topic to read.")
+@click.option("--topic", required=True, callback=topic_param, help="Kafka topic to read.")
 @click.option("--table", "table_uri", required=True, help="URI of an existing lakewarden table.")
 @click.option(
     "--format",
@@ -175,6 +211,7 @@ def command(
         )
     console = Console()
     config = load_config(open_storage(table_uri, settings))
+    check_broker(settings, servers)
     spec = IngestSpec(
         topic=topic,
         table=table_uri,

@@ -49,6 +49,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
 from lakewarden.errors import ConfigurationError, NonRetryableError
+from lakewarden.names import check_table_name, check_topic_name, child_folder
 from lakewarden.settings import Settings
 from lakewarden.spark._arrow import spark_schema
 from lakewarden.spark._ingest_avro import AvroSchemaError, AvroValueCodec, avro_schema
@@ -174,6 +175,9 @@ class IngestSpec:
     value_format: ValueFormat = "json"
     settings: Settings | None = None  # for the writer's processes (default: their environment)
 
+    def __post_init__(self) -> None:
+        check_topic_name(self.topic)  # an illegal topic would make the Kafka source wait forever
+
     @property
     def bad_records_dir(self) -> Path:
         return self.checkpoint / BAD_RECORDS_DIR
@@ -181,9 +185,13 @@ class IngestSpec:
 
 def default_checkpoint(settings: Settings, config: TableConfig, topic: str) -> Path:
     """``<state dir>/ingest/<table name>-<table id>/<topic>`` (absolute): one per table (two
-    tables of one name never share a checkpoint) and topic."""
-    folder = f"{config.name}-{config.table_id}"
-    return (settings.state_dir / "ingest" / folder / topic).resolve()
+    tables of one name never share a checkpoint) and topic. Always inside the state folder.
+
+    Raises: InvalidNameError (a topic or table name that is no folder name, or a path that
+    resolves outside ``<state dir>/ingest``)."""
+    check_topic_name(topic)
+    check_table_name(config.name)  # a table.json written by hand is not checked at create
+    return child_folder(settings.state_dir / "ingest", f"{config.name}-{config.table_id}", topic)
 
 
 @dataclass(frozen=True)

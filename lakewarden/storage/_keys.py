@@ -14,6 +14,9 @@ from lakewarden.storage import InvalidKeyError
 
 TEMP_PREFIX = ".lw-tmp-"
 _FORBIDDEN_CHARS = ("\x00", "\\")
+# A file or directory name: 255 bytes on ext4, xfs, APFS, NTFS. S3 would take longer segments,
+# but a key must mean the same on every backend (a table is copied between them).
+MAX_SEGMENT_BYTES = 255
 
 
 def _check_segments(segments: list[str], *, what: str, original: str) -> None:
@@ -22,6 +25,14 @@ def _check_segments(segments: list[str], *, what: str, original: str) -> None:
             raise InvalidKeyError(
                 f"invalid {what} {original!r}: empty, '.' or '..' segments are not allowed. "
                 "Help: use a relative path like 'a/b/c'.",
+                key=original,
+            )
+        if len(segment) * 4 > MAX_SEGMENT_BYTES and len(segment.encode()) > MAX_SEGMENT_BYTES:
+            shown = original if len(original) <= 100 else original[:100] + "..."
+            raise InvalidKeyError(
+                f"invalid {what} {shown!r}: a segment of {len(segment.encode())} bytes; the "
+                f"limit is {MAX_SEGMENT_BYTES} (a file or directory name). Help: use "
+                "shorter names or values.",
                 key=original,
             )
         if segment.startswith(TEMP_PREFIX):

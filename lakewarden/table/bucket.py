@@ -62,6 +62,26 @@ class MalformedPartitionPathError(NonRetryableError):
     """A partition path is not ``k=v/k2=v2`` over the table's partition fields."""
 
 
+# One directory name: 255 bytes on ext4, xfs, APFS and NTFS; S3 allows 1024 per whole key.
+MAX_PARTITION_SEGMENT_BYTES = 255
+
+
+class PartitionValueTooLongError(NonRetryableError):
+    """A partition value makes a directory name longer than filesystems allow (``field``,
+    ``length``: the escaped segment's length in bytes)."""
+
+    def __init__(self, field: str, value: str | None, length: int) -> None:
+        shown = (value or "")[:40]
+        super().__init__(
+            f"partition field {field!r} has a value of {len(value or '')} characters "
+            f"({shown!r}...) whose directory name {field}=... would be {length} bytes; the "
+            f"limit is {MAX_PARTITION_SEGMENT_BYTES}. Help: partition by a shorter value "
+            "(a prefix, a hash, a date), and nothing of this write was committed."
+        )
+        self.field = field
+        self.length = length
+
+
 def fnv1a64_bytes(data: bytes) -> int:
     """Reference 64-bit FNV-1a of ``data`` (scalar; the vectorised form is ``key_hashes``)."""
     h = FNV_OFFSET_BASIS
@@ -223,8 +243,20 @@ def partition_codes(table: pa.Table, partition_by: Sequence[str]) -> tuple[pa.Ar
         for dictionary in reversed(dictionaries):
             code, index = divmod(code, len(dictionary))
             values.append(dictionary[index])
-        paths.append(render_partition_path(partition_by, values[::-1]))
+        values.reverse()
+        _check_segment_lengths(partition_by, values)
+        paths.append(render_partition_path(partition_by, values))
     return distinct.indices.cast(pa.int64()), paths
+
+
+def _check_segment_lengths(fields: Sequence[str], values: Sequence[str | None]) -> None:
+    """Raises: PartitionValueTooLongError (checked before anything is written, so the error
+    names the value instead of an OS error naming a work-area path)."""
+    for field, value in zip(fields, values, strict=True):
+        segment = f"{escape_partition_value(field)}={escape_partition_value(value)}"
+        length = len(segment.encode())
+        if length > MAX_PARTITION_SEGMENT_BYTES:
+            raise PartitionValueTooLongError(field, value, length)
 
 
 def route(data: pa.Table, config: TableConfig) -> dict[FileGroupId, pa.Table]:

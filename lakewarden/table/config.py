@@ -23,6 +23,7 @@ import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from lakewarden.errors import ConfigurationError, NonRetryableError
+from lakewarden.names import InvalidNameError, check_table_name
 from lakewarden.storage import AlreadyExistsError, NotFoundError, Storage
 from lakewarden.table.clean.policy import CleanPolicy
 
@@ -172,6 +173,10 @@ class TableConfig(BaseModel):
     ) -> TableConfig:
         """A config with a fresh table id; ``table_type`` is ``cow``/``copy_on_write`` or
         ``mor``/``merge_on_read``. Raises: InvalidTableConfigError."""
+        try:
+            check_table_name(name)
+        except InvalidNameError as err:
+            raise InvalidTableConfigError(str(err)) from err
         return _validated(
             clean_policy=clean_policy or CleanPolicy(),
             table_id=str(uuid.uuid4()),

@@ -43,6 +43,16 @@ CASES: list[tuple[str, list[str], dict[str, str], int, str]] = [
         "is not a lakewarden table",
     ),
     ("ingest", ["--topic", "t", "--table", NOT_A_TABLE], {}, 2, "no Kafka to read from"),
+    # issue 17: an unreachable broker fails within the client's timeout, in one line
+    (
+        "ingest",
+        ["--topic", "t", "--table", "{table}", "--bootstrap", "127.0.0.1:1"],
+        {},
+        1,
+        "did not answer within 1 s",
+    ),
+    # issue 17: a topic that would escape the state folder is a usage error
+    ("ingest", ["--topic", "../../../x", "--table", NOT_A_TABLE], {}, 2, "invalid topic"),
     (
         "ingest",
         ["--topic", "t", "--table", NOT_A_TABLE, "--trigger", "soon"],
