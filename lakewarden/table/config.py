@@ -100,7 +100,8 @@ def decode_schema(encoded: str) -> pa.Schema:
     """Inverse of ``encode_schema``. Raises: InvalidTableConfigError."""
     try:
         return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(encoded, validate=True)))
-    except (ValueError, pa.ArrowException) as err:
+    # OSError: pyarrow reports a damaged flatbuffer as a plain OSError (found by fuzzing).
+    except (ValueError, OSError, pa.ArrowException) as err:
         raise InvalidTableConfigError(
             f"arrow_schema is not a valid Arrow IPC schema: {err}"
         ) from err
@@ -174,9 +175,10 @@ class TableConfig(BaseModel):
         """A config with a fresh table id; ``table_type`` is ``cow``/``copy_on_write`` or
         ``mor``/``merge_on_read``. Raises: InvalidTableConfigError."""
         try:
-            check_table_name(name)
+            if name:  # empty: the field's own rule says so, with the other field errors
+                check_table_name(name)
         except InvalidNameError as err:
-            raise InvalidTableConfigError(str(err)) from err
+            raise InvalidTableConfigError(f"invalid table config: name: {err}") from err
         return _validated(
             clean_policy=clean_policy or CleanPolicy(),
             table_id=str(uuid.uuid4()),

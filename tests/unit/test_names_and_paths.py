@@ -29,7 +29,7 @@ from lakewarden.table.table import Table
 from lakewarden.table.timeline import Timeline
 
 SCHEMA = pa.schema([("id", pa.int64()), ("p", pa.string())])
-ESCAPING = ["../../../x", "..", ".", "a/b", "a\\b", "a\x00b", "tab\there", "x" * 201, ""]
+ESCAPING = ["../../../x", "..", ".", "a/b", "a\\b", "a\x00b", "tab\there", "x" * 201]
 
 
 @pytest.mark.parametrize("name", ESCAPING)
@@ -51,7 +51,7 @@ def test_ordinary_table_names_pass(name: str) -> None:
     assert check_table_name(name) == name
 
 
-@pytest.mark.parametrize("topic", [*ESCAPING[:-2], "", "a b", "x" * 250, "tópico"])
+@pytest.mark.parametrize("topic", [*ESCAPING[:-1], "", "a b", "x" * 250, "tópico"])
 def test_topic_that_kafka_would_refuse_is_refused(topic: str) -> None:
     with pytest.raises(InvalidNameError, match="invalid topic"):
         check_topic_name(topic)
