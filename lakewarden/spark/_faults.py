@@ -9,6 +9,9 @@
 ``hold_partition``                   ``P:PATH``: partition ``P`` waits until the file ``PATH``
                                      exists before writing (the test creates it when the
                                      partition may go on: a condition, not a guessed duration)
+``fail_first_attempt_after_log_append`` ``P``: attempt 0 of partition ``P`` fails right after it
+                                     appended a log block (merge-on-read): its block stays in
+                                     the log file; later attempts succeed
 ``fail_after_commit_of_batch``       ``B``: streaming: the commit of micro-batch ``B`` fails right
                                      after its instant completed (as a driver crash before Spark
                                      records the batch in its commit log would)
@@ -71,6 +74,14 @@ def after_task_commit(hooks: Mapping[str, str], partition: int, attempt: int) ->
     if hooks and attempt == 0 and _int(hooks, "fail_first_attempt_of_partition") == partition:
         raise InjectedFaultError(
             f"injected failure of attempt 0 of partition {partition} after its task commit"
+        )
+
+
+def after_log_append(hooks: Mapping[str, str], partition: int, attempt: int) -> None:
+    """Raises: InjectedFaultError."""
+    if hooks and attempt == 0 and _int(hooks, "fail_first_attempt_after_log_append") == partition:
+        raise InjectedFaultError(
+            f"injected failure of attempt 0 of partition {partition} after a log append"
         )
 
 

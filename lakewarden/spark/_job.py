@@ -66,7 +66,6 @@ from lakewarden.storage import Storage, open_storage
 from lakewarden.table.config import TableConfig, load_config
 from lakewarden.table.connection import shared_connection
 from lakewarden.table.coordinator import Coordinator
-from lakewarden.table.instant import Action
 from lakewarden.table.job_commit import (
     STAGE_ABORT,
     STAGE_PREPARE,
@@ -76,6 +75,7 @@ from lakewarden.table.job_commit import (
     commit_instant,
 )
 from lakewarden.table.job_commit import abandon as abandon_instant
+from lakewarden.table.mor import ingestion_action
 from lakewarden.table.plans import JobPlan
 from lakewarden.table.snapshot import snapshot_as_of_request
 from lakewarden.table.stats import CommitStats, FileGroupId, WorkloadProfile
@@ -121,7 +121,7 @@ class TableHandle:
             self.coordinator,
             self.config.table_id,
             instant=spec.instant,
-            action=Action.COMMIT,
+            action=ingestion_action(self.config),
             operation=spec.operation,
             actor=actor(),
         )
@@ -148,6 +148,7 @@ def open_write(
             operation=operation,
             actor=actor(),
             plan=JobPlan(job_id=job_id),
+            action=ingestion_action(table.config),
         )
     except BaseException as err:
         reason = f"requested failed: {err!r}"

@@ -9,6 +9,10 @@ and each task keeps only the records whose ``_lw_commit_time`` is one of those i
 same rule as ``Table.changes``). Tasks stream each file with ``pyarrow.parquet`` batch by batch
 and cast to the Arrow types Spark expects.
 
+Merge-on-read slices (a base file with log files) are one input partition each: the task reads
+the slice through the Python merge (``lakewarden.table.mor.read_slice``: the base file and the
+log blocks the statistics name), so Spark sees each record once, in its latest version.
+
 Pushdown: PySpark 4.0.1's ``DataSourceReader`` receives neither the pruned columns nor the
 filters (``pushFilters`` arrives with Spark 4.1), so Spark prunes and filters after the read.
 ``option("columns", "a,b")`` narrows the schema itself, which does prune the Parquet read.
@@ -29,8 +33,9 @@ from lakewarden.spark._arrow import spark_arrow_schema, spark_schema
 from lakewarden.spark._options import ReadSpec
 from lakewarden.storage import Storage, open_storage
 from lakewarden.table.config import META_COMMIT_TIME, TableConfig, load_config
-from lakewarden.table.reader import ColumnNotFoundError, UnsupportedSliceError
-from lakewarden.table.snapshot import build_snapshot, changes_since
+from lakewarden.table.mor import read_slice
+from lakewarden.table.reader import ColumnNotFoundError
+from lakewarden.table.snapshot import FileSlice, build_snapshot, changes_since
 from lakewarden.table.stats import WriteStat
 from lakewarden.table.timeline import Timeline
 
@@ -48,6 +53,15 @@ class FilePartition(InputPartition):
         self.size_bytes = size_bytes
         self.num_records = num_records
         # Incremental reads: keep only the records these instants wrote.
+        self.instants = instants
+
+
+class SlicePartition(InputPartition):
+    """One merge-on-read file slice to merge and read (picklable)."""
+
+    def __init__(self, file_slice: FileSlice, instants: tuple[str, ...] | None) -> None:
+        super().__init__(str(file_slice.file_group))
+        self.file_slice = file_slice
         self.instants = instants
 
 
@@ -74,10 +88,11 @@ def _arrow_schema(config: TableConfig, columns: Sequence[str] | None) -> pa.Sche
 
 def plan_files(
     storage: Storage, config: TableConfig, spec: ReadSpec
-) -> tuple[list[WriteStat], tuple[str, ...] | None]:
-    """The base files to read and, for an incremental read, the instants whose records to keep.
+) -> tuple[list[WriteStat], list[FileSlice], tuple[str, ...] | None]:
+    """The base files to read, the merge-on-read slices to merge and read, and, for an
+    incremental read, the instants whose records to keep.
 
-    Raises: InstantNotCompletedError, UnsupportedSliceError."""
+    Raises: InstantNotCompletedError."""
     completed = Timeline(storage, table=config.name).load().completed()
     if spec.since is not None:
         changes = changes_since(completed, spec.since)
@@ -86,16 +101,10 @@ def plan_files(
     else:
         slices = list(build_snapshot(completed, spec.as_of).slices.values())
         instants = None
-    for file_slice in slices:
-        if file_slice.log_files:
-            raise UnsupportedSliceError(
-                f"file group {file_slice.file_group} of table {config.name!r} has log files; "
-                "the Spark reader reads copy-on-write base files only.",
-                table=config.name,
-            )
-    files = [s.base_file for s in slices if s.base_file is not None]
+    merged = [s for s in slices if s.log_files]
+    files = [s.base_file for s in slices if s.base_file is not None and not s.log_files]
     files.sort(key=lambda s: (s.file_group.partition_path, s.file_group.file_id))
-    return files, instants
+    return files, merged, instants
 
 
 class LakewardenReader(DataSourceReader):
@@ -108,12 +117,19 @@ class LakewardenReader(DataSourceReader):
         self.arrow_schema = spark_arrow_schema(schema)
 
     def partitions(self) -> Sequence[InputPartition]:
-        """Raises: NotATableError, InstantNotCompletedError, UnsupportedSliceError."""
+        """Raises: NotATableError, InstantNotCompletedError."""
         storage = open_storage(self.spec.uri, self.spec.settings())
-        files, instants = plan_files(storage, load_config(storage), self.spec)
-        return [FilePartition(f.path, f.size_bytes, f.num_records, instants) for f in files]
+        files, merged, instants = plan_files(storage, load_config(storage), self.spec)
+        plain: list[InputPartition] = [
+            FilePartition(f.path, f.size_bytes, f.num_records, instants) for f in files
+        ]
+        return plain + [SlicePartition(s, instants) for s in merged]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """Raises: MissingCommittedBlockError (merge-on-read), StorageError."""
+        if isinstance(partition, SlicePartition):
+            yield from self._read_slice(partition)
+            return
         if not isinstance(partition, FilePartition):
             return  # no files: Spark plans one partition of its own, which reads nothing
         storage = open_storage(self.spec.uri, self.spec.settings())
@@ -129,6 +145,15 @@ class LakewardenReader(DataSourceReader):
                     batch = batch.drop_columns([META_COMMIT_TIME])
                 if batch.num_rows:
                     yield batch.cast(self.arrow_schema)
+
+    def _read_slice(self, partition: SlicePartition) -> Iterator[pa.RecordBatch]:
+        storage = open_storage(self.spec.uri, self.spec.settings())
+        records = read_slice(storage, load_config(storage), partition.file_slice)
+        if partition.instants is not None:
+            wanted = pa.array(partition.instants, pa.string())
+            records = records.filter(pc.is_in(records.column(META_COMMIT_TIME), wanted))
+        records = records.select(self.arrow_schema.names).cast(self.arrow_schema)
+        yield from records.to_batches(max_chunksize=BATCH_ROWS)
 
 
 def _source(storage: Storage, key: str) -> Any:

@@ -44,6 +44,7 @@ from lakewarden.spark._transaction import (
 )
 from lakewarden.storage import open_storage
 from lakewarden.table.config import load_config
+from lakewarden.table.mor import ingestion_action
 
 OPERATION = "insert"
 
@@ -105,6 +106,7 @@ class LakewardenStreamWriter(DataSourceStreamWriter, DataSourceArrowWriter):
                 job_id=committer.job_id,
                 operation=OPERATION,
                 actor=_job.actor(),
+                action=ingestion_action(table.config),
             )
         except BatchAlreadyCommittedError as err:
             committer.abort_job(reason="the micro-batch was committed already")

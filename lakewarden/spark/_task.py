@@ -16,7 +16,11 @@ Two ways to write (``lakewarden.table.bucket`` explains the file groups of a buc
 - **merges** (``upsert``, ``delete``, helper ``insert``): the helper clustered the rows so that
   each file group is in exactly one task; the task reads the bucket's current slices as of the
   instant's ``requested`` entry and merges them with ``lakewarden.table.merge.merge_bucket``,
-  as ``Table.write`` does.
+  as ``Table.write`` does. On a merge-on-read table an upsert or delete of a bucket whose slice
+  has a base file appends one log block per bucket instead (``lakewarden.table.mor``): in place
+  on a local filesystem, as a new log file version on S3. A failed, retried or speculative
+  attempt's blocks stay in the file but never count: the statistics this attempt returns
+  name it, and the driver commits only the accepted attempts' statistics.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from lakewarden.table.bucket import BucketSlices, append_group, route
 from lakewarden.table.config import META_FILE_NAME, TableConfig, load_config
 from lakewarden.table.files import BaseFileName, WriteToken, file_key
 from lakewarden.table.merge import Merged, merge_bucket, stamped
+from lakewarden.table.mor import log_slice, write_blocks
 from lakewarden.table.snapshot import Snapshot, snapshot_as_of_request
 from lakewarden.table.stats import FileGroupId, WriteStat
 from lakewarden.table.timeline import Timeline
@@ -305,6 +310,23 @@ def _merge_rows(
     replaced: list[FileGroupId] = []
     deletes = 0
     for group, incoming in route(pa.concat_tables(tables), config).items():
+        target = log_slice(config, buckets.of(group), group, spec.operation)
+        if target is not None:
+            stat = write_blocks(
+                task.storage,
+                target,
+                stamped(incoming, spec.instant, config, spec.operation),
+                instant=spec.instant,
+                attempt=str(task.attempt.attempt_id),
+                token=task.identity.write_token,
+                delete=spec.operation == "delete",
+            )
+            deletes += stat.num_deletes
+            stats.append(stat)
+            _faults.after_log_append(
+                spec.test_hooks, task.identity.partition, task.identity.attempt
+            )
+            continue
         result = merge_bucket(
             task.storage,
             config,

@@ -117,6 +117,7 @@ class SparkTransaction(WriteTransaction):
         job_id: str,
         operation: str,
         actor: str,
+        action: Action = Action.COMMIT,
     ) -> tuple[str, str]:
         """The (instant, job id) of ``key``: the pending one, or a new ``requested`` entry
         naming ``job_id`` (set up by the caller). Re-validated after every rebase.
@@ -135,7 +136,7 @@ class SparkTransaction(WriteTransaction):
                     )
                 return EntryDraft(
                     instant=str(Instant.next_after(state.last_requested())),
-                    action=Action.COMMIT,
+                    action=action,
                     transition=Transition.REQUESTED,
                     actor=actor,
                     lock_token=lease.token,

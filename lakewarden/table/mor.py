@@ -49,15 +49,18 @@ from lakewarden.table.config import (
     TableConfig,
 )
 from lakewarden.table.files import LogFileName, WriteToken, file_key, split_key
+from lakewarden.table.instant import Action
 from lakewarden.table.merge import merge
 from lakewarden.table.reader import read_data_file
 from lakewarden.table.snapshot import FileSlice
-from lakewarden.table.stats import WriteStat
+from lakewarden.table.stats import FileGroupId, WriteStat
 
 _MAX_VERSION_SKIPS = 100
 
 __all__ = [
     "delete_keys",
+    "ingestion_action",
+    "log_slice",
     "log_statistic",
     "log_target",
     "read_slice",
@@ -78,6 +81,24 @@ def log_target(
     version = max((n.version for n in names), default=0) + 1 + skip
     name = LogFileName(group.file_id, file_slice.base_instant, version, token).render()
     return file_key(group.partition_path, name), storage.capabilities.append
+
+
+def ingestion_action(config: TableConfig) -> Action:
+    """What a write to the table is on the timeline: ``deltacommit`` on merge-on-read."""
+    return Action.DELTACOMMIT if config.merge_on_read else Action.COMMIT
+
+
+def log_slice(
+    config: TableConfig, slices: Sequence[FileSlice], canonical: FileGroupId, operation: str
+) -> FileSlice | None:
+    """The slice an upsert or delete of ``canonical``'s bucket appends a log block to on a
+    merge-on-read table: the bucket's canonical slice, when it has a base file and no append
+    group beside it (else the bucket is merged and rewritten as a base file)."""
+    if not config.merge_on_read or operation not in ("upsert", "delete"):
+        return None
+    if len(slices) != 1 or slices[0].file_group != canonical or slices[0].base_file is None:
+        return None
+    return slices[0]
 
 
 def delete_keys(stamped_keys: pa.Table) -> pa.Table:

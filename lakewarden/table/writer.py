@@ -63,11 +63,10 @@ from lakewarden.table.bucket import BucketSlices, route
 from lakewarden.table.config import META_FILE_NAME, TableConfig
 from lakewarden.table.coordinator import Coordinator
 from lakewarden.table.files import BaseFileName, WriteToken, file_key
-from lakewarden.table.instant import Action
 from lakewarden.table.job_commit import STAGE_WRITE_FILES, JobCommitSpec, abandon, commit_instant
 from lakewarden.table.merge import BucketMerge, Merged, merge, merge_bucket, stamped
-from lakewarden.table.mor import write_blocks
-from lakewarden.table.snapshot import FileSlice, snapshot_as_of_request
+from lakewarden.table.mor import ingestion_action, log_slice, write_blocks
+from lakewarden.table.snapshot import snapshot_as_of_request
 from lakewarden.table.stats import CommitStats, FileGroupId, WorkloadProfile, WriteStat
 from lakewarden.table.timeline import Timeline
 from lakewarden.table.transaction import WriteTransaction
@@ -131,7 +130,7 @@ def write(ctx: WriteContext, data: pa.Table, operation: Operation) -> CommitResu
     not be established; the files stay for the cleaner)."""
     data = validate_input(data, ctx.config, operation)  # 1
     groups = route(data, ctx.config)  # 2
-    action = Action.DELTACOMMIT if ctx.config.merge_on_read else Action.COMMIT
+    action = ingestion_action(ctx.config)
     txn = WriteTransaction.begin(  # 3
         ctx.timeline,
         ctx.coordinator,
@@ -209,7 +208,7 @@ def _write_groups(
 
     def one(task: int) -> tuple[BucketMerge, WriteStat | None]:
         group, incoming = groups[task]
-        target = _log_slice(ctx.config, buckets.of(group), group, operation)
+        target = log_slice(ctx.config, buckets.of(group), group, operation)
         if target is not None:
             records = stamped(incoming, instant, ctx.config, operation)
             stat = write_blocks(
@@ -265,18 +264,6 @@ def _write_groups(
         if operation == "delete"
         else {},
     )
-
-
-def _log_slice(
-    config: TableConfig, slices: list[FileSlice], canonical: FileGroupId, operation: str
-) -> FileSlice | None:
-    """The slice an upsert or delete appends a log block to on a merge-on-read table: the
-    bucket's canonical slice, when it has a base file and no append group beside it."""
-    if not config.merge_on_read or operation not in ("upsert", "delete"):
-        return None
-    if len(slices) != 1 or slices[0].file_group != canonical or slices[0].base_file is None:
-        return None
-    return slices[0]
 
 
 def _file_bytes(config: TableConfig, name: str, table: pa.Table) -> bytes:

@@ -1,0 +1,136 @@
+"""Merge-on-read through Spark: apache/hudi#10803's data loss cannot happen here.
+
+Task retries and speculative attempts append their own log blocks beside the accepted
+attempt's; a zombie appends after the commit; a writer dies mid-block; a file gets duplicated
+bytes. Invariant 7: none of it changes a read, and every committed record is read exactly once.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from _spark_helpers import SCHEMA, files_on_disk, rows, sorted_rows, spark_df, spark_rows
+
+import lakewarden
+from lakewarden.logfile import LogWriter, encode_records, scan_log, select_by_sequence
+from lakewarden.spark import _job
+from lakewarden.spark._messages import TaskCommitMessage
+from lakewarden.spark._task import TaskIdentity, write_task
+from lakewarden.table.files import is_log_file
+from lakewarden.table.instant import Action, Transition
+from lakewarden.table.table import Table
+
+pytestmark = pytest.mark.spark
+
+
+def make_mor_table(path: Path, buckets: int = 2) -> Table:
+    return Table.create(
+        str(path),
+        name="orders",
+        record_key="id",
+        schema=SCHEMA,
+        partition_by=["region"],
+        ordering_field="ts",
+        buckets=buckets,
+        table_type="merge_on_read",
+    )
+
+
+def log_paths(table: Table) -> list[str]:
+    return sorted({s.path for sl in table.snapshot().slices.values() for s in sl.log_files})
+
+
+def attempts_in(table: Table, path: str) -> set[str | None]:
+    return {b.attempt for b in scan_log(table.storage.read(path), path).blocks}
+
+
+def keys_once(records: list[dict[str, Any]]) -> bool:
+    ids = [r["id"] for r in records]
+    return len(ids) == len(set(ids))
+
+
+def test_retried_attempts_append_blocks_yet_every_committed_record_is_read_once(
+    spark: Any, table_dir: Path
+) -> None:
+    table = make_mor_table(table_dir)
+    uri = str(table_dir)
+    base = rows(range(40), ts=1)
+    table.write(base, "insert")  # base files in every bucket: the upsert appends log blocks
+    update = rows(range(0, 40, 2), ts=2, note="v2")
+    # Attempt 0 of every task dies: partition 0 right after appending its log block,
+    # partition 1 after its task commit (its blocks and its manifest exist). Spark retries.
+    hooks = {
+        "lakewarden.test.fail_first_attempt_after_log_append": "0",
+        "lakewarden.test.fail_first_attempt_of_partition": "1",
+    }
+    result = lakewarden.spark.write(
+        spark_df(spark, update), uri, "upsert", partitions=2, options=hooks
+    )
+
+    assert table.state().get(result.instant).action is Action.DELTACOMMIT  # type: ignore[union-attr]
+    logs = [s for s in result.stats.write_stats if s.is_log]
+    assert logs and all(s.log_attempt and s.log_attempt.endswith("_1") for s in logs)
+    # The failed attempts' blocks are on disk (a first log file is created per attempt; later
+    # appends share the file, see the next test)...
+    on_disk = [p for p in files_on_disk(table_dir) if is_log_file(Path(p).name)]
+    attempts = set().union(*(attempts_in(table, p) for p in on_disk))
+    assert len(on_disk) > len(log_paths(table))
+    assert attempts > {s.log_attempt for s in logs}
+    # ... and change nothing: every record once, the update applied once.
+    expected = {r["id"]: r for r in sorted_rows(base)} | {r["id"]: r for r in sorted_rows(update)}
+    back = spark_rows(spark.read.format("lakewarden").load(uri))
+    assert keys_once(back) and back == [expected[k] for k in sorted(expected)]
+    assert sorted_rows(lakewarden.read(uri)) == back
+    assert sorted_rows(table.changes(result.instant)) == []
+
+
+def _attempt(spec: Any, number: int, data: pa.Table) -> TaskCommitMessage:
+    return write_task(spec, TaskIdentity(0, number, 5), iter(data.to_batches()))
+
+
+def test_the_accepted_attempt_wins_where_hudis_sequence_rule_loses_data(table_dir: Path) -> None:
+    """#10803: two attempts of one task both append; Spark accepts the first to finish, the
+    speculative one finishes later (and, with a non-deterministic input, wrote other values).
+    HUDI-6758's rule keeps the latest of equal sequences: the attempt Spark rejected."""
+    table = make_mor_table(table_dir, buckets=1)
+    table.write(rows(range(10), ts=1), "insert")
+    handle = _job.TableHandle.open(str(table_dir), None)
+    spec, _ = _job.open_write(handle, "upsert", settings_json=None, merge=True)
+    accepted = _attempt(spec, 0, rows(range(5), ts=2, note="accepted"))
+    _attempt(spec, 1, rows(range(3), ts=3, note="speculative"))
+    _job.commit_write(spec, [accepted])
+
+    expected = sorted_rows(rows(range(5), ts=2, note="accepted")) + sorted_rows(
+        rows(range(5, 10), ts=1)
+    )
+    assert sorted_rows(table.read()) == expected
+    # Hudi lists the file group's log files, in version and write-token order.
+    listed = sorted(
+        p
+        for p in files_on_disk(table_dir)
+        if is_log_file(Path(p).name) and p.startswith("region=eu/")
+    )
+    assert len(listed) == 2  # each attempt started the slice's first log file
+    scans = [scan_log(table.storage.read(p), p) for p in listed]
+    hudi = select_by_sequence(scans, [spec.instant]).blocks
+    assert {b.records().column("note")[0].as_py() for b in hudi} == {"speculative"}
+
+    # A zombie attempt appends after the commit, a writer dies mid-block, bytes get
+    # duplicated: the read does not change.
+    path = log_paths(table)[0]
+    zombie = LogWriter(
+        table.storage, path, instant=spec.instant, attempt="attempt_zombie_0_9", append=True
+    )
+    zombie.add_data(pa.table({"x": [1]}))
+    zombie.flush()
+    committed = table.storage.read(path)
+    table.storage.append(path, committed)  # duplicated bytes
+    table.storage.append(path, committed[: len(committed) // 3])  # a torn last block
+    table.storage.append(path, encode_records(pa.table({"y": [0]})))  # not a block at all
+    scan = scan_log(table.storage.read(path), path)
+    assert len(scan.corrupt) >= 1
+    assert sorted_rows(table.read()) == expected
+    assert [i.state for i in table.timeline()] == [Transition.COMPLETED] * 2
