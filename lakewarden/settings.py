@@ -9,7 +9,7 @@ configuration dict.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -27,6 +27,14 @@ class KafkaSettings(BaseModel):
     client_id: str = "lakewarden"
     topic_prefix: str = "lakewarden."
     request_timeout_s: float = 10.0
+    # Authentication and encryption, passed to every confluent-kafka client and faust app
+    # (LAKEWARDEN_KAFKA__SECURITY_PROTOCOL=SASL_PLAINTEXT, ..._SASL_MECHANISM=PLAIN, ...).
+    # The password is a SecretStr: it never appears in a repr, a log, /health or an error.
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = None
+    sasl_username: str | None = None
+    sasl_password: SecretStr | None = None
+    ssl_ca_location: str | None = Field(default=None, description="CA bundle (PEM) path")
 
     @property
     def enabled(self) -> bool:
@@ -46,7 +54,24 @@ class KafkaSettings(BaseModel):
             "bootstrap.servers": self.bootstrap_servers,
             "client.id": self.client_id,
         }
+        config.update(self.security_config())
         config.update({key.replace("_", "."): value for key, value in overrides.items()})
+        return config
+
+    def security_config(self) -> dict[str, str]:
+        """The librdkafka security keys (empty for PLAINTEXT); holds the password in clear:
+        hand it to a client, never to a log."""
+        config: dict[str, str] = {}
+        if self.security_protocol != "PLAINTEXT":
+            config["security.protocol"] = self.security_protocol
+        if self.sasl_mechanism is not None:
+            config["sasl.mechanism"] = self.sasl_mechanism
+        if self.sasl_username is not None:
+            config["sasl.username"] = self.sasl_username
+        if self.sasl_password is not None:
+            config["sasl.password"] = self.sasl_password.get_secret_value()
+        if self.ssl_ca_location is not None:
+            config["ssl.ca.location"] = self.ssl_ca_location
         return config
 
 

@@ -202,7 +202,19 @@ def parse_manifest_rows(data: bytes, *, key: str) -> tuple[ManifestHeader, list[
     return header, rows
 
 
+# A manifest lists one task attempt's files (~200 bytes each): 256 MiB is over a million
+# files, far past any real task. Past it, parsing would take ~10x its size in memory.
+MAX_MANIFEST_BYTES = 256 * 1024 * 1024
+
+
 def _parse_document(data: bytes, key: str) -> tuple[ManifestHeader, list[Any]]:
+    if len(data) > MAX_MANIFEST_BYTES:
+        raise MalformedManifestError(
+            f"manifest {key} is {len(data)} bytes; the limit is {MAX_MANIFEST_BYTES} "
+            "(MAX_MANIFEST_BYTES). Help: a task attempt this large should be split into more "
+            "tasks (repartition); the job commit stops here and nothing is committed.",
+            path=key,
+        )
     try:
         doc = json.loads(data)
     except (ValueError, UnicodeDecodeError) as err:

@@ -19,6 +19,7 @@ Every service app gets the same choices, made once here:
 
 from __future__ import annotations
 
+import ssl
 from pathlib import Path
 from typing import Any
 
@@ -89,5 +90,30 @@ def make_app(
     }
     if instance_id:
         config["consumer_group_instance_id"] = f"{service}-{instance_id}"
+    credentials = broker_credentials(settings)
+    if credentials is not None:
+        config["broker_credentials"] = credentials
     config.update(overrides)
     return faust.App(app_id(service, settings), **config)
+
+
+def broker_credentials(settings: Settings) -> faust.types.auth.CredentialsT | None:
+    """faust's form of ``settings.kafka``'s security settings (the same ones every
+    confluent-kafka client gets through ``librdkafka_config``); None for PLAINTEXT."""
+    kafka = settings.kafka
+    protocol = kafka.security_protocol
+    context = None
+    if protocol in ("SSL", "SASL_SSL"):
+        context = ssl.create_default_context(cafile=kafka.ssl_ca_location)
+    if protocol.startswith("SASL_"):
+        return faust.SASLCredentials(
+            username=kafka.sasl_username,
+            password=None
+            if kafka.sasl_password is None
+            else kafka.sasl_password.get_secret_value(),
+            ssl_context=context,
+            mechanism=kafka.sasl_mechanism or "PLAIN",
+        )
+    if context is not None:
+        return faust.SSLCredentials(context)
+    return None

@@ -214,3 +214,16 @@ def test_mutated_timeline_entry_loads_deterministically(data: st.DataObject) -> 
         return
     assert state == Timeline(storage).load() == Timeline(storage).load(full_replay=True)
     assert state.tail_seq == 4  # the damaged entry is read or rejected, never the end
+
+
+def test_a_manifest_over_the_size_limit_is_a_named_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    from lakewarden.commit import manifest
+    from lakewarden.commit.errors import MalformedManifestError
+
+    monkeypatch.setattr(manifest, "MAX_MANIFEST_BYTES", len(MANIFEST) - 1)
+    for parse in (parse_manifest, parse_manifest_rows):
+        with pytest.raises(MalformedManifestError, match="the limit is") as err:
+            parse(MANIFEST, key="m")
+        assert "Help:" in str(err.value)
+    monkeypatch.setattr(manifest, "MAX_MANIFEST_BYTES", len(MANIFEST))
+    assert parse_manifest(MANIFEST, key="m")[1][0].dst == "p=1/f.parquet"
