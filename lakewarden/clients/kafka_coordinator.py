@@ -117,6 +117,18 @@ class KafkaCoordinator(Coordinator):
             log.warning("liveness unknown: %s", err, extra={"table": table_id, "instant": instant})
             return Liveness.UNKNOWN
 
+    def executor_of(self, table_id: str, instant: str) -> str | None:
+        """This process's heartbeat owner for the instant, else the monitor's record's owner
+        (None when neither is known or the view cannot be read)."""
+        beating = self.heartbeats.get(table_id, instant)
+        if beating is not None:
+            return beating.owner
+        try:
+            record = self.liveness_view.record(table_id, instant, fresh=False)
+        except (LivenessUnavailableError, ConfigurationError):
+            return None
+        return None if record is None else record.owner
+
     @contextmanager
     def heartbeat(self, table_id: str, instant: str, owner: str) -> Iterator[None]:
         """Publish heartbeats for ``instant`` while the block runs.

@@ -83,6 +83,11 @@ class Coordinator(abc.ABC):
     def heartbeat(self, table_id: str, instant: str, owner: str) -> AbstractContextManager[None]:
         """Declare ``instant`` alive (executed by ``owner``) for the ``with`` block."""
 
+    def executor_of(self, table_id: str, instant: str) -> str | None:
+        """The owner named by the instant's latest heartbeat, when known (for error messages:
+        "plan P is executed by X"); None when nobody is known."""
+        return None
+
     def announce(self, table_id: str, entry: TimelineEntry) -> None:
         """Tell the audit trail that ``entry`` was appended to the table's timeline (the
         Kafka coordinator publishes a ``TimelineTransition``; the embedded one has nowhere to
@@ -127,6 +132,7 @@ class EmbeddedCoordinator(Coordinator):
         self._tables: dict[str, _TableLock] = {}
         self._beating: dict[tuple[str, str], int] = {}
         self._ended: set[tuple[str, str]] = set()
+        self._owners: dict[tuple[str, str], str] = {}
 
     @contextmanager
     def lock(self, table_id: str, *, ttl_s: float = 30.0, wait_s: float = 30.0) -> Iterator[Lease]:
@@ -188,11 +194,16 @@ class EmbeddedCoordinator(Coordinator):
                 return Liveness.ALIVE
             return Liveness.DEAD if key in self._ended else Liveness.UNKNOWN
 
+    def executor_of(self, table_id: str, instant: str) -> str | None:
+        with self._guard:
+            return self._owners.get((table_id, instant))
+
     @contextmanager
     def heartbeat(self, table_id: str, instant: str, owner: str) -> Iterator[None]:
         key = (table_id, instant)
         with self._guard:
             self._beating[key] = self._beating.get(key, 0) + 1
+            self._owners[key] = owner
             self._ended.discard(key)
         try:
             yield

@@ -29,7 +29,9 @@ Protocol of ``commit_instant``:
    ``rolled_back`` entry makes its files garbage);
 5. any other failure: ``abandon``: append ``rolled_back`` first (it makes the instant
    uncommittable, and is refused if it completed), only then abort the job (every file it
-   placed or staged is deleted), and raise the original error.
+   placed or staged is deleted), and raise the original error;
+6. an ingestion that completed requests the cancellation of the pending cancellable plans it
+   overtook (RFC-79 goal A: ``lakewarden.table.cancel.cancel_overtaken_plans``; best effort).
 
 ``CommitProgress.stage`` names the step that was running (or, in step 1, the committer's
 stage); ``abandon`` records it, the job id and the error's type as typed fields of the
@@ -58,7 +60,8 @@ from lakewarden.commit import (
 )
 from lakewarden.errors import CommitStateUnknownError, NonRetryableError
 from lakewarden.table.abandon import abandon as abandon
-from lakewarden.table.instant import Transition
+from lakewarden.table.cancel import cancel_overtaken_plans
+from lakewarden.table.instant import INGESTION_ACTIONS, Transition
 from lakewarden.table.stats import CommitStats
 from lakewarden.table.timeline import InstantState, TimelineState
 from lakewarden.table.transaction import WriteTransaction
@@ -175,13 +178,18 @@ def commit_instant(
     if recorded is not None:
         return recorded
     try:
-        return _commit(committer, txn, spec, validate, progress, job_retries)
+        done = _commit(committer, txn, spec, validate, progress, job_retries)
     except CommitStateUnknownError:
         raise
     except Exception as err:  # a crash (KeyboardInterrupt, SIGKILL) leaves it to be resumed
         stage = failed_stage(err, progress)
         abandon(committer, txn, err, stage=stage, job_id=spec.job_id)  # 5.
         raise
+    if txn.action in INGESTION_ACTIONS:  # 6.
+        cancel_overtaken_plans(
+            txn.timeline, txn.coordinator, txn.table_id, txn.instant, actor=txn.actor
+        )
+    return done
 
 
 def _commit(

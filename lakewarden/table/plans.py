@@ -75,10 +75,24 @@ class CancellationPolicy(BaseModel):
     max_completed_instants: int | None = Field(default=None, gt=0)
 
 
+class PlannedSlice(BaseModel):
+    """One input file slice of a table-service plan: what the executor reads, as the snapshot
+    of ``last_completed_instant`` had it (the cleaner keeps these files while the plan is
+    pending)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    file_group: FileGroupId
+    base_instant: str = Field(pattern=_INSTANT_PATTERN)
+    paths: tuple[str, ...] = ()
+
+
 class ServicePlan(BaseModel):
     """A compaction or clustering (RFC-79): the file groups it rewrites.
 
-    Unknown keys are kept (legacy plans carried free-form keys beside ``file_groups``)."""
+    ``input_slices`` (planned by ``lakewarden.tableservice``) name the files the executor
+    reads; ``input_paths()`` lists them. Unknown keys are kept (legacy plans carried free-form
+    keys beside ``file_groups``)."""
 
     model_config = ConfigDict(frozen=True, extra="allow")
 
@@ -89,6 +103,14 @@ class ServicePlan(BaseModel):
     cancellation_policy: CancellationPolicy | None = None
     # The newest completed instant when the plan was made: its input is the snapshot as of it.
     last_completed_instant: str | None = Field(default=None, pattern=_INSTANT_PATTERN)
+    input_slices: tuple[PlannedSlice, ...] = ()
+    # Clustering: the columns the rewritten files are sorted by (empty: keep the order).
+    sort_by: tuple[str, ...] = ()
+
+    def input_paths(self) -> tuple[str, ...]:
+        """Every file the plan's executor reads (keys relative to the table root), in plan
+        order; a cleaner must keep them while the plan is pending."""
+        return tuple(path for s in self.input_slices for path in s.paths)
 
 
 class CleanFile(BaseModel):

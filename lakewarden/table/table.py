@@ -22,8 +22,8 @@ from __future__ import annotations
 import os
 import socket
 import time
-from collections.abc import Callable, Collection, Sequence
-from typing import Literal
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import TYPE_CHECKING, Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -45,6 +45,12 @@ from lakewarden.table.reader import read_changes, read_snapshot
 from lakewarden.table.snapshot import Snapshot, build_snapshot, changes_since
 from lakewarden.table.timeline import InstantState, Timeline, TimelineState
 from lakewarden.table.writer import CommitResult, Operation, WriteContext, write
+
+if TYPE_CHECKING:  # the table services import this package: imported in the methods
+    from lakewarden.table.cancel import CancelRequestOutcome
+    from lakewarden.table.instant import Instant
+    from lakewarden.table.plans import CancellationPolicy
+    from lakewarden.tableservice import ExecuteCancelOutcome, ServiceContext, ServiceRun
 
 
 class Table:
@@ -243,6 +249,92 @@ class Table:
             wall_clock=wall_clock,
         )
         return clean_table(ctx, request)
+
+    # -- table services (RFC-79; lakewarden.tableservice) ---------------------------------------
+
+    def service_context(self) -> ServiceContext:
+        """What the table services need of this table."""
+        from lakewarden.tableservice import ServiceContext
+
+        return ServiceContext(
+            self.storage, self.config, self.timeline_log, self.coordinator, self.actor
+        )
+
+    def schedule_clustering(
+        self,
+        partitions: Sequence[str] | None = None,
+        max_file_groups: int | None = None,
+        sort_by: Sequence[str] | None = None,
+        cancellable: bool = False,
+        cancellation_policy: CancellationPolicy | Mapping[str, float] | None = None,
+    ) -> Instant | None:
+        """Append a ``clustering`` plan for the buckets worth rewriting (more than one slice;
+        any, with ``sort_by``), or return None when there is nothing to do. The plan names its
+        input slices, ``cancellable`` and the ``cancellation_policy`` (``{"max_age_s": ...}``
+        or ``{"max_completed_instants": ...}``), honoured by the cleaner.
+
+        Raises: InvalidPlanOptionsError, pydantic ValidationError (a malformed policy),
+        LockTimeoutError, ConcurrentAppendError, CommitStateUnknownError."""
+        from lakewarden.table.plans import CancellationPolicy
+        from lakewarden.tableservice import ClusteringStrategy, schedule
+
+        policy = (
+            CancellationPolicy.model_validate(cancellation_policy)
+            if cancellation_policy is not None
+            else None
+        )
+        strategy = ClusteringStrategy(
+            partitions=partitions, max_file_groups=max_file_groups, sort_by=sort_by or ()
+        )
+        return schedule(
+            self.service_context(),
+            strategy,
+            cancellable=cancellable,
+            cancellation_policy=policy,
+        )
+
+    def run_table_service(self, instant: str | Instant) -> ServiceRun:
+        """Execute the plan ``instant`` in this process (``lakewarden.tableservice.executor``):
+        claim, heartbeat, roll back earlier attempts, rewrite, then ``completed``, or cleanup
+        and ``aborted`` when its cancellation was requested or an ingestion took precedence.
+
+        Raises: PlanAlreadyExecutingError (naming the owner), InstantAlreadyCompletedError,
+        UnknownPlanError, NotATableServicePlanError, WriteConflictError subclasses,
+        ExecutorOutputLostError, LockTimeoutError, CommitStateUnknownError."""
+        from lakewarden.tableservice import run_table_service
+
+        return run_table_service(self.service_context(), str(instant))
+
+    def request_cancel(
+        self, instant: str | Instant, *, requested_by: str | None = None, reason: str
+    ) -> CancelRequestOutcome:
+        """Request the cancellation of the cancellable plan ``instant`` (RFC-79; irrevocable:
+        the plan can then only end aborted).
+
+        Raises: InstantAlreadyCompletedError, PlanNotCancellableError, UnknownPlanError,
+        LockTimeoutError."""
+        from lakewarden.table.cancel import request_cancel
+
+        return request_cancel(
+            self.timeline_log,
+            self.coordinator,
+            self.table_id,
+            str(instant),
+            requested_by=requested_by or self.actor,
+            reason=reason,
+            actor=self.actor,
+        )
+
+    def execute_cancel(self, instant: str | Instant) -> ExecuteCancelOutcome:
+        """Delete the files of the cancel-requested plan ``instant`` and append ``aborted``
+        (RFC-79); idempotent, and finishes after a crash at any step.
+
+        Raises: PlanStillExecutingError (naming the owner), CancelNotRequestedError,
+        InstantAlreadyCompletedError, PlanNotCancellableError, UnknownPlanError,
+        LockTimeoutError."""
+        from lakewarden.tableservice import execute_cancel
+
+        return execute_cancel(self.service_context(), str(instant))
 
 
 def _coordinator_for(settings: Settings | None) -> Coordinator:

@@ -1,0 +1,67 @@
+"""The named errors of table services (RFC-79), each saying what was found and what to do.
+
+The cancel-request errors are defined beside the timeline (``lakewarden.table.cancel``, since
+ingestion requests cancellations too) and re-exported here.
+"""
+
+from __future__ import annotations
+
+from lakewarden.errors import NonRetryableError, RetryableError
+from lakewarden.table.cancel import (
+    InstantAlreadyCompletedError,
+    PlanNotCancellableError,
+    UnknownPlanError,
+)
+
+__all__ = [
+    "CancelNotRequestedError",
+    "ExecutorOutputLostError",
+    "InstantAlreadyCompletedError",
+    "InvalidPlanOptionsError",
+    "NotATableServicePlanError",
+    "PlanAlreadyExecutingError",
+    "PlanNotCancellableError",
+    "PlanStillExecutingError",
+    "UnknownPlanError",
+    "UnknownStrategyError",
+]
+
+
+class PlanAlreadyExecutingError(RetryableError):
+    """Another executor's heartbeat for the plan is alive: at most one executor per plan
+    (invariant 4). ``owner`` names it (None when the coordinator does not know who)."""
+
+    def __init__(self, message: str, *, table: str, instant: str, owner: str | None) -> None:
+        super().__init__(message, table=table, instant=instant)
+        self.owner = owner
+
+
+class PlanStillExecutingError(RetryableError):
+    """``execute_cancel`` found a live heartbeat for the plan: its files cannot be deleted
+    while an executor works on them (the cancel request stands; retry after it stops)."""
+
+    def __init__(self, message: str, *, table: str, instant: str, owner: str | None) -> None:
+        super().__init__(message, table=table, instant=instant)
+        self.owner = owner
+
+
+class CancelNotRequestedError(NonRetryableError):
+    """``execute_cancel`` of a plan whose cancellation was never requested."""
+
+
+class NotATableServicePlanError(NonRetryableError):
+    """The instant is not a compaction or clustering plan (an ingestion, clean, rollback)."""
+
+
+class UnknownStrategyError(NonRetryableError):
+    """The plan names a strategy no executor in this process knows."""
+
+
+class InvalidPlanOptionsError(NonRetryableError):
+    """Scheduling options that cannot make a plan (an unknown sort column, a policy on a
+    non-cancellable plan, a non-positive limit)."""
+
+
+class ExecutorOutputLostError(NonRetryableError):
+    """At pre-commit a file this executor wrote is gone: another executor, believing this
+    one dead, rolled the attempt back. Nothing was completed; the plan stays pending."""

@@ -1,0 +1,140 @@
+"""Executing a table-service plan in-process: ``run_table_service``.
+
+Protocol (RFC-79's table-service flow, with at most one executor per plan):
+
+1. claim the plan under the table lock: a live heartbeat of another executor refuses with
+   ``PlanAlreadyExecutingError`` naming it; otherwise this executor starts beating (held to
+   the end) (``claim``);
+2. the plan has a cancel request: short-circuit (RFC-79 "short circuit"): roll back every
+   attempt's files and append ``aborted``, rewriting nothing;
+3. roll back the partial files of earlier attempts, the plan kept (``rollback``);
+4. append ``inflight`` (the plan's file groups as the workload) unless an earlier attempt did;
+5. the strategy rewrites the plan's input slices into this attempt's files, which are put in
+   place, still invisible (``output``);
+6. pre-commit under the lock (``precommit``): a cancel request, or, for a cancellable plan,
+   a conflicting ingestion completed meanwhile -> delete the files and append ``aborted``;
+   else ``completed`` (a replace: the old slices leave the snapshot).
+
+A failure in 4-6 deletes this attempt's files (best effort) and re-raises; the plan stays
+pending for the next attempt (a non-cancellable plan is executed to completion; a cancellable
+one may also be cancelled).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from lakewarden.errors import CommitStateUnknownError
+from lakewarden.table.instant import Transition
+from lakewarden.table.snapshot import snapshot_as_of_request
+from lakewarden.table.stats import CommitStats, WorkloadProfile
+from lakewarden.table.transaction import WriteTransaction
+from lakewarden.tableservice.cancel import finish_abort
+from lakewarden.tableservice.claim import claim
+from lakewarden.tableservice.context import ServiceContext
+from lakewarden.tableservice.output import AttemptOutput, new_attempt
+from lakewarden.tableservice.plan_state import find_plan, service_plan
+from lakewarden.tableservice.precommit import Verdict, complete_or_cancel
+from lakewarden.tableservice.rollback import roll_back_attempts
+from lakewarden.tableservice.strategy import RewriteJob, strategy_for
+
+__all__ = ["ServiceOutcome", "ServiceRun", "run_table_service"]
+
+log = logging.getLogger(__name__)
+
+
+class ServiceOutcome(StrEnum):
+    COMPLETED = "completed"
+    ABORTED = "aborted"  # this run aborted the plan (cancel request or lost to ingestion)
+    ALREADY_ABORTED = "already_aborted"
+
+
+@dataclass(frozen=True)
+class ServiceRun:
+    """How ``run_table_service`` ended: the outcome, the statistics of a completion, why the
+    plan was aborted, the attempt number and what the run rolled back of earlier attempts."""
+
+    instant: str
+    outcome: ServiceOutcome
+    attempt: int
+    stats: CommitStats | None = None
+    reason: str | None = None
+    rolled_back_files: tuple[str, ...] = field(default=())
+    short_circuited: bool = False
+
+
+def run_table_service(ctx: ServiceContext, instant: str) -> ServiceRun:
+    """Execute the plan ``instant`` (steps in the module docstring).
+
+    Raises: UnknownPlanError, NotATableServicePlanError, InstantAlreadyCompletedError,
+    PlanAlreadyExecutingError, UnknownStrategyError, WriteConflictError subclasses (a
+    non-cancellable plan that lost to another plan), ExecutorOutputLostError,
+    HeartbeatLostError, LockTimeoutError, StorageError, CommitStateUnknownError."""
+    attempt = new_attempt()
+    current = find_plan(ctx, ctx.timeline.load(), instant)
+    if current.state is Transition.ABORTED:
+        return ServiceRun(instant, ServiceOutcome.ALREADY_ABORTED, attempt, reason=current.reason)
+    with claim(ctx, instant) as current:  # 1.
+        if current.state is Transition.ABORTED:
+            return ServiceRun(
+                instant, ServiceOutcome.ALREADY_ABORTED, attempt, reason=current.reason
+            )
+        if current.state is Transition.CANCEL_REQUESTED:  # 2.
+            reason = current.reason or "cancel requested"
+            finish_abort(ctx, instant, reason=reason)
+            return ServiceRun(
+                instant, ServiceOutcome.ABORTED, attempt, reason=reason, short_circuited=True
+            )
+        rolled = roll_back_attempts(ctx, instant, keep_attempt=attempt)  # 3.
+        plan = service_plan(current)
+        txn = WriteTransaction.resume(
+            ctx.timeline, ctx.coordinator, ctx.table_id, instant, actor=ctx.actor
+        )
+        if current.state is Transition.REQUESTED:  # 4.
+            txn.inflight(
+                WorkloadProfile(operation=current.operation or "", file_groups=plan.file_groups)
+            )
+        strategy = strategy_for(plan, table=ctx.table_id, instant=instant)
+        output = AttemptOutput(ctx.storage, ctx.config, instant, attempt)
+        try:
+            state = ctx.timeline.load()
+            base = snapshot_as_of_request(state, instant, table=ctx.config.name)
+            job = RewriteJob(ctx.storage, ctx.config, instant, plan, base, output)
+            stats = strategy.rewrite(job)  # 5.
+            output.place(stats)
+            verdict = complete_or_cancel(ctx, instant, stats)  # 6.
+        except CommitStateUnknownError:
+            # The completion may have landed: the log decides, and the files stay either way
+            # (a later attempt's rollback deletes them only if the plan did not complete).
+            mine = ctx.timeline.load().get(instant)
+            if mine is None or mine.state is not Transition.COMPLETED:
+                raise
+            verdict = Verdict(completed=True)
+        except Exception:
+            _discard(output, instant)
+            raise
+        if verdict.completed:
+            return ServiceRun(
+                instant,
+                ServiceOutcome.COMPLETED,
+                attempt,
+                stats=stats,
+                rolled_back_files=tuple(rolled.files),
+            )
+        finish_abort(ctx, instant, reason=verdict.reason)
+        return ServiceRun(
+            instant,
+            ServiceOutcome.ABORTED,
+            attempt,
+            reason=verdict.reason,
+            rolled_back_files=tuple(rolled.files),
+        )
+
+
+def _discard(output: AttemptOutput, instant: str) -> None:
+    try:
+        output.discard()
+    except Exception as err:  # the next attempt's rollback (or the cancel) finds them
+        log.warning("plan %s: deleting attempt %d's files failed: %s", instant, output.attempt, err)

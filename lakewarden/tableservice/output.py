@@ -1,0 +1,124 @@
+"""An executor attempt's output: new base files, named after the plan instant and the attempt.
+
+File names are ``<fileId>_<task>-<attempt>-0_<instant>.parquet``: the write token's stage id
+carries the executor attempt (a random number per ``run_table_service`` call), so a retried
+executor can tell its own files from those of earlier attempts (``rollback``).
+
+Where the storage has private staging (rename, or held-back multipart uploads on S3) the files
+go through the manifest committer under the job id ``<instant>-svc-<attempt>``: task attempt
+writes, task commit, job commit before ``completed``. Elsewhere (the in-memory test store)
+they go straight to their final keys; either way no snapshot sees them until a ``completed``
+entry names them.
+"""
+
+from __future__ import annotations
+
+import io
+import secrets
+import threading
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from lakewarden.commit import CommitterOptions, ManifestCommitter, TaskAttempt
+from lakewarden.storage import Storage
+from lakewarden.table.config import META_FILE_NAME, TableConfig
+from lakewarden.table.files import BaseFileName, WriteToken, file_key
+from lakewarden.table.job_commit import check_statistics
+from lakewarden.table.stats import CommitStats, FileGroupId, WriteStat
+
+__all__ = ["AttemptOutput", "new_attempt", "service_job_id", "service_job_prefix"]
+
+_OPTIONS = CommitterOptions()
+
+
+def new_attempt() -> int:
+    """A fresh executor attempt number (random: two executors never share one)."""
+    return secrets.randbelow(2**31 - 2) + 1
+
+
+def service_job_prefix(instant: str) -> str:
+    """The committer job ids of every attempt of the plan ``instant`` start with this."""
+    return f"{instant}-svc-"
+
+
+def service_job_id(instant: str, attempt: int) -> str:
+    return f"{service_job_prefix(instant)}{attempt}"
+
+
+def file_bytes(config: TableConfig, name: str, table: pa.Table) -> bytes:
+    """A base file's bytes: ``table`` (the merge schema) with ``_lw_file_name`` set."""
+    table = table.append_column(META_FILE_NAME, pa.repeat(pa.scalar(name), len(table)))
+    table = table.select(config.file_schema.names).cast(config.file_schema)
+    buffer = io.BytesIO()
+    pq.write_table(table, buffer)
+    return buffer.getvalue()
+
+
+class AttemptOutput:
+    """The ``OutputSink`` of one executor attempt (thread-safe: tasks may write in parallel)."""
+
+    def __init__(self, storage: Storage, config: TableConfig, instant: str, attempt: int) -> None:
+        self.storage = storage
+        self.config = config
+        self.instant = instant
+        self.attempt = attempt
+        self._guard = threading.Lock()
+        self._direct: list[str] = []  # keys written at their final place (no staging)
+        self._tasks: dict[int, TaskAttempt] = {}
+        self.committer: ManifestCommitter | None = None
+        if storage.capabilities.private_staging:
+            self.committer = ManifestCommitter(
+                storage, service_job_id(instant, attempt), options=_OPTIONS
+            )
+            self.committer.setup_job()
+
+    def write(self, file_group: FileGroupId, data: pa.Table, *, task: int) -> WriteStat:
+        name = BaseFileName(file_group.file_id, WriteToken(task, self.attempt, 0), self.instant)
+        key = file_key(file_group.partition_path, name.render())
+        body = file_bytes(self.config, name.render(), data)
+        if self.committer is None:
+            with self._guard:
+                self._direct.append(key)  # before the write: a failed put may leave an object
+            self.storage.write_if_absent(key, body)
+        else:
+            self._task(task).write_file(key, body)
+        return WriteStat(
+            file_group=file_group,
+            path=key,
+            base_instant=self.instant,
+            num_records=len(data),
+            size_bytes=len(body),
+        )
+
+    def _task(self, task: int) -> TaskAttempt:
+        assert self.committer is not None
+        with self._guard:
+            attempt = self._tasks.get(task)
+            if attempt is None:
+                attempt = self.committer.task_attempt(task)
+                attempt.setup()
+                self._tasks[task] = attempt
+            return attempt
+
+    def place(self, stats: CommitStats) -> None:
+        """Put the files at their final keys (still invisible): task commits and the job
+        commit, then check that the statistics name exactly the placed files.
+
+        Raises: StageFailedError, StatisticsMismatchError."""
+        if self.committer is None:
+            return
+        accepted = []
+        for attempt in self._tasks.values():
+            attempt.commit()
+            accepted.append(str(attempt.attempt_id))
+        result = self.committer.commit_job(accepted, description=f"table service {self.instant}")
+        check_statistics(stats, result.files, instant=self.instant, table=self.config.name)
+
+    def discard(self) -> None:
+        """Delete everything this attempt wrote or staged (best effort: a leftover is found by
+        the next attempt's rollback or the cancel)."""
+        if self.committer is not None:
+            self.committer.abort_job(force=True, reason=f"table service {self.instant} attempt")
+        for key in self._direct:
+            self.storage.delete(key)
