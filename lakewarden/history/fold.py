@@ -170,9 +170,12 @@ class HistoryBuilder:
         )
 
     def _at(self, instant: str) -> _Instant:
-        if not instant:
-            raise ValueError("the event names no instant")
-        return self._instants.setdefault(instant, _Instant())
+        found = self._instants.get(instant)
+        if found is None:  # not setdefault: building an _Instant per event costs more than this
+            if not instant:
+                raise ValueError("the event names no instant")
+            found = self._instants[instant] = _Instant()
+        return found
 
     # -- one handler per event ------------------------------------------------------------------
 

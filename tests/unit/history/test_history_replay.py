@@ -130,3 +130,28 @@ def test_entry_objects_compare_field_by_field() -> None:
         "wall_time_ms",
         "payload",
     }
+
+
+def test_the_fast_entry_is_the_validated_entry_and_a_bad_one_is_still_refused(
+    table: Table,
+) -> None:
+    events = published(table)
+    fast, _ = entries_from_topic(events)
+    stored = {e.seq: e for e in table.timeline_log.entries()}
+
+    for seq, entry in fast.items():  # the validator's own entry, field for field and type
+        assert entry == stored[seq]
+        assert entry.model_dump() == stored[seq].model_dump()
+        assert type(entry.action) is type(stored[seq].action)
+        assert type(entry.transition) is type(stored[seq].transition)
+    bad = {
+        "instant": "2025",
+        "actor": "",
+        "seq": -1,
+        "payload": "[1, 2]",
+        "transition": "exploded",
+    }
+    for name, value in bad.items():
+        record = {**events[0].record, name: value}
+        broken = Recorded(events[0].name, record, events[0].topic, 0, 0, None)
+        assert entries_from_topic([broken])[0] == {}, name
