@@ -5,6 +5,7 @@ Public surface::
     build_history, HistoryBuilder     the pure fold: decoded events -> TableHistory
     TableHistory, InstantStory, ...   the story records (frozen dataclasses)
     explain                           sentences answering "why is this instant in this state"
+    telling_instant                   the instant most worth explaining (the demo's last step)
     story_lines, table_lines          the history as text
     diff_timelines, ReplayReport      the timeline rebuilt from the topic vs storage's
     read_table_events                 the bounded Kafka read of one table's events
@@ -13,7 +14,7 @@ Everything but ``read_table_events`` (and ``read_storage_entries``) is pure: no 
 storage, so it is tested with hand-built event sequences.
 """
 
-from lakewarden.history.explain import explain, fmt_ms
+from lakewarden.history.explain import explain, fmt_ms, telling_instant
 from lakewarden.history.fold import HistoryBuilder, build_history
 from lakewarden.history.model import (
     CancelStep,
@@ -68,4 +69,5 @@ __all__ = [
     "read_table_events",
     "story_lines",
     "table_lines",
+    "telling_instant",
 ]

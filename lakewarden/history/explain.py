@@ -60,6 +60,25 @@ def explain(history: TableHistory, instant: str) -> list[str]:
     return lines + _caveats(history)
 
 
+_UNHAPPY = ("rolled_back", "aborted", "cancel_requested")
+
+
+def telling_instant(history: TableHistory) -> str | None:
+    """The instant most worth explaining: the newest that was rolled back, aborted or asked
+    to cancel; else the newest with failed records or a failed job commit; else the newest.
+    None when no event names an instant."""
+    stories = history.ordered()
+    for wanted in (
+        lambda s: s.state in _UNHAPPY,
+        lambda s: s.error_records > 0 or any(r.status == "failed" for r in s.job_results),
+        lambda s: True,
+    ):
+        found = [s for s in stories if wanted(s)]
+        if found:
+            return found[-1].instant
+    return None
+
+
 def _headline(story: InstantStory) -> str:
     if not story.steps:
         return f"Instant {story.instant}: the timeline topic recorded no transition of it."

@@ -23,6 +23,7 @@ from lakewarden.history import (
     build_history,
     explain,
     fmt_ms,
+    telling_instant,
 )
 from lakewarden.history.reader import decode_message
 
@@ -217,3 +218,23 @@ def test_aborted_names_the_requester_and_reason_from_the_timeline_when_no_cancel
         "blocks the nightly load."
     ) in text
     assert text.endswith(f"Aborted by executor-2 at {fmt_ms(T0 + 90)} holding lock token 7.")
+
+
+def test_the_telling_instant_is_the_newest_unhappy_one_else_a_failing_one_else_the_newest() -> None:
+    later, last = "20251123120001000", "20251123120002000"
+    happy = [
+        transition(0, "requested", 0),
+        transition(1, "completed", 5),
+        transition(2, "requested", 10, instant=later),
+        transition(3, "completed", 15, instant=later),
+    ]
+    failed = event(
+        "JobCommitResult", 20, instant=later, job_id="j", status="failed", failed_stage="load"
+    )
+    undone = transition(4, "rolled_back", 30, payload={"reason": "x"})
+    newest = transition(5, "requested", 40, instant=last)
+
+    assert telling_instant(build_history(TABLE, [])) is None
+    assert telling_instant(build_history(TABLE, [*happy, newest])) == last
+    assert telling_instant(build_history(TABLE, [*happy, failed, newest])) == later
+    assert telling_instant(build_history(TABLE, [*happy, failed, undone, newest])) == INSTANT
