@@ -68,12 +68,13 @@ def telling_instant(history: TableHistory) -> str | None:
     to cancel; else the newest with failed records or a failed job commit; else the newest.
     None when no event names an instant."""
     stories = history.ordered()
-    for wanted in (
-        lambda s: s.state in _UNHAPPY,
-        lambda s: s.error_records > 0 or any(r.status == "failed" for r in s.job_results),
-        lambda s: True,
-    ):
-        found = [s for s in stories if wanted(s)]
+    unhappy = [s for s in stories if s.state in _UNHAPPY]
+    failing = [
+        s
+        for s in stories
+        if s.error_records > 0 or any(r.status == "failed" for r in s.job_results)
+    ]
+    for found in (unhappy, failing, stories):
         if found:
             return found[-1].instant
     return None
