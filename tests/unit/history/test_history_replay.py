@@ -12,7 +12,13 @@ from click.testing import CliRunner
 
 from lakewarden.cli import cli
 from lakewarden.clients.timeline_events import transition_record
-from lakewarden.history import Recorded, diff_timelines, entries_from_topic, read_storage_entries
+from lakewarden.history import (
+    Recorded,
+    Unreadable,
+    diff_timelines,
+    entries_from_topic,
+    read_storage_entries,
+)
 from lakewarden.table.checkpoint import entry_key
 from lakewarden.table.table import Table
 from lakewarden.table.timeline_state import TimelineEntry
@@ -155,3 +161,18 @@ def test_the_fast_entry_is_the_validated_entry_and_a_bad_one_is_still_refused(
         record = {**events[0].record, name: value}
         broken = Recorded(events[0].name, record, events[0].topic, 0, 0, None)
         assert entries_from_topic([broken])[0] == {}, name
+
+
+def test_an_unreadable_message_is_reported_and_the_replay_goes_on(
+    table: Table, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    newer = Unreadable("lakewarden.timeline", 0, 9, "unknown_fingerprint", "a newer producer")
+    events = [*published(table), newer]
+    monkeypatch.setattr("lakewarden.cli.replay.table_events", lambda *a, **k: events)
+
+    result = CliRunner().invoke(cli, ["replay", table.uri])
+
+    assert result.exit_code == 1, result.output
+    assert "6 entries on lakewarden.timeline, 6 in storage" in result.output
+    assert "unreadable lakewarden.timeline[0]@9: unknown_fingerprint" in result.output
+    assert "lock decisions: 0 request(s) re-driven" in result.output
