@@ -9,7 +9,15 @@ from datetime import UTC, datetime
 import click
 
 from lakewarden.events.topics import TOPICS, TopicSpec
-from lakewarden.history import Recorded, RetentionGap, Unreadable, read_table_events
+from lakewarden.history import (
+    Recorded,
+    RetentionGap,
+    TableHistory,
+    Unreadable,
+    batch_mode,
+    build_history,
+    read_table_events,
+)
 from lakewarden.settings import Settings
 from lakewarden.storage import Storage, open_storage
 from lakewarden.table.config import TableConfig, load_config
@@ -72,6 +80,15 @@ def table_events(
     """Every event of the table on ``topics``, read now.
 
     Raises: ConfigurationError (Kafka not configured), RetryableError, ReadTimeoutError."""
-    return list(
-        read_table_events(settings, config.table_id, since_ms=parse_since(since), topics=topics)
-    )
+    with batch_mode():
+        return list(
+            read_table_events(settings, config.table_id, since_ms=parse_since(since), topics=topics)
+        )
+
+
+def table_history(settings: Settings, config: TableConfig, *, since: str | None) -> TableHistory:
+    """The table's history folded from every topic, read now (in ``batch_mode``).
+
+    Raises: ConfigurationError (Kafka not configured), RetryableError, ReadTimeoutError."""
+    with batch_mode():
+        return build_history(config.table_id, table_events(settings, config, since=since))

@@ -15,8 +15,7 @@ from pathlib import Path
 
 import click
 
-from lakewarden.cli._table_events import SINCE_HELP, check_since, open_table, table_events
-from lakewarden.history import build_history
+from lakewarden.cli._table_events import SINCE_HELP, check_since, open_table, table_history
 from lakewarden.history.chart import chart_of
 from lakewarden.settings import Settings
 
@@ -57,7 +56,7 @@ def command(uri: str, out: Path, since: str | None, limit: int) -> None:
     """Draw the history of the table at URI into OUT."""
     settings = Settings()
     _, config = open_table(uri, settings)
-    history = build_history(config.table_id, table_events(settings, config, since=since))
+    history = table_history(settings, config, since=since)
     chart = chart_of(history, limit=limit)
     if out.suffix.lower() == ".png":
         from lakewarden.history.chart_png import render_png  # matplotlib: only when asked

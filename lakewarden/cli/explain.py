@@ -12,8 +12,8 @@ from __future__ import annotations
 import click
 
 from lakewarden.cli._params import instant_param
-from lakewarden.cli._table_events import open_table, table_events
-from lakewarden.history import build_history, explain
+from lakewarden.cli._table_events import open_table, table_history
+from lakewarden.history import explain
 from lakewarden.settings import Settings
 
 
@@ -24,6 +24,6 @@ def command(uri: str, instant: str) -> None:
     """Explain the state of INSTANT of the table at URI."""
     settings = Settings()
     _, config = open_table(uri, settings)
-    history = build_history(config.table_id, table_events(settings, config, since=None))
+    history = table_history(settings, config, since=None)
     for line in explain(history, instant):
         click.echo(line)

@@ -15,8 +15,8 @@ import json
 import click
 
 from lakewarden.cli._params import instant_param
-from lakewarden.cli._table_events import SINCE_HELP, check_since, open_table, table_events
-from lakewarden.history import build_history, history_json, story_lines, table_lines
+from lakewarden.cli._table_events import SINCE_HELP, check_since, open_table, table_history
+from lakewarden.history import history_json, story_lines, table_lines
 from lakewarden.settings import Settings
 
 
@@ -33,7 +33,7 @@ def command(uri: str, since: str | None, instant: str | None, fmt: str) -> None:
     """Print the history of the table at URI from its events."""
     settings = Settings()
     _, config = open_table(uri, settings)
-    history = build_history(config.table_id, table_events(settings, config, since=since))
+    history = table_history(settings, config, since=since)
     if fmt == "json":
         click.echo(json.dumps(history_json(history, instant), indent=2, sort_keys=True))
         return

@@ -20,12 +20,18 @@ from collections import Counter
 
 import click
 
-from lakewarden.cli._table_events import SINCE_HELP, check_since, open_table, table_events
+from lakewarden.cli._table_events import (
+    SINCE_HELP,
+    check_since,
+    open_table,
+    table_events,
+)
 from lakewarden.events.topics import LOCK_REPLIES, LOCK_REQUESTS, TIMELINE
 from lakewarden.history import (
     Recorded,
     RetentionGap,
     Unreadable,
+    batch_mode,
     diff_timelines,
     entries_from_topic,
     fmt_ms,
@@ -53,12 +59,13 @@ def command(ctx: click.Context, uri: str, since: str | None, from_beginning: boo
     settings = Settings()
     storage, config = open_table(uri, settings)
     items = table_events(settings, config, since=since, topics=[TIMELINE])
-    topic, conflicts = entries_from_topic(i for i in items if isinstance(i, Recorded))
-    stored = read_storage_entries(storage)
-    if since is not None:  # entries older than the first one read were not asked for
-        first = min(topic, default=None)
-        stored = {s: e for s, e in stored.items() if first is not None and s >= first}
-    report = diff_timelines(topic, stored, conflicts=conflicts)
+    with batch_mode():
+        topic, conflicts = entries_from_topic(i for i in items if isinstance(i, Recorded))
+        stored = read_storage_entries(storage)
+        if since is not None:  # entries older than the first one read were not asked for
+            first = min(topic, default=None)
+            stored = {s: e for s, e in stored.items() if first is not None and s >= first}
+        report = diff_timelines(topic, stored, conflicts=conflicts)
     states = Counter(str(i.state) for i in report.state.instants.values())
     summary = ", ".join(f"{n} {state}" for state, n in sorted(states.items())) or "none"
     click.echo(

@@ -9,11 +9,13 @@ Public surface::
     story_lines, table_lines          the history as text
     diff_timelines, ReplayReport      the timeline rebuilt from the topic vs storage's
     read_table_events                 the bounded Kafka read of one table's events
+    batch_mode                        the cyclic GC paused while a command reads and folds
 
 Everything but ``read_table_events`` (and ``read_storage_entries``) is pure: no Kafka, no
 storage, so it is tested with hand-built event sequences.
 """
 
+from lakewarden.history._batch import batch_mode
 from lakewarden.history.explain import explain, fmt_ms, telling_instant
 from lakewarden.history.fold import HistoryBuilder, build_history
 from lakewarden.history.model import (
@@ -42,6 +44,7 @@ from lakewarden.history.replay import (
 )
 
 __all__ = [
+    "batch_mode",
     "CancelStep",
     "Difference",
     "Expiry",

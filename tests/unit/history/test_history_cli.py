@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import gc
+
 import click
 import pytest
 from _events import INSTANT, TABLE, beats, job_request, job_result, lock, transition
 
 from lakewarden.cli._table_events import parse_since
-from lakewarden.history import build_history, story_lines, table_lines
+from lakewarden.history import batch_mode, build_history, story_lines, table_lines
 from lakewarden.table.instant import Instant
 
 
@@ -43,3 +45,18 @@ def test_the_text_history_has_a_line_per_event_oldest_first() -> None:
     assert texts[-2] == "job job-1 failed at stage load (E: gone) by job-committer-0"
     assert texts[-1] == "seq 1 rolled_back by jc (lock token 7)"
     assert table_lines(history)[0].startswith(f"table {TABLE}: 8 event(s), 1 instant(s)")
+
+
+def test_batch_mode_pauses_the_cycle_collector_and_restores_it_as_it_was() -> None:
+    assert gc.isenabled()
+    with pytest.raises(RuntimeError), batch_mode():
+        assert not gc.isenabled()
+        raise RuntimeError("the read failed")
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with batch_mode():
+            assert not gc.isenabled()
+        assert not gc.isenabled()  # it was off before: it stays off
+    finally:
+        gc.enable()
