@@ -13,6 +13,7 @@ table_partition, lock_request            the lock wire contract timeline-lock sh
 """
 
 from lakewarden.clients._lock_wire import lock_request, table_partition
+from lakewarden.clients.clean import request_clean
 from lakewarden.clients.commit import (
     AttemptManifest,
     CommitClient,
@@ -35,6 +36,7 @@ from lakewarden.clients.lock import (
 )
 
 __all__ = [
+    "request_clean",
     "AttemptManifest",
     "CommitClient",
     "CommitReply",

@@ -41,4 +41,5 @@ SERVICES: list[ServiceSpec] = [
     ServiceSpec(name="heartbeat-monitor", module="services.heartbeat_monitor", health_port=8102),
     ServiceSpec(name="job-committer", module="services.job_committer", health_port=8103),
     ServiceSpec(name="error-sink", module="services.error_sink", health_port=8104),
+    ServiceSpec(name="cleaner", module="services.cleaner", health_port=8105),
 ]

@@ -117,6 +117,12 @@ def _fields(table_id: str) -> dict[str, dict[str, Any]]:
             "requester": "cleaner-1",
             "reason": "cancellation_policy: older than 2h",
         },
+        "CleanRequest": {
+            "table_uri": "s3://lake/orders",
+            "policy": "keep-latest-commits=5",
+            "delete_orphans": False,
+            "requested_by": "lakewarden-cli",
+        },
         "CancelResult": {
             "request_id": "cancel-5",
             "instant": "20250314080000000",

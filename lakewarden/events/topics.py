@@ -71,6 +71,8 @@ JOB_RESULTS: Final = TopicSpec("job.results", 6, 7 * DAY_MS, events=("JobCommitR
 ERRORS: Final = TopicSpec("errors", 6, 7 * DAY_MS, events=("ErrorRecord",))
 CANCEL_REQUESTS: Final = TopicSpec("cancel.requests", 6, 7 * DAY_MS, events=("CancelRequest",))
 CANCEL_RESULTS: Final = TopicSpec("cancel.results", 6, 7 * DAY_MS, events=("CancelResult",))
+# 12 partitions: up to 12 cleaners share the tables evenly (4 get 3 each).
+CLEAN_REQUESTS: Final = TopicSpec("clean.requests", 12, 7 * DAY_MS, events=("CleanRequest",))
 # Dead letters wait for a human: keep them long enough to be noticed and replayed.
 DLQ: Final = TopicSpec("dlq", 1, 30 * DAY_MS, events=("DeadLetter",))
 
@@ -86,6 +88,7 @@ TOPICS: Final[tuple[TopicSpec, ...]] = (
     ERRORS,
     CANCEL_REQUESTS,
     CANCEL_RESULTS,
+    CLEAN_REQUESTS,
     DLQ,
 )
 

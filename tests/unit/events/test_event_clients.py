@@ -26,7 +26,7 @@ UNREACHABLE = Settings(kafka=KafkaSettings(bootstrap_servers="127.0.0.1:1"))
 
 def test_every_topic_is_declared_once_with_the_prefix() -> None:
     names = [spec.name(Settings()) for spec in TOPICS]
-    assert len(set(names)) == len(names) == 12
+    assert len(set(names)) == len(names) == 13
     assert all(name.startswith("lakewarden.") for name in names)
     assert {spec.suffix for spec in TOPICS} == {
         "lock.requests",
@@ -40,6 +40,7 @@ def test_every_topic_is_declared_once_with_the_prefix() -> None:
         "errors",
         "cancel.requests",
         "cancel.results",
+        "clean.requests",
         "dlq",
     }
 

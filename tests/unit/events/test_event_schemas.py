@@ -43,6 +43,7 @@ EXPECTED_EVENTS = {
     "ErrorRecord",
     "CancelRequest",
     "CancelResult",
+    "CleanRequest",
     "DeadLetter",
 }
 

@@ -1,0 +1,110 @@
+"""What the cleaner's agents and timers do, apart from faust (so tests can drive it directly).
+
+``EventHandler.handle`` takes one message of ``clean.requests``, ``timeline`` or
+``heartbeat.expired``:
+
+1. undecodable, the wrong event, keyed wrongly or an invalid request: dead-letter it;
+2. a ``CleanRequest`` registers the table (its URI and owning partition) in ``tables``;
+3. queue the table if its URI is known here; otherwise the event is left to the table's owner
+   (whose periodic sweep cleans it: events of one table may reach a non-owner when producers
+   partition differently).
+
+``sweep`` queues every table of the partitions this instance owns.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Collection, MutableMapping
+from typing import Any
+
+from faust.types import Message
+
+from lakewarden.events import Event, Undecodable
+from services._common.dlq import DeadLetterSink, dead_letter_failures
+from services.cleaner import metrics
+from services.cleaner.protocol import InvalidEvent, Trigger, parse_event
+from services.cleaner.queue import CleanQueue
+
+log = logging.getLogger(__name__)
+
+Registry = MutableMapping[str, Any]
+
+
+class EventHandler:
+    """Turns events into queued cleans."""
+
+    def __init__(
+        self,
+        *,
+        registry: Registry,
+        queue: CleanQueue,
+        dead_letters: DeadLetterSink,
+        wake: Callable[[], None],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.registry = registry
+        self.queue = queue
+        self.dead_letters = dead_letters
+        self.wake = wake
+        self.clock = clock
+
+    async def handle(self, message: Message, value: Any, *, source: str) -> None:
+        """Process one message (see the module docstring); a failure of the service itself
+        dead-letters it (``handler_error``) and the agent goes on."""
+        await dead_letter_failures(
+            self.dead_letters, message, self._handle(message, value, source), what=source
+        )
+
+    async def _handle(self, message: Message, value: Any, source: str) -> None:
+        if isinstance(value, Undecodable):  # 1.
+            await self.dead_letters.undecodable(message, value)
+            return
+        if not isinstance(value, Event):
+            await self.dead_letters.reject(
+                message, reason="unexpected_event", detail=f"not an event: {type(value).__name__}"
+            )
+            return
+        try:
+            trigger = parse_event(value.name, value.record, key=message.key)
+        except InvalidEvent as err:
+            await self.dead_letters.reject(message, reason=err.reason, detail=err.detail)
+            return
+        if trigger is None:
+            return
+        if trigger.table_uri is not None:  # 2.
+            self.registry[trigger.table_id] = {
+                "uri": trigger.table_uri,
+                "partition": message.partition,
+            }
+        self.enqueue(trigger, source)  # 3.
+
+    def enqueue(self, trigger: Trigger, source: str) -> bool:
+        """Queue ``trigger``'s table if its URI is known here; whether it was."""
+        entry = self.registry.get(trigger.table_id)
+        if not entry:
+            metrics.TRIGGERS.labels("unknown").inc()
+            log.debug("no URI known here for table %s: left to its owner", trigger.table_id)
+            return False
+        metrics.TRIGGERS.labels(source).inc()
+        self.queue.add(trigger, str(entry["uri"]), self.clock())
+        metrics.QUEUED.set(len(self.queue))
+        self.wake()
+        return True
+
+    def owned(self, partitions: Collection[int]) -> list[str]:
+        """The tables registered in ``partitions`` (those this instance owns)."""
+        return sorted(
+            table_id
+            for table_id, entry in list(self.registry.items())
+            if entry and entry.get("partition") in partitions
+        )
+
+    def sweep(self, partitions: Collection[int]) -> int:
+        """Queue every owned table; returns how many."""
+        owned = self.owned(partitions)
+        metrics.TABLES_OWNED.set(len(owned))
+        for table_id in owned:
+            self.enqueue(Trigger(table_id, "periodic sweep"), "sweep")
+        return len(owned)
