@@ -98,7 +98,8 @@ class CleanRequest:
     delete_orphans: bool = False
     dead: Collection[str] = ()
     wall_clock: Callable[[], float] = time.time
-    lock_ttl_s: float = 60.0
+    # The lock is held while planning (one listing of the table) and for each append.
+    lock_ttl_s: float = 15.0
     lock_wait_s: float = 30.0
 
 

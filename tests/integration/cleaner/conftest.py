@@ -1,0 +1,93 @@
+"""Fixtures for the cleaner against the session's real broker (and S3): one topic prefix for
+the module, timeline-lock (the table lock), heartbeat-monitor (liveness) and cleaner processes
+(they sweep every second and take 0.1 s per delete, so a test can kill one in the middle of a clean)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from lakewarden.events import ensure_topics
+from lakewarden.settings import Settings
+from services._common.process import ServiceProcess
+
+CLEANER = "services.cleaner"
+CLEANER_ENV = {
+    "LAKEWARDEN_CLEANER_SWEEP_INTERVAL_S": "1",
+    "LAKEWARDEN_CLEANER_DELETE_DELAY_S": "0.1",
+}
+HEARTBEAT_ENV = {
+    "LAKEWARDEN_HEARTBEAT__INTERVAL_S": "0.2",
+    "LAKEWARDEN_HEARTBEAT__TOLERABLE_MISSES": "3",
+}
+
+
+@pytest.fixture(scope="module")
+def cl_settings(kafka_settings: Settings, s3_settings: Settings) -> Settings:
+    kafka = kafka_settings.kafka.model_copy(update={"topic_prefix": f"cl{uuid.uuid4().hex[:8]}."})
+    settings = kafka_settings.model_copy(update={"kafka": kafka, "s3": s3_settings.s3})
+    ensure_topics(settings)
+    return settings
+
+
+@pytest.fixture(scope="module")
+def s3_env(s3_settings: Settings) -> dict[str, str]:
+    s3 = s3_settings.s3
+    assert s3.access_key_id is not None and s3.secret_access_key is not None
+    return {
+        "LAKEWARDEN_S3__ENDPOINT_URL": str(s3.endpoint_url),
+        "LAKEWARDEN_S3__REGION": str(s3.region),
+        "LAKEWARDEN_S3__ACCESS_KEY_ID": s3.access_key_id.get_secret_value(),
+        "LAKEWARDEN_S3__SECRET_ACCESS_KEY": s3.secret_access_key.get_secret_value(),
+    }
+
+
+@pytest.fixture(scope="module")
+def services(
+    cl_settings: Settings, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[list[ServiceProcess]]:
+    """timeline-lock and heartbeat-monitor for the module."""
+    started = []
+    for module in ("services.timeline_lock", "services.heartbeat_monitor"):
+        home = tmp_path_factory.mktemp(module.rsplit(".", 1)[-1])
+        process = ServiceProcess(module, cl_settings, home=home, extra_env=HEARTBEAT_ENV)
+        process.start()
+        started.append(process)
+    yield started
+    for process in started:
+        process.stop()
+
+
+@pytest.fixture(scope="module")
+def cleaners(
+    cl_settings: Settings,
+    services: list[ServiceProcess],
+    s3_env: dict[str, str],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Callable[[str], ServiceProcess]]:
+    """``cleaners(name)``: the cleaner instance ``name`` (started on first use, one consumer
+    group); all are stopped at the end of the module."""
+    started: dict[str, ServiceProcess] = {}
+
+    def get(name: str) -> ServiceProcess:
+        if name not in started:
+            home = tmp_path_factory.mktemp(f"cleaner-{name}")
+            env = {**CLEANER_ENV, **HEARTBEAT_ENV, **s3_env}
+            started[name] = ServiceProcess(
+                CLEANER, cl_settings, home=home, instance_id=name, extra_env=env
+            )
+        process = started[name]
+        process.start()
+        return process
+
+    yield get
+    for process in started.values():
+        process.stop()
+
+
+@pytest.fixture
+def table_root(tmp_path: Path) -> Path:
+    return tmp_path
