@@ -1,6 +1,6 @@
 """Fixtures for the cleaner against the session's real broker (and S3): one topic prefix for
 the module, timeline-lock (the table lock), heartbeat-monitor (liveness) and cleaner processes
-(they sweep every second and take 0.1 s per delete, so a test can kill one in the middle of a clean)."""
+(they sweep every second and take 0.1 s per delete, so a test can kill one mid-clean)."""
 
 from __future__ import annotations
 
