@@ -1,6 +1,6 @@
 """Fixtures for the cleaner against the session's real broker (and S3): one topic prefix for
 the module, timeline-lock (the table lock), heartbeat-monitor (liveness) and cleaner processes
-(they sweep every second and take 0.1 s per delete, so a test can kill one mid-clean)."""
+(they sweep every second)."""
 
 from __future__ import annotations
 
@@ -15,10 +15,9 @@ from lakewarden.settings import Settings
 from services._common.process import ServiceProcess
 
 CLEANER = "services.cleaner"
-CLEANER_ENV = {
-    "LAKEWARDEN_CLEANER_SWEEP_INTERVAL_S": "1",
-    "LAKEWARDEN_CLEANER_DELETE_DELAY_S": "0.1",
-}
+CLEANER_ENV = {"LAKEWARDEN_CLEANER_SWEEP_INTERVAL_S": "1"}
+# Instance "a" deletes slowly, so a test can kill it in the middle of a clean.
+SLOW_DELETES = {"LAKEWARDEN_CLEANER_DELETE_DELAY_S": "0.1"}
 HEARTBEAT_ENV = {
     "LAKEWARDEN_HEARTBEAT__INTERVAL_S": "0.2",
     "LAKEWARDEN_HEARTBEAT__TOLERABLE_MISSES": "3",
@@ -75,7 +74,12 @@ def cleaners(
     def get(name: str) -> ServiceProcess:
         if name not in started:
             home = tmp_path_factory.mktemp(f"cleaner-{name}")
-            env = {**CLEANER_ENV, **HEARTBEAT_ENV, **s3_env}
+            env = {
+                **CLEANER_ENV,
+                **HEARTBEAT_ENV,
+                **s3_env,
+                **(SLOW_DELETES if name == "a" else {}),
+            }
             started[name] = ServiceProcess(
                 CLEANER, cl_settings, home=home, instance_id=name, extra_env=env
             )
@@ -85,7 +89,7 @@ def cleaners(
 
     yield get
     for process in started.values():
-        process.stop()
+        process.kill()  # their work is checked; a graceful stop of each costs seconds
 
 
 @pytest.fixture
