@@ -10,7 +10,8 @@
    ``writeStream.format("lakewarden")``, bad records skipped into
    ``<checkpoint>/_bad_records``) with a line per micro-batch until every event is in;
    every commit takes timeline-lock's lease and beats to heartbeat-monitor;
-5. prints the timeline, the row count read back and where the bad records went;
+5. prints the timeline, the row count read back and where the bad records went, and cleans
+   the table keeping only the latest commit (one line: what the clean deleted);
 6. brings the stack down, whatever happened, and deletes the temporary folder.
 
 Runs on the embedded defaults with no configuration. The order events and the topic helpers
@@ -251,6 +252,18 @@ def show_bad_records(directory: Path) -> list[dict[str, Any]]:
     return records
 
 
+def show_clean(uri: str, settings: Settings) -> None:
+    """Clean the table keeping only its latest commit (through timeline-lock's lease) and say
+    what the clean deleted."""
+    result = Table.open(uri, settings=settings).clean("keep-latest-commits=1")
+    console.print(
+        f"cleaner: {result.files_deleted} superseded files ({result.bytes_deleted} bytes) "
+        f"deleted under {result.policy.describe()}"
+        + (f" as clean {result.instant}" if result.instant else "")
+        + (f", {len(result.rolled_back)} failed writes rolled back" if result.rolled_back else "")
+    )
+
+
 def run(work: Path) -> None:
     """Steps 1-6. Raises: SystemExit when the table does not hold what it should."""
     import lakewarden
@@ -272,6 +285,7 @@ def run(work: Path) -> None:
         rows = lakewarden.read(spec.table).num_rows
         console.print(f"read back {rows} rows ({good} good events produced)")
         bad = show_bad_records(spec.bad_records_dir)
+        show_clean(spec.table, settings)
     if rows != good or len(bad) != len(MALFORMED):
         raise SystemExit(
             f"demo failed: {rows} rows in the table (expected {good}), "
