@@ -16,8 +16,8 @@ from services._common.process import ServiceProcess
 
 CLEANER = "services.cleaner"
 CLEANER_ENV = {"LAKEWARDEN_CLEANER_SWEEP_INTERVAL_S": "1"}
-# Instance "a" deletes slowly, so a test can kill it in the middle of a clean.
-SLOW_DELETES = {"LAKEWARDEN_CLEANER_DELETE_DELAY_S": "0.1"}
+# Deletes run 16 at a time: 2 s each leaves time to kill a cleaner in the middle of them.
+SLOW_DELETES = {"LAKEWARDEN_CLEANER_DELETE_DELAY_S": "2"}
 HEARTBEAT_ENV = {
     "LAKEWARDEN_HEARTBEAT__INTERVAL_S": "0.2",
     "LAKEWARDEN_HEARTBEAT__TOLERABLE_MISSES": "3",
@@ -66,24 +66,24 @@ def cleaners(
     services: list[ServiceProcess],
     s3_env: dict[str, str],
     tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[Callable[[str], ServiceProcess]]:
-    """``cleaners(name)``: the cleaner instance ``name`` (started on first use, one consumer
-    group); all are stopped at the end of the module."""
+) -> Iterator[Callable[..., ServiceProcess]]:
+    """``cleaners(name, slow=False)``: the running cleaner instance ``name`` (one consumer
+    group); ``slow``: 2 s per delete, so a test can kill it in the middle of a clean (an
+    instance whose setting changes is restarted). All are killed at the end of the module."""
     started: dict[str, ServiceProcess] = {}
 
-    def get(name: str) -> ServiceProcess:
-        if name not in started:
+    def get(name: str, *, slow: bool = False) -> ServiceProcess:
+        env = {**CLEANER_ENV, **HEARTBEAT_ENV, **s3_env, **(SLOW_DELETES if slow else {})}
+        process = started.get(name)
+        if process is None:
             home = tmp_path_factory.mktemp(f"cleaner-{name}")
-            env = {
-                **CLEANER_ENV,
-                **HEARTBEAT_ENV,
-                **s3_env,
-                **(SLOW_DELETES if name == "a" else {}),
-            }
-            started[name] = ServiceProcess(
+            process = ServiceProcess(
                 CLEANER, cl_settings, home=home, instance_id=name, extra_env=env
             )
-        process = started[name]
+            started[name] = process
+        elif process.extra_env != env:
+            process.kill()
+            process.extra_env = env
         process.start()
         return process
 

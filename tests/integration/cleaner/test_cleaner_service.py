@@ -29,7 +29,7 @@ from services._common.process import ServiceProcess
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("v", pa.string())])
 KEEP_ONE = CleanPolicy(commits_retained=1)
-Cleaners = Callable[[str], ServiceProcess]
+Cleaners = Callable[..., ServiceProcess]
 
 
 def make_table(uri: str, versions: int, settings: Settings | None = None) -> Table:
@@ -216,18 +216,16 @@ def test_dead_jobs_pending_s3_uploads_are_aborted(
 def test_cleaner_killed_mid_clean_finishes_the_same_plan(
     cl_settings: Settings, cleaners: Cleaners, tmp_path: Path
 ) -> None:
-    cleaner = cleaners("a")
-    table = make_table(str(tmp_path / "t"), 16)  # 15 files to delete, 0.1 s each
-    before = len(data_files(table))
+    cleaner = cleaners("a", slow=True)
+    table = make_table(str(tmp_path / "t"), 16)  # 15 files to delete, 2 s each (in parallel)
     ask(cl_settings, table)
-    # Killed while deleting (the plan is appended and the lock released by then).
-    wait_until(lambda: len(data_files(table)) < before, 60, "the clean's deletes to start")
+    wait_until(lambda: clean_instants(table), 60, "a clean to be planned")
     cleaner.kill()
     (instant,) = clean_instants(table)
     planned = table.state().get(instant)
     assert planned is not None and planned.state is Transition.REQUESTED
-    assert len(data_files(table)) > 1  # killed in the middle of its deletes
-    cleaners("a")  # restarted: its sweep resumes the pending clean
+    assert len(data_files(table)) > 1  # killed after planning, before its deletes were done
+    cleaners("a")  # restarted (deleting at full speed): its sweep resumes the pending clean
     wait_until(lambda: cleaned(table), 60, "the interrupted clean to finish")
     assert clean_instants(table) == [instant]  # the same plan, never re-planned
     done = table.state().get(instant)
