@@ -64,11 +64,11 @@ _UNHAPPY = ("rolled_back", "aborted", "cancel_requested")
 
 
 def telling_instant(history: TableHistory) -> str | None:
-    """The instant most worth explaining: the newest that was rolled back, aborted or asked
-    to cancel; else the newest with failed records or a failed job commit; else the newest.
-    None when no event names an instant."""
+    """The instant most worth explaining: the newest that was rolled back, aborted, asked to
+    cancel or whose writer was declared dead; else the newest with failed records or a failed
+    job commit; else the newest. None when no event names an instant."""
     stories = history.ordered()
-    unhappy = [s for s in stories if s.state in _UNHAPPY]
+    unhappy = [s for s in stories if s.state in _UNHAPPY or s.expiries]
     failing = [
         s
         for s in stories

@@ -238,3 +238,5 @@ def test_the_telling_instant_is_the_newest_unhappy_one_else_a_failing_one_else_t
     assert telling_instant(build_history(TABLE, [*happy, newest])) == last
     assert telling_instant(build_history(TABLE, [*happy, failed, newest])) == later
     assert telling_instant(build_history(TABLE, [*happy, failed, undone, newest])) == INSTANT
+    dead = expired("writer-1", last_seen=35, detected=45, instant=last)
+    assert telling_instant(build_history(TABLE, [*happy, failed, undone, newest, dead])) == last
