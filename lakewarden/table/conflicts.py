@@ -137,10 +137,11 @@ def overlapping_commit(
     """Rule 1: an instant completed after ``candidate`` was requested touches its file groups."""
     if candidate.action in NO_WORKLOAD_ACTIONS:
         return None
-    mine = Footprint.of(candidate, stats)
+    mine: Footprint | None = None  # built on first need: most completions race with nothing
     for other in view.completed_since(candidate.requested_seq):
         if other.instant == candidate.instant or other.action in NO_WORKLOAD_ACTIONS:
             continue
+        mine = mine or Footprint.of(candidate, stats)
         file_group = mine.overlap(Footprint.of(other))
         if file_group is None:
             continue
@@ -165,10 +166,11 @@ def pending_plan(
     """Rule 2: a pending non-cancellable plan covers a file group of an ingestion."""
     if candidate.action not in INGESTION_ACTIONS:
         return None
-    mine = Footprint.of(candidate, stats)
+    mine: Footprint | None = None  # built on first need: usually no plan is pending
     for plan in view.pending_plans():
         if plan.cancellable or plan.state is Transition.CANCEL_REQUESTED:
             continue  # ingestion takes precedence over cancellable plans (RFC-79 goal A)
+        mine = mine or Footprint.of(candidate, stats)
         file_group = mine.overlap(Footprint.of(plan))
         if file_group is None:
             continue
