@@ -207,18 +207,40 @@ def read_slice(storage: Storage, config: TableConfig, file_slice: FileSlice) -> 
         return state if state is not None else schema.empty_table()
     selection = slice_selection(storage, file_slice)
     selection.report()
-    for block in selection.blocks:
-        state = _apply(state, block, config)
+    for block_type, run in _runs(selection.blocks):
+        state = _apply(state, block_type, run, config)
     return state if state is not None else schema.empty_table()
 
 
-def _apply(state: pa.Table | None, block: LogBlock, config: TableConfig) -> pa.Table | None:
-    if block.block_type is BlockType.COMMAND:
-        return state
-    records = block.records()
-    if block.block_type is BlockType.DELETE:
-        return merge("delete", state, records, config.ordering_field).table
-    name = split_key(block.path)[1]
-    names = pa.repeat(pa.scalar(name), len(records))
-    records = records.append_column(META_FILE_NAME, names).select(config.file_schema.names)
-    return merge("upsert", state, records.cast(config.file_schema), config.ordering_field).table
+def _runs(blocks: Sequence[LogBlock]) -> list[tuple[BlockType, list[LogBlock]]]:
+    """Consecutive blocks of one type (command blocks dropped: they hold no records).
+
+    A run of data blocks merges in one step: an upsert of ``b1`` then of ``b2`` keeps, per
+    key, the largest ordering value and, on a tie, the latest record, which is exactly what one
+    upsert of ``b1 + b2`` (in that order) keeps; deletes end a run, since they do not commute
+    with upserts."""
+    runs: list[tuple[BlockType, list[LogBlock]]] = []
+    for block in blocks:
+        if block.block_type is BlockType.COMMAND:
+            continue
+        if runs and runs[-1][0] is block.block_type:
+            runs[-1][1].append(block)
+        else:
+            runs.append((block.block_type, [block]))
+    return runs
+
+
+def _apply(
+    state: pa.Table | None, block_type: BlockType, run: list[LogBlock], config: TableConfig
+) -> pa.Table | None:
+    if block_type is BlockType.DELETE:
+        keys = pa.concat_tables([b.records() for b in run], promote_options="default")
+        return merge("delete", state, keys, config.ordering_field).table
+    schema = config.file_schema
+    parts = []
+    for block in run:
+        records = block.records()
+        names = pa.repeat(pa.scalar(split_key(block.path)[1]), len(records))
+        records = records.append_column(META_FILE_NAME, names).select(schema.names)
+        parts.append(records.cast(schema))
+    return merge("upsert", state, pa.concat_tables(parts), config.ordering_field).table

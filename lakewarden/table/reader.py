@@ -20,6 +20,7 @@ Meta columns (``_lw_*``) are stripped unless ``with_meta=True`` or named in ``co
 from __future__ import annotations
 
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NoReturn
 
 import pyarrow as pa
@@ -36,6 +37,7 @@ from lakewarden.table.snapshot import Changes, FileSlice, Snapshot
 from lakewarden.table.stats import WriteStat
 
 _PARQUET = ds.ParquetFileFormat()
+_MERGE_THREADS = 8
 
 
 class ColumnNotFoundError(NonRetryableError):
@@ -88,7 +90,9 @@ def _with_merged(
     # base files through this module.
     from lakewarden.table.mor import read_slice
 
-    records = [read_slice(storage, config, s) for s in slices]
+    # Slices merge independently; pyarrow's kernels release the GIL.
+    with ThreadPoolExecutor(max_workers=max(1, min(_MERGE_THREADS, len(slices)))) as pool:
+        records = list(pool.map(lambda s: read_slice(storage, config, s), slices))
     merged = pa.concat_tables(records) if records else config.file_schema.empty_table()
     selected = _columns(config, columns, with_meta)
     extra = ds.dataset(merged).to_table(columns=selected, filter=filter)
