@@ -293,6 +293,37 @@ class Table:
             cancellation_policy=policy,
         )
 
+    def schedule_compaction(
+        self,
+        partitions: Sequence[str] | None = None,
+        max_file_groups: int | None = None,
+        min_log_files: int = 1,
+        cancellable: bool = False,
+        cancellation_policy: CancellationPolicy | Mapping[str, float] | None = None,
+    ) -> Instant | None:
+        """Append a ``compaction`` plan for the merge-on-read slices with at least
+        ``min_log_files`` log files (``lakewarden.tableservice.compaction``), or return None
+        when there is nothing to compact. Non-cancellable by default, as in Hudi: ingestion into
+        its file groups waits for it; ``cancellable=True`` lets ingestion take precedence.
+        Execute it with ``run_table_service``.
+
+        Raises: InvalidPlanOptionsError, pydantic ValidationError (a malformed policy),
+        LockTimeoutError, ConcurrentAppendError, CommitStateUnknownError."""
+        from lakewarden.table.plans import CancellationPolicy
+        from lakewarden.tableservice import CompactionStrategy, schedule
+
+        policy = (
+            CancellationPolicy.model_validate(cancellation_policy)
+            if cancellation_policy is not None
+            else None
+        )
+        strategy = CompactionStrategy(
+            partitions=partitions, max_file_groups=max_file_groups, min_log_files=min_log_files
+        )
+        return schedule(
+            self.service_context(), strategy, cancellable=cancellable, cancellation_policy=policy
+        )
+
     def run_table_service(self, instant: str | Instant) -> ServiceRun:
         """Execute the plan ``instant`` in this process (``lakewarden.tableservice.executor``):
         claim, heartbeat, roll back earlier attempts, rewrite, then ``completed``, or cleanup

@@ -16,6 +16,7 @@ is ``clustering``, compaction plugs in beside it), ``schedule`` (the ``requested
 from lakewarden.table.cancel import CancelRequestOutcome, request_cancel
 from lakewarden.tableservice.cancel import ExecuteCancelOutcome, execute_cancel, finish_abort
 from lakewarden.tableservice.clustering import CLUSTERING_STRATEGY, ClusteringStrategy
+from lakewarden.tableservice.compaction import COMPACTION_STRATEGY, CompactionStrategy
 from lakewarden.tableservice.context import ServiceContext
 from lakewarden.tableservice.errors import (
     CancelNotRequestedError,
@@ -44,10 +45,12 @@ from lakewarden.tableservice.strategy import (
 
 __all__ = [
     "CLUSTERING_STRATEGY",
+    "COMPACTION_STRATEGY",
     "AttemptOutput",
     "CancelNotRequestedError",
     "CancelRequestOutcome",
     "ClusteringStrategy",
+    "CompactionStrategy",
     "ExecuteCancelOutcome",
     "ExecutorOutputLostError",
     "InstantAlreadyCompletedError",

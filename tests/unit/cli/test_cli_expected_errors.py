@@ -79,6 +79,12 @@ CASES: list[tuple[str, list[str], dict[str, str], int, str]] = [
     ("chart", [NOT_A_TABLE, "--out", "h.html"], NO_BROKER, 1, "is not a lakewarden table"),
     ("chart", ["{table}", "--out", "h.png"], NO_BROKER, 1, "Help: is the broker up?"),
     ("chart", [NOT_A_TABLE, "--out", "h.svg"], {}, 2, "ends in neither .html nor .png"),
+    # issue 13: compaction of merge-on-read tables
+    ("compact schedule", [NOT_A_TABLE], {}, 1, "is not a lakewarden table"),
+    ("compact schedule", ["{table}"], {}, 1, "is copy-on-write"),
+    ("compact schedule", ["{table}", "--max-file-groups", "0"], {}, 2, "--max-file-groups"),
+    ("compact run", [NOT_A_TABLE], {}, 1, "is not a lakewarden table"),
+    ("compact run", [NOT_A_TABLE, "notaninstant"], {}, 2, "Invalid value for '[INSTANT]'"),
 ]
 
 

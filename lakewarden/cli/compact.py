@@ -1,0 +1,76 @@
+"""``lakewarden compact``: schedule and run compaction of a merge-on-read table.
+
+    lakewarden compact schedule /data/orders                  # prints the plan's instant
+    lakewarden compact schedule /data/orders --cancellable    # ingestion takes precedence
+    lakewarden compact run /data/orders 20250314092653589     # claim, merge, complete
+
+``run`` is the RFC-79 executor (``Table.run_table_service``): one executor per plan, under a
+heartbeat; a run killed mid-way is resumed by running it again (its earlier attempt's files
+are rolled back first). ``run`` without an instant runs every pending compaction plan, oldest
+first.
+"""
+
+from __future__ import annotations
+
+import click
+
+from lakewarden.cli._params import instant_param
+from lakewarden.errors import NonRetryableError
+from lakewarden.settings import Settings
+from lakewarden.table.instant import Action
+from lakewarden.table.table import Table
+
+
+class NotMergeOnReadError(NonRetryableError):
+    """Compaction was asked of a copy-on-write table."""
+
+
+def _open(uri: str) -> Table:
+    """Raises: NotATableError, NotMergeOnReadError."""
+    table = Table.open(uri, settings=Settings())
+    if not table.config.merge_on_read:
+        raise NotMergeOnReadError(
+            f"table {table.name!r} at {uri} is copy-on-write: it has no log files to compact. "
+            "Help: compaction applies to tables created with table_type='merge_on_read'.",
+            table=table.name,
+        )
+    return table
+
+
+@click.group()
+def command() -> None:
+    """Compaction of merge-on-read tables (RFC-79 table service)."""
+
+
+@command.command()
+@click.argument("uri")
+@click.option("--cancellable", is_flag=True, help="Let ingestion take precedence (RFC-79).")
+@click.option("--max-file-groups", type=click.IntRange(min=1), default=None)
+@click.option("--min-log-files", type=click.IntRange(min=1), default=1, show_default=True)
+def schedule(uri: str, cancellable: bool, max_file_groups: int | None, min_log_files: int) -> None:
+    """Append a compaction plan for the table at URI (prints its instant, or says there is
+    nothing to compact)."""
+    table = _open(uri)
+    instant = table.schedule_compaction(
+        cancellable=cancellable, max_file_groups=max_file_groups, min_log_files=min_log_files
+    )
+    click.echo(str(instant) if instant is not None else "nothing to compact")
+
+
+@command.command()
+@click.argument("uri")
+@click.argument("instant", required=False, callback=instant_param)
+def run(uri: str, instant: str | None) -> None:
+    """Execute the compaction plan INSTANT (default: every pending one) of the table at URI."""
+    table = _open(uri)
+    if instant is None:
+        pending = [
+            i.instant for i in table.timeline() if i.action is Action.COMPACTION and i.is_pending
+        ]
+    else:
+        pending = [instant]
+    if not pending:
+        click.echo("no pending compaction")
+    for plan in pending:
+        outcome = table.run_table_service(plan)
+        click.echo(f"{plan} {outcome.outcome}")

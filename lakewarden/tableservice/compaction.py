@@ -1,0 +1,125 @@
+"""Compaction: merge a merge-on-read file slice's log blocks into a new base file.
+
+A compaction plan (``CompactionStrategy.plan``) names the slices that have log files (at
+least ``min_log_files`` committed log statistics each), leaving alone file groups that pending
+plans cover. Its executor reads every named slice as it was when the plan was scheduled
+(``RewriteJob.base``: the snapshot as of the plan's ``requested`` entry) with
+``lakewarden.table.mor.read_slice``, i.e. the base file merged with exactly the log blocks the
+completed deltacommits' statistics name, and writes the result as the new base file of the file
+group at the compaction instant. A slice that the merge leaves empty is replaced instead.
+
+Compaction never changes a read result: the new slice holds what the old one read as.
+
+Races (RFC-79, ``lakewarden.table.conflicts``): by default a compaction plan is
+non-cancellable, as in Hudi; while it is pending, an ingestion that touches one of its file
+groups cannot complete (``PendingPlanConflict``; it retries after the compaction). Scheduled
+with ``cancellable=True``, ingestion takes precedence: the ingestion requests the plan's
+cancellation and the plan ends aborted. Either way a compaction that would complete after an
+overlapping ingestion completed is refused (``OverlappingCommitConflict``), so its stale input
+never replaces newer log blocks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import ClassVar
+
+from lakewarden.table.config import META_FILE_NAME
+from lakewarden.table.instant import Action
+from lakewarden.table.mor import read_slice
+from lakewarden.table.plans import PlannedSlice, ServicePlan
+from lakewarden.table.stats import CommitStats, FileGroupId, WriteStat
+from lakewarden.tableservice.errors import InvalidPlanOptionsError
+from lakewarden.tableservice.strategy import (
+    PlanningInput,
+    RewriteJob,
+    TableServiceStrategy,
+    register_strategy,
+)
+
+__all__ = ["COMPACTION_STRATEGY", "CompactionStrategy"]
+
+COMPACTION_STRATEGY = "compaction.merge_logs"
+
+
+class CompactionStrategy(TableServiceStrategy):
+    """Plans and executes compaction (module docstring). ``partitions`` limits planning to
+    those partition paths, ``max_file_groups`` caps one plan, ``min_log_files`` is how many
+    committed log statistics a slice needs to be worth compacting."""
+
+    name: ClassVar[str] = COMPACTION_STRATEGY
+    action: ClassVar[Action] = Action.COMPACTION
+
+    def __init__(
+        self,
+        *,
+        partitions: Sequence[str] | None = None,
+        max_file_groups: int | None = None,
+        min_log_files: int = 1,
+        max_threads: int = 8,
+    ) -> None:
+        self.partitions = frozenset(partitions) if partitions is not None else None
+        self.max_file_groups = max_file_groups
+        self.min_log_files = min_log_files
+        self.max_threads = max_threads
+
+    @classmethod
+    def from_plan(cls, plan: ServicePlan) -> CompactionStrategy:
+        return cls()
+
+    def plan(self, source: PlanningInput) -> ServicePlan | None:
+        """Raises: InvalidPlanOptionsError (a bound below 1)."""
+        for what, bound in (
+            ("max_file_groups", self.max_file_groups),
+            ("min_log_files", self.min_log_files),
+        ):
+            if bound is not None and bound < 1:
+                raise InvalidPlanOptionsError(
+                    f"{what} must be at least 1, got {bound}.", table=source.config.name
+                )
+        chosen = [
+            s
+            for _, s in sorted(source.snapshot.slices.items(), key=lambda kv: str(kv[0]))
+            if len(s.log_files) >= self.min_log_files
+            and s.file_group not in source.busy
+            and (self.partitions is None or s.file_group.partition_path in self.partitions)
+        ][: self.max_file_groups]
+        if not chosen:
+            return None
+        return ServicePlan(
+            file_groups=tuple(s.file_group for s in chosen),
+            strategy=self.name,
+            input_slices=tuple(
+                PlannedSlice(file_group=s.file_group, base_instant=s.base_instant, paths=s.paths)
+                for s in chosen
+            ),
+        )
+
+    def rewrite(self, job: RewriteJob) -> CommitStats:
+        """Raises: MissingCommittedBlockError, StorageError."""
+        planned = list(job.plan.input_slices)
+
+        def one(task: int) -> tuple[FileGroupId | None, WriteStat | None]:
+            """(the group, if the merge left it empty; the new base file, if any)."""
+            group = planned[task].file_group
+            file_slice = job.base.slices.get(group)
+            if file_slice is None:  # gone from the plan's snapshot: nothing to compact
+                return None, None
+            records = read_slice(job.storage, job.config, file_slice)
+            if len(records) == 0:
+                return group, None
+            data = records.drop_columns([META_FILE_NAME])
+            return None, job.output.write(group, data, task=task)
+
+        workers = max(1, min(self.max_threads, len(planned)))
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="lw-compact") as pool:
+            results = list(pool.map(one, range(len(planned))))
+        return CommitStats(
+            operation="compaction",
+            write_stats=tuple(stat for _, stat in results if stat is not None),
+            replaced_file_groups=tuple(group for group, _ in results if group is not None),
+        )
+
+
+register_strategy(COMPACTION_STRATEGY, CompactionStrategy.from_plan)
