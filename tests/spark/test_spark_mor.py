@@ -15,9 +15,12 @@ import pytest
 from _spark_helpers import SCHEMA, files_on_disk, rows, sorted_rows, spark_df, spark_rows
 
 import lakewarden
+from lakewarden.devstack.s3 import DEV_ACCESS_KEY, DEV_SECRET_KEY
 from lakewarden.logfile import LogWriter, encode_records, scan_log, select_by_sequence
+from lakewarden.settings import Settings
 from lakewarden.spark import _job
 from lakewarden.spark._messages import TaskCommitMessage
+from lakewarden.spark._options import encode_settings
 from lakewarden.spark._task import TaskIdentity, write_task
 from lakewarden.table.files import is_log_file
 from lakewarden.table.instant import Action, Transition
@@ -134,3 +137,35 @@ def test_the_accepted_attempt_wins_where_hudis_sequence_rule_loses_data(table_di
     assert len(scan.corrupt) >= 1
     assert sorted_rows(table.read()) == expected
     assert [i.state for i in table.timeline()] == [Transition.COMPLETED] * 2
+
+
+@pytest.mark.s3
+def test_on_s3_each_attempt_writes_its_own_log_version_and_only_the_accepted_one_counts(
+    s3_settings: Settings, s3_bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Tasks read their credentials from their own environment, as executors do (conftest).
+    monkeypatch.setenv("LAKEWARDEN_S3__ACCESS_KEY_ID", DEV_ACCESS_KEY)
+    monkeypatch.setenv("LAKEWARDEN_S3__SECRET_ACCESS_KEY", DEV_SECRET_KEY)
+    uri = f"s3://{s3_bucket}/spark-mor/{tmp_path.name}"
+    table = Table.create(
+        uri,
+        name="orders",
+        record_key="id",
+        schema=SCHEMA,
+        ordering_field="ts",
+        table_type="merge_on_read",
+        settings=s3_settings,
+    )
+    table.write(rows(range(6), ts=1), "insert")
+    encoded = encode_settings(s3_settings)
+    handle = _job.TableHandle.open(uri, encoded)
+    spec, _ = _job.open_write(handle, "upsert", settings_json=encoded, merge=True)
+    rejected = _attempt(spec, 0, rows(range(4), ts=2, note="rejected"))
+    accepted = _attempt(spec, 1, rows(range(2), ts=2, note="accepted"))
+    # No append on S3: each attempt wrote a log file version of its own.
+    assert {s.path for s in rejected.write_stats}.isdisjoint({s.path for s in accepted.write_stats})
+    _job.commit_write(spec, [accepted])
+    expected = sorted_rows(rows(range(2), ts=2, note="accepted")) + sorted_rows(
+        rows(range(2, 6), ts=1)
+    )
+    assert sorted_rows(table.read()) == expected
