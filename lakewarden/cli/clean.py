@@ -68,6 +68,8 @@ def _report(table: Table, result: CleanResult, *, verbose: bool) -> None:
         click.echo(f"finished the interrupted clean {instant}")
     for instant in result.rolled_back:
         click.echo(f"{would}roll back {instant} (its writer is dead)")
+    for instant in result.cancelled:
+        click.echo(f"{would}cancel plan {instant} (past its cancellation policy, no executor)")
     size = sum(f.size_bytes for f in result.files if f.upload_id is None)
     uploads = sum(1 for f in result.files if f.upload_id is not None)
     verb = "would delete" if result.dry_run else "deleted"

@@ -227,8 +227,10 @@ class Table:
         wall_clock: Callable[[], float] = time.time,
     ) -> CleanResult:
         """Clean the table as a ``clean`` instant (``lakewarden.table.clean.run``): roll back
-        writes whose executor is dead, then plan the files to delete (old versions by
-        ``policy``, default the table's ``clean_policy``; files of rolled-back instants;
+        writes whose executor is dead, cancel the cancellable plans past their cancellation
+        policy with no live executor (RFC-79: request_cancel, execute_cancel), then plan the
+        files to delete (old versions by ``policy``, default the table's ``clean_policy``;
+        files of rolled-back instants;
         leftovers of finished jobs; orphans only with ``delete_orphans``), delete them and
         append ``completed``. A pending clean of an interrupted run is finished first, as it
         was planned. ``dry_run`` changes nothing and reports what would happen. ``dead``:
@@ -239,7 +241,12 @@ class Table:
         if isinstance(policy, str):
             policy = CleanPolicy.parse(policy, base=self.config.clean_policy)
         ctx = RollbackContext(
-            self.storage, self.timeline_log, self.coordinator, self.table_id, self.actor
+            self.storage,
+            self.timeline_log,
+            self.coordinator,
+            self.table_id,
+            self.actor,
+            config=self.config,
         )
         request = CleanRequest(
             policy=policy or self.config.clean_policy,

@@ -18,6 +18,10 @@ UPLOADS_ABORTED = Counter(
 ROLLBACKS = Counter(
     "lakewarden_cleaner_rollbacks_total", "Failed writes rolled back (executor dead)"
 )
+PLANS_CANCELLED = Counter(
+    "lakewarden_cleaner_plans_cancelled_total",
+    "Cancellable plans aborted past their cancellation policy (RFC-79 goal C)",
+)
 TABLES_OWNED = Gauge(
     "lakewarden_cleaner_tables_owned", "Tables in the partitions this instance owns"
 )

@@ -89,6 +89,7 @@ class CleanWorker:
         metrics.BYTES_DELETED.inc(result.bytes_deleted)
         metrics.UPLOADS_ABORTED.inc(result.uploads_aborted)
         metrics.ROLLBACKS.inc(len(result.rolled_back))
+        metrics.PLANS_CANCELLED.inc(len(result.cancelled))
         log.info(
             "cleaned table %s",
             work.table_id,
@@ -98,6 +99,7 @@ class CleanWorker:
                 "files_deleted": result.files_deleted,
                 "bytes_deleted": result.bytes_deleted,
                 "rolled_back": ",".join(result.rolled_back),
+                "cancelled": ",".join(result.cancelled),
                 "why": "; ".join(work.why[:3]),
             },
         )

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from lakewarden.commit import ManifestCommitter
 from lakewarden.storage import Storage
 from lakewarden.table.abandon import abandon
+from lakewarden.table.config import TableConfig
 from lakewarden.table.coordinator import Coordinator, Liveness
 from lakewarden.table.instant import INGESTION_ACTIONS, Action, Transition
 from lakewarden.table.plans import RollbackPlan
@@ -45,13 +46,16 @@ CLEANER_STAGE = "cleaner_rollback"
 
 @dataclass(frozen=True)
 class RollbackContext:
-    """What a rollback works with (the table's storage, timeline, coordinator and identity)."""
+    """What a rollback (and a clean) works with: the table's storage, timeline, coordinator,
+    identity and config."""
 
     storage: Storage
     timeline: Timeline
     coordinator: Coordinator
     table_id: str
     actor: str
+    # Cancelling expired plans builds the table services' context from it.
+    config: TableConfig | None = None
 
 
 def failed_writes(

@@ -4,7 +4,9 @@ Protocol of ``clean_table``:
 
 1. finish what an interrupted run left: a pending clean is executed as planned (never
    re-planned: files already gone are fine), pending rollbacks are completed;
-2. roll back failed writes (``lakewarden.table.clean.rollback``);
+2. roll back failed writes (``lakewarden.table.clean.rollback``), then cancel the cancellable
+   plans past their cancellation policy with no live executor (``expiry``: RFC-79's
+   ``request_cancel`` + ``execute_cancel``), which frees what they had pinned;
 3. plan: under the table lock, load the timeline, take the retention garbage of the policy
    (``retention``) and the garbage one listing finds (``garbage``; orphans only when asked),
    and append the ``clean`` instant ``requested`` with the ``CleanPlan``: exactly the files
@@ -28,6 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 from lakewarden.storage import NotFoundError
+from lakewarden.table.clean.expiry import cancel_plan, expired_plans
 from lakewarden.table.clean.garbage import find_storage_garbage
 from lakewarden.table.clean.policy import CleanPolicy
 from lakewarden.table.clean.retention import cleaned_by, plan_retention
@@ -67,7 +70,8 @@ class CleanResult:
     ``instant``: the clean instant appended (None: nothing to delete, or a dry run);
     ``files``: the plan's files (deleted unless ``dry_run``); ``orphans``: orphan files found
     (in ``files`` too when orphans were asked for); ``rolled_back``: ingestion instants rolled
-    back (would be, in a dry run); ``resumed``: interrupted cleans finished first."""
+    back and ``cancelled``: plans aborted (would be, in a dry run); ``resumed``: interrupted
+    cleans finished first."""
 
     table: str
     policy: CleanPolicy
@@ -76,6 +80,7 @@ class CleanResult:
     files: tuple[CleanFile, ...] = ()
     orphans: tuple[CleanFile, ...] = ()
     rolled_back: tuple[str, ...] = ()
+    cancelled: tuple[str, ...] = ()
     resumed: tuple[str, ...] = ()
     earliest_retained_instant: str | None = None
     files_deleted: int = 0
@@ -120,13 +125,19 @@ def clean_table(ctx: RollbackContext, request: CleanRequest) -> CleanResult:
     for target in failed_writes(state, ctx.coordinator, ctx.table_id, request.dead):  # 2.
         if request.dry_run or roll_back(ctx, target, "its executor is dead"):
             rolled_back.append(target.instant)
+    cancelled = []
+    now_ms = int(request.wall_clock() * 1000)
+    for plan, why in list(expired_plans(state, ctx.coordinator, ctx.table_id, now_ms=now_ms)):
+        if request.dry_run or cancel_plan(ctx, plan, why):
+            cancelled.append(plan.instant)
     result = _plan_and_append(ctx, request)  # 3.
     if result.instant is not None:
         inst = ctx.timeline.load().get(result.instant)
         assert inst is not None
         done = execute_clean(ctx, inst)  # 4. and 5.
         result = _with(result, done)
-    return _with(result, {"rolled_back": tuple(rolled_back), "resumed": tuple(resumed)})
+    done = {"rolled_back": tuple(rolled_back), "cancelled": tuple(cancelled)}
+    return _with(result, {**done, "resumed": tuple(resumed)})
 
 
 def _pending_cleans(state: TimelineState) -> list[InstantState]:
