@@ -26,11 +26,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Collection
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from lakewarden.commit import ManifestCommitter
 from lakewarden.storage import Storage
 from lakewarden.table.abandon import abandon
-from lakewarden.table.config import TableConfig
 from lakewarden.table.coordinator import Coordinator, Liveness
 from lakewarden.table.instant import INGESTION_ACTIONS, Action, Transition
 from lakewarden.table.plans import RollbackPlan
@@ -38,6 +38,9 @@ from lakewarden.table.stats import CommitStats
 from lakewarden.table.timeline import IllegalTransitionError, Timeline, TimelineState
 from lakewarden.table.timeline_state import InstantState
 from lakewarden.table.transaction import WriteTransaction
+
+if TYPE_CHECKING:  # the config module imports the clean policy: no cycle at import time
+    from lakewarden.table.config import TableConfig
 
 log = logging.getLogger(__name__)
 

@@ -42,7 +42,8 @@ def batch(version: str, ids: range = range(4)) -> pa.Table:
 
 def mem_table(storage: MemStorage | FaultyStorage | None = None, **config: object) -> Table:
     store = storage if storage is not None else MemStorage()
-    table_config = TableConfig.new(name="t", record_key="id", schema=SCHEMA, **config)  # type: ignore[arg-type]
+    options: dict[str, object] = {"schema": SCHEMA, **config}
+    table_config = TableConfig.new(name="t", record_key="id", **options)  # type: ignore[arg-type]
     save_new_config(store, table_config)
     return Table(store, table_config, coordinator=EmbeddedCoordinator())
 
@@ -174,9 +175,16 @@ def test_policy_parse_rejects(text: str) -> None:
 
 
 def test_pending_clustering_plan_files_survive() -> None:
-    table = mem_table()
-    first = versions(table, 1)[0]
-    group = table.snapshot().base_files()[0].file_group
+    regional = pa.schema([*SCHEMA, pa.field("region", pa.string())])
+    table = mem_table(schema=regional, partition_by=["region"])
+
+    def put(region: str, version: str) -> str:
+        rows = [{"id": 1, "v": version, "region": region}]
+        return table.write(pa.Table.from_pylist(rows, schema=regional)).instant
+
+    first = put("a", "a0")
+    put("a", "a1")
+    planned = table.snapshot().base_files()[0].file_group  # region a's only file group
     WriteTransaction.begin(
         table.timeline_log,
         table.coordinator,
@@ -185,12 +193,14 @@ def test_pending_clustering_plan_files_survive() -> None:
         actor="planner",
         action=Action.CLUSTERING,
         cancellable=True,
-        plan=ServicePlan(file_groups=(group,), last_completed_instant=first),
+        plan=ServicePlan(file_groups=(planned,), last_completed_instant=first),
     )
-    versions(table, 3)
+    for version in ("b0", "b1", "b2"):  # region b only: the plan is not overtaken
+        put("b", version)
     result = table.clean(CleanPolicy(commits_retained=1))
-    assert result.files == ()  # every slice of the planned group is kept
-    assert values(table, first) == {"v0"}
+    assert result.cancelled == ()
+    assert {f.path.split("/")[0] for f in result.files} == {"region=b"}  # a0 is kept
+    assert set(table.read(as_of=first).column("v").to_pylist()) == {"a0"}
 
 
 def test_snapshot_a_pending_write_builds_on_survives() -> None:
