@@ -6,6 +6,8 @@ KafkaCoordinator                         the table Coordinator on timeline-lock 
                                          lakewarden.table.connect when Kafka is configured)
 Heartbeat, Heartbeats, HeartbeatLostError  heartbeats for heartbeat-monitor (a thread each)
 Liveness, LivenessUnavailableError       heartbeat-monitor's verdicts, from its changelog
+CancelClient, CancelReply               RFC-79 cancels through cancel-manager
+CancelServiceUnavailableError
 CommitClient, CommitRequest, CommitReply job commits by job-committer (waits, never retries)
 JobCommitFailedError, CommitServiceUnavailableError, check_commit, CommitState
 table_partition, lock_request            the lock wire contract timeline-lock shares with the
@@ -13,6 +15,7 @@ table_partition, lock_request            the lock wire contract timeline-lock sh
 """
 
 from lakewarden.clients._lock_wire import lock_request, table_partition
+from lakewarden.clients.cancel import CancelClient, CancelReply, CancelServiceUnavailableError
 from lakewarden.clients.clean import request_clean
 from lakewarden.clients.commit import (
     AttemptManifest,
@@ -36,6 +39,9 @@ from lakewarden.clients.lock import (
 )
 
 __all__ = [
+    "CancelClient",
+    "CancelReply",
+    "CancelServiceUnavailableError",
     "request_clean",
     "AttemptManifest",
     "CommitClient",

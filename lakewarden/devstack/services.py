@@ -42,4 +42,5 @@ SERVICES: list[ServiceSpec] = [
     ServiceSpec(name="job-committer", module="services.job_committer", health_port=8103),
     ServiceSpec(name="error-sink", module="services.error_sink", health_port=8104),
     ServiceSpec(name="cleaner", module="services.cleaner", health_port=8105),
+    ServiceSpec(name="cancel-manager", module="services.cancel_manager", health_port=8106),
 ]

@@ -78,7 +78,15 @@ def test_former_raw_environment_reads_are_settings(
 
 
 @pytest.mark.parametrize(
-    "service", ["error_sink", "job_committer", "timeline_lock", "heartbeat_monitor", "cleaner"]
+    "service",
+    [
+        "error_sink",
+        "job_committer",
+        "timeline_lock",
+        "heartbeat_monitor",
+        "cleaner",
+        "cancel_manager",
+    ],
 )
 def test_every_service_refuses_to_start_without_kafka(tmp_path: Path, service: str) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("LAKEWARDEN_")}

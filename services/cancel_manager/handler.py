@@ -1,0 +1,172 @@
+"""What cancel-manager's agents do, apart from faust (so tests can drive it directly).
+
+``RequestHandler.handle`` takes one message of ``cancel.requests``:
+
+1. undecodable, not a CancelRequest, keyed wrongly or invalid: dead-letter it; an invalid
+   request that names its table and request id is also answered (``invalid_request``), so
+   its sender does not wait for a timeout;
+2. apply it on a worker thread (``CancelWorker.run``; the event loop stays free);
+3. publish the ``TimelineTransition`` of every entry the service appended, then the
+   ``CancelResult``.
+
+``ExpiryHandler.handle`` takes one ``HeartbeatExpired``: when the dead executor's plan has a
+cancel request, the service runs ``execute_cancel`` itself and publishes its transitions.
+
+Delivery is at-least-once and every step is idempotent (a repeated request answers
+``already_requested`` / ``already_aborted``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from faust.types import Message
+
+from lakewarden.clients.timeline_events import transition_record
+from lakewarden.events import Event, Undecodable
+from lakewarden.table.timeline import TimelineEntry
+from services._common.dlq import DeadLetterSink, dead_letter_failures
+from services.cancel_manager import metrics
+from services.cancel_manager.protocol import (
+    InvalidEvent,
+    Outcome,
+    parse_expiry,
+    parse_request,
+    refusal_for,
+    result_record,
+)
+from services.cancel_manager.worker import CancelWorker
+
+__all__ = ["ExpiryHandler", "RequestHandler"]
+
+log = logging.getLogger(__name__)
+
+RunBlocking = Callable[[Callable[[], Any]], Awaitable[Any]]
+SendEvent = Callable[[str, Event], Awaitable[None]]
+
+
+class RequestHandler:
+    """Answers cancel requests."""
+
+    def __init__(
+        self,
+        *,
+        worker: CancelWorker,
+        run_blocking: RunBlocking,
+        send_result: SendEvent,
+        send_transition: SendEvent,
+        dead_letters: DeadLetterSink,
+        producer_id: str,
+    ) -> None:
+        self.worker = worker
+        self.run_blocking = run_blocking
+        self.send_result = send_result
+        self.send_transition = send_transition
+        self.dead_letters = dead_letters
+        self.producer_id = producer_id
+
+    async def handle(self, message: Message, value: Any) -> None:
+        """Process one message of ``cancel.requests``; a failure of the service itself
+        dead-letters the request (``handler_error``) and the service keeps serving."""
+        await dead_letter_failures(
+            self.dead_letters, message, self._handle(message, value), what="cancel request"
+        )
+
+    async def _handle(self, message: Message, value: Any) -> None:
+        if isinstance(value, Undecodable):
+            await self.dead_letters.undecodable(message, value)  # 1.
+            metrics.RESULTS.labels("unknown", "invalid_request").inc()
+            return
+        name, record = value
+        try:
+            command = parse_request(name, record, key=message.key)
+        except InvalidEvent as err:
+            await self.dead_letters.reject(message, reason=err.reason, detail=err.detail)
+            metrics.RESULTS.labels("unknown", "invalid_request").inc()
+            refusal = refusal_for(record, err, producer_id=self.producer_id)
+            if refusal is not None:
+                table_id = str(refusal["envelope"]["table_id"])
+                await self.send_result(table_id, Event("CancelResult", refusal))
+            return
+        started = time.monotonic()
+        outcome: Outcome = await self.run_blocking(lambda: self.worker.run(command))  # 2.
+        await publish_transitions(  # 3.
+            self.send_transition, command.table_id, outcome.entries, self.producer_id
+        )
+        record = result_record(command, outcome, producer_id=self.producer_id)
+        await self.send_result(command.table_id, Event("CancelResult", record))
+        metrics.RESULTS.labels(command.kind, outcome.status).inc()
+        metrics.DURATION.observe(time.monotonic() - started)
+        log.info(
+            "cancel %s: %s",
+            command.kind,
+            outcome.status,
+            extra={
+                "table": command.table_id,
+                "instant": command.instant,
+                "request_id": command.request_id,
+                "requester": command.requester,
+                "reason": outcome.reason,
+            },
+        )
+
+
+class ExpiryHandler:
+    """Finishes the cancellation of plans whose executor died."""
+
+    def __init__(
+        self,
+        *,
+        worker: CancelWorker,
+        run_blocking: RunBlocking,
+        send_transition: SendEvent,
+        dead_letters: DeadLetterSink,
+        producer_id: str,
+    ) -> None:
+        self.worker = worker
+        self.run_blocking = run_blocking
+        self.send_transition = send_transition
+        self.dead_letters = dead_letters
+        self.producer_id = producer_id
+
+    async def handle(self, message: Message, value: Any) -> None:
+        """Process one ``HeartbeatExpired``; bad events are dead-lettered."""
+        await dead_letter_failures(
+            self.dead_letters, message, self._handle(message, value), what="heartbeat expiry"
+        )
+
+    async def _handle(self, message: Message, value: Any) -> None:
+        if isinstance(value, Undecodable):
+            await self.dead_letters.undecodable(message, value)
+            return
+        name, record = value
+        try:
+            expiry = parse_expiry(name, record, key=message.key)
+        except InvalidEvent as err:
+            await self.dead_letters.reject(message, reason=err.reason, detail=err.detail)
+            return
+        outcome: Outcome | None = await self.run_blocking(lambda: self.worker.expired(expiry))
+        if outcome is None:
+            return
+        await publish_transitions(
+            self.send_transition, expiry.table_id, outcome.entries, self.producer_id
+        )
+        metrics.AUTO_ABORTS.labels(outcome.status).inc()
+        log.info(
+            "executor %s of cancel-requested plan died: execute_cancel %s",
+            expiry.owner,
+            outcome.status,
+            extra={"table": expiry.table_id, "instant": expiry.instant, "reason": outcome.reason},
+        )
+
+
+async def publish_transitions(
+    send: SendEvent, table_id: str, entries: tuple[TimelineEntry, ...], producer_id: str
+) -> None:
+    for entry in entries:
+        record = transition_record(entry, table_id=table_id, producer_id=producer_id)
+        await send(table_id, Event("TimelineTransition", record))
+        metrics.TRANSITIONS.labels(str(entry.transition)).inc()

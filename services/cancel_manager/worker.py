@@ -1,0 +1,215 @@
+"""The blocking part of cancel-manager: open the table, apply RFC-79's API, say how it ended.
+
+``CancelWorker.run(command)`` runs on a worker thread (never on the faust event loop):
+
+1. find the table: the request's ``table_uri`` (remembered per table id, so that a later
+   ``HeartbeatExpired`` of that table can be acted on), else the one remembered; none, or a
+   table whose id is not the event's: ``unknown_table``;
+2. ``request``: ``Table.request_cancel`` (accepted, already_requested, already_aborted;
+   refused_completed, not_cancellable, unknown_instant); ``execute``:
+   ``Table.execute_cancel`` (aborted, already_aborted; refused_executing, not_requested, ...);
+3. a retryable failure (lock timeout, a store fault) is tried again, up to ``attempts``
+   times, then reported ``failed``;
+4. the entries the service appended are returned, to be published as
+   ``TimelineTransition`` in order, before the result.
+
+``CancelWorker.expired(expiry)``: heartbeat-monitor declared the executor of a plan dead; if
+the plan has a cancel request, run ``execute_cancel`` by itself (nobody else may ever come
+back for its files).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, MutableMapping
+from contextlib import AbstractContextManager
+
+from lakewarden.errors import LakewardenError, RetryableError
+from lakewarden.settings import Settings
+from lakewarden.table import NotATableError, Table
+from lakewarden.table.coordinator import Coordinator, Lease, Liveness
+from lakewarden.table.instant import TABLE_SERVICE_ACTIONS, Transition
+from lakewarden.table.timeline import TimelineEntry
+from lakewarden.tableservice import (
+    CancelNotRequestedError,
+    InstantAlreadyCompletedError,
+    NotATableServicePlanError,
+    PlanNotCancellableError,
+    PlanStillExecutingError,
+    UnknownPlanError,
+)
+from services.cancel_manager.protocol import CancelCommand, Expiry, Outcome
+
+__all__ = ["ACTOR_PREFIX", "CancelWorker", "actor"]
+
+log = logging.getLogger(__name__)
+
+ACTOR_PREFIX = "cancel-manager@"
+# The named refusals and the status each one answers with.
+_REFUSALS: tuple[tuple[type[LakewardenError], str], ...] = (
+    (InstantAlreadyCompletedError, "refused_completed"),
+    (PlanStillExecutingError, "refused_executing"),
+    (PlanNotCancellableError, "not_cancellable"),
+    (NotATableServicePlanError, "not_cancellable"),
+    (CancelNotRequestedError, "not_requested"),
+    (UnknownPlanError, "unknown_instant"),
+)
+
+
+def actor() -> str:
+    return f"{ACTOR_PREFIX}{socket.gethostname()}:{os.getpid()}"
+
+
+class CancelWorker:
+    """Applies cancel commands; one per service process. ``tables`` maps table id -> URI: the
+    URIs requests named, so that a ``HeartbeatExpired`` (which names none) can be acted on."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        coordinator: Callable[[], Coordinator],
+        tables: MutableMapping[str, str] | None = None,
+        *,
+        attempts: int = 3,
+        retry_delay_s: float = 0.5,
+    ) -> None:
+        self.settings = settings
+        self.coordinator = coordinator
+        self.tables: MutableMapping[str, str] = tables if tables is not None else {}
+        self.attempts = attempts
+        self.retry_delay_s = retry_delay_s
+        self.actor = actor()
+
+    def run(self, command: CancelCommand) -> Outcome:
+        """Steps 1-4 of the module docstring; never raises for a bad request."""
+        uri = command.table_uri or self.tables.get(command.table_id)
+        if uri is None:
+            return Outcome(
+                "unknown_table",
+                f"cancel-manager does not know where table {command.table_id} is: the request "
+                "names no table_uri and none was seen before. Help: send table_uri.",
+            )
+        recorder = _Recorder(self.coordinator())
+        try:
+            table = self._open(uri, command.table_id, recorder)  # 1.
+        except _UnknownTable as err:
+            return Outcome("unknown_table", str(err), error_type=err.error_type)
+        if command.table_uri:
+            self.tables[command.table_id] = command.table_uri
+        return self._apply(lambda: _step(table, command), recorder)  # 2., 3., 4.
+
+    def expired(self, expiry: Expiry) -> Outcome | None:
+        """``execute_cancel`` of a cancel-requested plan whose executor died; None when there
+        is nothing to do (not a plan, no cancel request, unknown table)."""
+        uri = self.tables.get(expiry.table_id)
+        if uri is None:
+            log.info(
+                "heartbeat expired for a table cancel-manager never saw; ignored",
+                extra={"table": expiry.table_id, "instant": expiry.instant},
+            )
+            return None
+        recorder = _Recorder(self.coordinator())
+        try:
+            table = self._open(uri, expiry.table_id, recorder)
+        except _UnknownTable:
+            return None
+        current = table.state().get(expiry.instant)
+        if (
+            current is None
+            or current.action not in TABLE_SERVICE_ACTIONS
+            or current.state is not Transition.CANCEL_REQUESTED
+        ):
+            return None
+        return self._apply(lambda: _outcome_of(table.execute_cancel(expiry.instant)), recorder)
+
+    def _open(self, uri: str, table_id: str, recorder: _Recorder) -> Table:
+        try:
+            table = Table.open(uri, coordinator=recorder, settings=self.settings)
+        except (NotATableError, LakewardenError) as err:
+            raise _UnknownTable(f"cannot open table {table_id} at {uri}: {err}", err) from err
+        table.actor = self.actor
+        if table.table_id != table_id:
+            raise _UnknownTable(
+                f"{uri} holds table {table.table_id}, not {table_id}: the request names the "
+                "wrong table URI; nothing was changed.",
+                None,
+            )
+        return table
+
+    def _apply(self, step: Callable[[], str], recorder: _Recorder) -> Outcome:
+        for attempt in range(1, self.attempts + 1):
+            try:
+                status = step()
+                return Outcome(status, entries=recorder.take())
+            except RetryableError as err:
+                if isinstance(err, PlanStillExecutingError) or attempt == self.attempts:
+                    return _refusal(err, recorder)
+                log.warning("cancel step failed (%s); retrying", err)
+                time.sleep(self.retry_delay_s * attempt)
+            except LakewardenError as err:
+                return _refusal(err, recorder)
+        raise AssertionError("unreachable")
+
+
+def _step(table: Table, command: CancelCommand) -> str:
+    if command.kind == "request":
+        outcome = table.request_cancel(
+            command.instant, requested_by=command.requester, reason=command.reason
+        )
+        return "accepted" if outcome == "requested" else str(outcome)
+    return _outcome_of(table.execute_cancel(command.instant))
+
+
+def _outcome_of(outcome: str) -> str:
+    return "aborted" if outcome == "aborted" else "already_aborted"
+
+
+def _refusal(err: LakewardenError, recorder: _Recorder) -> Outcome:
+    status = next((s for kind, s in _REFUSALS if isinstance(err, kind)), "failed")
+    return Outcome(status, str(err), error_type=type(err).__name__, entries=recorder.take())
+
+
+class _UnknownTable(Exception):
+    def __init__(self, message: str, cause: BaseException | None) -> None:
+        super().__init__(message)
+        self.error_type = type(cause).__name__ if cause is not None else None
+
+
+class _Recorder(Coordinator):
+    """The service's coordinator, except that appended entries are kept for the handler to
+    publish (in order, before the result) instead of being announced one by one."""
+
+    def __init__(self, inner: Coordinator) -> None:
+        self.inner = inner
+        self._entries: list[TimelineEntry] = []
+        self._guard = threading.Lock()
+
+    def lock(
+        self, table_id: str, *, ttl_s: float = 30.0, wait_s: float = 30.0
+    ) -> AbstractContextManager[Lease]:
+        return self.inner.lock(table_id, ttl_s=ttl_s, wait_s=wait_s)
+
+    def liveness(self, table_id: str, instant: str) -> Liveness:
+        return self.inner.liveness(table_id, instant)
+
+    def heartbeat(self, table_id: str, instant: str, owner: str) -> AbstractContextManager[None]:
+        return self.inner.heartbeat(table_id, instant, owner)
+
+    def executor_of(self, table_id: str, instant: str) -> str | None:
+        return self.inner.executor_of(table_id, instant)
+
+    def check_heartbeat(self, table_id: str, instant: str) -> None:
+        self.inner.check_heartbeat(table_id, instant)
+
+    def announce(self, table_id: str, entry: TimelineEntry) -> None:
+        with self._guard:
+            self._entries.append(entry)
+
+    def take(self) -> tuple[TimelineEntry, ...]:
+        with self._guard:
+            taken, self._entries = tuple(self._entries), []
+        return taken
