@@ -1,0 +1,242 @@
+"""cancel-manager's parsing and handlers, driven without faust or Kafka: every status of a
+CancelResult, the transitions published before it, dead letters for bad events, and the
+execute_cancel it runs by itself when a cancel-requested plan's executor dies."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from faust.types import Message
+
+from lakewarden.events import Event, EventDecodeError, Undecodable, decode, encode, make_event
+from lakewarden.settings import Settings
+from lakewarden.table.bucket import append_group, route
+from lakewarden.table.config import META_FILE_NAME
+from lakewarden.table.coordinator import EmbeddedCoordinator
+from lakewarden.table.files import BaseFileName, WriteToken, file_key
+from lakewarden.table.instant import Transition
+from lakewarden.table.merge import stamped
+from lakewarden.table.stats import CommitStats, WorkloadProfile, WriteStat
+from lakewarden.table.table import Table
+from lakewarden.table.transaction import WriteTransaction
+from services._common.dlq import DeadLetters
+from services.cancel_manager.handler import ExpiryHandler, RequestHandler
+from services.cancel_manager.worker import CancelWorker
+
+SCHEMA = pa.schema([("id", pa.int64()), ("region", pa.string()), ("v", pa.string())])
+COORDINATOR = EmbeddedCoordinator()
+
+
+class FakeTopic:
+    def __init__(self) -> None:
+        self.sent: list[tuple[bytes | None, Event]] = []
+
+    async def send(self, *, key: bytes | None, value: Event) -> None:
+        self.sent.append((key, value))
+
+
+async def _inline(func: Callable[[], Any]) -> Any:
+    return func()
+
+
+class Harness:
+    def __init__(self) -> None:
+        self.dlq = FakeTopic()
+        self.results: list[Event] = []
+        self.transitions: list[Event] = []
+        letters = DeadLetters(self.dlq, service="cancel-manager", consumer_group="g")  # type: ignore[arg-type]
+        self.worker = CancelWorker(Settings(), lambda: COORDINATOR, retry_delay_s=0)
+        self.requests = RequestHandler(
+            worker=self.worker,
+            run_blocking=_inline,
+            send_result=self._result,
+            send_transition=self._transition,
+            dead_letters=letters,
+            producer_id="cancel-manager",
+        )
+        self.expiries = ExpiryHandler(
+            worker=self.worker,
+            run_blocking=_inline,
+            send_transition=self._transition,
+            dead_letters=letters,
+            producer_id="cancel-manager",
+        )
+        self.offset = 0
+
+    async def _result(self, table_id: str, event: Event) -> None:
+        self.results.append(event)
+
+    async def _transition(self, table_id: str, event: Event) -> None:
+        self.transitions.append(event)
+
+    def feed(self, value: bytes, *, key: bytes | None, expiry: bool = False) -> None:
+        message = Message("t", 0, self.offset, 0.0, 0, None, key, value, None)
+        self.offset += 1
+        try:
+            decoded: Any = decode(value)
+        except EventDecodeError as err:
+            decoded = Undecodable(err, value)
+        handler = self.expiries if expiry else self.requests
+        asyncio.run(handler.handle(message, decoded))
+
+    def ask(self, table: Table, instant: str, kind: str, *, uri: str | None = "same") -> Event:
+        record = make_event(
+            "CancelRequest",
+            table_id=table.table_id,
+            producer_id="test",
+            request_id=f"r{self.offset}",
+            instant=instant,
+            kind=kind,
+            requester="ops",
+            reason="test",
+            table_uri=table.uri if uri == "same" else uri,
+        )
+        self.feed(encode("CancelRequest", record), key=table.table_id.encode())
+        return self.results[-1]
+
+
+def fragmented(table: Table) -> None:
+    """Three Spark-like append tasks: several slices per bucket."""
+    txn = WriteTransaction.begin(
+        table.timeline_log, table.coordinator, table.table_id, operation="insert", actor="t"
+    )
+    written = []
+    for task in range(3):
+        share = pa.table(
+            {"id": [task * 10 + i for i in range(4)], "region": ["eu"] * 4, "v": ["x"] * 4},
+            schema=SCHEMA,
+        )
+        for canonical, part in route(share, table.config).items():
+            group = append_group(canonical, txn.instant, task)
+            name = BaseFileName(group.file_id, WriteToken(task, 0, 0), txn.instant).render()
+            key = file_key(group.partition_path, name)
+            data = stamped(part, txn.instant, table.config, "insert")
+            data = data.append_column(META_FILE_NAME, pa.repeat(pa.scalar(name), len(part)))
+            buffer = io.BytesIO()
+            pq.write_table(data.select(table.config.file_schema.names), buffer)
+            table.storage.write_if_absent(key, buffer.getvalue())
+            written.append(
+                WriteStat(
+                    file_group=group,
+                    path=key,
+                    base_instant=txn.instant,
+                    num_records=len(part),
+                    size_bytes=len(buffer.getvalue()),
+                )
+            )
+    txn.inflight(
+        WorkloadProfile(operation="insert", file_groups=tuple(w.file_group for w in written))
+    )
+    txn.complete(CommitStats(operation="insert", write_stats=tuple(written)))
+
+
+@pytest.fixture
+def table(tmp_path: Path) -> Table:
+    t = Table.create(
+        str(tmp_path / "orders"),
+        name="orders",
+        record_key="id",
+        schema=SCHEMA,
+        partition_by=["region"],
+        buckets=2,
+        coordinator=COORDINATOR,
+    )
+    fragmented(t)
+    return t
+
+
+def test_request_then_execute_are_answered_with_their_transitions(table: Table) -> None:
+    h = Harness()
+    instant = str(table.schedule_clustering(cancellable=True))
+    result = h.ask(table, instant, "request")
+    assert result.record["status"] == "accepted" and result.record["outcome"] == "cancel_requested"
+    assert [e.record["transition"] for e in h.transitions] == ["cancel_requested"]
+    assert h.ask(table, instant, "request").record["status"] == "already_requested"
+    result = h.ask(table, instant, "execute", uri=None)  # the URI is remembered per table
+    assert result.record["status"] == "aborted" and result.record["outcome"] == "aborted"
+    assert h.transitions[-1].record["transition"] == "aborted"
+    assert h.ask(table, instant, "execute").record["status"] == "already_aborted"
+    assert h.dlq.sent == []
+
+
+def test_refusals_are_clear_results_and_change_nothing(table: Table) -> None:
+    h = Harness()
+    fixed = str(table.schedule_clustering(cancellable=False))
+    result = h.ask(table, fixed, "request")
+    assert result.record["status"] == "not_cancellable"
+    assert result.record["error_type"] == "PlanNotCancellableError"
+    assert h.ask(table, "20990101000000000", "request").record["status"] == "unknown_instant"
+    table.run_table_service(fixed)
+    assert h.ask(table, fixed, "request").record["status"] == "refused_completed"
+    other = Harness()
+    assert other.ask(table, fixed, "request", uri=None).record["status"] == "unknown_table"
+    assert h.transitions == []
+    done = table.state().get(fixed)
+    assert done is not None and done.state is Transition.COMPLETED
+
+
+def test_execute_is_refused_while_the_executor_beats(table: Table) -> None:
+    h = Harness()
+    instant = str(table.schedule_clustering(cancellable=True))
+    h.ask(table, instant, "request")
+    with COORDINATOR.heartbeat(table.table_id, instant, "executor-9"):
+        result = h.ask(table, instant, "execute")
+    assert result.record["status"] == "refused_executing"
+    assert "executor-9" in result.record["reason"]
+
+
+def test_malformed_requests_go_to_the_dlq_and_the_handler_keeps_serving(table: Table) -> None:
+    h = Harness()
+    h.feed(b"not avro at all", key=table.table_id.encode())
+    bad = make_event(
+        "CancelRequest",
+        table_id=table.table_id,
+        producer_id="test",
+        request_id="bad-1",
+        instant="yesterday",
+        kind="request",
+        requester="ops",
+        reason=None,
+        table_uri=table.uri,
+    )
+    h.feed(encode("CancelRequest", bad), key=table.table_id.encode())
+    h.feed(encode("CancelRequest", bad), key=b"another-table")
+    assert [e.record["reason"] for _, e in h.dlq.sent] == [
+        "bad_magic",
+        "invalid_request",
+        "key_mismatch",
+    ]
+    [refusal] = h.results  # the addressable invalid request is answered
+    assert refusal.record["status"] == "invalid_request" and refusal.record["request_id"] == "bad-1"
+    instant = str(table.schedule_clustering(cancellable=True))
+    assert h.ask(table, instant, "request").record["status"] == "accepted"
+
+
+def test_a_dead_executor_of_a_cancel_requested_plan_is_finished_by_the_service(
+    table: Table,
+) -> None:
+    h = Harness()
+    instant = str(table.schedule_clustering(cancellable=True))
+    h.ask(table, instant, "request")
+    expired = make_event(
+        "HeartbeatExpired",
+        table_id=table.table_id,
+        producer_id="heartbeat-monitor",
+        instant=instant,
+        owner="executor-9",
+        last_seen_ms=0,
+        detected_ms=0,
+        tolerance_ms=30_000,
+        frontier_ms=None,
+    )
+    h.feed(encode("HeartbeatExpired", expired), key=table.table_id.encode(), expiry=True)
+    mine = table.state().get(instant)
+    assert mine is not None and mine.state is Transition.ABORTED
+    assert h.transitions[-1].record["transition"] == "aborted"
