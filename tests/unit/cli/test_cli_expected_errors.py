@@ -85,6 +85,16 @@ CASES: list[tuple[str, list[str], dict[str, str], int, str]] = [
     ("compact schedule", ["{table}", "--max-file-groups", "0"], {}, 2, "--max-file-groups"),
     ("compact run", [NOT_A_TABLE], {}, 1, "is not a lakewarden table"),
     ("compact run", [NOT_A_TABLE, "notaninstant"], {}, 2, "Invalid value for '[INSTANT]'"),
+    # issue 11 (RFC-79): clustering plans and cancels
+    ("cluster schedule", [NOT_A_TABLE], {}, 1, "is not a lakewarden table"),
+    ("cluster schedule", ["{table}", "--max-age", "soon"], {}, 2, "is not a duration"),
+    ("cluster schedule", ["{table}", "--max-age", "2h"], {}, 2, "need --cancellable"),
+    ("cluster run", ["{table}", INSTANT], {}, 1, "is not on the timeline"),
+    ("cluster run", [NOT_A_TABLE, "nope"], {}, 2, "Invalid value for 'INSTANT'"),
+    ("cancel", ["{table}", INSTANT], {}, 1, "is not on the timeline"),
+    ("cancel", ["{table}", INSTANT, "--execute"], {}, 1, "is not on the timeline"),
+    ("cancel", ["{table}", INSTANT], NO_BROKER, 1, "Help: is the broker up?"),
+    ("cancel", [NOT_A_TABLE, "x"], {}, 2, "Invalid value for 'INSTANT'"),
 ]
 
 

@@ -1,0 +1,105 @@
+"""``lakewarden cluster``: schedule and run clustering plans (RFC-79 table services).
+
+    lakewarden cluster schedule /data/orders --cancellable --max-age 2h
+    lakewarden cluster run /data/orders 20250314092653589          # in this process
+
+The table's coordinator comes from the settings (timeline-lock and heartbeat-monitor when
+Kafka is configured, else the in-process one).
+"""
+
+from __future__ import annotations
+
+import re
+
+import click
+
+from lakewarden.cli._params import instant_param
+from lakewarden.settings import Settings
+from lakewarden.table import Table
+
+_DURATION = re.compile(r"^(?P<n>\d+(?:\.\d+)?)(?P<unit>s|m|h|d)$")
+_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def duration_param(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
+    """``90s``, ``15m``, ``2h``, ``1d`` in seconds.
+
+    Raises: click.BadParameter (exit status 2)."""
+    if value is None:
+        return None
+    m = _DURATION.match(value.strip())
+    if m is None or float(m["n"]) <= 0:
+        raise click.BadParameter(f"{value!r} is not a duration like 90s, 15m, 2h or 1d")
+    return float(m["n"]) * _SECONDS[m["unit"]]
+
+
+@click.group()
+def command() -> None:
+    """Schedule and run clustering plans."""
+
+
+@command.command()
+@click.argument("table_uri")
+@click.option("--cancellable", is_flag=True, help="Ingestion takes precedence over the plan.")
+@click.option(
+    "--max-age",
+    callback=duration_param,
+    help="Cancellation policy: the cleaner cancels the plan after this long (e.g. 2h).",
+)
+@click.option(
+    "--max-instants",
+    type=click.IntRange(min=1),
+    help="Cancellation policy: cancel after this many instants completed since scheduling.",
+)
+@click.option("--partition", "partitions", multiple=True, help="Only these partition paths.")
+@click.option("--max-file-groups", type=click.IntRange(min=1), help="Cap the plan's input.")
+@click.option("--sort-by", multiple=True, help="Sort each rewritten bucket by these columns.")
+def schedule(
+    table_uri: str,
+    cancellable: bool,
+    max_age: float | None,
+    max_instants: int | None,
+    partitions: tuple[str, ...],
+    max_file_groups: int | None,
+    sort_by: tuple[str, ...],
+) -> None:
+    """Append a clustering plan to TABLE_URI's timeline and print its instant."""
+    policy: dict[str, float] | None = None
+    if max_age is not None or max_instants is not None:
+        if not cancellable:
+            raise click.UsageError("--max-age / --max-instants need --cancellable")
+        policy = {}
+        if max_age is not None:
+            policy["max_age_s"] = max_age
+        if max_instants is not None:
+            policy["max_completed_instants"] = max_instants
+    table = Table.open(table_uri, settings=Settings())
+    instant = table.schedule_clustering(
+        partitions=list(partitions) or None,
+        max_file_groups=max_file_groups,
+        sort_by=list(sort_by) or None,
+        cancellable=cancellable,
+        cancellation_policy=policy,
+    )
+    if instant is None:
+        click.echo(f"table {table.name}: nothing to cluster")
+        return
+    plan = table.state().get(str(instant))
+    groups = len(plan.plan_file_groups) if plan is not None else 0
+    kind = "cancellable " if cancellable else ""
+    click.echo(f"scheduled {kind}clustering {instant} of table {table.name} ({groups} file groups)")
+
+
+@command.command()
+@click.argument("table_uri")
+@click.argument("instant", callback=instant_param)
+def run(table_uri: str, instant: str) -> None:
+    """Execute the plan INSTANT of TABLE_URI in this process (claim, rewrite, then completed
+    or aborted)."""
+    result = Table.open(table_uri, settings=Settings()).run_table_service(instant)
+    line = f"plan {instant}: {result.outcome}"
+    if result.reason:
+        line += f" ({result.reason})"
+    if result.stats is not None:
+        line += f", {len(result.stats.write_stats)} files written"
+    click.echo(line)
