@@ -116,6 +116,7 @@ def _fields(table_id: str) -> dict[str, dict[str, Any]]:
             "kind": "request",
             "requester": "cleaner-1",
             "reason": "cancellation_policy: older than 2h",
+            "table_uri": "s3://lake/orders",
         },
         "CleanRequest": {
             "table_uri": "s3://lake/orders",
@@ -128,6 +129,8 @@ def _fields(table_id: str) -> dict[str, dict[str, Any]]:
             "instant": "20250314080000000",
             "outcome": "cancel_requested",
             "reason": None,
+            "status": "accepted",
+            "error_type": None,
         },
         "DeadLetter": {
             "topic": "lakewarden.heartbeats",
