@@ -47,6 +47,7 @@ from lakewarden.spark._options import (
     OPT_SETTINGS,
     InvalidOptionError,
     WriteSpec,
+    check_table_type,
     encode_settings,
     test_hooks,
 )
@@ -103,6 +104,7 @@ def write(
     register(df.sparkSession)
     encoded = encode_settings(settings) if settings is not None else None
     table = _job.TableHandle.open(uri, encoded)
+    check_table_type(options or {}, table.config)
     check_write_schema(df.schema, table.config, operation)
     merge = operation != "bulk_insert"
     hooks = test_hooks(options or {})

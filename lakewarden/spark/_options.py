@@ -32,6 +32,7 @@ from typing import Literal
 
 from lakewarden.errors import ConfigurationError
 from lakewarden.settings import Settings
+from lakewarden.table.config import TableConfig, normalize_table_type
 
 WriteOperation = Literal["insert", "bulk_insert", "upsert", "delete", "insert_overwrite_table"]
 # Operations the plain format accepts; upsert and delete need the shuffle of the helper.
@@ -50,6 +51,9 @@ OPT_JOB = "lakewarden.job"
 OPT_HELPER_OPERATION = "lakewarden.helper_operation"
 OPT_MERGE = "lakewarden.merge"
 OPT_PROFILED = "lakewarden.profiled"
+# The table type the writer expects ("copy_on_write"/"cow" or "merge_on_read"/"mor"): a write
+# to a table of the other type is refused before anything is written.
+OPT_TABLE_TYPE = "table_type"
 TEST_PREFIX = "lakewarden.test."
 
 
@@ -63,6 +67,26 @@ def get_option(options: Mapping[str, str], key: str) -> str | None:
         if name.lower() == key:
             return value
     return None
+
+
+def check_table_type(options: Mapping[str, str], config: TableConfig) -> None:
+    """The ``table_type`` option, when given, names the table's type.
+
+    Raises: InvalidOptionError."""
+    expected = get_option(options, OPT_TABLE_TYPE)
+    if expected is None:
+        return
+    if normalize_table_type(expected) not in ("cow", "mor"):
+        raise InvalidOptionError(
+            f"option {OPT_TABLE_TYPE}={expected!r} is neither copy_on_write nor merge_on_read"
+        )
+    if normalize_table_type(expected) != config.table_type:
+        raise InvalidOptionError(
+            f"option {OPT_TABLE_TYPE}={expected!r}, but table {config.name!r} is "
+            f"{'merge_on_read' if config.merge_on_read else 'copy_on_write'}; nothing was "
+            "written. Help: the type is fixed when the table is created (Table.create"
+            "(..., table_type=...)); drop the option or write to a table of that type."
+        )
 
 
 def table_uri(options: Mapping[str, str]) -> str:

@@ -28,6 +28,7 @@ from lakewarden.spark._options import (
     OPT_MERGE,
     OPT_PROFILED,
     WriteSpec,
+    check_table_type,
     get_option,
     settings_json,
     table_uri,
@@ -67,6 +68,7 @@ def create_writer(
     operation = write_operation(options, overwrite)
     encoded = settings_json(options)
     table = _job.TableHandle.open(uri, encoded)
+    check_table_type(options, table.config)
     check_write_schema(schema, table.config, operation)
     hooks = test_hooks(options)
     instant, job_id = get_option(options, OPT_INSTANT), get_option(options, OPT_JOB)

@@ -96,9 +96,10 @@ def _merge_upsert(existing: pa.Table | None, incoming: pa.Table, ordering: str |
     touched = pc.is_in(existing.column(META_RECORD_KEY), value_set=incoming_keys)
     untouched = existing.filter(pc.invert(touched))
     # Only records sharing a key with the input need ordering; the rest are carried over.
-    candidates = pa.concat_tables([existing.filter(touched), incoming])
+    stored_touched = existing.filter(touched)
+    candidates = pa.concat_tables([stored_touched, incoming])
     winners = _dedupe(candidates, ordering)
-    updates = pc.count_distinct(existing.filter(touched).column(META_RECORD_KEY)).as_py()
+    updates = pc.count_distinct(stored_touched.column(META_RECORD_KEY)).as_py()
     inserts = pc.count_distinct(incoming_keys).as_py() - updates
     return Merged(pa.concat_tables([untouched, winners]), inserts=inserts, updates=updates)
 

@@ -13,6 +13,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from _spark_helpers import SCHEMA, files_on_disk, rows, sorted_rows, spark_df, spark_rows
+from pyspark.sql.types import LongType, StructField, StructType
 
 import lakewarden
 from lakewarden.devstack.s3 import DEV_ACCESS_KEY, DEV_SECRET_KEY
@@ -20,8 +21,9 @@ from lakewarden.logfile import LogWriter, encode_records, scan_log, select_by_se
 from lakewarden.settings import Settings
 from lakewarden.spark import _job
 from lakewarden.spark._messages import TaskCommitMessage
-from lakewarden.spark._options import encode_settings
+from lakewarden.spark._options import InvalidOptionError, encode_settings
 from lakewarden.spark._task import TaskIdentity, write_task
+from lakewarden.spark._writer import create_writer
 from lakewarden.table.files import is_log_file
 from lakewarden.table.instant import Action, Transition
 from lakewarden.table.table import Table
@@ -169,3 +171,14 @@ def test_on_s3_each_attempt_writes_its_own_log_version_and_only_the_accepted_one
         rows(range(2, 6), ts=1)
     )
     assert sorted_rows(table.read()) == expected
+
+
+def test_the_table_type_option_refuses_a_write_to_a_table_of_the_other_type(
+    table_dir: Path,
+) -> None:
+    table = make_mor_table(table_dir)
+    schema = StructType([StructField("id", LongType(), False)])
+    for wrong in ("copy_on_write", "cow", "bogus"):
+        with pytest.raises(InvalidOptionError, match="table_type"):
+            create_writer({"path": str(table_dir), "table_type": wrong}, schema, False)
+    assert table.timeline() == []  # refused before any instant was opened
