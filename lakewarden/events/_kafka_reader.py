@@ -217,6 +217,17 @@ class KafkaReader:
         if self._consumer is not None:
             self._commit(offsets)
 
+    def commit_async(self, offsets: Sequence[TopicPartition]) -> None:
+        """Send a commit of ``offsets`` without waiting for the broker's answer (a loop that
+        must not stall on the group coordinator; a commit that fails is superseded by the
+        next one, and at worst some messages are read again)."""
+        if self._consumer is None or not offsets:
+            return
+        try:
+            self._consumer.commit(offsets=list(offsets), asynchronous=True)
+        except KafkaException as err:
+            log.warning("offset commit not sent: %s", err)
+
     def close(self) -> None:
         """Leave the group (with ``auto_commit``, stored offsets are committed)."""
         consumer, self._consumer = self._consumer, None

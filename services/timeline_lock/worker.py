@@ -12,14 +12,16 @@ It keeps what faust gave: a consumer group whose members split the partitions of
 compacted changelog topic partitioned like the requests and read back on assignment before
 any request of those partitions is handled, and at-least-once processing with exactly-once
 effect (offsets are committed only after the changelog writes of what they cover were
-acknowledged, and ``state.apply`` skips requests at or below a lock's applied offset).
+acknowledged, ``offsets.CommitTracker``, and ``state.apply`` skips requests at or below a
+lock's applied offset).
 
 The loop, each turn:
 1. every ``EXPIRY_TICK_S``: the ``ExpiryScanner`` sends ``expire`` requests for overdue leases;
 2. wait for a request (returns as soon as one arrives), take what else is already there;
 3. for each: the handler's effects are produced at once: replies, then the changelog record of
    the table's new lock, then dead letters;
-4. store the offsets; every ``commit_interval_s``, flush the producer and commit them.
+4. every ``commit_interval_s``: commit (asynchronously) the offsets whose durable writes the
+   broker acknowledged; the loop never waits for the broker.
 
 On assignment the changelog of the new partitions is read to its end first; on revocation
 the offsets are committed and the revoked partitions' locks dropped.
@@ -32,6 +34,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
+from functools import partial
 from typing import Any, Final
 
 from confluent_kafka import KafkaError, Message, Producer, TopicPartition
@@ -49,6 +52,7 @@ from services.timeline_lock.handler import (
     reply_value,
     wall_clock_ms,
 )
+from services.timeline_lock.offsets import CommitTracker
 
 log = logging.getLogger(__name__)
 
@@ -148,7 +152,7 @@ class Worker:
                 acks="all", enable_idempotence=True, linger_ms=0, logger=log
             )
         )
-        self._failed = 0
+        self.commits = CommitTracker()
 
     def run(self, stop: threading.Event) -> None:
         """The loop (see the module doc) until ``stop`` is set; then commit and close.
@@ -173,14 +177,11 @@ class Worker:
                     next_scan = now + EXPIRY_TICK_S
                 msg = self.consumer.poll_message(max(0.0, min(next_scan - now, 0.1)))  # 2.
                 if msg is not None:
-                    last: dict[int, int] = {}
                     for each in [msg, *self.consumer.consume(_DRAIN, 0)]:
                         self._process(each)  # 3.
-                        last[int(each.partition() or 0)] = int(each.offset() or 0)
-                    self.producer.poll(0)  # delivery reports
-                    self._store(last)  # 4.
+                self.producer.poll(0)  # delivery reports: CommitTracker.delivered
                 if time.monotonic() - last_commit >= self.commit_interval_s:
-                    self._commit()
+                    self._commit(wait=False)  # 4.
                     last_commit = time.monotonic()
         finally:
             self._close()
@@ -197,9 +198,15 @@ class Worker:
             value=msg.value() or b"",
             timestamp_ms=max(0, int(timestamp)),
         )
-        self._carry_out(self.handler.handle(consumed), consumed.partition)
+        effects = self.handler.handle(consumed)
+        self.commits.processed(
+            consumed.partition,
+            consumed.offset,
+            durable_writes=len(effects.changelog) + len(effects.dead_letters),
+        )
+        self._carry_out(effects, consumed.partition, consumed.offset)
 
-    def _carry_out(self, effects: Effects, partition: int) -> None:
+    def _carry_out(self, effects: Effects, partition: int, offset: int) -> None:
         for table_id, reply in effects.replies:
             value = reply_value(reply, table_id=table_id, codec=self.codec)
             key = (reply.route.key or table_id).encode()
@@ -207,14 +214,20 @@ class Worker:
                 self._produce(self.topics.replies, value, key=key)
             else:
                 self._produce(self.topics.replies, value, key=key, partition=reply.route.partition)
+        durable = partial(self._on_durable, partition, offset)
         for table_id in effects.changelog:
             stored = json.dumps(self.locks[table_id]).encode()
             self._produce(
-                self.topics.changelog, stored, key=changelog_key(table_id), partition=partition
+                self.topics.changelog,
+                stored,
+                key=changelog_key(table_id),
+                partition=partition,
+                on_delivery=durable,
             )
         for record in effects.dead_letters:
             value = self.codec.encode("DeadLetter", record)
-            self._produce(self.topics.dlq, value, key=record["envelope"]["table_id"].encode())
+            key = record["envelope"]["table_id"].encode()
+            self._produce(self.topics.dlq, value, key=key, on_delivery=durable)
 
     def _send_request(self, table_id: str, record: dict[str, Any]) -> None:
         self._produce(
@@ -225,30 +238,34 @@ class Worker:
         )
         self.producer.poll(0)
 
-    def _produce(self, topic: str, value: bytes, **kwargs: Any) -> None:
+    def _produce(
+        self,
+        topic: str,
+        value: bytes,
+        *,
+        on_delivery: Callable[[KafkaError | None, Message], None] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        callback = on_delivery or _log_failure
         try:
-            self.producer.produce(topic, value, on_delivery=self._on_delivery, **kwargs)
+            self.producer.produce(topic, value, on_delivery=callback, **kwargs)
         except BufferError:
             self.producer.flush(self.settings.kafka.request_timeout_s)  # full: wait, once
-            self.producer.produce(topic, value, on_delivery=self._on_delivery, **kwargs)
+            self.producer.produce(topic, value, on_delivery=callback, **kwargs)
 
-    def _store(self, last: dict[int, int]) -> None:
-        # A partition revoked meanwhile is skipped: its next owner handles those again.
+    def _commit(self, *, wait: bool) -> None:
+        """Commit what ``CommitTracker`` says is covered by acknowledged writes. ``wait``
+        (revocation, shutdown): flush the producer first and commit synchronously."""
+        if wait:
+            self.producer.flush(self.settings.kafka.request_timeout_s)
+            self.producer.poll(0)
         topic = self.topics.requests
-        self.consumer.store_offsets([TopicPartition(topic, p, o + 1) for p, o in last.items()])
-
-    def _commit(self) -> None:
-        """Flush the producer (replies, changelog, dead letters), then commit stored offsets:
-        an offset is never committed before the changelog records of what it covers."""
-        remaining = self.producer.flush(self.settings.kafka.request_timeout_s)
-        if remaining or self._failed:
-            log.warning(
-                "not committing: %d messages undelivered, %d failed", remaining, self._failed
-            )
-            self._failed = 0
+        offsets = [TopicPartition(topic, p, o) for p, o in self.commits.to_commit().items()]
+        if not wait:
+            self.consumer.commit_async(offsets)
             return
         try:
-            self.consumer.commit()
+            self.consumer.commit(offsets)
         except EventConsumerError as err:
             log.warning("offset commit failed: %s", err)
 
@@ -271,7 +288,7 @@ class Worker:
 
     def _on_revoke(self, partitions: list[TopicPartition]) -> None:
         self.rebalancing = True
-        self._commit()
+        self._commit(wait=True)
         self._forget(partitions)
 
     def _on_lost(self, partitions: list[TopicPartition]) -> None:
@@ -280,6 +297,7 @@ class Worker:
 
     def _forget(self, partitions: Iterable[TopicPartition]) -> None:
         gone = {tp.partition for tp in partitions if tp.topic == self.topics.requests}
+        self.commits.forget(gone)
         for table_id in [
             t for t in self.locks if table_partition(t, self.topics.partitions) in gone
         ]:
@@ -307,14 +325,22 @@ class Worker:
 
     # -- delivery and closing --------------------------------------------------------------
 
-    def _on_delivery(self, err: KafkaError | None, msg: Message) -> None:
-        if err is not None:
-            self._failed += 1
-            log.error("delivery failed", extra={"kafka_topic": msg.topic(), "error": str(err)})
+    def _on_durable(
+        self, partition: int, offset: int, err: KafkaError | None, msg: Message
+    ) -> None:
+        if err is None:
+            self.commits.delivered(partition, offset)
+        else:  # never acknowledged: the commit of its partition stays before it
+            _log_failure(err, msg)
 
     def _close(self) -> None:
         try:
-            self._commit()
+            self._commit(wait=True)
             self.consumer.close()
         finally:
             self.producer.flush(self.settings.kafka.request_timeout_s)
+
+
+def _log_failure(err: KafkaError | None, msg: Message) -> None:
+    if err is not None:
+        log.error("delivery failed", extra={"kafka_topic": msg.topic(), "error": str(err)})
