@@ -53,13 +53,19 @@ lint: setup
 typecheck: setup
 	$(BIN)/mypy
 
+# Two pytest-xdist workers: most of the suite waits on brokers, services and heartbeats, so two
+# workers keep both cores busy. `--dist loadfile` keeps a module's tests on one worker, so a
+# module-scoped service process starts once; each worker has its own session stack (Kafka,
+# SeaweedFS, Spark) on free ports. `make test PYTEST_WORKERS=0` runs in one process.
+PYTEST_WORKERS ?= 2
+
 # The whole suite: unit, integration (real Kafka + SeaweedFS) and system tests.
 test: setup lint typecheck
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist loadfile
 
 # Everything but the slow suites, for the edit-test loop.
 test-fast: setup
-	$(BIN)/pytest -q -m 'not slow'
+	$(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist loadfile -m 'not slow'
 
 # Random exploration, not part of `make test`: only the hypothesis tests, with the "fuzz" profile
 # (random draws, 20x the examples; tests/_hypothesis_profiles.py). Keep what it finds as @example.
