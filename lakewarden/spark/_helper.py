@@ -37,6 +37,7 @@ from lakewarden.errors import NonRetryableError
 from lakewarden.settings import Settings
 from lakewarden.spark import _job
 from lakewarden.spark._arrow import check_write_schema, conform
+from lakewarden.spark._create import prepare_table
 from lakewarden.spark._options import (
     HELPER_OPERATIONS,
     OPT_HELPER_OPERATION,
@@ -90,8 +91,12 @@ def write(
     (``df`` needs the record key and partition columns), ``insert`` (into the canonical file
     groups, no deduplication) or ``bulk_insert`` (no shuffle). ``partitions``: tasks of the
     merge (default: ``spark.sql.shuffle.partitions``, at most one per file group).
+    ``options``: options of the ``lakewarden`` format; the table options (``record_key``,
+    ``partition_by``, ``ordering_field``, ``buckets``, ``table_type``) create the table when
+    absent and must agree with it when present (``lakewarden.spark._create``).
 
-    Raises: SchemaMismatchError (nothing written), OverlappingCommitConflict /
+    Raises: SchemaMismatchError (nothing written), TableOptionsMismatchError,
+    NotATableError (absent and no ``record_key`` to create it), OverlappingCommitConflict /
     PendingPlanConflict (rolled back), SparkWriteError (rolled back: bad rows, task
     failures), CommitStateUnknownError, LockTimeoutError, InvalidOptionError.
     """
@@ -103,6 +108,7 @@ def write(
 
     register(df.sparkSession)
     encoded = encode_settings(settings) if settings is not None else None
+    prepare_table(uri, encoded, options or {}, df.schema)
     table = _job.TableHandle.open(uri, encoded)
     check_table_type(options or {}, table.config)
     check_write_schema(df.schema, table.config, operation)

@@ -51,6 +51,6 @@ class LakewardenDataSource(DataSource):
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:  # noqa: N802
         uri, encoded = table_uri(self.options), settings_json(self.options)
-        check_stream_target(uri, encoded, schema, overwrite)
+        check_stream_target(uri, encoded, schema, overwrite, self.options)
         checkpoint = get_option(self.options, "checkpointlocation") or ""
         return LakewardenStreamWriter(uri, encoded, test_hooks(self.options), checkpoint)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -31,9 +31,10 @@ from pyspark.sql.types import StructType
 from lakewarden.commit import ManifestCommitter, new_job_id
 from lakewarden.spark import _faults, _job
 from lakewarden.spark._arrow import check_write_schema
+from lakewarden.spark._create import prepare_table
 from lakewarden.spark._keeper import keep_alive
 from lakewarden.spark._messages import EmptyTaskMessage, SkippedBatchMessage, TaskCommitMessage
-from lakewarden.spark._options import InvalidOptionError, WriteSpec, load_settings
+from lakewarden.spark._options import InvalidOptionError, WriteSpec
 from lakewarden.spark._task import current_task, write_task
 from lakewarden.spark._transaction import (
     BatchAlreadyCommittedError,
@@ -42,8 +43,6 @@ from lakewarden.spark._transaction import (
     completed_batch,
     pending_of_checkpoint,
 )
-from lakewarden.storage import open_storage
-from lakewarden.table.config import load_config
 from lakewarden.table.mor import ingestion_action
 
 OPERATION = "insert"
@@ -181,13 +180,20 @@ class LakewardenStreamWriter(DataSourceStreamWriter, DataSourceArrowWriter):
 
 
 def check_stream_target(
-    uri: str, settings_json: str | None, schema: StructType, overwrite: bool
+    uri: str,
+    settings_json: str | None,
+    schema: StructType,
+    overwrite: bool,
+    options: Mapping[str, str] | None = None,
 ) -> None:
-    """Raises: InvalidOptionError (complete output mode), NotATableError,
-    SchemaMismatchError."""
+    """Create the table if absent (the table options of ``_create``), check the stream's
+    schema against it.
+
+    Raises: InvalidOptionError (complete output mode), NotATableError,
+    TableOptionsMismatchError, SchemaMismatchError."""
     if overwrite:
         raise InvalidOptionError(
             "the lakewarden stream writer appends: use outputMode('append') (or 'update')."
         )
-    config = load_config(open_storage(uri, load_settings(settings_json)))
+    config = prepare_table(uri, settings_json, options or {}, schema)
     check_write_schema(schema, config, OPERATION)

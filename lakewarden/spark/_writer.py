@@ -21,6 +21,7 @@ from pyspark.sql.types import StructType
 
 from lakewarden.spark import _job
 from lakewarden.spark._arrow import check_write_schema
+from lakewarden.spark._create import prepare_table
 from lakewarden.spark._keeper import keep_alive
 from lakewarden.spark._options import (
     OPT_INSTANT,
@@ -62,11 +63,14 @@ class LakewardenWriter(DataSourceArrowWriter):
 def create_writer(
     options: Mapping[str, str], schema: StructType, overwrite: bool
 ) -> LakewardenWriter:
-    """Open (or join) the write's instant. Raises: InvalidOptionError, NotATableError,
-    SchemaMismatchError, LockTimeoutError."""
+    """Create the table if absent (``_create``), then open (or join) the write's instant.
+
+    Raises: InvalidOptionError, NotATableError, TableOptionsMismatchError,
+    InvalidTableConfigError, SchemaMismatchError, LockTimeoutError."""
     uri = table_uri(options)
     operation = write_operation(options, overwrite)
     encoded = settings_json(options)
+    prepare_table(uri, encoded, options, schema)
     table = _job.TableHandle.open(uri, encoded)
     check_table_type(options, table.config)
     check_write_schema(schema, table.config, operation)

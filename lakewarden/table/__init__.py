@@ -56,7 +56,7 @@ from lakewarden.table.coordinator import (
     LockTimeoutError,
 )
 from lakewarden.table.instant import Action, Instant, Transition
-from lakewarden.table.reader import ColumnNotFoundError
+from lakewarden.table.reader import ColumnNotFoundError, UnsupportedSliceError
 from lakewarden.table.snapshot import InstantNotCompletedError, Snapshot
 from lakewarden.table.stats import CommitStats, FileGroupId, WorkloadProfile, WriteStat
 from lakewarden.table.table import Table, read
@@ -116,6 +116,7 @@ __all__ = [
     "TimelineState",
     "Transition",
     "UnsupportedFormatVersionError",
+    "UnsupportedSliceError",
     "WorkloadProfile",
     "WriteConflictError",
     "WriteStat",

@@ -131,8 +131,17 @@ def scan(
     with_meta: bool,
 ) -> pa.Table:
     """Scan ``files`` as one dataset. Raises: ColumnNotFoundError."""
-    schema = config.file_schema
     selected = _columns(config, columns, with_meta)
+    dataset = files_dataset(storage, config, files, config.file_schema)
+    return dataset.to_table(columns=selected, filter=filter)
+
+
+def files_dataset(
+    storage: Storage, config: TableConfig, files: Sequence[WriteStat], schema: pa.Schema
+) -> ds.FileSystemDataset:
+    """A dataset over exactly ``files`` (no listing), with ``schema`` (the file schema, or the
+    table's columns only: columns of the files not in it are not read). Each fragment carries
+    its partition values, so a filter on a partition column skips whole files."""
     filesystem, to_path = _filesystem(storage, files)
     fragments = [
         _PARQUET.make_fragment(
@@ -143,8 +152,7 @@ def scan(
         )
         for stat in files
     ]
-    dataset = ds.FileSystemDataset(fragments, schema, _PARQUET, filesystem)
-    return dataset.to_table(columns=selected, filter=filter)
+    return ds.FileSystemDataset(fragments, schema, _PARQUET, filesystem)
 
 
 def _columns(config: TableConfig, columns: Sequence[str] | None, with_meta: bool) -> list[str]:

@@ -7,6 +7,7 @@
     table.read(as_of=result.instant)                       # time travel
     table.changes(since_instant=result.instant)            # incremental
     table.clean(dry_run=True)                              # what a clean would delete
+    table.to_arrow_dataset()                               # for DuckDB, Polars, pandas
 
 A table receives its coordinator (the table lock and heartbeats). ``Table.create`` and
 ``Table.open`` given none ask ``lakewarden.table.connection.shared_connection(settings)``, the
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING, Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.dataset as ds
 
 from lakewarden.settings import Settings
 from lakewarden.storage import Storage
@@ -41,7 +43,12 @@ from lakewarden.table.clean import (
 from lakewarden.table.config import TableConfig, load_config, save_new_config
 from lakewarden.table.connection import load_storage, shared_connection
 from lakewarden.table.coordinator import Coordinator
-from lakewarden.table.reader import read_changes, read_snapshot
+from lakewarden.table.reader import (
+    UnsupportedSliceError,
+    files_dataset,
+    read_changes,
+    read_snapshot,
+)
 from lakewarden.table.snapshot import Snapshot, build_snapshot, changes_since
 from lakewarden.table.timeline import InstantState, Timeline, TimelineState
 from lakewarden.table.writer import CommitResult, Operation, WriteContext, write
@@ -195,6 +202,27 @@ class Table:
             columns=columns,
             filter=filter,
             with_meta=with_meta,
+        )
+
+    def to_arrow_dataset(self, as_of: str | None = None) -> ds.Dataset:
+        """A ``pyarrow.dataset`` over exactly the files of the snapshot as of ``as_of``
+        (default: the latest), with the table's columns: what DuckDB, Polars and pandas read
+        without Spark. The file list is fixed when it is made (a later commit does not change
+        it); filters on partition columns skip whole files.
+
+        Raises: InstantNotCompletedError, UnsupportedSliceError (a merge-on-read table: its
+        records are base files merged with log files, which a plain Parquet dataset cannot
+        express)."""
+        if self.config.table_type == "mor":
+            raise UnsupportedSliceError(
+                f"table {self.name!r} is merge-on-read: its snapshot is base files merged with "
+                "log files, which a pyarrow dataset cannot express. Help: read it with "
+                "Table.read(as_of=...) (a pyarrow.Table) or Spark's format('lakewarden').",
+                table=self.name,
+            )
+        snapshot = self.snapshot(as_of)
+        return files_dataset(
+            self.storage, self.config, snapshot.base_files(), self.config.pa_schema
         )
 
     def changes(

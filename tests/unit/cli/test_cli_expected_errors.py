@@ -95,6 +95,11 @@ CASES: list[tuple[str, list[str], dict[str, str], int, str]] = [
     ("cancel", ["{table}", INSTANT, "--execute"], {}, 1, "is not on the timeline"),
     ("cancel", ["{table}", INSTANT], NO_BROKER, 1, "Help: is the broker up?"),
     ("cancel", [NOT_A_TABLE, "x"], {}, 2, "Invalid value for 'INSTANT'"),
+    ("table create", ["{table}", "--record-key", "id", "--column", "id:int64"], {}, 1, "exists"),
+    ("table create", ["x", "--record-key", "id", "--column", "id"], {}, 2, "is not NAME:TYPE"),
+    ("table create", ["x", "--record-key", "id", "--column", "id:int65"], {}, 2, "Arrow type"),
+    ("table show", [NOT_A_TABLE], {}, 1, "is not a lakewarden table"),
+    ("table timeline", [NOT_A_TABLE], {}, 1, "is not a lakewarden table"),
 ]
 
 
