@@ -18,6 +18,7 @@ from rich.table import Table as RichTable
 
 from lakewarden.cli._params import instant_param
 from lakewarden.errortable import error_table_location
+from lakewarden.errortable.records import KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TOPIC
 from lakewarden.settings import Settings
 from lakewarden.table.config import NotATableError
 from lakewarden.table.table import Table
@@ -63,19 +64,36 @@ def show(table_uri: str, instant: str | None, limit: int) -> None:
         return
     rows = rows.sort_by([("source_instant", "descending"), ("ts", "ascending")])
     out = RichTable(title=f"failed records of {table_uri} ({rows.num_rows}, from {where})")
-    for column in ("instant", "record key", "partition", "attempt", "message", "record"):
+    shown = [
+        dict(row, context=dict(row["context"] or [])) for row in rows.slice(0, limit).to_pylist()
+    ]
+    # Records of an ingestion (``lakewarden ingest --bad-records error-table``) name their
+    # Kafka topic, partition and offset; a bad row of a Spark write its key and partition.
+    kafka = any(KAFKA_TOPIC in row["context"] for row in shown)
+    columns = ["instant", "kafka", "record key", "partition", "attempt", "message", "record"]
+    for column in columns if kafka else [c for c in columns if c != "kafka"]:
         out.add_column(column, overflow="fold")
-    for row in rows.slice(0, limit).to_pylist():
-        context = dict(row["context"] or [])
-        out.add_row(
+    for row in shown:
+        context = row["context"]
+        cells = [
             row["source_instant"],
+            kafka_position(context),
             context.get("recordKey", ""),
             context.get("partitionPath", ""),
             context.get("taskAttempt", ""),
             row["message"] or "",
             row["record"] or "",
-        )
+        ]
+        out.add_row(*(cells if kafka else cells[:1] + cells[2:]))
     console.print(out)
+
+
+def kafka_position(context: dict[str, str]) -> str:
+    """``topic/partition@offset`` of an ingested record ('' for other records)."""
+    if KAFKA_TOPIC not in context:
+        return ""
+    partition, offset = context.get(KAFKA_PARTITION, "?"), context.get(KAFKA_OFFSET, "?")
+    return f"{context[KAFKA_TOPIC]}/{partition}@{offset}"
 
 
 @command.command()

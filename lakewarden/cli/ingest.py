@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import click
 from rich.console import Console
@@ -26,7 +26,7 @@ from lakewarden.names import InvalidNameError, check_topic_name
 from lakewarden.settings import Settings
 
 if TYPE_CHECKING:  # Spark is imported only when the command runs
-    from lakewarden.spark.ingest import BatchReport, IngestJob, IngestTotals
+    from lakewarden.spark.ingest import BadRecords, BatchReport, IngestJob, IngestTotals
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*(ms|s|m)$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0}
@@ -111,8 +111,18 @@ def run_with_progress(
         )
 
 
-def summary(totals: IngestTotals, bad_dir: Path) -> str:
-    where = f" -> {bad_dir}" if totals.bad_rows else ""
+def bad_records_policy(chosen: str | None, settings: Settings) -> BadRecords:
+    """``--bad-records``, defaulting to the error table when it is enabled."""
+    if chosen is None:
+        return "error-table" if settings.error_table.enabled else "fail"
+    return cast("BadRecords", chosen)
+
+
+def summary(totals: IngestTotals, bad_dir: Path, policy: str = "skip") -> str:
+    where = ""
+    if totals.bad_rows:
+        where = " -> the error table (lakewarden errors show)" if policy == "error-table" else ""
+        where = where or f" -> {bad_dir}"
     return (
         f"ingested {totals.batches} micro-batches: {totals.input_rows} records read, "
         f"{totals.written_rows} rows written, {totals.bad_rows} bad records{where}; "
@@ -169,11 +179,12 @@ def topic_param(ctx: click.Context, param: click.Parameter, value: str) -> str:
 )
 @click.option(
     "--bad-records",
-    type=click.Choice(["fail", "skip"]),
-    default="fail",
-    show_default=True,
+    type=click.Choice(["fail", "skip", "error-table"]),
+    default=None,
     help="fail: stop at the first bad record, naming it; skip: write bad records to "
-    "<checkpoint>/_bad_records/ and count them.",
+    "<checkpoint>/_bad_records/ and count them; error-table: publish them (with their Kafka "
+    "topic, partition and offset) to the table's error table, committed with the "
+    "micro-batch. [default: error-table when LAKEWARDEN_ERROR_TABLE__ENABLED, else fail]",
 )
 @click.option(
     "--starting-offsets",
@@ -192,7 +203,7 @@ def command(
     max_records_per_batch: int | None,
     bootstrap: str | None,
     checkpoint: Path | None,
-    bad_records: str,
+    bad_records: str | None,
     starting_offsets: str,
     master: str,
 ) -> None:
@@ -219,7 +230,7 @@ def command(
         checkpoint=(checkpoint or default_checkpoint(settings, config, topic)).resolve(),
         trigger_s=trigger_s,
         max_records_per_batch=max_records_per_batch,
-        bad_records="skip" if bad_records == "skip" else "fail",
+        bad_records=bad_records_policy(bad_records, settings),
         starting_offsets=starting_offsets,
         value_format="avro" if value_format == "avro" else "json",
     )
@@ -234,6 +245,6 @@ def command(
             job.stop()
             totals = job.totals
             console.print("[yellow]interrupted[/]")
-        console.print(summary(totals, spec.bad_records_dir))
+        console.print(summary(totals, spec.bad_records_dir, spec.bad_records))
     finally:
         spark.stop()

@@ -8,6 +8,8 @@
     partitionPath where the row would have gone     recordKey     its record key ('' if null)
     taskAttempt   attempt_<jobId>_<task>_<n>        jobId         the write's committer job
     operation     insert, upsert, ...               rowIndex      row number in the task input
+    kafkaTopic, kafkaPartition, kafkaOffset         where a bad record of ``lakewarden ingest``
+                                                    was read (``--bad-records error-table``)
 """
 
 from __future__ import annotations
@@ -31,6 +33,9 @@ PARTITION_PATH: Final = "partitionPath"
 RECORD_KEY: Final = "recordKey"
 TASK_ATTEMPT: Final = "taskAttempt"
 JOB_ID: Final = "jobId"
+KAFKA_TOPIC: Final = "kafkaTopic"
+KAFKA_PARTITION: Final = "kafkaPartition"
+KAFKA_OFFSET: Final = "kafkaOffset"
 REQUIRED_CONTEXT: Final = (COMMIT_TIME, TABLE_NAME, TABLE_ID, TABLE_URI, TASK_ATTEMPT)
 
 

@@ -21,8 +21,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from lakewarden.spark._create import TableOptionsMismatchError
 from lakewarden.spark._helper import SparkWriteError, write
 from lakewarden.spark._options import InvalidOptionError
+from lakewarden.spark._python import WorkerPythonError, check_worker_python
 from lakewarden.spark._source import FORMAT, LakewardenDataSource
 from lakewarden.spark._transaction import BatchAlreadyCommittedError
 
@@ -32,9 +34,15 @@ def register(spark: Any) -> None:
 
     Where lakewarden is installed for the Python that Spark runs (``PYSPARK_PYTHON``), Spark
     already found the format through the top-level ``pyspark_lakewarden`` module, and registering
-    it again is refused with ``DATA_SOURCE_ALREADY_EXISTS``: that refusal means "done"."""
+    it again is refused with ``DATA_SOURCE_ALREADY_EXISTS``: that refusal means "done".
+
+    First it checks the Python Spark's workers will run (``lakewarden.spark._python``).
+
+    Raises: WorkerPythonError (local mode, PYSPARK_PYTHON unset, and ``python3`` on the PATH
+    cannot import lakewarden: every task would fail)."""
     from pyspark.errors import AnalysisException
 
+    check_worker_python(spark)
     try:
         spark.dataSource.register(LakewardenDataSource)
     except AnalysisException as err:
@@ -48,6 +56,8 @@ __all__ = [
     "InvalidOptionError",
     "LakewardenDataSource",
     "SparkWriteError",
+    "TableOptionsMismatchError",
+    "WorkerPythonError",
     "register",
     "write",
 ]

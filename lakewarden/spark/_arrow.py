@@ -46,11 +46,16 @@ def table_operation(operation: str) -> str:
     return operation if operation in ("upsert", "delete") else "insert"
 
 
-def check_write_schema(incoming: StructType, config: TableConfig, operation: str) -> None:
-    """The Spark schema checked in mode ``castable`` (``lakewarden.table.schema_check``).
+def check_write_schema(
+    incoming: StructType, config: TableConfig, operation: str, *, ignore: Sequence[str] = ()
+) -> None:
+    """The Spark schema, without the columns ``ignore`` (an ingestion's bad-record columns),
+    checked in mode ``castable`` (``lakewarden.table.schema_check``).
 
     Raises: SchemaMismatchError (nothing has been written)."""
-    check_input_schema(spark_arrow_schema(incoming), config, operation, mode="castable")
+    schema = spark_arrow_schema(incoming)
+    kept = pa.schema([f for f in schema if f.name not in ignore])
+    check_input_schema(kept, config, operation, mode="castable")
 
 
 def conform(

@@ -13,6 +13,12 @@ With ``error_table.enabled`` false the task keeps failing on the first bad row
    rows read with one ``take``;
 3. conform the good rows as usual.
 
+A streaming ingestion with ``--bad-records error-table`` hands the writer its bad Kafka
+records too, marked by the ``INGEST_COLUMNS`` (why, and the Kafka coordinates): ``divert``
+publishes them as ``ErrorRecord`` events with the coordinates in ``context`` and drops the
+columns, before the rows are checked as above. They thus share the attempt, the instant and
+the exactly-once commit of the micro-batch's good rows.
+
 The task flushes the publisher before its task commit (``flush``): an attempt whose records
 are not all durable in Kafka fails, so every accepted attempt's records reach the sink before
 its instant completes. The count goes into the commit message (``failed_records``).
@@ -34,6 +40,23 @@ from lakewarden.spark._options import WriteSpec
 from lakewarden.table.bucket import render_partition_path
 from lakewarden.table.config import TableConfig
 from lakewarden.table.schema_check import needed_columns, values_fit
+
+# What ``lakewarden.spark._ingest_records`` adds to every row of an ingestion that sends its bad
+# records to the error table: why the record is bad (null: good), and where it came from.
+INGEST_REASON = "_lw_bad_reason"
+INGEST_TOPIC = "_lw_kafka_topic"
+INGEST_PARTITION = "_lw_kafka_partition"
+INGEST_OFFSET = "_lw_kafka_offset"
+INGEST_KEY = "_lw_kafka_key"
+INGEST_VALUE = "_lw_kafka_value"
+INGEST_COLUMNS = (
+    INGEST_REASON,
+    INGEST_TOPIC,
+    INGEST_PARTITION,
+    INGEST_OFFSET,
+    INGEST_KEY,
+    INGEST_VALUE,
+)
 
 # Integers Arrow casts to a float without a check: |v| <= 2**mantissa bits (else "not in range").
 _FLOAT_EXACT_BITS = {pa.float32(): 24, pa.float64(): 53}
@@ -157,6 +180,48 @@ class BadRows:
             self.count += len(bad)
         return conform(  # 3.
             batch, self.config, self.spec.operation, first_row=first_row, where=self.where
+        )
+
+    def divert(self, batch: pa.Table) -> pa.Table:
+        """The good records of an ingestion batch, without the ``INGEST_COLUMNS``; the bad
+        ones published with their Kafka coordinates. Raises: EventDeliveryError."""
+        reasons = batch.column(INGEST_REASON)
+        is_bad = pc.is_valid(reasons)
+        bad = batch.filter(is_bad).select(list(INGEST_COLUMNS)).to_pylist()
+        for row in bad:
+            self._publish_kafka(row)
+        self.count += len(bad)
+        return batch.filter(pc.invert(is_bad)).drop_columns(list(INGEST_COLUMNS))
+
+    def _publish_kafka(self, row: dict[str, Any]) -> None:
+        config, spec = self.config, self.spec
+        where = (
+            f"topic {row[INGEST_TOPIC]} partition {row[INGEST_PARTITION]} "
+            f"offset {row[INGEST_OFFSET]}"
+        )
+        context = {
+            ctx.COMMIT_TIME: spec.instant,
+            ctx.TABLE_NAME: config.name,
+            ctx.TABLE_ID: config.table_id,
+            ctx.TABLE_URI: spec.uri,
+            ctx.PARTITION_PATH: "",
+            ctx.RECORD_KEY: "",
+            ctx.TASK_ATTEMPT: self.attempt_id,
+            ctx.JOB_ID: spec.job_id,
+            "operation": spec.operation,
+            ctx.KAFKA_TOPIC: str(row[INGEST_TOPIC]),
+            ctx.KAFKA_PARTITION: str(row[INGEST_PARTITION]),
+            ctx.KAFKA_OFFSET: str(row[INGEST_OFFSET]),
+        }
+        self.publisher.publish(
+            error_record(
+                table_id=config.table_id,
+                producer_id=self.publisher.producer_id,
+                record={"key": row[INGEST_KEY], "value": row[INGEST_VALUE]},
+                schema=None,
+                message=f"bad Kafka record at {where}: {row[INGEST_REASON]}",
+                context=context,
+            )
         )
 
     def _publish(self, batch: pa.Table, bad: dict[int, str], first_row: int) -> None:

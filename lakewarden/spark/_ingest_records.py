@@ -7,7 +7,8 @@ whose value does not fit the table type (Spark's ``from_json`` fills the corrupt
 column), lacks the record key, or lacks a required field. With ``bad_records="fail"`` the first
 one fails its task (``raise_error`` in the plan: no Python hop for the good rows); with
 ``"skip"`` a ``mapInArrow`` step writes them to ``<dir>/batch-<B>/part-<P>.jsonl`` and passes
-the good rows on.
+the good rows on; with ``"error-table"`` they travel with the good rows to the writer, which
+publishes them as ``ErrorRecord`` events in the same task attempt (``_bad_rows.divert``).
 """
 
 from __future__ import annotations
@@ -24,10 +25,18 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructField, StructType
 
 from lakewarden.spark._arrow import spark_arrow_schema, spark_schema
+from lakewarden.spark._bad_rows import (
+    INGEST_KEY,
+    INGEST_OFFSET,
+    INGEST_PARTITION,
+    INGEST_REASON,
+    INGEST_TOPIC,
+    INGEST_VALUE,
+)
 from lakewarden.spark._ingest_avro import AvroDecoder, AvroValueCodec
 from lakewarden.table.config import TableConfig
 
-BadRecords = Literal["fail", "skip"]
+BadRecords = Literal["fail", "skip", "error-table"]
 ValueFormat = Literal["json", "avro"]
 KAFKA_COLUMNS = ("topic", "partition", "offset", "timestamp", "key", "value")
 REASON = "_lw_bad_reason"
@@ -98,7 +107,19 @@ def route_bad_records(
     parsed: DataFrame, policy: BadRecords, directory: Path, names: list[str]
 ) -> DataFrame:
     """The good rows, in the table's columns ``names``. ``fail``: the first bad record raises
-    in its task; ``skip``: the tasks write the bad ones under ``directory``."""
+    in its task; ``skip``: the tasks write the bad ones under ``directory``; ``error-table``:
+    every row, with the ``INGEST_COLUMNS`` that mark the bad ones for the writer (which
+    publishes them to the error table with the micro-batch's instant: ``_bad_rows``)."""
+    if policy == "error-table":
+        return parsed.select(
+            *names,
+            F.col(REASON).alias(INGEST_REASON),
+            F.col("topic").alias(INGEST_TOPIC),
+            F.col("partition").alias(INGEST_PARTITION),
+            F.col("offset").alias(INGEST_OFFSET),
+            F.col("key").cast("string").alias(INGEST_KEY),
+            F.col("value").cast("string").alias(INGEST_VALUE),
+        )
     if policy == "fail":
         message = F.concat(
             F.lit("lakewarden ingest: bad record at topic "),

@@ -19,6 +19,9 @@ Options (case-insensitive):
                                            ``LAKEWARDEN_*`` env)
 ``lakewarden.instant`` / ``lakewarden.job`` set by ``lakewarden.spark.write``: join the instant
                                            it opened instead of opening one
+``lakewarden.ingest_errors``               set by ``lakewarden ingest --bad-records error-table``:
+                                           rows carry ``_bad_rows.INGEST_COLUMNS``; the bad
+                                           ones go to the error table
 ``lakewarden.test.*``                      fault injection for tests (see ``_faults``)
 =========================================  =====================================================
 """
@@ -54,6 +57,7 @@ OPT_PROFILED = "lakewarden.profiled"
 # The table type the writer expects ("copy_on_write"/"cow" or "merge_on_read"/"mor"): a write
 # to a table of the other type is refused before anything is written.
 OPT_TABLE_TYPE = "table_type"
+OPT_INGEST_ERRORS = "lakewarden.ingest_errors"
 TEST_PREFIX = "lakewarden.test."
 
 
@@ -142,6 +146,10 @@ def encode_settings(settings: Settings) -> str:
     return json.dumps(data)
 
 
+def ingest_errors(options: Mapping[str, str]) -> bool:
+    return (get_option(options, OPT_INGEST_ERRORS) or "").lower() == "true"
+
+
 def test_hooks(options: Mapping[str, str]) -> dict[str, str]:
     """The ``lakewarden.test.*`` options, without the prefix."""
     return {
@@ -165,6 +173,8 @@ class WriteSpec:
     merge: bool = False
     profiled: bool = False
     test_hooks: dict[str, str] = field(default_factory=dict)
+    # Rows carry the ingestion's bad-record columns (``_bad_rows.INGEST_COLUMNS``).
+    ingest_errors: bool = False
 
     def settings(self) -> Settings:
         return load_settings(self.settings_json)

@@ -18,6 +18,7 @@ from pyspark.sql.types import StructType
 from lakewarden.spark._options import (
     ReadSpec,
     get_option,
+    ingest_errors,
     settings_json,
     table_uri,
     test_hooks,
@@ -51,6 +52,9 @@ class LakewardenDataSource(DataSource):
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:  # noqa: N802
         uri, encoded = table_uri(self.options), settings_json(self.options)
-        check_stream_target(uri, encoded, schema, overwrite, self.options)
+        diverts = ingest_errors(self.options)
+        check_stream_target(uri, encoded, schema, overwrite, self.options, ingest_errors=diverts)
         checkpoint = get_option(self.options, "checkpointlocation") or ""
-        return LakewardenStreamWriter(uri, encoded, test_hooks(self.options), checkpoint)
+        return LakewardenStreamWriter(
+            uri, encoded, test_hooks(self.options), checkpoint, ingest_errors=diverts
+        )

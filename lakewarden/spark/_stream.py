@@ -31,6 +31,7 @@ from pyspark.sql.types import StructType
 from lakewarden.commit import ManifestCommitter, new_job_id
 from lakewarden.spark import _faults, _job
 from lakewarden.spark._arrow import check_write_schema
+from lakewarden.spark._bad_rows import INGEST_COLUMNS
 from lakewarden.spark._create import prepare_table
 from lakewarden.spark._keeper import keep_alive
 from lakewarden.spark._messages import EmptyTaskMessage, SkippedBatchMessage, TaskCommitMessage
@@ -71,11 +72,13 @@ class LakewardenStreamWriter(DataSourceStreamWriter, DataSourceArrowWriter):
         settings_json: str | None,
         test_hooks: dict[str, str],
         checkpoint: str = "",
+        ingest_errors: bool = False,
     ) -> None:
         self.uri = uri
         self.settings_json = settings_json
         self.test_hooks = test_hooks
         self.checkpoint = checkpoint
+        self.ingest_errors = ingest_errors
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
         """One task attempt of one micro-batch (on an executor)."""
@@ -120,7 +123,13 @@ class LakewardenStreamWriter(DataSourceStreamWriter, DataSourceArrowWriter):
                 table.timeline, table.coordinator, table.config.table_id, instant, _job.actor()
             )
         return WriteSpec(
-            self.uri, instant, job_id, OPERATION, self.settings_json, test_hooks=self.test_hooks
+            self.uri,
+            instant,
+            job_id,
+            OPERATION,
+            self.settings_json,
+            test_hooks=self.test_hooks,
+            ingest_errors=self.ingest_errors,
         )
 
     def commit(  # type: ignore[override]  # streaming signature (DataSourceStreamWriter)
@@ -185,6 +194,8 @@ def check_stream_target(
     schema: StructType,
     overwrite: bool,
     options: Mapping[str, str] | None = None,
+    *,
+    ingest_errors: bool = False,
 ) -> None:
     """Create the table if absent (the table options of ``_create``), check the stream's
     schema against it.
@@ -195,5 +206,7 @@ def check_stream_target(
         raise InvalidOptionError(
             "the lakewarden stream writer appends: use outputMode('append') (or 'update')."
         )
-    config = prepare_table(uri, settings_json, options or {}, schema)
-    check_write_schema(schema, config, OPERATION)
+    ignore = INGEST_COLUMNS if ingest_errors else ()
+    table_columns = StructType([f for f in schema.fields if f.name not in ignore])
+    config = prepare_table(uri, settings_json, options or {}, table_columns)
+    check_write_schema(schema, config, OPERATION, ignore=ignore)

@@ -96,7 +96,8 @@ class _Task:
         attempt = committer.task_attempt(identity.partition, identity.attempt)
         attempt.setup()
         task = cls(spec, identity, storage, load_config(storage), attempt)
-        if spec.settings().error_table.enabled:
+        # An ingestion that sends its bad records to the error table chose it for bad rows too.
+        if spec.settings().error_table.enabled or spec.ingest_errors:
             task.bad_rows = BadRows(spec, task.config, str(attempt.attempt_id), where=task.where)
         return task
 
@@ -104,6 +105,8 @@ class _Task:
         """``batch`` in the table's types; bad rows fail the write, or go to the error table.
 
         Raises: InvalidRecordError, SchemaMismatchError, EventDeliveryError."""
+        if self.bad_rows is not None and self.spec.ingest_errors:
+            batch = self.bad_rows.divert(batch)
         if self.bad_rows is not None:
             return self.bad_rows.conform(batch, first_row)
         return conform(

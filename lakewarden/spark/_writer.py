@@ -13,6 +13,7 @@ in the ``lakewarden.instant`` / ``lakewarden.job`` options and is joined instead
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Mapping, Sequence
 
 import pyarrow as pa
@@ -21,6 +22,7 @@ from pyspark.sql.types import StructType
 
 from lakewarden.spark import _job
 from lakewarden.spark._arrow import check_write_schema
+from lakewarden.spark._bad_rows import INGEST_COLUMNS
 from lakewarden.spark._create import prepare_table
 from lakewarden.spark._keeper import keep_alive
 from lakewarden.spark._options import (
@@ -31,6 +33,7 @@ from lakewarden.spark._options import (
     WriteSpec,
     check_table_type,
     get_option,
+    ingest_errors,
     settings_json,
     table_uri,
     test_hooks,
@@ -70,10 +73,12 @@ def create_writer(
     uri = table_uri(options)
     operation = write_operation(options, overwrite)
     encoded = settings_json(options)
-    prepare_table(uri, encoded, options, schema)
+    diverts = ingest_errors(options)
+    ignore = INGEST_COLUMNS if diverts else ()
+    prepare_table(uri, encoded, options, StructType([f for f in schema if f.name not in ignore]))
     table = _job.TableHandle.open(uri, encoded)
     check_table_type(options, table.config)
-    check_write_schema(schema, table.config, operation)
+    check_write_schema(schema, table.config, operation, ignore=ignore)
     hooks = test_hooks(options)
     instant, job_id = get_option(options, OPT_INSTANT), get_option(options, OPT_JOB)
     if instant is not None and job_id is not None:
@@ -89,6 +94,7 @@ def create_writer(
         )
         return LakewardenWriter(spec)
     spec, txn = _job.open_write(table, operation, settings_json=encoded, test_hooks=hooks)
+    spec = dataclasses.replace(spec, ingest_errors=diverts)
     keep_alive(
         Timeline(table.storage, table=table.config.name),
         table.coordinator,

@@ -17,7 +17,7 @@ One Structured Streaming query; each micro-batch goes through these steps:
    (``AvroValueCodec``; ``AvroValueCodec.for_table(config).encode(row)`` produces such values);
 3. **classify**: a record is *bad* when its value is null, is not a JSON object, has a field
    whose value does not fit the table type, lacks the record key, or lacks a required field;
-4. **bad records** (the error table is off this round), by ``bad_records``:
+4. **bad records**, by ``bad_records``:
    - ``fail``: the batch fails on the first bad record, naming its topic, partition, offset and
      reason; Spark aborts the batch and the writer rolls its instant back. Nothing is lost:
      the query stops and a restart begins at that batch again;
@@ -26,6 +26,12 @@ One Structured Streaming query; each micro-batch goes through these steps:
      write. A batch's offsets are fixed by the checkpoint before it runs, so a rerun of the
      batch rewrites the same files with the same lines (written to a temporary name, then
      renamed): each bad record is in exactly one line. ``BatchReport.bad_rows`` counts them;
+   - ``error-table`` (needs ``error_table.enabled``): the writer's task attempt publishes each
+     as an ``ErrorRecord`` (the raw key and value, the reason, the Kafka topic, partition and
+     offset in ``context``) under the micro-batch's instant, and counts them in the commit's
+     ``failed_records``; the error-table sink commits exactly the records of the attempts the
+     instant accepted, so each bad record is in the error table once even when a batch is
+     rerun. ``BatchReport.bad_rows`` is the commit's ``failed_records``;
 5. **write** the good rows with ``writeStream.format("lakewarden")``: one instant per
    micro-batch, committed once per (query, batch) even across restarts (``_stream``).
 
@@ -61,10 +67,11 @@ from lakewarden.spark._ingest_records import (
     read_bad_records,
     route_bad_records,
 )
-from lakewarden.spark._options import OPT_SETTINGS, encode_settings
+from lakewarden.spark._options import OPT_INGEST_ERRORS, OPT_SETTINGS, encode_settings
 from lakewarden.spark._transaction import BATCH_ID, QUERY_ID, BatchKey, completed_batch
 from lakewarden.storage import Storage, open_storage
 from lakewarden.table.config import TableConfig, load_config
+from lakewarden.table.stats import CommitStats
 from lakewarden.table.timeline import Timeline
 
 BAD_RECORDS_DIR = "_bad_records"
@@ -78,6 +85,7 @@ __all__ = [
     "AvroValueCodec",
     "BadRecords",
     "BatchReport",
+    "ErrorTableDisabledError",
     "IngestError",
     "IngestJob",
     "IngestSpec",
@@ -97,6 +105,10 @@ __all__ = [
 
 class IngestError(NonRetryableError):
     """The ingestion query failed (a bad record with ``fail``, a write that did not commit)."""
+
+
+class ErrorTableDisabledError(ConfigurationError):
+    """``bad_records="error-table"`` with the error table not enabled."""
 
 
 class KafkaJarsMissingError(ConfigurationError):
@@ -248,7 +260,17 @@ class IngestJob:
     @classmethod
     def start(cls, spark: SparkSession, spec: IngestSpec) -> IngestJob:
         """Start the query (steps 1-5). Raises: NotATableError, KafkaJarsMissingError,
-        SchemaMismatchError, AvroSchemaError."""
+        SchemaMismatchError, AvroSchemaError, ErrorTableDisabledError."""
+        if (
+            spec.bad_records == "error-table"
+            and not (spec.settings or Settings()).error_table.enabled
+        ):
+            raise ErrorTableDisabledError(
+                "bad records cannot go to the error table: it is not enabled. Help: set "
+                "LAKEWARDEN_ERROR_TABLE__ENABLED=true (and run the error-sink service), or "
+                "use --bad-records fail|skip.",
+                table=spec.table,
+            )
         encoded = _encoded(spec.settings)
         storage = open_storage(spec.table, spec.settings)
         config = load_config(storage)
@@ -277,6 +299,8 @@ class IngestJob:
             .queryName(f"lakewarden-ingest-{spec.topic}")
             .option("checkpointLocation", str(spec.checkpoint))
         )
+        if spec.bad_records == "error-table":
+            writer = writer.option(OPT_INGEST_ERRORS, "true")
         if encoded is not None:
             writer = writer.option(OPT_SETTINGS, encoded)
         if spec.trigger_s is None:
@@ -350,12 +374,17 @@ class IngestJob:
             batch_id=batch,
             input_rows=int(progress.numInputRows),
             written_rows=int(meta.get("num_input_records", "0")),
-            bad_rows=len(read_bad_records(self.spec.bad_records_dir, batch)),
+            bad_rows=self._bad_rows(batch, done.commit if done is not None else None),
             instant=done.instant if done is not None else None,
             duration_ms=int(durations.get("triggerExecution", 0)),
             add_batch_ms=int(durations.get("addBatch", 0)),
             started_ms=_epoch_ms(progress.timestamp),
         )
+
+    def _bad_rows(self, batch: int, commit: CommitStats | None) -> int:
+        if self.spec.bad_records == "error-table":
+            return commit.failed_records if commit is not None else 0
+        return len(read_bad_records(self.spec.bad_records_dir, batch))
 
     def _raise_if_failed(self) -> None:
         err = self.query.exception()

@@ -271,6 +271,89 @@ def test_bad_rows_go_to_the_error_table_good_rows_to_the_table(
     assert len(Table.open(uri).state().completed()) == 1  # one error-table instant
 
 
+# Kafka records of an ingestion: (partition, value); the bad ones with their reason.
+KAFKA_GOOD = [
+    (0, b'{"id": 1, "region": "eu", "qty": 1, "amount": 1.5, "note": "a"}'),
+    (1, b'{"id": 2, "region": "us", "qty": 2, "amount": 2.5, "note": "b"}'),
+    (1, b'{"id": 3, "region": "eu", "qty": 3, "amount": 3.5, "note": "c"}'),
+]
+KAFKA_BAD = {
+    (0, b"this is not json"): "malformed JSON",
+    (1, b'{"region": "eu", "qty": 4}'): "missing record key 'id'",
+    (1, b'{"id": 5, "qty": "many"}'): "does not fit the table schema",
+    (0, b"[1, 2, 3]"): "malformed JSON",
+}
+
+
+def test_bad_kafka_records_of_an_ingestion_go_to_the_error_table(
+    spark: Any, stack: Stack, tmp_path: Path
+) -> None:
+    """``lakewarden ingest --bad-records error-table`` after its Kafka source: the parsed
+    records (good and bad) reach the writer, which publishes the bad ones with their Kafka
+    coordinates under the batch's instant (a batch write here: the same task code as a
+    micro-batch; the query around it is test_demo's)."""
+    from click.testing import CliRunner
+
+    from lakewarden.cli import cli
+    from lakewarden.spark._ingest_records import parse_records, route_bad_records
+
+    table = make_table(tmp_path / "orders", "orders")
+    records = [*KAFKA_GOOD, *KAFKA_BAD]
+    rows = [
+        ("orders-in", partition, offset, None, None, value)
+        for offset, (partition, value) in enumerate(records)
+    ]
+    kafka_schema = (
+        "topic string, partition int, offset long, timestamp timestamp, key binary, value binary"
+    )
+    raw = spark.createDataFrame(rows, schema=kafka_schema).repartition(2)
+    routed = route_bad_records(
+        parse_records(raw, table.config), "error-table", tmp_path / "unused", SCHEMA.names
+    )
+    (
+        routed.write.format("lakewarden")
+        .mode("append")
+        .option("lakewarden.settings", stack.write_settings())
+        .option("lakewarden.ingest_errors", "true")
+        .save(table.uri)
+    )
+
+    assert sorted(lakewarden.read(table.uri).column("id").to_pylist()) == [1, 2, 3]
+    instant, job_id, accepted = completed_instant(table)
+    assert table.state().completed()[0].commit.failed_records == len(KAFKA_BAD)  # type: ignore[union-attr]
+    uri = local_errors_uri(table)
+    wait_for(lambda: count(uri) >= len(KAFKA_BAD), "the bad Kafka records in the error table")
+    time.sleep(1.0)  # a duplicate commit would show up now
+    errors = lakewarden.read(uri)
+    assert errors.num_rows == len(KAFKA_BAD)  # once each
+    found = {}
+    for context, record, message in zip(
+        errors.column("context").to_pylist(),
+        errors.column("record").to_pylist(),
+        errors.column("message").to_pylist(),
+        strict=True,
+    ):
+        context = dict(context)
+        assert (context["commitTime"], context["jobId"]) == (instant, job_id)
+        assert context["taskAttempt"] in accepted
+        assert context["kafkaTopic"] == "orders-in"
+        offset = int(context["kafkaOffset"])
+        partition, value = records[offset]
+        assert int(context["kafkaPartition"]) == partition
+        assert json.loads(record)["value"] == value.decode()
+        assert message.startswith(f"bad Kafka record at topic orders-in partition {partition} ")
+        found[(partition, value)] = message
+    assert set(found) == set(KAFKA_BAD)
+    for key, reason in KAFKA_BAD.items():
+        assert reason in found[key]
+
+    shown = CliRunner().invoke(cli, ["errors", "show", table.uri], env={"COLUMNS": "250"})
+    assert shown.exit_code == 0, shown.output
+    assert "failed records of" in shown.stdout and "kafka" in shown.stdout
+    for offset in range(len(KAFKA_GOOD), len(records)):
+        assert f"orders-in/{records[offset][0]}@{offset}" in shown.stdout
+
+
 def test_a_retried_task_leaves_no_duplicate_error_rows(
     spark: Any, stack: Stack, tmp_path: Path
 ) -> None:
