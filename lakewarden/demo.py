@@ -1,44 +1,52 @@
-"""``make demo``: streaming ingestion from Kafka into a lakewarden table, end to end.
+"""``make demo``: streaming ingestion from Kafka into a lakewarden table, and what the services
+did for it.
 
 1. brings the local stack up in its own temporary state folder, on free ports: Kafka and every
-   registered service (timeline-lock, heartbeat-monitor), so it never collides with a stack a
-   developer already runs;
-2. creates an ``orders`` table (partitioned by region, 2 buckets) on the local filesystem;
-3. produces a stream of sample order events as JSON to a topic, in waves, a few of them
-   malformed (not JSON, a missing order id, an amount that is not a number);
-4. runs the ingestion (``lakewarden.spark.ingest``: Spark Structured Streaming, Kafka source,
-   ``writeStream.format("lakewarden")``, bad records skipped into
-   ``<checkpoint>/_bad_records``) with a line per micro-batch until every event is in;
-   every commit takes timeline-lock's lease and beats to heartbeat-monitor;
-5. prints the timeline, the row count read back and where the bad records went, and cleans
-   the table keeping only the latest commit (one line: what the clean deleted);
-6. brings the stack down, whatever happened, and deletes the temporary folder.
+   registered service, so it never collides with a stack a developer already runs;
+2. creates an ``orders`` table (partitioned by region, 2 buckets) with the error table on;
+3. runs ``STEPS``, a list of (title, function) pairs run in order on one ``Demo``:
+   - ingest: a stream of order events in waves, a few malformed, ingested by Spark Structured
+     Streaming (``lakewarden.spark.ingest``, bad records to the error table), a line per
+     micro-batch;
+   - the timeline, and the rows read back by Python and by Spark;
+   - what the services did for one micro-batch, from their events (``lakewarden history``):
+     timeline-lock's grant and fencing token, the heartbeats heartbeat-monitor saw, the job
+     commit job-committer ran;
+   - the bad records, committed by error-sink into the error table (``lakewarden errors show``);
+   - a writer killed mid-batch (SIGKILL) whose instant heartbeat-monitor declares dead;
+   - the cleaner: a clean keeping the latest commit, which also rolls the dead write back;
+4. brings the stack down, whatever happened, and deletes the temporary folder.
 
-Runs on the embedded defaults with no configuration. The order events and the topic helpers
-are here for tests and benchmarks too.
+Spark's and the library's log lines go to a log file named at the end, not to the terminal.
+To add a step: write ``def step_x(demo: Demo) -> None`` and append ``("title", step_x)`` to
+``STEPS``; ``demo`` holds the settings, the table, the ingestion and the checks' results.
+The order events and the topic helpers are here for tests and benchmarks too.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import logging
+import os
 import random
 import shutil
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 from rich.console import Console
 from rich.table import Table as RichTable
 
 from lakewarden.devstack import SERVICES, DevSettings, DevStack
-from lakewarden.settings import KafkaSettings, Settings
+from lakewarden.settings import ErrorTableSettings, KafkaSettings, Settings
 from lakewarden.table.table import Table
 
 if TYPE_CHECKING:  # Spark is imported when the demo ingests
@@ -176,51 +184,107 @@ def stream_orders(bootstrap: str, waves: list[list[bytes]]) -> threading.Thread:
     return thread
 
 
-def ingest(
-    settings: Settings, table: Table, work: Path, waves: list[list[bytes]]
-) -> tuple[IngestSpec, threading.Thread]:
-    """Steps 3-4: the first wave of events, the ingestion query, the other waves while it
-    runs; until every event was read."""
+@dataclass
+class Demo:
+    """What the steps share: the work folder, the stack's settings, the table, and what the
+    ingestion did (the checks at the end compare it with what was produced)."""
+
+    work: Path
+    settings: Settings
+    table: Table
+    events: list[bytes]
+    log_file: Path
+    spec: IngestSpec | None = None
+    rows_read: int = 0
+    errors_listed: int = 0
+    failures: list[str] = field(default_factory=list)
+
+    @property
+    def good(self) -> int:
+        return len(self.events) - len(MALFORMED)
+
+
+Step = tuple[str, Callable[[Demo], None]]
+
+
+def quiet_logs(work: Path, log_file: Path) -> None:
+    """Spark's log4j and lakewarden's Python logs go to ``log_file``, not the terminal: a
+    ``log4j2.properties`` in a ``SPARK_CONF_DIR`` of the demo's own (read when the JVM starts)
+    and a file handler on the root logger."""
+    conf = work / "spark-conf"
+    conf.mkdir(parents=True, exist_ok=True)
+    (conf / "log4j2.properties").write_text(
+        "rootLogger.level = info\n"
+        "rootLogger.appenderRef.file.ref = file\n"
+        "appender.file.type = File\n"
+        "appender.file.name = file\n"
+        f"appender.file.fileName = {log_file}\n"
+        "appender.file.layout.type = PatternLayout\n"
+        "appender.file.layout.pattern = %d{HH:mm:ss.SSS} %p %c: %m%n\n"
+    )
+    os.environ["SPARK_CONF_DIR"] = str(conf)
+    handler = logging.FileHandler(log_file)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+
+
+def step_ingest(demo: Demo) -> None:
+    """The first wave of events, the ingestion query, the other waves while it runs; until
+    every event was read. Bad records go to the error table."""
     from lakewarden.cli.ingest import run_with_progress, summary
     from lakewarden.spark.ingest import IngestJob, IngestSpec, default_checkpoint, ingest_session
 
-    assert settings.kafka.bootstrap_servers is not None
+    settings, table = demo.settings, demo.table
+    bootstrap = settings.kafka.bootstrap_servers
+    assert bootstrap is not None
+    create_topic(bootstrap, TOPIC)
+    waves = [
+        demo.events[i : i + EVENTS_PER_WAVE] for i in range(0, len(demo.events), EVENTS_PER_WAVE)
+    ]
+    console.print(
+        f"producing {len(demo.events)} order events to topic {TOPIC} in {len(waves)} waves "
+        f"{WAVE_PAUSE_S} s apart ({len(MALFORMED)} malformed)"
+    )
     spec = IngestSpec(
         topic=TOPIC,
         table=table.uri,
-        bootstrap=settings.kafka.bootstrap_servers,
+        bootstrap=bootstrap,
         checkpoint=default_checkpoint(settings, table.config, TOPIC),
         trigger_s=2.0,
         max_records_per_batch=200,
-        bad_records="skip",
+        bad_records="error-table",
         settings=settings,
     )
     with console.status("starting Spark (local[2]) with the Kafka source ..."):
-        spark = ingest_session(master="local[2]", app_name="lakewarden-demo", local_dir=work)
-    expected = sum(len(wave) for wave in waves)
+        spark = ingest_session(master="local[2]", app_name="lakewarden-demo", local_dir=demo.work)
     try:
-        produce(settings.kafka.bootstrap_servers, TOPIC, waves[0])
+        produce(bootstrap, TOPIC, waves[0])
         job = IngestJob.start(spark, spec)
-        producer = stream_orders(settings.kafka.bootstrap_servers, waves[1:])
+        producer = stream_orders(bootstrap, waves[1:])
         totals = run_with_progress(
-            job, console, stop_when=lambda t: t.input_rows >= expected, timeout_s=150
+            job, console, stop_when=lambda t: t.input_rows >= len(demo.events), timeout_s=150
         )
-        console.print(summary(totals, spec.bad_records_dir))
+        console.print(summary(totals, spec.bad_records_dir, spec.bad_records))
         count = spark.read.format("lakewarden").load(spec.table).count()
         console.print(f"Spark reads {count} rows back through format lakewarden")
     finally:
         spark.stop()
-    return spec, producer
+    producer.join(30)
+    demo.spec = spec
 
 
-def show_timeline(table: Table) -> None:
+def step_timeline(demo: Demo) -> None:
+    import lakewarden
     from lakewarden.spark.ingest import BATCH_ID
 
     shown = RichTable(title="timeline of orders")
-    for column in ("instant", "action", "state", "operation", "micro-batch", "rows"):
+    for column in ("instant", "action", "state", "operation", "micro-batch", "rows", "bad"):
         shown.add_column(column)
-    for state in table.timeline():
-        meta = state.commit.extra_metadata if state.commit is not None else {}
+    for state in demo.table.timeline():
+        commit = state.commit
+        meta = commit.extra_metadata if commit is not None else {}
         shown.add_row(
             state.instant,
             str(state.action),
@@ -228,34 +292,35 @@ def show_timeline(table: Table) -> None:
             state.operation or "",
             meta.get(BATCH_ID, ""),
             meta.get("num_input_records", ""),
+            str(commit.failed_records) if commit is not None else "",
         )
     console.print(shown)
+    demo.rows_read = lakewarden.read(demo.table.uri).num_rows
+    console.print(f"read back {demo.rows_read} rows ({demo.good} good events produced)")
 
 
-def show_bad_records(directory: Path) -> list[dict[str, Any]]:
-    from lakewarden.spark.ingest import bad_record_files, read_bad_records
+def step_services(demo: Demo) -> None:
+    from lakewarden._demo_show import show_services
 
-    records = read_bad_records(directory)
-    files = bad_record_files(directory)
-    console.print(
-        f"[yellow]{len(records)} bad records[/] were left out of the table and written to "
-        f"{directory} ({len(files)} files, one JSON line each, with topic, partition, offset "
-        "and reason):"
-    )
-    for record in sorted(records, key=lambda r: (r["partition"], r["offset"])):
-        value = str(record["value"])
-        value = value if len(value) <= 50 else value[:47] + "..."
-        console.print(
-            f"  bad record partition {record['partition']} offset {record['offset']} "
-            f"(batch {record['batch_id']}): {record['reason']}: {value}"
-        )
-    return records
+    show_services(console, demo.settings, demo.table)
 
 
-def show_clean(uri: str, settings: Settings) -> None:
+def step_errors(demo: Demo) -> None:
+    from lakewarden._demo_show import show_errors
+
+    demo.errors_listed = show_errors(console, demo.settings, demo.table, len(MALFORMED))
+
+
+def step_killed_writer(demo: Demo) -> None:
+    from lakewarden._demo_show import kill_a_writer
+
+    kill_a_writer(console, demo.settings, demo.table, demo.log_file)
+
+
+def step_clean(demo: Demo) -> None:
     """Clean the table keeping only its latest commit (through timeline-lock's lease) and say
-    what the clean deleted."""
-    result = Table.open(uri, settings=settings).clean("keep-latest-commits=1")
+    what the clean deleted, and which failed writes (the killed writer's) it rolled back."""
+    result = Table.open(demo.table.uri, settings=demo.settings).clean("keep-latest-commits=1")
     console.print(
         f"cleaner: {result.files_deleted} superseded files ({result.bytes_deleted} bytes) "
         f"deleted under {result.policy.describe()}"
@@ -264,42 +329,50 @@ def show_clean(uri: str, settings: Settings) -> None:
     )
 
 
-def run(work: Path) -> None:
-    """Steps 1-6. Raises: SystemExit when the table does not hold what it should."""
-    import lakewarden
+STEPS: list[Step] = [
+    ("ingest a Kafka topic with Spark", step_ingest),
+    ("the timeline", step_timeline),
+    ("what the services did", step_services),
+    ("the bad records, in the error table", step_errors),
+    ("a writer killed mid-batch", step_killed_writer),
+    ("the cleaner's work", step_clean),
+]
 
-    events = order_events(WAVES * EVENTS_PER_WAVE)
-    good = len(events) - len(MALFORMED)
-    with local_stack(work / "state") as settings:
-        assert settings.kafka.bootstrap_servers is not None
-        table = create_table(work / "tables" / "orders")
-        create_topic(settings.kafka.bootstrap_servers, TOPIC)
-        console.print(
-            f"producing {len(events)} order events to topic {TOPIC} in {WAVES} waves "
-            f"{WAVE_PAUSE_S} s apart ({len(MALFORMED)} malformed)"
-        )
-        waves = [events[i : i + EVENTS_PER_WAVE] for i in range(0, len(events), EVENTS_PER_WAVE)]
-        spec, producer = ingest(settings, table, work / "spark", waves)
-        producer.join(30)
-        show_timeline(table)
-        rows = lakewarden.read(spec.table).num_rows
-        console.print(f"read back {rows} rows ({good} good events produced)")
-        bad = show_bad_records(spec.bad_records_dir)
-        show_clean(spec.table, settings)
-    if rows != good or len(bad) != len(MALFORMED):
+
+def check(demo: Demo) -> None:
+    """Raises: SystemExit when the table or the error table does not hold what it should."""
+    if demo.rows_read != demo.good or demo.errors_listed != len(MALFORMED):
         raise SystemExit(
-            f"demo failed: {rows} rows in the table (expected {good}), "
-            f"{len(bad)} bad records (expected {len(MALFORMED)})"
+            f"demo failed: {demo.rows_read} rows in the table (expected {demo.good}), "
+            f"{demo.errors_listed} records in the error table (expected {len(MALFORMED)})"
         )
+
+
+def run(work: Path, log_file: Path, steps: Sequence[Step] = STEPS) -> None:
+    """Stack up, the table, ``steps`` in order, stack down. Raises: SystemExit."""
+    quiet_logs(work, log_file)
+    events = order_events(WAVES * EVENTS_PER_WAVE)
+    with local_stack(work / "state") as stack_settings:
+        settings = stack_settings.model_copy(
+            update={"error_table": ErrorTableSettings(enabled=True)}
+        )
+        table = create_table(work / "tables" / "orders")
+        demo = Demo(work=work, settings=settings, table=table, events=events, log_file=log_file)
+        for number, (title, step) in enumerate(steps, start=1):
+            console.rule(f"[bold]{number}. {title}")
+            step(demo)
+    check(demo)
 
 
 def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="lakewarden-demo-"))
+    log_file = Path(tempfile.gettempdir()) / f"lakewarden-demo-{time.strftime('%Y%m%d-%H%M%S')}.log"
     started = time.monotonic()
     try:
-        run(work)
+        run(work, log_file)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+        console.print(f"Spark's and lakewarden's log lines are in {log_file}")
     console.print(f"[bold green]demo finished[/] in {time.monotonic() - started:.0f} s")
     return 0
 
