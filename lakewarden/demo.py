@@ -291,7 +291,9 @@ def step_timeline(demo: Demo) -> None:
             str(state.state),
             state.operation or "",
             meta.get(BATCH_ID, ""),
-            meta.get("num_input_records", ""),
+            str(int(meta.get("num_input_records", "0")) - commit.failed_records)
+            if commit is not None
+            else "",
             str(commit.failed_records) if commit is not None else "",
         )
     console.print(shown)
@@ -364,15 +366,34 @@ def run(work: Path, log_file: Path, steps: Sequence[Step] = STEPS) -> None:
     check(demo)
 
 
+@contextmanager
+def stderr_to(log_file: Path) -> Iterator[None]:
+    """File descriptor 2 into ``log_file`` for the block: what the JVM, librdkafka and the
+    Python workers write there (they inherit it) never reaches the terminal. Restored before
+    an error propagates, so a failure still shows."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with log_file.open("ab") as log:
+        os.dup2(log.fileno(), 2)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="lakewarden-demo-"))
-    log_file = Path(tempfile.gettempdir()) / f"lakewarden-demo-{time.strftime('%Y%m%d-%H%M%S')}.log"
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    log_file = Path(tempfile.gettempdir()) / f"lakewarden-demo-{stamp}.log"
     started = time.monotonic()
     try:
-        run(work, log_file)
+        with stderr_to(log_file):
+            run(work, log_file)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-        console.print(f"Spark's and lakewarden's log lines are in {log_file}")
+        console.print(f"Spark's, the services' clients' and lakewarden's logs: {log_file}")
     console.print(f"[bold green]demo finished[/] in {time.monotonic() - started:.0f} s")
     return 0
 

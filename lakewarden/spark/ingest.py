@@ -368,13 +368,16 @@ class IngestJob:
     def _report(self, progress: Any) -> BatchReport:
         batch = int(progress.batchId)
         done = completed_batch(self.timeline.load(), BatchKey(self.query_id, "", batch))
-        meta = done.commit.extra_metadata if done is not None and done.commit else {}
+        commit = done.commit if done is not None else None
+        meta = commit.extra_metadata if commit is not None else {}
+        # Input records of the instant less those it set aside for the error table.
+        failed = commit.failed_records if commit is not None else 0
         durations = progress.durationMs or {}
         return BatchReport(
             batch_id=batch,
             input_rows=int(progress.numInputRows),
-            written_rows=int(meta.get("num_input_records", "0")),
-            bad_rows=self._bad_rows(batch, done.commit if done is not None else None),
+            written_rows=int(meta.get("num_input_records", "0")) - failed,
+            bad_rows=self._bad_rows(batch, commit),
             instant=done.instant if done is not None else None,
             duration_ms=int(durations.get("triggerExecution", 0)),
             add_batch_ms=int(durations.get("addBatch", 0)),

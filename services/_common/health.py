@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -24,6 +25,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, 
 log = logging.getLogger(__name__)
 
 LOOPBACK = "127.0.0.1"
+# Inside a container the endpoint must be reachable on the container's network (the host
+# publishes it on its own loopback only): docker-compose.yml sets this to 0.0.0.0.
+HOST_ENV = "LAKEWARDEN_HEALTH_HOST"
 StatusProbe = Callable[[], tuple[bool, dict[str, Any]]]
 
 
@@ -55,14 +59,16 @@ class HealthServer:
         return int(self._server.server_address[1])
 
     def start(self) -> None:
-        """Bind ``127.0.0.1:port`` and serve on a daemon thread (idempotent).
+        """Bind ``127.0.0.1:port`` (``$LAKEWARDEN_HEALTH_HOST`` if set) and serve on a daemon
+        thread (idempotent).
 
         Raises:
             OSError: the port cannot be bound.
         """
         if self._server is not None:
             return
-        server = ThreadingHTTPServer((LOOPBACK, self._requested_port), self._handler_class())
+        host = os.environ.get(HOST_ENV) or LOOPBACK
+        server = ThreadingHTTPServer((host, self._requested_port), self._handler_class())
         server.daemon_threads = True
         self._server = server
         self._thread = threading.Thread(

@@ -33,13 +33,13 @@ def _demo_processes() -> set[int]:
     return found
 
 
-def test_demo_ingests_the_stream_and_stops_what_it_started() -> None:
+def test_demo_ingests_the_stream_shows_the_services_and_stops_what_it_started() -> None:
     before = _demo_processes()  # another demo run on the machine is not ours to judge
     result = subprocess.run(
         [sys.executable, "-m", "lakewarden.demo"],
         capture_output=True,
         text=True,
-        timeout=240,
+        timeout=420,
         env={**os.environ, "COLUMNS": "200"},
     )
     out = result.stdout
@@ -47,17 +47,38 @@ def test_demo_ingests_the_stream_and_stops_what_it_started() -> None:
     good = WAVES * EVENTS_PER_WAVE - len(MALFORMED)
     services = [spec.name for spec in SERVICES]  # every registered service runs
     assert f"services: {', '.join(services)}" in out
+    # the steps, numbered, in order
+    titles = re.findall(r"─ (\d+)\. ([^─]+?) ─", out)
+    assert [int(n) for n, _ in titles] == list(range(1, len(titles) + 1)), titles
     batches = [int(b) for b in re.findall(r"^batch (\d+)\s+read", out, re.MULTILINE)]
     assert len(batches) >= 2 and batches == list(range(len(batches))), out
-    assert f"{good} rows written, {len(MALFORMED)} bad records" in out
+    assert f"{good} rows written, {len(MALFORMED)} bad records -> the error table" in out
     assert f"Spark reads {good} rows back" in out
     assert f"read back {good} rows" in out
     # the timeline: one completed instant per micro-batch that had rows
     assert len(re.findall(r"│ \d{17} │ commit │ completed │ insert", out)) == len(batches), out
-    assert f"{len(MALFORMED)} bad records were left out of the table and written to" in out
-    assert "_bad_records" in out
-    assert out.count("bad record partition") == len(MALFORMED)
+    # what the services did, from their events
+    assert re.search(r"timeline-lock granted the table lock \d+ times, fencing tokens \d+", out)
+    assert re.search(r"heartbeat-monitor received [1-9]\d* heartbeats", out)
+    assert re.search(r"job-committer \(.*\) committed [1-9]\d* jobs", out), out
+    assert re.search(r"lock token \d+ granted to", out)
+    assert re.search(r"job \S+ committed by \S*job-committer", out), out
+    # the bad records: committed by error-sink, listed by `lakewarden errors show`
+    assert f"error-sink committed {len(MALFORMED)} bad records into the error table" in out
+    assert "$ lakewarden errors show" in out and "failed records of" in out
+    assert len(re.findall(r"demo\.orders/\d+@\d+", out)) == len(MALFORMED), out
     assert "missing record key 'order_id'" in out
+    # a writer killed mid-batch, declared dead by heartbeat-monitor
+    assert "killed the writer with SIGKILL" in out
+    assert re.search(r"heartbeat-monitor declared instant \d{17} dead", out), out
+    assert "heartbeat of demo-writer expired" in out
+    # quiet: Spark's and librdkafka's lines went to the log file named at the end
+    log = re.search(r"logs: (\S+\.log)", out)
+    assert log is not None and os.path.getsize(log.group(1)) > 0, out
+    noise = [line for line in (out + result.stderr).splitlines() if re.search(r"\bWARN", line)]
+    assert noise == [] and "Deprecat" not in out + result.stderr, noise
+    assert result.stderr.strip() == "", result.stderr
+    os.remove(log.group(1))
     assert f"stack down stopped: {', '.join([*reversed(services), 'kafka'])}" in out
     assert "demo finished" in out
     assert _demo_processes() - before == set()

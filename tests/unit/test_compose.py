@@ -1,7 +1,7 @@
 """docker-compose.yml: valid for Docker Compose, complete, loopback-only, versions in step.
 
-``docker compose config`` is the authority but needs the compose plugin, which many dev boxes
-and CI machines lack; the other tests read the file with a deliberately tiny YAML reader (no
+``docker compose config`` (or Debian's / PyPI's ``docker-compose`` 1.x) is the authority but
+needs a Compose binary, which many dev boxes and CI machines lack; the other tests read the file with a deliberately tiny YAML reader (no
 YAML library is a dependency) that understands exactly the block style the file is written in.
 """
 
@@ -15,21 +15,29 @@ from pathlib import Path
 
 import pytest
 
+from lakewarden.devstack import SERVICES
+
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
 
 
-def _compose_plugin_missing() -> str | None:
-    """Why ``docker compose`` cannot run here, or None when it can."""
-    if shutil.which("docker") is None:
-        return "the docker client is not installed"
-    probe = subprocess.run(
-        ["docker", "compose", "version"], capture_output=True, text=True, timeout=30, check=False
-    )
-    if probe.returncode != 0:
-        said = (probe.stderr.strip() or probe.stdout.strip()).splitlines()
-        return f"the docker compose plugin is missing ({said[0] if said else 'no output'})"
-    return None
+def compose_command() -> tuple[list[str] | None, str]:
+    """A Compose binary (the docker compose plugin, else Debian's / PyPI's ``docker-compose``)
+    and what was found, or None and why there is none."""
+    if shutil.which("docker") is not None:
+        probe = subprocess.run(
+            ["docker", "compose", "version"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        if probe.returncode == 0:
+            return ["docker", "compose"], probe.stdout.strip()
+    standalone = shutil.which("docker-compose")
+    if standalone is not None:
+        return [standalone], standalone
+    return None, "neither the docker compose plugin nor docker-compose is installed"
 
 
 def block(lines: list[str], key: str, indent: int) -> list[str]:
@@ -63,11 +71,11 @@ def compose_lines() -> list[str]:
 
 
 def test_docker_compose_config_validates() -> None:
-    reason = _compose_plugin_missing()
-    if reason is not None:
-        pytest.skip(f"cannot validate docker-compose.yml with `docker compose config`: {reason}")
+    command, found = compose_command()
+    if command is None:
+        pytest.skip(f"cannot validate docker-compose.yml with `docker compose config`: {found}")
     done = subprocess.run(
-        ["docker", "compose", "-f", str(COMPOSE), "config", "--services"],
+        [*command, "-f", str(COMPOSE), "config", "--services"],
         capture_output=True,
         text=True,
         timeout=60,
@@ -75,7 +83,8 @@ def test_docker_compose_config_validates() -> None:
         cwd=ROOT,
     )
     assert done.returncode == 0, done.stderr
-    assert {"kafka", "seaweedfs"} <= set(done.stdout.split())
+    services = set(done.stdout.split())
+    assert {"kafka", "seaweedfs", "topics"} | {s.name for s in SERVICES} <= services, services
 
 
 def test_tiny_reader_reads_nested_blocks() -> None:
@@ -118,3 +127,38 @@ def test_service_template_builds_from_infra_dockerfile(compose_lines: list[str])
     dockerfile = (ROOT / "infra" / "Dockerfile").read_text()
     assert "FROM python:3.11-slim" in dockerfile
     assert "pip install -e ." in dockerfile
+
+
+def test_every_registered_service_has_its_container(compose_lines: list[str]) -> None:
+    services = block(compose_lines, "services", 0)
+    assert set(keys_at(services, 2)) == {"kafka", "seaweedfs", "topics"} | {
+        spec.name for spec in SERVICES
+    }
+    for spec in SERVICES:
+        lines = [line.strip() for line in block(services, spec.name, 2)]
+        assert "<<: *service" in lines, spec.name
+        assert f'command: ["python", "-m", "{spec.module}"]' in lines, spec.name
+        assert f'- "127.0.0.1:{spec.health_port}:8080"' in lines, spec.name
+
+
+def test_the_service_template_waits_for_its_dependencies_and_checks_health(
+    compose_lines: list[str],
+) -> None:
+    template = block(compose_lines, "x-service", 0)
+    depends = block(template, "depends_on", 2)
+    assert keys_at(depends, 4) == ["kafka", "seaweedfs", "topics"]
+    conditions = [line.strip() for line in depends if "condition:" in line]
+    assert conditions == [
+        "condition: service_healthy",
+        "condition: service_healthy",
+        "condition: service_completed_successfully",
+    ]
+    health = "\n".join(block(template, "healthcheck", 2))
+    assert "http://127.0.0.1:8080/health" in health
+    environment = [line.strip() for line in block(template, "environment", 2)]
+    assert 'LAKEWARDEN_HEALTH_PORT: "8080"' in environment
+    assert "LAKEWARDEN_HEALTH_HOST: 0.0.0.0" in environment  # reachable from the host's port
+
+
+def test_the_project_name_is_set_where_every_compose_reads_it() -> None:
+    assert "COMPOSE_PROJECT_NAME=lakewarden" in (ROOT / ".env").read_text().splitlines()
