@@ -42,6 +42,7 @@ from lakewarden.table.config import (
     TableAlreadyExistsError,
     TableConfig,
     load_config,
+    normalize_table_type,
     save_new_config,
 )
 
@@ -219,7 +220,7 @@ def _buckets(value: str | None) -> int | None:
 def _table_type(value: str | None) -> Literal["cow", "mor"] | None:
     if value is None:
         return None
-    lowered = value.strip().lower()
+    lowered = normalize_table_type(value.strip())  # copy_on_write / merge_on_read too
     if lowered not in _TABLE_TYPES:
         raise InvalidOptionError(
             f"option {OPT_TABLE_TYPE} must be one of {', '.join(_TABLE_TYPES)}, got {value!r}"

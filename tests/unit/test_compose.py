@@ -1,8 +1,9 @@
 """docker-compose.yml: valid for Docker Compose, complete, loopback-only, versions in step.
 
 ``docker compose config`` (or Debian's / PyPI's ``docker-compose`` 1.x) is the authority but
-needs a Compose binary, which many dev boxes and CI machines lack; the other tests read the file with a deliberately tiny YAML reader (no
-YAML library is a dependency) that understands exactly the block style the file is written in.
+needs a Compose binary, which many dev boxes and CI machines lack; the other tests read the
+file with a deliberately tiny YAML reader (no YAML library is a dependency) that understands
+exactly the block style the file is written in.
 """
 
 from __future__ import annotations
