@@ -39,7 +39,7 @@ def test_demo_ingests_the_stream_shows_the_services_and_stops_what_it_started() 
         [sys.executable, "-m", "lakewarden.demo"],
         capture_output=True,
         text=True,
-        timeout=420,
+        timeout=600,
         env={**os.environ, "COLUMNS": "200"},
     )
     out = result.stdout
