@@ -33,6 +33,9 @@ def _demo_processes() -> set[int]:
     return found
 
 
+# The demo is one subprocess with its own budget (below); pytest-timeout must not cut it short
+# (that would orphan the stack it started).
+@pytest.mark.timeout(660)
 def test_demo_ingests_the_stream_shows_the_services_and_stops_what_it_started() -> None:
     before = _demo_processes()  # another demo run on the machine is not ours to judge
     result = subprocess.run(
