@@ -147,9 +147,9 @@ def kill_a_writer(console: Console, settings: Settings, table: Table, log_file: 
     state = table.state().get(instant)
     console.print(
         f"heartbeat-monitor declared instant {instant} dead: no beat from {expiry.owner} for "
-        f"{expiry.tolerance_ms} ms (its {WRITER_MISSES} tolerable misses). The instant stays "
-        f"{state.state if state is not None else '?'} on the "
-        "timeline until it is rolled back; nothing of it is visible to readers."
+        f"{expiry.tolerance_ms} ms (its {WRITER_MISSES} tolerable misses). The instant is "
+        f"{state.state if state is not None else '?'} on the timeline (the cleaner rolls a dead "
+        "write back); nothing of it is ever visible to readers."
     )
     history = table_history(settings, table)
     for line in story_lines(history, story):
