@@ -33,7 +33,6 @@ from typing import Literal, cast
 import pyarrow as pa
 from pyspark.sql.types import StructType
 
-from lakewarden.errors import ConfigurationError
 from lakewarden.spark._arrow import spark_arrow_schema
 from lakewarden.spark._options import InvalidOptionError, get_option, load_settings
 from lakewarden.storage import Storage, open_storage
@@ -64,8 +63,9 @@ _TABLE_TYPES = ("cow", "mor")
 log = logging.getLogger("lakewarden.spark")
 
 
-class TableOptionsMismatchError(ConfigurationError):
-    """The table options of a write disagree with the existing table's config.
+class TableOptionsMismatchError(InvalidOptionError):
+    """The table options of a write disagree with the existing table's config (an invalid
+    option for this table: ``check_table_type`` raises the same branch).
 
     ``differences`` holds one ``option: given X, table has Y`` per disagreement."""
 
