@@ -110,8 +110,11 @@ def file_lives(writes: Sequence[InstantState]) -> list[FileLife]:
             if slice_ is None or base is None or slice_.base_instant != base:
                 end(group, index)
                 slice_ = start(group, base or write.instant)
-            slice_.paths.append(stat.path)
-            added[stat.path] = (stat.size_bytes, index, group, slice_.slice_no)
+            if stat.path not in slice_.paths:
+                slice_.paths.append(stat.path)
+            # A log file appended in place is named again by later writes: alive since first.
+            first = added[stat.path][1] if stat.path in added else index
+            added[stat.path] = (stat.size_bytes, first, group, slice_.slice_no)
     return [
         FileLife(path, size, group, slice_no, index, removed.get(path))
         for path, (size, index, group, slice_no) in added.items()

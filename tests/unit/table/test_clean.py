@@ -24,11 +24,13 @@ from lakewarden.table import (
     TableConfig,
     Transition,
 )
+from lakewarden.table.clean.retention import file_lives
 from lakewarden.table.config import save_new_config
 from lakewarden.table.coordinator import EmbeddedCoordinator
 from lakewarden.table.files import BaseFileName, WriteToken, file_key
 from lakewarden.table.plans import ServicePlan
-from lakewarden.table.stats import WorkloadProfile
+from lakewarden.table.stats import CommitStats, FileGroupId, WorkloadProfile, WriteStat
+from lakewarden.table.timeline_state import InstantState
 from lakewarden.table.transaction import WriteTransaction
 from lakewarden.testing import ManualClock
 
@@ -355,3 +357,39 @@ def test_orphans_listed_in_dry_run_deleted_only_when_asked(tmp_path: Path) -> No
     assert [f.path for f in gone.files] == ["junk.parquet"]
     assert not table.storage.exists("junk.parquet")
     assert values(table) == {"v0"}
+
+
+def test_a_log_file_appended_in_place_lives_since_it_was_first_named() -> None:
+    group = FileGroupId(partition_path="", file_id="00000000-0000")
+    base = "00000000-0000_0-0-0_20240101000000001.parquet"
+    log = ".00000000-0000_20240101000000001.log.1_0-0-0"
+
+    def done(instant: str, seq: int, *paths: str) -> InstantState:
+        stats = [
+            WriteStat(
+                file_group=group,
+                path=p,
+                base_instant="20240101000000001",
+                num_records=1,
+                size_bytes=10,
+            )
+            for p in paths
+        ]
+        return InstantState(
+            instant=instant,
+            action=Action.DELTACOMMIT,
+            state=Transition.COMPLETED,
+            requested_seq=seq,
+            last_seq=seq,
+            completed_seq=seq,
+            commit=CommitStats(operation="upsert", write_stats=tuple(stats)),
+        )
+
+    writes = [
+        done("20240101000000001", 1, base),
+        done("20240101000000002", 2, log),
+        done("20240101000000003", 3, log),  # the same log file, appended in place
+    ]
+    lives = {life.path: life for life in file_lives(writes)}
+    assert lives[log].added == 1 and lives[log].removed is None
+    assert lives[log].alive_at(1) and not lives[log].alive_at(0)
