@@ -47,6 +47,7 @@ from rich.table import Table as RichTable
 
 from lakewarden.devstack import SERVICES, DevSettings, DevStack
 from lakewarden.settings import ErrorTableSettings, KafkaSettings, Settings
+from lakewarden.table.connection import close_shared_connections
 from lakewarden.table.table import Table
 
 if TYPE_CHECKING:  # Spark is imported when the demo ingests
@@ -360,9 +361,14 @@ def run(work: Path, log_file: Path, steps: Sequence[Step] = STEPS) -> None:
         )
         table = create_table(work / "tables" / "orders")
         demo = Demo(work=work, settings=settings, table=table, events=events, log_file=log_file)
-        for number, (title, step) in enumerate(steps, start=1):
-            console.rule(f"[bold]{number}. {title}")
-            step(demo)
+        try:
+            for number, (title, step) in enumerate(steps, start=1):
+                console.rule(f"[bold]{number}. {title}")
+                step(demo)
+        finally:
+            # The steps' Kafka clients (lock, heartbeats) close before the broker stops, or
+            # they would log connection failures until the process exits.
+            close_shared_connections()
     check(demo)
 
 
