@@ -15,6 +15,7 @@ did for it.
    - the bad records, committed by error-sink into the error table (``lakewarden errors show``);
    - a writer killed mid-batch (SIGKILL) whose instant heartbeat-monitor declares dead;
    - the cleaner: a clean keeping the latest commit, which also rolls the dead write back;
+   - ``lakewarden explain`` of the instant most worth explaining (the killed writer's);
 4. brings the stack down, whatever happened, and deletes the temporary folder.
 
 Spark's and the library's log lines go to a log file named at the end, not to the terminal.
@@ -332,6 +333,23 @@ def step_clean(demo: Demo) -> None:
     )
 
 
+def step_explain(demo: Demo) -> None:
+    """``lakewarden explain`` of the instant most worth explaining (the killed writer's, a
+    rolled-back or aborted one, else a batch with bad records), from the events alone."""
+    from lakewarden._demo_show import table_history
+    from lakewarden.history import explain, telling_instant
+
+    history = table_history(demo.settings, demo.table)
+    instant = telling_instant(history)
+    if instant is None:
+        console.print("[red]explain: no event names an instant of the table")
+        demo.failures.append("explain: no event names an instant of the table")
+        return
+    console.print(f"$ lakewarden explain {demo.table.uri} {instant}", highlight=False)
+    for line in explain(history, instant):
+        console.print(line, highlight=False, markup=False)
+
+
 STEPS: list[Step] = [
     ("ingest a Kafka topic with Spark", step_ingest),
     ("the timeline", step_timeline),
@@ -339,6 +357,7 @@ STEPS: list[Step] = [
     ("the bad records, in the error table", step_errors),
     ("a writer killed mid-batch", step_killed_writer),
     ("the cleaner's work", step_clean),
+    ("why: lakewarden explain of one instant", step_explain),
 ]
 
 

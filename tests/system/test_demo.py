@@ -75,6 +75,9 @@ def test_demo_ingests_the_stream_shows_the_services_and_stops_what_it_started() 
     assert "killed the writer with SIGKILL" in out
     assert re.search(r"heartbeat-monitor declared instant \d{17} dead", out), out
     assert "heartbeat of demo-writer expired" in out
+    # the last step explains the killed writer's instant from the events alone
+    assert re.search(r"\$ lakewarden explain \S+ \d{17}", out), out
+    assert "writer demo-writer's heartbeat stopped at" in out, out
     # quiet: Spark's and librdkafka's lines went to the log file named at the end
     log = re.search(r"logs: (\S+\.log)", out)
     assert log is not None and os.path.getsize(log.group(1)) > 0, out
