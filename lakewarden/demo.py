@@ -345,9 +345,11 @@ def step_explain(demo: Demo) -> None:
         console.print("[red]explain: no event names an instant of the table")
         demo.failures.append("explain: no event names an instant of the table")
         return
-    console.print(f"$ lakewarden explain {demo.table.uri} {instant}", highlight=False)
+    console.print(
+        f"$ lakewarden explain {demo.table.uri} {instant}", highlight=False, soft_wrap=True
+    )
     for line in explain(history, instant):
-        console.print(line, highlight=False, markup=False)
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
 
 
 STEPS: list[Step] = [
