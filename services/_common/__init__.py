@@ -10,7 +10,7 @@ A service is a package ``services/<name>/`` with::
 and one ``ServiceSpec`` line in ``lakewarden/devstack/services.py``.
 """
 
-from services._common.app import ServiceSettings, make_app
+from services._common.app import ServiceSettings, event_topic, make_app
 from services._common.dlq import DeadLetters
 from services._common.health import HealthServer
 from services._common.logs import setup_logging
@@ -21,6 +21,7 @@ __all__ = [
     "HealthServer",
     "Lifecycle",
     "ServiceSettings",
+    "event_topic",
     "make_app",
     "run_service",
     "setup_logging",

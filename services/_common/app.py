@@ -26,7 +26,8 @@ from typing import Any
 import faust
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-import lakewarden.events.faust_codec  # noqa: F401  (registers "lakewarden-avro")
+from lakewarden.events.faust_codec import CODEC_NAME  # importing it registers the codec
+from lakewarden.events.topics import TopicSpec
 from lakewarden.settings import Settings
 
 # Where a faust app without a configured broker points: construction never connects, so unit
@@ -117,3 +118,9 @@ def broker_credentials(settings: Settings) -> faust.types.auth.CredentialsT | No
     if context is not None:
         return faust.SSLCredentials(context)
     return None
+
+
+def event_topic(app: faust.App, spec: TopicSpec, settings: Settings) -> Any:
+    """``spec``'s topic in ``app``: raw keys (the table id), values in lakewarden's single-object
+    Avro encoding, the way every lakewarden producer writes them."""
+    return app.topic(spec.name(settings), key_serializer="raw", value_serializer=CODEC_NAME)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
-from lakewarden.events.faust_codec import CODEC_NAME
 from lakewarden.events.topics import (
     CANCEL_REQUESTS,
     CANCEL_RESULTS,
@@ -15,7 +14,7 @@ from lakewarden.events.topics import (
     TIMELINE,
 )
 from lakewarden.settings import Settings
-from services._common import DeadLetters, Lifecycle, ServiceSettings, make_app
+from services._common import DeadLetters, Lifecycle, ServiceSettings, event_topic, make_app
 
 SERVICE = "cancel-manager"
 TOPICS = (CANCEL_REQUESTS, CANCEL_RESULTS, HEARTBEAT_EXPIRED, TIMELINE)
@@ -31,19 +30,11 @@ app = make_app(
 )
 lifecycle = Lifecycle(app, SERVICE)
 
-requests_topic = app.topic(
-    CANCEL_REQUESTS.name(settings), key_serializer="raw", value_serializer=CODEC_NAME
-)
-results_topic = app.topic(
-    CANCEL_RESULTS.name(settings), key_serializer="raw", value_serializer=CODEC_NAME
-)
-expired_topic = app.topic(
-    HEARTBEAT_EXPIRED.name(settings), key_serializer="raw", value_serializer=CODEC_NAME
-)
-timeline_topic = app.topic(
-    TIMELINE.name(settings), key_serializer="raw", value_serializer=CODEC_NAME
-)
-dlq_topic = app.topic(DLQ.name(settings), key_serializer="raw", value_serializer=CODEC_NAME)
+requests_topic = event_topic(app, CANCEL_REQUESTS, settings)
+results_topic = event_topic(app, CANCEL_RESULTS, settings)
+expired_topic = event_topic(app, HEARTBEAT_EXPIRED, settings)
+timeline_topic = event_topic(app, TIMELINE, settings)
+dlq_topic = event_topic(app, DLQ, settings)
 
 dead_letters = DeadLetters(dlq_topic, service=SERVICE, consumer_group=app.conf.id)
 

@@ -11,10 +11,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import faust
 
-from lakewarden.events.faust_codec import CODEC_NAME
 from lakewarden.events.topics import CLEAN_REQUESTS, DLQ, HEARTBEAT_EXPIRED, TIMELINE
 from lakewarden.settings import Settings
-from services._common import DeadLetters, Lifecycle, ServiceSettings, make_app
+from services._common import DeadLetters, Lifecycle, ServiceSettings, event_topic, make_app
 from services.cleaner.queue import CleanQueue
 from services.cleaner.settings import CleanerSettings
 
@@ -33,16 +32,10 @@ app = make_app(
 )
 lifecycle = Lifecycle(app, SERVICE)
 
-requests_topic = app.topic(
-    CLEAN_REQUESTS.name(settings), key_serializer="raw", value_serializer=CODEC_NAME
-)
-timeline_topic = app.topic(
-    TIMELINE.name(settings), key_serializer="raw", value_serializer=CODEC_NAME
-)
-expired_topic = app.topic(
-    HEARTBEAT_EXPIRED.name(settings), key_serializer="raw", value_serializer=CODEC_NAME
-)
-dlq_topic = app.topic(DLQ.name(settings), key_serializer="raw", value_serializer=CODEC_NAME)
+requests_topic = event_topic(app, CLEAN_REQUESTS, settings)
+timeline_topic = event_topic(app, TIMELINE, settings)
+expired_topic = event_topic(app, HEARTBEAT_EXPIRED, settings)
+dlq_topic = event_topic(app, DLQ, settings)
 
 dead_letters = DeadLetters(dlq_topic, service=SERVICE, consumer_group=app.conf.id)
 

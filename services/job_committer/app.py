@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
-from lakewarden.events.faust_codec import CODEC_NAME
 from lakewarden.events.topics import DLQ, JOB_REQUESTS, JOB_RESULTS, TASK_MANIFESTS, TIMELINE
 from lakewarden.settings import Settings
-from services._common import DeadLetters, Lifecycle, ServiceSettings, make_app
+from services._common import DeadLetters, Lifecycle, ServiceSettings, event_topic, make_app
 
 SERVICE = "job-committer"
 TOPICS = (JOB_REQUESTS, JOB_RESULTS, TASK_MANIFESTS, TIMELINE)
@@ -25,19 +24,11 @@ app = make_app(
 lifecycle = Lifecycle(app, SERVICE)
 
 
-requests_topic = app.topic(
-    JOB_REQUESTS.name(settings), key_serializer="raw", value_serializer=CODEC_NAME
-)
-manifests_topic = app.topic(
-    TASK_MANIFESTS.name(settings), key_serializer="raw", value_serializer=CODEC_NAME
-)
-results_topic = app.topic(
-    JOB_RESULTS.name(settings), key_serializer="raw", value_serializer=CODEC_NAME
-)
-timeline_topic = app.topic(
-    TIMELINE.name(settings), key_serializer="raw", value_serializer=CODEC_NAME
-)
-dlq_topic = app.topic(DLQ.name(settings), key_serializer="raw", value_serializer=CODEC_NAME)
+requests_topic = event_topic(app, JOB_REQUESTS, settings)
+manifests_topic = event_topic(app, TASK_MANIFESTS, settings)
+results_topic = event_topic(app, JOB_RESULTS, settings)
+timeline_topic = event_topic(app, TIMELINE, settings)
+dlq_topic = event_topic(app, DLQ, settings)
 
 dead_letters = DeadLetters(dlq_topic, service=SERVICE, consumer_group=app.conf.id)
 
