@@ -30,15 +30,25 @@ from lakewarden.tableservice.errors import (
     UnknownPlanError,
     UnknownStrategyError,
 )
-from lakewarden.tableservice.executor import ServiceOutcome, ServiceRun, run_table_service
+from lakewarden.tableservice.executor import (
+    Execution,
+    ExecutionFactory,
+    InProcessExecution,
+    ServiceOutcome,
+    ServiceRun,
+    run_table_service,
+)
 from lakewarden.tableservice.output import AttemptOutput
 from lakewarden.tableservice.rollback import roll_back_attempts
 from lakewarden.tableservice.schedule import schedule
 from lakewarden.tableservice.strategy import (
+    FileGroupStrategy,
     OutputSink,
     PlanningInput,
     RewriteJob,
+    RewriteUnit,
     TableServiceStrategy,
+    UnitResult,
     register_strategy,
     strategy_for,
 )
@@ -52,7 +62,11 @@ __all__ = [
     "ClusteringStrategy",
     "CompactionStrategy",
     "ExecuteCancelOutcome",
+    "Execution",
+    "ExecutionFactory",
     "ExecutorOutputLostError",
+    "FileGroupStrategy",
+    "InProcessExecution",
     "InstantAlreadyCompletedError",
     "InvalidPlanOptionsError",
     "NotATableServicePlanError",
@@ -62,10 +76,12 @@ __all__ = [
     "PlanStillExecutingError",
     "PlanningInput",
     "RewriteJob",
+    "RewriteUnit",
     "ServiceContext",
     "ServiceOutcome",
     "ServiceRun",
     "TableServiceStrategy",
+    "UnitResult",
     "UnknownPlanError",
     "UnknownStrategyError",
     "execute_cancel",

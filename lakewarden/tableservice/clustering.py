@@ -17,7 +17,6 @@ need the merge that compaction does).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import ClassVar
 
 import pyarrow as pa
@@ -29,12 +28,14 @@ from lakewarden.table.merge import stored
 from lakewarden.table.plans import PlannedSlice, ServicePlan
 from lakewarden.table.reader import read_data_file
 from lakewarden.table.snapshot import FileSlice
-from lakewarden.table.stats import CommitStats, FileGroupId, WriteStat
+from lakewarden.table.stats import FileGroupId
 from lakewarden.tableservice.errors import InvalidPlanOptionsError
 from lakewarden.tableservice.strategy import (
+    FileGroupStrategy,
     PlanningInput,
     RewriteJob,
-    TableServiceStrategy,
+    RewriteUnit,
+    UnitResult,
     register_strategy,
 )
 
@@ -44,7 +45,7 @@ CLUSTERING_STRATEGY = "clustering.bucket"
 _CANONICAL_SUFFIX = "0000"  # bucket_file_id(b) == f"{b:08d}-0000"
 
 
-class ClusteringStrategy(TableServiceStrategy):
+class ClusteringStrategy(FileGroupStrategy):
     """Plans and executes bucket clustering (see the module docstring).
 
     ``partitions`` limits planning to those partition paths; ``max_file_groups`` caps the
@@ -53,6 +54,7 @@ class ClusteringStrategy(TableServiceStrategy):
 
     name: ClassVar[str] = CLUSTERING_STRATEGY
     action: ClassVar[Action] = Action.CLUSTERING
+    operation: ClassVar[str] = "clustering"
 
     def __init__(
         self,
@@ -119,26 +121,22 @@ class ClusteringStrategy(TableServiceStrategy):
 
     # -- execution ------------------------------------------------------------------------------
 
-    def rewrite(self, job: RewriteJob) -> CommitStats:
-        units = _units(job.plan.input_slices)
+    def units(self, plan: ServicePlan) -> list[RewriteUnit]:
+        """One unit per bucket: its slices, written to the bucket's canonical group."""
+        return [
+            RewriteUnit(target=canonical, slices=tuple(slices))
+            for canonical, slices in _units(plan.input_slices)
+        ]
 
-        def one(task: int) -> tuple[list[FileGroupId], WriteStat]:
-            canonical, slices = units[task]
-            data = self._records(job, slices)
-            stat = job.output.write(canonical, data, task=task)
-            replaced = [s.file_group for s in slices if s.file_group != canonical]
-            return replaced, stat
-
-        workers = max(1, min(self.max_threads, len(units)))
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="lw-cluster") as pool:
-            results = list(pool.map(one, range(len(units))))
-        return CommitStats(
-            operation="clustering",
-            write_stats=tuple(stat for _, stat in results),
-            replaced_file_groups=tuple(g for replaced, _ in results for g in replaced),
+    def rewrite_unit(self, job: RewriteJob, unit: RewriteUnit, *, task: int) -> UnitResult:
+        data = self._records(job, unit.slices)
+        stat = job.output.write(unit.target, data, task=task)
+        return UnitResult(
+            write_stat=stat,
+            replaced=tuple(s.file_group for s in unit.slices if s.file_group != unit.target),
         )
 
-    def _records(self, job: RewriteJob, slices: list[PlannedSlice]) -> pa.Table:
+    def _records(self, job: RewriteJob, slices: Sequence[PlannedSlice]) -> pa.Table:
         tables = [
             stored(read_data_file(job.storage, path), job.config)
             for s in slices

@@ -22,19 +22,19 @@ never replaces newer log blocks.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import ClassVar
 
 from lakewarden.table.config import META_FILE_NAME
 from lakewarden.table.instant import Action
 from lakewarden.table.mor import read_slice
 from lakewarden.table.plans import PlannedSlice, ServicePlan
-from lakewarden.table.stats import CommitStats, FileGroupId, WriteStat
 from lakewarden.tableservice.errors import InvalidPlanOptionsError
 from lakewarden.tableservice.strategy import (
+    FileGroupStrategy,
     PlanningInput,
     RewriteJob,
-    TableServiceStrategy,
+    RewriteUnit,
+    UnitResult,
     register_strategy,
 )
 
@@ -43,13 +43,14 @@ __all__ = ["COMPACTION_STRATEGY", "CompactionStrategy"]
 COMPACTION_STRATEGY = "compaction.merge_logs"
 
 
-class CompactionStrategy(TableServiceStrategy):
+class CompactionStrategy(FileGroupStrategy):
     """Plans and executes compaction (module docstring). ``partitions`` limits planning to
     those partition paths, ``max_file_groups`` caps one plan, ``min_log_files`` is how many
     committed log statistics a slice needs to be worth compacting."""
 
     name: ClassVar[str] = COMPACTION_STRATEGY
     action: ClassVar[Action] = Action.COMPACTION
+    operation: ClassVar[str] = "compaction"
 
     def __init__(
         self,
@@ -96,30 +97,20 @@ class CompactionStrategy(TableServiceStrategy):
             ),
         )
 
-    def rewrite(self, job: RewriteJob) -> CommitStats:
+    def units(self, plan: ServicePlan) -> list[RewriteUnit]:
+        """One unit per planned slice: its file group gets the merged base file."""
+        return [RewriteUnit(target=s.file_group, slices=(s,)) for s in plan.input_slices]
+
+    def rewrite_unit(self, job: RewriteJob, unit: RewriteUnit, *, task: int) -> UnitResult:
         """Raises: MissingCommittedBlockError, StorageError."""
-        planned = list(job.plan.input_slices)
-
-        def one(task: int) -> tuple[FileGroupId | None, WriteStat | None]:
-            """(the group, if the merge left it empty; the new base file, if any)."""
-            group = planned[task].file_group
-            file_slice = job.base.slices.get(group)
-            if file_slice is None:  # gone from the plan's snapshot: nothing to compact
-                return None, None
-            records = read_slice(job.storage, job.config, file_slice)
-            if len(records) == 0:
-                return group, None
-            data = records.drop_columns([META_FILE_NAME])
-            return None, job.output.write(group, data, task=task)
-
-        workers = max(1, min(self.max_threads, len(planned)))
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="lw-compact") as pool:
-            results = list(pool.map(one, range(len(planned))))
-        return CommitStats(
-            operation="compaction",
-            write_stats=tuple(stat for _, stat in results if stat is not None),
-            replaced_file_groups=tuple(group for group, _ in results if group is not None),
-        )
+        file_slice = job.base.slices.get(unit.target)
+        if file_slice is None:  # gone from the plan's snapshot: nothing to compact
+            return UnitResult(write_stat=None)
+        records = read_slice(job.storage, job.config, file_slice)
+        if len(records) == 0:  # the merge left nothing: the group leaves the snapshot
+            return UnitResult(write_stat=None, replaced=(unit.target,))
+        data = records.drop_columns([META_FILE_NAME])
+        return UnitResult(write_stat=job.output.write(unit.target, data, task=task))
 
 
 register_strategy(COMPACTION_STRATEGY, CompactionStrategy.from_plan)

@@ -10,7 +10,9 @@ Protocol (RFC-79's table-service flow, with at most one executor per plan):
 3. roll back the partial files of earlier attempts, the plan kept (``rollback``);
 4. append ``inflight`` (the plan's file groups as the workload) unless an earlier attempt did;
 5. the strategy rewrites the plan's input slices into this attempt's files, which are put in
-   place, still invisible (``output``);
+   place, still invisible: in this process (``InProcessExecution``: ``output``), or, from
+   ``lakewarden.spark.run_table_service``, as a Spark job of one task per file group whose
+   accepted task attempts the driver commits (an ``Execution`` is the one pluggable step);
 6. pre-commit under the lock (``precommit``): a cancel request, or, for a cancellable plan,
    a conflicting ingestion completed meanwhile -> delete the files and append ``aborted``;
    else ``completed`` (a replace: the old slices leave the snapshot).
@@ -23,12 +25,15 @@ one may also be cancelled).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Protocol
 
 from lakewarden.errors import CommitStateUnknownError
 from lakewarden.table.instant import Transition
-from lakewarden.table.snapshot import snapshot_as_of_request
+from lakewarden.table.plans import ServicePlan
+from lakewarden.table.snapshot import Snapshot, snapshot_as_of_request
 from lakewarden.table.stats import CommitStats, WorkloadProfile
 from lakewarden.table.transaction import WriteTransaction
 from lakewarden.tableservice.cancel import finish_abort
@@ -38,9 +43,16 @@ from lakewarden.tableservice.output import AttemptOutput, new_attempt
 from lakewarden.tableservice.plan_state import find_plan, service_plan
 from lakewarden.tableservice.precommit import Verdict, complete_or_cancel
 from lakewarden.tableservice.rollback import roll_back_attempts
-from lakewarden.tableservice.strategy import RewriteJob, strategy_for
+from lakewarden.tableservice.strategy import RewriteJob, TableServiceStrategy, strategy_for
 
-__all__ = ["ServiceOutcome", "ServiceRun", "run_table_service"]
+__all__ = [
+    "Execution",
+    "ExecutionFactory",
+    "InProcessExecution",
+    "ServiceOutcome",
+    "ServiceRun",
+    "run_table_service",
+]
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +77,51 @@ class ServiceRun:
     short_circuited: bool = False
 
 
-def run_table_service(ctx: ServiceContext, instant: str) -> ServiceRun:
-    """Execute the plan ``instant`` (steps in the module docstring).
+class Execution(Protocol):
+    """Step 5 of one executor attempt: where the rewrite runs and how its files are placed."""
+
+    def rewrite(
+        self, strategy: TableServiceStrategy, plan: ServicePlan, base: Snapshot
+    ) -> CommitStats:
+        """Write the plan's output and put it at its final keys (still invisible); return
+        the statistics that name exactly the placed files."""
+        ...
+
+    def discard(self) -> None:
+        """Delete everything this attempt wrote or staged (best effort)."""
+        ...
+
+
+# Builds an attempt's execution from the table, the plan instant and the attempt number.
+ExecutionFactory = Callable[[ServiceContext, str, int], Execution]
+
+
+class InProcessExecution:
+    """The rewrite in this process: ``strategy.rewrite`` into an ``AttemptOutput``."""
+
+    def __init__(self, ctx: ServiceContext, instant: str, attempt: int) -> None:
+        self.ctx = ctx
+        self.instant = instant
+        self.output = AttemptOutput(ctx.storage, ctx.config, instant, attempt)
+
+    def rewrite(
+        self, strategy: TableServiceStrategy, plan: ServicePlan, base: Snapshot
+    ) -> CommitStats:
+        """Raises: what the strategy raises, StageFailedError, StatisticsMismatchError."""
+        job = RewriteJob(self.ctx.storage, self.ctx.config, self.instant, plan, base, self.output)
+        stats = strategy.rewrite(job)
+        self.output.place(stats)
+        return stats
+
+    def discard(self) -> None:
+        self.output.discard()
+
+
+def run_table_service(
+    ctx: ServiceContext, instant: str, *, execution: ExecutionFactory = InProcessExecution
+) -> ServiceRun:
+    """Execute the plan ``instant`` (steps in the module docstring); ``execution`` runs step 5
+    (default: in this process).
 
     Raises: UnknownPlanError, NotATableServicePlanError, InstantAlreadyCompletedError,
     PlanAlreadyExecutingError, UnknownStrategyError, WriteConflictError subclasses (a
@@ -97,13 +152,11 @@ def run_table_service(ctx: ServiceContext, instant: str) -> ServiceRun:
                 WorkloadProfile(operation=current.operation or "", file_groups=plan.file_groups)
             )
         strategy = strategy_for(plan, table=ctx.table_id, instant=instant)
-        output = AttemptOutput(ctx.storage, ctx.config, instant, attempt)
+        run = execution(ctx, instant, attempt)
         try:
             state = ctx.timeline.load()
             base = snapshot_as_of_request(state, instant, table=ctx.config.name)
-            job = RewriteJob(ctx.storage, ctx.config, instant, plan, base, output)
-            stats = strategy.rewrite(job)  # 5.
-            output.place(stats)
+            stats = run.rewrite(strategy, plan, base)  # 5.
             verdict = complete_or_cancel(ctx, instant, stats)  # 6.
         except CommitStateUnknownError:
             # The completion may have landed: the log decides, and the files stay either way
@@ -113,7 +166,7 @@ def run_table_service(ctx: ServiceContext, instant: str) -> ServiceRun:
                 raise
             verdict = Verdict(completed=True)
         except Exception:
-            _discard(output, instant)
+            _discard(run, instant, attempt)
             raise
         if verdict.completed:
             return ServiceRun(
@@ -133,8 +186,8 @@ def run_table_service(ctx: ServiceContext, instant: str) -> ServiceRun:
         )
 
 
-def _discard(output: AttemptOutput, instant: str) -> None:
+def _discard(run: Execution, instant: str, attempt: int) -> None:
     try:
-        output.discard()
+        run.discard()
     except Exception as err:  # the next attempt's rollback (or the cancel) finds them
-        log.warning("plan %s: deleting attempt %d's files failed: %s", instant, output.attempt, err)
+        log.warning("plan %s: deleting attempt %d's files failed: %s", instant, attempt, err)

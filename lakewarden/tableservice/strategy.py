@@ -14,12 +14,19 @@ Clustering (``lakewarden.tableservice.clustering``) is the first strategy; merge
 compaction plugs in the same way: subclass ``TableServiceStrategy`` with ``action =
 Action.COMPACTION`` and a unique ``name``, and ``register_strategy`` it so that executors find
 it from the plan's ``strategy`` field.
+
+A strategy whose work splits into independent file groups subclasses ``FileGroupStrategy``
+instead: it lists the plan's ``RewriteUnit``s (one output file group each, with the input
+slices that go into it) and rewrites one unit at a time (``rewrite_unit``). The in-process
+executor runs the units on a thread pool; the Spark executor (``lakewarden.spark.
+run_table_service``) runs one Spark task per unit, so only such strategies run on Spark.
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import ClassVar, Protocol
 
@@ -28,16 +35,19 @@ import pyarrow as pa
 from lakewarden.storage import Storage
 from lakewarden.table.config import TableConfig
 from lakewarden.table.instant import Action
-from lakewarden.table.plans import ServicePlan
+from lakewarden.table.plans import PlannedSlice, ServicePlan
 from lakewarden.table.snapshot import Snapshot
 from lakewarden.table.stats import CommitStats, FileGroupId, WriteStat
 from lakewarden.tableservice.errors import UnknownStrategyError
 
 __all__ = [
+    "FileGroupStrategy",
     "OutputSink",
     "PlanningInput",
     "RewriteJob",
+    "RewriteUnit",
     "TableServiceStrategy",
+    "UnitResult",
     "register_strategy",
     "strategy_for",
 ]
@@ -90,6 +100,65 @@ class TableServiceStrategy(abc.ABC):
     def rewrite(self, job: RewriteJob) -> CommitStats:
         """Read the input, write the output through ``job.output``, return the statistics
         (the written files, and the file groups that leave the snapshot)."""
+
+
+@dataclass(frozen=True)
+class RewriteUnit:
+    """One independent piece of a plan's rewrite (one executor task): the file group the
+    output goes to and the input slices it is made of (pickled to Spark executors)."""
+
+    target: FileGroupId
+    slices: tuple[PlannedSlice, ...]
+
+
+@dataclass(frozen=True)
+class UnitResult:
+    """What one unit wrote (its new base file, if the rewrite left records) and the file
+    groups that leave the snapshot with it."""
+
+    write_stat: WriteStat | None
+    replaced: tuple[FileGroupId, ...] = ()
+
+
+class FileGroupStrategy(TableServiceStrategy):
+    """A strategy whose rewrite is a set of independent units (module docstring).
+
+    ``rewrite`` runs the units on up to ``max_threads`` threads, numbering each unit's writer
+    by its position in ``units``; a distributed executor runs ``rewrite_unit`` per unit with
+    the same numbers and merges the results with ``combine``."""
+
+    operation: ClassVar[str]
+    max_threads: int = 8
+
+    @abc.abstractmethod
+    def units(self, plan: ServicePlan) -> Sequence[RewriteUnit]:
+        """The plan's units, in a stable order (a unit's position is its task number)."""
+
+    @abc.abstractmethod
+    def rewrite_unit(self, job: RewriteJob, unit: RewriteUnit, *, task: int) -> UnitResult:
+        """Read ``unit``'s input slices (as of ``job.base``) and write its output through
+        ``job.output`` with ``task`` as the writer's number."""
+
+    def rewrite(self, job: RewriteJob) -> CommitStats:
+        units = list(self.units(job.plan))
+        if not units:
+            return self.combine([])
+        workers = max(1, min(self.max_threads, len(units)))
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"lw-{self.name}") as pool:
+            results = list(
+                pool.map(
+                    lambda task: self.rewrite_unit(job, units[task], task=task), range(len(units))
+                )
+            )
+        return self.combine(results)
+
+    def combine(self, results: Sequence[UnitResult]) -> CommitStats:
+        """The plan's statistics from its units' results."""
+        return CommitStats(
+            operation=self.operation,
+            write_stats=tuple(r.write_stat for r in results if r.write_stat is not None),
+            replaced_file_groups=tuple(g for r in results for g in r.replaced),
+        )
 
 
 _STRATEGIES: dict[str, Callable[[ServicePlan], TableServiceStrategy]] = {}
