@@ -2,6 +2,7 @@
 
     lakewarden cluster schedule /data/orders --cancellable --max-age 2h
     lakewarden cluster run /data/orders 20250314092653589          # in this process
+    lakewarden cluster run /data/orders 20250314092653589 --spark  # as a Spark job
 
 The table's coordinator comes from the settings (timeline-lock and heartbeat-monitor when
 Kafka is configured, else the in-process one).
@@ -14,6 +15,7 @@ import re
 import click
 
 from lakewarden.cli._params import instant_param
+from lakewarden.cli._service_runner import service_runner, spark_options
 from lakewarden.settings import Settings
 from lakewarden.table import Table
 
@@ -93,10 +95,14 @@ def schedule(
 @command.command()
 @click.argument("table_uri")
 @click.argument("instant", callback=instant_param)
-def run(table_uri: str, instant: str) -> None:
-    """Execute the plan INSTANT of TABLE_URI in this process (claim, rewrite, then completed
-    or aborted)."""
-    result = Table.open(table_uri, settings=Settings()).run_table_service(instant)
+@spark_options
+def run(table_uri: str, instant: str, use_spark: bool, master: str) -> None:
+    """Execute the plan INSTANT of TABLE_URI in this process, or with --spark as a Spark job
+    (claim, rewrite, then completed or aborted)."""
+    settings = Settings()
+    table = Table.open(table_uri, settings=settings)
+    with service_runner(use_spark, master, settings) as runner:
+        result = runner(table, instant)
     line = f"plan {instant}: {result.outcome}"
     if result.reason:
         line += f" ({result.reason})"

@@ -3,6 +3,7 @@
     lakewarden compact schedule /data/orders                  # prints the plan's instant
     lakewarden compact schedule /data/orders --cancellable    # ingestion takes precedence
     lakewarden compact run /data/orders 20250314092653589     # claim, merge, complete
+    lakewarden compact run /data/orders --spark               # every pending plan, on Spark
 
 ``run`` is the RFC-79 executor (``Table.run_table_service``): one executor per plan, under a
 heartbeat; a run killed mid-way is resumed by running it again (its earlier attempt's files
@@ -15,6 +16,7 @@ from __future__ import annotations
 import click
 
 from lakewarden.cli._params import instant_param
+from lakewarden.cli._service_runner import service_runner, spark_options
 from lakewarden.errors import NonRetryableError
 from lakewarden.settings import Settings
 from lakewarden.table.instant import Action
@@ -60,8 +62,10 @@ def schedule(uri: str, cancellable: bool, max_file_groups: int | None, min_log_f
 @command.command()
 @click.argument("uri")
 @click.argument("instant", required=False, callback=instant_param)
-def run(uri: str, instant: str | None) -> None:
-    """Execute the compaction plan INSTANT (default: every pending one) of the table at URI."""
+@spark_options
+def run(uri: str, instant: str | None, use_spark: bool, master: str) -> None:
+    """Execute the compaction plan INSTANT (default: every pending one) of the table at URI,
+    in this process or, with --spark, as Spark jobs (one task per file group)."""
     table = _open(uri)
     if instant is None:
         pending = [
@@ -71,6 +75,8 @@ def run(uri: str, instant: str | None) -> None:
         pending = [instant]
     if not pending:
         click.echo("no pending compaction")
-    for plan in pending:
-        outcome = table.run_table_service(plan)
-        click.echo(f"{plan} {outcome.outcome}")
+        return
+    with service_runner(use_spark, master, Settings()) as runner:
+        for plan in pending:
+            outcome = runner(table, plan)
+            click.echo(f"{plan} {outcome.outcome}")

@@ -10,11 +10,13 @@
     spark.read.format("lakewarden").option("as_of", instant).load(uri) # time travel
     spark.read.format("lakewarden").option("since", instant).load(uri) # incremental
     df.writeStream.format("lakewarden").option("checkpointLocation", cp).start(uri)
+    lakewarden.spark.run_table_service(spark, uri, plan_instant)       # clustering / compaction
 
 Every write is one instant on the table's timeline and one manifest-committer job: task
 attempts write privately, the driver commits exactly the accepted attempts and completes the
 instant, or aborts the job and rolls the instant back. See ``_job`` for the protocol,
-``_task`` for the executors' side, ``_stream`` for exactly-once micro-batches.
+``_task`` for the executors' side, ``_stream`` for exactly-once micro-batches, ``_service``
+for table-service plans (RFC-79) executed as Spark jobs.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from lakewarden.spark._create import TableOptionsMismatchError
 from lakewarden.spark._helper import SparkWriteError, write
 from lakewarden.spark._options import InvalidOptionError
 from lakewarden.spark._python import WorkerPythonError, check_worker_python
+from lakewarden.spark._service import run_table_service
 from lakewarden.spark._source import FORMAT, LakewardenDataSource
 from lakewarden.spark._transaction import BatchAlreadyCommittedError
 
@@ -59,5 +62,6 @@ __all__ = [
     "TableOptionsMismatchError",
     "WorkerPythonError",
     "register",
+    "run_table_service",
     "write",
 ]

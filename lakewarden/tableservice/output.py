@@ -16,6 +16,7 @@ from __future__ import annotations
 import io
 import secrets
 import threading
+from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -27,7 +28,14 @@ from lakewarden.table.files import BaseFileName, WriteToken, file_key
 from lakewarden.table.job_commit import check_statistics
 from lakewarden.table.stats import CommitStats, FileGroupId, WriteStat
 
-__all__ = ["AttemptOutput", "new_attempt", "service_job_id", "service_job_prefix"]
+__all__ = [
+    "AttemptOutput",
+    "BaseFile",
+    "base_file",
+    "new_attempt",
+    "service_job_id",
+    "service_job_prefix",
+]
 
 _OPTIONS = CommitterOptions()
 
@@ -55,6 +63,34 @@ def file_bytes(config: TableConfig, name: str, table: pa.Table) -> bytes:
     return buffer.getvalue()
 
 
+@dataclass(frozen=True)
+class BaseFile:
+    """A new base file of a table service, ready to be written at ``key``."""
+
+    key: str
+    body: bytes
+    stat: WriteStat
+
+
+def base_file(
+    config: TableConfig, instant: str, file_group: FileGroupId, data: pa.Table, token: WriteToken
+) -> BaseFile:
+    """The base file of ``file_group`` holding ``data`` (the file schema without
+    ``_lw_file_name``), written by the writer ``token`` for the plan ``instant``. The token's
+    stage id is the executor attempt (``rollback`` tells attempts apart by it)."""
+    name = BaseFileName(file_group.file_id, token, instant)
+    key = file_key(file_group.partition_path, name.render())
+    body = file_bytes(config, name.render(), data)
+    stat = WriteStat(
+        file_group=file_group,
+        path=key,
+        base_instant=instant,
+        num_records=len(data),
+        size_bytes=len(body),
+    )
+    return BaseFile(key, body, stat)
+
+
 class AttemptOutput:
     """The ``OutputSink`` of one executor attempt (thread-safe: tasks may write in parallel)."""
 
@@ -74,22 +110,16 @@ class AttemptOutput:
             self.committer.setup_job()
 
     def write(self, file_group: FileGroupId, data: pa.Table, *, task: int) -> WriteStat:
-        name = BaseFileName(file_group.file_id, WriteToken(task, self.attempt, 0), self.instant)
-        key = file_key(file_group.partition_path, name.render())
-        body = file_bytes(self.config, name.render(), data)
+        out = base_file(
+            self.config, self.instant, file_group, data, WriteToken(task, self.attempt, 0)
+        )
         if self.committer is None:
             with self._guard:
-                self._direct.append(key)  # before the write: a failed put may leave an object
-            self.storage.write_if_absent(key, body)
+                self._direct.append(out.key)  # before the write: a failed put may leave one
+            self.storage.write_if_absent(out.key, out.body)
         else:
-            self._task(task).write_file(key, body)
-        return WriteStat(
-            file_group=file_group,
-            path=key,
-            base_instant=self.instant,
-            num_records=len(data),
-            size_bytes=len(body),
-        )
+            self._task(task).write_file(out.key, out.body)
+        return out.stat
 
     def _task(self, task: int) -> TaskAttempt:
         assert self.committer is not None
