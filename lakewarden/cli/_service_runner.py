@@ -52,16 +52,20 @@ def service_runner(use_spark: bool, master: str, settings: Settings) -> Iterator
     import lakewarden.spark
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers run this interpreter
+    # A session already running in this process (an embedding program) is used, not stopped.
+    started = SparkSession.getActiveSession() is None
     session = (
         SparkSession.builder.master(master)
         .appName("lakewarden-table-service")
         .config("spark.ui.showConsoleProgress", "false")
         .getOrCreate()
     )
-    session.sparkContext.setLogLevel("ERROR")
+    if started:
+        session.sparkContext.setLogLevel("ERROR")
     try:
         yield lambda table, instant: lakewarden.spark.run_table_service(
             session, table.uri, instant, settings=settings
         )
     finally:
-        session.stop()
+        if started:
+            session.stop()
