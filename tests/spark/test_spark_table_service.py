@@ -20,7 +20,7 @@ from lakewarden.spark import _service
 from lakewarden.spark._service_task import file_group_strategy
 from lakewarden.table.instant import Action, Transition
 from lakewarden.table.plans import ServicePlan
-from lakewarden.table.stats import CommitStats
+from lakewarden.table.stats import CommitStats, FileGroupId
 from lakewarden.table.table import Table
 from lakewarden.tableservice import (
     PlanAlreadyExecutingError,
@@ -171,6 +171,7 @@ class _WholePlanOnly(TableServiceStrategy):
 
 
 def test_a_strategy_without_file_group_units_is_refused_on_spark_by_name() -> None:
-    plan = ServicePlan(file_groups=(), strategy=_WholePlanOnly.name)
+    group = FileGroupId(partition_path="eu", file_id="00000000-0000")
+    plan = ServicePlan(file_groups=(group,), strategy=_WholePlanOnly.name)
     with pytest.raises(UnknownStrategyError, match="no per-file-group entry point"):
         file_group_strategy(_WholePlanOnly(), plan, table="t", instant="1")
