@@ -7,8 +7,11 @@ rewrite them into one file per bucket (claim, heartbeat, rewrite, job commit, ``
 The baseline reads the same 200 files with ``pyarrow.parquet`` and writes one file per bucket
 (goal: clustering at most 1.2x the baseline).
 
-Not measured here yet: the Spark execution and the CancelRequest -> CancelResult latency
-through cancel-manager (see the README's RFC-79 section).
+On Spark (one local[2] session, the machine has 2 cores): ``lakewarden.spark.run_table_service``
+(one task per bucket through the manifest committer, the driver's claim, heartbeat and
+``completed``) against plain Spark reading the same 200 files and writing one file per bucket
+(``spark.read.parquet(...).coalesce(1).write.parquet`` per bucket). Same goal. The
+CancelRequest -> CancelResult latency is ``python -m benchmarks cancel``.
 
 Run alone with ``python -m benchmarks clustering [--quick]``.
 """
@@ -104,6 +107,60 @@ def _pyarrow_rewrite(table: Table, out: Path) -> float:
     return time.perf_counter() - start
 
 
+def _spark_rewrite(spark: Any, table: Table, out: Path) -> float:
+    """Plain Spark: read each bucket's files and write them as one Parquet file."""
+    by_bucket: dict[str, list[str]] = {}
+    for group, file_slice in table.snapshot().slices.items():
+        by_bucket.setdefault(bucket_prefix(group.file_id) or "", []).extend(file_slice.paths)
+    start = time.perf_counter()
+    for n, paths in enumerate(by_bucket.values()):
+        local = [str(table.storage.local_path(p)) for p in paths]
+        spark.read.parquet(*local).coalesce(1).write.parquet(str(out / f"bucket-{n}"))
+    return time.perf_counter() - start
+
+
+def measure_spark(rows_per_task: int, rounds: int) -> dict[str, Any]:
+    """The Spark execution against plain Spark, interleaved, one session."""
+    import lakewarden.spark
+    from benchmarks.bench_spark import _session
+
+    spark = _session()
+    ours: list[float] = []
+    theirs: list[float] = []
+    try:
+        for round_no in range(rounds):
+            root = Path(tempfile.mkdtemp(prefix="lakewarden-bench-clustering-spark-"))
+            try:
+                table = _table(root)
+                _spark_like_append(table, rows_per_task)
+                if round_no % 2:
+                    theirs.append(_spark_rewrite(spark, table, root / "plain"))
+                start = time.perf_counter()
+                instant = table.schedule_clustering()
+                assert instant is not None
+                run = lakewarden.spark.run_table_service(spark, table.uri, str(instant))
+                ours.append(time.perf_counter() - start)
+                assert str(run.outcome) == "completed"
+                if not round_no % 2:
+                    theirs.append(_spark_rewrite(spark, table, root / "plain"))
+            finally:
+                shutil.rmtree(root, ignore_errors=True)
+    finally:
+        spark.stop()
+    return {"spark_clustering_s": min(ours), "plain_spark_s": min(theirs), "rounds": rounds}
+
+
+def _table(root: Path) -> Table:
+    return Table.create(
+        str(root / "t"),
+        name="t",
+        record_key="id",
+        schema=SCHEMA,
+        partition_by=["region"],
+        buckets=BUCKETS,
+    )
+
+
 def measure(rows_per_task: int, rounds: int) -> dict[str, Any]:
     ours: list[float] = []
     theirs: list[float] = []
@@ -111,14 +168,7 @@ def measure(rows_per_task: int, rounds: int) -> dict[str, Any]:
     for round_no in range(rounds):
         root = Path(tempfile.mkdtemp(prefix="lakewarden-bench-clustering-"))
         try:
-            table = Table.create(
-                str(root / "t"),
-                name="t",
-                record_key="id",
-                schema=SCHEMA,
-                partition_by=["region"],
-                buckets=BUCKETS,
-            )
+            table = _table(root)
             files = _spark_like_append(table, rows_per_task)
             # Alternate which goes first, so neither always gets the warm page cache.
             if round_no % 2:
@@ -154,4 +204,15 @@ def bench_clustering(ctx: BenchContext) -> Iterable[Result]:
         baseline_label="pyarrow read + write of the same files into one file per bucket",
         goal=1.2,
         details=n,
+    )
+    spark = measure_spark(ctx.scale(20_000, 2_000), ctx.scale(3, 1))
+    yield Result(
+        benchmark="clustering",
+        metric=f"clustering {n['files']} files ({n['rows']:,} rows) into {BUCKETS}, on Spark",
+        unit="s",
+        value=spark["spark_clustering_s"],
+        baseline=spark["plain_spark_s"],
+        baseline_label="plain Spark read + write of the same files into one file per bucket",
+        goal=1.2,
+        details=spark,
     )
