@@ -101,7 +101,9 @@ def test_a_cancel_request_before_during_or_after_the_spark_tasks_aborts_the_plan
     # While the tasks run: every task finds the request and writes nothing.
     def cancelled_first(self: Any, *args: Any) -> CommitStats:
         cancel(self.instant, "during")
-        return original(self, *args)
+        stats = original(self, *args)
+        assert not stats.write_stats  # every task short-circuited: nothing written or placed
+        return stats
 
     monkeypatch.setattr(_service.SparkExecution, "rewrite", cancelled_first)
     during = str(table.schedule_clustering(cancellable=True))
