@@ -130,9 +130,19 @@ def test_a_cancel_request_before_during_or_after_the_spark_tasks_aborts_the_plan
     assert sorted_rows(table.read()) == expected
 
 
-def test_merge_on_read_compaction_runs_on_spark(spark: Any, table_dir: Path) -> None:
+@pytest.mark.parametrize(
+    "where", ["local", pytest.param("s3", marks=[pytest.mark.s3, pytest.mark.slow])]
+)
+def test_merge_on_read_compaction_runs_on_spark(
+    spark: Any, table_dir: Path, where: str, request: pytest.FixtureRequest
+) -> None:
+    settings = Settings()
+    uri = str(table_dir)
+    if where == "s3":  # task attempts upload to final keys, held back until the job commit
+        settings = request.getfixturevalue("s3_settings")
+        uri = f"s3://{request.getfixturevalue('s3_bucket')}/svc/{table_dir.parent.name}"
     Table.create(
-        str(table_dir),
+        uri,
         name="orders",
         record_key="id",
         schema=rows([]).schema,
@@ -140,8 +150,9 @@ def test_merge_on_read_compaction_runs_on_spark(spark: Any, table_dir: Path) -> 
         ordering_field="ts",
         buckets=2,
         table_type="merge_on_read",
+        settings=settings,
     )
-    table = Table.open(str(table_dir), settings=Settings())
+    table = Table.open(uri, settings=settings)
     table.write(rows(range(40)), "insert")
     table.write(rows(range(0, 40, 3), ts=2, note="v2"), "upsert")
     table.write(rows(range(1, 40, 7), ts=3), "delete")
@@ -149,7 +160,7 @@ def test_merge_on_read_compaction_runs_on_spark(spark: Any, table_dir: Path) -> 
     expected = sorted_rows(table.read())
     instant = str(table.schedule_compaction())
 
-    run = lakewarden.spark.run_table_service(spark, table.uri, instant)
+    run = lakewarden.spark.run_table_service(spark, uri, instant, settings=settings)
 
     assert run.outcome is ServiceOutcome.COMPLETED
     assert run.stats is not None and run.stats.operation == "compaction"
@@ -157,6 +168,7 @@ def test_merge_on_read_compaction_runs_on_spark(spark: Any, table_dir: Path) -> 
     assert slices and all(not s.log_files and s.base_instant == instant for s in slices)
     assert sorted_rows(table.read()) == expected
     assert state_of(table, instant) is Transition.COMPLETED
+    assert not [o.key for o in table.storage.list("") if o.key.startswith("_temporary/")]
 
 
 class _WholePlanOnly(TableServiceStrategy):
