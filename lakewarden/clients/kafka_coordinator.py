@@ -11,7 +11,8 @@ goes into the entry appended, and a lease lost before the append stops it (``Lea
 Writers in different processes and on different machines take turns on one lock, FIFO.
 
 Every entry appended through it is announced on the timeline topic (``announce``, by
-``TimelinePublisher``), the source of ``lakewarden replay``. Heartbeats and liveness go to
+``TimelinePublisher``), the source of ``lakewarden replay``; a table's first announced entry
+also registers the table with the cleaner (``CleanerRegistration``). Heartbeats and liveness go to
 heartbeat-monitor: ``heartbeat`` publishes beats for the
 instant while its block runs (``lakewarden.clients.heartbeat.Heartbeats``), and ``liveness``
 answers ALIVE for an instant this process beats for and is healthy, else the monitor's verdict
@@ -26,6 +27,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from lakewarden.clients.clean_registration import CleanerRegistration
 from lakewarden.clients.heartbeat import Heartbeats
 from lakewarden.clients.liveness import Liveness as LivenessView
 from lakewarden.clients.liveness import LivenessUnavailableError
@@ -63,6 +65,7 @@ class KafkaCoordinator(Coordinator):
         heartbeats: Heartbeats | None = None,
         liveness_view: LivenessView | None = None,
         timeline_events: TimelinePublisher | None = None,
+        registration: CleanerRegistration | None = None,
     ) -> None:
         self.settings = settings
         self.client = client if client is not None else LockClient(settings, owner=owner)
@@ -72,6 +75,8 @@ class KafkaCoordinator(Coordinator):
         self._owns_view = liveness_view is None
         self.timeline_events = timeline_events or TimelinePublisher(settings)
         self._owns_timeline_events = timeline_events is None
+        self.registration = registration or CleanerRegistration(settings)
+        self._owns_registration = registration is None
         self._guard = threading.Lock()
         self._held: dict[tuple[str, int], LockLease] = {}
 
@@ -139,9 +144,16 @@ class KafkaCoordinator(Coordinator):
         with self.heartbeats.hold(table_id, instant, owner):
             yield
 
+    def register_table(self, table_id: str, uri: str) -> None:
+        """Remember the table's URI for its registration with the cleaner (no IO)."""
+        self.registration.locate(table_id, uri)
+
     def announce(self, table_id: str, entry: TimelineEntry) -> None:
-        """Publish ``entry`` on the timeline topic (best effort; see ``TimelinePublisher``)."""
+        """Publish ``entry`` on the timeline topic (best effort; see ``TimelinePublisher``);
+        the table's first announced entry also registers it with the cleaner (best effort;
+        see ``CleanerRegistration``)."""
         self.timeline_events.publish(table_id, entry)
+        self.registration.announced(table_id, entry)
 
     def check_heartbeat(self, table_id: str, instant: str) -> None:
         """Raises: HeartbeatLostError when this process's heartbeat of the instant is lost."""
@@ -155,3 +167,5 @@ class KafkaCoordinator(Coordinator):
             self.liveness_view.close()
         if self._owns_timeline_events:
             self.timeline_events.close()
+        if self._owns_registration:
+            self.registration.close()

@@ -115,6 +115,9 @@ class HistoryBuilder:
             "CancelResult": self._cancel_result,
             "ErrorRecord": self._error_record,
             "DeadLetter": self._dead_letter,
+            # Asks the cleaner for a clean (writers send one to register a table); the clean
+            # it leads to is told by its timeline entries.
+            "CleanRequest": self._no_story,
         }
 
     def feed(self, item: Recorded | Unreadable | RetentionGap) -> None:
@@ -178,6 +181,9 @@ class HistoryBuilder:
         return found
 
     # -- one handler per event ------------------------------------------------------------------
+
+    def _no_story(self, event: Recorded, record: dict[str, Any]) -> None:
+        return None
 
     def _lock_request(self, event: Recorded, record: dict[str, Any]) -> None:
         self._locks.request(record, epoch_ms(record["envelope"]["event_time"]))

@@ -112,6 +112,7 @@ class TableHandle:
         # Spark builds the data source from options, so nobody can hand the driver a
         # coordinator: it takes the process's shared one for these settings (the factory).
         coordinator = shared_connection(settings).coordinator
+        coordinator.register_table(config.table_id, storage.uri)
         return cls(uri, storage, config, Timeline(storage, table=config.name), coordinator)
 
     def transaction(self, spec: WriteSpec) -> SparkTransaction:

@@ -88,6 +88,12 @@ class Coordinator(abc.ABC):
         "plan P is executed by X"); None when nobody is known."""
         return None
 
+    def register_table(self, table_id: str, uri: str) -> None:
+        """Learn where ``table_id`` lives (no IO). The Kafka coordinator registers the table
+        with the cleaner at the first of its entries it announces
+        (``lakewarden.clients.clean_registration``); the embedded one has no cleaner to tell."""
+        return None
+
     def announce(self, table_id: str, entry: TimelineEntry) -> None:
         """Tell the audit trail that ``entry`` was appended to the table's timeline (the
         Kafka coordinator publishes a ``TimelineTransition``; the embedded one has nowhere to

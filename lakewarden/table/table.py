@@ -77,6 +77,8 @@ class Table:
         self.coordinator = coordinator
         self.actor = actor or f"python-writer@{socket.gethostname()}:{os.getpid()}"
         self.timeline_log = Timeline(storage, table=config.name)
+        # Where the table lives, for the cleaner's registration (see Coordinator.register_table).
+        coordinator.register_table(config.table_id, storage.uri)
 
     @classmethod
     def create(

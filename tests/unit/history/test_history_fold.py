@@ -211,3 +211,17 @@ def test_lock_replies_read_before_their_requests_pair_all_the_same() -> None:
     (grant,) = history.locks
     assert (grant.request_id, grant.token) == ("acq-1", 7)
     assert (grant.requested_ms, grant.granted_ms, grant.released_ms) == (T0, T0 + 12, T0 + 40)
+
+
+def test_a_writers_registration_with_the_cleaner_is_no_problem_to_report() -> None:
+    registration = event(
+        "CleanRequest",
+        5,
+        table_uri="/data/t",
+        policy=None,
+        delete_orphans=False,
+        requested_by="registration:writer-1",
+    )
+    history = build_history(TABLE, [registration, transition(0, "requested", 20)])
+    assert history.unreadable == ()
+    assert history.events == 2

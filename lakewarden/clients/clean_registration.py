@@ -1,0 +1,115 @@
+"""Registering written tables with the cleaner, so nobody has to ask for it by hand.
+
+The cleaner only cleans tables whose URI it knows, and a ``TimelineTransition`` names a table
+by id only. A user with thousands of tables should not have to send a ``CleanRequest`` for
+each, so the Kafka coordinator does it: ``Table`` and the Spark driver tell their coordinator
+where each table lives (``Coordinator.register_table``, no IO), and the first time this process
+announces one of the table's entries (a write's ``requested``, its commit, a plan; never the
+cleaner's own clean or rollback entries), a ``CleanRequest`` naming the table's URI is
+published, keyed by table id. The cleaner instance owning the table records it (idempotent:
+the same table id and URI) and sweeps it from then on.
+
+Why on the first announced entry rather than the first completed commit: a table whose first
+write dies must still be known, or its dead instant is never rolled back. Why once per process
+rather than once per table: nothing is lost if one registration is (a broker hiccup, a cleaner
+whose registry was wiped); the next process writing the table registers it again. A
+registration also asks for a clean with the table's own policy, which is what the cleaner does
+after a committed write anyway.
+
+Best effort and never raises: the write is in storage already; a registration that failed is
+retried at the table's next announced entry.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from lakewarden.errors import LakewardenError
+from lakewarden.events.envelope import make_event
+from lakewarden.events.producer import EventProducer
+from lakewarden.events.topics import CLEAN_REQUESTS, ensure_topics
+from lakewarden.settings import Settings
+from lakewarden.table.instant import Action
+from lakewarden.table.timeline_state import TimelineEntry
+
+log = logging.getLogger(__name__)
+
+# The cleaner's own entries: registering from them would only echo a table it knows already.
+_CLEANER_ACTIONS = frozenset({Action.CLEAN, Action.ROLLBACK})
+# A writer waits for the broker between protocol steps: keep a slow one from stalling it.
+_FLUSH_TIMEOUT_S = 5.0
+REGISTERED_BY = "registration"
+
+
+class CleanerRegistration:
+    """Registers each located table with the cleaner once per process; thread-safe, lazy (no
+    IO before the first registration)."""
+
+    def __init__(self, settings: Settings, *, producer: EventProducer | None = None) -> None:
+        self.settings = settings
+        self._producer = producer
+        self._owns_producer = producer is None
+        self._guard = threading.Lock()
+        self._uris: dict[str, str] = {}
+        self._registered: set[str] = set()
+        self.failed = 0
+
+    def locate(self, table_id: str, uri: str) -> None:
+        """Remember where ``table_id`` lives (no IO)."""
+        with self._guard:
+            self._uris[table_id] = uri
+
+    def announced(self, table_id: str, entry: TimelineEntry) -> bool:
+        """Register ``table_id`` if this is the first of its entries announced here (and its
+        location is known); whether a registration was published now."""
+        if entry.action in _CLEANER_ACTIONS:
+            return False
+        with self._guard:  # one registration in flight at a time: no table registered twice
+            uri = self._uris.get(table_id)
+            if uri is None or table_id in self._registered:
+                return False
+            try:
+                self._publish(table_id, uri, entry.actor)
+            except LakewardenError as err:
+                self.failed += 1
+                log.warning(
+                    "table not registered with the cleaner (retried at its next entry): %s",
+                    err,
+                    extra={"table": table_id, "uri": uri},
+                )
+                return False
+            self._registered.add(table_id)
+            return True
+
+    def close(self) -> None:
+        """Close an owned producer (best effort)."""
+        with self._guard:
+            producer, self._producer = self._producer, None
+        if producer is not None and self._owns_producer:
+            try:
+                producer.close(_FLUSH_TIMEOUT_S)
+            except LakewardenError as err:
+                log.warning("cleaner registrations lost on close: %s", err)
+
+    def _publish(self, table_id: str, uri: str, actor: str) -> None:
+        """Raises: RetryableError, EventDeliveryError."""
+        if self._producer is None:
+            # Like the timeline topic: made here with its retention rather than by auto-create.
+            ensure_topics(self.settings, specs=(CLEAN_REQUESTS,), timeout_s=_FLUSH_TIMEOUT_S)
+            self._producer = EventProducer(self.settings, producer_id="cleaner-registration")
+        who = f"{REGISTERED_BY}:{actor}"
+        record = make_event(
+            "CleanRequest",
+            table_id=table_id,
+            producer_id=who,
+            table_uri=uri,
+            policy=None,
+            delete_orphans=False,
+            requested_by=who,
+        )
+        self._producer.send("CleanRequest", record, topic=CLEAN_REQUESTS)
+        self._producer.flush(_FLUSH_TIMEOUT_S)
+
+
+__all__ = ["CleanerRegistration", "REGISTERED_BY"]

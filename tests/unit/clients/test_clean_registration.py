@@ -1,0 +1,128 @@
+"""CleanerRegistration: a located table's first announced entry registers it with the cleaner
+(one CleanRequest naming its URI), once per process; the cleaner's own entries never do; a
+failed registration is counted, never raised, and retried at the next entry. Table and the
+Kafka coordinator wire it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from lakewarden.clients import KafkaCoordinator
+from lakewarden.clients.clean_registration import REGISTERED_BY, CleanerRegistration
+from lakewarden.clients.timeline_events import TimelinePublisher
+from lakewarden.events import EventDeliveryError, default_codec
+from lakewarden.settings import Settings
+from lakewarden.storage.local import LocalStorage
+from lakewarden.table import EmbeddedCoordinator, Table
+from lakewarden.table.config import TableConfig
+from lakewarden.table.instant import Action, Transition
+from lakewarden.table.timeline_state import TimelineEntry
+
+
+def _entry(
+    action: Action = Action.COMMIT, transition: Transition = Transition.REQUESTED
+) -> TimelineEntry:
+    return TimelineEntry(
+        seq=0,
+        instant="20251123120000000",
+        action=action,
+        transition=transition,
+        actor="writer-1",
+        lock_token=1,
+        wall_time_ms=1_763_900_000_123,
+        payload={},
+    )
+
+
+class _Producer:
+    def __init__(self, *, fail: bool = False) -> None:
+        self.sent: list[tuple[str, dict[str, Any]]] = []
+        self.fail = fail
+
+    def send(self, event: str, record: dict[str, Any], **_: object) -> None:
+        self.sent.append((event, record))
+
+    def flush(self, timeout_s: float | None = None) -> None:
+        if self.fail:
+            raise EventDeliveryError([("lakewarden.clean.requests", "broker down")], 1)
+
+
+def _registration(producer: _Producer) -> CleanerRegistration:
+    return CleanerRegistration(Settings(), producer=producer)  # type: ignore[arg-type]
+
+
+def test_the_first_entry_of_a_located_table_registers_it_once() -> None:
+    producer = _Producer()
+    registration = _registration(producer)
+    registration.locate("table-1", "s3://bucket/t1")
+
+    assert registration.announced("table-1", _entry())
+    assert not registration.announced("table-1", _entry(transition=Transition.COMPLETED))
+
+    [(name, record)] = producer.sent
+    decoded = default_codec().decode(default_codec().encode(name, record))
+    assert decoded.name == "CleanRequest"
+    fields = decoded.record
+    assert fields["envelope"]["table_id"] == "table-1"
+    assert fields["table_uri"] == "s3://bucket/t1"
+    assert fields["requested_by"] == f"{REGISTERED_BY}:writer-1"
+    assert fields["policy"] is None and fields["delete_orphans"] is False
+
+
+def test_a_table_of_unknown_location_or_the_cleaners_own_entries_register_nothing() -> None:
+    producer = _Producer()
+    registration = _registration(producer)
+    assert not registration.announced("elsewhere", _entry())
+    registration.locate("table-1", "/data/t1")
+    assert not registration.announced("table-1", _entry(Action.CLEAN))
+    assert not registration.announced("table-1", _entry(Action.ROLLBACK))
+    assert producer.sent == []
+    assert registration.announced("table-1", _entry(Action.CLUSTERING))
+
+
+def test_a_failed_registration_is_counted_and_retried_at_the_next_entry() -> None:
+    producer = _Producer(fail=True)
+    registration = _registration(producer)
+    registration.locate("table-1", "/data/t1")
+
+    assert not registration.announced("table-1", _entry())
+    assert registration.failed == 1
+    producer.fail = False
+    assert registration.announced("table-1", _entry(transition=Transition.COMPLETED))
+    assert len(producer.sent) == 2  # the lost one and its retry
+
+
+class _Locating(EmbeddedCoordinator):
+    def __init__(self) -> None:
+        super().__init__()
+        self.located: list[tuple[str, str]] = []
+
+    def register_table(self, table_id: str, uri: str) -> None:
+        self.located.append((table_id, uri))
+
+
+def test_a_table_tells_its_coordinator_where_it_lives(tmp_path: Path) -> None:
+    storage = LocalStorage(str(tmp_path))
+    config = TableConfig.new(
+        name="t", record_key="id", schema=pa.schema([pa.field("id", pa.int64(), nullable=False)])
+    )
+    coordinator = _Locating()
+    table = Table(storage, config, coordinator=coordinator)
+    assert coordinator.located == [(table.table_id, storage.uri)]
+
+
+def test_the_kafka_coordinator_registers_a_table_at_its_first_announced_entry() -> None:
+    producer = _Producer()
+    settings = Settings()
+    coordinator = KafkaCoordinator(
+        settings,
+        timeline_events=TimelinePublisher(settings, producer=_Producer()),  # type: ignore[arg-type]
+        registration=_registration(producer),
+    )
+    coordinator.register_table("table-1", "/data/t1")
+    coordinator.announce("table-1", _entry())
+    coordinator.announce("table-1", _entry(transition=Transition.COMPLETED))
+    assert [record["table_uri"] for _, record in producer.sent] == ["/data/t1"]
