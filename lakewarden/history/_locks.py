@@ -19,6 +19,7 @@ class _Request:
     owner: str
     at: int
     token: int | None
+    acquire_id: str | None = None  # a release with no token withdraws this acquire
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,9 +41,16 @@ class LockLedger:
 
     def request(self, record: dict[str, Any], at: int) -> None:
         token = record.get("token")
+        acquire_id = record.get("acquire_id")
         self._requests.setdefault(
             str(record["request_id"]),
-            _Request(str(record["kind"]), str(record["owner"]), at, _int(token)),
+            _Request(
+                str(record["kind"]),
+                str(record["owner"]),
+                at,
+                _int(token),
+                None if acquire_id is None else str(acquire_id),
+            ),
         )
 
     def reply(self, record: dict[str, Any], at: int) -> None:
@@ -81,9 +89,17 @@ class LockLedger:
                 key = by_token[reply.token]
                 grants[key] = _with(grants[key], expired_ms=reply.at)
         for request in self._requests.values():
-            if request.kind == "release" and request.token in by_token:
-                key = by_token[request.token]
-                grants[key] = _with(grants[key], released_ms=request.at)
+            if request.kind != "release":
+                continue
+            # A release names the lease by token; a client that stopped waiting names its
+            # acquire instead, which ends the lease if it was granted meanwhile.
+            ended: str | None = None
+            if request.token is not None:
+                ended = by_token.get(request.token)
+            elif request.acquire_id in grants:
+                ended = request.acquire_id
+            if ended is not None and grants[ended].token is not None:
+                grants[ended] = _with(grants[ended], released_ms=request.at)
         return tuple(sorted(grants.values(), key=_order))
 
 

@@ -1,7 +1,9 @@
 """The cleaner service on the real broker: bad events to the DLQ, a killed writer rolled back
 after its heartbeat expired, a dead job's pending S3 uploads aborted, a cleaner killed in the
 middle of a clean finishing the same plan, and two then three cleaners over 30 tables with one
-killed: every table cleaned, never two cleans of one table at once (from the timelines)."""
+killed: every table cleaned, never two cleans of one table at once (from the timelines and
+from the lock history read back from Kafka); a table written through a Kafka coordinator and
+never registered by hand is cleaned all the same."""
 
 from __future__ import annotations
 
@@ -9,7 +11,8 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pyarrow as pa
@@ -19,7 +22,14 @@ from confluent_kafka import Consumer
 from lakewarden.clients import request_clean
 from lakewarden.commit import ManifestCommitter, new_job_id
 from lakewarden.events import EventProducer, decode, make_event
-from lakewarden.events.topics import CLEAN_REQUESTS, DLQ, HEARTBEAT_EXPIRED
+from lakewarden.events.topics import (
+    CLEAN_REQUESTS,
+    DLQ,
+    HEARTBEAT_EXPIRED,
+    LOCK_REPLIES,
+    LOCK_REQUESTS,
+)
+from lakewarden.history import LockGrant, build_history, read_table_events
 from lakewarden.settings import Settings
 from lakewarden.table import Action, CleanPolicy, EmbeddedCoordinator, Table, Transition
 from lakewarden.table.plans import JobPlan
@@ -81,6 +91,43 @@ def assert_one_clean_at_a_time(table: Table) -> None:
             pending.add(entry.instant)
         else:
             pending.discard(entry.instant)
+
+
+def lock_histories(settings: Settings, tables: Sequence[Table]) -> list[tuple[LockGrant, ...]]:
+    """Each table's lock grants, folded from the lock requests and replies read back from
+    Kafka (the reads run side by side: each is a bounded read of two topics)."""
+
+    def grants(table: Table) -> tuple[LockGrant, ...]:
+        events = read_table_events(
+            settings, table.table_id, topics=(LOCK_REQUESTS, LOCK_REPLIES), timeout_s=60
+        )
+        return build_history(table.table_id, events).locks
+
+    with ThreadPoolExecutor(8) as pool:
+        return list(pool.map(grants, tables))
+
+
+def assert_lock_holds_never_overlap(table: Table, grants: tuple[LockGrant, ...]) -> None:
+    """Every lease timeline-lock granted on the table ended (released, withdrawn or expired)
+    before the next was granted, and every clean plan was appended under one of them."""
+    held = sorted((g for g in grants if g.token is not None), key=lambda g: g.token or 0)
+    for before, after in zip(held, held[1:], strict=False):
+        ends = [t for t in (before.released_ms, before.expired_ms) if t is not None]
+        assert ends, f"{table.uri}: lease {before.token} never ended, yet {after.token} was granted"
+        assert after.granted_ms is not None and min(ends) <= after.granted_ms, (
+            f"{table.uri}: lease {after.token} ({after.owner}) granted at {after.granted_ms} "
+            f"while lease {before.token} ({before.owner}) was held until {min(ends)}"
+        )
+    planned_under = {
+        e.lock_token
+        for e in table.timeline_log.entries()
+        if e.action is Action.CLEAN and e.transition is Transition.REQUESTED
+    }
+    assert planned_under, f"{table.uri}: no clean was planned"
+    assert planned_under <= {g.token for g in held}, (
+        f"{table.uri}: clean plans under tokens {planned_under}, "
+        f"the lock history granted {[g.token for g in held]}"
+    )
 
 
 def ask(settings: Settings, table: Table, producer: EventProducer | None = None) -> None:
@@ -250,3 +297,24 @@ def test_two_then_three_cleaners_over_30_tables_one_killed(
     for table in tables:
         assert_one_clean_at_a_time(table)
         assert clean_instants(table)
+    for table, grants in zip(tables, lock_histories(cl_settings, tables), strict=True):
+        assert_lock_holds_never_overlap(table, grants)
+
+
+def test_a_table_written_through_kafka_is_cleaned_without_being_registered_by_hand(
+    cl_settings: Settings, cleaners: Cleaners, tmp_path: Path
+) -> None:
+    cleaners("a")
+    # No coordinator given: the shared one for these settings, timeline-lock's. Its first
+    # announced entry registers the table with the cleaner (nobody calls request_clean).
+    table = Table.create(
+        str(tmp_path / "t"),
+        name="t",
+        record_key="id",
+        schema=SCHEMA,
+        clean_policy=KEEP_ONE,
+        settings=cl_settings,
+    )
+    write(table, 3)
+    wait_until(lambda: cleaned(table), 60, "the unregistered table to be cleaned")
+    assert clean_instants(table)

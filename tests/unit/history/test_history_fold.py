@@ -17,7 +17,7 @@ from _events import (
     transition,
 )
 
-from lakewarden.history import RetentionGap, Unreadable, build_history
+from lakewarden.history import Recorded, RetentionGap, Unreadable, build_history
 
 
 def test_a_completed_write_tells_lock_heartbeats_manifests_job_and_transitions() -> None:
@@ -225,3 +225,38 @@ def test_a_writers_registration_with_the_cleaner_is_no_problem_to_report() -> No
     history = build_history(TABLE, [registration, transition(0, "requested", 20)])
     assert history.unreadable == ()
     assert history.events == 2
+
+
+def test_a_grant_withdrawn_by_a_client_that_stopped_waiting_ends_at_the_withdrawal() -> None:
+    def withdraw(request_id: str, acquire_id: str, at: int) -> Recorded:
+        return event(
+            "LockRequest",
+            at,
+            request_id=request_id,
+            kind="release",
+            owner="writer-1",
+            ttl_ms=0,
+            acquire_id=acquire_id,
+            reply_topic="",
+        )
+
+    queued_only = event(
+        "LockRequest",
+        1,
+        request_id="acq-2",
+        kind="acquire",
+        owner="writer-1",
+        ttl_ms=30_000,
+        reply_topic="lakewarden.lock.replies",
+    )
+    events = [
+        *lock("acq-1", "writer-1", 7, asked=0, granted=12),  # granted as the client gave up
+        withdraw("rel-1", "acq-1", 15),
+        queued_only,
+        withdraw("rel-2", "acq-2", 16),  # withdrawn while queued: never held
+    ]
+
+    granted, never = build_history(TABLE, events).locks
+
+    assert (granted.token, granted.released_ms) == (7, T0 + 15)
+    assert (never.token, never.released_ms) == (None, None)
