@@ -3,11 +3,12 @@
     python spark_driver_process.py TABLE_ROOT
 
 Kafka and the heartbeat policy come from the environment (``LAKEWARDEN_*``), so the write
-takes timeline-lock's lease and beats to heartbeat-monitor. It writes 20 rows with
-``df.write.format("lakewarden")``; every task sleeps an hour before writing (the
-``lakewarden.test.slow_partition`` hook), so the driver sits after ``requested`` with its
-heartbeat running until the test kills it. Spark runs in this process's group (the JVM and the
-Python workers are its descendants), so ``killpg`` is a whole-driver kill -9.
+takes timeline-lock's lease and beats to heartbeat-monitor. It writes 20 rows in two Spark
+partitions with ``df.write.format("lakewarden")``: partition 0 writes its files and commits its
+task, partition 1 sleeps an hour before writing (the ``lakewarden.test.slow_partition`` hook;
+one core, so it runs after partition 0), so the driver sits after ``requested``, with files
+staged and its heartbeat running, until the test kills it. Spark runs in this process's group
+(the JVM and the Python workers are its descendants), so ``killpg`` is a whole-driver kill -9.
 """
 
 from __future__ import annotations
@@ -37,10 +38,10 @@ def main(table_root: str) -> None:
     rows = [(i, "eu" if i % 2 else "us", 1, i * 1.5, "v1") for i in range(20)]
     df = spark.createDataFrame(
         rows, schema="id long, region string, ts long, amount double, note string"
-    ).coalesce(1)
+    ).repartition(2)
     print("writing", flush=True)
     df.write.format("lakewarden").mode("append").option(
-        "lakewarden.test.slow_partition", "0:3600"
+        "lakewarden.test.slow_partition", "1:3600"
     ).save(table_root)
     print("finished (unexpected)", flush=True)
 

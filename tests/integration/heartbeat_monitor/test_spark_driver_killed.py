@@ -1,7 +1,9 @@
 """A Spark write whose driver is killed (kill -9) after ``requested`` leaves an instant that
-heartbeat-monitor declares dead: real broker, real timeline-lock and heartbeat-monitor
-processes, a real Spark driver process (``spark_driver_process.py``). The cleaner rolls such an
-instant back in its next round; here the instant must stay pending, never completed.
+heartbeat-monitor declares dead, and the running cleaner rolls it back and deletes its files:
+real broker, real timeline-lock, heartbeat-monitor and cleaner processes, a real Spark driver
+process (``spark_driver_process.py``). Nobody registers the table with the cleaner: the driver's
+coordinator does at its first announced entry. While the driver beats, the cleaner leaves the
+instant alone; it is never completed.
 """
 
 from __future__ import annotations
@@ -23,8 +25,10 @@ from lakewarden.devstack import processes
 from lakewarden.events import ensure_topics
 from lakewarden.settings import Settings
 from lakewarden.table.coordinator import Liveness as Verdict
-from lakewarden.table.instant import Transition
+from lakewarden.table.instant import Action, Transition
+from lakewarden.table.plans import RollbackPlan
 from lakewarden.table.table import Table
+from lakewarden.testing import wait_until
 from services._common.process import ServiceProcess
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -40,6 +44,17 @@ SCHEMA = pa.schema(
         ("note", pa.string()),
     ]
 )
+
+
+@pytest.fixture
+def cleaner(hb_settings: Settings, lock_service: ServiceProcess, tmp_path: Path) -> ServiceProcess:
+    """The cleaner, sweeping every second (started by the test, stopped here)."""
+    env = {
+        "LAKEWARDEN_CLEANER_SWEEP_INTERVAL_S": "1",
+        "LAKEWARDEN_HEARTBEAT__INTERVAL_S": str(INTERVAL_S),
+        "LAKEWARDEN_HEARTBEAT__TOLERABLE_MISSES": str(MISSES),
+    }
+    return ServiceProcess("services.cleaner", hb_settings, home=tmp_path / "cleaner", extra_env=env)
 
 
 @pytest.fixture
@@ -88,9 +103,19 @@ def _wait_for(
         time.sleep(0.1)
 
 
-def test_killed_spark_driver_leaves_an_instant_the_monitor_declares_dead(
+def _job_files(table: Table) -> list[str]:
+    """What a write leaves in the table: data files and the job's staging directory."""
+    return [o.key for o in table.storage.list("") if not o.key.startswith(".lakewarden/")]
+
+
+def _task_committed(table: Table) -> bool:
+    return any("/manifests/" in key for key in _job_files(table))
+
+
+def test_killed_spark_driver_is_declared_dead_and_rolled_back_by_the_cleaner(
     monitor: ServiceProcess,
     lock_service: ServiceProcess,
+    cleaner: ServiceProcess,
     hb_settings: Settings,
     expiries: Expiries,
     tmp_path: Path,
@@ -110,13 +135,26 @@ def test_killed_spark_driver_leaves_an_instant_the_monitor_declares_dead(
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+    cleaner.home.mkdir()
     try:
+        cleaner.start()  # while Spark starts
         instant = _pending_instant(table, driver, timeout_s=120)
+        # Partition 0's files are staged and its task committed; partition 1 sleeps.
+        wait_until(lambda: _task_committed(table), 60, "partition 0's task commit")
+        staged = _job_files(table)
+
+        def rolled_back() -> bool:
+            mine = table.state().get(instant)
+            return mine is not None and mine.state is Transition.ROLLED_BACK
+
         with Liveness(hb_settings) as view:
             # Its beats arrive: the verdict to come is the kill's doing.
             _wait_for(view, table.table_id, instant, Verdict.ALIVE, timeout_s=30)
-            time.sleep(2 * TOLERANCE_S)
+            time.sleep(2 * TOLERANCE_S)  # the cleaner sweeps every second meanwhile
             assert view.status(table.table_id, instant) is Verdict.ALIVE
+            alive = table.state().get(instant)
+            assert alive is not None and alive.state is Transition.REQUESTED  # a live write
+            assert set(staged) <= set(_job_files(table))  # and its files are left alone
             killed_ms = time.time_ns() // 1_000_000
             os.killpg(driver.pid, signal.SIGKILL)
             driver.wait(10)
@@ -128,10 +166,33 @@ def test_killed_spark_driver_leaves_an_instant_the_monitor_declares_dead(
             # never before the tolerance (how soon after it: the heartbeat benchmark)
             assert TOL_MS < expired["detected_ms"] - expired["last_seen_ms"]
             assert expired["detected_ms"] > killed_ms
-            _wait_for(view, table.table_id, instant, Verdict.DEAD, timeout_s=30)
+            # Dead in the monitor's view, until the cleaner's rollback makes it forget the
+            # instant (the cleaner may be that quick).
+            wait_until(
+                lambda: view.status(table.table_id, instant) is Verdict.DEAD or rolled_back(),
+                30,
+                "the monitor's verdict: dead",
+            )
 
+        wait_until(rolled_back, 60, "the cleaner to roll the dead instant back")
+        wait_until(lambda: not _job_files(table), 60, "the dead write's files to be deleted")
         mine = table.state().get(instant)
-        assert mine is not None and mine.state is Transition.REQUESTED  # left for the cleaner
+        assert mine is not None and mine.failed_stage == "cleaner_rollback"
+        # The intent first: a rollback instant naming the target, appended after the expiry.
+        intent = table.state().get(mine.rollback_by or "")
+        assert intent is not None and intent.action is Action.ROLLBACK
+        assert isinstance(intent.plan, RollbackPlan) and intent.plan.target == instant
+        entries = list(table.timeline_log.entries())
+        (requested,) = [
+            e
+            for e in entries
+            if e.instant == intent.instant and e.transition is Transition.REQUESTED
+        ]
+        assert requested.wall_time_ms >= expired["detected_ms"]
+        assert [e.transition for e in entries if e.instant == instant] == [
+            Transition.REQUESTED,
+            Transition.ROLLED_BACK,
+        ]
         assert not [i for i in table.timeline() if i.state is Transition.COMPLETED]
         # the JVM and the Python workers died with the driver
         assert processes.wait_for(lambda: not _group_alive(driver.pid), timeout_s=10)
@@ -139,3 +200,4 @@ def test_killed_spark_driver_leaves_an_instant_the_monitor_declares_dead(
         if _group_alive(driver.pid):
             os.killpg(driver.pid, signal.SIGKILL)
         driver.wait(10)
+        cleaner.stop()
