@@ -151,9 +151,12 @@ class KafkaCoordinator(Coordinator):
     def announce(self, table_id: str, entry: TimelineEntry) -> None:
         """Publish ``entry`` on the timeline topic (best effort; see ``TimelinePublisher``);
         the table's first announced entry also registers it with the cleaner (best effort;
-        see ``CleanerRegistration``)."""
+        see ``CleanerRegistration``), unless the announcement itself failed (the registration
+        would only wait for the same unreachable broker; the next entry registers it)."""
+        failed = self.timeline_events.failed
         self.timeline_events.publish(table_id, entry)
-        self.registration.announced(table_id, entry)
+        if self.timeline_events.failed == failed:  # else the broker is away: not another wait
+            self.registration.announced(table_id, entry)
 
     def check_heartbeat(self, table_id: str, instant: str) -> None:
         """Raises: HeartbeatLostError when this process's heartbeat of the instant is lost."""

@@ -126,3 +126,20 @@ def test_the_kafka_coordinator_registers_a_table_at_its_first_announced_entry() 
     coordinator.announce("table-1", _entry())
     coordinator.announce("table-1", _entry(transition=Transition.COMPLETED))
     assert [record["table_uri"] for _, record in producer.sent] == ["/data/t1"]
+
+
+def test_no_registration_waits_on_a_broker_that_just_lost_the_announcement() -> None:
+    producer = _Producer()
+    settings = Settings()
+    timeline = _Producer(fail=True)
+    coordinator = KafkaCoordinator(
+        settings,
+        timeline_events=TimelinePublisher(settings, producer=timeline),  # type: ignore[arg-type]
+        registration=_registration(producer),
+    )
+    coordinator.register_table("table-1", "/data/t1")
+    coordinator.announce("table-1", _entry())
+    assert producer.sent == []
+    timeline.fail = False
+    coordinator.announce("table-1", _entry(transition=Transition.COMPLETED))
+    assert len(producer.sent) == 1
