@@ -3,14 +3,17 @@
 **Scaling.** 200 tables, each with 3 versions of one file group (2 superseded files to
 clean under keep-latest-commits=1), on a store with 5 ms per call (``FaultyStorage``
 latency over local files in ``/dev/shm``). 1, 2 and 4 cleaner *instances* clean them all;
-an instance is a thread running the service's ``CleanWorker`` over the tables of the
+an instance is an OS process of its own (forked, with its own interpreter state and GIL)
+running the service's ``CleanWorker`` and ``CleanQueue`` over the tables of the
 ``clean.requests`` partitions it owns (12 partitions dealt out round-robin, as the consumer
 group's assignor does; a table's partition is crc32(table id) mod 12, as the producers key
-it). Value: tables cleaned per second with 4 instances (and 2); baseline: with 1, same run.
-Goal: at least 3.5x. This measures the design's split of the work, in one process; it does not
-start the faust processes (a 2-core machine shared with Kafka cannot show 4 processes' worth of
-parallelism, and per-call latency, not CPU, is what a remote store makes a cleaner wait on).
-Every configuration gets fresh tables (built without latency).
+it). The clock starts when every instance is up and stops when the last one is done. Value:
+tables cleaned per second with 4 instances (and 2); baseline: with 1, same run. Goal: at least
+3.5x. What it leaves out is the faust shell around the worker (the Kafka hop of the triggers,
+the group's rebalance) and timeline-lock: its instances take the table lock in-process (their
+tables are disjoint, as the partitions make them); README "Cleaning" says why that measures
+the cleaner's scaling all the same. Every configuration gets fresh tables (built without
+latency).
 
 **Delete throughput.** One clean of one table with 400 files to delete (orphans, deleted on
 request) against a bare loop of ``storage.delete`` over 400 files, both at 5 ms per call.
@@ -24,9 +27,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import shutil
 import tempfile
-import threading
 import time
 import zlib
 from collections.abc import Iterable
@@ -77,33 +80,55 @@ class _SlowWorker(CleanWorker):
         return FaultyStorage(load_storage(uri), latency_s=LATENCY_S)
 
 
-def _clean_all(tables: list[Table], instances: int, coordinator: EmbeddedCoordinator) -> float:
-    """Seconds for ``instances`` workers to clean every table they own; checks all cleaned."""
+def _instance(
+    index: int,
+    owned: list[tuple[str, str]],
+    go: multiprocessing.synchronize.Event,
+    done: multiprocessing.queues.Queue[int],
+) -> None:
+    """One cleaner instance (a process): clean every owned (table id, URI); put the count of
+    files deleted on ``done`` (-1 when a clean failed)."""
+    coordinator = EmbeddedCoordinator()
+    worker = _SlowWorker(Settings(), lambda: coordinator, instance=str(index))
+    queue = CleanQueue()
+    for table_id, uri in owned:
+        queue.add(Trigger(table_id, "sweep"), uri, 0.0)
+    go.wait()
+    deleted = 0
+    try:
+        while (work := queue.take()) is not None:
+            deleted += worker.clean(work).files_deleted
+            queue.done(work.table_id)
+    except Exception:
+        deleted = -1
+        raise
+    finally:
+        done.put(deleted)
+
+
+def _clean_all(tables: list[Table], instances: int) -> float:
+    """Seconds for ``instances`` processes to clean every table they own; checks all cleaned."""
     partitions = CLEAN_REQUESTS.partitions
-    owned: list[list[Table]] = [[] for _ in range(instances)]
+    owned: list[list[tuple[str, str]]] = [[] for _ in range(instances)]
     for table in tables:
         partition = zlib.crc32(table.table_id.encode()) % partitions
-        owned[partition % instances].append(table)
-    deleted = [0] * instances
-
-    def run(index: int) -> None:
-        worker = _SlowWorker(Settings(), lambda: coordinator, instance=str(index))
-        queue = CleanQueue()
-        for table in owned[index]:
-            queue.add(Trigger(table.table_id, "sweep"), table.uri, 0.0)
-        while (work := queue.take()) is not None:
-            deleted[index] += worker.clean(work).files_deleted
-            queue.done(work.table_id)
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(instances)]
+        owned[partition % instances].append((table.table_id, table.uri))
+    context = multiprocessing.get_context("fork")  # no re-import: up in milliseconds
+    go = context.Event()
+    done: multiprocessing.queues.Queue[int] = context.Queue()
+    processes = [
+        context.Process(target=_instance, args=(i, owned[i], go, done)) for i in range(instances)
+    ]
+    for process in processes:
+        process.start()
     started = time.perf_counter()
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    go.set()
+    deleted = [done.get(timeout=600) for _ in processes]
     elapsed = time.perf_counter() - started
-    if sum(deleted) != 2 * len(tables):
-        raise AssertionError(f"{sum(deleted)} files deleted, expected {2 * len(tables)}")
+    for process in processes:
+        process.join(30)
+    if -1 in deleted or sum(deleted) != 2 * len(tables):
+        raise AssertionError(f"files deleted per instance {deleted}, expected {2 * len(tables)}")
     return elapsed
 
 
@@ -115,7 +140,7 @@ def measure_scaling(count: int) -> dict[int, float]:
         try:
             coordinator = EmbeddedCoordinator()
             tables = _tables(root, count, coordinator)
-            rates[instances] = count / _clean_all(tables, instances, coordinator)
+            rates[instances] = count / _clean_all(tables, instances)
         finally:
             shutil.rmtree(root, ignore_errors=True)
     return rates
