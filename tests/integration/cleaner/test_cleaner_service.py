@@ -31,7 +31,14 @@ from lakewarden.events.topics import (
 )
 from lakewarden.history import LockGrant, build_history, read_table_events
 from lakewarden.settings import Settings
-from lakewarden.table import Action, CleanPolicy, EmbeddedCoordinator, Table, Transition
+from lakewarden.table import (
+    Action,
+    CleanPolicy,
+    EmbeddedCoordinator,
+    Table,
+    Transition,
+    close_shared_connections,
+)
 from lakewarden.table.plans import JobPlan
 from lakewarden.table.transaction import WriteTransaction
 from lakewarden.testing import wait_until
@@ -307,14 +314,17 @@ def test_a_table_written_through_kafka_is_cleaned_without_being_registered_by_ha
     cleaners("a")
     # No coordinator given: the shared one for these settings, timeline-lock's. Its first
     # announced entry registers the table with the cleaner (nobody calls request_clean).
-    table = Table.create(
-        str(tmp_path / "t"),
-        name="t",
-        record_key="id",
-        schema=SCHEMA,
-        clean_policy=KEEP_ONE,
-        settings=cl_settings,
-    )
-    write(table, 3)
-    wait_until(lambda: cleaned(table), 60, "the unregistered table to be cleaned")
-    assert clean_instants(table)
+    try:
+        table = Table.create(
+            str(tmp_path / "t"),
+            name="t",
+            record_key="id",
+            schema=SCHEMA,
+            clean_policy=KEEP_ONE,
+            settings=cl_settings,
+        )
+        write(table, 3)
+        wait_until(lambda: cleaned(table), 60, "the unregistered table to be cleaned")
+        assert clean_instants(table)
+    finally:
+        close_shared_connections()  # its Kafka clients, before the session's broker stops
