@@ -59,7 +59,8 @@ def test_a_straggling_task_with_speculation_enabled_commits_every_row_once(
     the host already running it, and local mode has one host. So it checks only that turning
     speculation on does not harm a job; two attempts of one partition, which speculation
     would cause on a cluster, are driven by
-    ``test_two_attempts_of_one_partition_only_the_accepted_one_commits``."""
+    ``test_two_attempts_of_one_partition_only_the_accepted_one_commits``, and real speculation
+    on a two-host cluster by ``test_spark_cluster.py``."""
     table = make_table(table_dir)
     data = rows(range(300))
     writer = spark_df(spark, data, partitions=4).write.format("lakewarden").mode("append")
