@@ -1,13 +1,14 @@
 """The Python that Spark runs: checked once, in ``register``, before a task can fail on it.
 
-Spark starts its Python workers (the data source's planner, every task) with
-``spark.pyspark.python``, else the ``PYSPARK_PYTHON`` environment variable, else ``python3``
-from the ``PATH``. A script run with a virtualenv's interpreter without activating the
-virtualenv has a ``python3`` on its ``PATH`` that lacks pyarrow and lakewarden, and every task
-then dies with "No module named pyarrow" deep in a Java stack trace. Spark's own docs advise
-pointing ``PYSPARK_PYTHON`` at the driver's interpreter for local mode.
+Spark starts its Python workers (the data source's planner, every task) with the driver's
+``PYSPARK_PYTHON`` environment variable (which ``spark-submit`` sets from
+``spark.pyspark.python``), else ``python3`` from the ``PATH``. A script run with a
+virtualenv's interpreter without activating the virtualenv has a ``python3`` on its ``PATH``
+that lacks pyarrow and lakewarden, and every task then dies with "No module named pyarrow"
+deep in a Java stack trace. Spark's own docs advise pointing ``PYSPARK_PYTHON`` at the
+driver's interpreter for local mode.
 
-So, when neither is set:
+So, when ``PYSPARK_PYTHON`` is unset:
 
 - local mode (``local``, ``local[...]``, ``local-cluster[...]``: the workers run on this
   machine): fine if ``python3`` on the ``PATH`` is this interpreter, or can import lakewarden
@@ -43,10 +44,24 @@ class WorkerPythonError(ConfigurationError):
 
 
 def configured_python(spark: Any) -> str | None:
-    """``spark.pyspark.python``, else ``PYSPARK_PYTHON``, else None (Spark runs python3)."""
-    conf = spark.sparkContext.getConf()
-    value = conf.get(PYTHON_CONF, None) or os.environ.get(PYTHON_ENV)
-    return str(value) if value else None
+    """The Python the workers run: ``PYSPARK_PYTHON``, else None (Spark runs python3).
+
+    PySpark hands its workers the driver's ``PYSPARK_PYTHON`` (``SparkContext.pythonExec``);
+    ``spark-submit`` sets it from ``spark.pyspark.python``, but that setting made only in
+    ``SparkSession.builder`` of a driver run as plain ``python`` reaches no worker (checked on
+    Spark 4.0: the workers then run python3 from the ``PATH``), so it does not count here."""
+    value = os.environ.get(PYTHON_ENV)
+    return value or None
+
+
+def _ignored_conf_note(spark: Any) -> str:
+    conf = spark.sparkContext.getConf().get(PYTHON_CONF, None)
+    if not conf:
+        return ""
+    return (
+        f" ({PYTHON_CONF}={conf} is set in the session's configuration, but PySpark's workers "
+        f"run {PYTHON_ENV}, which only spark-submit sets from that setting)"
+    )
 
 
 def is_local_master(master: str) -> bool:
@@ -61,10 +76,11 @@ def check_worker_python(spark: Any) -> None:
     if not is_local_master(master):
         log.warning(
             "%s / %s are unset: Spark's executors run %r from their PATH, which must have "
-            "lakewarden and pyarrow installed (see the README, 'Spark on a cluster')",
+            "lakewarden and pyarrow installed (see the README, 'Spark on a cluster')%s",
             PYTHON_CONF,
             PYTHON_ENV,
             SPARK_DEFAULT_PYTHON,
+            _ignored_conf_note(spark),
         )
         return
     default = shutil.which(SPARK_DEFAULT_PYTHON)
@@ -73,10 +89,10 @@ def check_worker_python(spark: Any) -> None:
     found = default or f"no {SPARK_DEFAULT_PYTHON} on the PATH"
     raise WorkerPythonError(
         f"Spark's Python workers would run {SPARK_DEFAULT_PYTHON} ({found}), which cannot "
-        f"import lakewarden and pyarrow: {PYTHON_CONF} and {PYTHON_ENV} are unset, and this "
-        f"driver runs {sys.executable}. Help: before creating the SparkSession, "
-        f"export {PYTHON_ENV}={sys.executable} (or .config('{PYTHON_CONF}', sys.executable)); "
-        "or activate the virtualenv."
+        f"import lakewarden and pyarrow: {PYTHON_ENV} is unset{_ignored_conf_note(spark)}, and "
+        f"this driver runs {sys.executable}. Help: before creating the SparkSession, "
+        f"export {PYTHON_ENV}={sys.executable} (or spark-submit --conf "
+        f"{PYTHON_CONF}={sys.executable}); or activate the virtualenv."
     )
 
 

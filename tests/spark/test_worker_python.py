@@ -68,7 +68,6 @@ def test_local_mode_with_a_python3_that_lacks_lakewarden_is_refused(path_with: A
 
 def test_a_chosen_or_capable_python_passes(path_with: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     path_with(1)
-    check_worker_python(_Session(conf={"spark.pyspark.python": sys.executable}))
     monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)
     check_worker_python(_Session())
     monkeypatch.delenv("PYSPARK_PYTHON")
@@ -83,3 +82,13 @@ def test_a_cluster_gets_a_warning_naming_what_executors_need(
     with caplog.at_level(logging.WARNING, logger="lakewarden.spark"):
         check_worker_python(_Session(master="spark://10.0.0.1:7077"))
     assert "must have lakewarden and pyarrow installed" in caplog.text
+
+
+def test_spark_pyspark_python_in_the_builder_alone_is_named_as_ignored(path_with: Any) -> None:
+    """PySpark gives its workers PYSPARK_PYTHON; the setting alone (no spark-submit) is not it."""
+    path_with(1)
+    with pytest.raises(WorkerPythonError) as caught:
+        check_worker_python(_Session(conf={"spark.pyspark.python": sys.executable}))
+    assert f"spark.pyspark.python={sys.executable} is set in the session's configuration" in (
+        str(caught.value)
+    )
