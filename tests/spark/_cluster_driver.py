@@ -45,6 +45,9 @@ def session() -> Any:
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.executor.memory", "512m")
         .config("spark.executor.cores", "1")
+        # Both executors before the first job: the speculative copy needs the second host.
+        .config("spark.scheduler.minRegisteredResourcesRatio", "1.0")
+        .config("spark.scheduler.maxRegisteredResourcesWaitingTime", "120s")
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.default.parallelism", "4")
         .config("spark.local.dir", str(WORK / "local"))
