@@ -28,12 +28,10 @@ import uuid
 from dataclasses import dataclass
 from typing import Literal
 
-from confluent_kafka import TopicPartition
-
+from lakewarden.clients._results import listen_from_end
 from lakewarden.errors import RetryableError
 from lakewarden.events import (
     EventConsumer,
-    EventConsumerError,
     EventDeliveryError,
     EventProducer,
     make_event,
@@ -181,38 +179,16 @@ class CancelClient:
         )
 
     def _listen(self) -> EventConsumer:
-        if self._consumer is not None and self._consumer.assignment():
-            return self._consumer
-        if self._consumer is None:
-            self._consumer = EventConsumer(
-                self.settings,
-                group_id=f"cancel-client-{uuid.uuid4().hex}",
-                auto_commit=False,
-                dead_letters=False,
-                auto_offset_reset="latest",
-                enable_partition_eof=False,
-                logger=log,
-            )
-        consumer = self._consumer
-        topic = CANCEL_RESULTS.name(self.settings)
-        timeout = self.settings.kafka.request_timeout_s
-        try:
-            partitions = consumer.partitions(topic, timeout_s=timeout)
-            if not partitions:
-                raise CancelServiceUnavailableError(
-                    f"topic {topic} does not exist; nothing was sent. Help: start the "
-                    "cancel-manager service (`lakewarden dev up` runs it)."
-                )
-            ends = [
-                TopicPartition(topic, p, consumer.watermarks(topic, p, timeout_s=timeout)[1])
-                for p in partitions
-            ]
-        except EventConsumerError as err:
-            raise CancelServiceUnavailableError(
-                f"cannot read {topic}: {err}; nothing was sent. Help: is the broker up?"
-            ) from err
-        consumer.assign(ends)
-        return consumer
+        self._consumer = listen_from_end(
+            self._consumer,
+            self.settings,
+            CANCEL_RESULTS,
+            client="cancel-client",
+            service="cancel-manager",
+            unavailable=CancelServiceUnavailableError,
+            log=log,
+        )
+        return self._consumer
 
     def _send(self, record: dict[str, object]) -> None:
         if self._producer is None:

@@ -34,18 +34,17 @@ import os
 import socket
 import threading
 import time
-import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from confluent_kafka import Message, TopicPartition
+from confluent_kafka import Message
 
+from lakewarden.clients._results import listen_from_end
 from lakewarden.commit import JobLayout, SuccessData, TaskAttemptId
 from lakewarden.errors import CommitStateUnknownError, NonRetryableError, RetryableError
 from lakewarden.events import (
     EventConsumer,
-    EventConsumerError,
     EventDeliveryError,
     EventProducer,
     make_event,
@@ -203,41 +202,16 @@ class CommitClient:
     # -- internals -------------------------------------------------------------------------
 
     def _listen(self) -> EventConsumer:
-        """A consumer assigned every partition of the results topic at its end (once: later
-        requests read on from where the last one stopped, which is past nothing they need)."""
-        if self._consumer is not None and self._consumer.assignment():
-            return self._consumer
-        if self._consumer is None:
-            # Replies are not dead-lettered: an undecodable one is not for us to judge.
-            self._consumer = EventConsumer(
-                self.settings,
-                group_id=f"commit-client-{uuid.uuid4().hex}",
-                auto_commit=False,
-                dead_letters=False,
-                auto_offset_reset="latest",
-                enable_partition_eof=False,
-                logger=log,
-            )
-        consumer = self._consumer
-        topic = JOB_RESULTS.name(self.settings)
-        timeout = self.settings.kafka.request_timeout_s
-        try:
-            partitions = consumer.partitions(topic, timeout_s=timeout)
-            if not partitions:
-                raise CommitServiceUnavailableError(
-                    f"topic {topic} does not exist; nothing was sent. Help: start the "
-                    "job-committer service (`lakewarden dev up` runs it)."
-                )
-            ends = [
-                TopicPartition(topic, p, consumer.watermarks(topic, p, timeout_s=timeout)[1])
-                for p in partitions
-            ]
-        except EventConsumerError as err:
-            raise CommitServiceUnavailableError(
-                f"cannot read {topic}: {err}; nothing was sent. Help: is the broker up?"
-            ) from err
-        consumer.assign(ends)
-        return consumer
+        self._consumer = listen_from_end(
+            self._consumer,
+            self.settings,
+            JOB_RESULTS,
+            client="commit-client",
+            service="job-committer",
+            unavailable=CommitServiceUnavailableError,
+            log=log,
+        )
+        return self._consumer
 
     def _send(self, request: CommitRequest, manifests: Sequence[AttemptManifest]) -> None:
         if self._producer is None:
