@@ -11,10 +11,12 @@ the same table id and URI) and sweeps it from then on.
 
 Why on the first announced entry rather than the first completed commit: a table whose first
 write dies must still be known, or its dead instant is never rolled back. Why once per process
-rather than once per table: nothing is lost if one registration is (a broker hiccup, a cleaner
-whose registry was wiped); the next process writing the table registers it again. A
-registration also asks for a clean with the table's own policy, which is what the cleaner does
-after a committed write anyway.
+rather than once per table, and again every ``reregister_after_s`` (default an hour) while the
+process keeps writing: a registration can be lost after it was published (a cleaner instance
+killed before its registry's changelog had it, a registry wiped), and a long-lived writer (a
+streaming ingestion) would otherwise never repeat it; registering is idempotent, so a repeat
+costs one small event. A registration also asks for a clean with the table's own policy, which
+is what the cleaner does after a committed write anyway.
 
 Best effort and never raises: the write is in storage already; a registration that failed is
 retried at the table's next announced entry.
@@ -24,6 +26,8 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
+from collections.abc import Callable
 
 from lakewarden.errors import LakewardenError
 from lakewarden.events.envelope import make_event
@@ -40,19 +44,31 @@ _CLEANER_ACTIONS = frozenset({Action.CLEAN, Action.ROLLBACK})
 # A writer waits for the broker between protocol steps: keep a slow one from stalling it.
 _FLUSH_TIMEOUT_S = 5.0
 REGISTERED_BY = "registration"
+# Well inside clean.requests' 7-day retention, and rare enough to cost nothing.
+REREGISTER_AFTER_S = 3600.0
 
 
 class CleanerRegistration:
-    """Registers each located table with the cleaner once per process; thread-safe, lazy (no
-    IO before the first registration)."""
+    """Registers each located table with the cleaner at its first announced entry and again
+    at the first one after ``reregister_after_s``; thread-safe, lazy (no IO before the first
+    registration)."""
 
-    def __init__(self, settings: Settings, *, producer: EventProducer | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        producer: EventProducer | None = None,
+        reregister_after_s: float = REREGISTER_AFTER_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.settings = settings
         self._producer = producer
         self._owns_producer = producer is None
         self._guard = threading.Lock()
         self._uris: dict[str, str] = {}
-        self._registered: set[str] = set()
+        self._registered_at: dict[str, float] = {}
+        self.reregister_after_s = reregister_after_s
+        self.clock = clock
         self.failed = 0
 
     def locate(self, table_id: str, uri: str) -> None:
@@ -61,13 +77,16 @@ class CleanerRegistration:
             self._uris[table_id] = uri
 
     def announced(self, table_id: str, entry: TimelineEntry) -> bool:
-        """Register ``table_id`` if this is the first of its entries announced here (and its
-        location is known); whether a registration was published now."""
+        """Register ``table_id`` if this is the first of its entries announced here, or the
+        first since its registration is ``reregister_after_s`` old (and its location is known);
+        whether a registration was published now."""
         if entry.action in _CLEANER_ACTIONS:
             return False
         with self._guard:  # one registration in flight at a time: no table registered twice
             uri = self._uris.get(table_id)
-            if uri is None or table_id in self._registered:
+            last = self._registered_at.get(table_id)
+            now = self.clock()
+            if uri is None or (last is not None and now - last < self.reregister_after_s):
                 return False
             try:
                 self._publish(table_id, uri, entry.actor)
@@ -79,7 +98,7 @@ class CleanerRegistration:
                     extra={"table": table_id, "uri": uri},
                 )
                 return False
-            self._registered.add(table_id)
+            self._registered_at[table_id] = now
             return True
 
     def close(self) -> None:

@@ -51,7 +51,13 @@ def _coordinator() -> Coordinator:
     return connect(settings, require_kafka=True).coordinator
 
 
-handler = EventHandler(registry=tables, queue=queue, dead_letters=dead_letters, wake=_wake)
+handler = EventHandler(
+    registry=tables,
+    queue=queue,
+    dead_letters=dead_letters,
+    wake=_wake,
+    persisted=tables.changelog_acked,
+)
 worker = CleanWorker(
     settings, _coordinator, cleaner_settings, instance=service_settings.instance_id or "0"
 )

@@ -2,7 +2,8 @@
 
 ``tables`` maps a table id to ``{"uri", "partition"}``: where the table lives and the
 ``clean.requests`` partition that registered it, which is the partition (hence the instance)
-that owns it. It is changelogged, so a rebalance moves it with the partition.
+that owns it. It is changelogged, so a rebalance moves it with the partition, and a
+registration is acknowledged by the broker before its event is (``AckedTable``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import faust
 from lakewarden.events.topics import CLEAN_REQUESTS, DLQ, HEARTBEAT_EXPIRED, TIMELINE
 from lakewarden.settings import Settings
 from services._common import DeadLetters, Lifecycle, ServiceSettings, event_topic, make_app
+from services._common.acked_table import acked_table
 from services.cleaner.queue import CleanQueue
 from services.cleaner.settings import CleanerSettings
 
@@ -39,7 +41,10 @@ dlq_topic = event_topic(app, DLQ, settings)
 
 dead_letters = DeadLetters(dlq_topic, service=SERVICE, consumer_group=app.conf.id)
 
-tables = app.Table(
+# An AckedTable: the agent waits until a registration is in the changelog before it takes the
+# next event, so its offset is never committed ahead of the registration (see acked_table).
+tables = acked_table(
+    app,
     "tables",
     default=None,
     schema=faust.Schema(key_serializer="json", value_serializer="json"),

@@ -4,7 +4,10 @@
 ``heartbeat.expired``:
 
 1. undecodable, the wrong event, keyed wrongly or an invalid request: dead-letter it;
-2. a ``CleanRequest`` registers the table (its URI and owning partition) in ``tables``;
+2. a ``CleanRequest`` registers the table (its URI and owning partition) in ``tables`` and
+   waits until the registration is acknowledged by the broker (``persisted``): only then may
+   the event's offset be committed, or a crash in between forgets the table for good (it is
+   registered once, and nobody repeats a registration whose event was consumed);
 3. queue the table if its URI is known here; otherwise the event is left to the table's owner
    (whose periodic sweep cleans it: events of one table may reach a non-owner when producers
    partition differently).
@@ -16,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Collection, MutableMapping
+from collections.abc import Awaitable, Callable, Collection, MutableMapping
 from typing import Any
 
 from faust.types import Message
@@ -32,6 +35,10 @@ log = logging.getLogger(__name__)
 Registry = MutableMapping[str, Any]
 
 
+async def _nothing_to_wait_for() -> None:
+    return None
+
+
 class EventHandler:
     """Turns events into queued cleans."""
 
@@ -42,9 +49,13 @@ class EventHandler:
         queue: CleanQueue,
         dead_letters: DeadLetterSink,
         wake: Callable[[], None],
+        persisted: Callable[[], Awaitable[None]] = _nothing_to_wait_for,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """``persisted``: returns once the registry's changes so far are durable (for the
+        faust table, ``AckedTable.changelog_acked``)."""
         self.registry = registry
+        self.persisted = persisted
         self.queue = queue
         self.dead_letters = dead_letters
         self.wake = wake
@@ -78,6 +89,7 @@ class EventHandler:
                 "uri": trigger.table_uri,
                 "partition": message.partition,
             }
+            await self.persisted()
         self.enqueue(trigger, source)  # 3.
 
     def enqueue(self, trigger: Trigger, source: str) -> bool:

@@ -143,3 +143,24 @@ def test_no_registration_waits_on_a_broker_that_just_lost_the_announcement() -> 
     timeline.fail = False
     coordinator.announce("table-1", _entry(transition=Transition.COMPLETED))
     assert len(producer.sent) == 1
+
+
+def test_a_table_is_registered_again_after_the_interval_while_it_is_written() -> None:
+    """A registration lost after it was published (a cleaner killed before its registry had
+    it) is repeated by a long-lived writer: at its first entry an interval later."""
+    producer = _Producer()
+    now = [100.0]
+    registration = CleanerRegistration(
+        Settings(),
+        producer=producer,  # type: ignore[arg-type]
+        reregister_after_s=60.0,
+        clock=lambda: now[0],
+    )
+    registration.locate("table-1", "/data/t1")
+    assert registration.announced("table-1", _entry())
+    now[0] = 159.0
+    assert not registration.announced("table-1", _entry(transition=Transition.COMPLETED))
+    now[0] = 160.0
+    assert registration.announced("table-1", _entry(transition=Transition.COMPLETED))
+    assert not registration.announced("table-1", _entry())
+    assert [record["table_uri"] for _, record in producer.sent] == ["/data/t1", "/data/t1"]

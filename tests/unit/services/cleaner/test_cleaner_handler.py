@@ -212,3 +212,39 @@ def test_cli_clean_dry_run_and_policy(tmp_path: Path, monkeypatch: pytest.Monkey
     assert done.exit_code == 0 and "deleted 2 files" in done.output and "as clean" in done.output
     bad = runner.invoke(cli, ["clean", uri, "--policy", "keep-forever=1"])
     assert bad.exit_code == 2 and "unknown cleaning policy" in bad.output
+
+
+def test_a_registration_is_durable_before_its_event_is_done() -> None:
+    """The handler returns (and the agent takes the next event, which lets faust commit this
+    one's offset) only once the registry says the registration is durable: a crash before that
+    leaves the offset uncommitted, so the request is delivered again instead of forgotten."""
+    h = Harness()
+    durable = asyncio.Event()
+    waits: list[str] = []
+
+    async def persisted() -> None:
+        waits.append("waited")
+        await durable.wait()
+
+    h.handler.persisted = persisted
+    message = Message("t", 4, 0, 0.0, 0, None, TABLE.encode(), request(), None)
+
+    async def scenario() -> None:
+        handling = asyncio.ensure_future(
+            h.handler.handle(message, decode(request()), source="request")
+        )
+        await asyncio.sleep(0.05)
+        assert waits == ["waited"] and not handling.done()  # registered, not yet durable
+        assert h.registry[TABLE]["partition"] == 4
+        durable.set()
+        await asyncio.wait_for(handling, 5)
+        # A transition registers nothing: nothing to wait for.
+        transition_message = Message(
+            "t", 4, 1, 0.0, 0, None, TABLE.encode(), transition("commit", "completed"), None
+        )
+        await h.handler.handle(
+            transition_message, decode(transition("commit", "completed")), source="transition"
+        )
+
+    asyncio.run(scenario())
+    assert waits == ["waited"] and h.dlq.sent == []
