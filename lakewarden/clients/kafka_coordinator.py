@@ -134,6 +134,10 @@ class KafkaCoordinator(Coordinator):
             return None
         return None if record is None else record.owner
 
+    def heartbeat_tolerance_s(self, table_id: str) -> float:
+        """The table's heartbeat policy's tolerance (what heartbeat-monitor judges it by)."""
+        return self.settings.heartbeat.policy_for(table_id).tolerance_s
+
     @contextmanager
     def heartbeat(self, table_id: str, instant: str, owner: str) -> Iterator[None]:
         """Publish heartbeats for ``instant`` while the block runs.

@@ -63,6 +63,10 @@ class Lease:
         return self.released or time.monotonic() >= self.expires_at
 
 
+# HeartbeatPolicy's defaults (10 s x 3), for coordinators without settings.
+DEFAULT_HEARTBEAT_TOLERANCE_S = 30.0
+
+
 class Coordinator(abc.ABC):
     """Per-table mutual exclusion with leases, and liveness of instants."""
 
@@ -87,6 +91,12 @@ class Coordinator(abc.ABC):
         """The owner named by the instant's latest heartbeat, when known (for error messages:
         "plan P is executed by X"); None when nobody is known."""
         return None
+
+    def heartbeat_tolerance_s(self, table_id: str) -> float:
+        """How long after its last beat an executor of ``table_id`` is declared dead (the
+        heartbeat policy's ``interval_s * tolerable_misses``; the default policy's 30 s here).
+        A plan's claim mark counts this long (``lakewarden.tableservice.claim``)."""
+        return DEFAULT_HEARTBEAT_TOLERANCE_S
 
     def register_table(self, table_id: str, uri: str) -> None:
         """Learn where ``table_id`` lives (no IO). The Kafka coordinator registers the table

@@ -2,9 +2,22 @@
 
 Under the table lock an executor reloads the timeline, asks the coordinator whether the plan's
 heartbeat is alive, and, when it is not, starts beating for the plan before it releases the
-lock: a second executor claiming after it sees the heartbeat (with Kafka, the first beat has
-been acknowledged by the broker before the lock is released) and refuses with
+lock: a second executor claiming after it sees the heartbeat and refuses with
 ``PlanAlreadyExecutingError`` naming the owner.
+
+The claim window. With Kafka the first beat is acknowledged by the broker before the lock is
+released, but the liveness view is heartbeat-monitor's changelog, which has that beat only once
+the monitor processed it: right after a claim the view can still say UNKNOWN (no record yet),
+or DEAD (the record of an earlier executor that died). A second executor claiming in that
+moment would run the plan too (only one could commit; the other's work is wasted). So the claim
+also leaves a mark in storage, written under the lock: ``.lakewarden/claims/<instant>.json``
+naming the executor, when it claimed, and its heartbeat tolerance. A later claimer that does
+not see a live heartbeat still refuses while another executor's mark is younger than that
+tolerance and the monitor has not judged that executor yet (its record names someone else,
+or nobody). Once the monitor's record names the marked executor, its verdict decides: a
+killed executor is declared dead a tolerance after its last beat, never earlier than its mark
+expires. The executor removes its mark when it stops (a crash leaves it, to expire), so a retry
+after a failure is not held up.
 
 Heartbeats are a liveness signal, not a proof: a paused executor can be declared dead while it
 still runs. Safety does not rest on them: the rollback of an earlier attempt deletes files only
@@ -15,38 +28,135 @@ attempt's rollback, and only one ``completed`` is ever legal (the state machine)
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import json
+import logging
+import time
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
+from dataclasses import asdict, dataclass
 
+from lakewarden.storage import NotFoundError, StorageError
 from lakewarden.table.coordinator import Liveness
 from lakewarden.table.timeline_state import InstantState
 from lakewarden.tableservice.context import ServiceContext
 from lakewarden.tableservice.errors import PlanAlreadyExecutingError
 from lakewarden.tableservice.plan_state import pending_plan
 
-__all__ = ["claim"]
+__all__ = ["CLAIMS_PREFIX", "ClaimMark", "claim", "claim_key", "read_claim"]
+
+log = logging.getLogger(__name__)
+
+CLAIMS_PREFIX = ".lakewarden/claims/"
+
+
+def claim_key(instant: str) -> str:
+    return f"{CLAIMS_PREFIX}{instant}.json"
+
+
+@dataclass(frozen=True)
+class ClaimMark:
+    """Who claimed a plan, when (wall clock, epoch ms) and for how long the claim counts
+    without a heartbeat verdict (the claimer's heartbeat tolerance)."""
+
+    owner: str
+    claimed_ms: int
+    tolerance_ms: int
+
+    def fresh(self, now_ms: int) -> bool:
+        return now_ms - self.claimed_ms < self.tolerance_ms
+
+    def encode(self) -> bytes:
+        return json.dumps(asdict(self), sort_keys=True).encode()
+
+
+def read_claim(ctx: ServiceContext, instant: str) -> ClaimMark | None:
+    """The plan's claim mark; None when there is none or it cannot be parsed (a torn or
+    foreign file is not a claim).
+
+    Raises: StorageError (other than a missing mark)."""
+    try:
+        raw = ctx.storage.read(claim_key(instant))
+    except NotFoundError:
+        return None
+    try:
+        fields = json.loads(raw)
+        return ClaimMark(
+            str(fields["owner"]), int(fields["claimed_ms"]), int(fields["tolerance_ms"])
+        )
+    except (ValueError, KeyError, TypeError):
+        log.warning("ignoring an unreadable claim mark of plan %s", instant)
+        return None
+
+
+def _wall_ms() -> int:
+    return time.time_ns() // 1_000_000
 
 
 @contextmanager
-def claim(ctx: ServiceContext, instant: str) -> Iterator[InstantState]:
-    """Hold the plan's heartbeat for the ``with`` block; yields the plan as loaded under the
-    lock.
+def claim(
+    ctx: ServiceContext, instant: str, *, wall_ms: Callable[[], int] = _wall_ms
+) -> Iterator[InstantState]:
+    """Hold the plan's heartbeat (and claim mark) for the ``with`` block; yields the plan as
+    loaded under the lock.
 
     Raises: PlanAlreadyExecutingError, InstantAlreadyCompletedError, UnknownPlanError,
     NotATableServicePlanError, LockTimeoutError, HeartbeatLostError (first beat not
-    delivered)."""
+    delivered), StorageError (the mark could not be read or written)."""
     with ExitStack() as beating:
         with ctx.coordinator.lock(ctx.table_id, ttl_s=ctx.lock_ttl_s, wait_s=ctx.lock_wait_s):
             plan = pending_plan(ctx, ctx.timeline.load(), instant)
-            if ctx.coordinator.liveness(ctx.table_id, instant) is Liveness.ALIVE:
-                owner = ctx.coordinator.executor_of(ctx.table_id, instant)
-                raise PlanAlreadyExecutingError(
-                    f"plan {instant} of table {ctx.table_id} is being executed by "
-                    f"{owner or 'another executor'} (its heartbeat is alive). Help: at most "
-                    "one executor runs a plan; retry after that one stops, or let it finish.",
-                    table=ctx.table_id,
-                    instant=instant,
-                    owner=owner,
-                )
-            beating.enter_context(ctx.coordinator.heartbeat(ctx.table_id, instant, ctx.actor))
+            _refuse_if_executing(ctx, instant, wall_ms())
+            tolerance_ms = round(ctx.coordinator.heartbeat_tolerance_s(ctx.table_id) * 1000)
+            mark = ClaimMark(ctx.actor, wall_ms(), tolerance_ms)
+            ctx.storage.write(claim_key(instant), mark.encode())
+            try:
+                beating.enter_context(ctx.coordinator.heartbeat(ctx.table_id, instant, ctx.actor))
+            except BaseException:
+                _release_mark(ctx, instant, mark)
+                raise
+            # Runs before the heartbeat ends: nobody can claim while the mark goes away.
+            beating.callback(_release_mark, ctx, instant, mark)
         yield plan
+
+
+def _refuse_if_executing(ctx: ServiceContext, instant: str, now_ms: int) -> None:
+    """Raises: PlanAlreadyExecutingError (a live heartbeat, or a fresh claim of another
+    executor the monitor has not judged yet)."""
+    liveness = ctx.coordinator.liveness(ctx.table_id, instant)
+    judged = ctx.coordinator.executor_of(ctx.table_id, instant)
+    if liveness is Liveness.ALIVE:
+        raise _executing(ctx, instant, judged, "its heartbeat is alive")
+    mark = read_claim(ctx, instant)
+    if mark is not None and mark.owner != ctx.actor and mark.owner != judged:
+        if mark.fresh(now_ms):
+            age_s = (now_ms - mark.claimed_ms) / 1000
+            raise _executing(
+                ctx,
+                instant,
+                mark.owner,
+                f"it claimed the plan {age_s:.1f} s ago and no heartbeat verdict on it exists "
+                f"yet; the claim counts for {mark.tolerance_ms / 1000:.1f} s",
+            )
+
+
+def _executing(
+    ctx: ServiceContext, instant: str, owner: str | None, why: str
+) -> PlanAlreadyExecutingError:
+    return PlanAlreadyExecutingError(
+        f"plan {instant} of table {ctx.table_id} is being executed by "
+        f"{owner or 'another executor'} ({why}). Help: at most one executor runs a plan; "
+        "retry after that one stops, or let it finish.",
+        table=ctx.table_id,
+        instant=instant,
+        owner=owner,
+    )
+
+
+def _release_mark(ctx: ServiceContext, instant: str, mine: ClaimMark) -> None:
+    """Remove this executor's mark (best effort: a mark left behind only expires). Another
+    executor's mark is left alone (it claimed after this one was judged dead)."""
+    try:
+        if read_claim(ctx, instant) == mine:
+            ctx.storage.delete(claim_key(instant))
+    except StorageError as err:
+        log.warning("plan %s: the claim mark was not removed (it expires): %s", instant, err)

@@ -202,6 +202,9 @@ class _Recorder(Coordinator):
     def executor_of(self, table_id: str, instant: str) -> str | None:
         return self.inner.executor_of(table_id, instant)
 
+    def heartbeat_tolerance_s(self, table_id: str) -> float:
+        return self.inner.heartbeat_tolerance_s(table_id)
+
     def check_heartbeat(self, table_id: str, instant: str) -> None:
         self.inner.check_heartbeat(table_id, instant)
 

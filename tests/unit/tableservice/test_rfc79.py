@@ -56,6 +56,13 @@ def _hooked_plan(table: Table, *, cancellable: bool) -> str:
     return str(instant)
 
 
+class _PausedPastItsTolerance(EmbeddedCoordinator):
+    """An executor whose claim mark has expired the moment it is written."""
+
+    def heartbeat_tolerance_s(self, table_id: str) -> float:
+        return 0.0
+
+
 class _Crash(BaseException):
     """A kill -9 stand-in: not an Exception, so the executor's cleanup does not run."""
 
@@ -293,13 +300,14 @@ def test_a_second_executor_is_refused_while_the_first_beats(make_table: MakeTabl
 
 def test_two_processes_on_one_plan_commit_exactly_once(make_table: MakeTable) -> None:
     """Two executors that cannot see each other's heartbeat (separate coordinators, as two
-    processes without Kafka): the newer rolls the older's files back; the older can then
-    never complete, and the table has exactly the newer's output."""
+    processes without Kafka) and whose claim mark no longer counts (a zombie paused past its
+    heartbeat tolerance, here none at all): the newer rolls the older's files back; the older
+    can then never complete, and the table has exactly the newer's output."""
     table = make_table()
     fragmented(table)
     expected = as_sorted(table.read())
     instant = _hooked_plan(table, cancellable=False)
-    zombie = as_executor(table, "zombie", EmbeddedCoordinator())
+    zombie = as_executor(table, "zombie", _PausedPastItsTolerance())
     newer = as_executor(table, "newer", EmbeddedCoordinator())
     results: dict[str, object] = {}
 
