@@ -25,6 +25,7 @@ from services.cancel_manager.app import (
     requests_topic,
     results_topic,
     settings,
+    tables,
     timeline_topic,
 )
 from services.cancel_manager.handler import ExpiryHandler, RequestHandler
@@ -58,6 +59,8 @@ requests_handler = RequestHandler(
     send_transition=_send_transition,
     dead_letters=dead_letters,
     producer_id=SERVICE,
+    registry=tables,
+    persisted=tables.changelog_acked,
 )
 expiry_handler = ExpiryHandler(
     worker=worker,
@@ -65,6 +68,7 @@ expiry_handler = ExpiryHandler(
     send_transition=_send_transition,
     dead_letters=dead_letters,
     producer_id=SERVICE,
+    registry=tables,
 )
 
 

@@ -1,10 +1,15 @@
-"""The faust app of cancel-manager: its topics, declared at module top. It keeps no faust
-table: storage holds the timeline; the table URIs requests named are remembered in process
-(``CancelWorker.tables``) so that a ``HeartbeatExpired`` can be acted on."""
+"""The faust app of cancel-manager: its topics and the ``tables`` registry, declared at module
+top. Storage holds the timeline; ``tables`` maps a table id to the URI a request named, so
+that a ``HeartbeatExpired`` (which names no URI) can be acted on, also after a restart or a
+rebalance: it is changelogged and partitioned like ``cancel.requests`` (and
+``heartbeat.expired``, which has as many partitions and the same keys, so the instance that
+gets a table's expiries owns its registration)."""
 
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+
+import faust
 
 from lakewarden.events.topics import (
     CANCEL_REQUESTS,
@@ -15,6 +20,7 @@ from lakewarden.events.topics import (
 )
 from lakewarden.settings import Settings
 from services._common import DeadLetters, Lifecycle, ServiceSettings, event_topic, make_app
+from services._common.acked_table import acked_table
 
 SERVICE = "cancel-manager"
 TOPICS = (CANCEL_REQUESTS, CANCEL_RESULTS, HEARTBEAT_EXPIRED, TIMELINE)
@@ -37,6 +43,15 @@ timeline_topic = event_topic(app, TIMELINE, settings)
 dlq_topic = event_topic(app, DLQ, settings)
 
 dead_letters = DeadLetters(dlq_topic, service=SERVICE, consumer_group=app.conf.id)
+
+# Acknowledged by the broker before the request that registered a URI is done (AckedTable).
+tables = acked_table(
+    app,
+    "tables",
+    default=None,
+    schema=faust.Schema(key_serializer="json", value_serializer="json"),
+    partitions=CANCEL_REQUESTS.partitions,
+)
 
 # Cancel steps block (storage, the table lock): one at a time, off the event loop.
 cancel_pool = ThreadPoolExecutor(1, thread_name_prefix="cancel")

@@ -5,12 +5,18 @@
 1. undecodable, not a CancelRequest, keyed wrongly or invalid: dead-letter it; an invalid
    request that names its table and request id is also answered (``invalid_request``), so
    its sender does not wait for a timeout;
-2. apply it on a worker thread (``CancelWorker.run``; the event loop stays free);
-3. publish the ``TimelineTransition`` of every entry the service appended, then the
+2. apply it on a worker thread (``CancelWorker.run``; the event loop stays free), with the
+   URI remembered for the table when the request names none;
+3. a request that named a table's URI and found the table there registers it in ``tables``
+   (table id -> URI, a changelogged faust table partitioned like ``cancel.requests``, and so
+   like ``heartbeat.expired``: one instance owns both) and waits until that is durable, so
+   a restarted or new owner still knows where the table is when its executor dies;
+4. publish the ``TimelineTransition`` of every entry the service appended, then the
    ``CancelResult``.
 
 ``ExpiryHandler.handle`` takes one ``HeartbeatExpired``: when the dead executor's plan has a
-cancel request, the service runs ``execute_cancel`` itself and publishes its transitions.
+cancel request (and ``tables`` knows where the table is), the service runs ``execute_cancel``
+itself and publishes its transitions.
 
 Delivery is at-least-once and every step is idempotent (a repeated request answers
 ``already_requested`` / ``already_aborted``).
@@ -20,7 +26,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from faust.types import Message
@@ -46,6 +52,14 @@ log = logging.getLogger(__name__)
 
 RunBlocking = Callable[[Callable[[], Any]], Awaitable[Any]]
 SendEvent = Callable[[str, Event], Awaitable[None]]
+# table id -> URI (the service's faust table; a dict in tests).
+Registry = MutableMapping[str, Any]
+# Statuses of a request that did not find its table where it said.
+_NOT_FOUND = frozenset({"unknown_table"})
+
+
+async def _nothing_to_wait_for() -> None:
+    return None
 
 
 class RequestHandler:
@@ -60,13 +74,19 @@ class RequestHandler:
         send_transition: SendEvent,
         dead_letters: DeadLetterSink,
         producer_id: str,
+        registry: Registry | None = None,
+        persisted: Callable[[], Awaitable[None]] = _nothing_to_wait_for,
     ) -> None:
+        """``registry``: where each table is (table id -> URI); ``persisted`` returns once
+        its changes so far are durable (``AckedTable.changelog_acked``)."""
         self.worker = worker
         self.run_blocking = run_blocking
         self.send_result = send_result
         self.send_transition = send_transition
         self.dead_letters = dead_letters
         self.producer_id = producer_id
+        self.registry: Registry = registry if registry is not None else {}
+        self.persisted = persisted
 
     async def handle(self, message: Message, value: Any) -> None:
         """Process one message of ``cancel.requests``; a failure of the service itself
@@ -92,8 +112,14 @@ class RequestHandler:
                 await self.send_result(table_id, Event("CancelResult", refusal))
             return
         started = time.monotonic()
-        outcome: Outcome = await self.run_blocking(lambda: self.worker.run(command))  # 2.
-        await publish_transitions(  # 3.
+        known = self.registry.get(command.table_id)
+        outcome: Outcome = await self.run_blocking(  # 2.
+            lambda: self.worker.run(command, known_uri=known)
+        )
+        if command.table_uri and outcome.status not in _NOT_FOUND and known != command.table_uri:
+            self.registry[command.table_id] = command.table_uri  # 3.
+            await self.persisted()
+        await publish_transitions(  # 4.
             self.send_transition, command.table_id, outcome.entries, self.producer_id
         )
         record = result_record(command, outcome, producer_id=self.producer_id)
@@ -125,12 +151,14 @@ class ExpiryHandler:
         send_transition: SendEvent,
         dead_letters: DeadLetterSink,
         producer_id: str,
+        registry: Registry | None = None,
     ) -> None:
         self.worker = worker
         self.run_blocking = run_blocking
         self.send_transition = send_transition
         self.dead_letters = dead_letters
         self.producer_id = producer_id
+        self.registry: Registry = registry if registry is not None else {}
 
     async def handle(self, message: Message, value: Any) -> None:
         """Process one ``HeartbeatExpired``; bad events are dead-lettered."""
@@ -148,7 +176,10 @@ class ExpiryHandler:
         except InvalidEvent as err:
             await self.dead_letters.reject(message, reason=err.reason, detail=err.detail)
             return
-        outcome: Outcome | None = await self.run_blocking(lambda: self.worker.expired(expiry))
+        uri = self.registry.get(expiry.table_id)
+        outcome: Outcome | None = await self.run_blocking(
+            lambda: self.worker.expired(expiry, uri=uri)
+        )
         if outcome is None:
             return
         await publish_transitions(

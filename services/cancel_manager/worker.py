@@ -2,9 +2,12 @@
 
 ``CancelWorker.run(command)`` runs on a worker thread (never on the faust event loop):
 
-1. find the table: the request's ``table_uri`` (remembered per table id, so that a later
-   ``HeartbeatExpired`` of that table can be acted on), else the one remembered; none, or a
-   table whose id is not the event's: ``unknown_table``;
+1. find the table: the request's ``table_uri``, else the one the service remembered for the
+   table id (``known_uri``: the handler keeps them in a changelogged faust table, so that a
+   later ``HeartbeatExpired`` of that table can be acted on, also after a restart); none, or a
+   table whose id is not the event's: ``unknown_table``. Opened tables are kept (per URI):
+   their timeline is reloaded incrementally, so a request costs the new entries, not a full
+   load of ``table.json`` and the log;
 2. ``request``: ``Table.request_cancel`` (accepted, already_requested, already_aborted;
    refused_completed, not_cancellable, unknown_instant); ``execute``:
    ``Table.execute_cancel`` (aborted, already_aborted; refused_executing, not_requested, ...);
@@ -25,7 +28,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable, MutableMapping
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 
 from lakewarden.errors import LakewardenError, RetryableError
@@ -65,54 +68,52 @@ def actor() -> str:
 
 
 class CancelWorker:
-    """Applies cancel commands; one per service process. ``tables`` maps table id -> URI: the
-    URIs requests named, so that a ``HeartbeatExpired`` (which names none) can be acted on."""
+    """Applies cancel commands; one per service process, called from one thread at a time
+    (the service's single worker thread)."""
 
     def __init__(
         self,
         settings: Settings,
         coordinator: Callable[[], Coordinator],
-        tables: MutableMapping[str, str] | None = None,
         *,
         attempts: int = 3,
         retry_delay_s: float = 0.5,
     ) -> None:
         self.settings = settings
         self.coordinator = coordinator
-        self.tables: MutableMapping[str, str] = tables if tables is not None else {}
         self.attempts = attempts
         self.retry_delay_s = retry_delay_s
         self.actor = actor()
+        self._recorder: _Recorder | None = None
+        self._open_tables: dict[str, Table] = {}
 
-    def run(self, command: CancelCommand) -> Outcome:
+    def run(self, command: CancelCommand, *, known_uri: str | None = None) -> Outcome:
         """Steps 1-4 of the module docstring; never raises for a bad request."""
-        uri = command.table_uri or self.tables.get(command.table_id)
+        uri = command.table_uri or known_uri
         if uri is None:
             return Outcome(
                 "unknown_table",
                 f"cancel-manager does not know where table {command.table_id} is: the request "
                 "names no table_uri and none was seen before. Help: send table_uri.",
             )
-        recorder = _Recorder(self.coordinator())
+        recorder = self._fresh_recorder()
         try:
             table = self._open(uri, command.table_id, recorder)  # 1.
         except _UnknownTable as err:
             return Outcome("unknown_table", str(err), error_type=err.error_type)
-        if command.table_uri:
-            self.tables[command.table_id] = command.table_uri
-        return self._apply(lambda: _step(table, command), recorder)  # 2., 3., 4.
+        return self._apply(uri, lambda: _step(table, command), recorder)  # 2., 3., 4.
 
-    def expired(self, expiry: Expiry) -> Outcome | None:
-        """``execute_cancel`` of a cancel-requested plan whose executor died; None when there
-        is nothing to do (not a plan, no cancel request, unknown table)."""
-        uri = self.tables.get(expiry.table_id)
+    def expired(self, expiry: Expiry, *, uri: str | None) -> Outcome | None:
+        """``execute_cancel`` of a cancel-requested plan whose executor died, the table being
+        at ``uri`` (what the service remembered for it); None when there is nothing to do (not
+        a plan, no cancel request, unknown table)."""
         if uri is None:
             log.info(
                 "heartbeat expired for a table cancel-manager never saw; ignored",
                 extra={"table": expiry.table_id, "instant": expiry.instant},
             )
             return None
-        recorder = _Recorder(self.coordinator())
+        recorder = self._fresh_recorder()
         try:
             table = self._open(uri, expiry.table_id, recorder)
         except _UnknownTable:
@@ -124,14 +125,30 @@ class CancelWorker:
             or current.state is not Transition.CANCEL_REQUESTED
         ):
             return None
-        return self._apply(lambda: _outcome_of(table.execute_cancel(expiry.instant)), recorder)
+        return self._apply(uri, lambda: _outcome_of(table.execute_cancel(expiry.instant)), recorder)
+
+    def _fresh_recorder(self) -> _Recorder:
+        """The one recorder every cached table announces to, emptied for a new command (what
+        an earlier command left there failed with it and was not published either)."""
+        if self._recorder is None:
+            self._recorder = _Recorder(self.coordinator())
+        self._recorder.take()
+        return self._recorder
 
     def _open(self, uri: str, table_id: str, recorder: _Recorder) -> Table:
-        try:
-            table = Table.open(uri, coordinator=recorder, settings=self.settings)
-        except (NotATableError, LakewardenError) as err:
-            raise _UnknownTable(f"cannot open table {table_id} at {uri}: {err}", err) from err
-        table.actor = self.actor
+        """The table at ``uri``, opened once and kept (reopened when the kept one is another
+        table: the URI was reused).
+
+        Raises: _UnknownTable (not a table, unreadable, or another table than ``table_id``)."""
+        table = self._open_tables.get(uri)
+        if table is None or table.table_id != table_id:
+            try:
+                table = Table.open(uri, coordinator=recorder, settings=self.settings)
+            except (NotATableError, LakewardenError) as err:
+                self._open_tables.pop(uri, None)
+                raise _UnknownTable(f"cannot open table {table_id} at {uri}: {err}", err) from err
+            table.actor = self.actor
+            self._open_tables[uri] = table
         if table.table_id != table_id:
             raise _UnknownTable(
                 f"{uri} holds table {table.table_id}, not {table_id}: the request names the "
@@ -140,7 +157,7 @@ class CancelWorker:
             )
         return table
 
-    def _apply(self, step: Callable[[], str], recorder: _Recorder) -> Outcome:
+    def _apply(self, uri: str, step: Callable[[], str], recorder: _Recorder) -> Outcome:
         for attempt in range(1, self.attempts + 1):
             try:
                 status = step()
@@ -151,6 +168,9 @@ class CancelWorker:
                 log.warning("cancel step failed (%s); retrying", err)
                 time.sleep(self.retry_delay_s * attempt)
             except LakewardenError as err:
+                if not _named_refusal(err):
+                    # A table that moved, was replaced or is broken: open it afresh next time.
+                    self._open_tables.pop(uri, None)
                 return _refusal(err, recorder)
         raise AssertionError("unreachable")
 
@@ -166,6 +186,10 @@ def _step(table: Table, command: CancelCommand) -> str:
 
 def _outcome_of(outcome: str) -> str:
     return "aborted" if outcome == "aborted" else "already_aborted"
+
+
+def _named_refusal(err: LakewardenError) -> bool:
+    return any(isinstance(err, kind) for kind, _ in _REFUSALS)
 
 
 def _refusal(err: LakewardenError, recorder: _Recorder) -> Outcome:

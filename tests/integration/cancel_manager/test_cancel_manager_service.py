@@ -1,8 +1,9 @@
 """cancel-manager end to end on the real broker, with timeline-lock and heartbeat-monitor:
 one process of each per module. Requests and executes through ``CancelClient``, a malformed
 request (DLQ, the service keeps serving), unknown tables and instants, an executor killed
-with kill -9 whose heartbeat expires (the service then aborts the plan by itself), and two
-executor processes on one plan of which exactly one commits."""
+with kill -9 whose heartbeat expires (the service then aborts the plan by itself), the same
+on S3 (SeaweedFS), a service killed and restarted in between that still knows the table, and
+two executor processes on one plan of which exactly one commits."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import signal
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pyarrow as pa
@@ -35,11 +37,23 @@ BEAT = {"LAKEWARDEN_HEARTBEAT__INTERVAL_S": "0.3", "LAKEWARDEN_HEARTBEAT__TOLERA
 
 
 @pytest.fixture(scope="module")
-def cm_settings(kafka_settings: Settings) -> Settings:
+def cm_settings(kafka_settings: Settings, s3_settings: Settings) -> Settings:
     kafka = kafka_settings.kafka.model_copy(update={"topic_prefix": f"cm{uuid.uuid4().hex[:8]}."})
-    settings = kafka_settings.model_copy(update={"kafka": kafka})
+    settings = kafka_settings.model_copy(update={"kafka": kafka, "s3": s3_settings.s3})
     ensure_topics(settings)
     return settings
+
+
+def _s3_env(settings: Settings) -> dict[str, str]:
+    """The S3 settings as a child process reads them (tables on S3)."""
+    s3 = settings.s3
+    assert s3.access_key_id is not None and s3.secret_access_key is not None
+    return {
+        "LAKEWARDEN_S3__ENDPOINT_URL": str(s3.endpoint_url),
+        "LAKEWARDEN_S3__REGION": str(s3.region),
+        "LAKEWARDEN_S3__ACCESS_KEY_ID": s3.access_key_id.get_secret_value(),
+        "LAKEWARDEN_S3__SECRET_ACCESS_KEY": s3.secret_access_key.get_secret_value(),
+    }
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +68,8 @@ def services(
             "services.cancel_manager",
         ):
             home = tmp_path_factory.mktemp(module.rsplit(".", 1)[-1])
-            service = ServiceProcess(module, cm_settings, home=home, extra_env=BEAT)
+            env = {**BEAT, **_s3_env(cm_settings)}
+            service = ServiceProcess(module, cm_settings, home=home, extra_env=env)
             service.start()
             started.append(service)
         yield started
@@ -69,7 +84,7 @@ def client(cm_settings: Settings, services: list[ServiceProcess]) -> Iterator[Ca
         yield cancel_client
 
 
-def _fragmented_table(uri: str) -> Table:
+def _fragmented_table(uri: str, settings: Settings | None = None) -> Table:
     """A table whose buckets have several slices (three inserts into append groups are what
     Spark leaves; three upserts of disjoint keys into one bucket each are the cheap stand-in:
     clustering then has one slice per bucket and needs sort_by to plan)."""
@@ -80,6 +95,7 @@ def _fragmented_table(uri: str) -> Table:
         schema=SCHEMA,
         partition_by=["region"],
         coordinator=EmbeddedCoordinator(),
+        settings=settings,
     )
     for n in range(3):
         ids = [n * 10 + i for i in range(5)]
@@ -96,6 +112,7 @@ def _plan(table: Table, *, cancellable: bool) -> str:
 def _executor(settings: Settings, uri: str, instant: str, mode: str) -> subprocess.Popen[str]:
     env = dict(os.environ)
     env.update(BEAT)
+    env.update(_s3_env(settings))
     env["LAKEWARDEN_KAFKA__BOOTSTRAP_SERVERS"] = settings.kafka.bootstrap_servers or ""
     env["LAKEWARDEN_KAFKA__TOPIC_PREFIX"] = settings.kafka.topic_prefix
     env["PYTHONPATH"] = str(Path(__file__).resolve().parents[3])
@@ -185,3 +202,73 @@ def test_two_executor_processes_on_one_plan_commit_exactly_once(
     assert sorted(o.startswith("outcome completed") for o in outputs) == [False, True], outputs
     assert _state(table, instant) is Transition.COMPLETED
     assert sorted(table.read().to_pylist(), key=lambda r: r["id"]) == before
+
+
+@contextmanager
+def _paused_executor(
+    settings: Settings, table: Table, instant: str
+) -> Iterator[Callable[[], None]]:
+    """An executor process beating for ``instant`` (paused in its rewrite); yields kill -9."""
+    executor = _executor(settings, table.uri, instant, "pause")
+    try:
+        assert executor.stdout is not None
+        assert executor.stdout.readline().strip() == "ready"
+
+        def kill() -> None:
+            os.kill(executor.pid, signal.SIGKILL)
+            executor.wait(10)
+
+        yield kill
+    finally:
+        if executor.poll() is None:
+            executor.kill()
+            executor.wait(10)
+        if executor.stdout is not None:
+            executor.stdout.close()
+
+
+def _plan_leftovers(table: Table, instant: str) -> list[str]:
+    return [
+        o.key
+        for o in table.storage.list("")
+        if instant in o.key and not o.key.startswith(".lakewarden/")
+    ]
+
+
+def test_on_s3_requests_executes_and_a_killed_executors_plan_is_aborted(
+    client: CancelClient, cm_settings: Settings, s3_bucket: str, tmp_path: Path
+) -> None:
+    table = _fragmented_table(f"s3://{s3_bucket}/cm-{tmp_path.name}/orders", cm_settings)
+    ask = {"table_uri": table.uri, "requester": "test"}
+    first = _plan(table, cancellable=True)
+    assert client.request_cancel(table.table_id, first, reason="r", **ask).status == "accepted"
+    assert client.execute_cancel(table.table_id, first, **ask).status == "aborted"
+    assert _state(table, first) is Transition.ABORTED
+    second = _plan(table, cancellable=True)  # the aborted plan's groups are free again
+    with _paused_executor(cm_settings, table, second) as kill:
+        assert client.request_cancel(table.table_id, second, reason="r", **ask).ok
+        refused = client.execute_cancel(table.table_id, second, **ask)
+        assert refused.status == "refused_executing"
+        assert _plan_leftovers(table, second)  # the executor's files are on S3
+        kill()
+        wait_until(lambda: _state(table, second) is Transition.ABORTED, timeout_s=60)
+    assert _plan_leftovers(table, second) == []
+
+
+def test_a_restarted_service_still_acts_on_an_expiry(
+    client: CancelClient, services: list[ServiceProcess], cm_settings: Settings, tmp_path: Path
+) -> None:
+    """The URI a request named survives the service: killed (kill -9, right after answering)
+    and restarted, it aborts the plan when the executor dies, though nobody asks again."""
+    cancel_manager = services[-1]
+    assert cancel_manager.module == "services.cancel_manager"
+    table = _fragmented_table(str(tmp_path / "orders"))
+    instant = _plan(table, cancellable=True)
+    with _paused_executor(cm_settings, table, instant) as kill:
+        ask = {"table_uri": table.uri, "requester": "test"}
+        assert client.request_cancel(table.table_id, instant, reason="r", **ask).ok
+        cancel_manager.kill()
+        cancel_manager.start()
+        kill()
+        wait_until(lambda: _state(table, instant) is Transition.ABORTED, timeout_s=90)
+    assert _plan_leftovers(table, instant) == []

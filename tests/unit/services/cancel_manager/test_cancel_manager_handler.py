@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,8 @@ class Harness:
         self.transitions: list[Event] = []
         letters = DeadLetters(self.dlq, service="cancel-manager", consumer_group="g")  # type: ignore[arg-type]
         self.worker = CancelWorker(Settings(), lambda: COORDINATOR, retry_delay_s=0)
+        self.registry: dict[str, Any] = {}  # the service's faust table, shared by both agents
+        self.persisted: list[int] = []
         self.requests = RequestHandler(
             worker=self.worker,
             run_blocking=_inline,
@@ -60,6 +63,8 @@ class Harness:
             send_transition=self._transition,
             dead_letters=letters,
             producer_id="cancel-manager",
+            registry=self.registry,
+            persisted=self._persisted,
         )
         self.expiries = ExpiryHandler(
             worker=self.worker,
@@ -67,8 +72,14 @@ class Harness:
             send_transition=self._transition,
             dead_letters=letters,
             producer_id="cancel-manager",
+            registry=self.registry,
         )
         self.offset = 0
+
+    async def _persisted(self) -> None:
+        # What the registry holds when the handler waits for it to be durable, and that no
+        # result was sent before (a client told "accepted" can rely on the registration).
+        self.persisted.append(len(self.results))
 
     async def _result(self, table_id: str, event: Event) -> None:
         self.results.append(event)
@@ -240,3 +251,78 @@ def test_a_dead_executor_of_a_cancel_requested_plan_is_finished_by_the_service(
     mine = table.state().get(instant)
     assert mine is not None and mine.state is Transition.ABORTED
     assert h.transitions[-1].record["transition"] == "aborted"
+
+
+def test_a_table_found_at_its_uri_is_registered_durably_before_the_result(table: Table) -> None:
+    h = Harness()
+    instant = str(table.schedule_clustering(cancellable=True))
+    h.ask(table, instant, "request", uri=str(table.uri) + "-nowhere")
+    assert h.results[-1].record["status"] == "unknown_table"
+    assert h.registry == {} and h.persisted == []  # a wrong URI is not remembered
+    h.ask(table, instant, "request")
+    assert h.registry == {table.table_id: table.uri}
+    assert h.persisted == [1]  # waited for before the second result was sent
+    h.ask(table, instant, "request")
+    assert h.persisted == [1]  # known already: nothing to write
+
+
+def test_an_expiry_after_a_restart_finds_the_table_in_the_recovered_registry(
+    table: Table,
+) -> None:
+    """A new process (a restart, or the partition's next owner) has an empty worker, but the
+    registry recovered from the changelog still says where the table is."""
+    before = Harness()
+    instant = str(table.schedule_clustering(cancellable=True))
+    before.ask(table, instant, "request")
+    after = Harness()
+    after.registry.update(before.registry)  # what faust recovers from the changelog
+    expired = make_event(
+        "HeartbeatExpired",
+        table_id=table.table_id,
+        producer_id="heartbeat-monitor",
+        instant=instant,
+        owner="executor-9",
+        last_seen_ms=0,
+        detected_ms=0,
+        tolerance_ms=30_000,
+        frontier_ms=None,
+    )
+    after.feed(encode("HeartbeatExpired", expired), key=table.table_id.encode(), expiry=True)
+    mine = table.state().get(instant)
+    assert mine is not None and mine.state is Transition.ABORTED
+
+
+def test_the_worker_keeps_opened_tables_and_reopens_a_replaced_one(
+    table: Table, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    h = Harness()
+    opened: list[str] = []
+    real_open = Table.open
+
+    def counting_open(uri: str, **kwargs: Any) -> Table:
+        opened.append(uri)
+        return real_open(uri, **kwargs)
+
+    monkeypatch.setattr(Table, "open", counting_open)
+    first = str(table.schedule_clustering(cancellable=True))
+    assert h.ask(table, first, "request").record["status"] == "accepted"
+    assert h.ask(table, first, "execute").record["status"] == "aborted"
+    # Entries appended by others meanwhile are seen: the kept table reloads its timeline.
+    second = str(table.schedule_clustering(cancellable=True))
+    assert h.ask(table, second, "request").record["status"] == "accepted"
+    assert opened == [table.uri]
+    # Another table at the same URI (dropped and recreated): opened afresh, not refused.
+    shutil.rmtree(tmp_path / "orders")
+    replaced = Table.create(
+        table.uri,
+        name="orders",
+        record_key="id",
+        schema=SCHEMA,
+        partition_by=["region"],
+        buckets=2,
+        coordinator=COORDINATOR,
+    )
+    fragmented(replaced)
+    third = str(replaced.schedule_clustering(cancellable=True))
+    assert h.ask(replaced, third, "request").record["status"] == "accepted"
+    assert opened == [table.uri, table.uri]
