@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup kafka-jars spark-jars deps up down demo test test-fast fuzz lint typecheck bench clean
+.PHONY: setup kafka-jars spark-jars peers-deps deps up down demo test test-fast fuzz lint typecheck bench clean
 
 # Idempotent and fast: reinstalls only when pyproject.toml changed since the last install.
 setup: $(STAMP) kafka-jars spark-jars
@@ -37,6 +37,12 @@ infra/spark/jars/.fetched: infra/spark/pom.xml
 	rm -rf infra/spark/jars
 	mvn -B -q -Dstyle.color=never -f infra/spark/pom.xml dependency:copy-dependencies -DoutputDirectory=jars
 	touch $@
+
+# The peers benchmark's Delta Lake and Hudi jars (Maven, infra/peers/*/pom.xml) and the
+# pyspark 3.5 virtualenv Hudi runs in (infra/peers/hudi/venv); `python -m benchmarks peers`
+# fetches them itself on first use. Not needed by anything else.
+peers-deps: setup
+	$(BIN)/python -m benchmarks._peers_setup
 
 deps: setup
 
@@ -79,4 +85,4 @@ bench: setup
 	$(BIN)/python -m benchmarks
 
 clean:
-	rm -rf $(VENV) infra/kafka/lib infra/spark/jars .lakewarden-state .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) infra/kafka/lib infra/spark/jars infra/peers/*/jars infra/peers/hudi/venv .lakewarden-state .pytest_cache .mypy_cache .ruff_cache
