@@ -48,6 +48,9 @@ from benchmarks._registry import BenchContext, Result, benchmark
 from lakewarden.settings import KafkaSettings, Settings
 
 BATCHES = 10
+# With Kafka configured the driver hands every batch's job commit to job-committer.
+JOB_COMMITTER = "services.job_committer"
+LATENCY_RATES = (1_000, 10_000)  # events/s of the end-to-end latency runs
 PARTITIONS = 2
 
 
@@ -67,7 +70,7 @@ def _services(settings: Settings, home: Path) -> Iterator[None]:
     ensure_topics(settings)
     started = []
     try:
-        for module in ("services.timeline_lock", "services.heartbeat_monitor"):
+        for module in ("services.timeline_lock", "services.heartbeat_monitor", JOB_COMMITTER):
             service = ServiceProcess(module, settings, home=home / module.rsplit(".", 1)[-1])
             service.home.mkdir(parents=True)
             started.append(service)
@@ -190,8 +193,9 @@ def _parquet_run(
     }
 
 
-def measure(records: int, bootstrap: str) -> dict[str, Any]:
+def measure(records: int, bootstrap: str, latency_s: float) -> dict[str, Any]:
     """Everything of the module docstring; numbers in seconds and milliseconds."""
+    from benchmarks._ingest_latency import measure_latency
     from lakewarden.demo import create_topic, order_events, produce
     from lakewarden.spark.ingest import ingest_session
     from lakewarden.table.table import Table
@@ -217,6 +221,12 @@ def measure(records: int, bootstrap: str) -> dict[str, Any]:
                 parquet = _parquet_run(spark, bootstrap, topic, root, per_batch, config)
                 ours = _lakewarden_run(spark, settings, topic, root, per_batch, "fail")
                 skip = _lakewarden_run(spark, settings, topic, root, per_batch, "skip")
+                latency = {
+                    str(rate): measure_latency(
+                        spark, settings, root, rate=rate, duration_s=latency_s
+                    )
+                    for rate in LATENCY_RATES
+                }
             finally:
                 spark.stop()
     finally:
@@ -229,11 +239,13 @@ def measure(records: int, bootstrap: str) -> dict[str, Any]:
         "parquet": parquet,
         "lakewarden": ours,
         "lakewarden_skip": skip,
+        "latency": latency,
     }
 
 
-def _measure_in_child(records: int, bootstrap: str) -> dict[str, Any]:
-    command = [sys.executable, "-m", "benchmarks.bench_ingest", "--child", str(records), bootstrap]
+def _measure_in_child(records: int, bootstrap: str, latency_s: float) -> dict[str, Any]:
+    command = [sys.executable, "-m", "benchmarks.bench_ingest", "--child", str(records)]
+    command += [bootstrap, str(latency_s)]
     result = subprocess.run(
         command, capture_output=True, text=True, timeout=1200, env={**os.environ}
     )
@@ -247,7 +259,7 @@ def _measure_in_child(records: int, bootstrap: str) -> dict[str, Any]:
 def bench_ingest(ctx: BenchContext) -> Iterable[Result]:
     bootstrap = ctx.kafka_settings().kafka.bootstrap_servers
     assert bootstrap is not None
-    numbers = _measure_in_child(ctx.scale(200_000, 20_000), bootstrap)
+    numbers = _measure_in_child(ctx.scale(200_000, 20_000), bootstrap, ctx.scale(20, 5))
     return results(numbers)
 
 
@@ -300,6 +312,22 @@ def results(numbers: dict[str, Any]) -> list[Result]:
                 baseline_label="Parquet sink commit (last data file -> _spark_metadata entry)",
             )
         )
+    for rate, sides in numbers["latency"].items():
+        ours_l, base_l = sides["lakewarden"], sides["parquet"]
+        for q in ("p50", "p99"):
+            found.append(
+                Result(
+                    benchmark="ingest",
+                    metric=f"end-to-end latency {q} at {int(rate):,} events/s "
+                    "(produced -> readable)",
+                    unit="ms",
+                    value=ours_l[f"{q}_ms"],
+                    baseline=base_l[f"{q}_ms"],
+                    baseline_label="the same stream into the Parquet sink (produced -> "
+                    "its batch in _spark_metadata); trigger 0 s for both",
+                    details={"lakewarden": ours_l, "parquet": base_l} if q == "p50" else {},
+                )
+            )
     return found
 
 
@@ -307,11 +335,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="20k records")
     parser.add_argument(
-        "--child", nargs=2, metavar=("RECORDS", "BOOTSTRAP"), help=argparse.SUPPRESS
+        "--child", nargs=3, metavar=("RECORDS", "BOOTSTRAP", "LATENCY_S"), help=argparse.SUPPRESS
     )
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(measure(int(args.child[0]), args.child[1])))
+        records, bootstrap, latency_s = args.child
+        print(json.dumps(measure(int(records), bootstrap, float(latency_s))))
         return
     ctx = BenchContext(quick=args.quick)
     try:

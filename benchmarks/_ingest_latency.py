@@ -1,0 +1,243 @@
+"""End-to-end latency of streaming ingestion: an event produced to Kafka -> its row readable.
+
+Part of ``bench_ingest`` (runs in its child process, on its broker, services and Spark).
+For each rate (events/s), on a topic and table of their own:
+
+1. start ``lakewarden ingest``'s query (``IngestJob``) with a processing-time trigger of 0 (a
+   micro-batch starts as soon as the previous one ended: the pipeline's own latency, no
+   trigger interval added) and wait until its first, empty trigger ran;
+2. produce ``rate`` JSON order events a second for ``duration_s`` from a thread, paced every
+   10 ms; each carries its produce time (epoch ms) in ``updated_at``;
+3. wait until the table holds every event (or ``timeout_s``), then stop the query;
+4. a row is *readable* when the instant that wrote it is ``completed`` on the timeline (a
+   reader's snapshot is exactly the completed instants): its latency is that entry's wall
+   time minus the event's produce time. The row's instant is its ``_lw_commit_time``.
+
+The baseline is the same stream, produced the same way, into Spark's own Parquet sink with
+the same trigger: a row is readable there when its batch's ``_spark_metadata`` log entry
+exists (a ``spark.read.parquet`` of the sink lists exactly the files of logged batches), so its
+latency is that entry's mtime minus the produce time.
+
+Reported: p50 / p99 / max over every event, the events and micro-batches seen, and the rate
+actually achieved by the producer (under load it may fall short: then the figure says so).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+PACE_S = 0.01
+
+
+def _produce_at_rate(bootstrap: str, topic: str, rate: int, duration_s: float) -> dict[str, Any]:
+    """Produce ``rate`` events/s for ``duration_s``; return counts and the achieved rate."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 1, "acks": "all"})
+    start = time.monotonic()
+    sent = 0
+    while (elapsed := time.monotonic() - start) < duration_s:
+        due = min(int(elapsed * rate) + 1, int(duration_s * rate))
+        while sent < due:
+            now_ms = time.time_ns() // 1_000_000
+            value = {
+                "order_id": f"o-{sent:08d}",
+                "region": ("eu", "us", "apac")[sent % 3],
+                "customer": f"c-{sent % 1000:03d}",
+                "amount": 1.0,
+                "updated_at": now_ms,
+            }
+            try:
+                producer.produce(topic, json.dumps(value).encode())
+            except BufferError:
+                producer.poll(0.01)
+                continue
+            sent += 1
+        producer.poll(0)
+        time.sleep(PACE_S)
+    producer_s = time.monotonic() - start
+    left = producer.flush(30)
+    if left:
+        raise RuntimeError(f"{left} latency events to {topic} were not delivered")
+    return {"events": sent, "achieved_rate": sent / producer_s}
+
+
+def _latencies(uri: str) -> tuple[list[float], int]:
+    """Per row: its instant's ``completed`` wall time minus its produce time (ms); and how
+    many instants completed."""
+    from lakewarden.storage import open_storage
+    from lakewarden.table.config import META_COMMIT_TIME
+    from lakewarden.table.table import Table
+    from lakewarden.table.timeline import Timeline
+
+    completed = {
+        entry.instant: entry.wall_time_ms
+        for entry in Timeline(open_storage(uri), table="orders").entries()
+        if str(entry.transition) == "completed"
+    }
+    rows = Table.open(uri).read(columns=["updated_at", META_COMMIT_TIME])
+    instants = rows.column(META_COMMIT_TIME).to_pylist()
+    produced = rows.column("updated_at").to_pylist()
+    latencies = [float(completed[i] - p) for i, p in zip(instants, produced, strict=True)]
+    return latencies, len(completed)
+
+
+def _parquet_latencies(out: Path) -> tuple[list[float], int]:
+    """Per row of the Parquet sink: its batch's log entry mtime minus its produce time (ms)."""
+    import pyarrow.parquet as pq
+
+    latencies: list[float] = []
+    logs = [p for p in (out / "_spark_metadata").iterdir() if not p.name.startswith(".")]
+    seen: set[str] = set()
+    for log in sorted(logs, key=lambda p: int(p.name.split(".")[0])):
+        logged_ms = log.stat().st_mtime * 1000
+        for line in filter(None, log.read_text().splitlines()[1:]):
+            path = json.loads(line)["path"].removeprefix("file://")
+            if path not in seen:  # a .compact entry repeats older batches' files
+                seen.add(path)
+                produced = pq.read_table(path, columns=["updated_at"]).column(0).to_pylist()
+                latencies.extend(logged_ms - p for p in produced)
+    return latencies, len(logs)
+
+
+def _run_and_measure(start: Any, produce: Any, count_in: Any, timeout_s: float) -> dict[str, Any]:
+    """Start the query, wait for its first trigger, produce, wait until it read every event,
+    stop it; return what the producer reported."""
+    query = start()
+    try:
+        _wait_for(lambda: query.lastProgress is not None, timeout_s, "first trigger")
+        produced = produce()
+        _wait_for(lambda: count_in(query) >= produced["events"], timeout_s, "complete ingest")
+    finally:
+        query.stop()
+    return produced
+
+
+def _summary(latencies: list[float], produced: dict[str, Any], batches: int) -> dict[str, Any]:
+    if len(latencies) != produced["events"]:
+        raise RuntimeError(f"{len(latencies)} of {produced['events']} events reached the table")
+    ordered = sorted(latencies)
+    return {
+        "achieved_rate": produced["achieved_rate"],
+        "events": produced["events"],
+        "batches": batches,
+        "p50_ms": ordered[len(ordered) // 2],
+        "p99_ms": ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))],
+        "max_ms": ordered[-1],
+    }
+
+
+def measure_latency(
+    spark: Any,
+    settings: Any,
+    root: Path,
+    *,
+    rate: int,
+    duration_s: float,
+    timeout_s: float = 600.0,
+) -> dict[str, dict[str, Any]]:
+    """Steps 1-4 of the module docstring at ``rate`` events/s, for lakewarden and for the
+    Parquet sink (in that order; each on a topic of its own)."""
+    return {
+        "parquet": _parquet_latency(spark, settings, root, rate, duration_s, timeout_s),
+        "lakewarden": _lakewarden_latency(spark, settings, root, rate, duration_s, timeout_s),
+    }
+
+
+def _topic(settings: Any, name: str) -> str:
+    from lakewarden.demo import create_topic
+
+    topic = f"{settings.kafka.topic_prefix}{name}"
+    create_topic(settings.kafka.bootstrap_servers, topic, 2)
+    return topic
+
+
+def _parquet_latency(
+    spark: Any, settings: Any, root: Path, rate: int, duration_s: float, timeout_s: float
+) -> dict[str, Any]:
+    from lakewarden.demo import ORDERS_SCHEMA
+    from lakewarden.spark._arrow import spark_schema
+    from lakewarden.spark.ingest import parse_records, route_bad_records
+    from lakewarden.table.config import TableConfig
+
+    bootstrap = settings.kafka.bootstrap_servers
+    name = f"latency-parquet-{rate}-{uuid.uuid4().hex[:6]}"
+    topic, out = _topic(settings, name), root / name
+    config = TableConfig.new(
+        name="orders", record_key="order_id", schema=ORDERS_SCHEMA, partition_by=["region"]
+    )
+    raw = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .load()
+    )
+    names = spark_schema(config.pa_schema).fieldNames()
+    good = route_bad_records(parse_records(raw, config), "fail", root / f"{name}-bad", names)
+
+    def start() -> Any:
+        return (
+            good.writeStream.format("parquet")
+            .option("path", str(out))
+            .option("checkpointLocation", str(root / f"{name}-checkpoint"))
+            .trigger(processingTime="0 seconds")
+            .start()
+        )
+
+    def read_so_far(query: Any) -> int:
+        return sum(int(p.numInputRows) for p in query.recentProgress)
+
+    produced = _run_and_measure(
+        start, lambda: _produce_at_rate(bootstrap, topic, rate, duration_s), read_so_far, timeout_s
+    )
+    latencies, batches = _parquet_latencies(out)
+    return _summary(latencies, produced, batches)
+
+
+def _lakewarden_latency(
+    spark: Any, settings: Any, root: Path, rate: int, duration_s: float, timeout_s: float
+) -> dict[str, Any]:
+    from lakewarden.demo import create_table
+    from lakewarden.spark.ingest import IngestJob, IngestSpec
+
+    bootstrap = settings.kafka.bootstrap_servers
+    name = f"latency-{rate}-{uuid.uuid4().hex[:6]}"
+    topic, table = _topic(settings, name), root / name
+    create_table(table)
+    spec = IngestSpec(
+        topic=topic,
+        table=str(table),
+        bootstrap=bootstrap,
+        checkpoint=root / f"{name}-checkpoint",
+        trigger_s=0.0,
+        starting_offsets="earliest",
+        settings=settings,
+    )
+    jobs: list[Any] = []
+
+    def start() -> Any:
+        jobs.append(IngestJob.start(spark, spec))
+        return jobs[0].query
+
+    def read_so_far(query: Any) -> int:
+        jobs[0].poll()  # raises IngestError when the query failed
+        return jobs[0].totals.input_rows
+
+    produced = _run_and_measure(
+        start, lambda: _produce_at_rate(bootstrap, topic, rate, duration_s), read_so_far, timeout_s
+    )
+    latencies, instants = _latencies(str(table))
+    return _summary(latencies, produced, instants)
+
+
+def _wait_for(condition: Any, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"ingest latency: no {what} within {timeout_s:g} s")
+        time.sleep(0.1)
