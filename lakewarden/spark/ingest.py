@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import re
 import sys
 import time
 from collections.abc import Callable
@@ -399,15 +400,31 @@ class IngestJob:
             ) from err
 
 
+# A failed query's text quotes its plan, whose bad-record branch holds our message template
+# between attribute ids (``topic#9``): such lines name no actual record.
+_PLAN_TEXT = re.compile(r"\w#\d+")
+# The last line of a Python traceback raised by lakewarden (``lakewarden.errors.XError: ...``).
+_OUR_EXCEPTION = re.compile(r"^lakewarden\.[\w.]+: ")
+
+
 def spark_error_summary(text: str) -> str:
-    """The telling line of a Spark failure: ours (a bad record, a lakewarden error) first."""
+    """The telling line of a Spark failure: ours (a bad record, a lakewarden exception) first;
+    lines of the quoted query plan never."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
-    for marker in ("lakewarden ingest: bad record", "lakewarden", "Error: ", "Exception: "):
-        for line in lines:
-            if marker in line:
-                start = line.find("lakewarden ingest:") if "lakewarden ingest:" in line else 0
-                return line[start:].removesuffix(" SQLSTATE: P0001")[:1000]
-    return lines[0][:1000] if lines else "unknown error"
+    ours = [line for line in lines if not _PLAN_TEXT.search(line)]
+    bad_record = "lakewarden ingest: bad record"
+    found = (
+        next((line for line in ours if bad_record in line), None)
+        or next((line for line in ours if _OUR_EXCEPTION.match(line)), None)
+        or next(
+            (line for m in ("lakewarden", "Error: ", "Exception: ") for line in ours if m in line),
+            None,
+        )
+    )
+    if found is None:
+        return lines[0][:1000] if lines else "unknown error"
+    start = found.find("lakewarden ingest:") if "lakewarden ingest:" in found else 0
+    return found[start:].removesuffix(" SQLSTATE: P0001")[:1000]
 
 
 def _epoch_ms(timestamp: str | None) -> int:

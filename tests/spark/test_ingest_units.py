@@ -69,6 +69,24 @@ def test_spark_errors_are_summarised_by_the_bad_record_line() -> None:
     assert summarise("") == "unknown error"
 
 
+def test_a_lakewarden_exception_is_summarised_not_the_quoted_plan() -> None:
+    # A failed commit's text: the Python traceback, then the plan quoting the bad-record
+    # template between attribute ids (once summarised as if a record were bad).
+    text = (
+        "[PYTHON_STREAMING_DATA_SOURCE_RUNTIME_ERROR] Failed when Python streaming data source "
+        "perform commit: Traceback (most recent call last):\n"
+        '  File "/x/lakewarden/spark/_stream.py", line 146, in commit\n'
+        "lakewarden.errors.CommitStateUnknownError: commit state unknown for instant 1: no "
+        "answer from job-committer within 300 s.\n"
+        "+- ~Project [CASE WHEN raise_error(concat(lakewarden ingest: bad record at topic , "
+        "topic#9,  partition , cast(partition#10 as string), . Help: fix the producer)) END\n"
+    )
+    assert summarise(text) == (
+        "lakewarden.errors.CommitStateUnknownError: commit state unknown for instant 1: no "
+        "answer from job-committer within 300 s."
+    )
+
+
 def test_progress_lines_and_summary() -> None:
     report = BatchReport(3, 10, 8, 2, "20250314092653589", 1500, 1200)
     assert batch_line(report) == (
