@@ -17,7 +17,11 @@ tolerance and the monitor has not judged that executor yet (its record names som
 or nobody). Once the monitor's record names the marked executor, its verdict decides: a
 killed executor is declared dead a tolerance after its last beat, never earlier than its mark
 expires. The executor removes its mark when it stops (a crash leaves it, to expire), so a retry
-after a failure is not held up.
+after a failure is not held up. The mark's age is judged by the reader's wall clock against the
+claimer's: clocks apart by more than a fraction of the tolerance shorten or lengthen the window
+(safety never depends on it, see below). Without Kafka (the embedded coordinator, which sees
+no other process's heartbeats) the mark is the only sign of another process's executor: a
+killed one's plan can be claimed again once its mark is a tolerance old (30 s by default).
 
 Heartbeats are a liveness signal, not a proof: a paused executor can be declared dead while it
 still runs. Safety does not rest on them: the rollback of an earlier attempt deletes files only

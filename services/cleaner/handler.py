@@ -7,7 +7,9 @@
 2. a ``CleanRequest`` registers the table (its URI and owning partition) in ``tables`` and
    waits until the registration is acknowledged by the broker (``persisted``): only then may
    the event's offset be committed, or a crash in between forgets the table for good (it is
-   registered once, and nobody repeats a registration whose event was consumed);
+   registered once, and nobody repeats a registration whose event was consumed); a changelog
+   write that fails dead-letters the request (``handler_error``: it can be replayed from the
+   DLQ, and a writer registers its tables again within the hour);
 3. queue the table if its URI is known here; otherwise the event is left to the table's owner
    (whose periodic sweep cleans it: events of one table may reach a non-owner when producers
    partition differently).
