@@ -6,6 +6,8 @@
     df.write.format("lakewarden").mode("append").save(uri)             # insert (append)
     df.write.format("lakewarden").mode("overwrite").save(uri)          # replace everything
     lakewarden.spark.write(df, uri, operation="upsert")                # upsert / delete
+    lakewarden.spark.read(spark, uri)                                  # Spark's Parquet reader
+    lakewarden.spark.read(spark, uri, as_of=instant)                   # (also since=, columns=)
     spark.read.format("lakewarden").load(uri)                          # latest snapshot
     spark.read.format("lakewarden").option("as_of", instant).load(uri) # time travel
     spark.read.format("lakewarden").option("since", instant).load(uri) # incremental
@@ -24,6 +26,7 @@ from __future__ import annotations
 from typing import Any
 
 from lakewarden.spark._create import TableOptionsMismatchError
+from lakewarden.spark._fast_read import S3AUnavailableError, read
 from lakewarden.spark._helper import SparkWriteError, write
 from lakewarden.spark._options import InvalidOptionError
 from lakewarden.spark._python import WorkerPythonError, check_worker_python
@@ -58,9 +61,11 @@ __all__ = [
     "BatchAlreadyCommittedError",
     "InvalidOptionError",
     "LakewardenDataSource",
+    "S3AUnavailableError",
     "SparkWriteError",
     "TableOptionsMismatchError",
     "WorkerPythonError",
+    "read",
     "register",
     "run_table_service",
     "write",

@@ -22,6 +22,9 @@ Options (case-insensitive):
 ``lakewarden.ingest_errors``               set by ``lakewarden ingest --bad-records error-table``:
                                            rows carry ``_bad_rows.INGEST_COLUMNS``; the bad
                                            ones go to the error table
+``lakewarden.until`` / ``lakewarden.slices`` set by ``lakewarden.spark.read``: pin a ``since``
+                                           read's last instant; ``merged`` reads only the
+                                           merge-on-read slices with log blocks
 ``lakewarden.test.*``                      fault injection for tests (see ``_faults``)
 =========================================  =====================================================
 """
@@ -58,6 +61,9 @@ OPT_PROFILED = "lakewarden.profiled"
 # to a table of the other type is refused before anything is written.
 OPT_TABLE_TYPE = "table_type"
 OPT_INGEST_ERRORS = "lakewarden.ingest_errors"
+OPT_UNTIL = "lakewarden.until"
+OPT_SLICES = "lakewarden.slices"
+SLICES_MERGED = "merged"
 TEST_PREFIX = "lakewarden.test."
 
 
@@ -204,6 +210,11 @@ class ReadSpec:
     since: str | None = None
     columns: tuple[str, ...] | None = None
     settings_json: str | None = None
+    # Set by lakewarden.spark.read, which reads the plain Parquet files itself: the last
+    # instant of a ``since`` read (so both halves see the same instants), and whether to read
+    # only the merge-on-read slices that have log blocks.
+    until: str | None = None
+    merged_only: bool = False
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ReadSpec:
@@ -216,7 +227,20 @@ class ReadSpec:
             )
         columns = get_option(options, OPT_COLUMNS)
         names = tuple(c.strip() for c in columns.split(",") if c.strip()) if columns else None
-        return cls(table_uri(options), as_of, since, names, settings_json(options))
+        slices = (get_option(options, OPT_SLICES) or "all").lower()
+        if slices not in ("all", SLICES_MERGED):
+            raise InvalidOptionError(
+                f"option {OPT_SLICES} is 'all' or '{SLICES_MERGED}', not {slices!r}"
+            )
+        return cls(
+            table_uri(options),
+            as_of,
+            since,
+            names,
+            settings_json(options),
+            until=get_option(options, OPT_UNTIL),
+            merged_only=slices == SLICES_MERGED,
+        )
 
     def settings(self) -> Settings:
         return load_settings(self.settings_json)

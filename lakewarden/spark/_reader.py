@@ -13,6 +13,9 @@ Merge-on-read slices (a base file with log files) are one input partition each: 
 the slice through the Python merge (``lakewarden.table.mor.read_slice``: the base file and the
 log blocks the statistics name), so Spark sees each record once, in its latest version.
 
+``lakewarden.spark.read`` (``_fast_read``) hands the plain Parquet files to Spark's own reader and
+uses this source only for the merge-on-read slices with log blocks.
+
 Pushdown: PySpark 4.0.1's ``DataSourceReader`` receives neither the pruned columns nor the
 filters (``pushFilters`` arrives with Spark 4.1), so Spark prunes and filters after the read.
 ``option("columns", "a,b")`` narrows the schema itself, which does prune the Parquet read.
@@ -31,13 +34,13 @@ from pyspark.sql.types import StructType
 
 from lakewarden.spark._arrow import spark_arrow_schema, spark_schema
 from lakewarden.spark._options import ReadSpec
+from lakewarden.spark._read_plan import plan_read
 from lakewarden.storage import Storage, open_storage
 from lakewarden.table.config import META_COMMIT_TIME, TableConfig, load_config
 from lakewarden.table.mor import read_slice
 from lakewarden.table.reader import ColumnNotFoundError
-from lakewarden.table.snapshot import FileSlice, build_snapshot, changes_since
+from lakewarden.table.snapshot import FileSlice
 from lakewarden.table.stats import WriteStat
-from lakewarden.table.timeline import Timeline
 
 BATCH_ROWS = 65_536
 
@@ -70,10 +73,13 @@ def table_schema(spec: ReadSpec) -> StructType:
 
     Raises: NotATableError, ColumnNotFoundError."""
     config = load_config(open_storage(spec.uri, spec.settings()))
-    return spark_schema(_arrow_schema(config, spec.columns))
+    return spark_schema(table_arrow_schema(config, spec.columns))
 
 
-def _arrow_schema(config: TableConfig, columns: Sequence[str] | None) -> pa.Schema:
+def table_arrow_schema(config: TableConfig, columns: Sequence[str] | None) -> pa.Schema:
+    """The table's Arrow schema, narrowed to ``columns`` when given.
+
+    Raises: ColumnNotFoundError."""
     schema = config.pa_schema
     if columns is None:
         return schema
@@ -90,21 +96,13 @@ def plan_files(
     storage: Storage, config: TableConfig, spec: ReadSpec
 ) -> tuple[list[WriteStat], list[FileSlice], tuple[str, ...] | None]:
     """The base files to read, the merge-on-read slices to merge and read, and, for an
-    incremental read, the instants whose records to keep.
+    incremental read, the instants whose records to keep (``_read_plan.plan_read``). With
+    ``merged_only`` (``lakewarden.spark.read`` reads the plain files itself) no base file.
 
     Raises: InstantNotCompletedError."""
-    completed = Timeline(storage, table=config.name).load().completed()
-    if spec.since is not None:
-        changes = changes_since(completed, spec.since)
-        slices = changes.slices()
-        instants: tuple[str, ...] | None = changes.instants
-    else:
-        slices = list(build_snapshot(completed, spec.as_of).slices.values())
-        instants = None
-    merged = [s for s in slices if s.log_files]
-    files = [s.base_file for s in slices if s.base_file is not None and not s.log_files]
-    files.sort(key=lambda s: (s.file_group.partition_path, s.file_group.file_id))
-    return files, merged, instants
+    plan = plan_read(storage, config, as_of=spec.as_of, since=spec.since, until=spec.until)
+    files = [] if spec.merged_only else list(plan.files)
+    return files, list(plan.merged), plan.instants
 
 
 class LakewardenReader(DataSourceReader):

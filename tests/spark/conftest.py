@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from lakewarden.devstack.s3 import DEV_ACCESS_KEY, DEV_SECRET_KEY
+from lakewarden.spark.ingest import default_jars_dir
 
 pytestmark = pytest.mark.spark
 
@@ -49,8 +50,12 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     os.environ["LAKEWARDEN_S3__ACCESS_KEY_ID"] = DEV_ACCESS_KEY
     os.environ["LAKEWARDEN_S3__SECRET_ACCESS_KEY"] = DEV_SECRET_KEY
     work = tmp_path_factory.mktemp("spark")
+    # infra/spark/jars (`make spark-jars`): S3A, so lakewarden.spark.read hands Spark the
+    # files of tables on S3 (and Spark's Kafka source).
+    jars = sorted(default_jars_dir().glob("*.jar"))
     session = (
         SparkSession.builder.master("local[2,4]")
+        .config("spark.jars", ",".join(str(jar.resolve()) for jar in jars))
         .appName("lakewarden-tests")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
