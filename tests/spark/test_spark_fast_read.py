@@ -201,7 +201,7 @@ def test_directory_partitioning_only_where_spark_parses_the_values_back() -> Non
     assert directory_partitioning(config(pa.string()), [stat("p=a%2Fb")])
     assert directory_partitioning(config(pa.int32()), [stat("p=__HIVE_DEFAULT_PARTITION__")])
     assert not directory_partitioning(config(pa.string()), [stat("p=__HIVE_DEFAULT_PARTITION__")])
-    assert not directory_partitioning(config(pa.float64()), [stat("p=1.5")])
+    assert not directory_partitioning(config(pa.bool_()), [stat("p=true")])
     assert not directory_partitioning(config(pa.string()), [stat("q=a")])
     unpartitioned = TableConfig.new(name="t", record_key="id", schema=SCHEMA)
     assert not directory_partitioning(unpartitioned, [])
