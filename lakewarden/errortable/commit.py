@@ -62,6 +62,7 @@ from lakewarden.table.job_commit import (
     abandon,
     commit_instant,
 )
+from lakewarden.table.parquet_options import write_parquet
 from lakewarden.table.plans import JobPlan
 from lakewarden.table.stats import CommitStats, FileGroupId, WorkloadProfile, WriteStat
 from lakewarden.table.table import Table
@@ -236,7 +237,7 @@ def _write_file(
     rows = rows.append_column(META_FILE_NAME, pa.repeat(pa.scalar(name), len(rows)))
     rows = rows.select(config.file_schema.names).cast(config.file_schema)
     buffer = io.BytesIO()
-    pq.write_table(rows, buffer)
+    write_parquet(rows, buffer)
     attempt.write_file(key, buffer.getvalue())
     return WriteStat(
         file_group=group,

@@ -31,7 +31,6 @@ from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from lakewarden.commit import ManifestCommitter, TaskAttempt
 from lakewarden.spark import _faults
@@ -45,6 +44,7 @@ from lakewarden.table.config import META_FILE_NAME, TableConfig, load_config
 from lakewarden.table.files import BaseFileName, WriteToken, file_key
 from lakewarden.table.merge import Merged, merge_bucket, stamped
 from lakewarden.table.mor import log_slice, write_blocks
+from lakewarden.table.parquet_options import parquet_writer
 from lakewarden.table.snapshot import Snapshot, snapshot_as_of_request
 from lakewarden.table.stats import FileGroupId, WriteStat
 from lakewarden.table.timeline import Timeline
@@ -206,7 +206,7 @@ class _OpenFile:
         self.group = group
         self.name, self.key = task.file_name(group)
         self.sink, self.handle = task.open(self.key)
-        self.writer = pq.ParquetWriter(self.sink, task.config.file_schema)
+        self.writer = parquet_writer(self.sink, task.config.file_schema)
         self.records = 0
         self._pending: list[pa.Table] = []
         self._pending_rows = 0

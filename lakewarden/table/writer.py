@@ -55,7 +55,6 @@ from dataclasses import dataclass
 from typing import Literal
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from lakewarden.commit import CommitterOptions, ManifestCommitter, TaskAttempt, new_job_id
 from lakewarden.storage import Storage
@@ -66,6 +65,7 @@ from lakewarden.table.files import BaseFileName, WriteToken, file_key
 from lakewarden.table.job_commit import STAGE_WRITE_FILES, JobCommitSpec, abandon, commit_instant
 from lakewarden.table.merge import BucketMerge, Merged, merge, merge_bucket, stamped
 from lakewarden.table.mor import ingestion_action, log_slice, write_blocks
+from lakewarden.table.parquet_options import write_parquet
 from lakewarden.table.snapshot import snapshot_as_of_request
 from lakewarden.table.stats import CommitStats, FileGroupId, WorkloadProfile, WriteStat
 from lakewarden.table.timeline import Timeline
@@ -270,5 +270,5 @@ def _file_bytes(config: TableConfig, name: str, table: pa.Table) -> bytes:
     table = table.append_column(META_FILE_NAME, pa.repeat(pa.scalar(name), len(table)))
     table = table.select(config.file_schema.names).cast(config.file_schema)
     buffer = io.BytesIO()
-    pq.write_table(table, buffer)
+    write_parquet(table, buffer)
     return buffer.getvalue()

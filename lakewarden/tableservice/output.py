@@ -19,13 +19,13 @@ import threading
 from dataclasses import dataclass
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from lakewarden.commit import CommitterOptions, ManifestCommitter, TaskAttempt
 from lakewarden.storage import Storage
 from lakewarden.table.config import META_FILE_NAME, TableConfig
 from lakewarden.table.files import BaseFileName, WriteToken, file_key
 from lakewarden.table.job_commit import check_statistics
+from lakewarden.table.parquet_options import write_parquet
 from lakewarden.table.stats import CommitStats, FileGroupId, WriteStat
 
 __all__ = [
@@ -59,7 +59,7 @@ def file_bytes(config: TableConfig, name: str, table: pa.Table) -> bytes:
     table = table.append_column(META_FILE_NAME, pa.repeat(pa.scalar(name), len(table)))
     table = table.select(config.file_schema.names).cast(config.file_schema)
     buffer = io.BytesIO()
-    pq.write_table(table, buffer)
+    write_parquet(table, buffer)
     return buffer.getvalue()
 
 
