@@ -84,7 +84,7 @@ def read(
     The files are fixed now, on the driver: later commits are not seen by this DataFrame.
 
     Raises: InvalidOptionError (``as_of`` with ``since``), NotATableError,
-    InstantNotCompletedError, ColumnNotFoundError, ConfigurationError (a bad URI),
+    InstantNotCompletedError, InstantCleanedError, ColumnNotFoundError, ConfigurationError,
     S3AUnavailableError (an S3 table and a session without S3A)."""
     if as_of is not None and since is not None:
         raise InvalidOptionError(

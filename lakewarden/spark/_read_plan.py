@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lakewarden.storage import Storage
+from lakewarden.table.clean.cleaned import check_not_cleaned
 from lakewarden.table.config import TableConfig
 from lakewarden.table.snapshot import FileSlice, build_snapshot, changes_since
 from lakewarden.table.stats import WriteStat
@@ -44,14 +45,20 @@ def plan_read(
     (``since``, up to ``until``, default the latest).
 
     Raises: InstantNotCompletedError (``as_of``, ``since`` or ``until`` is not a completed
-    instant of the table), TimelineError."""
-    completed = Timeline(storage, table=config.name).load().completed()
+    instant of the table), InstantCleanedError (a clean deleted files of the ``as_of``
+    snapshot), TimelineError."""
+    state = Timeline(storage, table=config.name).load()
+    completed = state.completed()
     instants: tuple[str, ...] | None
     if since is not None:
         changes = changes_since(completed, since, until)
         slices, instants, last = changes.slices(), changes.instants, changes.snapshot.as_of
     else:
         snapshot = build_snapshot(completed, as_of)
+        if as_of is not None:
+            # A clean deleted files of an old snapshot: say so now, as Table.read does, not
+            # as a missing file in a task.
+            check_not_cleaned(state, snapshot, table=config.name)
         slices, instants, last = list(snapshot.slices.values()), None, snapshot.as_of
     merged = tuple(s for s in slices if s.log_files)
     files = sorted(
