@@ -9,6 +9,10 @@ messages written before the change.
 Records are plain dicts (the hot path stays in fastavro's C code). Decoded values are what
 fastavro returns: enums as ``str``, ``timestamp-millis`` fields (``envelope.event_time``) as
 timezone-aware UTC ``datetime``; encoding accepts a ``datetime`` or epoch milliseconds there.
+A codec built with ``timestamps="epoch_ms"`` (``epoch_ms_codec()``) decodes those fields as
+the epoch milliseconds they hold instead: the readers of many events that only compute with
+the times (history, replay) skip building two ``datetime`` objects per message, a third of
+the decode time of a timeline event.
 
 Every failure to decode is an ``EventDecodeError`` whose ``reason`` is one of
 ``DecodeReason``; callers dead-letter the message and keep going.
@@ -21,7 +25,7 @@ from collections.abc import Callable
 from io import BytesIO
 from typing import Any, Final, Literal, NamedTuple, cast, get_args
 
-from fastavro import schemaless_reader, schemaless_writer
+from fastavro import parse_schema, schemaless_reader, schemaless_writer
 
 from lakewarden.errors import NonRetryableError
 from lakewarden.events._schemas import (
@@ -75,8 +79,12 @@ class _Reader(NamedTuple):
 class EventCodec:
     """Encodes and decodes the events of one schema set; immutable and thread-safe."""
 
-    def __init__(self, schemas: SchemaSet) -> None:
+    def __init__(
+        self, schemas: SchemaSet, *, timestamps: Literal["datetime", "epoch_ms"] = "datetime"
+    ) -> None:
         self.schemas = schemas
+        self.timestamps = timestamps
+        read_as = _epoch_ms_schema if timestamps == "epoch_ms" else _same
         self._writers: dict[str, tuple[bytes, dict[str, Any]]] = {}
         for schema in schemas.current.values():
             entry = (MAGIC + schema.fingerprint, schema.parsed)
@@ -88,9 +96,9 @@ class EventCodec:
             current = schemas.current.get(writer.name)
             if current is None:
                 continue  # a retired event: its messages decode as unknown
-            reader = None if current.fingerprint == fingerprint else current.parsed
+            reader = None if current.fingerprint == fingerprint else read_as(current.parsed)
             self._readers[MAGIC + fingerprint] = _Reader(
-                current.name, writer.parsed, reader, writer.envelope
+                current.name, read_as(writer.parsed), reader, read_as(writer.envelope)
             )
 
     def schema(self, event: str) -> EventSchema:
@@ -205,6 +213,38 @@ _read = cast(
 )
 # NamedTuple's generated __new__ is Python code; tuple.__new__ builds the same object faster.
 _new_event = tuple.__new__
+
+
+def _same(parsed: dict[str, Any]) -> dict[str, Any]:
+    return parsed
+
+
+def _epoch_ms_schema(parsed: dict[str, Any]) -> dict[str, Any]:
+    """``parsed`` with its ``timestamp-millis`` annotations dropped: the bytes are the same
+    Avro ``long``, decoded as that number rather than converted to a ``datetime``."""
+
+    def plain(node: Any) -> Any:
+        if isinstance(node, dict):
+            return {
+                k: plain(v)
+                for k, v in node.items()
+                if not k.startswith("__") and (k, v) != ("logicalType", "timestamp-millis")
+            }
+        if isinstance(node, list):
+            return [plain(v) for v in node]
+        return node
+
+    return cast(dict[str, Any], parse_schema(plain(parsed)))
+
+
+@functools.cache
+def epoch_ms_codec() -> EventCodec:
+    """``default_codec()``, but ``timestamp-millis`` fields decode as epoch ms (``int``).
+
+    Raises:
+        ConfigurationError: the schema directory is missing or invalid.
+    """
+    return EventCodec(load_schema_set(default_schema_dir()), timestamps="epoch_ms")
 
 
 @functools.cache

@@ -41,7 +41,10 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def epoch_ms(value: datetime | int) -> int:
-    """A ``timestamp-millis`` field (decoded as an aware ``datetime``) as epoch ms."""
+    """A ``timestamp-millis`` field as epoch ms: decoded as an aware ``datetime`` by the
+    default codec, already epoch ms (an ``int``) by ``epoch_ms_codec``."""
+    if type(value) is int:
+        return value
     if isinstance(value, datetime):  # exact: float seconds would round some ms down
         return (value - _EPOCH) // timedelta(milliseconds=1)
     return int(value)

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Message, TopicPartition
 
 from lakewarden.errors import RetryableError
-from lakewarden.events.codec import EventCodec, EventDecodeError, default_codec
+from lakewarden.events.codec import EventCodec, EventDecodeError, epoch_ms_codec
 from lakewarden.events.consumer import EventConsumer, EventConsumerError
 from lakewarden.events.topics import TOPICS, TopicSpec
 from lakewarden.history.model import Recorded, RetentionGap, Unreadable
@@ -65,7 +65,8 @@ def read_table_events(
         RetryableError: the broker cannot be reached.
         ReadTimeoutError: the read did not reach the end of every partition in ``timeout_s``.
     """
-    codec = codec or default_codec()
+    # Times as epoch ms: the history only computes with them (``fold.epoch_ms`` takes both).
+    codec = codec or epoch_ms_codec()
     names = [spec.name(settings) for spec in topics]
     # Raw messages: the history decodes them itself, keeping the unreadable ones (step 4).
     consumer = EventConsumer(

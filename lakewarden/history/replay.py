@@ -29,6 +29,7 @@ from pydantic import ValidationError
 from lakewarden.history.fold import epoch_ms
 from lakewarden.history.model import Recorded
 from lakewarden.storage import Storage
+from lakewarden.table._frozen import construct
 from lakewarden.table.checkpoint import TIMELINE_PREFIX, seq_of
 from lakewarden.table.instant import Action, Transition
 from lakewarden.table.state_machine import Replayer
@@ -196,19 +197,22 @@ def _trusted(record: dict[str, Any], payload: object) -> TimelineEntry | None:
         or action is None
         or transition is None
         or not (token is None or type(token) is int)
-        or not isinstance(wall, datetime)
+        or not (type(wall) is int or isinstance(wall, datetime))
         or type(payload) is not dict
     ):
         return None
-    return TimelineEntry.model_construct(
-        seq=seq,
-        instant=instant,
-        action=action,
-        transition=transition,
-        actor=actor,
-        lock_token=token,
-        wall_time_ms=epoch_ms(wall),
-        payload=payload,
+    return construct(
+        TimelineEntry,
+        {
+            "seq": seq,
+            "instant": instant,
+            "action": action,
+            "transition": transition,
+            "actor": actor,
+            "lock_token": token,
+            "wall_time_ms": epoch_ms(wall),
+            "payload": payload,
+        },
     )
 
 

@@ -40,6 +40,7 @@ from typing import TypeVar
 from pydantic import BaseModel, ValidationError
 
 from lakewarden.table import conflicts
+from lakewarden.table._frozen import construct, evolve
 from lakewarden.table.instant import (
     INGESTION_ACTIONS,
     NO_WORKLOAD_ACTIONS,
@@ -238,19 +239,23 @@ def _requested(
         names = " or ".join("no plan" if k is None else k.__name__ for k in allowed)
         got = "no plan" if plan is None else type(plan).__name__
         return Rejected(f"malformed requested payload: a {entry.action} takes {names}, not {got}")
-    new = InstantState(
-        instant=entry.instant,
-        action=entry.action,
-        state=Transition.REQUESTED,
-        cancellable=payload.cancellable,
-        operation=payload.operation,
-        requested_seq=entry.seq,
-        last_seq=entry.seq,
-        lock_token=entry.lock_token,
-        plan=plan,
+    # Every value comes from the validated entry and payload: built without re-validation.
+    new = construct(
+        InstantState,
+        {
+            "instant": entry.instant,
+            "action": entry.action,
+            "state": Transition.REQUESTED,
+            "cancellable": payload.cancellable,
+            "operation": payload.operation,
+            "requested_seq": entry.seq,
+            "last_seq": entry.seq,
+            "lock_token": entry.lock_token,
+            "plan": plan,
+        },
     )
     if isinstance(plan, ServicePlan):
-        return (new.model_copy(update={"plan_file_groups": plan.file_groups}),)
+        return (evolve(new, {"plan_file_groups": plan.file_groups}),)
     if isinstance(plan, RollbackPlan):
         return _rollback_intent(view, new, plan, entry)
     return (new,)
@@ -273,7 +278,7 @@ def _rollback_intent(
             f"rollback {entry.instant} targets {plan.target}, which rollback {target.rollback_by} "
             "already targets: resume that one"
         )
-    return (new, target.model_copy(update={"rollback_by": entry.instant, "last_seq": entry.seq}))
+    return (new, evolve(target, {"rollback_by": entry.instant, "last_seq": entry.seq}))
 
 
 def _inflight(view: StateView, current: InstantState, entry: TimelineEntry) -> Updates | Rejected:
@@ -383,13 +388,10 @@ def _with_reason(current: InstantState, entry: TimelineEntry) -> Updates | Rejec
 
 
 def _advance(current: InstantState, entry: TimelineEntry, **changes: object) -> InstantState:
-    return current.model_copy(
-        update={
-            "state": entry.transition,
-            "last_seq": entry.seq,
-            "lock_token": entry.lock_token,
-            **changes,
-        }
+    # The next state shares every unchanged value with the current one (``evolve``).
+    return evolve(
+        current,
+        {"state": entry.transition, "last_seq": entry.seq, "lock_token": entry.lock_token, **changes},
     )
 
 
