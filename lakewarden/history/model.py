@@ -9,12 +9,13 @@ CLI read them. Times are epoch milliseconds; ``broker_ms`` is the Kafka message 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 
-@dataclass(frozen=True, slots=True)
-class Recorded:
-    """A decoded event and where it was read: the fold's input."""
+class Recorded(NamedTuple):
+    """A decoded event and where it was read: the fold's input. A named tuple (immutable,
+    like the other records) because the reader builds one per message: its constructor is
+    one C call (``new_recorded``), where a frozen dataclass sets each field in Python."""
 
     name: str
     record: dict[str, Any]

@@ -184,7 +184,11 @@ def decode_message(
         if key not in (table_id.encode(), None):
             return None  # another table's bad message: not ours to report
         return Unreadable(topic, partition, offset, err.reason, str(err))
-    return Recorded(name, record, topic, partition, offset, broker_ms)
+    return _new_recorded(Recorded, (name, record, topic, partition, offset, broker_ms))
+
+
+# NamedTuple's generated __new__ is Python code; tuple.__new__ builds the same object faster.
+_new_recorded = tuple.__new__
 
 
 def _timestamp(msg: Message) -> int | None:

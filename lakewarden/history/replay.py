@@ -30,9 +30,10 @@ from lakewarden.history.fold import epoch_ms
 from lakewarden.history.model import Recorded
 from lakewarden.storage import Storage
 from lakewarden.table._frozen import construct
+from lakewarden.table._payloads import SHARED_PAYLOADS_LIMIT
 from lakewarden.table.checkpoint import TIMELINE_PREFIX, seq_of
 from lakewarden.table.instant import Action, Transition
-from lakewarden.table.state_machine import Replayer
+from lakewarden.table.state_machine import Replayer, SharedPayloads
 from lakewarden.table.timeline_state import TimelineEntry, TimelineState
 
 DifferenceKind = Literal["missing", "extra", "different", "conflicting", "malformed"]
@@ -69,13 +70,17 @@ def entries_from_topic(
     """The entries the ``TimelineTransition`` events describe, by seq. A redelivered event
     (same entry published twice) counts once; two different events for one seq are a
     ``conflicting`` difference (the first is kept). Events that do not make an entry are
-    skipped (the history fold reports them)."""
+    skipped (the history fold reports them).
+
+    Entries whose payload texts are equal share one payload dict (parsed once): with
+    ``SharedPayloads`` the state machine then validates it once too (``rebuild_state``)."""
     entries: dict[int, TimelineEntry] = {}
     conflicts: list[Difference] = []
+    parsed: dict[str, object] = {}
     for event in events:
         if event.name != "TimelineTransition":
             continue
-        entry = _entry_of(event)
+        entry = _entry_of(event, parsed)
         if entry is None:
             continue
         known = entries.get(entry.seq)
@@ -138,13 +143,13 @@ def diff_timelines(
 def rebuild_state(entries: dict[int, TimelineEntry]) -> TimelineState:
     """The state machine folded over ``entries`` in seq order (illegal ones are rejected and
     reported in ``state.rejected``, as every reader of the log does)."""
-    replayer = Replayer(TimelineState())
+    replayer = Replayer(TimelineState(), payloads=SharedPayloads())
     for seq in sorted(entries):
         replayer.feed(entries[seq])
     return replayer.state()
 
 
-def _entry_of(event: Recorded) -> TimelineEntry | None:
+def _entry_of(event: Recorded, parsed: dict[str, object]) -> TimelineEntry | None:
     """The entry a ``TimelineTransition`` event describes, or None when it does not make one.
 
     The hot path of replay (one call per event): the Avro schema already guarantees each
@@ -153,7 +158,7 @@ def _entry_of(event: Recorded) -> TimelineEntry | None:
     decides, exactly as for any other entry."""
     record = event.record
     try:
-        payload = json.loads(str(record.get("payload") or "{}"))
+        payload = _payload(str(record.get("payload") or "{}"), parsed)
         trusted = _trusted(record, payload)
         if trusted is not None:
             return trusted
@@ -169,6 +174,19 @@ def _entry_of(event: Recorded) -> TimelineEntry | None:
         )
     except (KeyError, TypeError, ValueError):  # pydantic's ValidationError is a ValueError
         return None
+
+
+def _payload(text: str, parsed: dict[str, object]) -> object:
+    """``json.loads(text)``, the same object for an equal text seen recently (``parsed``).
+
+    Raises: ValueError (not JSON)."""
+    payload = parsed.get(text)
+    if payload is None:
+        payload = json.loads(text)
+        if len(parsed) >= SHARED_PAYLOADS_LIMIT:  # payloads that never repeat: bounded
+            parsed.clear()
+        parsed[text] = payload
+    return payload
 
 
 _ACTIONS: dict[str, Action] = {a.value: a for a in Action}

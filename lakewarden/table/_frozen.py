@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Hashable, Mapping
-from functools import cache, partial
+from dataclasses import dataclass
+from functools import partial
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
@@ -51,18 +52,22 @@ def construct(cls: type[_M], values: Mapping[str, Any]) -> _M:
     a Python loop over every field that costs more than validating).
 
     Raises:
-        TypeError: a required field is missing, or ``cls`` allows extra fields or has
-            private attributes (not what this shortcut is for).
+        TypeError: a field is missing a value or unknown, or ``cls`` allows extra fields or
+            has private attributes (not what this shortcut is for).
     """
-    required, defaults, factories = _layout(cls)
-    if not required <= values.keys():
-        missing = ", ".join(sorted(required - values.keys()))
-        raise TypeError(f"{cls.__name__} needs {missing}")
-    data = defaults.copy()
-    for name, factory in factories:
-        if name not in values:
-            data[name] = factory()
-    data.update(values)
+    layout = _LAYOUTS.get(cls) or _layout(cls)
+    if values.keys() == layout.fields:  # every field given: nothing to fill in
+        data = dict(values)
+    else:
+        if not layout.required <= values.keys() or not values.keys() <= layout.fields:
+            missing = ", ".join(sorted(layout.required - values.keys()))
+            unknown = ", ".join(sorted(values.keys() - layout.fields))
+            raise TypeError(f"{cls.__name__}: missing {missing or '-'}, unknown {unknown or '-'}")
+        data = layout.defaults.copy()
+        for name, factory in layout.factories:
+            if name not in values:
+                data[name] = factory()
+        data.update(values)
     new = object.__new__(cls)
     _set(new, "__dict__", data)
     _set(new, "__pydantic_fields_set__", set(values))
@@ -71,11 +76,19 @@ def construct(cls: type[_M], values: Mapping[str, Any]) -> _M:
     return new
 
 
-@cache
-def _layout(
-    cls: type[BaseModel],
-) -> tuple[frozenset[str], dict[str, Any], tuple[tuple[str, Callable[[], Any]], ...]]:
-    """The required fields, the plain defaults and the default factories of ``cls``.
+@dataclass(frozen=True, slots=True)
+class _Layout:
+    fields: frozenset[str]
+    required: frozenset[str]
+    defaults: dict[str, Any]
+    factories: tuple[tuple[str, Callable[[], Any]], ...]
+
+
+_LAYOUTS: dict[type[BaseModel], _Layout] = {}
+
+
+def _layout(cls: type[BaseModel]) -> _Layout:
+    """The fields, required fields, plain defaults and default factories of ``cls``.
 
     Raises: TypeError (extra fields allowed, or private attributes)."""
     if cls.model_config.get("extra") == "allow" or cls.__private_attributes__:
@@ -93,7 +106,9 @@ def _layout(
             defaults[name] = default
         else:  # a mutable default: pydantic gives each instance its own copy, so do we
             factories.append((name, partial(copy.deepcopy, default)))
-    return frozenset(required), defaults, tuple(factories)
+    layout = _Layout(frozenset(cls.model_fields), frozenset(required), defaults, tuple(factories))
+    _LAYOUTS[cls] = layout
+    return layout
 
 
 __all__ = ["construct", "evolve"]

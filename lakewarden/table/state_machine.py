@@ -34,13 +34,10 @@ compaction, clustering):
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
-from typing import TypeVar
-
-from pydantic import BaseModel, ValidationError
 
 from lakewarden.table import conflicts
 from lakewarden.table._frozen import construct, evolve
+from lakewarden.table._payloads import PayloadParser, Rejected, SharedPayloads, parse_payload
 from lakewarden.table.instant import (
     INGESTION_ACTIONS,
     NO_WORKLOAD_ACTIONS,
@@ -61,25 +58,22 @@ from lakewarden.table.timeline_state import (
     TimelineState,
 )
 
-_M = TypeVar("_M", bound=BaseModel)
-
-
-@dataclass(frozen=True, slots=True)
-class Rejected:
-    """The verdict on an illegal entry."""
-
-    reason: str
-
-
 Updates = tuple[InstantState, ...]
-_Handler = Callable[[StateView, InstantState, TimelineEntry], "Updates | Rejected"]
 
 
-def judge(view: StateView, entry: TimelineEntry) -> Updates | Rejected:
-    """The instant states ``entry`` changes, or why it is illegal against ``view``."""
+_Handler = Callable[[StateView, InstantState, TimelineEntry, PayloadParser], "Updates | Rejected"]
+
+
+def judge(
+    view: StateView, entry: TimelineEntry, parse: PayloadParser | None = None
+) -> Updates | Rejected:
+    """The instant states ``entry`` changes, or why it is illegal against ``view``.
+
+    ``parse`` reads payloads (default ``parse_payload``: pydantic validation)."""
+    parse = parse or parse_payload
     current = view.get(entry.instant)
     if entry.transition is Transition.REQUESTED:
-        return _requested(view, current, entry)
+        return _requested(view, current, entry, parse)
     if current is None:
         return Rejected(f"instant {entry.instant} was never requested: no {entry.transition}")
     if current.action != entry.action:
@@ -92,7 +86,7 @@ def judge(view: StateView, entry: TimelineEntry) -> Updates | Rejected:
             f"instant {entry.instant} is already {current.state} (terminal): "
             f"{entry.transition} has no effect"
         )
-    return _HANDLERS[entry.transition](view, current, entry)
+    return _HANDLERS[entry.transition](view, current, entry, parse)
 
 
 def apply(state: TimelineState, entry: TimelineEntry) -> TimelineState | Rejected:
@@ -120,10 +114,13 @@ def _last_requested(previous: str | None, entry: TimelineEntry) -> str | None:
 class Replayer:
     """Folds entries onto a state in place; ``judge`` decides, indexes answer the view.
 
-    Not thread-safe; build one per replay. ``state()`` freezes the result.
+    Not thread-safe; build one per replay. ``state()`` freezes the result. ``payloads``
+    reads payloads for the rules (default ``parse_payload``; a replay of the topic passes
+    ``SharedPayloads()``, which validates a payload shared by many entries once).
     """
 
-    def __init__(self, start: TimelineState) -> None:
+    def __init__(self, start: TimelineState, *, payloads: PayloadParser | None = None) -> None:
+        self._parse = payloads or parse_payload
         self._instants = dict(start.instants)
         self._tail_seq = start.tail_seq
         self._last_requested_time = start.last_requested_time
@@ -159,17 +156,22 @@ class Replayer:
 
     def feed(self, entry: TimelineEntry) -> Rejected | None:
         """Apply ``entry`` (whose seq must be tail+1); returns the rejection, if any."""
-        verdict = (
-            Rejected(f"entry seq {entry.seq} does not follow tail seq {self._tail_seq}")
-            if entry.seq != self._tail_seq + 1
-            else judge(self, entry)
-        )
-        self._tail_seq = max(self._tail_seq, entry.seq)
+        # The hot loop of every replay and timeline load: kept to plain local operations.
+        seq = entry.seq
+        if seq != self._tail_seq + 1:
+            verdict: Updates | Rejected = Rejected(
+                f"entry seq {seq} does not follow tail seq {self._tail_seq}"
+            )
+        else:
+            verdict = judge(self, entry, self._parse)
+        if seq > self._tail_seq:
+            self._tail_seq = seq
         if isinstance(verdict, Rejected):
-            self.reject(entry.seq, verdict.reason, entry)
+            self.reject(seq, verdict.reason, entry)
             return verdict
+        instants = self._instants
         for update in verdict:
-            self._instants[update.instant] = update
+            instants[update.instant] = update
             if update.state is Transition.COMPLETED and update.instant == entry.instant:
                 self._completion_order.append(update.instant)
             if update.action in TABLE_SERVICE_ACTIONS:
@@ -177,7 +179,8 @@ class Replayer:
                     self._pending_plans.add(update.instant)
                 else:
                     self._pending_plans.discard(update.instant)
-        self._last_requested_time = _last_requested(self._last_requested_time, entry)
+        if entry.transition is Transition.REQUESTED:
+            self._last_requested_time = entry.instant
         return None
 
     def reject(self, seq: int, reason: str, entry: TimelineEntry | None = None) -> None:
@@ -205,18 +208,8 @@ class Replayer:
 # -- one handler per transition ---------------------------------------------------------------
 
 
-def _parse(model: type[_M], entry: TimelineEntry, data: object) -> _M | Rejected:
-    try:
-        return model.model_validate(data)
-    except ValidationError as err:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or 'payload'}: {e['msg']}" for e in err.errors()
-        )
-        return Rejected(f"malformed {entry.transition} payload ({model.__name__}): {problems}")
-
-
 def _requested(
-    view: StateView, current: InstantState | None, entry: TimelineEntry
+    view: StateView, current: InstantState | None, entry: TimelineEntry, parse: PayloadParser
 ) -> Updates | Rejected:
     if current is not None:
         return Rejected(f"instant {entry.instant} already exists (state {current.state})")
@@ -226,7 +219,7 @@ def _requested(
             f"instant {entry.instant} is not after the last requested instant {last}: "
             "instant times must be strictly increasing"
         )
-    payload = _parse(RequestedPayload, entry, entry.payload)
+    payload = parse(RequestedPayload, entry)
     if isinstance(payload, Rejected):
         return payload
     if payload.cancellable and entry.action not in TABLE_SERVICE_ACTIONS:
@@ -281,20 +274,24 @@ def _rollback_intent(
     return (new, evolve(target, {"rollback_by": entry.instant, "last_seq": entry.seq}))
 
 
-def _inflight(view: StateView, current: InstantState, entry: TimelineEntry) -> Updates | Rejected:
+def _inflight(
+    view: StateView, current: InstantState, entry: TimelineEntry, parse: PayloadParser
+) -> Updates | Rejected:
     if current.state is not Transition.REQUESTED:
         return Rejected(
             f"instant {entry.instant} is {current.state}: inflight only follows requested"
         )
     if current.rollback_by is not None:
         return Rejected(f"instant {entry.instant} is being rolled back by {current.rollback_by}")
-    workload = _parse(WorkloadProfile, entry, entry.payload)
+    workload = parse(WorkloadProfile, entry)
     if isinstance(workload, Rejected):
         return workload
     return (_advance(current, entry, workload=workload),)
 
 
-def _completed(view: StateView, current: InstantState, entry: TimelineEntry) -> Updates | Rejected:
+def _completed(
+    view: StateView, current: InstantState, entry: TimelineEntry, parse: PayloadParser
+) -> Updates | Rejected:
     if current.state is Transition.CANCEL_REQUESTED:
         return Rejected(
             f"instant {entry.instant} has a cancel request: it can never complete (only abort)"
@@ -312,7 +309,7 @@ def _completed(view: StateView, current: InstantState, entry: TimelineEntry) -> 
             f"instant {entry.instant} is {current.state}: "
             f"a {entry.action} completes only from inflight"
         )
-    stats = _parse(CommitStats, entry, entry.payload)
+    stats = parse(CommitStats, entry)
     if isinstance(stats, Rejected):
         return stats
     if entry.action is Action.ROLLBACK:
@@ -333,7 +330,7 @@ def _completed(view: StateView, current: InstantState, entry: TimelineEntry) -> 
 
 
 def _cancel_requested(
-    view: StateView, current: InstantState, entry: TimelineEntry
+    view: StateView, current: InstantState, entry: TimelineEntry, parse: PayloadParser
 ) -> Updates | Rejected:
     if entry.action not in TABLE_SERVICE_ACTIONS or not current.cancellable:
         return Rejected(
@@ -343,21 +340,23 @@ def _cancel_requested(
         return Rejected(
             f"instant {entry.instant} is {current.state}: only a pending plan can be cancelled"
         )
-    return _with_reason(current, entry)
+    return _with_reason(current, entry, parse)
 
 
-def _aborted(view: StateView, current: InstantState, entry: TimelineEntry) -> Updates | Rejected:
+def _aborted(
+    view: StateView, current: InstantState, entry: TimelineEntry, parse: PayloadParser
+) -> Updates | Rejected:
     if entry.action not in TABLE_SERVICE_ACTIONS or not current.cancellable:
         return Rejected(f"instant {entry.instant} is not a cancellable plan: it cannot be aborted")
     if current.state is not Transition.CANCEL_REQUESTED:
         return Rejected(
             f"instant {entry.instant} is {current.state}: aborted only follows cancel_requested"
         )
-    return _with_reason(current, entry)
+    return _with_reason(current, entry, parse)
 
 
 def _rolled_back(
-    view: StateView, current: InstantState, entry: TimelineEntry
+    view: StateView, current: InstantState, entry: TimelineEntry, parse: PayloadParser
 ) -> Updates | Rejected:
     if entry.action not in INGESTION_ACTIONS:
         return Rejected(
@@ -368,11 +367,13 @@ def _rolled_back(
         return Rejected(
             f"instant {entry.instant} is {current.state}: only a pending write can be rolled back"
         )
-    return _with_reason(current, entry)
+    return _with_reason(current, entry, parse)
 
 
-def _with_reason(current: InstantState, entry: TimelineEntry) -> Updates | Rejected:
-    payload = _parse(ReasonPayload, entry, entry.payload)
+def _with_reason(
+    current: InstantState, entry: TimelineEntry, parse: PayloadParser
+) -> Updates | Rejected:
+    payload = parse(ReasonPayload, entry)
     if isinstance(payload, Rejected):
         return payload
     return (
@@ -391,7 +392,12 @@ def _advance(current: InstantState, entry: TimelineEntry, **changes: object) -> 
     # The next state shares every unchanged value with the current one (``evolve``).
     return evolve(
         current,
-        {"state": entry.transition, "last_seq": entry.seq, "lock_token": entry.lock_token, **changes},
+        {
+            "state": entry.transition,
+            "last_seq": entry.seq,
+            "lock_token": entry.lock_token,
+            **changes,
+        },
     )
 
 
@@ -402,3 +408,15 @@ _HANDLERS: dict[Transition, _Handler] = {
     Transition.ABORTED: _aborted,
     Transition.ROLLED_BACK: _rolled_back,
 }
+
+
+__all__ = [
+    "PayloadParser",
+    "Rejected",
+    "Replayer",
+    "SharedPayloads",
+    "Updates",
+    "apply",
+    "judge",
+    "parse_payload",
+]
