@@ -75,20 +75,30 @@ def table_events(
     config: TableConfig,
     *,
     since: str | None,
+    since_ms: int | None = None,
     topics: Iterable[TopicSpec] = TOPICS,
 ) -> list[Item]:
-    """Every event of the table on ``topics``, read now.
+    """Every event of the table on ``topics``, read now (from ``since``, a user's text, or
+    else from ``since_ms``; from the oldest kept when both are None).
 
     Raises: ConfigurationError (Kafka not configured), RetryableError, ReadTimeoutError."""
     with batch_mode():
         return list(
-            read_table_events(settings, config.table_id, since_ms=parse_since(since), topics=topics)
+            read_table_events(
+                settings,
+                config.table_id,
+                since_ms=parse_since(since) if since is not None else since_ms,
+                topics=topics,
+            )
         )
 
 
-def table_history(settings: Settings, config: TableConfig, *, since: str | None) -> TableHistory:
+def table_history(
+    settings: Settings, config: TableConfig, *, since: str | None, since_ms: int | None = None
+) -> TableHistory:
     """The table's history folded from every topic, read now (in ``batch_mode``).
 
     Raises: ConfigurationError (Kafka not configured), RetryableError, ReadTimeoutError."""
     with batch_mode():
-        return build_history(config.table_id, table_events(settings, config, since=since))
+        items = table_events(settings, config, since=since, since_ms=since_ms)
+        return build_history(config.table_id, items)

@@ -1,6 +1,12 @@
 """``lakewarden explain``: why is this instant in this state?
 
     lakewarden explain /data/orders 20250314092653589
+    lakewarden explain /data/orders 20250314092653589 --from-beginning
+
+The topics are read from 15 minutes before the instant's time on (Kafka finds the offsets by
+timestamp), since nothing of an instant's story happens earlier than its lock request; so
+explaining an instant reads what happened since it started, not the table's whole past.
+``--from-beginning`` reads every topic from its oldest event instead.
 
 A few sentences from the table's events on Kafka: who completed it with which lock token, or
 whose heartbeat stopped and when (broker time), which job-commit stage failed with which error,
@@ -13,17 +19,23 @@ import click
 
 from lakewarden.cli._params import instant_param
 from lakewarden.cli._table_events import open_table, table_history
-from lakewarden.history import explain
+from lakewarden.history import explain, explain_since_ms
 from lakewarden.settings import Settings
 
 
 @click.command()
 @click.argument("uri")
 @click.argument("instant", callback=instant_param)
-def command(uri: str, instant: str) -> None:
+@click.option(
+    "--from-beginning",
+    is_flag=True,
+    help="Read every topic from its oldest event (default: from 15 min before the instant).",
+)
+def command(uri: str, instant: str, from_beginning: bool) -> None:
     """Explain the state of INSTANT of the table at URI."""
     settings = Settings()
     _, config = open_table(uri, settings)
-    history = table_history(settings, config, since=None)
+    since_ms = None if from_beginning else explain_since_ms(instant)
+    history = table_history(settings, config, since=None, since_ms=since_ms)
     for line in explain(history, instant):
         click.echo(line)

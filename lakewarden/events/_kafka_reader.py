@@ -30,6 +30,11 @@ _NO_LEADER_YET = (
 )
 
 
+# Kafka's ListOffsets timestamps for "the end" and "the start" of a partition.
+LATEST = -1
+EARLIEST = -2
+
+
 class EventConsumerError(RetryableError):
     """The broker could not be read (unreachable, a metadata, offsets or commit request
     failed) or the consumer failed fatally."""
@@ -150,6 +155,54 @@ class KafkaReader:
                 f"cannot look up offsets by time in {topic} [{partition}]: {err}"
             ) from err
         return int(found.offset)
+
+    def partitions_of(self, topics: Iterable[str], *, timeout_s: float) -> dict[str, list[int]]:
+        """The partition ids of each of ``topics`` that exists, from one metadata request
+        (``partitions`` asks once per topic).
+
+        Raises:
+            EventConsumerError: the broker did not answer within ``timeout_s``.
+        """
+        try:
+            metadata = self._client().list_topics(timeout=timeout_s).topics
+        except KafkaException as err:
+            raise EventConsumerError(f"cannot read the topics' metadata: {err}") from err
+        found = {}
+        for topic in topics:
+            meta = metadata.get(topic)
+            if meta is not None and meta.error is None and meta.partitions:
+                found[topic] = sorted(meta.partitions)
+        return found
+
+    def offsets_for(
+        self, partitions: Sequence[tuple[str, int]], epoch_ms: int, *, timeout_s: float
+    ) -> list[int] | None:
+        """For each ``(topic, partition)``, the first offset with a timestamp at or after
+        ``epoch_ms`` (-1: none that recent), in one request per broker. ``epoch_ms`` may be
+        ``LATEST`` (the end offset: the high watermark, or the last stable offset when a
+        transaction is open) or ``EARLIEST`` (the low watermark). None when any partition
+        answered with an error (a new topic's partition without a leader yet): ask per
+        partition then (``watermarks``, ``offset_at``), which retry.
+
+        Raises:
+            EventConsumerError: the broker did not answer within ``timeout_s``.
+        """
+        if not partitions:
+            return []
+        try:
+            found = self._client().offsets_for_times(
+                [TopicPartition(t, p, epoch_ms) for t, p in partitions], timeout=timeout_s
+            )
+        except KafkaException as err:
+            if _retriable(err):
+                return None
+            raise EventConsumerError(f"cannot look up offsets by time: {err}") from err
+        if any(tp.error is not None for tp in found):
+            return None
+        by_partition = {(tp.topic, tp.partition): int(tp.offset) for tp in found}
+        if len(by_partition) != len(partitions):
+            return None
+        return [by_partition[where] for where in partitions]
 
     def positions(self, topic: str, partitions: Iterable[int]) -> dict[int, int]:
         """The next offset to read of each assigned partition (negative: nothing read yet)."""

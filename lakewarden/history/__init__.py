@@ -16,7 +16,13 @@ storage, so it is tested with hand-built event sequences.
 """
 
 from lakewarden.history._batch import batch_mode
-from lakewarden.history.explain import explain, fmt_ms, telling_instant
+from lakewarden.history.explain import (
+    EXPLAIN_LEAD_MS,
+    explain,
+    explain_since_ms,
+    fmt_ms,
+    telling_instant,
+)
 from lakewarden.history.fold import HistoryBuilder, build_history
 from lakewarden.history.model import (
     CancelStep,
@@ -44,6 +50,7 @@ from lakewarden.history.replay import (
 )
 
 __all__ = [
+    "EXPLAIN_LEAD_MS",
     "batch_mode",
     "CancelStep",
     "Difference",
@@ -66,6 +73,7 @@ __all__ = [
     "diff_timelines",
     "entries_from_topic",
     "explain",
+    "explain_since_ms",
     "fmt_ms",
     "history_json",
     "read_storage_entries",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+from typing import Any
 
 import click
 import pytest
@@ -60,3 +61,29 @@ def test_batch_mode_pauses_the_cycle_collector_and_restores_it_as_it_was() -> No
         assert not gc.isenabled()  # it was off before: it stays off
     finally:
         gc.enable()
+
+
+def test_explain_reads_from_a_lead_before_the_instant_unless_asked_for_everything(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from click.testing import CliRunner
+
+    from lakewarden.cli import explain as explain_cli
+    from lakewarden.history import EXPLAIN_LEAD_MS
+
+    asked: list[int | None] = []
+
+    def history(settings: object, config: object, *, since: object, since_ms: int | None) -> Any:
+        asked.append(since_ms)
+        return build_history(TABLE, [transition(0, "requested", 20)])
+
+    monkeypatch.setattr(explain_cli, "open_table", lambda uri, settings: (None, None))
+    monkeypatch.setattr(explain_cli, "table_history", history)
+    runner = CliRunner()
+
+    windowed = runner.invoke(explain_cli.command, ["/t", INSTANT])
+    everything = runner.invoke(explain_cli.command, ["/t", INSTANT, "--from-beginning"])
+
+    assert windowed.exit_code == 0 and everything.exit_code == 0, windowed.output
+    assert f"Instant {INSTANT} (commit) is requested" in windowed.output
+    assert asked == [Instant.parse(INSTANT).epoch_ms - EXPLAIN_LEAD_MS, None]
