@@ -10,10 +10,13 @@ The diff against storage is left out: it reads N timeline files, which the timel
 measures.
 
 ``explain``: what ``lakewarden explain`` does for a table with 10k instants (30k timeline
-events on a topic of their own): read every topic of the table from Kafka, fold the history,
-explain one instant; against the bare consume + decode loop over the same topic; budget 2 s.
-``explain in memory`` is the fold and ``explain`` alone over the decoded events, against
-decoding them: the part of the time that is the history's own.
+events on a topic of their own, one instant a minute, each event stamped with its time as a
+real one would be): read every topic of the table from ``EXPLAIN_LEAD_MS`` before the
+instant on, fold the history, explain the instant; for the newest instant (a short window)
+and for the oldest (the window is the whole topic: the worst case), against the bare consume
++ decode loop over the whole topic; budget 2 s. ``explain in memory`` is the fold and
+``explain`` alone over the decoded events, against decoding them: the part of the time that
+is the history's own.
 """
 
 from __future__ import annotations
