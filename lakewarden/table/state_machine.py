@@ -5,6 +5,10 @@ Writers run it before appending; every reader replays it, and an entry that is i
 its prefix is ignored (its seq is consumed, nothing else changes) and reported in
 ``state.rejected``. ``judge`` is the rule itself (one entry against a ``StateView``);
 ``Replayer`` folds many entries with indexes instead of copying the state per entry.
+Whoever folds, the rules below are the only ones: they read payloads through a
+``PayloadParser`` (a writer validates each; replay shares one validation between equal
+payloads: ``_payloads.SharedPayloads``) and build instant states from already valid values
+without re-validating (``_frozen.construct`` / ``evolve``, sharing unchanged values).
 
 Rules (``absent`` = no entry for the instant yet; ingestion = commit, deltacommit; plans =
 compaction, clustering):
