@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup kafka-jars spark-jars peers-deps deps up down demo test test-fast fuzz lint typecheck bench clean
+.PHONY: setup kafka-jars spark-jars peers-deps deps up down demo test test-fast fuzz campaign lint typecheck bench clean
 
 # Idempotent and fast: reinstalls only when pyproject.toml changed since the last install.
 setup: $(STAMP) kafka-jars spark-jars
@@ -80,6 +80,16 @@ test-fast: setup
 # (random draws, 20x the examples; tests/_hypothesis_profiles.py). Keep what it finds as @example.
 fuzz: setup
 	HYPOTHESIS_PROFILE=fuzz $(BIN)/pytest -q -m hypothesis tests/unit
+
+# The randomized fault campaign (tests/campaign/campaign.py): RUNS seeded runs from SEED, each a
+# random workload of Python writers and a random fault schedule against the real stack, checked
+# by independent checkers. A failing run prints the command that replays its seed.
+RUNS ?= 200
+SEED ?= 1
+DURATION ?= 20
+campaign: setup
+	PYTHONPATH=. $(BIN)/python tests/campaign/campaign.py --runs $(RUNS) --seed $(SEED) \
+	  --duration $(DURATION) $(CAMPAIGN_ARGS)
 
 bench: setup
 	$(BIN)/python -m benchmarks

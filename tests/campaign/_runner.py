@@ -1,0 +1,372 @@
+"""One campaign run against a running :class:`CampaignStack`: create the tables, start the
+writers, play the fault schedule, heal everything, stop the writers, wait for the cleaner,
+read everything back and check it.
+
+Steps of :func:`run_one`:
+
+1. create the plan's tables (local folder, or S3 for a share of runs);
+2. start one process per writer (``_writer.py``) and wait until each has opened its table;
+3. play the schedule: each fault at its time, each heal ``down_s`` later (a killed writer comes
+   back as a new incarnation, a killed service or broker is restarted by the dev stack);
+4. at the end of the workload, heal what is still down or paused, then ask the writers to
+   stop and wait for them (one that does not stop is a violation, and is killed);
+5. wait until the cleaner has rolled back every write a killed writer left pending;
+6. read the tables back and run the checkers (plus: no process left behind, every part of the
+   stack healthy).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from _checkers import Op, TableObservation, Violation, check_run, ops_from_history
+from _schedule import FaultEvent, RunPlan, WriterPlan
+from _stack import BUCKET, CampaignStack
+from _writer import SCHEMA
+
+from lakewarden.devstack import processes
+from lakewarden.table.config import load_config
+from lakewarden.table.connection import Connection, connect, load_storage
+from lakewarden.table.table import Table
+
+__all__ = ["RunResult", "reproduce_command", "run_one"]
+
+WRITER_SCRIPT = Path(__file__).with_name("_writer.py")
+REPO_ROOT = Path(__file__).resolve().parents[2]
+WRITER_START_S = 120.0  # importing pyarrow and confluent-kafka on a loaded 2-core machine
+WRITER_STOP_S = 120.0  # a write may wait 30 s for the lock, then 30 s more for a second try
+QUIESCE_S = 90.0  # heartbeat tolerance + cleaner sweep + rollback of every dead write
+
+
+@dataclass
+class RunResult:
+    seed: int
+    on_s3: bool
+    faults: Counter[str] = field(default_factory=Counter)
+    outcomes: Counter[str] = field(default_factory=Counter)
+    violations: list[Violation] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def summary(self) -> str:
+        status = "FAIL" if self.violations else "ok"
+        where = "s3" if self.on_s3 else "local"
+        writes, faults = dict(sorted(self.outcomes.items())), dict(sorted(self.faults.items()))
+        head = f"seed {self.seed}: {status} in {self.seconds:.0f} s ({where})"
+        return f"{head}; writes {writes}; faults {faults}"
+
+
+def reproduce_command(seed: int, duration_s: float) -> str:
+    return f"make campaign RUNS=1 SEED={seed} DURATION={duration_s:g}"
+
+
+@dataclass
+class _Writer:
+    plan: WriterPlan
+    uri: str
+    incarnation: int = 0
+    proc: subprocess.Popen[bytes] | None = None
+    pids: list[int] = field(default_factory=list)
+
+
+class _Run:
+    def __init__(self, stack: CampaignStack, plan: RunPlan, home: Path) -> None:
+        self.stack = stack
+        self.plan = plan
+        self.home = home
+        self.stop_file = home / "stop"
+        self.result = RunResult(plan.seed, plan.on_s3)
+        self.extra: list[Violation] = []
+        self.prefix = f"{uuid.uuid4().hex[:8]}"
+        self.uris = {t.name: self._uri(t.name) for t in plan.tables}
+        self.writers = {w.name: _Writer(w, self.uris[w.table]) for w in plan.writers}
+
+    def _uri(self, table: str) -> str:
+        if self.plan.on_s3:
+            return f"s3://{BUCKET}/campaign-{self.prefix}/{table}"
+        return str(self.home / "tables" / table)
+
+    # -- 1. and 2. ---------------------------------------------------------------------------
+
+    def create_tables(self, connection: Connection) -> None:
+        settings = self.stack.settings()
+        for table in self.plan.tables:
+            Table.create(
+                self.uris[table.name],
+                name=table.name,
+                record_key="key",
+                schema=SCHEMA,
+                partition_by=["part"],
+                ordering_field="ts",
+                table_type=table.table_type,
+                buckets=table.buckets,
+                coordinator=connection.coordinator,
+                settings=settings,
+            )
+
+    def start_writer(self, writer: _Writer) -> None:
+        writer.incarnation += 1
+        history = self.home / "history" / f"{writer.plan.name}.{writer.incarnation}.jsonl"
+        history.parent.mkdir(parents=True, exist_ok=True)
+        spec = {
+            "uri": writer.uri,
+            "writer": writer.plan.name,
+            "incarnation": writer.incarnation,
+            "seed": writer.plan.seed,
+            "storage_faults": [vars(f) for f in writer.plan.storage_faults],
+            "history": str(history),
+            "stop": str(self.stop_file),
+        }
+        env = self.stack.client_env()
+        env["PYTHONPATH"] = str(REPO_ROOT)
+        log = self.home / "logs" / f"{writer.plan.name}.{writer.incarnation}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with log.open("ab") as out:
+            writer.proc = subprocess.Popen(
+                [sys.executable, str(WRITER_SCRIPT), json.dumps(spec)],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,
+            )
+        writer.pids.append(writer.proc.pid)
+
+    def wait_writers_started(self) -> None:
+        def started() -> bool:
+            for writer in self.writers.values():
+                assert writer.proc is not None
+                if writer.proc.poll() is not None:
+                    raise AssertionError(
+                        f"writer {writer.plan.name} exited at start: see {self.home / 'logs'}"
+                    )
+            return all(_history_has_start(self.home, w) for w in self.writers.values())
+
+        _wait(started, WRITER_START_S, "every writer to open its table")
+
+    # -- 3. and 4. ---------------------------------------------------------------------------
+
+    def play(self) -> None:
+        """Play the schedule; return with every fault healed."""
+        t0 = time.monotonic()
+        queue: list[tuple[float, int, str, FaultEvent]] = [
+            (e.at_s, n, "hit", e) for n, e in enumerate(self.plan.faults)
+        ]
+        heapq.heapify(queue)
+        counter = len(queue)
+        while queue:
+            at_s, _, action, event = queue[0]
+            if action == "hit" and at_s > self.plan.duration_s:
+                break
+            delay = t0 + at_s - time.monotonic()
+            if delay > 0 and at_s <= self.plan.duration_s:
+                time.sleep(delay)  # the schedule is wall-clock by nature
+            heapq.heappop(queue)
+            if action == "hit":
+                if self._hit(event):
+                    counter += 1
+                    heapq.heappush(queue, (at_s + event.down_s, counter, "heal", event))
+            else:
+                self._heal(event)
+        remaining = t0 + self.plan.duration_s - time.monotonic()
+        if remaining > 0:
+            time.sleep(remaining)
+        for _, _, action, event in sorted(queue):  # step 4: heal what is still broken
+            if action == "heal":
+                self._heal(event)
+        self.stack.resume_all()
+        self.stack.up()
+
+    def _hit(self, event: FaultEvent) -> bool:
+        if event.kind.startswith("writer"):
+            writer = self.writers[event.target]
+            if writer.proc is None or writer.proc.poll() is not None:
+                return False
+            sig = signal.SIGKILL if event.kind == "writer_kill" else signal.SIGSTOP
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(writer.proc.pid, sig)
+            if sig == signal.SIGKILL:
+                writer.proc.wait()
+        elif event.kind in ("service_kill", "broker_restart"):
+            self.stack.kill(event.target)
+        else:
+            self.stack.pause(event.target)
+        self.result.faults[event.kind] += 1
+        return True
+
+    def _heal(self, event: FaultEvent) -> None:
+        if event.kind == "writer_kill":
+            self.start_writer(self.writers[event.target])
+        elif event.kind == "writer_pause":
+            proc = self.writers[event.target].proc
+            if proc is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGCONT)
+        elif event.kind in ("service_kill", "broker_restart"):
+            self.stack.up()
+        else:
+            self.stack.resume_all()
+
+    def stop_writers(self) -> None:
+        self.stop_file.touch()
+        deadline = time.monotonic() + WRITER_STOP_S
+        for writer in self.writers.values():
+            assert writer.proc is not None
+            try:
+                writer.proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                self.extra.append(
+                    Violation("writer_hung", f"{writer.plan.name} still writing after the stop")
+                )
+                os.killpg(writer.proc.pid, signal.SIGKILL)
+                writer.proc.wait()
+        for writer in self.writers.values():
+            for pid in writer.pids:
+                if processes.group_members(pid):
+                    self.extra.append(
+                        Violation("process_left_behind", f"writer {writer.plan.name} pid {pid}")
+                    )
+
+    # -- 5. and 6. ---------------------------------------------------------------------------
+
+    def observe(self, connection: Connection) -> dict[str, TableObservation]:
+        settings = self.stack.settings()
+        tables = {}
+        for name, uri in self.uris.items():
+            storage = load_storage(uri, settings)
+            table = Table(storage, load_config(storage), coordinator=connection.coordinator)
+            with contextlib.suppress(AssertionError):
+                _wait(lambda t=table: _quiet(t), QUIESCE_S, f"table {name} to settle")
+            tables[name] = _observe_table(table)
+        return tables
+
+    def ops_by_table(self) -> dict[str, list[Op]]:
+        ops: dict[str, list[Op]] = {}
+        for writer in self.writers.values():
+            for incarnation in range(1, writer.incarnation + 1):
+                path = self.home / "history" / f"{writer.plan.name}.{incarnation}.jsonl"
+                lines = _read_jsonl(path)
+                found = ops_from_history(writer.plan.name, incarnation, lines)
+                ops.setdefault(writer.plan.table, []).extend(found)
+        return ops
+
+    def check_stack(self) -> None:
+        unhealthy = self.stack.unhealthy()
+        if unhealthy:
+            self.extra.append(Violation("stack_unhealthy", f"parts not healthy: {unhealthy}"))
+        for health in self.stack.devstack.status():
+            if health.kind == "service" and not _health_ok(health.port):
+                self.extra.append(
+                    Violation("service_unhealthy", f"{health.name} /health is not OK")
+                )
+
+
+def run_one(stack: CampaignStack, plan: RunPlan, home: Path) -> RunResult:
+    """Run ``plan`` against ``stack`` (running) with its files under ``home``; the result
+    lists every violation found. The stack is healthy again when it returns."""
+    started = time.monotonic()
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "plan.json").write_text(json.dumps(plan.to_json(), indent=1))
+    run = _Run(stack, plan, home)
+    for writer_plan in plan.writers:
+        for fault in writer_plan.storage_faults:
+            run.result.faults[f"storage_{fault.kind}"] += 1
+    with connect(stack.settings(), require_kafka=True) as connection:
+        run.create_tables(connection)
+        try:
+            for writer in run.writers.values():
+                run.start_writer(writer)
+            run.wait_writers_started()
+            run.play()
+        finally:
+            stack.resume_all()
+            run.stop_writers()
+        tables = run.observe(connection)
+    ops = run.ops_by_table()
+    run.result.outcomes.update(op.outcome for table_ops in ops.values() for op in table_ops)
+    run.check_stack()
+    run.result.violations = run.extra + check_run(ops, tables)
+    run.result.seconds = time.monotonic() - started
+    return run.result
+
+
+def _observe_table(table: Table) -> TableObservation:
+    rows = table.read(columns=["key", "v"], with_meta=True).to_pylist()
+    entries = []
+    for obj in table.storage.list(".lakewarden/timeline/"):
+        name = obj.key.rsplit("/", 1)[1]
+        if "/_" in obj.key or not name.endswith(".json") or not name[:-5].isdigit():
+            continue
+        raw = json.loads(table.storage.read(obj.key))
+        entries.append(
+            {
+                "seq": int(name[:-5]),
+                "instant": raw.get("instant"),
+                "action": raw.get("action"),
+                "transition": raw.get("transition"),
+                "actor": raw.get("actor", ""),
+            }
+        )
+    state = table.state()
+    return TableObservation(
+        rows=[{"key": r["key"], "v": r["v"], "commit_time": r["_lw_commit_time"]} for r in rows],
+        entries=entries,
+        rejected_seqs={r.seq for r in state.rejected},
+        pending=[i.instant for i in state.pending() if i.action in ("commit", "deltacommit")],
+        data_keys=[o.key for o in table.storage.list("") if not o.key.startswith(".lakewarden/")],
+    )
+
+
+def _quiet(table: Table) -> bool:
+    """No ingestion instant pending and no file of a rolled-back one left."""
+    state = table.state()
+    if any(i.action in ("commit", "deltacommit") for i in state.pending()):
+        return False
+    rolled_back = [i.instant for i in state.instants.values() if i.state == "rolled_back"]
+    return not any(
+        instant in o.key
+        for o in table.storage.list("")
+        if not o.key.startswith(".lakewarden/")
+        for instant in rolled_back
+    )
+
+
+def _history_has_start(home: Path, writer: _Writer) -> bool:
+    path = home / "history" / f"{writer.plan.name}.{writer.incarnation}.jsonl"
+    return any(line.get("phase") == "start" for line in _read_jsonl(path))
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    lines = []
+    for text in path.read_text(encoding="utf-8").splitlines():
+        with contextlib.suppress(json.JSONDecodeError):  # the line a SIGKILL cut short
+            lines.append(json.loads(text))
+    return lines
+
+
+def _health_ok(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as reply:
+            return bool(reply.status == 200)
+    except OSError:
+        return False
+
+
+def _wait(predicate: Any, timeout_s: float, what: str) -> None:
+    from lakewarden.testing import wait_until
+
+    wait_until(predicate, timeout_s, what)

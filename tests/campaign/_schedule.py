@@ -1,0 +1,197 @@
+"""The plan of one campaign run, drawn from its seed alone: tables, writers, faults.
+
+Everything random about a run is decided here, before anything starts, from
+``random.Random(seed)``: the same seed gives the same plan (the same tables, writers, storage
+faults and fault schedule), so a failing run is reproduced by its seed. What the machine does
+with the plan (how fast a writer gets through its operations, which call a SIGSTOP lands in) is
+not reproducible; the checkers never depend on it.
+
+Fault kinds (every one is healed before the run ends):
+
+- ``writer_kill``: SIGKILL of a writer process; a new incarnation of it starts ``down_s`` later;
+- ``writer_pause``: SIGSTOP of a writer for ``down_s`` (often past its heartbeat tolerance, so
+  the cleaner rolls its instant back while it sleeps: the zombie case), then SIGCONT;
+- ``service_kill``: SIGKILL of a service's process group, restarted by the dev stack after
+  ``down_s``;
+- ``service_pause``: SIGSTOP / SIGCONT of a service;
+- ``broker_restart``: SIGKILL of the Kafka broker, restarted on the same ports after ``down_s``;
+- ``broker_pause``: SIGSTOP / SIGCONT of the broker;
+- storage faults (``storage_fail`` / ``storage_lose_reply``): armed inside a writer's
+  ``FaultyStorage`` at a call number of one storage operation (counted as planned; whether
+  the writer reaches that call depends on the machine).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+__all__ = [
+    "FAULT_KINDS",
+    "FaultEvent",
+    "RunPlan",
+    "StorageFault",
+    "TablePlan",
+    "WriterPlan",
+    "make_plan",
+]
+
+FaultKind = Literal[
+    "writer_kill",
+    "writer_pause",
+    "service_kill",
+    "service_pause",
+    "broker_restart",
+    "broker_pause",
+]
+FAULT_KINDS: tuple[FaultKind, ...] = (
+    "writer_kill",
+    "writer_pause",
+    "service_kill",
+    "service_pause",
+    "broker_restart",
+    "broker_pause",
+)
+# How often each kind is drawn: writers fail most in real life; a broker restart costs a
+# cold-ish start (seconds on a loaded machine), so it is the rarest.
+_FAULT_WEIGHTS = (5, 4, 3, 3, 1, 2)
+_STORAGE_OPS = ("read", "write", "write_if_absent", "list", "delete", "exists")
+
+
+@dataclass(frozen=True)
+class StorageFault:
+    """Call ``nth`` of ``op`` in one writer incarnation fails (``fail``) or takes effect and
+    then fails (``lose_reply``)."""
+
+    op: str
+    nth: int
+    kind: Literal["fail", "lose_reply"]
+
+
+@dataclass(frozen=True)
+class TablePlan:
+    name: str
+    table_type: Literal["cow", "mor"]
+    buckets: int
+
+
+@dataclass(frozen=True)
+class WriterPlan:
+    """One writer: which table it writes, its operation mix and its storage faults (the same
+    list is armed in every incarnation)."""
+
+    name: str
+    table: str
+    seed: int
+    storage_faults: tuple[StorageFault, ...]
+
+
+@dataclass(frozen=True)
+class FaultEvent:
+    """At ``at_s`` seconds after the workload starts, ``kind`` hits ``target`` for
+    ``down_s`` seconds."""
+
+    at_s: float
+    kind: FaultKind
+    target: str
+    down_s: float
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    seed: int
+    duration_s: float
+    on_s3: bool
+    tables: tuple[TablePlan, ...]
+    writers: tuple[WriterPlan, ...]
+    faults: tuple[FaultEvent, ...] = field(default=())
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def fault_counts(self) -> dict[str, int]:
+        """Faults by kind, storage faults included."""
+        counts: dict[str, int] = {}
+        for event in self.faults:
+            counts[event.kind] = counts.get(event.kind, 0) + 1
+        for writer in self.writers:
+            for fault in writer.storage_faults:
+                kind = f"storage_{fault.kind}"
+                counts[kind] = counts.get(kind, 0) + 1
+        return counts
+
+
+def make_plan(
+    seed: int,
+    *,
+    duration_s: float,
+    services: tuple[str, ...],
+    s3_available: bool,
+    s3_share: float = 0.3,
+) -> RunPlan:
+    """The plan of run ``seed``: 1-2 tables, 2-3 writers, storage faults and a fault schedule
+    spread over the first 80% of ``duration_s`` (the rest lets the last faults heal)."""
+    rng = random.Random(seed)
+    on_s3 = s3_available and rng.random() < s3_share
+    tables = tuple(
+        TablePlan(
+            name=f"t{seed}_{index}",
+            table_type="mor" if rng.random() < 0.3 else "cow",
+            buckets=rng.choice((1, 2, 4)),
+        )
+        for index in range(rng.randint(1, 2))
+    )
+    writers = tuple(
+        WriterPlan(
+            name=f"w{index}",
+            table=tables[index % len(tables)].name,
+            seed=rng.randrange(2**32),
+            storage_faults=_storage_faults(rng),
+        )
+        for index in range(rng.randint(2, 3))
+    )
+    faults = _fault_schedule(rng, duration_s, [w.name for w in writers], services)
+    return RunPlan(seed, duration_s, on_s3, tables, writers, faults)
+
+
+def _storage_faults(rng: random.Random) -> tuple[StorageFault, ...]:
+    return tuple(
+        StorageFault(
+            op=rng.choice(_STORAGE_OPS),
+            nth=rng.randint(1, 120),
+            kind=rng.choice(("fail", "lose_reply")),
+        )
+        for _ in range(rng.randint(0, 3))
+    )
+
+
+def _fault_schedule(
+    rng: random.Random, duration_s: float, writers: list[str], services: tuple[str, ...]
+) -> tuple[FaultEvent, ...]:
+    events = []
+    broker_busy_until = -1.0  # one broker fault at a time: a second would hit a dead broker
+    busy_until: dict[str, float] = {}
+    window = duration_s * 0.8
+    for _ in range(rng.randint(2, max(2, int(duration_s / 3)))):
+        at_s = round(rng.uniform(0.5, window), 2)
+        kind = rng.choices(FAULT_KINDS, weights=_FAULT_WEIGHTS)[0]
+        target, down_s = _target(rng, kind, writers, services)
+        if busy_until.get(target, -1.0) > at_s or (target == "kafka" and broker_busy_until > at_s):
+            continue  # that part is still down or paused: the draw is dropped, not moved
+        busy_until[target] = at_s + down_s
+        if target == "kafka":
+            broker_busy_until = at_s + down_s
+        events.append(FaultEvent(at_s, kind, target, down_s))
+    return tuple(sorted(events, key=lambda e: e.at_s))
+
+
+def _target(
+    rng: random.Random, kind: FaultKind, writers: list[str], services: tuple[str, ...]
+) -> tuple[str, float]:
+    if kind.startswith("writer"):
+        # Pauses of up to 4 s: past the campaign's heartbeat tolerance (2 s) half the time.
+        return rng.choice(writers), round(rng.uniform(0.2, 4.0), 2)
+    if kind.startswith("service"):
+        return rng.choice(services), round(rng.uniform(0.2, 3.0), 2)
+    return "kafka", round(rng.uniform(0.5, 3.0), 2)

@@ -1,0 +1,115 @@
+"""The randomized fault campaign: many seeded runs against the real stack.
+
+    python tests/campaign/campaign.py --runs 200 --seed 1 [--duration 20] [--s3 | --no-s3]
+    make campaign RUNS=200 SEED=1                # the same
+
+Run ``i`` plays the plan of seed ``SEED + i`` (``_schedule.make_plan``). Runs share one stack
+(Kafka, SeaweedFS with ``--s3``, the services) for ``--runs-per-stack`` runs, then it is torn
+down (checking that nothing it started survives) and a fresh one started: a cold start costs
+more than a run on this machine. Every run leaves the stack healed and healthy (checked).
+
+Each run prints one line; a failing run prints its violations and the one-line command that
+replays its seed. The totals (runs, faults by kind, writes by outcome, violations by name) are
+printed at the end and written to ``<out>/summary.json``. Exit status 1 if any run failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+from _runner import RunResult, reproduce_command, run_one
+from _schedule import make_plan
+from _stack import WORKLOAD_SERVICES, CampaignStack
+
+from lakewarden.devstack import SERVICES, processes
+
+
+def _parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--duration", type=float, default=20.0, help="workload seconds per run")
+    parser.add_argument("--runs-per-stack", type=int, default=10)
+    parser.add_argument("--s3", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument(
+        "--all-services",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="run (and fault) every service, not only those Python writers use",
+    )
+    parser.add_argument("--out", type=Path, default=None, help="run folders (default: a temp dir)")
+    return parser.parse_args(argv)
+
+
+def _stack_down(stack: CampaignStack) -> list[str]:
+    """Stop the stack; name every process of it that survived (a violation)."""
+    pids = stack.pids()
+    stack.down()
+    return [f"process_left_behind: stack pid {pid}" for pid in pids if processes.group_members(pid)]
+
+
+def main(argv: list[str]) -> int:
+    args = _parse(argv)
+    out = args.out or Path(tempfile.mkdtemp(prefix="lakewarden-campaign-"))
+    services = tuple(s.name for s in SERVICES) if args.all_services else WORKLOAD_SERVICES
+    results: list[RunResult] = []
+    stack_problems: list[str] = []
+    stack: CampaignStack | None = None
+    print(f"campaign: {args.runs} runs from seed {args.seed}, files in {out}", flush=True)
+    try:
+        for index in range(args.runs):
+            if stack is None or index % args.runs_per_stack == 0:
+                if stack is not None:
+                    stack_problems += _stack_down(stack)
+                stack = CampaignStack(
+                    out / f"stack-{index // args.runs_per_stack}",
+                    with_s3=args.s3,
+                    services=services,
+                )
+                stack.up()
+            seed = args.seed + index
+            plan = make_plan(
+                seed, duration_s=args.duration, services=stack.services, s3_available=args.s3
+            )
+            result = run_one(stack, plan, out / f"run-{seed}")
+            results.append(result)
+            print(result.summary(), flush=True)
+            for violation in result.violations:
+                print(f"  VIOLATION {violation}", flush=True)
+            if result.violations:
+                print(f"  reproduce: {reproduce_command(seed, args.duration)}", flush=True)
+    finally:
+        if stack is not None:
+            stack_problems += _stack_down(stack)
+    return _report(results, stack_problems, out)
+
+
+def _report(results: list[RunResult], stack_problems: list[str], out: Path) -> int:
+    faults: Counter[str] = Counter()
+    outcomes: Counter[str] = Counter()
+    violations: Counter[str] = Counter()
+    for result in results:
+        faults.update(result.faults)
+        outcomes.update(result.outcomes)
+        violations.update(v.name for v in result.violations)
+    failed = [r.seed for r in results if r.violations]
+    summary = {
+        "runs": len(results),
+        "failed_seeds": failed,
+        "faults": dict(sorted(faults.items())),
+        "writes": dict(sorted(outcomes.items())),
+        "violations": dict(sorted(violations.items())),
+        "stack_problems": stack_problems,
+    }
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    print(json.dumps(summary, indent=1))
+    return 1 if failed or stack_problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
