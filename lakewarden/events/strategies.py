@@ -76,3 +76,58 @@ def _primitive(name: str) -> st.SearchStrategy[Any]:
     if name not in strategies:
         raise ValueError(f"No strategy for Avro type {name!r}")
     return strategies[name]
+
+
+# Values a producer should never send but a schema allows: empty and 1 MB strings, NUL, huge
+# and negative numbers (the fuzzers' "valid encoding with absurd values").
+ABSURD_STRINGS = ("", "\x00", "../../../x", "x" * 1_000_000)
+ABSURD_INTS = (-1, 0, 2**31 - 1, -(2**63), 2**63 - 1)
+
+
+@st.composite
+def damaged_messages(draw: st.DrawFn, name: str, base: dict[str, Any] | None = None) -> bytes:
+    """Single-object-encoded ``name`` events, damaged: a bit flipped, truncated, another
+    fingerprint, or a valid encoding of a record with absurd values in some fields (starting
+    from ``base``, a realistic record, when given; else from any valid record).
+
+    Raises:
+        KeyError: ``name`` is not an event schema.
+    """
+    from lakewarden.events import default_codec, encode
+
+    schema = default_codec().schemas.current[name]
+    record = dict(base) if base is not None else draw(event_records(schema))
+    kind = draw(st.sampled_from(["absurd", "absurd", "flip", "truncate", "fingerprint"]))
+    if kind == "absurd":
+        fields = [f for f in schema.parsed["fields"] if f["name"] != "envelope"]
+        for field in draw(st.lists(st.sampled_from(fields), min_size=1, max_size=3)):
+            record[field["name"]] = draw(_absurd_for(field["type"], record.get(field["name"])))
+    data = bytearray(encode(name, record))
+    # Positions are drawn independently of the length: ``base`` may differ between runs (fresh
+    # ids), and hypothesis needs the same draws to replay an example.
+    if kind == "flip":
+        at = draw(st.integers(0, 2**20)) % len(data)
+        data[at] ^= 1 << draw(st.integers(0, 7))
+    elif kind == "truncate":
+        del data[draw(st.integers(0, 2**20)) % len(data) :]
+    elif kind == "fingerprint":
+        data[2:10] = draw(st.binary(min_size=8, max_size=8))
+    return bytes(data)
+
+
+def _absurd_for(avro_type: Any, current: Any) -> st.SearchStrategy[Any]:
+    """An absurd value of ``avro_type`` (the current value when the type has none)."""
+    types = avro_type if isinstance(avro_type, list) else [avro_type]
+    options: list[Any] = []
+    for one in types:
+        kind = one.get("type") if isinstance(one, dict) else one
+        logical = one.get("logicalType") if isinstance(one, dict) else None
+        if logical is not None:
+            continue  # a timestamp's absurd values are covered by event_records' range
+        if kind == "string":
+            options += ABSURD_STRINGS
+        elif kind in ("int", "long"):
+            options += [v for v in ABSURD_INTS if kind == "long" or abs(v) < 2**31]
+        elif kind == "null":
+            options.append(None)
+    return st.sampled_from(options) if options else st.just(current)

@@ -19,9 +19,11 @@ import argparse
 import json
 import sys
 import tempfile
+import traceback
 from collections import Counter
 from pathlib import Path
 
+from _checkers import KNOWN_ISSUES, Violation
 from _runner import RunResult, reproduce_command, run_one
 from _schedule import make_plan
 from _stack import WORKLOAD_SERVICES, CampaignStack
@@ -76,12 +78,21 @@ def main(argv: list[str]) -> int:
             plan = make_plan(
                 seed, duration_s=args.duration, services=stack.services, s3_available=args.s3
             )
-            result = run_one(stack, plan, out / f"run-{seed}")
+            try:
+                result = run_one(stack, plan, out / f"run-{seed}")
+            except Exception:  # the harness itself failed: a failed run, and a fresh stack
+                traceback.print_exc()
+                result = RunResult(seed, plan.on_s3)
+                result.violations.append(Violation("run_error", traceback.format_exc(limit=3)))
+                stack_problems += _stack_down(stack)
+                stack = None
             results.append(result)
             print(result.summary(), flush=True)
             for violation in result.violations:
                 print(f"  VIOLATION {violation}", flush=True)
-            if result.violations:
+            for violation in result.known:
+                print(f"  known issue {violation}", flush=True)
+            if result.violations or result.known:
                 print(f"  reproduce: {reproduce_command(seed, args.duration)}", flush=True)
     finally:
         if stack is not None:
@@ -93,10 +104,12 @@ def _report(results: list[RunResult], stack_problems: list[str], out: Path) -> i
     faults: Counter[str] = Counter()
     outcomes: Counter[str] = Counter()
     violations: Counter[str] = Counter()
+    known: Counter[str] = Counter()
     for result in results:
         faults.update(result.faults)
         outcomes.update(result.outcomes)
         violations.update(v.name for v in result.violations)
+        known.update(v.name for v in result.known)
     failed = [r.seed for r in results if r.violations]
     summary = {
         "runs": len(results),
@@ -104,6 +117,7 @@ def _report(results: list[RunResult], stack_problems: list[str], out: Path) -> i
         "faults": dict(sorted(faults.items())),
         "writes": dict(sorted(outcomes.items())),
         "violations": dict(sorted(violations.items())),
+        "known_issues": {name: [n, KNOWN_ISSUES[name]] for name, n in sorted(known.items())},
         "stack_problems": stack_problems,
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
