@@ -49,6 +49,9 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 WRITER_START_S = 120.0  # importing pyarrow and confluent-kafka on a loaded 2-core machine
 WRITER_STOP_S = 120.0  # a write may wait 30 s for the lock, then 30 s more for a second try
 QUIESCE_S = 90.0  # heartbeat tolerance + cleaner sweep + rollback of every dead write
+# An instant left only ``requested`` may be the known issue (KNOWN_ISSUES), which never
+# settles: after this long it no longer holds the run up (it is still reported).
+REQUESTED_SETTLE_S = 15.0
 
 
 @dataclass
@@ -248,8 +251,13 @@ class _Run:
         for name, uri in self.uris.items():
             storage = load_storage(uri, settings)
             table = Table(storage, load_config(storage), coordinator=connection.coordinator)
+            since = time.monotonic()
             with contextlib.suppress(AssertionError):
-                _wait(lambda t=table: _quiet(t), QUIESCE_S, f"table {name} to settle")
+                _wait(
+                    lambda t=table, s=since: _quiet(t, time.monotonic() - s > REQUESTED_SETTLE_S),
+                    QUIESCE_S,
+                    f"table {name} to settle",
+                )
             tables[name] = _observe_table(table)
         return tables
 
@@ -344,10 +352,12 @@ def _observe_table(table: Table) -> TableObservation:
     )
 
 
-def _quiet(table: Table) -> bool:
-    """No ingestion instant pending and no file of a rolled-back one left."""
+def _quiet(table: Table, ignore_requested: bool) -> bool:
+    """No ingestion instant pending (or only ``requested`` ones, when ``ignore_requested``)
+    and no file of a rolled-back one left."""
     state = table.state()
-    if any(i.action in ("commit", "deltacommit") for i in state.pending()):
+    pending = [i for i in state.pending() if i.action in ("commit", "deltacommit")]
+    if any(not ignore_requested or i.state != "requested" for i in pending):
         return False
     rolled_back = [i.instant for i in state.instants.values() if i.state == "rolled_back"]
     return not any(

@@ -107,9 +107,9 @@ def test_writer_killed_before_its_first_heartbeat_is_rolled_back(
         instant = done.stdout.strip()
         table = Table.open(uri, coordinator=connection.coordinator)
         assert table.state().get(instant) is not None
-        # tolerance 2 s (SERVICE_ENV) + a cleaner sweep each second: 30 s is generous
+        # tolerance 2 s (SERVICE_ENV) + a cleaner sweep each second: 20 s is generous
         wait_until(
             lambda: not table.state().get(instant).is_pending,  # type: ignore[union-attr]
-            30,
+            20,
             f"the cleaner to roll back {instant}",
         )
