@@ -30,7 +30,13 @@ from lakewarden.devstack.paths import INFRA_DIR
 
 log = logging.getLogger(__name__)
 
-_NODE_KEYS = ("listeners", "advertised.listeners", "controller.quorum.voters", "log.dirs")
+_NODE_KEYS = (
+    "listeners",
+    "advertised.listeners",
+    "controller.quorum.voters",
+    "log.dirs",
+    "listener.security.protocol.map",
+)
 
 
 def random_cluster_id() -> str:
@@ -54,6 +60,23 @@ class KafkaBroker:
     infra_dir: Path = INFRA_DIR
     heap: str = "512m"
     java: str = "java"
+    # A second listener with SASL/PLAIN (no TLS: loopback only) for these (user, password)
+    # pairs when ``sasl_port`` is set; PLAINTEXT stays the inter-broker and readiness listener.
+    sasl_port: int = 0
+    sasl_users: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        for user, password in self.sasl_users:  # they go into a JAAS line between quotes
+            if not user.isidentifier() or '"' in password or "\\" in password:
+                raise DevStackError(
+                    f"SASL user {user!r}: use letters, digits and '_' for the name and no "
+                    "quote or backslash in the password."
+                )
+
+    @property
+    def sasl_bootstrap(self) -> str:
+        """``host:port`` of the SASL_PLAINTEXT listener (when ``sasl_port`` is set)."""
+        return f"{processes.LOOPBACK}:{self.sasl_port}"
 
     @property
     def bootstrap(self) -> str:
@@ -99,15 +122,35 @@ class KafkaBroker:
             if line.split("=", 1)[0].strip() not in _NODE_KEYS
         ]
         host = processes.LOOPBACK
+        listeners = f"PLAINTEXT://{host}:{self.port},CONTROLLER://{host}:{self.controller_port}"
+        advertised = f"PLAINTEXT://{host}:{self.port}"
+        protocols = "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT"
+        if self.sasl_port:
+            listeners += f",SASL_PLAINTEXT://{host}:{self.sasl_port}"
+            advertised += f",SASL_PLAINTEXT://{host}:{self.sasl_port}"
+            protocols += ",SASL_PLAINTEXT:SASL_PLAINTEXT"
         node = [
-            f"listeners=PLAINTEXT://{host}:{self.port},CONTROLLER://{host}:{self.controller_port}",
-            f"advertised.listeners=PLAINTEXT://{host}:{self.port}",
+            f"listeners={listeners}",
+            f"advertised.listeners={advertised}",
+            f"listener.security.protocol.map={protocols}",
             f"controller.quorum.voters=1@{host}:{self.controller_port}",
             f"log.dirs={self.data_dir.resolve()}",
+            *self._sasl_properties(),
         ]
         self.home.mkdir(parents=True, exist_ok=True)
         self.properties_file.write_text("\n".join([*kept, "", "# set by lakewarden", *node, ""]))
         return self.properties_file
+
+    def _sasl_properties(self) -> list[str]:
+        if not self.sasl_port:
+            return []
+        users = " ".join(f'user_{user}="{password}"' for user, password in self.sasl_users)
+        return [
+            "sasl.enabled.mechanisms=PLAIN",
+            "listener.name.sasl_plaintext.sasl.enabled.mechanisms=PLAIN",
+            "listener.name.sasl_plaintext.plain.sasl.jaas.config="
+            f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};",
+        ]
 
     def _jvm(self, main: str, *, heap: str, extra: list[str]) -> list[str]:
         log4j = (self.infra_dir / "kafka" / "log4j.properties").resolve()

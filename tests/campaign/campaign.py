@@ -22,6 +22,7 @@ import tempfile
 import traceback
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 from _checkers import KNOWN_ISSUES, Violation
 from _runner import RunResult, reproduce_command, run_one
@@ -94,6 +95,7 @@ def main(argv: list[str]) -> int:
                 print(f"  known issue {violation}", flush=True)
             if result.violations or result.known:
                 print(f"  reproduce: {reproduce_command(seed, args.duration)}", flush=True)
+            _summary(results, stack_problems, out)  # kept up to date: a campaign may be cut short
     finally:
         if stack is not None:
             stack_problems += _stack_down(stack)
@@ -101,6 +103,13 @@ def main(argv: list[str]) -> int:
 
 
 def _report(results: list[RunResult], stack_problems: list[str], out: Path) -> int:
+    summary = _summary(results, stack_problems, out)
+    print(json.dumps(summary, indent=1))
+    return 1 if summary["failed_seeds"] or stack_problems else 0
+
+
+def _summary(results: list[RunResult], stack_problems: list[str], out: Path) -> dict[str, Any]:
+    """The totals so far, also written to ``<out>/summary.json``."""
     faults: Counter[str] = Counter()
     outcomes: Counter[str] = Counter()
     violations: Counter[str] = Counter()
@@ -111,7 +120,7 @@ def _report(results: list[RunResult], stack_problems: list[str], out: Path) -> i
         violations.update(v.name for v in result.violations)
         known.update(v.name for v in result.known)
     failed = [r.seed for r in results if r.violations]
-    summary = {
+    summary: dict[str, Any] = {
         "runs": len(results),
         "failed_seeds": failed,
         "faults": dict(sorted(faults.items())),
@@ -121,8 +130,7 @@ def _report(results: list[RunResult], stack_problems: list[str], out: Path) -> i
         "stack_problems": stack_problems,
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
-    print(json.dumps(summary, indent=1))
-    return 1 if failed or stack_problems else 0
+    return summary
 
 
 if __name__ == "__main__":
