@@ -25,7 +25,9 @@ Invariants checked (ARCHITECTURE.md "Invariants" 1 and 2, and the rules of the w
   instant is left inflight (the cleaner rolls back dead writers); one left ``requested`` is
   ``requested_left_behind``, a known issue (see ``KNOWN_ISSUES``);
 - ``rolled_back_files_left``: no data file of a rolled-back instant is left in storage;
-- ``raw_error``: a writer never gets an error outside ``LakewardenError``.
+- ``raw_error``: a writer never gets an error outside ``LakewardenError``;
+- ``read_duplicate_key`` / ``read_saw_failed_write`` / ``read_phantom_row``: the same for
+  every read made while the faults played (a snapshot of committed writes only).
 """
 
 from __future__ import annotations
@@ -131,10 +133,17 @@ def ops_from_history(writer: str, incarnation: int, lines: list[dict[str, Any]])
 
 
 def check_run(
-    ops_by_table: dict[str, list[Op]], tables: dict[str, TableObservation]
+    ops_by_table: dict[str, list[Op]],
+    tables: dict[str, TableObservation],
+    *,
+    reads: dict[str, list[list[dict[str, Any]]]] | None = None,
 ) -> list[Violation]:
-    """Every violation of the invariants in one run (empty: the run passed)."""
+    """Every violation of the invariants in one run (empty: the run passed); ``reads`` are
+    the rows of the reads made while the faults played, per table."""
     violations: list[Violation] = []
+    for name, table_reads in (reads or {}).items():
+        found = _check_reads(ops_by_table.get(name, []), table_reads)
+        violations += [Violation(v.name, f"table {name}: {v.detail}") for v in found]
     for name, observation in tables.items():
         ops = sorted(
             ops_by_table.get(name, []), key=lambda op: (op.writer, op.incarnation, op.number)
@@ -142,6 +151,35 @@ def check_run(
         found = _check_table(ops, observation)
         violations += [Violation(v.name, f"table {name}: {v.detail}") for v in found]
     return violations
+
+
+def _check_reads(ops: list[Op], reads: list[list[dict[str, Any]]]) -> list[Violation]:
+    """A read during the run shows committed writes only: never a key twice, never a row of a
+    write that failed, never a row no writer wrote (one violation of each kind at most)."""
+    by_value = {op.value: op for op in ops}
+    found: dict[str, Violation] = {}
+    for number, rows in enumerate(reads):
+        counts = Counter(row["key"] for row in rows)
+        twice = sorted(key for key, n in counts.items() if n > 1)
+        if twice:
+            found.setdefault(
+                "read_duplicate_key", Violation("read_duplicate_key", f"read {number}: {twice}")
+            )
+        for row in rows:
+            op = by_value.get(row["v"])
+            if op is None:
+                found.setdefault(
+                    "read_phantom_row", Violation("read_phantom_row", f"read {number}: {row}")
+                )
+            elif op.outcome == "fail":
+                found.setdefault(
+                    "read_saw_failed_write",
+                    Violation(
+                        "read_saw_failed_write",
+                        f"read {number} shows {op.op_id}, which failed with {op.error}",
+                    ),
+                )
+    return list(found.values())
 
 
 def _check_table(ops: list[Op], obs: TableObservation) -> list[Violation]:

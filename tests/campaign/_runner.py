@@ -24,6 +24,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 import uuid
@@ -245,12 +246,17 @@ class _Run:
 
     # -- 5. and 6. ---------------------------------------------------------------------------
 
-    def observe(self, connection: Connection) -> dict[str, TableObservation]:
+    def open_tables(self, connection: Connection) -> dict[str, Table]:
         settings = self.stack.settings()
         tables = {}
         for name, uri in self.uris.items():
             storage = load_storage(uri, settings)
-            table = Table(storage, load_config(storage), coordinator=connection.coordinator)
+            tables[name] = Table(storage, load_config(storage), coordinator=connection.coordinator)
+        return tables
+
+    def observe(self, connection: Connection) -> dict[str, TableObservation]:
+        tables = {}
+        for name, table in self.open_tables(connection).items():
             since = time.monotonic()
             with contextlib.suppress(AssertionError):
                 _wait(
@@ -282,6 +288,32 @@ class _Run:
                 )
 
 
+class _Reader(threading.Thread):
+    """Reads every table over and over while the faults play: what each read showed is
+    checked at the end (``Reads``), as every read must be a snapshot of committed writes."""
+
+    def __init__(self, tables: dict[str, Table]) -> None:
+        super().__init__(name="campaign-reader", daemon=True)
+        self.tables = tables
+        self.stop = threading.Event()
+        self.reads: dict[str, list[list[dict[str, Any]]]] = {name: [] for name in tables}
+        self.errors: list[str] = []
+
+    def run(self) -> None:
+        from lakewarden.errors import LakewardenError
+
+        while not self.stop.wait(0.5):
+            for name, table in self.tables.items():
+                try:
+                    rows = table.read(with_meta=True).select(["key", "v"]).to_pylist()
+                except LakewardenError:
+                    continue  # a named error (a storage fault, a racing clean): allowed
+                except Exception as err:  # a raw error is a violation
+                    self.errors.append(f"table {name}: {err!r}")
+                    continue
+                self.reads[name].append(rows)
+
+
 def run_one(stack: CampaignStack, plan: RunPlan, home: Path) -> RunResult:
     """Run ``plan`` against ``stack`` (running) with its files under ``home``; the result
     lists every violation found. The stack is healthy again when it returns."""
@@ -298,7 +330,13 @@ def run_one(stack: CampaignStack, plan: RunPlan, home: Path) -> RunResult:
             for writer in run.writers.values():
                 run.start_writer(writer)
             run.wait_writers_started()
-            run.play()
+            reader = _Reader(run.open_tables(connection))
+            reader.start()
+            try:
+                run.play()
+            finally:
+                reader.stop.set()
+                reader.join(60)
         finally:
             stack.resume_all()
             run.stop_writers()
@@ -306,7 +344,8 @@ def run_one(stack: CampaignStack, plan: RunPlan, home: Path) -> RunResult:
     ops = run.ops_by_table()
     run.result.outcomes.update(op.outcome for table_ops in ops.values() for op in table_ops)
     run.check_stack()
-    found = run.extra + check_run(ops, tables)
+    found = run.extra + check_run(ops, tables, reads=reader.reads)
+    found += [Violation("read_raw_error", error) for error in reader.errors[:5]]
     run.result.violations = [v for v in found if v.name not in KNOWN_ISSUES]
     run.result.known = [v for v in found if v.name in KNOWN_ISSUES]
     run.result.seconds = time.monotonic() - started

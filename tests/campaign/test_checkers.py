@@ -133,3 +133,17 @@ def test_a_write_the_process_was_killed_in_is_unknown() -> None:
         ("w0.1.1", "ok", "I1"),
         ("w0.1.2", "unknown", None),
     ]
+
+
+def test_reads_during_the_run_show_committed_writes_only() -> None:
+    ops = [*OPS, _op(3, "upsert", ["w0.p1"], "fail")]
+
+    def check(*reads: list[dict[str, Any]]) -> list[str]:
+        observation = TableObservation(rows=ROWS, entries=ENTRIES)
+        found = check_run({"t": ops}, {"t": observation}, reads={"t": list(reads)})
+        return [v.name for v in found]
+
+    assert check([], ROWS[:1], ROWS) == []
+    assert check(ROWS, [*ROWS, ROWS[0]]) == ["read_duplicate_key"]
+    assert check([{"key": "w0.p1", "v": "w0.1.3"}]) == ["read_saw_failed_write"]
+    assert check([{"key": "x", "v": "nobody.1.1"}]) == ["read_phantom_row"]
