@@ -204,6 +204,8 @@ class _Run:
                 os.killpg(writer.proc.pid, sig)
             if sig == signal.SIGKILL:
                 writer.proc.wait()
+        elif event.target not in self.stack.running():
+            return False  # still coming back from an earlier fault: the draw is dropped
         elif event.kind in ("service_kill", "broker_restart"):
             self.stack.kill(event.target)
         else:
@@ -221,8 +223,8 @@ class _Run:
                     os.killpg(proc.pid, signal.SIGCONT)
         elif event.kind in ("service_kill", "broker_restart"):
             self.stack.up()
-        else:
-            self.stack.resume_all()
+        elif event.target in self.stack.running():
+            self.stack.resume(event.target)
 
     def stop_writers(self) -> None:
         self.stop_file.touch()

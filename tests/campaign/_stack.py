@@ -108,6 +108,12 @@ class CampaignStack:
             os.killpg(pid, signal.SIGSTOP)
             self.paused.add(pid)
 
+    def resume(self, part: str) -> None:
+        pid = self.pid(part)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGCONT)
+        self.paused.discard(pid)
+
     def resume_all(self) -> None:
         for pid in sorted(self.paused):
             with contextlib.suppress(ProcessLookupError):
@@ -117,6 +123,10 @@ class CampaignStack:
     def unhealthy(self) -> list[str]:
         """The parts that are not running or whose port does not answer."""
         return [h.name for h in self.devstack.status() if not h.healthy]
+
+    def running(self) -> set[str]:
+        """The parts whose process is alive."""
+        return {h.name for h in self.devstack.status() if h.alive}
 
     def pids(self) -> set[int]:
         return {h.pid for h in self.devstack.status()}
