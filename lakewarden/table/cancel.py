@@ -192,7 +192,20 @@ def cancel_overtaken_plans(
 
     Best effort: the ingestion is committed whatever happens here; a failure is logged and the
     plans are returned only when their request landed."""
-    state = timeline.load()
+    try:
+        state = timeline.load()
+    except LakewardenError as err:
+        # The ingestion completed: an error here must not reach its writer, who would take the
+        # commit for failed (the campaign's completed_without_acknowledgement). The plans it
+        # overtook can never complete anyway; the cleaner's policy cancels them later.
+        log.warning(
+            "ingestion %s completed, but reading the timeline to cancel the plans it "
+            "overtook failed: %s",
+            instant,
+            err,
+            extra={"table": table_id, "instant": instant},
+        )
+        return []
     mine = state.get(instant)
     if mine is None or mine.completed_seq is None:
         return []
