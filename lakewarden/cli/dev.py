@@ -57,6 +57,12 @@ def dev() -> None:
 )
 @click.option("--s3-port", type=click.IntRange(0, 65535), default=None, help="S3 API port. [8333]")
 @click.option("--bucket", default=None, help="Bucket to create on S3. [lakewarden]")
+@click.option(
+    "--brokers",
+    type=click.IntRange(1, 5),
+    default=None,
+    help="Kafka nodes: 3 runs a KRaft cluster (replication 3, min.insync.replicas 2). [1]",
+)
 def up(
     state_dir: Path | None,
     with_s3: bool,
@@ -64,6 +70,7 @@ def up(
     kafka_controller_port: int | None,
     s3_port: int | None,
     bucket: str | None,
+    brokers: int | None,
 ) -> None:
     """Start Kafka, the topics, S3 (with --s3) and every service not running yet."""
     overrides: dict[str, Any] = {
@@ -71,6 +78,7 @@ def up(
         "kafka_controller_port": kafka_controller_port,
         "s3_port": s3_port,
         "bucket": bucket,
+        "brokers": brokers,
     }
     dev_settings = DevSettings(**{k: v for k, v in overrides.items() if v is not None})
     stack = _stack(state_dir)

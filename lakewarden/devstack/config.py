@@ -23,3 +23,6 @@ class DevSettings(BaseSettings):
     s3_port: int = Field(default=8333, ge=0, le=65535)
     bucket: str = "lakewarden"
     startup_timeout_s: float = Field(default=90.0, gt=0)
+    # 3: a KRaft cluster of three broker+controller nodes (topics replicated 3 times,
+    # min.insync.replicas=2), the extra nodes on free ports.
+    brokers: int = Field(default=1, ge=1, le=5)

@@ -31,11 +31,24 @@ from lakewarden.devstack.paths import INFRA_DIR
 log = logging.getLogger(__name__)
 
 _NODE_KEYS = (
+    "node.id",
     "listeners",
     "advertised.listeners",
     "controller.quorum.voters",
     "log.dirs",
     "listener.security.protocol.map",
+)
+
+
+# Set for a cluster (``replication`` > 1) instead of the template's single-node values.
+_REPLICATION_KEYS = (
+    "default.replication.factor",
+    "min.insync.replicas",
+    "offsets.topic.replication.factor",
+    "transaction.state.log.replication.factor",
+    "transaction.state.log.min.isr",
+    "share.coordinator.state.topic.replication.factor",
+    "share.coordinator.state.topic.min.isr",
 )
 
 
@@ -64,6 +77,13 @@ class KafkaBroker:
     # pairs when ``sasl_port`` is set; PLAINTEXT stays the inter-broker and readiness listener.
     sasl_port: int = 0
     sasl_users: tuple[tuple[str, str], ...] = ()
+    # One node of a KRaft cluster (``dev up --brokers 3``): its id, every controller
+    # (``id@host:port,...``; empty: this node alone), the cluster id all nodes format with,
+    # and the replication factor of internal topics (``min.insync.replicas`` is 2 from 3 on).
+    node_id: int = 1
+    quorum_voters: str = ""
+    cluster_id: str | None = None
+    replication: int = 1
 
     def __post_init__(self) -> None:
         for user, password in self.sasl_users:  # they go into a JAAS line between quotes
@@ -116,10 +136,9 @@ class KafkaBroker:
         """Write ``server.properties`` for this broker: the template with this broker's ports
         and data dir in place of the template's node-specific keys. Returns its path."""
         template = (self.infra_dir / "kafka" / "server.properties").read_text()
+        dropped = set(_NODE_KEYS) | ({*_REPLICATION_KEYS} if self.replication > 1 else set())
         kept = [
-            line
-            for line in template.splitlines()
-            if line.split("=", 1)[0].strip() not in _NODE_KEYS
+            line for line in template.splitlines() if line.split("=", 1)[0].strip() not in dropped
         ]
         host = processes.LOOPBACK
         listeners = f"PLAINTEXT://{host}:{self.port},CONTROLLER://{host}:{self.controller_port}"
@@ -133,13 +152,26 @@ class KafkaBroker:
             f"listeners={listeners}",
             f"advertised.listeners={advertised}",
             f"listener.security.protocol.map={protocols}",
-            f"controller.quorum.voters=1@{host}:{self.controller_port}",
+            f"node.id={self.node_id}",
+            "controller.quorum.voters="
+            + (self.quorum_voters or f"{self.node_id}@{host}:{self.controller_port}"),
             f"log.dirs={self.data_dir.resolve()}",
             *self._sasl_properties(),
+            *self._replication_properties(),
         ]
         self.home.mkdir(parents=True, exist_ok=True)
         self.properties_file.write_text("\n".join([*kept, "", "# set by lakewarden", *node, ""]))
         return self.properties_file
+
+    def _replication_properties(self) -> list[str]:
+        if self.replication <= 1:
+            return []
+        min_isr = 2 if self.replication >= 3 else 1
+        is_min = ("min.isr", "min.insync.replicas")
+        return [
+            f"{key}={min_isr if key.endswith(is_min) else self.replication}"
+            for key in _REPLICATION_KEYS
+        ]
 
     def _sasl_properties(self) -> list[str]:
         if not self.sasl_port:
@@ -182,7 +214,8 @@ class KafkaBroker:
             return False
         # A short-lived JVM: C1 only starts faster and this tool does almost no work.
         argv = self._jvm("kafka.tools.StorageTool", heap="256m", extra=["-XX:TieredStopAtLevel=1"])
-        argv += ["format", "-t", random_cluster_id(), "-c", str(self.properties_file)]
+        cluster_id = self.cluster_id or random_cluster_id()
+        argv += ["format", "-t", cluster_id, "-c", str(self.properties_file)]
         argv += ["--ignore-formatted"]
         done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
         if done.returncode != 0:
@@ -216,8 +249,10 @@ class KafkaBroker:
         pid = processes.read_pid_file(self.pid_file)
         return pid if pid is not None and processes.pid_alive(pid) else None
 
-    def start(self, *, timeout_s: float = 90.0) -> int:
-        """Format (if needed), start the broker and wait until it answers metadata requests.
+    def start(self, *, timeout_s: float = 90.0, wait: bool = True) -> int:
+        """Format (if needed), start the broker and wait until it answers metadata requests
+        (``wait=False``: return once it runs; the nodes of a cluster are ready only together,
+        so the caller waits for them all with :meth:`wait_ready`).
 
         Returns the broker's pid. On failure the started process is stopped again.
 
@@ -235,6 +270,25 @@ class KafkaBroker:
         argv = [*self._jvm("kafka.Kafka", heap=self.heap, extra=jvm_opts)]
         argv.append(str(self.properties_file))
         pid = processes.spawn(argv, log_file=self.log_file, pid_file=self.pid_file)
+        if wait:
+            self.wait_ready(pid, timeout_s=timeout_s)
+        log.info(
+            "kafka ready" if wait else "kafka started",
+            extra={
+                "pid": pid,
+                "bootstrap": self.bootstrap,
+                "formatted": formatted,
+                "seconds": round(time.monotonic() - began, 2),
+            },
+        )
+        return pid
+
+    def wait_ready(self, pid: int, *, timeout_s: float = 90.0) -> None:
+        """Wait until the broker answers metadata requests; stop it if it does not.
+
+        Raises:
+            DevStackError: it exited or did not answer within ``timeout_s`` (with its log).
+        """
         try:
             processes.wait_ready(
                 "Kafka broker",
@@ -247,16 +301,6 @@ class KafkaBroker:
         except BaseException:  # also Ctrl-C: never leave a half-started server behind
             self.stop()
             raise
-        log.info(
-            "kafka ready",
-            extra={
-                "pid": pid,
-                "bootstrap": self.bootstrap,
-                "formatted": formatted,
-                "seconds": round(time.monotonic() - began, 2),
-            },
-        )
-        return pid
 
     def stop(self, *, timeout_s: float = 20.0) -> None:
         """Stop the broker recorded in the pid file (if any) and remove the pid file."""

@@ -23,7 +23,7 @@ from pathlib import Path
 from lakewarden.devstack import _state, processes
 from lakewarden.devstack._state import PartRecord, StackRecord
 from lakewarden.devstack.config import DevSettings
-from lakewarden.devstack.kafka import KafkaBroker
+from lakewarden.devstack.kafka import KafkaBroker, random_cluster_id
 from lakewarden.devstack.s3 import DEV_ACCESS_KEY, DEV_SECRET_KEY, SeaweedS3, remove_socket_files
 from lakewarden.devstack.services import ServiceSpec
 from lakewarden.settings import Settings
@@ -69,6 +69,36 @@ def _part(
             "ports": ports,
         }
     )
+
+
+def _node_part(node_id: int) -> str:
+    """The part (and folder) name of a cluster node: ``kafka`` for node 1, ``kafka-2`` ..."""
+    return "kafka" if node_id == 1 else f"kafka-{node_id}"
+
+
+def _saved_ports(home: Path) -> tuple[int, int] | None:
+    """(client, controller) port of a node that ran before (its rendered properties), so
+    a restarted node keeps its address and its place in the controller quorum."""
+    properties = home / "server.properties"
+    if not properties.exists():
+        return None
+    for line in properties.read_text().splitlines():
+        if line.startswith("listeners="):
+            found = {
+                item.split("://")[0]: int(item.rsplit(":", 1)[1])
+                for item in line.split("=", 1)[1].split(",")
+            }
+            return found["PLAINTEXT"], found["CONTROLLER"]
+    return None
+
+
+def _cluster_id(state_dir: Path) -> str:
+    """The cluster id every node formats with, kept in ``<state>/kafka-cluster-id``."""
+    path = state_dir / "kafka-cluster-id"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(random_cluster_id())
+    return path.read_text().strip()
 
 
 class DevStack:
@@ -165,6 +195,8 @@ class DevStack:
         return record
 
     def _ensure_kafka(self, record: StackRecord, dev: DevSettings) -> StackRecord:
+        if dev.brokers > 1:
+            return self._ensure_kafka_cluster(record, dev)
         if (part := record.part("kafka")) is not None:
             log.info("kafka already running", extra={"pid": part.pid})
             return record
@@ -187,6 +219,59 @@ class DevStack:
         record = record.model_copy(update={"bootstrap_servers": broker.bootstrap})
         return self._save_started(record, part)
 
+    def _ensure_kafka_cluster(self, record: StackRecord, dev: DevSettings) -> StackRecord:
+        """Start the nodes of the KRaft cluster that are not running (all of them the first
+        time, one after a crash), then wait until each answers: a node is ready only once a
+        majority of controllers runs, so they start together and are waited for together."""
+        nodes = self._cluster_nodes(record, dev)
+        started = []
+        for node in nodes:
+            name = _node_part(node.node_id)
+            if record.part(name) is not None:
+                continue
+            pid = node.start(timeout_s=dev.startup_timeout_s, wait=False)
+            ports = {"kafka": node.port, "controller": node.controller_port}
+            part = _part(name, "kafka", pid, node.pid_file, node.log_file, **ports)
+            record = self._save_started(record, part)
+            started.append((node, pid))
+        for node, pid in started:
+            node.wait_ready(pid, timeout_s=dev.startup_timeout_s)
+        bootstrap = ",".join(node.bootstrap for node in nodes)
+        record = record.model_copy(update={"bootstrap_servers": bootstrap})
+        _state.save(self.state_dir, record)
+        return record
+
+    def _cluster_nodes(self, record: StackRecord, dev: DevSettings) -> list[KafkaBroker]:
+        """The cluster's nodes: ports and cluster id as recorded (a restarted node keeps its
+        address), else new ones (node 1 on ``dev.kafka_port``)."""
+        ports: list[tuple[int, int]] = []
+        for node_id in range(1, dev.brokers + 1):
+            part = record.part(_node_part(node_id))
+            if part is not None:
+                ports.append((part.ports["kafka"], part.ports["controller"]))
+            elif (saved := _saved_ports(self.state_dir / _node_part(node_id))) is not None:
+                ports.append(saved)
+            elif node_id == 1:
+                ports.append((_port(dev.kafka_port), _port(dev.kafka_controller_port)))
+            else:
+                ports.append((processes.free_port(), processes.free_port()))
+        host = processes.LOOPBACK
+        voters = ",".join(f"{n}@{host}:{c}" for n, (_, c) in enumerate(ports, start=1))
+        cluster_id = _cluster_id(self.state_dir)
+        return [
+            KafkaBroker(
+                home=self.state_dir / _node_part(node_id),
+                port=port,
+                controller_port=controller,
+                heap=dev.kafka_heap,
+                node_id=node_id,
+                quorum_voters=voters,
+                cluster_id=cluster_id,
+                replication=min(dev.brokers, 3),
+            )
+            for node_id, (port, controller) in enumerate(ports, start=1)
+        ]
+
     def _ensure_topics(self, record: StackRecord) -> None:
         try:
             from lakewarden.events.topics import ensure_topics
@@ -195,7 +280,8 @@ class DevStack:
                 raise
             log.warning("topics not created: lakewarden.events.topics does not exist yet")
             return
-        created = ensure_topics(self._client_settings(record))
+        replication = min(len((record.bootstrap_servers or "").split(",")), 3)
+        created = ensure_topics(self._client_settings(record), replication_factor=replication)
         log.info("topics ready", extra={"topics_created": len(created)})
 
     def _client_settings(self, record: StackRecord) -> Settings:

@@ -1,0 +1,96 @@
+"""``lakewarden dev up --brokers 3`` (issue 17): a three-node KRaft cluster on loopback whose
+topics are replicated three times with ``min.insync.replicas=2``, so the stack keeps working
+when one broker dies; ``up`` again brings the dead node back on its own ports; ``down`` leaves
+no process behind.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import uuid
+from pathlib import Path
+
+import pytest
+from confluent_kafka.admin import AdminClient, ConfigResource
+
+from lakewarden.devstack import DevSettings, DevStack, processes
+from lakewarden.events import EventConsumer, EventProducer, make_event
+from lakewarden.events.topics import HEARTBEATS
+from lakewarden.settings import KafkaSettings, Settings
+
+
+def _beat(n: int) -> dict[str, object]:
+    return make_event(
+        "Heartbeat",
+        table_id="t",
+        producer_id="cluster-test",
+        instant="20260101000000000",
+        owner="me",
+        interval_ms=1000,
+        seq=n,
+        kind="beat",
+        tolerable_misses=3,
+    )
+
+
+def _round_trip(settings: Settings, n: int) -> None:
+    producer = EventProducer(settings, producer_id="cluster-test")  # acks=all
+    producer.send("Heartbeat", _beat(n), topic=HEARTBEATS)
+    producer.flush(60)
+    consumer = EventConsumer(
+        settings,
+        group_id=f"g{uuid.uuid4().hex[:6]}",
+        consumer_id="t",
+        dead_letters=False,
+        auto_offset_reset="earliest",
+    )
+    try:
+        consumer.subscribe([HEARTBEATS.name(settings)])
+        seen: set[int] = set()
+        for _ in range(90):
+            got = consumer.poll(1.0)
+            if got is not None:
+                seen.add(got.record["seq"])
+            if n in seen:
+                return
+        raise AssertionError(f"beat {n} not read back; saw {sorted(seen)}")
+    finally:
+        consumer.close()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_three_brokers_survive_the_loss_of_one(tmp_path: Path) -> None:
+    stack = DevStack(tmp_path / "state", Settings())
+    dev = DevSettings(kafka_port=0, kafka_controller_port=0, brokers=3, startup_timeout_s=240)
+    try:
+        record = stack.up(dev=dev, with_s3=False, services=[])
+        assert [p.name for p in record.parts] == ["kafka", "kafka-2", "kafka-3"]
+        assert record.bootstrap_servers is not None
+        assert len(record.bootstrap_servers.split(",")) == 3
+        settings = Settings(kafka=KafkaSettings(bootstrap_servers=record.bootstrap_servers))
+        admin = AdminClient({"bootstrap.servers": record.bootstrap_servers})
+        topic = HEARTBEATS.name(settings)
+        metadata = admin.list_topics(topic, timeout=30).topics[topic]
+        assert {len(p.replicas) for p in metadata.partitions.values()} == {3}
+        resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+        configs = admin.describe_configs([resource])[resource].result(timeout=30)
+        assert configs["min.insync.replicas"].value == "2"
+        _round_trip(settings, 1)
+
+        third = record.part("kafka-3")
+        assert third is not None
+        os.killpg(third.pid, signal.SIGKILL)
+        processes.wait_for(lambda: not processes.pid_alive(third.pid), timeout_s=30)
+        _round_trip(settings, 2)  # two of three in sync: acks=all still succeeds
+
+        record = stack.up(dev=dev, with_s3=False, services=[])  # brings node 3 back
+        again = record.part("kafka-3")
+        assert again is not None and again.pid != third.pid
+        assert again.ports == third.ports
+        assert all(h.healthy for h in stack.status())
+    finally:
+        pids = [p.pid for p in stack.status()]
+        stack.down()
+    assert [pid for pid in pids if processes.group_members(pid)] == []
