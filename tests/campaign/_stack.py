@@ -16,7 +16,15 @@ from pathlib import Path
 
 from pydantic import SecretStr
 
-from lakewarden.devstack import SERVICES, DevSettings, DevStack, ServiceSpec, processes
+from lakewarden.devstack import (
+    SERVICES,
+    DevSettings,
+    DevStack,
+    DevStackError,
+    ServiceSpec,
+    processes,
+)
+from lakewarden.errors import RetryableError
 from lakewarden.settings import KafkaSettings, S3Settings, Settings
 
 __all__ = ["SERVICE_ENV", "WORKLOAD_SERVICES", "CampaignStack"]
@@ -78,11 +86,20 @@ class CampaignStack:
     def up(self) -> None:
         """Start (or restart) every part that is not running.
 
+        A restarted broker may answer its readiness probe and still fail the topic listing
+        that follows for a moment on a loaded machine (seed 221): three attempts.
+
         Raises:
-            DevStackError: a part could not be started.
+            DevStackError, RetryableError: a part could not be started, three times.
         """
-        with _environment(SERVICE_ENV):
-            self.devstack.up(dev=self.dev, with_s3=self.with_s3, services=self.specs)
+        for attempt in range(3):
+            try:
+                with _environment(SERVICE_ENV):
+                    self.devstack.up(dev=self.dev, with_s3=self.with_s3, services=self.specs)
+                return
+            except (DevStackError, RetryableError):
+                if attempt == 2:
+                    raise
 
     def down(self) -> None:
         self.resume_all()
