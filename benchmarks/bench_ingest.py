@@ -247,7 +247,7 @@ def _measure_in_child(records: int, bootstrap: str, latency_s: float) -> dict[st
     command = [sys.executable, "-m", "benchmarks.bench_ingest", "--child", str(records)]
     command += [bootstrap, str(latency_s)]
     result = subprocess.run(
-        command, capture_output=True, text=True, timeout=1200, env={**os.environ}
+        command, capture_output=True, text=True, timeout=3600, env={**os.environ}
     )
     if result.returncode != 0:
         raise RuntimeError(f"bench_ingest child failed: {result.stderr[-3000:]}")
