@@ -19,8 +19,9 @@ variants in rotated order (``_rounds``), each on a fresh table:
   Delta's ``MERGE INTO ... WHEN MATCHED UPDATE SET * WHEN NOT MATCHED INSERT *``, Hudi's
   ``operation=upsert`` vs ``df.write.parquet`` of the same rows (no merge: it prices the bare
   write of what changed);
-- **read** the table after the upsert, every column of every row into the ``noop`` sink, vs
-  ``spark.read.parquet`` of the Parquet insert's files.
+- **read** the table after the upsert, every column of every row into the ``noop`` sink
+  (lakewarden through ``lakewarden.spark.read``: Spark's own Parquet reader on the snapshot's
+  files), vs ``spark.read.parquet`` of the Parquet insert's files.
 
 Rows per peer and operation: the peer's median seconds against its process's Parquet median
 (ratio), and one row per operation comparing lakewarden's ratio with each peer's (below 1.0:
@@ -143,7 +144,7 @@ def measure_spark4(rows: int, rounds: int) -> dict[str, Any]:
             )
             insert = _timed(lambda: df.write.format("lakewarden").mode("append").save(uri))
             upsert = _timed(lambda: lakewarden.spark.write(changed, uri, "upsert"))
-            read = _timed(lambda: drain(spark.read.format("lakewarden").load(uri)))
+            read = _timed(lambda: drain(lakewarden.spark.read(spark, uri)))
             return {"insert": insert, "upsert": upsert, "read": read, "bytes": _size(path)}
 
         def delta(path: Path) -> dict[str, float]:
@@ -165,7 +166,7 @@ def measure_spark4(rows: int, rounds: int) -> dict[str, Any]:
 
         runs = rotated_rounds(rounds, {name: round_of(name) for name in variants})
         for name, frame in (
-            ("lakewarden", spark.read.format("lakewarden").load(str(root / "lakewarden-0"))),
+            ("lakewarden", lakewarden.spark.read(spark, str(root / "lakewarden-0"))),
             ("delta", spark.read.format("delta").load(str(root / "delta-0"))),
         ):
             count = frame.count()  # the upsert replaced rows, never added any
@@ -195,7 +196,7 @@ def _warm_up(spark: Any, small: Any, path: Path, name: str) -> None:
         )
         small.write.format("lakewarden").mode("append").save(str(path))
         lakewarden.spark.write(small, str(path), "upsert")
-        spark.read.format("lakewarden").load(str(path)).count()
+        lakewarden.spark.read(spark, str(path)).count()
     else:
         small.write.format("delta").partitionBy(PARTITION).save(str(path))
         spark.read.format("delta").load(str(path)).count()
