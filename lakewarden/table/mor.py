@@ -14,12 +14,13 @@ the instant), or a delete block with the keys. Where the block goes (``log_targe
 The write statistic (``log_statistic``) names the log file, the instant, the attempt and its
 block count: what ``lakewarden.logfile.select.select_committed`` takes on read.
 
-**Reading** (``read_slice``): the base file, then the selected blocks of every log file in the
-order they were committed, each merged with ``lakewarden.table.merge.merge`` exactly as a
-copy-on-write write of the same input would have merged it (data blocks as upserts, delete
-blocks as deletes). That is why a merge-on-read table reads the same as a copy-on-write table
-fed the same writes. Damaged regions and blocks of uncommitted attempts are skipped and logged
-(``Selection.report``); a committed block that is missing raises ``MissingCommittedBlockError``.
+**Reading** (``read_slice``): the base file and the selected blocks of every log file in the
+order they were committed, merged in one vectorized step (``lakewarden.table.mor_merge``) with
+the result a copy-on-write write of the same inputs gives (data blocks as upserts, delete
+blocks as deletes, ``lakewarden.table.merge``'s rules). That is why a merge-on-read table
+reads the same as a copy-on-write table fed the same writes. Damaged regions and blocks of
+uncommitted attempts are skipped and logged (``Selection.report``); a committed block that
+is missing raises ``MissingCommittedBlockError``.
 """
 
 from __future__ import annotations
@@ -29,9 +30,7 @@ from collections.abc import Sequence
 import pyarrow as pa
 
 from lakewarden.logfile import (
-    BlockType,
     CommittedBlocks,
-    LogBlock,
     LogScan,
     LogWrite,
     LogWriter,
@@ -43,14 +42,13 @@ from lakewarden.logfile import (
 from lakewarden.storage import AlreadyExistsError, Storage
 from lakewarden.table.config import (
     META_COMMIT_TIME,
-    META_FILE_NAME,
     META_PARTITION_PATH,
     META_RECORD_KEY,
     TableConfig,
 )
 from lakewarden.table.files import LogFileName, WriteToken, file_key, split_key
 from lakewarden.table.instant import Action
-from lakewarden.table.merge import merge
+from lakewarden.table.mor_merge import merge_columns, merge_key, merge_slice
 from lakewarden.table.reader import read_data_file
 from lakewarden.table.snapshot import FileSlice
 from lakewarden.table.stats import FileGroupId, WriteStat
@@ -194,53 +192,33 @@ def _instants(stats: Sequence[WriteStat], scans: Sequence[LogScan]) -> list[str]
     return list(dict.fromkeys([*named, *found]))
 
 
-def read_slice(storage: Storage, config: TableConfig, file_slice: FileSlice) -> pa.Table:
-    """The records of a file slice, base file merged with its committed log blocks, in the
-    file schema (``_lw_file_name`` is the file that holds each record's latest version).
+def read_slice(
+    storage: Storage,
+    config: TableConfig,
+    file_slice: FileSlice,
+    *,
+    columns: Sequence[str] | None = None,
+) -> pa.Table:
+    """The records of a file slice, base file merged with its committed log blocks
+    (``lakewarden.table.mor_merge``), in the file schema (``_lw_file_name`` is the file that
+    holds each record's latest version), or only ``columns`` (names of the file schema): the
+    base file and the blocks are then read for those, the record key and the ordering field.
 
-    Raises: MissingCommittedBlockError, StorageError."""
+    Raises: MissingCommittedBlockError, StorageError, KeyError (a column not in the file
+    schema)."""
     schema = config.file_schema
-    state: pa.Table | None = None
+    wanted = list(schema.names if columns is None else columns)
+    key = merge_key(config)
+    carried = merge_columns(schema, wanted, key=key, ordering=config.ordering_field)
+    base: pa.Table | None = None
     if file_slice.base_file is not None:
-        state = read_data_file(storage, file_slice.base_file.path).cast(schema)
-    if not file_slice.log_files:
-        return state if state is not None else schema.empty_table()
-    selection = slice_selection(storage, file_slice)
-    selection.report()
-    for block_type, run in _runs(selection.blocks):
-        state = _apply(state, block_type, run, config)
-    return state if state is not None else schema.empty_table()
-
-
-def _runs(blocks: Sequence[LogBlock]) -> list[tuple[BlockType, list[LogBlock]]]:
-    """Consecutive blocks of one type (command blocks dropped: they hold no records).
-
-    A run of data blocks merges in one step: an upsert of ``b1`` then of ``b2`` keeps, per
-    key, the largest ordering value and, on a tie, the latest record, which is exactly what one
-    upsert of ``b1 + b2`` (in that order) keeps; deletes end a run, since they do not commute
-    with upserts."""
-    runs: list[tuple[BlockType, list[LogBlock]]] = []
-    for block in blocks:
-        if block.block_type is BlockType.COMMAND:
-            continue
-        if runs and runs[-1][0] is block.block_type:
-            runs[-1][1].append(block)
-        else:
-            runs.append((block.block_type, [block]))
-    return runs
-
-
-def _apply(
-    state: pa.Table | None, block_type: BlockType, run: list[LogBlock], config: TableConfig
-) -> pa.Table | None:
-    if block_type is BlockType.DELETE:
-        keys = pa.concat_tables([b.records() for b in run], promote_options="default")
-        return merge("delete", state, keys, config.ordering_field).table
-    schema = config.file_schema
-    parts = []
-    for block in run:
-        records = block.records()
-        names = pa.repeat(pa.scalar(split_key(block.path)[1]), len(records))
-        records = records.append_column(META_FILE_NAME, names).select(schema.names)
-        parts.append(records.cast(schema))
-    return merge("upsert", state, pa.concat_tables(parts), config.ordering_field).table
+        base = read_data_file(storage, file_slice.base_file.path, columns=carried.names)
+        base = base.select(carried.names).cast(carried)
+    if file_slice.log_files:
+        selection = slice_selection(storage, file_slice)
+        selection.report()
+        base = merge_slice(
+            base, selection.blocks, schema=carried, key=key, ordering=config.ordering_field
+        )
+    merged = base if base is not None else carried.empty_table()
+    return merged.select(wanted)

@@ -10,9 +10,10 @@ IO goes through ``Storage``: on a local table pyarrow reads ``storage.local_path
 (memory-mapped, parallel); elsewhere (S3) a read-only pyarrow filesystem adapter fetches each
 fragment's object with ``storage.read`` when the scan opens it.
 
-Merge-on-read slices (a base file with log files) cannot be scanned as files: each is read
-and merged by ``lakewarden.table.mor.read_slice``, then filtered and projected in memory, and
-appended to the scan of the plain slices.
+Merge-on-read slices (a base file with log files) cannot be scanned as files: the slices a
+partition filter leaves are read (only the columns needed) and merged by
+``lakewarden.table.mor.read_slice`` in parallel, then filtered and projected, and appended to
+the scan of the plain slices.
 
 Meta columns (``_lw_*``) are stripped unless ``with_meta=True`` or named in ``columns``.
 """
@@ -85,18 +86,61 @@ def _with_merged(
     filter: pc.Expression | None,
     with_meta: bool,
 ) -> pa.Table:
-    """``table`` followed by the merged records of ``slices``, filtered and projected."""
+    """``table`` followed by the merged records of ``slices``, filtered and projected.
+
+    Slices whose partition the filter excludes are not read; the others are merged reading
+    only the columns the result and the filter need (the filter applies after the merge: a
+    log record may change whether a record matches)."""
     # Imported here: lakewarden.table.mor merges with lakewarden.table.merge, which reads
     # base files through this module.
     from lakewarden.table.mor import read_slice
 
+    selected = _columns(config, columns, with_meta)
+    carried = _merge_columns(config, selected, filter)
+    slices = prune_slices(storage, config, slices, filter)
     # Slices merge independently; pyarrow's kernels release the GIL.
     with ThreadPoolExecutor(max_workers=max(1, min(_MERGE_THREADS, len(slices)))) as pool:
-        records = list(pool.map(lambda s: read_slice(storage, config, s), slices))
+        records = list(pool.map(lambda s: read_slice(storage, config, s, columns=carried), slices))
     merged = pa.concat_tables(records) if records else config.file_schema.empty_table()
-    selected = _columns(config, columns, with_meta)
-    extra = ds.dataset(merged).to_table(columns=selected, filter=filter)
-    return pa.concat_tables([table, extra.cast(table.schema)])
+    if filter is not None:
+        merged = merged.filter(filter)
+    return pa.concat_tables([table, merged.select(selected).cast(table.schema)])
+
+
+def _merge_columns(
+    config: TableConfig, selected: Sequence[str], filter: pc.Expression | None
+) -> list[str]:
+    """The columns a merged read carries: ``selected`` and what ``filter`` names. pyarrow does
+    not list an expression's fields, so the table's columns and the commit time (incremental
+    reads filter on it) are tried on an empty table, and every column if that fails."""
+    if filter is None:
+        return list(selected)
+    names = set(selected) | set(config.pa_schema.names) | {META_COMMIT_TIME}
+    likely = [n for n in config.file_schema.names if n in names]
+    try:
+        config.file_schema.empty_table().select(likely).filter(filter)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, KeyError):
+        return list(config.file_schema.names)
+    return likely
+
+
+def prune_slices(
+    storage: Storage,
+    config: TableConfig,
+    slices: Sequence[FileSlice],
+    filter: pc.Expression | None,
+) -> list[FileSlice]:
+    """The slices whose partition ``filter`` does not exclude (every record of a file group
+    has its partition's values, so this is decided before any file is read); a slice
+    without a base file is kept."""
+    with_base = [s for s in slices if s.base_file is not None]
+    if filter is None or not config.partition_by or not with_base:
+        return list(slices)
+    stats = [s.base_file for s in with_base if s.base_file is not None]
+    dataset = files_dataset(storage, config, stats, config.file_schema)
+    kept = {fragment.path for fragment in dataset.get_fragments(filter=filter)}
+    _, to_path = _filesystem(storage, stats)
+    return [s for s in slices if s.base_file is None or to_path(s.base_file.path) in kept]
 
 
 def read_changes(

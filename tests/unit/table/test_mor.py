@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from _hypothesis_profiles import examples
 from _memstore import MemStorage
@@ -16,6 +17,7 @@ from hypothesis import strategies as st
 
 from lakewarden.logfile import MissingCommittedBlockError, scan_log
 from lakewarden.settings import Settings
+from lakewarden.table import mor as mor_module
 from lakewarden.table.config import TableConfig, save_new_config
 from lakewarden.table.coordinator import EmbeddedCoordinator
 from lakewarden.table.files import is_log_file, split_key
@@ -159,6 +161,36 @@ def test_a_merge_on_read_insert_into_a_slice_with_logs_rewrites_the_base_file(
     (file_slice,) = table.snapshot().slices.values()
     assert file_slice.log_files == () and file_slice.base_file is not None
     assert as_set(table.read()) == {(1, "eu", 2, "b"), (2, "eu", 1, "c")}
+
+
+def test_filters_apply_after_the_merge_and_partition_filters_skip_slices(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    cow, mor = memory_table("cow"), memory_table("merge_on_read")
+    for table in (cow, mor):
+        table.write(rows((1, "eu", 1, "x"), (2, "eu", 1, "y"), (3, "us", 1, "x")), "insert")
+        # 1 stops matching v == "x", 2 starts matching, 3 (another partition) too.
+        table.write(rows((1, "eu", 2, "y"), (2, "eu", 2, "x"), (3, "us", 2, "x")), "upsert")
+    matching = pc.field("v") == "x"
+    assert as_set(mor.read(filter=matching)) == {(2, "eu", 2, "x"), (3, "us", 2, "x")}
+    in_eu = matching & (pc.field("region") == "eu")
+    projected = mor.read(columns=["id"], filter=in_eu)
+    assert projected.column_names == ["id"] and projected.column("id").to_pylist() == [2]
+    assert projected == cow.read(columns=["id"], filter=in_eu)
+    # The us slices are never read for a filter on region == "eu".
+    read: list[str] = []
+    real = mor_module.read_slice
+
+    def spy(storage: Any, config: Any, file_slice: Any, **kw: Any) -> pa.Table:
+        read.append(file_slice.file_group.partition_path)
+        return real(storage, config, file_slice, **kw)
+
+    monkeypatch.setattr(mor_module, "read_slice", spy)
+    assert as_set(mor.read(filter=pc.field("region") == "eu")) == {
+        (1, "eu", 2, "y"),
+        (2, "eu", 2, "x"),
+    }
+    assert read and set(read) == {"region=eu"}
 
 
 # -- the property: merge-on-read reads as copy-on-write -------------------------------------

@@ -1,0 +1,175 @@
+"""One vectorized merge of a file slice: its base records and all its committed log blocks.
+
+Reading a merge-on-read slice used to replay its blocks one run at a time, each run a full
+``lakewarden.table.merge.merge`` of the whole slice (membership tests, a sort, two concats of
+every base record per run). This module computes the same result in one pass, because the
+sequential merge is a fold whose outcome per key can be stated directly:
+
+- every record of a key is an *event* at a position: the base record at 0, the records of the
+  ``i``-th block at ``i`` (and, within a block, in row order); a delete block at ``d`` removes
+  every version of its keys from positions before ``d``;
+- the survivors of a key are its versions after its last delete; the winner is the one with
+  the largest ordering value (null is the smallest), the latest on a tie, which is what each
+  upsert of the fold keeps (that choice is associative, so folding block by block or taking
+  it over all survivors at once gives the same record). With no ordering field the latest
+  version wins. A key with no survivor is absent.
+
+So: concatenate the data blocks once; drop the log rows and base rows a later delete
+removes (one membership test per delete block, over the few log rows, and one over the base
+with all deleted keys); reduce the log rows to one winner per key (a sort of the log rows
+only, when a key has several); then the base records whose key has no winner pass (the one
+pass over the whole base) and only the touched ones are compared with their winner (a hash
+lookup). Only the columns asked for
+(plus the key and the ordering field) are read and carried, so a projection saves decoding
+and copying the rest.
+
+The result equals ``lakewarden.table.mor``'s block-by-block fold; a hypothesis property in
+``tests/unit/table/test_mor_merge.py`` checks it against that fold.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from lakewarden.logfile import BlockType, LogBlock
+from lakewarden.table.config import META_FILE_NAME, META_RECORD_KEY, TableConfig
+from lakewarden.table.files import split_key
+
+__all__ = ["merge_columns", "merge_key", "merge_slice"]
+
+_POS = "__lw_block"  # the position of a log row's block
+
+
+def merge_key(config: TableConfig) -> str:
+    """The column a merge matches records on. ``_lw_record_key`` is the text of the record key
+    field (``lakewarden.table.bucket.key_strings``); for an integer or string field that text
+    is one-to-one with the value, so the merge uses the field itself: it is read anyway, and
+    integers hash and sort much faster than their text."""
+    field_type = config.pa_schema.field(config.record_key).type
+    if pa.types.is_integer(field_type) or pa.types.is_string(field_type):
+        return config.record_key
+    return META_RECORD_KEY
+
+
+def merge_columns(
+    schema: pa.Schema, wanted: Sequence[str], *, key: str, ordering: str | None
+) -> pa.Schema:
+    """The columns a merge reads and carries: ``wanted`` (in ``schema``'s order), the merge
+    key and the ordering field (a merge cannot decide without them)."""
+    needed = set(wanted) | {key} | ({ordering} if ordering is not None else set())
+    return pa.schema([f for f in schema if f.name in needed], metadata=schema.metadata)
+
+
+def merge_slice(
+    base: pa.Table | None,
+    blocks: Sequence[LogBlock],
+    *,
+    schema: pa.Schema,
+    key: str,
+    ordering: str | None,
+) -> pa.Table:
+    """The records of a slice: ``base`` (in ``schema``) merged with the committed ``blocks`` in
+    the order they apply (module docstring), matching records on ``key`` (``merge_key``).
+    ``schema`` holds the key and the ordering field (``merge_columns``); ``_lw_file_name``,
+    when in it, is the name of the log file a log record comes from.
+
+    Raises: pyarrow.ArrowInvalid (a block whose content does not decode or lacks a column)."""
+    logs, deletes = _decode(blocks, schema, key)
+    if base is None:
+        base = schema.empty_table()
+    if deletes:
+        logs = _drop_deleted(logs, deletes, key)
+        every_deleted = pa.concat_arrays([keys for _, keys in deletes])
+        base = base.filter(pc.invert(_member(base, key, every_deleted)))
+    if len(logs) == 0:
+        return base
+    winners = _latest_per_key(logs.drop_columns([_POS]), key, ordering)
+    touched = _member(base, key, winners.column(key).combine_chunks())
+    untouched = base.filter(pc.invert(touched))
+    if ordering is None:
+        return pa.concat_tables([untouched, winners])  # the latest version always wins
+    # Few base records are touched: take them by index rather than filter the whole base
+    # again, and pair each winner with its stored version by a hash lookup.
+    stored = base.take(pc.indices_nonzero(touched))
+    slot = pc.index_in(winners.column(key), value_set=stored.column(key).combine_chunks())
+    stored_value = pc.take(stored.column(ordering), slot)
+    # A tie goes to the log record, as an upsert gives it to the input; null is the smallest.
+    log_wins = pc.or_(
+        pc.is_null(stored_value),
+        pc.fill_null(pc.greater_equal(winners.column(ordering), stored_value), False),
+    )
+    kept = pc.filter(slot, pc.invert(log_wins))
+    return pa.concat_tables([untouched, stored.take(kept), winners.filter(log_wins)])
+
+
+def _decode(
+    blocks: Sequence[LogBlock], schema: pa.Schema, key: str
+) -> tuple[pa.Table, list[tuple[int, pa.Array]]]:
+    """The data blocks' records as one table, in block then row order, with their block's
+    position (``_POS``), and the delete blocks' keys with their position."""
+    parts: list[pa.Table] = []
+    positions: list[pa.Array] = []
+    deletes: list[tuple[int, pa.Array]] = []
+    for position, block in enumerate(blocks, start=1):
+        if block.block_type is BlockType.COMMAND:
+            continue  # a marker: no records
+        records = block.records()
+        if block.block_type is BlockType.DELETE:
+            # A delete block holds the key text only: parsed back to the key's type.
+            keys = records.column(META_RECORD_KEY).combine_chunks()
+            deletes.append((position, keys.cast(schema.field(key).type)))
+            continue
+        if META_FILE_NAME in schema.names:
+            name = pa.scalar(split_key(block.path)[1])
+            records = records.append_column(META_FILE_NAME, pa.repeat(name, len(records)))
+        parts.append(records.select(schema.names).cast(schema))
+        positions.append(pa.repeat(pa.scalar(position, pa.int32()), len(records)))
+    if not parts:
+        return schema.empty_table().append_column(_POS, pa.array([], pa.int32())), deletes
+    logs = pa.concat_tables(parts)
+    return logs.append_column(_POS, pa.chunked_array(positions, pa.int32())), deletes
+
+
+def _drop_deleted(logs: pa.Table, deletes: Sequence[tuple[int, pa.Array]], key: str) -> pa.Table:
+    """Without the log rows a delete block that comes after them removes."""
+    for position, keys in deletes:
+        earlier = pc.less(logs.column(_POS), pa.scalar(position, pa.int32()))
+        logs = logs.filter(pc.invert(pc.and_(earlier, _member(logs, key, keys))))
+    return logs
+
+
+def _member(table: pa.Table, key: str, keys: pa.Array) -> pa.BooleanArray:
+    """Which rows of ``table`` have one of ``keys``, as one array (pyarrow 22's
+    ``indices_nonzero`` crashes on a chunked array of no chunks, an empty table's column)."""
+    if len(keys) == 0:
+        return pa.repeat(pa.scalar(False), len(table))
+    found = pc.is_in(table.column(key), value_set=keys)
+    return found.combine_chunks() if isinstance(found, pa.ChunkedArray) else found
+
+
+def _latest_per_key(table: pa.Table, key: str, ordering: str | None) -> pa.Table:
+    """One row per key: the largest ordering value (null the smallest), then the latest row
+    (rows are in the order their versions were written).
+
+    ``sort_indices`` is stable: sorted by key and ascending ordering value, a key's rows keep
+    their written order among equal values, so its last row is the winner. Usually every key
+    is in the logs once, and nothing needs sorting."""
+    keys = table.column(key)
+    if len(table) == 0 or pc.count_distinct(keys, mode="all").as_py() == len(table):
+        return table
+    sort_keys = [(key, "ascending")]
+    if ordering is not None:
+        sort_keys.append((ordering, "ascending"))
+    ranked = table.take(pc.sort_indices(table, sort_keys=sort_keys, null_placement="at_start"))
+    ordered = ranked.column(key).combine_chunks()
+    after = ordered.slice(1)
+    before = ordered.slice(0, len(ordered) - 1)
+    differs = pc.not_equal(before, after)
+    if ordered.null_count:  # null == null is null: a null key next to a key differs from it
+        differs = pc.if_else(
+            pc.is_null(differs), pc.xor(before.is_null(), after.is_null()), differs
+        )
+    return ranked.filter(pa.concat_arrays([differs, pa.array([True])]))
