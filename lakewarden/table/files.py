@@ -8,7 +8,10 @@
 - **Write tokens** are Hudi's ``<taskPartition>-<stageId>-<attempt>``: distinct attempts that
   write the same file group at the same instant produce distinct names.
 - **Base file:** ``<partition path>/<fileId>_<writeToken>_<instant>.parquet``.
-- **Log file:** ``<partition path>/.<fileId>_<baseInstant>.log.<version>_<writeToken>``.
+- **Log file:** ``<partition path>/.<fileId>_<baseInstant>.log.<version>_<writeToken>_<instant>``:
+  the slice's base instant, then the deltacommit that wrote it (one file per instant and task
+  attempt, so a rolled-back instant's log files are found by name, as its base files are).
+  Files written before the instant was named end at the write token (``instant`` None).
 
 ``parse_*`` and ``render`` round-trip; a malformed name raises ``MalformedFileNameError``.
 """
@@ -30,6 +33,7 @@ _INSTANT = r"\d{17}"
 _BASE_RE = re.compile(rf"(?P<fid>{_FILE_ID})_(?P<tok>{_TOKEN})_(?P<inst>{_INSTANT})\.parquet")
 _LOG_RE = re.compile(
     rf"\.(?P<fid>{_FILE_ID})_(?P<inst>{_INSTANT})\.log\.(?P<ver>[1-9]\d*)_(?P<tok>{_TOKEN})"
+    rf"(?:_(?P<by>{_INSTANT}))?"
 )
 _FILE_ID_RE = re.compile(_FILE_ID)
 _INSTANT_RE = re.compile(_INSTANT)
@@ -120,21 +124,26 @@ class BaseFileName:
 
 @dataclass(frozen=True, slots=True)
 class LogFileName:
-    """``.<fileId>_<baseInstant>.log.<version>_<writeToken>`` (version counts from 1)."""
+    """``.<fileId>_<baseInstant>.log.<version>_<writeToken>[_<instant>]`` (version counts
+    from 1; ``instant``, the deltacommit that wrote the file, is None in older names)."""
 
     file_id: str
     base_instant: str
     version: int
     write_token: WriteToken
+    instant: str | None = None
 
     def __post_init__(self) -> None:
         check_file_id(self.file_id)
         _check_instant(self.base_instant)
+        if self.instant is not None:
+            _check_instant(self.instant)
         if self.version < 1:
             raise MalformedFileNameError(f"log file version must be >= 1, got {self.version}")
 
     def render(self) -> str:
-        return f".{self.file_id}_{self.base_instant}.log.{self.version}_{self.write_token}"
+        name = f".{self.file_id}_{self.base_instant}.log.{self.version}_{self.write_token}"
+        return name if self.instant is None else f"{name}_{self.instant}"
 
     @classmethod
     def parse(cls, name: str) -> LogFileName:
@@ -143,9 +152,23 @@ class LogFileName:
         if m is None:
             raise MalformedFileNameError(
                 f"{name!r} is not a log file name "
-                "'.<fileId>_<baseInstant>.log.<version>_<writeToken>'"
+                "'.<fileId>_<baseInstant>.log.<version>_<writeToken>[_<instant>]'"
             )
-        return cls(m["fid"], m["inst"], int(m["ver"]), WriteToken.parse(m["tok"]))
+        return cls(m["fid"], m["inst"], int(m["ver"]), WriteToken.parse(m["tok"]), m["by"])
+
+
+def written_by(name: str) -> str | None:
+    """The instant whose write a data file name says it is (a base file's instant, a log
+    file's deltacommit), or None (not a data file name, or a log file named before its
+    instant was)."""
+    try:
+        return BaseFileName.parse(name).instant
+    except MalformedFileNameError:
+        pass
+    try:
+        return LogFileName.parse(name).instant
+    except MalformedFileNameError:
+        return None
 
 
 def file_key(partition_path: str, name: str) -> str:

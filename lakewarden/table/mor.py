@@ -3,13 +3,14 @@
 **Writing.** An upsert or delete of a bucket whose current slice is its canonical group's base
 file (plus log files) appends one block to that slice instead of rewriting the base file:
 a data block with the input records (reduced to one per key by the merge rules, stamped with
-the instant), or a delete block with the keys. Where the block goes (``log_target``):
-
-- a store with ``capabilities.append`` (local files): the slice's latest log file, appended in
-  place (a new slice starts ``.log.1``). Retries, speculative attempts and zombies append
-  beside it; only the blocks the statistics name count.
-- otherwise (S3): a new log file version, ``max(version) + 1`` with the attempt's write token,
-  written once and only if absent.
+the instant), or a delete block with the keys. Where the block goes (``log_target``): a new
+log file version of the slice, ``max(version) + 1``, named by the attempt's write token and the
+instant, written once and only if absent, on every store. So a log file holds the blocks of
+one instant's one attempt: a retried or speculative attempt writes a file of its own, and a
+rolled-back instant's log files are garbage by their name alone
+(``lakewarden.table.clean.garbage``), while a committed block is never in a file of another
+instant. (Log files appended in place across instants, as earlier versions wrote them on a
+local filesystem, are still read: the statistics say which of their blocks count.)
 
 The write statistic (``log_statistic``) names the log file, the instant, the attempt and its
 block count: what ``lakewarden.logfile.select.select_committed`` takes on read.
@@ -67,18 +68,16 @@ __all__ = [
 ]
 
 
-def log_target(
-    storage: Storage, file_slice: FileSlice, token: WriteToken, *, skip: int = 0
-) -> tuple[str, bool]:
-    """``(key, append)``: the log file an attempt with ``token`` writes its blocks to;
-    ``skip`` versions further when a new version's name is taken (a rolled-back write's)."""
+def log_target(file_slice: FileSlice, token: WriteToken, instant: str, *, skip: int = 0) -> str:
+    """The key of the log file an attempt with ``token`` writes its blocks of ``instant`` to;
+    ``skip`` versions further when that name is taken (a rolled-back write's).
+
+    Raises: MalformedFileNameError (a log file of the slice has a malformed name)."""
     group = file_slice.file_group
     names = [LogFileName.parse(split_key(s.path)[1]) for s in file_slice.log_files]
-    if storage.capabilities.append and file_slice.log_files:
-        return file_slice.log_files[-1].path, True
     version = max((n.version for n in names), default=0) + 1 + skip
-    name = LogFileName(group.file_id, file_slice.base_instant, version, token).render()
-    return file_key(group.partition_path, name), storage.capabilities.append
+    name = LogFileName(group.file_id, file_slice.base_instant, version, token, instant)
+    return file_key(group.partition_path, name.render())
 
 
 def ingestion_action(config: TableConfig) -> Action:
@@ -131,27 +130,32 @@ def write_blocks(
     attempt: str,
     token: WriteToken,
     delete: bool,
+    written: list[str] | None = None,
 ) -> WriteStat:
-    """Append one block of ``records`` (merge schema, stamped) or of their keys to the slice.
+    """Write one block of ``records`` (merge schema, stamped) or of their keys as a new log
+    file of the slice (put-if-absent: atomic, so a failed put leaves nothing); its key goes
+    into ``written``, which the caller's rollback deletes.
 
-    A new version whose name is taken (by a rolled-back write: names name only the version
-    and the write token) moves on to the next version.
+    A version whose name is taken (a rolled-back attempt of the same instant and token left
+    it) moves on to the next version.
 
     Raises: StorageError."""
     for skip in range(_MAX_VERSION_SKIPS + 1):
-        key, append = log_target(storage, file_slice, token, skip=skip)
-        writer = LogWriter(storage, key, instant=instant, attempt=attempt, append=append)
+        key = log_target(file_slice, token, instant, skip=skip)
+        writer = LogWriter(storage, key, instant=instant, attempt=attempt, append=False)
         if delete:
             writer.add_delete(delete_keys(records))
         else:
             writer.add_data(records)
         try:
-            written = writer.flush()
+            done = writer.flush()
         except AlreadyExistsError:
             if skip == _MAX_VERSION_SKIPS:
                 raise
             continue
-        return log_statistic(file_slice, written, records=len(records), delete=delete)
+        if written is not None:
+            written.append(key)  # only now: a name that was taken is not ours to delete
+        return log_statistic(file_slice, done, records=len(records), delete=delete)
     raise AssertionError("unreachable")
 
 

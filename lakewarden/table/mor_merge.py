@@ -92,9 +92,16 @@ def merge_slice(
     if ordering is None:
         return pa.concat_tables([untouched, winners])  # the latest version always wins
     # Few base records are touched: take them by index rather than filter the whole base
-    # again, and pair each winner with its stored version by a hash lookup.
+    # again.
     stored = base.take(pc.indices_nonzero(touched))
-    slot = pc.index_in(winners.column(key), value_set=stored.column(key).combine_chunks())
+    stored_keys = stored.column(key).combine_chunks()
+    if pc.count_distinct(stored_keys, mode="all").as_py() < len(stored):
+        # An insert keeps duplicate keys: rank every version (stored ones first: a tie
+        # goes to the log record, as an upsert gives it to the input).
+        contested = pa.concat_tables([stored, winners])
+        return pa.concat_tables([untouched, _latest_per_key(contested, key, ordering)])
+    # Otherwise pair each winner with its one stored version by a hash lookup.
+    slot = pc.index_in(winners.column(key), value_set=stored_keys)
     stored_value = pc.take(stored.column(ordering), slot)
     # A tie goes to the log record, as an upsert gives it to the input; null is the smallest.
     log_wins = pc.or_(

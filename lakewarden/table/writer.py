@@ -219,6 +219,7 @@ def _write_groups(
                 attempt=attempt_id,
                 token=WriteToken(task, 0, 0),
                 delete=operation == "delete",
+                written=written,  # a failed write deletes its log files as its base files
             )
             return BucketMerge(Merged(None, deletes=stat.num_deletes)), stat
         result = merge_bucket(

@@ -1,9 +1,11 @@
 """Garbage the timeline does not list: found by one listing of the table.
 
 1. **Files of rolled-back and aborted instants.** A base file's name carries the instant that
-   wrote it (``<fileId>_<writeToken>_<instant>.parquet``); one whose instant is rolled back or
-   aborted, and that no completed write names, is garbage at once (a rollback that crashed
-   after its ``rolled_back`` entry, or a writer without private staging, leaves them).
+   wrote it (``<fileId>_<writeToken>_<instant>.parquet``), and so does a log file's
+   (``...log.<version>_<writeToken>_<instant>``, one file per instant and attempt); one whose
+   instant is rolled back or aborted, and that no completed write names, is garbage at once
+   (a rollback that crashed after its ``rolled_back`` entry, a writer without private
+   staging, and Spark tasks writing log files leave them).
 2. **Job directories** ``_temporary/manifest_<job>/`` of jobs whose instant is finished
    (completed, rolled back, aborted): every file in them, and the pending multipart uploads
    their upload records name (S3), except uploads to a key a completed write names (those
@@ -28,7 +30,7 @@ from pydantic import ValidationError
 from lakewarden.commit.layout import METADATA_DIR, TEMPORARY_DIR
 from lakewarden.commit.uploads import UploadRecord
 from lakewarden.storage import NotFoundError, ObjectInfo, Storage
-from lakewarden.table.files import BaseFileName, MalformedFileNameError, split_key
+from lakewarden.table.files import split_key, written_by
 from lakewarden.table.instant import Transition
 from lakewarden.table.plans import CleanFile
 from lakewarden.table.timeline_state import InstantState, TimelineState
@@ -115,10 +117,8 @@ def _instant_prefix(state: TimelineState, job_id: str) -> InstantState | None:
 def _data_file(state: TimelineState, info: ObjectInfo) -> str | None:
     """Why a data file no completed write names is garbage ("written by ...") or an orphan
     candidate; None when it must stay (a pending or unseen writer's)."""
-    name = split_key(info.key)[1]
-    try:
-        instant = BaseFileName.parse(name).instant
-    except MalformedFileNameError:
+    instant = written_by(split_key(info.key)[1])
+    if instant is None:
         return "no instant names it (orphan file)"
     writer = state.get(instant)
     if writer is None:

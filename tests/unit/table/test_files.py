@@ -17,6 +17,7 @@ from lakewarden.table.files import (
     is_log_file,
     new_file_id,
     split_key,
+    written_by,
 )
 
 file_ids = st.one_of(
@@ -46,6 +47,19 @@ def test_log_file_name_round_trips(
     assert rendered == f".{file_id}_{instant}.log.{version}_{token}"
     assert LogFileName.parse(rendered) == name
     assert is_log_file(rendered)
+
+
+@given(file_ids, instants, st.integers(1, 10**6), tokens, instants)
+def test_a_log_file_name_naming_its_instant_round_trips(
+    file_id: str, base_instant: str, version: int, token: WriteToken, instant: str
+) -> None:
+    name = LogFileName(file_id, base_instant, version, token, instant)
+    rendered = name.render()
+    assert rendered == f".{file_id}_{base_instant}.log.{version}_{token}_{instant}"
+    assert LogFileName.parse(rendered) == name and is_log_file(rendered)
+    assert written_by(rendered) == instant
+    assert written_by(LogFileName(file_id, base_instant, version, token).render()) is None
+    assert written_by(BaseFileName(file_id, token, instant).render()) == instant
 
 
 @given(tokens)

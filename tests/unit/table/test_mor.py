@@ -18,11 +18,16 @@ from hypothesis import strategies as st
 from lakewarden.logfile import MissingCommittedBlockError, scan_log
 from lakewarden.settings import Settings
 from lakewarden.table import mor as mor_module
+from lakewarden.table.bucket import route
 from lakewarden.table.config import TableConfig, save_new_config
 from lakewarden.table.coordinator import EmbeddedCoordinator
-from lakewarden.table.files import is_log_file, split_key
+from lakewarden.table.files import LogFileName, WriteToken, is_log_file, split_key
 from lakewarden.table.instant import Action
+from lakewarden.table.merge import stamped
+from lakewarden.table.mor import write_blocks
+from lakewarden.table.stats import WorkloadProfile
 from lakewarden.table.table import Table
+from lakewarden.table.transaction import WriteTransaction
 
 SCHEMA = pa.schema(
     [
@@ -117,22 +122,65 @@ def test_upserts_and_deletes_are_deltacommits_that_append_log_blocks(make_table:
     assert names[1].startswith(".") and names[3].endswith(".parquet")
 
 
-def test_local_appends_go_to_one_log_file_and_s3_style_stores_write_versions(
-    tmp_path: Path,
+def test_every_deltacommit_writes_log_files_named_by_its_instant(make_table: MakeTable) -> None:
+    table = make_table(buckets=1)
+    table.write(rows((1, "eu", 1, "a")), "insert")
+    instants = [table.write(rows((1, "eu", ts, f"v{ts}")), "upsert").instant for ts in (2, 3, 4)]
+    (file_slice,) = table.snapshot().slices.values()
+    names = [LogFileName.parse(split_key(s.path)[1]) for s in file_slice.log_files]
+    # One new version per write, on every store: no file holds two instants' blocks.
+    assert [(n.version, n.instant) for n in names] == [
+        (1, instants[0]),
+        (2, instants[1]),
+        (3, instants[2]),
+    ]
+    assert as_set(table.read()) == {(1, "eu", 4, "v4")}
+
+
+def test_the_cleaner_rolls_back_a_failed_deltacommit_and_deletes_exactly_its_log_files(
+    make_table: MakeTable,
 ) -> None:
-    local = Table.create(str(tmp_path / "t"), **(ARGS | {"table_type": "mor", "buckets": 1}))
-    memory = memory_table("mor", buckets=1)
-    for table in (local, memory):
-        table.write(rows((1, "eu", 1, "a")), "insert")
-        for ts in (2, 3, 4):
-            table.write(rows((1, "eu", ts, f"v{ts}")), "upsert")
-        paths = [s.path for s in table.snapshot().slices.values() for s in s.log_files]
-        assert len(paths) == 3
-        assert as_set(table.read()) == {(1, "eu", 4, "v4")}
-    local_paths = {s.path for sl in local.snapshot().slices.values() for s in sl.log_files}
-    memory_paths = {s.path for sl in memory.snapshot().slices.values() for s in sl.log_files}
-    assert len(local_paths) == 1  # appended in place
-    assert len(memory_paths) == 3  # no append: one version per write
+    table = make_table(buckets=1)
+    table.write(rows((1, "eu", 1, "a"), (2, "eu", 1, "b")), "insert")
+    table.write(rows((1, "eu", 2, "a2")), "upsert")
+    (committed,) = [s.path for sl in table.snapshot().slices.values() for s in sl.log_files]
+    # A deltacommit whose tasks wrote log blocks (two attempts) and whose driver died.
+    txn = WriteTransaction.begin(
+        table.timeline_log,
+        table.coordinator,
+        table.table_id,
+        operation="upsert",
+        actor="w",
+        action=Action.DELTACOMMIT,
+    )
+    (file_slice,) = table.snapshot().slices.values()
+    records = stamped(
+        route(rows((2, "eu", 9, "lost")), table.config).popitem()[1],
+        txn.instant,
+        table.config,
+        "upsert",
+    )
+    with txn.heartbeat():
+        txn.inflight(WorkloadProfile(operation="upsert"))
+        failed = [
+            write_blocks(
+                table.storage,
+                file_slice,
+                records,
+                instant=txn.instant,
+                attempt=f"a{n}",
+                token=WriteToken(0, 1, n),
+                delete=False,
+            ).path
+            for n in (0, 1)
+        ]
+    assert all(LogFileName.parse(split_key(p)[1]).instant == txn.instant for p in failed)
+    result = table.clean()
+    assert result.rolled_back == (txn.instant,)
+    assert sorted(f.path for f in result.files) == sorted(failed)
+    assert not any(table.storage.exists(p) for p in failed)
+    assert table.storage.exists(committed)  # the committed instant's blocks stay
+    assert as_set(table.read()) == {(1, "eu", 2, "a2"), (2, "eu", 1, "b")}
 
 
 def test_blocks_of_an_uncommitted_attempt_in_the_log_file_are_invisible(tmp_path: Path) -> None:
