@@ -14,6 +14,8 @@ Options (case-insensitive):
 ``as_of``                                  read: a completed instant (time travel)
 ``since``                                  read: incremental, records written after the instant
 ``columns``                                read: comma-separated columns to read (pruning)
+``filters``                                read: pyarrow DNF filters as JSON, applied after the
+                                           merge; prunes partitions (see ``_pushdown``)
 ``lakewarden.settings``                    JSON of ``lakewarden.settings.Settings`` for workers
                                            without S3 credentials (default: each process reads
                                            ``LAKEWARDEN_*`` env)
@@ -64,6 +66,7 @@ OPT_INGEST_ERRORS = "lakewarden.ingest_errors"
 OPT_UNTIL = "lakewarden.until"
 OPT_SLICES = "lakewarden.slices"
 SLICES_MERGED = "merged"
+OPT_FILTERS = "filters"
 TEST_PREFIX = "lakewarden.test."
 
 
@@ -215,6 +218,8 @@ class ReadSpec:
     # only the merge-on-read slices that have log blocks.
     until: str | None = None
     merged_only: bool = False
+    # The ``filters`` option as given (JSON; ``_pushdown.filters_expression`` reads it).
+    filters: str | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ReadSpec:
@@ -240,6 +245,7 @@ class ReadSpec:
             settings_json(options),
             until=get_option(options, OPT_UNTIL),
             merged_only=slices == SLICES_MERGED,
+            filters=get_option(options, OPT_FILTERS),
         )
 
     def settings(self) -> Settings:

@@ -18,7 +18,9 @@ uses this source only for the merge-on-read slices with log blocks.
 
 Pushdown: PySpark 4.0.1's ``DataSourceReader`` receives neither the pruned columns nor the
 filters (``pushFilters`` arrives with Spark 4.1), so Spark prunes and filters after the read.
-``option("columns", "a,b")`` narrows the schema itself, which does prune the Parquet read.
+``option("columns", "a,b")`` narrows the schema itself, which does prune the Parquet read, and
+``option("filters", json)`` (``_pushdown``) drops the slices and files of partitions it
+excludes at planning and filters the rows of the rest (merge-on-read slices after the merge).
 """
 
 from __future__ import annotations
@@ -34,11 +36,12 @@ from pyspark.sql.types import StructType
 
 from lakewarden.spark._arrow import spark_arrow_schema, spark_schema
 from lakewarden.spark._options import ReadSpec
+from lakewarden.spark._pushdown import filters_expression
 from lakewarden.spark._read_plan import plan_read
 from lakewarden.storage import Storage, open_storage
 from lakewarden.table.config import META_COMMIT_TIME, TableConfig, load_config
 from lakewarden.table.mor import read_slice
-from lakewarden.table.reader import ColumnNotFoundError
+from lakewarden.table.reader import ColumnNotFoundError, prune_files, prune_slices
 from lakewarden.table.snapshot import FileSlice
 from lakewarden.table.stats import WriteStat
 
@@ -111,13 +114,19 @@ class LakewardenReader(DataSourceReader):
     in the partitions.)"""
 
     def __init__(self, spec: ReadSpec, schema: StructType) -> None:
+        """Raises: InvalidOptionError (a bad ``filters`` option)."""
         self.spec = spec
         self.arrow_schema = spark_arrow_schema(schema)
+        filters_expression(spec.filters)  # a bad option fails the query before it plans
 
     def partitions(self) -> Sequence[InputPartition]:
         """Raises: NotATableError, InstantNotCompletedError."""
         storage = open_storage(self.spec.uri, self.spec.settings())
-        files, merged, instants = plan_files(storage, load_config(storage), self.spec)
+        config = load_config(storage)
+        files, merged, instants = plan_files(storage, config, self.spec)
+        condition = filters_expression(self.spec.filters)
+        files = prune_files(storage, config, files, condition)
+        merged = prune_slices(storage, config, merged, condition)
         plain: list[InputPartition] = [
             FilePartition(f.path, f.size_bytes, f.num_records, instants) for f in files
         ]
@@ -131,7 +140,10 @@ class LakewardenReader(DataSourceReader):
         if not isinstance(partition, FilePartition):
             return  # no files: Spark plans one partition of its own, which reads nothing
         storage = open_storage(self.spec.uri, self.spec.settings())
+        condition = filters_expression(self.spec.filters)
         columns = list(self.arrow_schema.names)
+        if condition is not None:  # what the filter names may be outside the columns read
+            columns = list(load_config(storage).pa_schema.names)
         instants = partition.instants
         if instants is not None:
             columns.append(META_COMMIT_TIME)
@@ -140,16 +152,26 @@ class LakewardenReader(DataSourceReader):
             for batch in parquet.iter_batches(batch_size=BATCH_ROWS, columns=columns):
                 if instants is not None:
                     batch = batch.filter(pc.is_in(batch.column(META_COMMIT_TIME), wanted))
-                    batch = batch.drop_columns([META_COMMIT_TIME])
+                if condition is not None:
+                    batch = batch.filter(condition)
+                batch = batch.select(self.arrow_schema.names)
                 if batch.num_rows:
                     yield batch.cast(self.arrow_schema)
 
     def _read_slice(self, partition: SlicePartition) -> Iterator[pa.RecordBatch]:
         storage = open_storage(self.spec.uri, self.spec.settings())
-        records = read_slice(storage, load_config(storage), partition.file_slice)
+        config = load_config(storage)
+        condition = filters_expression(self.spec.filters)
+        # Only the columns read and what the filters name: the merge decodes no other.
+        columns = list(self.arrow_schema.names if condition is None else config.pa_schema.names)
+        if partition.instants is not None:
+            columns.append(META_COMMIT_TIME)
+        records = read_slice(storage, config, partition.file_slice, columns=columns)
         if partition.instants is not None:
             wanted = pa.array(partition.instants, pa.string())
             records = records.filter(pc.is_in(records.column(META_COMMIT_TIME), wanted))
+        if condition is not None:
+            records = records.filter(condition)
         records = records.select(self.arrow_schema.names).cast(self.arrow_schema)
         yield from records.to_batches(max_chunksize=BATCH_ROWS)
 

@@ -124,6 +124,22 @@ def _merge_columns(
     return likely
 
 
+def prune_files(
+    storage: Storage,
+    config: TableConfig,
+    files: Sequence[WriteStat],
+    filter: pc.Expression | None,
+) -> list[WriteStat]:
+    """The data files whose partition ``filter`` does not exclude (decided from the
+    partition values alone: no file is opened)."""
+    if filter is None or not config.partition_by or not files:
+        return list(files)
+    dataset = files_dataset(storage, config, files, config.file_schema)
+    kept = {fragment.path for fragment in dataset.get_fragments(filter=filter)}
+    _, to_path = _filesystem(storage, files)
+    return [f for f in files if to_path(f.path) in kept]
+
+
 def prune_slices(
     storage: Storage,
     config: TableConfig,
@@ -133,14 +149,9 @@ def prune_slices(
     """The slices whose partition ``filter`` does not exclude (every record of a file group
     has its partition's values, so this is decided before any file is read); a slice
     without a base file is kept."""
-    with_base = [s for s in slices if s.base_file is not None]
-    if filter is None or not config.partition_by or not with_base:
-        return list(slices)
-    stats = [s.base_file for s in with_base if s.base_file is not None]
-    dataset = files_dataset(storage, config, stats, config.file_schema)
-    kept = {fragment.path for fragment in dataset.get_fragments(filter=filter)}
-    _, to_path = _filesystem(storage, stats)
-    return [s for s in slices if s.base_file is None or to_path(s.base_file.path) in kept]
+    stats = [s.base_file for s in slices if s.base_file is not None]
+    kept = {f.path for f in prune_files(storage, config, stats, filter)}
+    return [s for s in slices if s.base_file is None or s.base_file.path in kept]
 
 
 def read_changes(

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from _spark_helpers import SCHEMA, files_on_disk, rows, sorted_rows, spark_df, spark_rows
 from pyspark.sql.types import LongType, StructField, StructType
@@ -21,7 +22,8 @@ from lakewarden.logfile import LogWriter, encode_records, scan_log, select_by_se
 from lakewarden.settings import Settings
 from lakewarden.spark import _job
 from lakewarden.spark._messages import TaskCommitMessage
-from lakewarden.spark._options import InvalidOptionError, encode_settings
+from lakewarden.spark._options import InvalidOptionError, ReadSpec, encode_settings
+from lakewarden.spark._reader import LakewardenReader, SlicePartition, table_schema
 from lakewarden.spark._task import TaskIdentity, write_task
 from lakewarden.spark._writer import create_writer
 from lakewarden.table.files import is_log_file
@@ -171,6 +173,51 @@ def test_on_s3_each_attempt_writes_its_own_log_version_and_only_the_accepted_one
         rows(range(2, 6), ts=1)
     )
     assert sorted_rows(table.read()) == expected
+
+
+def _filtered_table(table_dir: Path) -> Table:
+    """A merge-on-read table where an upsert changes which records match note == "x": every
+    slice has log blocks (ids 0..11: region us for multiples of 3, eu otherwise)."""
+    table = make_mor_table(table_dir)
+    table.write(rows(range(12), ts=1, note="x"), "insert")
+    table.write(rows(range(0, 12, 2), ts=2, note="y"), "upsert")
+    table.write(rows([1, 3], ts=3, note="x"), "upsert")
+    return table
+
+
+FILTERS = '[["note", "=", "x"], ["region", "=", "eu"]]'
+
+
+def test_the_filters_option_prunes_slices_at_planning_and_filters_after_the_merge(
+    table_dir: Path,
+) -> None:
+    table = _filtered_table(table_dir)
+    expected = table.read(filter=(pc.field("note") == "x") & (pc.field("region") == "eu"))
+    spec = ReadSpec.parse({"path": str(table_dir), "filters": FILTERS, "columns": "id,ts"})
+    reader = LakewardenReader(spec, table_schema(spec))
+    parts = reader.partitions()
+    # Only the eu slices are planned (the us ones hold no record the filter can keep).
+    assert parts and all(isinstance(p, SlicePartition) for p in parts)
+    assert {p.file_slice.file_group.partition_path for p in parts} == {"region=eu"}  # type: ignore[attr-defined]
+    batches = [b for p in parts for b in reader.read(p)]
+    got = pa.Table.from_batches(batches) if batches else None
+    assert got is not None and got.column_names == ["id", "ts"]
+    assert sorted(got.to_pylist(), key=lambda r: r["id"]) == sorted(
+        expected.select(["id", "ts"]).to_pylist(), key=lambda r: r["id"]
+    )
+    with pytest.raises(InvalidOptionError, match="filters"):
+        LakewardenReader(
+            ReadSpec.parse({"path": str(table_dir), "filters": "note = x"}), table_schema(spec)
+        )
+
+
+def test_a_spark_read_with_the_filters_option_equals_the_python_read(
+    spark: Any, table_dir: Path
+) -> None:
+    table = _filtered_table(table_dir)
+    frame = spark.read.format("lakewarden").option("filters", FILTERS).load(str(table_dir))
+    expected = table.read(filter=(pc.field("note") == "x") & (pc.field("region") == "eu"))
+    assert spark_rows(frame) == sorted_rows(expected) and len(expected) > 0
 
 
 def test_the_table_type_option_refuses_a_write_to_a_table_of_the_other_type(
