@@ -5,12 +5,13 @@ numbering them ``BLOCK_SEQUENCE_NO`` 0, 1, 2, ... (HUDI-6758: every attempt star
 and stamping every header with ``INSTANT_TIME`` and ``ATTEMPT_ID``. ``flush`` writes them with
 one storage call:
 
-- ``append=True`` (a store with ``capabilities.append``, the local filesystem): appended to the
-  existing log file of the slice, as Hudi does on HDFS. A retried or speculative attempt
-  appends its own blocks to the same file; a zombie may append after the commit. None of it
-  is visible: readers take only the blocks the completed instant's statistics name.
-- ``append=False`` (S3: no append): a new log file version, created only if absent, so an
-  attempt never overwrites another attempt's file.
+- ``append=False`` (what ``lakewarden.table.mor`` writes on every store): a new log file
+  version, created only if absent, so an attempt never overwrites another attempt's file and
+  a file holds one instant's blocks.
+- ``append=True`` (a store with ``capabilities.append``): appended to an existing log file, as
+  Hudi does on HDFS and as earlier lakewarden versions did on a local filesystem. A retried,
+  speculative or zombie attempt appending beside committed blocks changes no read: readers
+  take only the blocks the completed instant's statistics name.
 
 ``flush`` returns the ``LogWrite`` the write statistics are built from: the key, the attempt,
 how many blocks and how many bytes it wrote.

@@ -212,9 +212,9 @@ def test_a_merge_on_read_insert_into_a_slice_with_logs_rewrites_the_base_file(
 
 
 def test_filters_apply_after_the_merge_and_partition_filters_skip_slices(
-    monkeypatch: pytest.MonkeyPatch,
+    make_table: MakeTable, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    cow, mor = memory_table("cow"), memory_table("merge_on_read")
+    cow, mor = make_table("cow"), make_table()
     for table in (cow, mor):
         table.write(rows((1, "eu", 1, "x"), (2, "eu", 1, "y"), (3, "us", 1, "x")), "insert")
         # 1 stops matching v == "x", 2 starts matching, 3 (another partition) too.
