@@ -23,7 +23,7 @@ from lakewarden.settings import Settings
 from lakewarden.spark import _job
 from lakewarden.spark._messages import TaskCommitMessage
 from lakewarden.spark._options import InvalidOptionError, ReadSpec, encode_settings
-from lakewarden.spark._reader import LakewardenReader, SlicePartition, table_schema
+from lakewarden.spark._reader import FilePartition, LakewardenReader, SlicePartition, table_schema
 from lakewarden.spark._task import TaskIdentity, write_task
 from lakewarden.spark._writer import create_writer
 from lakewarden.table.files import is_log_file
@@ -209,6 +209,24 @@ def test_the_filters_option_prunes_slices_at_planning_and_filters_after_the_merg
         LakewardenReader(
             ReadSpec.parse({"path": str(table_dir), "filters": "note = x"}), table_schema(spec)
         )
+
+
+def test_the_filters_option_prunes_and_filters_plain_parquet_files_too(table_dir: Path) -> None:
+    table = make_mor_table(table_dir)
+    table.write(rows(range(12), ts=1, note="x"), "insert")  # base files, no logs
+    table.write(rows(range(0, 12, 2), ts=2, note="y"), "insert")  # merged into base files
+    spec = ReadSpec.parse({"path": str(table_dir), "filters": FILTERS, "columns": "id"})
+    reader = LakewardenReader(spec, table_schema(spec))
+    parts = reader.partitions()
+    assert parts and all(isinstance(p, FilePartition) for p in parts)
+    assert all(p.key.startswith("region=eu/") for p in parts)  # type: ignore[attr-defined]
+    got = pa.Table.from_batches([b for p in parts for b in reader.read(p)])
+    expected = table.read(
+        columns=["id"], filter=(pc.field("note") == "x") & (pc.field("region") == "eu")
+    )
+    assert got.column_names == ["id"] and sorted(got.column("id").to_pylist()) == sorted(
+        expected.column("id").to_pylist()
+    )
 
 
 def test_a_spark_read_with_the_filters_option_equals_the_python_read(
