@@ -124,12 +124,21 @@ class ErrorPublisher:
         self.published = 0
 
     def publish(self, event: dict[str, Any]) -> None:
+        self._producer_client().send(EVENT, event, topic=ERRORS)
+        self.published += 1
+
+    def publish_encoded(self, value: bytes, *, key: bytes) -> None:
+        """Queue an event encoded already (``lakewarden.errortable.encoder``), keyed by its
+        table id. Raises: RetryableError (the local queue stayed full)."""
+        self._producer_client().produce_bytes(ERRORS.name(self.settings), value, key=key)
+        self.published += 1
+
+    def _producer_client(self) -> EventProducer:
         if self._producer is None:
             self._producer = EventProducer(
                 self.settings, producer_id=self.producer_id, linger_ms=20
             )
-        self._producer.send(EVENT, event, topic=ERRORS)
-        self.published += 1
+        return self._producer
 
     def flush(self, timeout_s: float = 30.0) -> None:
         """Raises: EventDeliveryError (the task must fail: its records are not durable)."""

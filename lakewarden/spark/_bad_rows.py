@@ -5,12 +5,14 @@ With ``error_table.enabled`` false the task keeps failing on the first bad row
 (``lakewarden.spark._arrow.conform``). Enabled, per batch:
 
 1. find the bad rows: a null record key, a null in a required field, a value that does not
-   fit its column's table type. A clean batch costs one cast per column, as before; a column
+   fit its column's table type. A clean batch costs one cast per column, as with the error
+   table off (the cast that checks a column is kept for the write); a column
    whose cast fails costs one vectorised pass that applies Arrow's own safe-cast rule
    (``_misfits``: integer bounds, float or timestamp round trips), checked by casting the
    rest; pairs without such a rule (strings, decimals) are bisected: a few casts per bad row;
 2. publish one ``ErrorRecord`` per bad row (context: ``lakewarden.errortable.records``), the
-   rows read with one ``take``;
+   rows read with one ``take``, the parts the events share encoded once per batch
+   (``lakewarden.errortable.encoder``), their ids from one read of the OS's randomness;
 3. conform the good rows as usual.
 
 A streaming ingestion with ``--bad-records error-table`` hands the writer its bad Kafka
@@ -35,6 +37,7 @@ import pyarrow.compute as pc
 
 from lakewarden.errortable import ErrorPublisher, error_record
 from lakewarden.errortable import records as ctx
+from lakewarden.errortable.encoder import ErrorRecordEncoder, new_uuids, now_ms
 from lakewarden.spark._arrow import conform
 from lakewarden.spark._options import WriteSpec
 from lakewarden.table.bucket import render_partition_path
@@ -58,17 +61,31 @@ INGEST_COLUMNS = (
     INGEST_VALUE,
 )
 
+# ``json.dumps(record, default=str, sort_keys=True)``, the encoder built once.
+_RECORD_JSON = json.JSONEncoder(default=str, sort_keys=True)
+
 # Integers Arrow casts to a float without a check: |v| <= 2**mantissa bits (else "not in range").
 _FLOAT_EXACT_BITS = {pa.float32(): 24, pa.float64(): 53}
 
 
 def find_bad_rows(batch: pa.Table, config: TableConfig, operation: str) -> dict[int, str]:
     """Row index -> why it cannot be written (the first problem found for the row)."""
+    return typed_bad_rows(batch, config, operation)[0]
+
+
+def typed_bad_rows(
+    batch: pa.Table, config: TableConfig, operation: str
+) -> tuple[dict[int, str], pa.Table]:
+    """``find_bad_rows``, and ``batch`` with every column whose values all fit cast to its
+    table type already (the cast that checks a column is the one the write needs)."""
     bad: dict[int, str] = {}
     for name in needed_columns(config, operation):
         field = config.pa_schema.field(name)
         column = batch.column(name).combine_chunks()
-        if not column.type.equals(field.type) and not values_fit(column, field.type):
+        typed = column if column.type.equals(field.type) else _cast(column, field.type)
+        if typed is not None and typed is not column:
+            batch = batch.set_column(batch.schema.get_field_index(name), name, typed)
+        if typed is None:
             indices = _uncastable(column, field.type)
             for index, value in zip(indices, column.take(indices).to_pylist(), strict=True):
                 bad.setdefault(
@@ -81,7 +98,15 @@ def find_bad_rows(batch: pa.Table, config: TableConfig, operation: str) -> dict[
             problem = f"{what} field {name!r}"
             for index in pc.indices_nonzero(pc.is_null(column)).to_pylist():
                 bad.setdefault(index, f"the record has {problem}")
-    return bad
+    return bad, batch
+
+
+def _cast(values: pa.Array, target: pa.DataType) -> pa.Array | None:
+    """``values`` safely cast to ``target``, or None if some value does not fit."""
+    try:
+        return values.cast(target)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
 
 
 def _uncastable(values: pa.Array, target: pa.DataType) -> list[int]:
@@ -173,7 +198,7 @@ class BadRows:
     def conform(self, batch: pa.Table, first_row: int) -> pa.Table:
         """The good rows of ``batch`` conformed; the bad ones published. Raises:
         SchemaMismatchError, EventDeliveryError (the broker refused a record)."""
-        bad = find_bad_rows(batch, self.config, self.spec.operation)  # 1.
+        bad, batch = typed_bad_rows(batch, self.config, self.spec.operation)  # 1.
         if bad:
             self._publish(batch, bad, first_row)  # 2.
             batch = batch.filter(_keep(batch.num_rows, bad))
@@ -225,39 +250,48 @@ class BadRows:
         )
 
     def _publish(self, batch: pa.Table, bad: dict[int, str], first_row: int) -> None:
-        """One ``ErrorRecord`` per bad row, in row order."""
+        """One ``ErrorRecord`` per bad row, in row order; what the rows share (the schema
+        text, most of the context) is encoded once per batch (``ErrorRecordEncoder``)."""
         config, spec = self.config, self.spec
         indices = sorted(bad)
         records = batch.take(indices).to_pylist()
-        schema = json.dumps({f.name: str(f.type) for f in batch.schema})
-        for index, record in zip(indices, records, strict=True):
-            row_number = first_row + index
-            key = record.get(config.record_key)
-            context = {
+        encoder = ErrorRecordEncoder(
+            table_id=config.table_id,
+            producer_id=self.publisher.producer_id,
+            schema=json.dumps({f.name: str(f.type) for f in batch.schema}),
+            shared_context={
                 ctx.COMMIT_TIME: spec.instant,
                 ctx.TABLE_NAME: config.name,
                 ctx.TABLE_ID: config.table_id,
                 ctx.TABLE_URI: spec.uri,
-                ctx.PARTITION_PATH: self._partition_path(record),
-                ctx.RECORD_KEY: "" if key is None else str(key),
                 ctx.TASK_ATTEMPT: self.attempt_id,
                 ctx.JOB_ID: spec.job_id,
                 "operation": spec.operation,
-                "rowIndex": str(row_number),
-            }
-            self.publisher.publish(
-                error_record(
-                    table_id=config.table_id,
-                    producer_id=self.publisher.producer_id,
-                    record=record,
-                    schema=schema,
-                    message=f"{self.where}, row {row_number} of the task's input: {bad[index]}",
-                    context=context,
-                )
+            },
+        )
+        ids = new_uuids(2 * len(indices))
+        ts_ms = now_ms()
+        for n, (index, record) in enumerate(zip(indices, records, strict=True)):
+            row_number = first_row + index
+            key = record.get(config.record_key)
+            value = encoder.encode(
+                event_id=ids[2 * n],
+                uid=ids[2 * n + 1],
+                ts_ms=ts_ms,
+                record=_RECORD_JSON.encode(record),
+                message=f"{self.where}, row {row_number} of the task's input: {bad[index]}",
+                context={
+                    ctx.PARTITION_PATH: self._partition_path(record),
+                    ctx.RECORD_KEY: "" if key is None else str(key),
+                    "rowIndex": str(row_number),
+                },
             )
+            self.publisher.publish_encoded(value, key=encoder.key)
 
     def _partition_path(self, record: dict[str, Any]) -> str:
         fields = self.config.partition_by
+        if not fields:
+            return ""
         try:
             values = [record.get(f) for f in fields]
             return render_partition_path(fields, [None if v is None else str(v) for v in values])

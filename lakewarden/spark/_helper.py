@@ -19,7 +19,10 @@ owns the instant from first to last entry:
    the named conflict when a conflict rule explains it, else ``SparkWriteError`` with the
    instant, the rollback reason and Spark's message.
 
-``bulk_insert`` skips 2a-2c (no shuffle: append groups, as the plain format writes).
+``bulk_insert`` skips 2a-2c (no shuffle: append groups, as the plain format writes), and
+where it can, lets Spark's own Parquet writer write the rows (``_native``: Python sees only the
+record keys); option ``writer``: ``auto`` (default), ``spark`` (refused with the reason where
+it cannot) or ``python`` (always the Python Data Source).
 """
 
 from __future__ import annotations
@@ -35,9 +38,10 @@ from pyspark.sql.types import IntegerType, StringType, StructField, StructType
 
 from lakewarden.errors import NonRetryableError
 from lakewarden.settings import Settings
-from lakewarden.spark import _job
+from lakewarden.spark import _job, _native
 from lakewarden.spark._arrow import check_write_schema, conform
 from lakewarden.spark._create import prepare_table
+from lakewarden.spark._messages import TaskCommitMessage
 from lakewarden.spark._options import (
     HELPER_OPERATIONS,
     OPT_HELPER_OPERATION,
@@ -50,6 +54,8 @@ from lakewarden.spark._options import (
     WriteSpec,
     check_table_type,
     encode_settings,
+    get_option,
+    load_settings,
     test_hooks,
 )
 from lakewarden.spark._task import base_snapshot
@@ -64,6 +70,7 @@ from lakewarden.table.writer import CommitResult
 
 PARTITION_COLUMN = "__lw_partition_path"
 BUCKET_COLUMN = "__lw_bucket"
+OPT_WRITER = "writer"
 log = logging.getLogger("lakewarden.spark")
 _SPARK_ERROR_LINE = re.compile(r"^\w*(?:Error|Conflict|Exception): .*$", re.MULTILINE)
 
@@ -113,24 +120,54 @@ def write(
     check_table_type(options or {}, table.config)
     check_write_schema(df.schema, table.config, operation)
     merge = operation != "bulk_insert"
+    native = not merge and _native_writer(options or {}, table, encoded)
     hooks = test_hooks(options or {})
     spec, txn = _job.open_write(  # 1.
         table, operation, settings_json=encoded, merge=merge, profiled=merge, test_hooks=hooks
     )
     keyed: DataFrame | None = None
     failure: Exception | None = None
+    adopted: TaskCommitMessage | None = None
     with txn.heartbeat():  # 2.
         try:
             data = df
             if merge:
                 data, keyed = _clustered(df, table, spec, txn, partitions)
-            _save(data, spec, options or {}, encoded)
+            if native:
+                _native.write_files(df, table.config, spec, table.storage)
+                adopted = _native.adopt_files(table.storage, spec)
+            else:
+                _save(data, spec, options or {}, encoded)
         except Exception as err:
             failure = err
         finally:
             if keyed is not None:
                 keyed.unpersist()
+    if adopted is not None:
+        try:
+            _job.commit_write(spec, [adopted])  # the data source's commit(), in this process
+        except Exception as err:
+            failure = err
     return _outcome(table, spec, failure)  # 3.
+
+
+def _native_writer(
+    options: Mapping[str, str], table: _job.TableHandle, encoded: str | None
+) -> bool:
+    """Whether a ``bulk_insert`` goes through Spark's Parquet writer (option ``writer``).
+
+    Raises: InvalidOptionError (an unknown value, or ``spark`` where it cannot be used)."""
+    choice = (get_option(options, OPT_WRITER) or "auto").lower()
+    if choice not in ("auto", "spark", "python"):
+        raise InvalidOptionError(f"option writer must be auto, spark or python, got {choice!r}")
+    if choice == "python":
+        return False
+    reason = _native.unsupported_reason(table.config, load_settings(encoded), table.storage)
+    if reason is not None and choice == "spark":
+        raise InvalidOptionError(f"option writer=spark cannot be used for this write: {reason}")
+    if reason is not None:
+        log.info("bulk_insert through the Python data source: %s", reason)
+    return reason is None
 
 
 def _save(

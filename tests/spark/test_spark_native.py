@@ -1,0 +1,123 @@
+"""``bulk_insert`` through Spark's own Parquet writer (``lakewarden.spark._native``).
+
+The files must be what the Python Data Source path writes (same rows, same meta columns, same
+file groups and names' shape), committed through the same instant protocol, and only the
+promoted task attempt's files may become visible.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from _spark_helpers import (
+    committed_files,
+    files_on_disk,
+    make_table,
+    rows,
+    sorted_rows,
+    spark_df,
+    states,
+)
+
+import lakewarden
+import lakewarden.spark
+from lakewarden.settings import ErrorTableSettings, Settings
+from lakewarden.spark import InvalidOptionError, SparkWriteError
+from lakewarden.table.bucket import bucket_prefix
+from lakewarden.table.config import META_COLUMNS, META_FILE_NAME
+from lakewarden.table.files import BaseFileName
+from lakewarden.table.instant import Transition
+
+pytestmark = pytest.mark.spark
+
+
+def _meta_rows(root: Path, table: lakewarden.Table) -> list[dict[str, Any]]:
+    """The record key text and partition path of every committed row, with its id."""
+    parts = [
+        pq.read_table(root / path, columns=["id", *META_COLUMNS[1:3]])
+        for path in committed_files(table)
+    ]
+    return sorted_rows(pa.concat_tables(parts))
+
+
+def test_native_bulk_insert_writes_what_the_python_path_writes(spark: Any, tmp_path: Path) -> None:
+    data = rows(range(300))
+    native, python = make_table(tmp_path / "native"), make_table(tmp_path / "python")
+    done = lakewarden.spark.write(
+        spark_df(spark, data), native.uri, "bulk_insert", options={"writer": "spark"}
+    )
+    lakewarden.spark.write(
+        spark_df(spark, data), python.uri, "bulk_insert", options={"writer": "python"}
+    )
+
+    assert states(native) == [Transition.COMPLETED]
+    assert sorted_rows(lakewarden.read(native.uri)) == sorted_rows(data)
+    # The meta columns (record key text, partition path) are the Python path's.
+    assert _meta_rows(tmp_path / "native", native) == _meta_rows(tmp_path / "python", python)
+    assert files_on_disk(tmp_path / "native") == committed_files(native)
+    stats = done.stats.write_stats
+    assert sum(s.num_records for s in stats) == 300 == sum(s.num_inserts for s in stats)
+    for stat in stats:
+        name = BaseFileName.parse(stat.path.rsplit("/", 1)[-1])
+        assert name.file_id == stat.file_group.file_id and name.instant == done.instant
+        assert bucket_prefix(name.file_id) is not None  # an append group of a bucket
+        assert str(name.write_token).endswith("-0-0")
+        file = pq.read_table(tmp_path / "native" / stat.path)
+        assert file.num_rows == stat.num_records
+        assert set(file.column(META_FILE_NAME).to_pylist()) == {stat.path.rsplit("/", 1)[-1]}
+        assert set(file.column("_lw_partition_path").to_pylist()) == {
+            stat.file_group.partition_path
+        }
+    # An upsert after it merges the append groups, as after a Python-path bulk_insert.
+    lakewarden.spark.write(spark_df(spark, rows(range(0, 300, 2), ts=2, note="v2")), native.uri)
+    expected = {r["id"]: r for r in sorted_rows(data)}
+    expected.update({r["id"]: r for r in sorted_rows(rows(range(0, 300, 2), ts=2, note="v2"))})
+    assert sorted_rows(lakewarden.read(native.uri)) == sorted(
+        expected.values(), key=lambda r: r["id"]
+    )
+
+
+def test_a_failed_attempt_is_retried_and_never_duplicates(spark: Any, tmp_path: Path) -> None:
+    table = make_table(tmp_path / "t", partitioned=False)
+    data = rows(range(200))
+    lakewarden.spark.write(
+        spark_df(spark, data),
+        table.uri,
+        "bulk_insert",
+        options={"writer": "spark", "lakewarden.test.fail_first_attempt_of_partition": "0"},
+    )
+    assert sorted_rows(lakewarden.read(table.uri)) == sorted_rows(data)
+    assert files_on_disk(tmp_path / "t") == committed_files(table)
+
+
+def test_a_value_that_does_not_fit_rolls_the_write_back(spark: Any, tmp_path: Path) -> None:
+    table = lakewarden.Table.create(
+        str(tmp_path / "t"),
+        name="narrow",
+        record_key="id",
+        schema=pa.schema([pa.field("id", pa.int64(), nullable=False), ("qty", pa.int32())]),
+    )
+    df = spark.createDataFrame([(1, 5), (2, 2**40)], "id bigint, qty bigint")
+    with pytest.raises(SparkWriteError, match="qty") as caught:
+        lakewarden.spark.write(df, table.uri, "bulk_insert", options={"writer": "spark"})
+    assert "record key 2" in str(caught.value)
+    assert states(table)[-1] is Transition.ROLLED_BACK
+    assert files_on_disk(tmp_path / "t") == set()
+    assert lakewarden.read(table.uri).num_rows == 0
+
+
+def test_writer_option_is_checked(spark: Any, tmp_path: Path) -> None:
+    table = make_table(tmp_path / "t")
+    df = spark_df(spark, rows(range(3)))
+    with pytest.raises(InvalidOptionError, match="auto, spark or python"):
+        lakewarden.spark.write(df, table.uri, "bulk_insert", options={"writer": "jvm"})
+    errors_on = Settings(error_table=ErrorTableSettings(enabled=True))
+    with pytest.raises(InvalidOptionError, match="error table"):
+        lakewarden.spark.write(
+            df, table.uri, "bulk_insert", settings=errors_on, options={"writer": "spark"}
+        )
+    assert states(table) == []
