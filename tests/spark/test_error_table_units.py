@@ -9,6 +9,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
+from lakewarden.events.codec import default_codec
 from lakewarden.spark import _bad_rows
 from lakewarden.spark._bad_rows import BadRows, _bisect, _misfits, _uncastable, find_bad_rows
 from lakewarden.spark._options import WriteSpec
@@ -131,7 +132,12 @@ def test_each_bad_row_is_published_once_with_its_context_and_the_rest_is_written
     spec = WriteSpec(uri="/t", instant="20240101000000000", job_id="j", operation="insert")
     rows = BadRows(spec, config, "attempt_j_0001_0", where="task 3")
     events: list[dict[str, Any]] = []
-    monkeypatch.setattr(rows.publisher, "publish", events.append)  # no broker needed
+
+    def publish_encoded(value: bytes, *, key: bytes) -> None:  # no broker needed
+        assert key == config.table_id.encode()
+        events.append(default_codec().decode(value).record)
+
+    monkeypatch.setattr(rows.publisher, "publish_encoded", publish_encoded)
     batch = pa.table(
         {
             "id": pa.array([1, None, 3, 4, 5], pa.int64()),

@@ -38,7 +38,7 @@ pytestmark = pytest.mark.spark
 def _meta_rows(root: Path, table: lakewarden.Table) -> list[dict[str, Any]]:
     """The record key text and partition path of every committed row, with its id."""
     parts = [
-        pq.read_table(root / path, columns=["id", *META_COLUMNS[1:3]])
+        pq.read_table(root / path, columns=["id", *META_COLUMNS[1:3]], partitioning=None)
         for path in committed_files(table)
     ]
     return sorted_rows(pa.concat_tables(parts))
@@ -66,7 +66,7 @@ def test_native_bulk_insert_writes_what_the_python_path_writes(spark: Any, tmp_p
         assert name.file_id == stat.file_group.file_id and name.instant == done.instant
         assert bucket_prefix(name.file_id) is not None  # an append group of a bucket
         assert str(name.write_token).endswith("-0-0")
-        file = pq.read_table(tmp_path / "native" / stat.path)
+        file = pq.read_table(tmp_path / "native" / stat.path, partitioning=None)
         assert file.num_rows == stat.num_records
         assert set(file.column(META_FILE_NAME).to_pylist()) == {stat.path.rsplit("/", 1)[-1]}
         assert set(file.column("_lw_partition_path").to_pylist()) == {
