@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from _hypothesis_profiles import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -36,7 +37,7 @@ def _event(
     }
 
 
-@settings(max_examples=40)
+@settings(max_examples=examples(40), deadline=None)
 @given(
     ts_ms=st.integers(min_value=0, max_value=2**62),
     schema=st.none() | text,
