@@ -41,7 +41,7 @@ def _meta_rows(root: Path, table: lakewarden.Table) -> list[dict[str, Any]]:
         pq.read_table(root / path, columns=["id", *META_COLUMNS[1:3]], partitioning=None)
         for path in committed_files(table)
     ]
-    return sorted_rows(pa.concat_tables(parts))
+    return sorted(pa.concat_tables(parts).to_pylist(), key=lambda row: int(row["id"]))
 
 
 def test_native_bulk_insert_writes_what_the_python_path_writes(spark: Any, tmp_path: Path) -> None:
