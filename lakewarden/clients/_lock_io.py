@@ -1,5 +1,7 @@
 """The background half of ``LockClient``: one thread that reads replies, renews, resends.
 
+One ``LockIO`` serves every ``LockClient`` of a process with the same settings
+(``_lock_shared``): requests carry their client's owner, replies are matched by request id.
 Callers (any thread) register a pending request, then produce it; the IO thread reads the
 client's one partition of ``lock.replies``, skips other clients' replies by key without
 decoding them, and completes the pending request with the reply. It also
@@ -79,10 +81,12 @@ class Pending:
     queued: bool = False
     on_queued: Callable[[int], None] | None = None
     record: dict[str, Any] | None = None  # an acquire keeps its record, to resend it
+    owner: str = ""  # the holder named in the request (default: the transport's owner)
 
 
 class LockIO:
-    """Owns the producer, the reply consumer and the IO thread of one ``LockClient``."""
+    """Owns the producer, the reply consumer and the IO thread that the ``LockClient``s of a
+    process share (``client_id`` is the transport's: the key of its replies)."""
 
     def __init__(
         self,
@@ -139,7 +143,7 @@ class LockIO:
             producer_id=self.client_id,
             request_id=pending.request_id,
             kind=pending.kind,
-            owner=self.owner,
+            owner=pending.owner or self.owner,
             ttl_ms=pending.ttl_ms,
             reply_topic=self.reply_topic,
             reply_partition=self.reply_partition,
@@ -153,7 +157,7 @@ class LockIO:
             self.pending[pending.request_id] = pending
         self.produce(pending.table_id, record)
 
-    def send_untracked(self, kind: Kind, table_id: str, **fields: Any) -> None:
+    def send_untracked(self, kind: Kind, table_id: str, *, owner: str = "", **fields: Any) -> None:
         """Produce a request whose answer nobody waits for (release, withdraw)."""
         pending = Pending(kind, table_id, uuid.uuid4().hex, 0, self.clock.monotonic())
         record = lock_request(
@@ -161,7 +165,7 @@ class LockIO:
             producer_id=self.client_id,
             request_id=pending.request_id,
             kind=kind,
-            owner=self.owner,
+            owner=owner or self.owner,
             ttl_ms=0,
             reply_topic="",  # no answer wanted
             reply_partition=None,
@@ -263,7 +267,7 @@ class LockIO:
             ttl_s=ttl_s,
             expires_at=pending.sent_at + ttl_s,
             request_id=pending.request_id,
-            owner=self.owner,
+            owner=pending.owner or self.owner,
             confirmed_at=pending.sent_at,
             clock=self.clock,
         )
@@ -320,7 +324,13 @@ class LockIO:
 
     def _renew(self, lease: LockLease, now: float) -> None:
         pending = Pending(
-            "renew", lease.table_id, uuid.uuid4().hex, int(lease.ttl_s * 1000), now, lease=lease
+            "renew",
+            lease.table_id,
+            uuid.uuid4().hex,
+            int(lease.ttl_s * 1000),
+            now,
+            lease=lease,
+            owner=lease.owner,
         )
         self.send(pending, token=lease.token)
 

@@ -6,10 +6,12 @@
         if lease.lost: ...        # stop before appending anything
     client.close()
 
-One client serves any number of threads and tables. It holds one confluent-kafka producer and
-one consumer that reads a single partition of ``lock.replies`` (``crc32(client id) % P``, no
-consumer group); a background thread completes the future of each request and renews held
-leases (see ``_lock_io``). No network IO happens until the first ``acquire``.
+One client serves any number of threads and tables, and all clients of a process with the same
+settings share one transport (``_lock_shared``): one confluent-kafka producer and one consumer
+that reads a single partition of ``lock.replies`` (``crc32(transport id) % P``, no consumer
+group); a background thread completes the future of each request and renews held leases (see
+``_lock_io``). No network IO happens until the first ``acquire``; the last client closed stops
+the transport.
 
 Lost leases: the client marks a lease lost when the service says it expired, refuses its
 renewal (stale token), or when ``ttl_s`` passed since the send time of the last request the
@@ -31,6 +33,7 @@ from typing import Any
 
 from confluent_kafka import KafkaException, Producer, TopicPartition
 
+from lakewarden.clients import _lock_shared
 from lakewarden.clients._lock_io import LockIO, LockLease, Pending
 from lakewarden.clients._lock_wire import client_partition
 from lakewarden.clock import SYSTEM_CLOCK, Clock
@@ -67,6 +70,7 @@ class LockClient:
     """Leases on table locks, from any thread. Thread-safe; close it when done.
 
     ``owner`` names the holder in the service's state and logs (default ``host:pid``);
+    ``client_id`` names this client in logs (replies are keyed by the shared transport's id);
     ``resend_s`` is how long an unanswered acquire or renewal waits before it is sent again;
     ``clock`` times leases, renewals and resends (waits for a reply, ``wait_s``, are real time).
     """
@@ -87,6 +91,8 @@ class LockClient:
         self.clock = clock
         self._guard = threading.Lock()
         self._io: LockIO | None = None
+        self._transport = _lock_shared.transport_key(settings, clock=clock, resend_s=resend_s)
+        self._held: dict[str, LockLease] = {}  # by acquire request id: released by close()
         self._closed = False
 
     @contextmanager
@@ -138,13 +144,14 @@ class LockClient:
             max(1, round(ttl_s * 1000)),
             self.clock.monotonic(),
             on_queued=on_queued,
+            owner=self.owner,
         )
         io.send(pending)  # 1.
         try:
             result = pending.future.result(timeout=wait_s)  # 2.
         except TimeoutError:
             io.forget(pending.request_id)  # 3.
-            io.send_untracked("release", table_id, acquire_id=pending.request_id)
+            io.send_untracked("release", table_id, owner=self.owner, acquire_id=pending.request_id)
             raise LockTimeoutError(
                 f"the lock of table {table_id} was not granted within {wait_s:g} s. "
                 "Help: retry; a holder that needs long should renew (it does) or the "
@@ -152,6 +159,8 @@ class LockClient:
                 table=table_id,
             ) from None
         if isinstance(result, LockLease):
+            with self._guard:
+                self._held[result.request_id] = result
             return result
         reason = str(result.get("reason") or "no reason given")
         raise LockRefusedError(
@@ -168,30 +177,42 @@ class LockClient:
             TimeoutError: ``wait_s`` passed without an answer.
         """
         lease.released = True
-        io = self._io
+        with self._guard:
+            self._held.pop(lease.request_id, None)
+            io = self._io
         if io is None:
             return None
         io.forget(lease.request_id)  # no more renewals
         if wait_s is None:
-            io.send_untracked("release", lease.table_id, token=lease.token)
+            io.send_untracked("release", lease.table_id, owner=lease.owner, token=lease.token)
             return None
-        pending = Pending("release", lease.table_id, uuid.uuid4().hex, 0, self.clock.monotonic())
+        pending = Pending(
+            "release",
+            lease.table_id,
+            uuid.uuid4().hex,
+            0,
+            self.clock.monotonic(),
+            owner=lease.owner,
+        )
         io.send(pending, token=lease.token)
         reply = pending.future.result(timeout=wait_s)
         return bool(reply["status"] == "granted")
 
     def close(self) -> None:
-        """Release every held lease, flush, stop the IO thread (idempotent)."""
+        """Release every lease this client holds; the last client of the process's transport
+        flushes it and stops its IO thread (idempotent)."""
         with self._guard:
             io, self._io, self._closed = self._io, None, True
+            held, self._held = list(self._held.values()), {}
         if io is None:
             return
-        with io.guard:
-            held = list(io.leases.values())
         for lease in held:
+            if lease.released or lease.lost:
+                continue
             lease.released = True
-            io.send_untracked("release", lease.table_id, token=lease.token)
-        io.stop()
+            io.forget(lease.request_id)
+            io.send_untracked("release", lease.table_id, owner=lease.owner, token=lease.token)
+        _lock_shared.detach(self._transport, io)
 
     def __enter__(self) -> LockClient:
         return self
@@ -204,12 +225,12 @@ class LockClient:
             if self._closed:
                 raise NonRetryableError("this LockClient is closed")
             if self._io is None:
-                self._io = self._connect()
-                self._io.start()
+                self._io = _lock_shared.attach(self._transport, self._connect)
             return self._io
 
     def _connect(self) -> LockIO:
-        """Create the producer and the reply consumer, positioned at the partition's end.
+        """Create the process's transport for these settings: the producer and the reply
+        consumer, positioned at the partition's end.
 
         Raises:
             ConfigurationError: Kafka is not configured.
@@ -218,13 +239,14 @@ class LockClient:
         kafka = self.settings.kafka
         timeout = kafka.request_timeout_s
         requests, replies = LOCK_REQUESTS.name(self.settings), LOCK_REPLIES.name(self.settings)
+        transport_id = f"lock-client-{uuid.uuid4().hex[:16]}"
         producer = Producer(kafka.librdkafka_config(**_PRODUCER_CONFIG))
         counts = _partition_counts(producer, (requests, replies), timeout)
-        reply_partition = client_partition(self.client_id, counts[replies])
+        reply_partition = client_partition(transport_id, counts[replies])
         # Replies meant for this client only: nothing is dead-lettered or committed.
         consumer = EventConsumer(
             self.settings,
-            group_id=self.client_id,  # never joined: the partition is assigned by hand
+            group_id=transport_id,  # never joined: the partition is assigned by hand
             auto_commit=False,
             dead_letters=False,
             auto_offset_reset="latest",
@@ -248,7 +270,7 @@ class LockClient:
             request_partitions=counts[requests],
             reply_topic=replies,
             reply_partition=reply_partition,
-            client_id=self.client_id,
+            client_id=transport_id,
             owner=self.owner,
             resend_s=self.resend_s,
             clock=self.clock,

@@ -18,8 +18,9 @@ lock's applied offset).
 The loop, each turn:
 1. every ``EXPIRY_TICK_S``: the ``ExpiryScanner`` sends ``expire`` requests for overdue leases;
 2. wait for a request (returns as soon as one arrives), take what else is already there;
-3. for each: the handler's effects are produced at once: replies, then the changelog record of
-   the table's new lock, then dead letters;
+3. for each: the handler's replies and dead letters are produced at once; after the batch,
+   one changelog record per table it changed (its lock as it stands after the batch: the
+   compacted topic keeps only the last one anyway), acknowledging every request it covers;
 4. every ``commit_interval_s``: commit (asynchronously) the offsets whose durable writes the
    broker acknowledged; the loop never waits for the broker.
 
@@ -59,6 +60,9 @@ log = logging.getLogger(__name__)
 # Expiry is seen at most this late (plus a Kafka round trip); the issue asks for ttl + 1 s.
 EXPIRY_TICK_S: Final = 0.25
 _DRAIN: Final = 500  # requests taken at once when several are already there
+
+# The tables a batch changed -> the (partition, offset) of each request that changed them.
+_Changed = dict[str, list[tuple[int, int]]]
 
 
 class Topics:
@@ -177,8 +181,10 @@ class Worker:
                     next_scan = now + EXPIRY_TICK_S
                 msg = self.consumer.poll_message(max(0.0, min(next_scan - now, 0.1)))  # 2.
                 if msg is not None:
+                    changed: _Changed = {}
                     for each in [msg, *self.consumer.consume(_DRAIN, 0)]:
-                        self._process(each)  # 3.
+                        self._process(each, changed)  # 3.
+                    self._store(changed)
                 self.producer.poll(0)  # delivery reports: CommitTracker.delivered
                 if time.monotonic() - last_commit >= self.commit_interval_s:
                     self._commit(wait=False)  # 4.
@@ -188,7 +194,7 @@ class Worker:
 
     # -- one request -----------------------------------------------------------------------
 
-    def _process(self, msg: Message) -> None:
+    def _process(self, msg: Message, changed: _Changed) -> None:
         _, timestamp = msg.timestamp()
         consumed = Consumed(
             topic=str(msg.topic()),
@@ -204,9 +210,10 @@ class Worker:
             consumed.offset,
             durable_writes=len(effects.changelog) + len(effects.dead_letters),
         )
-        self._carry_out(effects, consumed.partition, consumed.offset)
+        self._carry_out(effects, consumed.partition, consumed.offset, changed)
 
-    def _carry_out(self, effects: Effects, partition: int, offset: int) -> None:
+    def _carry_out(self, effects: Effects, partition: int, offset: int, changed: _Changed) -> None:
+        """Replies and dead letters now; the changelog writes are noted in ``changed``."""
         for table_id, reply in effects.replies:
             value = reply_value(reply, table_id=table_id, codec=self.codec)
             key = (reply.route.key or table_id).encode()
@@ -214,20 +221,28 @@ class Worker:
                 self._produce(self.topics.replies, value, key=key)
             else:
                 self._produce(self.topics.replies, value, key=key, partition=reply.route.partition)
-        durable = partial(self._on_durable, partition, offset)
         for table_id in effects.changelog:
-            stored = json.dumps(self.locks[table_id]).encode()
-            self._produce(
-                self.topics.changelog,
-                stored,
-                key=changelog_key(table_id),
-                partition=partition,
-                on_delivery=durable,
-            )
+            changed.setdefault(table_id, []).append((partition, offset))
+        durable = partial(self._on_durable, [(partition, offset)])
         for record in effects.dead_letters:
             value = self.codec.encode("DeadLetter", record)
             key = record["envelope"]["table_id"].encode()
             self._produce(self.topics.dlq, value, key=key, on_delivery=durable)
+
+    def _store(self, changed: _Changed) -> None:
+        """One changelog record per table changed by a batch: its lock now. Its delivery
+        acknowledges the changelog write of every request of the batch that changed it."""
+        for table_id, covered in changed.items():
+            lock = self.locks.get(table_id)
+            if lock is None:  # revoked within the batch: its next owner re-reads the requests
+                continue
+            self._produce(
+                self.topics.changelog,
+                json.dumps(lock).encode(),
+                key=changelog_key(table_id),
+                partition=covered[0][0],
+                on_delivery=partial(self._on_durable, covered),
+            )
 
     def _send_request(self, table_id: str, record: dict[str, Any]) -> None:
         self._produce(
@@ -326,10 +341,11 @@ class Worker:
     # -- delivery and closing --------------------------------------------------------------
 
     def _on_durable(
-        self, partition: int, offset: int, err: KafkaError | None, msg: Message
+        self, covered: list[tuple[int, int]], err: KafkaError | None, msg: Message
     ) -> None:
         if err is None:
-            self.commits.delivered(partition, offset)
+            for partition, offset in covered:
+                self.commits.delivered(partition, offset)
         else:  # never acknowledged: the commit of its partition stays before it
             _log_failure(err, msg)
 
