@@ -230,9 +230,9 @@ def _commit_by_service(
     settings: Settings,
     accepted: Sequence[TaskCommitMessage],
 ) -> CommitStats:
-    """Step 3 by the job-committer, announcing the accepted attempts' manifests first (the
-    tasks do not talk to Kafka). Raises: JobCommitFailedError, CommitStateUnknownError,
-    CommitServiceUnavailableError."""
+    """Step 3 by the job-committer. The tasks announced their manifests (``_announce``); the
+    driver announces those that could not (delivery failed, or a task that does not publish).
+    Raises: JobCommitFailedError, CommitStateUnknownError, CommitServiceUnavailableError."""
     manifests = [
         AttemptManifest(
             m.attempt_id,
@@ -241,6 +241,7 @@ def _commit_by_service(
             sum(s.size_bytes for s in m.write_stats),
         )
         for m in accepted
+        if not m.manifest_published
     ]
     request = CommitRequest(
         table_uri=table.storage.uri,  # absolute: the service runs elsewhere

@@ -38,6 +38,9 @@ class TaskCommitMessage(WriterCommitMessage):
     num_failed_records: int = 0
     # Streaming: the micro-batch the attempt belongs to.
     batch: BatchKey | None = None
+    # The attempt published its TaskManifest event itself (``_announce``); if not, the
+    # driver announces it with the commit request.
+    manifest_published: bool = False
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,9 @@ Every attempt is an attempt of the manifest committer (``lakewarden.commit``): i
 attempt id is ``attempt_<jobId>_<partitionId>_<attemptNumber>`` from Spark's ``TaskContext``,
 its files go to its private working directory (rename mode) or to pending multipart uploads
 (S3), the task commit saves its manifest, and the manifest and the write statistics go back to
-the driver as the commit message. Nothing is visible until the driver's job commit places the
+the driver as the commit message; with Kafka configured the attempt also announces its manifest
+(``_announce``: a ``TaskManifest`` event for job-committer's early checks and audit trail).
+Nothing is visible until the driver's job commit places the
 files of exactly the accepted attempts and the instant completes; a failed, superseded or
 zombie attempt's files stay private and the job's cleanup deletes them.
 
@@ -34,6 +36,7 @@ import pyarrow as pa
 
 from lakewarden.commit import ManifestCommitter, TaskAttempt
 from lakewarden.spark import _faults
+from lakewarden.spark._announce import announce_manifest
 from lakewarden.spark._arrow import conform
 from lakewarden.spark._bad_rows import BadRows
 from lakewarden.spark._messages import TaskCommitMessage
@@ -144,6 +147,18 @@ class _Task:
         _faults.after_task_commit(
             self.spec.test_hooks, self.identity.partition, self.identity.attempt
         )
+        published = announce_manifest(
+            self.spec.settings(),
+            table_id=self.config.table_id,
+            table_uri=self.storage.uri,
+            instant=self.spec.instant,
+            job_id=self.spec.job_id,
+            task_id=str(result.attempt.task_id),
+            attempt_id=str(result.attempt),
+            manifest_key=result.manifest_key,
+            file_count=result.files,  # what the manifest lists (job-committer checks it)
+            total_bytes=result.bytes,
+        )
         return TaskCommitMessage(
             instant=self.spec.instant,
             job_id=self.spec.job_id,
@@ -154,6 +169,7 @@ class _Task:
             num_input_records=counts.get("input", 0),
             num_deletes=counts.get("deletes", 0),
             num_failed_records=counts.get("failed", 0),
+            manifest_published=published,
         )
 
 

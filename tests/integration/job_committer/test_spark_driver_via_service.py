@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from _jc_helpers import wait_for
+from _jc_helpers import read_topic, wait_for
 
 from lakewarden.clients import JobCommitFailedError
+from lakewarden.events.topics import TASK_MANIFESTS
 from lakewarden.settings import Settings
 from lakewarden.spark import _job
 from lakewarden.spark._messages import TaskCommitMessage
@@ -61,8 +63,11 @@ def test_the_driver_commit_is_done_by_the_service(
     ]
     loser = write_task(spec, TaskIdentity(1, 1, 1), batches(range(10, 20), note="zombie"))
     assert isinstance(loser, TaskCommitMessage)
+    assert all(isinstance(m, TaskCommitMessage) and m.manifest_published for m in messages)
+    # A task whose announcement failed (or a JVM task) leaves it to the driver.
+    unannounced = replace(messages[1], manifest_published=False)
 
-    result = _job.commit_write(spec, messages)
+    result = _job.commit_write(spec, [messages[0], unannounced])
 
     reread = Table.open(table.uri)
     assert sorted(r["id"] for r in reread.read().to_pylist()) == list(range(20))
@@ -70,15 +75,29 @@ def test_the_driver_commit_is_done_by_the_service(
     [entry] = [e for e in reread.timeline_log.entries() if e.transition == "completed"]
     assert entry.actor.startswith("job-committer@")  # the service completed it, not the driver
     assert entry.instant == result.instant and result.stats.write_stats
-    # the driver announced the two accepted attempts' manifests (audit trail, early checks;
-    # a check that runs after the job's cleanup finds the manifest gone: "missing")
+    # Every committed attempt announced its own manifest, the zombie too (the audit trail has
+    # all three; the job commit used only the accepted two); the driver announced the one
+    # whose task left it to the driver.
+    announced = [
+        (r["task_attempt_id"], r["envelope"]["producer_id"], r["file_count"])
+        for name, r in read_topic(jc_settings, TASK_MANIFESTS.name(jc_settings))
+        if name == "TaskManifest" and r["job_id"] == spec.job_id
+    ]
+    attempts = [m.attempt_id for m in (*messages, loser) if isinstance(m, TaskCommitMessage)]
+    by_tasks = {a: p for a, p, _ in announced if p.startswith("spark-task:")}
+    assert sorted(by_tasks) == sorted(attempts) and len(announced) == 4
+    assert all(producer == f"spark-task:{a}" for a, producer in by_tasks.items())
+    assert [a for a, p, _ in announced if p.startswith("spark-writer@")] == [attempts[1]]
+    assert all(count > 0 for _, _, count in announced)
 
+    # The service checked each one early (a check that runs after the job's cleanup finds the
+    # manifest gone: "missing"; the zombie's is deleted by the cleanup too).
     def manifests() -> dict[str, float]:
         _, text = committer_service.get("/metrics")
         found = re.findall(r'lakewarden_task_manifests_total\{status="(\w+)"\} ([\d.]+)', text)
         return {status: float(count) for status, count in found}
 
-    assert wait_for(lambda: manifests().get("valid", 0) + manifests().get("missing", 0) == 2)
+    assert wait_for(lambda: manifests().get("valid", 0) + manifests().get("missing", 0) == 4)
     assert manifests().get("invalid", 0) == manifests().get("mismatch", 0) == 0
 
 

@@ -1,0 +1,106 @@
+"""A task attempt announces its committed manifest itself: one ``TaskManifest`` event.
+
+With Kafka configured, every task attempt that commits (accepted by the driver later or not:
+a speculative loser, a retried attempt) publishes the event on ``lakewarden.task.manifests``
+right after its task commit saved the manifest, with its attempt id, the manifest's path and
+its file count and bytes. job-committer validates each one early and logs it (the audit trail
+of every attempt, not only the accepted ones); the job commit itself still loads, from
+storage, the manifests of exactly the attempts the driver accepted.
+
+The event is an announcement, not the commit: an attempt whose event could not be delivered
+is not failed (its manifest is saved and the driver may accept it). Its commit message says
+so (``manifest_published`` false) and the driver announces it instead, as it does for tasks
+that cannot publish at all (JVM tasks).
+
+An executor's Python worker runs many tasks (``spark.python.worker.reuse``), so the producer
+is created once per worker process and settings, and kept.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import threading
+
+from lakewarden.events import EventProducer, ensure_topics
+from lakewarden.events.envelope import make_event
+from lakewarden.events.topics import TASK_MANIFESTS
+from lakewarden.settings import Settings
+
+log = logging.getLogger("lakewarden.spark")
+
+# How long a task waits for the broker to acknowledge its announcement before it gives up on
+# it (and lets the driver announce it): a task must not hang on an unreachable broker.
+ANNOUNCE_TIMEOUT_S = 10.0
+
+_guard = threading.Lock()
+_producers: dict[str, EventProducer] = {}
+
+
+def announce_manifest(
+    settings: Settings,
+    *,
+    table_id: str,
+    table_uri: str,
+    instant: str,
+    job_id: str,
+    task_id: str,
+    attempt_id: str,
+    manifest_key: str,
+    file_count: int,
+    total_bytes: int,
+) -> bool:
+    """Publish the attempt's ``TaskManifest`` and wait for its acknowledgement. True when it
+    was delivered; False when Kafka is not configured or the delivery failed (logged)."""
+    if not settings.kafka.enabled:
+        return False
+    try:
+        producer = _producer(settings)
+    except Exception as err:  # noqa: BLE001 - the broker did not answer: the driver announces
+        log.warning("task manifest not announced (the driver announces it): %s", err)
+        return False
+    record = make_event(
+        "TaskManifest",
+        table_id=table_id,
+        producer_id=f"spark-task:{attempt_id}",
+        job_id=job_id,
+        task_id=task_id,
+        task_attempt_id=attempt_id,
+        instant=instant,
+        manifest_path=manifest_key,
+        file_count=file_count,
+        total_bytes=total_bytes,
+        table_uri=table_uri,
+    )
+    try:
+        producer.send("TaskManifest", record)
+        producer.flush(ANNOUNCE_TIMEOUT_S)
+    except Exception as err:  # noqa: BLE001 - EventDeliveryError and more: the task goes on
+        log.warning(
+            "task manifest not announced (the driver announces it): %s",
+            err,
+            extra={"instant": instant, "attempt": attempt_id},
+        )
+        return False
+    return True
+
+
+def _producer(settings: Settings) -> EventProducer:
+    """The worker's producer for ``settings``, created on first use after making sure the
+    topic exists (without it every announcement would wait its whole timeout for nothing).
+
+    Raises: RetryableError (the broker did not answer the topic check)."""
+    # A digest: the librdkafka configuration may hold a password.
+    described = json.dumps(
+        [settings.kafka.librdkafka_config(), settings.kafka.topic_prefix], sort_keys=True
+    )
+    key = hashlib.sha256(described.encode()).hexdigest()
+    with _guard:
+        producer = _producers.get(key)
+        if producer is None:
+            ensure_topics(settings, specs=(TASK_MANIFESTS,), timeout_s=ANNOUNCE_TIMEOUT_S)
+            producer = _producers[key] = EventProducer(
+                settings, producer_id="spark-task", linger_ms=0
+            )
+        return producer
