@@ -35,6 +35,11 @@ class KafkaSettings(BaseModel):
     sasl_username: str | None = None
     sasl_password: SecretStr | None = None
     ssl_ca_location: str | None = Field(default=None, description="CA bundle (PEM) path")
+    job_commits: Literal["writer", "service"] = Field(
+        default="writer",
+        description="who runs the job commit of Table.write with Kafka configured: the writing "
+        "process (writer), or job-committer (service), as the Spark driver always does",
+    )
 
     @property
     def enabled(self) -> bool:

@@ -18,6 +18,8 @@ instant while its block runs (``lakewarden.clients.heartbeat.Heartbeats``), and 
 answers ALIVE for an instant this process beats for and is healthy, else the monitor's verdict
 from its changelog (``lakewarden.clients.liveness.Liveness``); UNKNOWN when the monitor's view
 cannot be read (never "dead" on a guess: callers act destructively on DEAD).
+With ``kafka.job_commits == "service"`` it hands ``Table.write``'s job commits to
+job-committer (``job_commits``, ``lakewarden.clients.service_commits``).
 """
 
 from __future__ import annotations
@@ -28,10 +30,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from lakewarden.clients.clean_registration import CleanerRegistration
+from lakewarden.clients.commit import DEFAULT_TIMEOUT_S
 from lakewarden.clients.heartbeat import Heartbeats
 from lakewarden.clients.liveness import Liveness as LivenessView
 from lakewarden.clients.liveness import LivenessUnavailableError
 from lakewarden.clients.lock import LockClient, LockLease
+from lakewarden.clients.service_commits import ServiceJobCommits
 from lakewarden.clients.timeline_events import TimelinePublisher
 from lakewarden.errors import ConfigurationError
 from lakewarden.events.topics import (
@@ -42,7 +46,7 @@ from lakewarden.events.topics import (
     TopicSpec,
 )
 from lakewarden.settings import Settings
-from lakewarden.table.coordinator import Coordinator, Liveness, LockReentryError
+from lakewarden.table.coordinator import Coordinator, JobCommits, Liveness, LockReentryError
 from lakewarden.table.timeline_state import TimelineEntry
 
 log = logging.getLogger(__name__)
@@ -79,6 +83,15 @@ class KafkaCoordinator(Coordinator):
         self._owns_registration = registration is None
         self._guard = threading.Lock()
         self._held: dict[tuple[str, int], LockLease] = {}
+        self._job_commits: ServiceJobCommits | None = None
+        if settings.kafka.job_commits == "service":
+            self._job_commits = ServiceJobCommits(
+                settings, producer_id=f"writer:{self.client.owner}", timeout_s=DEFAULT_TIMEOUT_S
+            )
+
+    def job_commits(self) -> JobCommits | None:
+        """job-committer when ``kafka.job_commits`` is ``service``, else None (the writer)."""
+        return self._job_commits
 
     @contextmanager
     def lock(
@@ -176,3 +189,5 @@ class KafkaCoordinator(Coordinator):
             self.timeline_events.close()
         if self._owns_registration:
             self.registration.close()
+        if self._job_commits is not None:
+            self._job_commits.close()

@@ -17,13 +17,19 @@ import abc
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import TYPE_CHECKING, Protocol
 
 from lakewarden.errors import NonRetryableError, RetryableError
 from lakewarden.table.timeline_state import TimelineEntry
+
+if TYPE_CHECKING:
+    from lakewarden.commit.stages.task import TaskCommitResult
+    from lakewarden.table.job_commit import JobCommitSpec
+    from lakewarden.table.stats import CommitStats
 
 
 class Liveness(StrEnum):
@@ -67,8 +73,37 @@ class Lease:
 DEFAULT_HEARTBEAT_TOLERANCE_S = 30.0
 
 
+class JobCommits(Protocol):
+    """A service that runs job commits (job-committer): the instant's job commit and its
+    ``completed`` entry, or its rollback, done elsewhere while the writer waits."""
+
+    def commit_job(
+        self,
+        *,
+        table_uri: str,
+        table_id: str,
+        spec: JobCommitSpec,
+        tasks: Sequence[TaskCommitResult],
+    ) -> CommitStats:
+        """Announce the ``tasks``' manifests, ask for the commit of ``spec``, wait for it.
+
+        Raises:
+            JobCommitFailedError: the service failed it (rolled back, the job aborted).
+            CommitStateUnknownError: no answer in time; the request is durable and may still
+                complete (nothing was rolled back or deleted).
+            CommitServiceUnavailableError: the topics cannot be reached (nothing was sent).
+        """
+        ...
+
+
 class Coordinator(abc.ABC):
     """Per-table mutual exclusion with leases, and liveness of instants."""
+
+    def job_commits(self) -> JobCommits | None:
+        """Where ``Table.write`` hands its job commit: None (the embedded coordinator) runs it
+        in the writer's process (``commit_instant``); the Kafka coordinator answers
+        job-committer when the settings say so (``kafka.job_commits``)."""
+        return None
 
     @abc.abstractmethod
     def lock(

@@ -25,6 +25,11 @@ A write is one transaction on the timeline (``lakewarden.table.transaction``):
    aborted (its files are deleted), and the error is re-raised. When the completion's outcome
    is unknown the timeline is re-read: a completed instant is a success; otherwise the write
    is abandoned the same way (the ``rolled_back`` entry settles that it never completes).
+   With Kafka configured and ``kafka.job_commits == "service"``, job-committer runs this
+   step (``Coordinator.job_commits``): the attempt's manifest is announced, the request sent,
+   the answer awaited; a refusal is rolled back by the service (and abandoned here again,
+   idempotently), and an unknown outcome is raised as it is, nothing deleted, because the
+   request is durable and may still complete.
    Steps 4-6 run under the instant's heartbeat.
 
 A store that can neither rename nor hold back uploads (the in-memory test store) has no
@@ -50,6 +55,7 @@ with append groups beside the canonical one, are merged and written as base file
 from __future__ import annotations
 
 import io
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Literal
@@ -57,10 +63,12 @@ from typing import Literal
 import pyarrow as pa
 
 from lakewarden.commit import CommitterOptions, ManifestCommitter, TaskAttempt, new_job_id
+from lakewarden.commit.stages.task import TaskCommitResult
+from lakewarden.errors import CommitStateUnknownError
 from lakewarden.storage import Storage
 from lakewarden.table.bucket import BucketSlices, route
 from lakewarden.table.config import META_FILE_NAME, TableConfig
-from lakewarden.table.coordinator import Coordinator
+from lakewarden.table.coordinator import Coordinator, JobCommits
 from lakewarden.table.files import BaseFileName, WriteToken, file_key
 from lakewarden.table.job_commit import STAGE_WRITE_FILES, JobCommitSpec, abandon, commit_instant
 from lakewarden.table.merge import BucketMerge, Merged, merge, merge_bucket, stamped
@@ -141,6 +149,7 @@ def write(ctx: WriteContext, data: pa.Table, operation: Operation) -> CommitResu
     )
     job: ManifestCommitter | None = None
     written: list[str] = []
+    service = ctx.coordinator.job_commits()
     try:
         job = _job(ctx.storage, txn.instant)
         with txn.heartbeat():
@@ -151,10 +160,19 @@ def write(ctx: WriteContext, data: pa.Table, operation: Operation) -> CommitResu
             txn.inflight(WorkloadProfile(operation=operation, file_groups=tuple(touched)))  # 4
             attempt = _attempt(job)
             stats = _write_groups(ctx, txn.instant, buckets, groups, operation, attempt, written)
-            accepted = _commit_attempt(attempt)  # 5
+            committed = _commit_attempt(attempt)  # 5
+            accepted = tuple(str(c.attempt) for c in committed)
             spec = JobCommitSpec(txn.instant, _job_id(job, txn.instant), accepted, stats)
+            if service is not None and job is not None:  # 6, by job-committer
+                done = _by_service(ctx, service, spec, committed)
+                return CommitResult(txn.instant, done)
             outcome = commit_instant(job, txn, spec)  # 6
             return CommitResult(txn.instant, outcome.stats)
+    except CommitStateUnknownError as err:
+        if service is None or job is None:  # in this process: the rollback settles it
+            job_id = _job_id(job, txn.instant)
+            abandon(job, txn, err, stage=STAGE_WRITE_FILES, job_id=job_id, written=written)
+        raise  # by the service: the request is durable and may still complete
     except Exception as err:  # idempotent after commit_instant's own abandon
         job_id = _job_id(job, txn.instant)
         abandon(job, txn, err, stage=STAGE_WRITE_FILES, job_id=job_id, written=written)
@@ -184,11 +202,21 @@ def _attempt(job: ManifestCommitter | None) -> TaskAttempt | None:
     return attempt
 
 
-def _commit_attempt(attempt: TaskAttempt | None) -> tuple[str, ...]:
+def _commit_attempt(attempt: TaskAttempt | None) -> tuple[TaskCommitResult, ...]:
     if attempt is None:
         return ()
-    attempt.commit()
-    return (str(attempt.attempt_id),)
+    return (attempt.commit(),)
+
+
+def _by_service(
+    ctx: WriteContext, service: JobCommits, spec: JobCommitSpec, tasks: Sequence[TaskCommitResult]
+) -> CommitStats:
+    """Step 6 by job-committer (``kafka.job_commits == "service"``): the same
+    ``commit_instant``, run by the service. Raises: JobCommitFailedError (rolled back by the
+    service), CommitStateUnknownError, CommitServiceUnavailableError."""
+    return service.commit_job(
+        table_uri=ctx.storage.uri, table_id=ctx.config.table_id, spec=spec, tasks=tasks
+    )
 
 
 def _write_groups(

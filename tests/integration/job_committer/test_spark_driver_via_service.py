@@ -1,6 +1,7 @@
 """The Spark driver's commit with Kafka configured goes through job-committer: the data
 source's own task and driver code (``write_task``, ``commit_write``) without a SparkSession,
-against the real broker, timeline-lock and job-committer."""
+against the real broker, timeline-lock and job-committer; and so does ``Table.write`` when
+``kafka.job_commits`` says so."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from lakewarden.spark._options import WriteSpec, encode_settings
 from lakewarden.spark._task import TaskIdentity, write_task
 from lakewarden.spark._transaction import BatchAlreadyCommittedError, BatchKey
 from lakewarden.table import Table, close_shared_connections
+from lakewarden.table.connection import connect
 from lakewarden.table.instant import Transition
 from services._common.process import ServiceProcess
 
@@ -125,3 +127,28 @@ def test_a_micro_batch_the_service_finds_committed_is_batch_already_committed(
     states = {s.instant: s.state for s in Table.open(table.uri).timeline()}
     assert states == {first.instant: Transition.COMPLETED, again.instant: Transition.ROLLED_BACK}
     assert len(Table.open(table.uri).read()) == 5
+
+
+def test_table_write_goes_through_the_service_when_configured(
+    jc_settings: Settings, table: Table, committer_service: ServiceProcess
+) -> None:
+    """``kafka.job_commits = "service"``: ``Table.write`` announces its attempt's manifest and
+    job-committer runs the commit, as for Spark."""
+    kafka = jc_settings.kafka.model_copy(update={"job_commits": "service"})
+    settings = jc_settings.model_copy(update={"kafka": kafka})
+    with connect(settings) as connection:
+        writer = Table.open(table.uri, coordinator=connection.coordinator, settings=settings)
+        result = writer.write(pa.table({"id": [1, 2], "region": ["eu", "us"], "note": ["a"] * 2}))
+        [entry] = [
+            e
+            for e in writer.timeline_log.entries()
+            if e.transition == "completed" and e.instant == result.instant
+        ]
+        assert entry.actor.startswith("job-committer@")
+        assert sorted(r["id"] for r in Table.open(table.uri).read().to_pylist()) == [1, 2]
+        announced = [
+            r
+            for name, r in read_topic(settings, TASK_MANIFESTS.name(settings))
+            if name == "TaskManifest" and r["instant"] == result.instant
+        ]
+        assert len(announced) == 1 and announced[0]["file_count"] > 0
