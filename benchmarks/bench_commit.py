@@ -22,17 +22,17 @@ reported in the details).
 
 **(b) per-call latency**: the same protocol through ``FaultyStorage`` adding 5 ms to every
 metadata call (list, stat, exists, rename, delete), as HDFS/ABFS/GCS calls cost. Ours runs its
-thread pool (16 threads); v1 is sequential and, the contract having no directory rename,
+thread pool (32 threads); v1 is sequential and, the contract having no directory rename,
 lists each task directory and checks and renames file by file. 2,000 files from 20 manifests
 by default (v1 needs ~11 ms a file here: 10,000 files would take two minutes). Goal: 5x.
 
 **(c) SeaweedFS**: 1,000 pending multipart uploads (10 tasks x 100 small files, uploaded by
-``TaskAttempt`` writers) completed by the job commit's ``CompleteUploadsStage`` (16 threads),
-against the same number of uploads completed one by one. A SeaweedFS is started for the run
-(``lakewarden.devstack``) and stopped after. Goal: 4x. The details also give a plain thread
-pool of completions on the same endpoint (the box's ceiling): boto3 spends ~1.1 ms of CPU per
-request under the GIL and SeaweedFS shares the same two cores, so on a loaded machine no
-client gets 4x.
+``TaskAttempt`` writers) completed by the job commit's ``CompleteUploadsStage`` (32 threads,
+chunks of 4), against the same number of uploads completed one by one. A SeaweedFS is started
+for the run (``lakewarden.devstack``) and stopped after. Goal: 4x. The details also give a
+plain thread pool of completions on the same endpoint (the box's ceiling): boto3 spends ~1.1 ms
+of CPU per request under the GIL and SeaweedFS shares the same two cores, so on a loaded
+machine no client gets 4x.
 
 **(d) SeaweedFS + 20 ms per request**: (c) with ``FaultyStorage`` adding 20 ms to every
 storage call, as a remote region does; the stage against one by one through the same wrapper.

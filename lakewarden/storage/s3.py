@@ -129,7 +129,9 @@ class S3Storage(Storage):
         s = self.settings
         config = Config(
             retries={"mode": "standard", "max_attempts": 3 if retries else 1},
-            max_pool_connections=32,  # thread pools of renames/uploads and racing writers
+            # Above the job commit's 32 threads (botocore's default is 10: threads beyond it
+            # wait for a connection), with room for racing writers of the same storage.
+            max_pool_connections=64,
             connect_timeout=10,
             read_timeout=60,
         )
