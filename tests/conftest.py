@@ -160,3 +160,15 @@ def s3_bucket(seaweed_s3: SeaweedS3) -> str:
 def repo_root() -> Path:
     """The repository root (for tests that read infra/ or schemas/)."""
     return Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _close_shared_kafka_clients() -> Iterator[None]:
+    """Close the process-wide connections (``Table.open(uri)`` with Kafka settings takes one,
+    with its lock client and heartbeat emitter) at the end of every module, so none is left
+    polling a broker that the session stops first (reconnect errors in the logs). A no-op
+    where none was opened."""
+    yield
+    from lakewarden.table import close_shared_connections
+
+    close_shared_connections()

@@ -91,7 +91,7 @@ class LockClient:
         self.clock = clock
         self._guard = threading.Lock()
         self._io: LockIO | None = None
-        self._transport = _lock_shared.transport_key(settings, clock=clock, resend_s=resend_s)
+        self._transport = ""  # the shared transport's key, known once started
         self._held: dict[str, LockLease] = {}  # by acquire request id: released by close()
         self._closed = False
 
@@ -225,6 +225,9 @@ class LockClient:
             if self._closed:
                 raise NonRetryableError("this LockClient is closed")
             if self._io is None:
+                self._transport = _lock_shared.transport_key(
+                    self.settings, clock=self.clock, resend_s=self.resend_s
+                )
                 self._io = _lock_shared.attach(self._transport, self._connect)
             return self._io
 
