@@ -8,7 +8,8 @@ anything is timed), so every writer reads the same in-memory rows:
   unpartitioned table with 4 buckets (per task, one file per bucket, through the manifest
   committer; requested -> inflight -> completed) against ``df.write.parquet(path)`` (Spark's
   native writer and its FileOutputCommitter). Interleaved, 3 rounds each, medians. Goal: 1.15x.
-- **bulk_insert** through ``lakewarden.spark.write(df, uri, "bulk_insert")``, which lets
+- **bulk_insert** through ``lakewarden.spark.write(df, uri, "bulk_insert")`` with option
+  ``writer=spark``, which lets
   Spark's own Parquet writer write the rows (``lakewarden.spark._native``: Python computes only
   each record key's bucket, the files are adopted by the manifest committer) against the same
   ``df.write.parquet``, in the same rounds. Goal: 1.15x.
@@ -192,7 +193,10 @@ def measure(rows: int, rounds: int) -> dict[str, Any]:
 
         def lakewarden_bulk_insert(i: int) -> float:
             uri = _new_table(root, f"bulk-{i}")
-            return _elapsed(lambda: lakewarden.spark.write(df, uri, "bulk_insert"), "bulk")
+            spark_writer = {"writer": "spark"}
+            return _elapsed(
+                lambda: lakewarden.spark.write(df, uri, "bulk_insert", options=spark_writer), "bulk"
+            )
 
         def lakewarden_insert(i: int) -> float:
             uri = _new_table(root, f"table-{i}")
