@@ -174,13 +174,17 @@ def commit_write(
     messages: Sequence[WriterCommitMessage | None],
     *,
     batch: BatchKey | None = None,
+    table: TableHandle | None = None,
+    client: CommitClient | None = None,
 ) -> CommitResult:
-    """Steps 1-4 of the module docstring.
+    """Steps 1-4 of the module docstring. ``table`` and ``client`` are what a streaming query
+    keeps between micro-batches (``_stream_session``); without them both are made for this
+    call.
 
     Raises: OverlappingCommitConflict, PendingPlanConflict, BatchAlreadyCommittedError,
     DuplicateFileGroupError, StageFailedError, JobCommitFailedError (the service failed it),
     CommitStateUnknownError (the outcome could not be settled; nothing was deleted)."""
-    table = TableHandle.open(spec.uri, spec.settings_json)
+    table = table if table is not None else TableHandle.open(spec.uri, spec.settings_json)
     txn = table.transaction(spec)
     settings = load_settings(spec.settings_json)
     stage = STAGE_PREPARE  # the driver's own step; commit_instant records its own stages
@@ -200,7 +204,7 @@ def commit_write(
             )
             if settings.kafka.enabled:  # 3.
                 stage = STAGE_REQUEST_COMMIT
-                done = _commit_by_service(table, spec, job, settings, accepted)
+                done = _commit_by_service(table, spec, job, settings, accepted, client)
             else:
                 done = commit_instant(ManifestCommitter(table.storage, spec.job_id), txn, job).stats
             return CommitResult(spec.instant, done)
@@ -229,9 +233,12 @@ def _commit_by_service(
     job: JobCommitSpec,
     settings: Settings,
     accepted: Sequence[TaskCommitMessage],
+    client: CommitClient | None = None,
 ) -> CommitStats:
     """Step 3 by the job-committer. The tasks announced their manifests (``_announce``); the
     driver announces those that could not (delivery failed, or a task that does not publish).
+    Sent through ``client`` (kept open by its owner: a streaming query's session) or a client
+    made and closed here.
     Raises: JobCommitFailedError, CommitStateUnknownError, CommitServiceUnavailableError."""
     manifests = [
         AttemptManifest(
@@ -254,8 +261,10 @@ def _commit_by_service(
         description=job.description,
     )
     timeout_s = float(spec.test_hooks.get("commit_timeout_s", DEFAULT_TIMEOUT_S))
-    with CommitClient(settings, producer_id=actor()) as client:
+    if client is not None:
         return client.commit(request, timeout_s=timeout_s, manifests=manifests).stats
+    with CommitClient(settings, producer_id=actor()) as own:
+        return own.commit(request, timeout_s=timeout_s, manifests=manifests).stats
 
 
 def _already_committed(

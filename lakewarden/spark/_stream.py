@@ -36,6 +36,7 @@ from lakewarden.spark._create import prepare_table
 from lakewarden.spark._keeper import keep_alive
 from lakewarden.spark._messages import EmptyTaskMessage, SkippedBatchMessage, TaskCommitMessage
 from lakewarden.spark._options import InvalidOptionError, WriteSpec
+from lakewarden.spark._stream_session import stream_session
 from lakewarden.spark._task import current_task, write_task
 from lakewarden.spark._transaction import (
     BatchAlreadyCommittedError,
@@ -93,7 +94,12 @@ class LakewardenStreamWriter(DataSourceStreamWriter, DataSourceArrowWriter):
         return dataclasses.replace(message, batch=key)
 
     def _open_batch(self, key: BatchKey) -> WriteSpec | SkippedBatchMessage:
-        table = _job.TableHandle.open(self.uri, self.settings_json)
+        with stream_session(self.uri, self.settings_json, key.query_id) as session:
+            return self._open_batch_of(session.table, key)
+
+    def _open_batch_of(
+        self, table: _job.TableHandle, key: BatchKey
+    ) -> WriteSpec | SkippedBatchMessage:
         done = completed_batch(table.timeline.load(), key)
         if done is not None:
             return SkippedBatchMessage(done.instant, key.query_id, key.batch_id)
@@ -142,7 +148,10 @@ class LakewardenStreamWriter(DataSourceStreamWriter, DataSourceArrowWriter):
         if spec is None or key is None:
             return  # no rows, or committed by an earlier run
         try:
-            _job.commit_write(spec, messages, batch=key)
+            # The table and the commit client stay open for the query's next batch.
+            with stream_session(self.uri, self.settings_json, key.query_id) as session:
+                table, client = session.table, session.commit_client()
+                _job.commit_write(spec, messages, batch=key, table=table, client=client)
         except BatchAlreadyCommittedError:
             return  # our instant was rolled back; the batch is in the table exactly once
         _faults.after_batch_commit(self.test_hooks, batchId)

@@ -1,0 +1,126 @@
+"""What a streaming query keeps between micro-batches (``_stream_session``), without Spark:
+one session per (table, settings, query), kept while used, closed once idle."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+
+from lakewarden.spark._stream_session import StreamSessions
+from lakewarden.testing import ManualClock
+
+
+class FakeClient:
+    def __init__(self) -> None:
+        self.closed = 0
+
+    def close(self) -> None:
+        self.closed += 1
+
+
+def _sessions(clock: ManualClock, opened: list[tuple[str, str | None]]) -> StreamSessions:
+    def opener(uri: str, settings_json: str | None) -> Any:
+        opened.append((uri, settings_json))
+        return object()  # stands in for a TableHandle: the sessions never look inside
+
+    return StreamSessions(opener, idle_s=60.0, clock=clock.monotonic)
+
+
+def test_one_session_per_table_settings_and_query() -> None:
+    opened: list[tuple[str, str | None]] = []
+    sessions = _sessions(ManualClock(), opened)
+    with sessions.use("/t", None, "q1") as first:
+        pass
+    with sessions.use("/t", None, "q1") as again:
+        assert again is first and again.table is first.table
+    with sessions.use("/t", None, "q2") as other_query:
+        assert other_query is not first
+    with sessions.use("/t", '{"kafka": {}}', "q1") as other_settings:
+        assert other_settings is not first
+    with sessions.use("/u", None, "q1") as other_table:
+        assert other_table is not first
+    assert opened == [("/t", None), ("/t", None), ("/t", '{"kafka": {}}'), ("/u", None)]
+
+
+def test_an_idle_session_is_closed_with_its_client_and_a_new_one_opened() -> None:
+    clock, opened = ManualClock(), []
+    sessions = _sessions(clock, opened)
+    with sessions.use("/t", None, "q") as session:
+        client = FakeClient()
+        session._client = client  # type: ignore[assignment]  # what commit_client() keeps
+    clock.advance(59.0)
+    assert sessions.close_idle() == []
+    with sessions.use("/t", None, "q") as same:
+        assert same is session  # used again: its idle time starts over
+    clock.advance(59.0)
+    assert sessions.close_idle() == []
+    clock.advance(1.0)
+    assert sessions.close_idle() == [("/t", None, "q")]
+    assert client.closed == 1 and session.closed
+    with sessions.use("/t", None, "q") as fresh:
+        assert fresh is not session and not fresh.closed
+    assert len(opened) == 2
+
+
+def test_a_session_in_use_is_never_closed_as_idle() -> None:
+    clock = ManualClock()
+    sessions = _sessions(clock, [])
+    with sessions.use("/t", None, "q") as session:
+        clock.advance(3600.0)  # a commit that waits long
+        assert sessions.close_idle() == []
+        assert not session.closed
+    clock.advance(60.0)
+    assert sessions.close_idle() == [("/t", None, "q")]
+
+
+def test_close_all_closes_every_client_even_when_one_fails() -> None:
+    sessions = _sessions(ManualClock(), [])
+
+    class Broken(FakeClient):
+        def close(self) -> None:
+            raise RuntimeError("broker gone")
+
+    good = FakeClient()
+    with sessions.use("/a", None, "q") as a, sessions.use("/b", None, "q") as b:
+        a._client = Broken()  # type: ignore[assignment]
+        b._client = good  # type: ignore[assignment]
+    sessions.close_all()
+    assert good.closed == 1 and a.closed and b.closed
+
+
+def test_opening_the_table_fails_cleanly_and_is_retried_next_time() -> None:
+    calls = []
+
+    def opener(uri: str, settings_json: str | None) -> Any:
+        calls.append(uri)
+        if len(calls) == 1:
+            raise FileNotFoundError(uri)
+        return object()
+
+    sessions = StreamSessions(opener, idle_s=60.0, clock=ManualClock().monotonic)
+    with pytest.raises(FileNotFoundError), sessions.use("/t", None, "q"):
+        pass
+    with sessions.use("/t", None, "q") as session:
+        assert not session.closed
+    assert calls == ["/t", "/t"]
+
+
+def test_concurrent_users_share_one_session() -> None:
+    opened: list[tuple[str, str | None]] = []
+    sessions = _sessions(ManualClock(), opened)
+    seen: list[object] = []
+    barrier = threading.Barrier(4)
+
+    def use() -> None:
+        barrier.wait()
+        with sessions.use("/t", None, "q") as session:
+            seen.append(session)
+
+    threads = [threading.Thread(target=use) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(opened) == 1 and len({id(s) for s in seen}) == 1
