@@ -3,11 +3,14 @@ one session per (table, settings, query), kept while used, closed once idle."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+import lakewarden
 from lakewarden.spark._stream_session import StreamSessions
 from lakewarden.testing import ManualClock
 
@@ -124,3 +127,38 @@ def test_concurrent_users_share_one_session() -> None:
     for thread in threads:
         thread.join()
     assert len(opened) == 1 and len({id(s) for s in seen}) == 1
+
+
+def test_micro_batches_of_one_query_commit_through_one_kept_table(tmp_path: Path) -> None:
+    """The stream writer's task and commit steps (without Spark): two batches of a query
+    commit once each through the session's table; a rerun of a committed batch is skipped."""
+    from _spark_helpers import make_table, rows
+
+    from lakewarden.spark import _stream_session
+    from lakewarden.spark._messages import SkippedBatchMessage
+    from lakewarden.spark._stream import LakewardenStreamWriter
+    from lakewarden.spark._task import TaskIdentity, write_task
+    from lakewarden.spark._transaction import BatchKey
+    from lakewarden.table.instant import Transition
+
+    table = make_table(tmp_path)
+    uri, query = str(tmp_path), f"query-{tmp_path.name}"
+    writer = LakewardenStreamWriter(uri, None, {}, checkpoint="/checkpoint")
+    handles = []
+    for batch in (0, 1):
+        key = BatchKey(query, "run-1", batch, "/checkpoint")
+        with _stream_session.stream_session(uri, None, query) as session:
+            handles.append(session.table)
+            spec = writer._open_batch_of(session.table, key)
+        assert not isinstance(spec, SkippedBatchMessage)
+        data = rows(range(batch * 10, batch * 10 + 10)).to_batches()
+        message = dataclasses.replace(
+            write_task(spec, TaskIdentity(0, 0, 1), iter(data)), batch=key
+        )
+        writer.commit([message], batch)
+    assert handles[0] is handles[1]  # the table (and its timeline cache) was kept
+    rerun = BatchKey(query, "run-2", 1, "/checkpoint")
+    with _stream_session.stream_session(uri, None, query) as session:
+        assert isinstance(writer._open_batch_of(session.table, rerun), SkippedBatchMessage)
+    assert [i.state for i in table.timeline()] == [Transition.COMPLETED] * 2
+    assert lakewarden.read(uri).num_rows == 20
