@@ -18,8 +18,11 @@ The coordinator (lock, heartbeats) is the process's shared connection already
 Sessions are keyed by (table URI, settings, streaming query id): two queries into one table,
 or one query into two tables, never share one. Nothing tells a worker that a query stopped,
 so a session unused for ``IDLE_CLOSE_S`` is closed (its Kafka clients with it) by a daemon
-thread, and whatever is open is closed when the process exits. A query that resumes after a
-longer pause opens a new session; a closed session is never handed out.
+thread, and whatever is open is closed at interpreter exit. (PySpark's daemon ends its
+workers with ``os._exit``, which runs no exit handler: such a worker's client dies with it,
+which loses nothing, as every request it sent was flushed and answered before ``commit``
+returned, and its consumer belongs to no consumer group.) A query that resumes after a longer
+pause opens a new session; a closed session is never handed out, nor closed while in use.
 """
 
 from __future__ import annotations
