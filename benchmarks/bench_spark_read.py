@@ -7,7 +7,8 @@ path is ``bench_spark``'s subject), then 10% of the keys upserted. One local Spa
 (``local[2]``):
 
 - **read**: ``lakewarden.spark.read(spark, uri)`` (planning on the driver included) against
-  ``spark.read.parquet(*files)`` of exactly the snapshot's files, both (a) drained into the
+  ``spark.read.parquet(*files)`` of exactly the snapshot's files (the table's 10 columns: the
+  files also hold the 4 meta columns), both (a) drained into the
   ``noop`` sink (every column of every row) and (b) ``count(*)`` + ``sum(price)``. Rounds
   interleaved with the order rotated, medians. Goal: 1.2x. The details also give one
   incremental read (``since`` the insert: the upserted 10%). The all-Python read
@@ -149,7 +150,10 @@ def measure(count: int, rounds: int) -> dict[str, Any]:
             return _elapsed(lambda: frame().selectExpr("count(*)", "sum(price)").collect())
 
         ours = lambda: lakewarden.spark.read(spark, uri)  # noqa: E731
-        base = lambda: spark.read.parquet(*files)  # noqa: E731
+        # The table's columns only: the files also hold the four _lw_* meta columns, which
+        # the table read does not return (reading them too would flatter lakewarden).
+        columns = rows(np.arange(1)).column_names
+        base = lambda: spark.read.parquet(*files).select(*columns)  # noqa: E731
         full(ours), full(base)  # untimed warm-up: JIT, codecs, the file system caches
         times = rotated_rounds(
             rounds,
@@ -189,7 +193,7 @@ def bench_spark_read(ctx: BenchContext) -> Iterable[Result]:
         unit="s",
         value=numbers["full_lakewarden_s"],
         baseline=numbers["full_parquet_s"],
-        baseline_label="spark.read.parquet of the same files",
+        baseline_label="spark.read.parquet of the same files, the same columns",
         goal=1.2,
         details=details,
     )
@@ -199,7 +203,7 @@ def bench_spark_read(ctx: BenchContext) -> Iterable[Result]:
         unit="s",
         value=numbers["agg_lakewarden_s"],
         baseline=numbers["agg_parquet_s"],
-        baseline_label="spark.read.parquet of the same files",
+        baseline_label="spark.read.parquet of the same files, the same columns",
         goal=1.2,
     )
     yield Result(
