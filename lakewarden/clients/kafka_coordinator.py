@@ -147,6 +147,18 @@ class KafkaCoordinator(Coordinator):
             return None
         return None if record is None else record.owner
 
+    def never_heard_of(self, table_id: str, instant: str) -> bool:
+        """True when this process does not beat for the instant and heartbeat-monitor's
+        changelog, read to its end, has no record of it; False when either knows it or the
+        changelog cannot be read."""
+        if self.heartbeats.get(table_id, instant) is not None:
+            return False
+        try:
+            return self.liveness_view.record(table_id, instant) is None
+        except (LivenessUnavailableError, ConfigurationError) as err:
+            log.warning("liveness unknown: %s", err, extra={"table": table_id, "instant": instant})
+            return False
+
     def heartbeat_tolerance_s(self, table_id: str) -> float:
         """The table's heartbeat policy's tolerance (what heartbeat-monitor judges it by)."""
         return self.settings.heartbeat.policy_for(table_id).tolerance_s

@@ -127,6 +127,13 @@ class Coordinator(abc.ABC):
         "plan P is executed by X"); None when nobody is known."""
         return None
 
+    def never_heard_of(self, table_id: str, instant: str) -> bool:
+        """True only when the liveness service answered and has no record of ``instant``: its
+        executor never beat, or was judged so long ago that the record was forgotten. False
+        when a record exists or nobody can be asked (the embedded coordinator knows only its
+        own process's heartbeats, so it never claims this)."""
+        return False
+
     def heartbeat_tolerance_s(self, table_id: str) -> float:
         """How long after its last beat an executor of ``table_id`` is declared dead (the
         heartbeat policy's ``interval_s * tolerable_misses``; the default policy's 30 s here).

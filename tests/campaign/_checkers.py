@@ -23,7 +23,7 @@ Invariants checked (ARCHITECTURE.md "Invariants" 1 and 2, and the rules of the w
   rolled_back or aborted one;
 - ``pending_left_behind``: once every writer is gone and the faults are healed, no ingestion
   instant is left inflight (the cleaner rolls back dead writers); one left ``requested`` is
-  ``requested_left_behind``, a known issue (see ``KNOWN_ISSUES``);
+  ``requested_left_behind`` (fixed: see ``KNOWN_ISSUES``);
 - ``rolled_back_files_left``: no data file of a rolled-back instant is left in storage;
 - ``raw_error``: a writer never gets an error outside ``LakewardenError``;
 - ``read_duplicate_key`` / ``read_saw_failed_write`` / ``read_phantom_row``: the same for
@@ -48,13 +48,9 @@ __all__ = [
 _INGESTION = ("commit", "deltacommit")
 # Violations found and reported but not fixed yet: the campaign counts and prints them apart,
 # and the fixed seeds in ``make test`` do not fail on them. Each names its regression test.
-KNOWN_ISSUES = {
-    "requested_left_behind": (
-        "a writer killed after appending `requested` and before heartbeat-monitor saw its first "
-        "beat leaves an instant no service ever rolls back (liveness stays UNKNOWN); "
-        "tests/campaign/test_campaign.py::"
-        "test_writer_killed_before_its_first_heartbeat_is_rolled_back (xfail until fixed)"
-    ),
+KNOWN_ISSUES: dict[str, str] = {
+    # ``requested_left_behind`` was one until the cleaner learnt to roll back a write whose
+    # executor never beat (test_writer_killed_before_its_first_heartbeat_is_rolled_back).
 }
 _UNDONE = ("rolled_back", "aborted")
 

@@ -77,18 +77,15 @@ os.kill(os.getpid(), signal.SIGKILL)  # before the write's first heartbeat
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True, reason="found by the campaign, not fixed yet: see KNOWN_ISSUES in _checkers.py"
-)
 @pytest.mark.timeout(300)
 def test_writer_killed_before_its_first_heartbeat_is_rolled_back(
     stack: CampaignStack, tmp_path: Path
 ) -> None:
     """The campaign's ``requested_left_behind`` (seed 18 of the fixed seeds, 8 s runs): a writer
     killed between appending ``requested`` and its first heartbeat leaves an instant that
-    heartbeat-monitor never heard of, so its liveness stays UNKNOWN and the cleaner never rolls
-    it back (and never cleans past it). A writer killed after its first beat is rolled back
-    within the tolerance (the campaign's other seeds)."""
+    heartbeat-monitor never heard of, so its liveness stays UNKNOWN and no ``HeartbeatExpired``
+    ever names it. Fixed: the cleaner rolls back an instant heartbeat-monitor has no record of
+    three tolerances after it was requested (``lakewarden.table.clean.rollback.never_beat``)."""
     uri = str(tmp_path / "doomed")
     settings = stack.settings()
     with connect(settings, require_kafka=True) as connection:

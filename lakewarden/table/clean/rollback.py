@@ -2,7 +2,9 @@
 
 A write whose heartbeat expired (heartbeat-monitor published ``HeartbeatExpired``, the
 coordinator's liveness view says dead, or, in-process, the embedded coordinator saw its
-heartbeat block end without a completion) never completes by itself. Steps (Hudi's rollback
+heartbeat block end without a completion) never completes by itself. Neither does one whose
+writer died between ``requested`` and its first beat: heartbeat-monitor never heard of it, so
+it is judged by age instead (``never_beat``). Steps (Hudi's rollback
 of failed writes, in log terms; every destructive step comes after an entry that makes the
 instant uncommittable):
 
@@ -32,7 +34,7 @@ from lakewarden.commit import ManifestCommitter
 from lakewarden.storage import Storage
 from lakewarden.table.abandon import abandon
 from lakewarden.table.coordinator import Coordinator, Liveness
-from lakewarden.table.instant import INGESTION_ACTIONS, Action, Transition
+from lakewarden.table.instant import INGESTION_ACTIONS, Action, Instant, Transition
 from lakewarden.table.plans import RollbackPlan
 from lakewarden.table.stats import CommitStats
 from lakewarden.table.timeline import IllegalTransitionError, Timeline, TimelineState
@@ -62,21 +64,52 @@ class RollbackContext:
 
 
 def failed_writes(
-    state: TimelineState, coordinator: Coordinator, table_id: str, dead: Collection[str] = ()
+    state: TimelineState,
+    coordinator: Coordinator,
+    table_id: str,
+    dead: Collection[str] = (),
+    *,
+    now_ms: int | None = None,
 ) -> list[InstantState]:
     """Pending ingestion instants to roll back: those with a rollback intent (resume), those
-    named in ``dead`` (``HeartbeatExpired``) and those the coordinator says are dead."""
+    named in ``dead`` (``HeartbeatExpired``), those the coordinator says are dead and, given
+    ``now_ms``, those whose executor never beat (``never_beat``)."""
     targets = []
     for inst in state.pending():
         if inst.action not in INGESTION_ACTIONS:
             continue
-        if (
-            inst.rollback_by is not None
-            or inst.instant in dead
-            or coordinator.liveness(table_id, inst.instant) is Liveness.DEAD
+        if inst.rollback_by is not None or inst.instant in dead:
+            targets.append(inst)
+            continue
+        liveness = coordinator.liveness(table_id, inst.instant)
+        if liveness is Liveness.DEAD or (
+            liveness is Liveness.UNKNOWN and never_beat(inst, coordinator, table_id, now_ms)
         ):
             targets.append(inst)
     return targets
+
+
+# How many heartbeat tolerances after its ``requested`` an instant heartbeat-monitor never heard
+# of counts as dead. A writer beats right after ``requested`` lands (its first beat is
+# acknowledged before any work), so such an instant lost its writer in between, and no
+# ``HeartbeatExpired`` will ever name it (the campaign's ``requested_left_behind``). The margin
+# covers clock skew between the writer and the cleaner. The cost of being wrong is bounded: a
+# live writer whose beats the monitor never recorded (the monitor down for that long) loses its
+# commit to the rollback intent with a named error, never data.
+NEVER_BEAT_TOLERANCES = 3
+
+
+def never_beat(
+    inst: InstantState, coordinator: Coordinator, table_id: str, now_ms: int | None
+) -> bool:
+    """Whether ``inst`` was requested over ``NEVER_BEAT_TOLERANCES`` heartbeat tolerances
+    before ``now_ms`` and the liveness service has no record of it (False without ``now_ms``)."""
+    if now_ms is None:
+        return False
+    bound_ms = NEVER_BEAT_TOLERANCES * coordinator.heartbeat_tolerance_s(table_id) * 1000
+    if now_ms - Instant(inst.instant).epoch_ms <= bound_ms:
+        return False
+    return coordinator.never_heard_of(table_id, inst.instant)
 
 
 def unfinished_rollbacks(state: TimelineState) -> list[InstantState]:

@@ -122,11 +122,13 @@ def clean_table(ctx: RollbackContext, request: CleanRequest) -> CleanResult:
         for rollback in unfinished_rollbacks(state):
             finish_rollback(ctx, rollback)
     rolled_back = []
-    for target in failed_writes(state, ctx.coordinator, ctx.table_id, request.dead):  # 2.
+    now_ms = int(request.wall_clock() * 1000)
+    for target in failed_writes(  # 2.
+        state, ctx.coordinator, ctx.table_id, request.dead, now_ms=now_ms
+    ):
         if request.dry_run or roll_back(ctx, target, "its executor is dead"):
             rolled_back.append(target.instant)
     cancelled = []
-    now_ms = int(request.wall_clock() * 1000)
     for plan, why in list(expired_plans(state, ctx.coordinator, ctx.table_id, now_ms=now_ms)):
         if request.dry_run or cancel_plan(ctx, plan, why):
             cancelled.append(plan.instant)

@@ -25,9 +25,11 @@ from lakewarden.table import (
     Transition,
 )
 from lakewarden.table.clean.retention import file_lives
+from lakewarden.table.clean.rollback import NEVER_BEAT_TOLERANCES
 from lakewarden.table.config import save_new_config
 from lakewarden.table.coordinator import EmbeddedCoordinator
 from lakewarden.table.files import BaseFileName, WriteToken, file_key
+from lakewarden.table.instant import Instant
 from lakewarden.table.plans import ServicePlan
 from lakewarden.table.stats import CommitStats, FileGroupId, WorkloadProfile, WriteStat
 from lakewarden.table.timeline_state import InstantState
@@ -296,6 +298,36 @@ def test_liveness_unknown_is_left_alone_unless_named_dead() -> None:
     assert table.clean().rolled_back == () and table.storage.exists(key)
     assert table.clean(dead={instant}).rolled_back == (instant,)
     assert not table.storage.exists(key)
+
+
+class _MonitorWithNoRecord(EmbeddedCoordinator):
+    """A liveness service that answered and has no record of any instant (what
+    ``KafkaCoordinator.never_heard_of`` reports when heartbeat-monitor never saw a beat)."""
+
+    def never_heard_of(self, table_id: str, instant: str) -> bool:
+        return True
+
+
+def test_a_write_whose_executor_never_beat_is_rolled_back_three_tolerances_later() -> None:
+    """The campaign's ``requested_left_behind``: killed between ``requested`` and its first
+    beat, the writer leaves an instant no ``HeartbeatExpired`` will ever name."""
+    table = mem_table()
+    table = Table(table.storage, table.config, coordinator=_MonitorWithNoRecord())
+    instant, key = _dead_write(table, beat=False)
+    requested_s = Instant(instant).epoch_ms / 1000
+    bound_s = NEVER_BEAT_TOLERANCES * table.coordinator.heartbeat_tolerance_s(table.table_id)
+    assert table.clean(wall_clock=lambda: requested_s + bound_s - 1).rolled_back == ()
+    assert table.storage.exists(key)
+    assert table.clean(wall_clock=lambda: requested_s + bound_s + 1).rolled_back == (instant,)
+    assert not table.storage.exists(key)
+
+
+def test_an_old_write_is_not_judged_by_age_when_nobody_can_say_it_never_beat() -> None:
+    table = mem_table()  # the embedded coordinator knows only its own process's heartbeats
+    instant, key = _dead_write(table, beat=False)
+    much_later_s = Instant(instant).epoch_ms / 1000 + 30 * 24 * 3600
+    assert table.clean(wall_clock=lambda: much_later_s).rolled_back == ()
+    assert table.storage.exists(key)
 
 
 def test_rollback_intent_of_a_crashed_cleaner_is_resumed() -> None:
