@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,7 @@ from lakewarden.devstack.config import DevSettings
 from lakewarden.devstack.kafka import KafkaBroker, random_cluster_id
 from lakewarden.devstack.s3 import DEV_ACCESS_KEY, DEV_SECRET_KEY, SeaweedS3, remove_socket_files
 from lakewarden.devstack.services import ServiceSpec
+from lakewarden.errors import RetryableError
 from lakewarden.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -123,7 +125,7 @@ class DevStack:
         before = {part.name for part in record.parts}
         try:
             record = self._ensure_kafka(record, dev)
-            self._ensure_topics(record)
+            self._ensure_topics(record, timeout_s=dev.startup_timeout_s)
             if with_s3:
                 record = self._ensure_s3(record, dev)
             for spec in services:
@@ -272,7 +274,12 @@ class DevStack:
             for node_id, (port, controller) in enumerate(ports, start=1)
         ]
 
-    def _ensure_topics(self, record: StackRecord) -> None:
+    def _ensure_topics(self, record: StackRecord, *, timeout_s: float) -> None:
+        """Create the project's topics, retrying for ``timeout_s``: a cluster that has just
+        started may drop the first requests while its controllers settle (a 3-node KRaft
+        cluster answered "Broker handle destroyed" seconds after every node was ready).
+
+        Raises: RetryableError (the last refusal) when ``timeout_s`` passed."""
         try:
             from lakewarden.events.topics import ensure_topics
         except ModuleNotFoundError as err:
@@ -281,7 +288,18 @@ class DevStack:
             log.warning("topics not created: lakewarden.events.topics does not exist yet")
             return
         replication = min(len((record.bootstrap_servers or "").split(",")), 3)
-        created = ensure_topics(self._client_settings(record), replication_factor=replication)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                created = ensure_topics(
+                    self._client_settings(record), replication_factor=replication
+                )
+                break
+            except RetryableError as err:
+                if time.monotonic() >= deadline:
+                    raise
+                log.warning("topics not ready yet, retrying", extra={"error": str(err)})
+                time.sleep(1.0)  # ensure_topics is idempotent: the next round creates the rest
         log.info("topics ready", extra={"topics_created": len(created)})
 
     def _client_settings(self, record: StackRecord) -> Settings:
