@@ -18,6 +18,7 @@ from lakewarden.devstack import DevSettings, DevStack, processes
 from lakewarden.events import EventConsumer, EventProducer, make_event
 from lakewarden.events.topics import HEARTBEATS
 from lakewarden.settings import KafkaSettings, Settings
+from lakewarden.testing import wait_until
 
 
 def _beat(n: int) -> dict[str, object]:
@@ -72,8 +73,15 @@ def test_three_brokers_survive_the_loss_of_one(tmp_path: Path) -> None:
         settings = Settings(kafka=KafkaSettings(bootstrap_servers=record.bootstrap_servers))
         admin = AdminClient({"bootstrap.servers": record.bootstrap_servers})
         topic = HEARTBEATS.name(settings)
-        metadata = admin.list_topics(topic, timeout=30).topics[topic]
-        assert {len(p.replicas) for p in metadata.partitions.values()} == {3}
+
+        def replica_counts() -> set[int]:
+            metadata = admin.list_topics(topic, timeout=30).topics[topic]
+            return {len(p.replicas) for p in metadata.partitions.values()}
+
+        # A broker's metadata can show a just-created topic before its partitions: wait for
+        # them, then every one must have three replicas.
+        wait_until(lambda: replica_counts() != set(), 60, f"the partitions of {topic}")
+        assert replica_counts() == {3}
         resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
         configs = admin.describe_configs([resource])[resource].result(timeout=30)
         assert configs["min.insync.replicas"].value == "2"
