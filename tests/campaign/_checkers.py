@@ -95,6 +95,8 @@ class TableObservation:
     pending: list[str] = field(default_factory=list)  # ingestion instants inflight
     requested: list[str] = field(default_factory=list)  # ingestion instants only requested
     data_keys: list[str] = field(default_factory=list)  # storage keys outside .lakewarden/
+    visible_files: list[str] = field(default_factory=list)  # the final snapshot's files
+    table_id: str = ""
 
 
 def ops_from_history(writer: str, incarnation: int, lines: list[dict[str, Any]]) -> list[Op]:

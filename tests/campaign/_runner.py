@@ -34,18 +34,25 @@ from pathlib import Path
 from typing import Any
 
 from _checkers import KNOWN_ISSUES, Op, TableObservation, Violation, check_run, ops_from_history
+from _event_checkers import COMPARED, check_event_timeline
 from _schedule import FaultEvent, RunPlan, WriterPlan
+from _service_checkers import ServiceOp, check_services, service_ops_from_history
 from _stack import BUCKET, CampaignStack
 from _writer import SCHEMA
 
 from lakewarden.devstack import processes
+from lakewarden.settings import Settings
 from lakewarden.table.config import load_config
 from lakewarden.table.connection import Connection, connect, load_storage
 from lakewarden.table.table import Table
 
 __all__ = ["RunResult", "reproduce_command", "run_one"]
 
-WRITER_SCRIPT = Path(__file__).with_name("_writer.py")
+SCRIPTS = {
+    "writer": Path(__file__).with_name("_writer.py"),
+    "executor": Path(__file__).with_name("_executor.py"),
+    "spark": Path(__file__).with_name("_spark_writer.py"),
+}
 REPO_ROOT = Path(__file__).resolve().parents[2]
 WRITER_START_S = 120.0  # importing pyarrow and confluent-kafka on a loaded 2-core machine
 WRITER_STOP_S = 120.0  # a write may wait 30 s for the lock, then 30 s more for a second try
@@ -63,6 +70,8 @@ class RunResult:
     outcomes: Counter[str] = field(default_factory=Counter)
     violations: list[Violation] = field(default_factory=list)
     known: list[Violation] = field(default_factory=list)  # of KNOWN_ISSUES: reported apart
+    services: Counter[str] = field(default_factory=Counter)  # table-service steps by outcome
+    unannounced: int = 0  # timeline entries without their event, where that is allowed
     seconds: float = 0.0
 
     def summary(self) -> str:
@@ -70,7 +79,9 @@ class RunResult:
         where = "s3" if self.on_s3 else "local"
         writes, faults = dict(sorted(self.outcomes.items())), dict(sorted(self.faults.items()))
         head = f"seed {self.seed}: {status} in {self.seconds:.0f} s ({where})"
-        return f"{head}; writes {writes}; faults {faults}"
+        services = f"; services {dict(sorted(self.services.items()))}" if self.services else ""
+        events = f"; entries unannounced {self.unannounced}" if self.unannounced else ""
+        return f"{head}; writes {writes}; faults {faults}{services}{events}"
 
 
 def reproduce_command(seed: int, duration_s: float) -> str:
@@ -84,6 +95,11 @@ class _Writer:
     incarnation: int = 0
     proc: subprocess.Popen[bytes] | None = None
     pids: list[int] = field(default_factory=list)
+    killed: set[int] = field(default_factory=set)  # incarnations ended by SIGKILL
+
+    def actor(self, incarnation: int) -> str:
+        prefix = {"writer": "campaign-", "executor": "executor-"}.get(self.plan.role, "spark-")
+        return f"{prefix}{self.plan.name}-{incarnation}"
 
 
 class _Run:
@@ -133,6 +149,7 @@ class _Run:
             "storage_faults": [vars(f) for f in writer.plan.storage_faults],
             "history": str(history),
             "stop": str(self.stop_file),
+            "cancel_manager": "cancel-manager" in self.stack.services,
         }
         env = self.stack.client_env()
         env["PYTHONPATH"] = str(REPO_ROOT)
@@ -140,7 +157,7 @@ class _Run:
         log.parent.mkdir(parents=True, exist_ok=True)
         with log.open("ab") as out:
             writer.proc = subprocess.Popen(
-                [sys.executable, str(WRITER_SCRIPT), json.dumps(spec)],
+                [sys.executable, str(SCRIPTS[writer.plan.role]), json.dumps(spec)],
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -204,6 +221,7 @@ class _Run:
                 os.killpg(writer.proc.pid, sig)
             if sig == signal.SIGKILL:
                 writer.proc.wait()
+                writer.killed.add(writer.incarnation)
         elif event.target not in self.stack.running():
             return False  # still coming back from an earlier fault: the draw is dropped
         elif event.kind in ("service_kill", "broker_restart"):
@@ -239,6 +257,7 @@ class _Run:
                 )
                 os.killpg(writer.proc.pid, signal.SIGKILL)
                 writer.proc.wait()
+                writer.killed.add(writer.incarnation)
         for writer in self.writers.values():
             for pid in writer.pids:
                 if processes.group_members(pid):
@@ -272,12 +291,53 @@ class _Run:
     def ops_by_table(self) -> dict[str, list[Op]]:
         ops: dict[str, list[Op]] = {}
         for writer in self.writers.values():
+            if writer.plan.role == "executor":
+                continue
             for incarnation in range(1, writer.incarnation + 1):
                 path = self.home / "history" / f"{writer.plan.name}.{incarnation}.jsonl"
                 lines = _read_jsonl(path)
                 found = ops_from_history(writer.plan.name, incarnation, lines)
                 ops.setdefault(writer.plan.table, []).extend(found)
         return ops
+
+    def service_ops_by_table(self) -> dict[str, list[ServiceOp]]:
+        ops: dict[str, list[ServiceOp]] = {}
+        for writer in self.writers.values():
+            if writer.plan.role != "executor":
+                continue
+            for incarnation in range(1, writer.incarnation + 1):
+                path = self.home / "history" / f"{writer.plan.name}.{incarnation}.jsonl"
+                found = service_ops_from_history(writer.plan.name, _read_jsonl(path))
+                ops.setdefault(writer.plan.table, []).extend(found)
+        return ops
+
+    def strict_actors(self) -> set[str]:
+        """The appenders whose every timeline entry must have its event: Python writers and
+        executors never killed and without lost storage replies, in a run whose broker was
+        never restarted (``_event_checkers``)."""
+        if self.result.faults["broker_restart"]:
+            return set()
+        return {
+            writer.actor(incarnation)
+            for writer in self.writers.values()
+            if writer.plan.role != "spark"
+            and not any(f.kind == "lose_reply" for f in writer.plan.storage_faults)
+            for incarnation in range(1, writer.incarnation + 1)
+            if incarnation not in writer.killed
+        }
+
+    def check_events(self, tables: dict[str, TableObservation]) -> list[Violation]:
+        """The storage timeline of each table against its events on the timeline topic."""
+        found: list[Violation] = []
+        strict = self.strict_actors()
+        for name, observation in tables.items():
+            events = _timeline_events(self.stack.settings(), observation.table_id)
+            violations, unannounced = check_event_timeline(
+                observation.entries, events, strict_actors=strict
+            )
+            self.result.unannounced += unannounced
+            found += [Violation(v.name, f"table {name}: {v.detail}") for v in violations]
+        return found
 
     def check_stack(self) -> None:
         unhealthy = self.stack.unhealthy()
@@ -346,7 +406,13 @@ def run_one(stack: CampaignStack, plan: RunPlan, home: Path) -> RunResult:
     ops = run.ops_by_table()
     run.result.outcomes.update(op.outcome for table_ops in ops.values() for op in table_ops)
     run.check_stack()
-    found = run.extra + check_run(ops, tables, reads=reader.reads)
+    found = run.extra + check_run(ops, tables, reads=reader.reads) + run.check_events(tables)
+    for name, service_ops in run.service_ops_by_table().items():
+        run.result.services.update(_service_outcome(op) for op in service_ops)
+        found += [
+            Violation(v.name, f"table {name}: {v.detail}")
+            for v in check_services(service_ops, tables[name])
+        ]
     found += [Violation("read_raw_error", error) for error in reader.errors[:5]]
     run.result.violations = [v for v in found if v.name not in KNOWN_ISSUES]
     run.result.known = [v for v in found if v.name in KNOWN_ISSUES]
@@ -379,11 +445,15 @@ def _observe_table(table: Table) -> TableObservation:
                 "action": raw.get("action"),
                 "transition": raw.get("transition"),
                 "actor": raw.get("actor", ""),
+                "lock_token": raw.get("lock_token"),
             }
         )
     state = table.state()
     pending = [i for i in state.pending() if i.action in ("commit", "deltacommit")]
+    snapshot = table.snapshot()
     return TableObservation(
+        table_id=table.table_id,
+        visible_files=[path for s in snapshot.slices.values() for path in s.paths],
         rows=[{"key": r["key"], "v": r["v"], "commit_time": r["_lw_commit_time"]} for r in rows],
         entries=entries,
         rejected_seqs={r.seq for r in state.rejected},
@@ -407,6 +477,28 @@ def _quiet(table: Table, ignore_requested: bool) -> bool:
         if not o.key.startswith(".lakewarden/")
         for instant in rolled_back
     )
+
+
+def _timeline_events(settings: Settings, table_id: str) -> list[dict[str, Any]]:
+    """The table's ``TimelineTransition`` events on the timeline topic, as plain dicts."""
+    from lakewarden.events.topics import TIMELINE
+    from lakewarden.history.model import Recorded
+    from lakewarden.history.reader import read_table_events
+
+    return [
+        {name: item.record.get(name) for name in ("seq", *COMPARED)}
+        for item in read_table_events(settings, table_id, topics=(TIMELINE,), timeout_s=120)
+        if isinstance(item, Recorded) and item.name == "TimelineTransition"
+    ]
+
+
+def _service_outcome(op: ServiceOp) -> str:
+    """``run:completed``, ``cancel:accepted``, ``schedule:fail``...: how steps ended."""
+    if op.phase != "done":
+        return f"{op.step}:{op.phase}"
+    if op.step == "schedule":
+        return f"schedule:{'none' if op.plan is None else op.outcome}"
+    return f"{op.step}:{op.outcome}"
 
 
 def _history_has_start(home: Path, writer: _Writer) -> bool:

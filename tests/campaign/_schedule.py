@@ -78,13 +78,15 @@ class TablePlan:
 
 @dataclass(frozen=True)
 class WriterPlan:
-    """One writer: which table it writes, its operation mix and its storage faults (the same
-    list is armed in every incarnation)."""
+    """One workload process: which table it works on, its seed and its storage faults (the
+    same list is armed in every incarnation). ``role``: a Python writer (``_writer.py``), a
+    table-service executor (``_executor.py``) or a Spark writer (``_spark_writer.py``)."""
 
     name: str
     table: str
     seed: int
     storage_faults: tuple[StorageFault, ...]
+    role: Literal["writer", "executor", "spark"] = "writer"
 
 
 @dataclass(frozen=True)
@@ -129,9 +131,17 @@ def make_plan(
     services: tuple[str, ...],
     s3_available: bool,
     s3_share: float = 0.3,
+    table_services_share: float = 0.0,
+    spark_share: float = 0.0,
 ) -> RunPlan:
     """The plan of run ``seed``: 1-2 tables, 2-3 writers, storage faults and a fault schedule
-    spread over the first 80% of ``duration_s`` (the rest lets the last faults heal)."""
+    spread over the first 80% of ``duration_s`` (the rest lets the last faults heal).
+
+    With ``table_services_share`` of runs, two table-service executors (``e0``, ``e1``) on the
+    first table; with ``spark_share``, a Spark writer (``s0``) on it; each with its own kills
+    and pauses. These are drawn from a second generator, so the rest of a seed's plan is the
+    same with them or without (the fixed seeds of ``make test`` keep what they were chosen for).
+    """
     rng = random.Random(seed)
     on_s3 = s3_available and rng.random() < s3_share
     tables = tuple(
@@ -152,7 +162,40 @@ def make_plan(
         for index in range(rng.randint(2, 3))
     )
     faults = _fault_schedule(rng, duration_s, [w.name for w in writers], services)
-    return RunPlan(seed, duration_s, on_s3, tables, writers, faults)
+    extra_rng = random.Random(f"workload-{seed}")
+    extra = _extra_processes(extra_rng, tables[0].name, table_services_share, spark_share)
+    faults += _process_faults(extra_rng, duration_s, [w.name for w in extra])
+    faults = tuple(sorted(faults, key=lambda e: e.at_s))
+    return RunPlan(seed, duration_s, on_s3, tables, writers + extra, faults)
+
+
+def _extra_processes(
+    rng: random.Random, table: str, table_services_share: float, spark_share: float
+) -> tuple[WriterPlan, ...]:
+    extra: list[WriterPlan] = []
+    if rng.random() < table_services_share:
+        extra += [
+            WriterPlan(f"e{n}", table, rng.randrange(2**32), (), role="executor") for n in (0, 1)
+        ]
+    if rng.random() < spark_share:
+        extra.append(WriterPlan("s0", table, rng.randrange(2**32), (), role="spark"))
+    return tuple(extra)
+
+
+def _process_faults(
+    rng: random.Random, duration_s: float, names: list[str]
+) -> tuple[FaultEvent, ...]:
+    """0-2 kills or pauses of each extra process, one at a time per process."""
+    events = []
+    for name in names:
+        free_at = 0.5
+        for _ in range(rng.randint(0, 2)):
+            at_s = round(rng.uniform(free_at, max(free_at, duration_s * 0.8)), 2)
+            kind: FaultKind = "writer_kill" if rng.random() < 0.5 else "writer_pause"
+            down_s = round(rng.uniform(0.2, 4.0), 2)
+            events.append(FaultEvent(at_s, kind, name, down_s))
+            free_at = at_s + down_s + 0.5
+    return tuple(events)
 
 
 def _storage_faults(rng: random.Random) -> tuple[StorageFault, ...]:

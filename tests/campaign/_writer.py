@@ -30,6 +30,7 @@ import random
 import sys
 import time
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -92,15 +93,19 @@ def _open_table(spec: dict[str, Any]) -> Any:
     return Table(faulty, config, coordinator=connect(settings).coordinator, actor=actor)
 
 
-def main(spec: dict[str, Any]) -> None:
+# What a workload process does with one write: returns the completed instant, or raises.
+WriteFunction = Callable[[str, list[dict[str, Any]]], str]
+
+
+def write_loop(spec: dict[str, Any], history: History, write: WriteFunction, *, actor: str) -> None:
+    """Draw writes from the seed and make them with ``write`` until the stop file appears,
+    recording each (``invoke``, then its outcome) in ``history``."""
     from lakewarden.errors import CommitStateUnknownError, LakewardenError
 
     writer, incarnation = spec["writer"], spec["incarnation"]
-    history = History(Path(spec["history"]))
     stop = Path(spec["stop"])
-    table = _open_table(spec)
     rng = random.Random(spec["seed"] * 1000 + incarnation)
-    history.append({"phase": "start", "pid": os.getpid(), "actor": table.actor})
+    history.append({"phase": "start", "pid": os.getpid(), "actor": actor})
     op_no = 0
     while not stop.exists():
         op_no += 1
@@ -111,8 +116,7 @@ def main(spec: dict[str, Any]) -> None:
         history.append({"phase": "invoke", "op": op_id, "operation": operation, "rows": rows})
         outcome: dict[str, Any] = {"op": op_id}
         try:
-            result = table.write(pa.Table.from_pylist(rows, schema=SCHEMA), operation)
-            outcome.update(phase="ok", instant=result.instant)
+            outcome.update(phase="ok", instant=write(operation, rows))
         except CommitStateUnknownError as err:
             outcome.update(phase="unknown", error=type(err).__name__, message=str(err)[:300])
         except LakewardenError as err:
@@ -127,6 +131,17 @@ def main(spec: dict[str, Any]) -> None:
                 phase="unknown", error=type(err).__name__, raw=True, message=repr(err)[:300]
             )
         history.append(outcome)
+
+
+def main(spec: dict[str, Any]) -> None:
+    history = History(Path(spec["history"]))
+    table = _open_table(spec)
+
+    def write(operation: str, rows: list[dict[str, Any]]) -> str:
+        result = table.write(pa.Table.from_pylist(rows, schema=SCHEMA), operation)
+        return str(result.instant)
+
+    write_loop(spec, history, write, actor=table.actor)
     # How many armed storage faults this incarnation never reached (the rest fired).
     history.append({"phase": "stop", "storage_faults_left": table.storage.pending()})
 

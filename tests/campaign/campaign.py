@@ -45,6 +45,18 @@ def _parse(argv: list[str]) -> argparse.Namespace:
         default=True,
         help="run (and fault) every service, not only those Python writers use",
     )
+    parser.add_argument(
+        "--table-services",
+        type=float,
+        default=0.5,
+        help="share of runs with two clustering/compaction executors and cancel requests",
+    )
+    parser.add_argument(
+        "--spark",
+        type=float,
+        default=0.15,
+        help="share of runs with a Spark writer (local[1]; heavy on a small machine)",
+    )
     parser.add_argument("--out", type=Path, default=None, help="run folders (default: a temp dir)")
     return parser.parse_args(argv)
 
@@ -77,7 +89,12 @@ def main(argv: list[str]) -> int:
                 stack.up()
             seed = args.seed + index
             plan = make_plan(
-                seed, duration_s=args.duration, services=stack.services, s3_available=args.s3
+                seed,
+                duration_s=args.duration,
+                services=stack.services,
+                s3_available=args.s3,
+                table_services_share=args.table_services,
+                spark_share=args.spark,
             )
             try:
                 result = run_one(stack, plan, out / f"run-{seed}")
@@ -112,11 +129,15 @@ def _summary(results: list[RunResult], stack_problems: list[str], out: Path) -> 
     """The totals so far, also written to ``<out>/summary.json``."""
     faults: Counter[str] = Counter()
     outcomes: Counter[str] = Counter()
+    services: Counter[str] = Counter()
+    unannounced = 0
     violations: Counter[str] = Counter()
     known: Counter[str] = Counter()
     for result in results:
         faults.update(result.faults)
         outcomes.update(result.outcomes)
+        services.update(result.services)
+        unannounced += result.unannounced
         violations.update(v.name for v in result.violations)
         known.update(v.name for v in result.known)
     failed = [r.seed for r in results if r.violations]
@@ -125,6 +146,8 @@ def _summary(results: list[RunResult], stack_problems: list[str], out: Path) -> 
         "failed_seeds": failed,
         "faults": dict(sorted(faults.items())),
         "writes": dict(sorted(outcomes.items())),
+        "table_service_steps": dict(sorted(services.items())),
+        "timeline_entries_unannounced": unannounced,
         "violations": dict(sorted(violations.items())),
         "known_issues": {name: [n, KNOWN_ISSUES[name]] for name, n in sorted(known.items())},
         "stack_problems": stack_problems,

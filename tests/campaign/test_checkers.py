@@ -7,6 +7,8 @@ from typing import Any
 
 import pytest
 from _checkers import Op, TableObservation, check_run, ops_from_history
+from _event_checkers import COMPARED, check_event_timeline
+from _service_checkers import ServiceOp, check_services, service_ops_from_history
 
 
 def _op(
@@ -147,3 +149,137 @@ def test_reads_during_the_run_show_committed_writes_only() -> None:
     assert check(ROWS, [*ROWS, ROWS[0]]) == ["read_duplicate_key"]
     assert check([{"key": "w0.p1", "v": "w0.1.3"}]) == ["read_saw_failed_write"]
     assert check([{"key": "x", "v": "nobody.1.1"}]) == ["read_phantom_row"]
+
+
+# -- table services and cancellation (_service_checkers.py) ---------------------------------
+
+P = "P1"  # a clustering plan
+EXEC_A, EXEC_B = "executor-e0-1", "executor-e1-1"
+
+
+def _plan_entries(*spec: tuple[int, str, str]) -> list[dict[str, Any]]:
+    return [
+        {"seq": seq, "instant": i, "action": "clustering", "transition": t, "actor": a}
+        for seq, i, t, a in ((s, P, t, a) for s, t, a in spec)
+    ]
+
+
+def _svc(
+    number: int, step: str, phase: str, outcome: str | None, *, process: str = "e0"
+) -> ServiceOp:
+    return ServiceOp(f"{process}.1.{number}", process, step, P, phase, outcome)
+
+
+COMPLETED_PLAN = _plan_entries(
+    (4, "requested", EXEC_A), (5, "inflight", EXEC_A), (6, "completed", EXEC_A)
+)
+
+
+def _check_svc(
+    ops: list[ServiceOp],
+    plan_entries: list[dict[str, Any]],
+    **more: Any,
+) -> list[str]:
+    observation = TableObservation(rows=ROWS, entries=ENTRIES + plan_entries, **more)
+    return [v.name for v in check_services(ops, observation)]
+
+
+def test_a_consistent_table_service_history_passes() -> None:
+    ran = [_svc(1, "run", "done", "completed"), _svc(2, "run", "fail", None, process="e1")]
+    files = ["part=p0/00000000-0000_1-2-0_P1.parquet"]
+    assert _check_svc(ran, COMPLETED_PLAN, visible_files=files, data_keys=files) == []
+
+
+def test_a_plan_completed_by_two_executors_is_caught() -> None:
+    both = [_svc(1, "run", "done", "completed"), _svc(1, "run", "done", "completed", process="e1")]
+    assert "plan_completed_twice" in _check_svc(both, COMPLETED_PLAN)
+    twice = [*COMPLETED_PLAN, *_plan_entries((7, "completed", EXEC_B))]
+    assert "plan_completed_twice" in _check_svc([], twice)
+    assert _check_svc([], twice, rejected_seqs={7}) == []  # the state machine ignored it
+
+
+def test_an_executor_told_completed_or_aborted_against_the_timeline_is_caught() -> None:
+    pending = COMPLETED_PLAN[:2]
+    told = [_svc(1, "run", "done", "completed")]
+    assert "plan_completed_not_on_timeline" in _check_svc(told, pending)
+    aborted = [_svc(1, "run", "done", "aborted")]
+    assert "plan_outcome_contradicted" in _check_svc(aborted, COMPLETED_PLAN)
+
+
+def test_a_cancel_request_undone_is_caught_whichever_comes_first() -> None:
+    requested = _plan_entries((4, "requested", EXEC_A), (5, "cancel_requested", "ops"))
+    later = [*requested, *_plan_entries((6, "completed", EXEC_A))]
+    assert "cancel_undone" in _check_svc([], later)
+    assert _check_svc([], later, rejected_seqs={6}) == []
+    earlier = [*COMPLETED_PLAN, *_plan_entries((7, "cancel_requested", "ops"))]
+    assert "cancel_undone" in _check_svc([], earlier)
+    told = [_svc(1, "run", "done", "completed")]
+    assert "cancel_undone" in _check_svc(told, requested)
+
+
+def test_an_acknowledged_cancel_request_that_is_lost_is_caught() -> None:
+    cancel = [_svc(1, "cancel", "done", "accepted")]
+    requested = _plan_entries((4, "requested", EXEC_A))
+    assert "cancel_request_lost" in _check_svc(cancel, requested)
+    cancelled = [*requested, *_plan_entries((5, "cancel_requested", "ops"))]
+    assert _check_svc(cancel, cancelled) == []
+    refused = [_svc(1, "cancel", "done", "refused_completed")]
+    assert _check_svc(refused, COMPLETED_PLAN) == []
+
+
+def test_files_of_an_aborted_plan_are_caught() -> None:
+    aborted = _plan_entries(
+        (4, "requested", EXEC_A), (5, "cancel_requested", "ops"), (6, "aborted", "ops")
+    )
+    file = "part=p0/00000000-0000_1-7-0_P1.parquet"
+    assert _check_svc([], aborted) == []
+    assert "aborted_plan_visible" in _check_svc([], aborted, visible_files=[file])
+    assert "aborted_plan_files_left" in _check_svc([], aborted, data_keys=[file])
+
+
+def test_a_step_the_executor_was_killed_in_is_unknown_and_raw_errors_are_caught() -> None:
+    lines = [
+        {"phase": "invoke", "op": "e0.1.1", "step": "schedule", "plan": None},
+        {"phase": "done", "op": "e0.1.1", "step": "schedule", "plan": "P1", "outcome": "x"},
+        {"phase": "invoke", "op": "e0.1.2", "step": "run", "plan": "P1"},
+    ]
+    ops = service_ops_from_history("e0", lines)
+    assert [(op.step, op.plan, op.phase) for op in ops] == [
+        ("schedule", "P1", "done"),
+        ("run", "P1", "unknown"),
+    ]
+    raw = ServiceOp("e0.1.3", "e0", "run", P, "unknown", raw=True, message="KeyError")
+    assert _check_svc([raw], COMPLETED_PLAN) == ["service_raw_error"]
+
+
+# -- the storage timeline against the timeline topic (_event_checkers.py) -------------------
+
+
+def _events(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{name: e.get(name) for name in ("seq", *COMPARED)} for e in entries]
+
+
+def _check_events(events: list[dict[str, Any]]) -> list[str]:
+    found, _ = check_event_timeline(ENTRIES, events, strict_actors={ACTOR})
+    return [v.name for v in found]
+
+
+def test_an_event_timeline_equal_to_storage_passes_even_with_redeliveries() -> None:
+    assert _check_events(_events(ENTRIES)) == []
+    assert _check_events(_events(ENTRIES + ENTRIES[:1])) == []
+
+
+def test_an_event_timeline_that_disagrees_with_storage_is_caught() -> None:
+    events = _events(ENTRIES)
+    other = {**events[1], "transition": "rolled_back"}
+    assert _check_events([*events[:1], other, *events[2:]]) == ["timeline_event_differs"]
+    assert _check_events([*events, other]) == ["timeline_event_conflicting"]
+    beyond = {**events[0], "seq": 9}
+    assert _check_events([*events, beyond]) == ["timeline_event_without_entry"]
+
+
+def test_an_unannounced_entry_fails_only_for_an_undisturbed_appender() -> None:
+    events = _events(ENTRIES)[1:]
+    assert _check_events(events) == ["timeline_event_missing"]
+    found, unannounced = check_event_timeline(ENTRIES, events, strict_actors=set())
+    assert (found, unannounced) == ([], 1)
