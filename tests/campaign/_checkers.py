@@ -41,6 +41,7 @@ __all__ = [
     "Op",
     "TableObservation",
     "Violation",
+    "check_error_table",
     "check_run",
     "ops_from_history",
 ]
@@ -79,6 +80,7 @@ class Op:
     error: str | None = None
     raw: bool = False
     message: str = ""
+    bad: tuple[dict[str, Any], ...] = ()  # rows meant for the error table (Spark writer)
 
     @property
     def value(self) -> str:
@@ -125,9 +127,44 @@ def ops_from_history(writer: str, incarnation: int, lines: list[dict[str, Any]])
                 error=outcome.get("error"),
                 raw=bool(outcome.get("raw", False)),
                 message=outcome.get("message", ""),
+                bad=tuple(invoke.get("bad", ())),
             )
         )
     return sorted(ops, key=lambda op: op.number)
+
+
+def check_error_table(ops: list[Op], error_rows: list[dict[str, Any]]) -> list[Violation]:
+    """The error table holds exactly the bad rows of committed writes (invariant 8):
+    ``error_rows`` are its rows as ``v`` (from the ``record`` JSON) and ``instant`` (the
+    source instant). Each bad row of an acknowledged write is there once, with that write's
+    instant (``error_record_missing``, ``error_record_twice``, ``error_record_wrong_instant``);
+    none of a failed write (``error_record_of_failed_write``) nor one nobody wrote
+    (``error_record_phantom``); a write of unknown outcome may have its bad rows there or not."""
+    found: list[Violation] = []
+    shown: dict[str, list[str]] = defaultdict(list)
+    for row in error_rows:
+        shown[str(row["v"])].append(str(row["instant"]))
+    owner = {bad["v"]: op for op in ops for bad in op.bad}
+    for value, instants in sorted(shown.items()):
+        op = owner.get(value)
+        if len(instants) > 1:
+            found.append(Violation("error_record_twice", f"{value} in {instants}"))
+        if op is None:
+            found.append(Violation("error_record_phantom", f"{value} ({instants})"))
+        elif op.outcome == "fail":
+            found.append(
+                Violation("error_record_of_failed_write", f"{value}: {op.op_id} got {op.error}")
+            )
+        elif op.outcome == "ok" and instants[0] != op.instant:
+            found.append(
+                Violation(
+                    "error_record_wrong_instant", f"{value} under {instants[0]}, not {op.instant}"
+                )
+            )
+    for value, op in sorted(owner.items()):
+        if op.outcome == "ok" and value not in shown:
+            found.append(Violation("error_record_missing", f"{value} of {op.op_id} ({op.instant})"))
+    return found
 
 
 def check_run(

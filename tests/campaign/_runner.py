@@ -33,7 +33,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from _checkers import KNOWN_ISSUES, Op, TableObservation, Violation, check_run, ops_from_history
+from _checkers import (
+    KNOWN_ISSUES,
+    Op,
+    TableObservation,
+    Violation,
+    check_error_table,
+    check_run,
+    ops_from_history,
+)
 from _event_checkers import COMPARED, check_event_timeline
 from _schedule import FaultEvent, RunPlan, WriterPlan
 from _service_checkers import ServiceOp, check_services, service_ops_from_history
@@ -44,6 +52,7 @@ from lakewarden.devstack import processes
 from lakewarden.settings import Settings
 from lakewarden.table.config import load_config
 from lakewarden.table.connection import Connection, connect, load_storage
+from lakewarden.table.coordinator import EmbeddedCoordinator
 from lakewarden.table.table import Table
 
 __all__ = ["RunResult", "reproduce_command", "run_one"]
@@ -60,6 +69,7 @@ QUIESCE_S = 90.0  # heartbeat tolerance + cleaner sweep + rollback of every dead
 # An instant left only ``requested`` may be the known issue (KNOWN_ISSUES), which never
 # settles: after this long it no longer holds the run up (it is still reported).
 REQUESTED_SETTLE_S = 15.0
+ERROR_SINK_S = 60.0  # error-sink commits a completed write's bad rows within seconds
 
 
 @dataclass
@@ -113,6 +123,8 @@ class _Run:
         self.prefix = f"{uuid.uuid4().hex[:8]}"
         self.uris = {t.name: self._uri(t.name) for t in plan.tables}
         self.writers = {w.name: _Writer(w, self.uris[w.table]) for w in plan.writers}
+        # Spark writers set bad rows aside into the error table when error-sink runs.
+        self.error_table_on = "error-sink" in stack.services
 
     def _uri(self, table: str) -> str:
         if self.plan.on_s3:
@@ -150,8 +162,11 @@ class _Run:
             "history": str(history),
             "stop": str(self.stop_file),
             "cancel_manager": "cancel-manager" in self.stack.services,
+            "bad_rows": self.error_table_on,
         }
         env = self.stack.client_env()
+        if self.error_table_on and writer.plan.role == "spark":
+            env["LAKEWARDEN_ERROR_TABLE__ENABLED"] = "true"
         env["PYTHONPATH"] = str(REPO_ROOT)
         log = self.home / "logs" / f"{writer.plan.name}.{writer.incarnation}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
@@ -339,6 +354,27 @@ class _Run:
             found += [Violation(v.name, f"table {name}: {v.detail}") for v in violations]
         return found
 
+    def check_error_tables(self, ops_by_table: dict[str, list[Op]]) -> list[Violation]:
+        """Each table's error table against the bad rows of its writes, once error-sink has
+        committed those of every acknowledged write (or ``ERROR_SINK_S`` passed)."""
+        found: list[Violation] = []
+        for name, ops in ops_by_table.items():
+            expected = {bad["v"] for op in ops if op.outcome == "ok" for bad in op.bad}
+            if not any(op.bad for op in ops):
+                continue
+            uri, settings = f"{self.uris[name]}_errors", self.stack.settings()
+            with contextlib.suppress(AssertionError):
+                _wait(
+                    lambda u=uri, e=expected, s=settings: e <= {r["v"] for r in _error_rows(u, s)},
+                    ERROR_SINK_S,
+                    f"error-sink to commit the bad rows of table {name}",
+                )
+            found += [
+                Violation(v.name, f"table {name}: {v.detail}")
+                for v in check_error_table(ops, _error_rows(uri, settings))
+            ]
+        return found
+
     def check_stack(self) -> None:
         unhealthy = self.stack.unhealthy()
         if unhealthy:
@@ -407,6 +443,7 @@ def run_one(stack: CampaignStack, plan: RunPlan, home: Path) -> RunResult:
     run.result.outcomes.update(op.outcome for table_ops in ops.values() for op in table_ops)
     run.check_stack()
     found = run.extra + check_run(ops, tables, reads=reader.reads) + run.check_events(tables)
+    found += run.check_error_tables(ops)
     for name, service_ops in run.service_ops_by_table().items():
         run.result.services.update(_service_outcome(op) for op in service_ops)
         found += [
@@ -477,6 +514,23 @@ def _quiet(table: Table, ignore_requested: bool) -> bool:
         if not o.key.startswith(".lakewarden/")
         for instant in rolled_back
     )
+
+
+def _error_rows(uri: str, settings: Settings) -> list[dict[str, Any]]:
+    """The error table's rows as ``v`` (of the bad row) and ``instant``; none while the sink
+    has not created it."""
+    from lakewarden.errors import NotATableError
+
+    try:
+        storage = load_storage(uri, settings)
+        table = Table(storage, load_config(storage), coordinator=EmbeddedCoordinator())
+        rows = table.read(columns=["record", "source_instant"]).to_pylist()
+    except NotATableError:
+        return []
+    return [
+        {"v": json.loads(r["record"] or "{}").get("v"), "instant": r["source_instant"]}
+        for r in rows
+    ]
 
 
 def _timeline_events(settings: Settings, table_id: str) -> list[dict[str, Any]]:

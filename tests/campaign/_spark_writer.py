@@ -66,7 +66,10 @@ def main(spec: dict[str, Any]) -> None:
         return str(result.instant)
 
     try:
-        write_loop(spec, history, write, actor=f"spark-{spec['writer']}-{spec['incarnation']}")
+        actor = f"spark-{spec['writer']}-{spec['incarnation']}"
+        write_loop(
+            spec, history, write, actor=actor, bad_row_share=0.3 if spec.get("bad_rows") else 0
+        )
     finally:
         spark.stop()
     history.append({"phase": "stop"})

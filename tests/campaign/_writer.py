@@ -97,9 +97,20 @@ def _open_table(spec: dict[str, Any]) -> Any:
 WriteFunction = Callable[[str, list[dict[str, Any]]], str]
 
 
-def write_loop(spec: dict[str, Any], history: History, write: WriteFunction, *, actor: str) -> None:
+def write_loop(
+    spec: dict[str, Any],
+    history: History,
+    write: WriteFunction,
+    *,
+    actor: str,
+    bad_row_share: float = 0.0,
+) -> None:
     """Draw writes from the seed and make them with ``write`` until the stop file appears,
-    recording each (``invoke``, then its outcome) in ``history``."""
+    recording each (``invoke``, then its outcome) in ``history``.
+
+    With ``bad_row_share``, that share of inserts and upserts also carries one bad row (a
+    null record key, ``v`` = ``<op id>.bad``), recorded apart (``bad``): with the error table
+    on, it is set aside into the error table when the write commits."""
     from lakewarden.errors import CommitStateUnknownError, LakewardenError
 
     writer, incarnation = spec["writer"], spec["incarnation"]
@@ -113,10 +124,14 @@ def write_loop(spec: dict[str, Any], history: History, write: WriteFunction, *, 
         value = f"{writer}.{incarnation}.{op_no}"
         op_id = f"{writer}.{incarnation}.{op_no}"
         rows = _rows(keys, value)
-        history.append({"phase": "invoke", "op": op_id, "operation": operation, "rows": rows})
+        bad = []
+        if bad_row_share and operation != "delete" and rng.random() < bad_row_share:
+            bad = [{"key": None, "part": "p0", "ts": time.time_ns(), "v": f"{op_id}.bad"}]
+        invoke = {"phase": "invoke", "op": op_id, "operation": operation, "rows": rows}
+        history.append({**invoke, "bad": bad} if bad else invoke)
         outcome: dict[str, Any] = {"op": op_id}
         try:
-            outcome.update(phase="ok", instant=write(operation, rows))
+            outcome.update(phase="ok", instant=write(operation, rows + bad))
         except CommitStateUnknownError as err:
             outcome.update(phase="unknown", error=type(err).__name__, message=str(err)[:300])
         except LakewardenError as err:

@@ -3,10 +3,11 @@ nothing), and pass a history that is consistent with its table."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
-from _checkers import Op, TableObservation, check_run, ops_from_history
+from _checkers import Op, TableObservation, check_error_table, check_run, ops_from_history
 from _event_checkers import COMPARED, check_event_timeline
 from _service_checkers import ServiceOp, check_services, service_ops_from_history
 
@@ -283,3 +284,29 @@ def test_an_unannounced_entry_fails_only_for_an_undisturbed_appender() -> None:
     assert _check_events(events) == ["timeline_event_missing"]
     found, unannounced = check_event_timeline(ENTRIES, events, strict_actors=set())
     assert (found, unannounced) == ([], 1)
+
+
+# -- the error table (invariant 8) ------------------------------------------------------------
+
+
+def _with_bad(op: Op) -> Op:
+    return replace(op, bad=({"key": None, "part": "p0", "ts": 1, "v": f"{op.op_id}.bad"},))
+
+
+def test_the_error_table_must_hold_exactly_the_bad_rows_of_committed_writes() -> None:
+    acked = _with_bad(_op(3, "insert", ["a"], "ok", instant="I3"))
+    failed = _with_bad(_op(4, "insert", ["b"], "fail"))
+    unknown = _with_bad(_op(5, "insert", ["c"], "unknown"))
+    ops = [acked, failed, unknown]
+    good = [{"v": "w0.1.3.bad", "instant": "I3"}]
+
+    def check(rows: list[dict[str, Any]]) -> list[str]:
+        return [v.name for v in check_error_table(ops, rows)]
+
+    assert check(good) == []
+    assert check([*good, {"v": "w0.1.5.bad", "instant": "I5"}]) == []  # unknown: either way
+    assert check([]) == ["error_record_missing"]
+    assert check(good * 2) == ["error_record_twice"]
+    assert check([{"v": "w0.1.3.bad", "instant": "I9"}]) == ["error_record_wrong_instant"]
+    assert check([*good, {"v": "w0.1.4.bad", "instant": "I4"}]) == ["error_record_of_failed_write"]
+    assert check([*good, {"v": "nobody.bad", "instant": "I4"}]) == ["error_record_phantom"]
