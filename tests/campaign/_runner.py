@@ -42,18 +42,16 @@ from _checkers import (
     check_run,
     ops_from_history,
 )
-from _event_checkers import COMPARED, check_event_timeline
+from _event_checkers import check_event_timeline
+from _observe import error_rows, observe_table, quiet, raw_entries, timeline_events
 from _schedule import FaultEvent, RunPlan, WriterPlan
 from _service_checkers import ServiceOp, check_services, service_ops_from_history
 from _stack import BUCKET, CampaignStack
 from _writer import SCHEMA
 
 from lakewarden.devstack import processes
-from lakewarden.settings import Settings
-from lakewarden.storage import Storage
 from lakewarden.table.config import load_config
 from lakewarden.table.connection import Connection, connect, load_storage
-from lakewarden.table.coordinator import EmbeddedCoordinator
 from lakewarden.table.table import Table
 
 __all__ = ["RunResult", "reproduce_command", "run_one"]
@@ -70,6 +68,7 @@ QUIESCE_S = 90.0  # heartbeat tolerance + cleaner sweep + rollback of every dead
 # An instant left only ``requested`` may be the known issue (KNOWN_ISSUES), which never
 # settles: after this long it no longer holds the run up (it is still reported).
 REQUESTED_SETTLE_S = 15.0
+PROGRESS_S = 60.0
 SPARK_EXTRA_STOP_S = 180.0  # a Spark writer still starting its session when asked to stop
 ERROR_SINK_S = 60.0  # error-sink commits a completed write's bad rows within seconds
 
@@ -267,6 +266,22 @@ class _Run:
         elif event.target in self.stack.running():
             self.stack.resume(event.target)
 
+    def acknowledged(self) -> int:
+        """Writes acknowledged so far, by every writer incarnation."""
+        return sum(
+            line.get("phase") == "ok"
+            for path in (self.home / "history").glob("*.jsonl")
+            for line in _read_jsonl(path)
+        )
+
+    def wait_for_progress(self) -> None:
+        """With every fault healed, let the writers run until one more write is acknowledged
+        (up to ``PROGRESS_S``): on a loaded machine a short run may otherwise end before the
+        stack has recovered from its last fault, checking nothing."""
+        before = self.acknowledged()
+        with contextlib.suppress(AssertionError):
+            _wait(lambda: self.acknowledged() > before, PROGRESS_S, "a write after the faults")
+
     def stop_writers(self) -> None:
         self.stop_file.touch()
         deadline = time.monotonic() + WRITER_STOP_S
@@ -305,11 +320,11 @@ class _Run:
             since = time.monotonic()
             with contextlib.suppress(AssertionError):
                 _wait(
-                    lambda t=table, s=since: _quiet(t, time.monotonic() - s > REQUESTED_SETTLE_S),
+                    lambda t=table, s=since: quiet(t, time.monotonic() - s > REQUESTED_SETTLE_S),
                     QUIESCE_S,
                     f"table {name} to settle",
                 )
-            tables[name] = _observe_table(table)
+            tables[name] = observe_table(table)
         return tables
 
     def ops_by_table(self) -> dict[str, list[Op]]:
@@ -355,12 +370,12 @@ class _Run:
         found: list[Violation] = []
         strict = self.strict_actors()
         for name, observation in tables.items():
-            events = _timeline_events(self.stack.settings(), observation.table_id)
+            events = timeline_events(self.stack.settings(), observation.table_id)
             # Storage after the topic: the cleaner still appends (a clean each sweep), and an
             # entry is announced only once it is in storage.
             storage = load_storage(self.uris[name], self.stack.settings())
             violations, unannounced = check_event_timeline(
-                _raw_entries(storage), events, strict_actors=strict
+                raw_entries(storage), events, strict_actors=strict
             )
             self.result.unannounced += unannounced
             found += [Violation(v.name, f"table {name}: {v.detail}") for v in violations]
@@ -377,13 +392,13 @@ class _Run:
             uri, settings = f"{self.uris[name]}_errors", self.stack.settings()
             with contextlib.suppress(AssertionError):
                 _wait(
-                    lambda u=uri, e=expected, s=settings: e <= {r["v"] for r in _error_rows(u, s)},
+                    lambda u=uri, e=expected, s=settings: e <= {r["v"] for r in error_rows(u, s)},
                     ERROR_SINK_S,
                     f"error-sink to commit the bad rows of table {name}",
                 )
             found += [
                 Violation(v.name, f"table {name}: {v.detail}")
-                for v in check_error_table(ops, _error_rows(uri, settings))
+                for v in check_error_table(ops, error_rows(uri, settings))
             ]
         return found
 
@@ -444,6 +459,7 @@ def run_one(stack: CampaignStack, plan: RunPlan, home: Path) -> RunResult:
             reader.start()
             try:
                 run.play()
+                run.wait_for_progress()
             finally:
                 reader.stop.set()
                 reader.join(60)
@@ -477,91 +493,6 @@ def run_one(stack: CampaignStack, plan: RunPlan, home: Path) -> RunResult:
         )
     )
     return run.result
-
-
-def _observe_table(table: Table) -> TableObservation:
-    rows = table.read(with_meta=True).select(["key", "v", "_lw_commit_time"]).to_pylist()
-    entries = _raw_entries(table.storage)
-    state = table.state()
-    pending = [i for i in state.pending() if i.action in ("commit", "deltacommit")]
-    snapshot = table.snapshot()
-    return TableObservation(
-        table_id=table.table_id,
-        visible_files=[path for s in snapshot.slices.values() for path in s.paths],
-        rows=[{"key": r["key"], "v": r["v"], "commit_time": r["_lw_commit_time"]} for r in rows],
-        entries=entries,
-        rejected_seqs={r.seq for r in state.rejected},
-        pending=[i.instant for i in pending if i.state != "requested"],
-        requested=[i.instant for i in pending if i.state == "requested"],
-        data_keys=[o.key for o in table.storage.list("") if not o.key.startswith(".lakewarden/")],
-    )
-
-
-def _raw_entries(storage: Storage) -> list[dict[str, Any]]:
-    """The timeline entries in storage, parsed as plain JSON (not by the code under test)."""
-    entries = []
-    for obj in storage.list(".lakewarden/timeline/"):
-        name = obj.key.rsplit("/", 1)[1]
-        if "/_" in obj.key or not name.endswith(".json") or not name[:-5].isdigit():
-            continue
-        raw = json.loads(storage.read(obj.key))
-        entries.append(
-            {
-                "seq": int(name[:-5]),
-                "instant": raw.get("instant"),
-                "action": raw.get("action"),
-                "transition": raw.get("transition"),
-                "actor": raw.get("actor", ""),
-                "lock_token": raw.get("lock_token"),
-            }
-        )
-    return entries
-
-
-def _quiet(table: Table, ignore_requested: bool) -> bool:
-    """No ingestion instant pending (or only ``requested`` ones, when ``ignore_requested``)
-    and no file of a rolled-back one left."""
-    state = table.state()
-    pending = [i for i in state.pending() if i.action in ("commit", "deltacommit")]
-    if any(not ignore_requested or i.state != "requested" for i in pending):
-        return False
-    rolled_back = [i.instant for i in state.instants.values() if i.state == "rolled_back"]
-    return not any(
-        instant in o.key
-        for o in table.storage.list("")
-        if not o.key.startswith(".lakewarden/")
-        for instant in rolled_back
-    )
-
-
-def _error_rows(uri: str, settings: Settings) -> list[dict[str, Any]]:
-    """The error table's rows as ``v`` (of the bad row) and ``instant``; none while the sink
-    has not created it."""
-    from lakewarden.errors import NotATableError
-
-    try:
-        storage = load_storage(uri, settings)
-        table = Table(storage, load_config(storage), coordinator=EmbeddedCoordinator())
-        rows = table.read(columns=["record", "source_instant"]).to_pylist()
-    except NotATableError:
-        return []
-    return [
-        {"v": json.loads(r["record"] or "{}").get("v"), "instant": r["source_instant"]}
-        for r in rows
-    ]
-
-
-def _timeline_events(settings: Settings, table_id: str) -> list[dict[str, Any]]:
-    """The table's ``TimelineTransition`` events on the timeline topic, as plain dicts."""
-    from lakewarden.events.topics import TIMELINE
-    from lakewarden.history.model import Recorded
-    from lakewarden.history.reader import read_table_events
-
-    return [
-        {name: item.record.get(name) for name in ("seq", *COMPARED)}
-        for item in read_table_events(settings, table_id, topics=(TIMELINE,), timeout_s=120)
-        if isinstance(item, Recorded) and item.name == "TimelineTransition"
-    ]
 
 
 def _service_outcome(op: ServiceOp) -> str:
