@@ -72,6 +72,29 @@ class ConsumedEvent:
     timestamp_ms: int | None
 
 
+@dataclass(frozen=True, slots=True)
+class HeldMessage:
+    """A consumed message kept by a caller that decides about it later (error-sink holds
+    records until their instant ends): its original bytes and where it came from, all a dead
+    letter needs."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes
+
+    @classmethod
+    def of(cls, msg: Message) -> HeldMessage:
+        return cls(
+            topic=str(msg.topic()),
+            partition=int(msg.partition() or 0),
+            offset=int(msg.offset() or 0),
+            key=msg.key(),
+            value=msg.value() or b"",
+        )
+
+
 class EventConsumer(KafkaReader):
     """Consumes lakewarden events; see the module doc.
 
@@ -199,29 +222,24 @@ class EventConsumer(KafkaReader):
             EventDeliveryError: the dead letter could not be delivered.
             EventConsumerError: the commit past it failed (``auto_commit``).
         """
-        rejection = Rejection.of(why)
-        record = dead_letter_record(
-            rejection,
-            topic=str(msg.topic()),
-            partition=int(msg.partition() or 0),
-            offset=int(msg.offset() or 0),
-            key=msg.key(),
-            value=msg.value() or b"",
-            producer_id=self.consumer_id,
-            consumer_group=self.group_id,
-            codec=self.codec,
-        )
-        dlq = self._dlq_producer()
-        dlq.send("DeadLetter", record, topic=self.dlq_topic)
-        dlq.flush()  # 1. durable in the DLQ before any offset passes it
+        source = HeldMessage.of(msg)
+        rejection = self._send_dead_letter(source, why)  # 1.
         if self.auto_commit:
             self._store(msg)
             self._commit(None)  # 2. skip the poison message for good
-        self.dead_lettered += 1
-        if self.on_dead_letter is not None:
-            self.on_dead_letter(rejection)
-        context = {**where(msg), "reason": rejection.reason, "consumer_group": self.group_id}
-        log.warning("dead-lettered a message: %s", rejection.detail, extra=context)
+        self._dead_lettered(rejection, where(msg))
+
+    def dead_letter_held(self, source: HeldMessage, why: Rejection | EventDecodeError) -> None:
+        """Send a message handled earlier (kept as ``source``: its bytes and where they came
+        from) to the DLQ saying why, and wait until it is durable. Nothing is committed: the
+        caller, which held the message, commits its offsets itself.
+
+        Raises:
+            EventDeliveryError: the dead letter could not be delivered.
+        """
+        rejection = self._send_dead_letter(source, why)
+        place = {"topic": source.topic, "partition": source.partition, "offset": source.offset}
+        self._dead_lettered(rejection, place)
 
     # -- offsets ---------------------------------------------------------------------------
 
@@ -266,6 +284,33 @@ class EventConsumer(KafkaReader):
             self._dlq = EventProducer(self.settings, producer_id=self.consumer_id, codec=self.codec)
         return self._dlq
 
+    def _send_dead_letter(
+        self, source: HeldMessage, why: Rejection | EventDecodeError
+    ) -> Rejection:
+        rejection = Rejection.of(why)
+        record = dead_letter_record(
+            rejection,
+            topic=source.topic,
+            partition=source.partition,
+            offset=source.offset,
+            key=source.key,
+            value=source.value,
+            producer_id=self.consumer_id,
+            consumer_group=self.group_id,
+            codec=self.codec,
+        )
+        dlq = self._dlq_producer()
+        dlq.send("DeadLetter", record, topic=self.dlq_topic)
+        dlq.flush()  # durable in the DLQ before any offset passes it
+        return rejection
+
+    def _dead_lettered(self, rejection: Rejection, place: dict[str, Any]) -> None:
+        self.dead_lettered += 1
+        if self.on_dead_letter is not None:
+            self.on_dead_letter(rejection)
+        context = {**place, "reason": rejection.reason, "consumer_group": self.group_id}
+        log.warning("dead-lettered a message: %s", rejection.detail, extra=context)
+
     def _mark_done(self) -> None:
         pending, self._pending = self._pending, None
         if pending is not None:
@@ -276,6 +321,7 @@ __all__ = [
     "ConsumedEvent",
     "EventConsumer",
     "EventConsumerError",
+    "HeldMessage",
     "Partitions",
     "RebalanceCallback",
 ]

@@ -43,6 +43,15 @@ class SinkSettings(BaseSettings):
     check_interval_s: float = Field(
         default=1.0, gt=0, description="how often buffered records' main instants are checked"
     )
+    give_up_after_s: float = Field(
+        default=900.0,
+        ge=0,
+        description="records whose instant is not found (no such table, never on the "
+        "timeline) for this long, and for give_up_after_checks checks, are dead-lettered",
+    )
+    give_up_after_checks: int = Field(
+        default=30, ge=1, description="see give_up_after_s (both bounds must pass)"
+    )
     pause_before_complete_s: float = Field(
         default=0.0,
         ge=0,
@@ -80,6 +89,8 @@ def main() -> NoReturn:
         group_id=f"{settings.kafka.topic_prefix}{SERVICE}",
         group_instance_id=f"{SERVICE}-{instance}" if instance else None,
         check_interval_s=sink_settings.check_interval_s,
+        give_up_after_s=sink_settings.give_up_after_s,
+        give_up_after_checks=sink_settings.give_up_after_checks,
         before_complete=pause if pause_s > 0 else None,
     )
     started = time.monotonic()
@@ -91,6 +102,7 @@ def main() -> NoReturn:
             "status": "ok" if sink.ready else "starting",
             "uptime_s": round(time.monotonic() - started, 1),
             "buffered_records": len(sink.buffer),
+            "unresolved_sources": len(sink.unresolved),
             "committed_instants": sink.committed_instants,
         }
 

@@ -14,6 +14,8 @@ The loop, each turn:
 2. every ``check_interval_s``: for each pending (table, instant), read the main table's
    timeline from storage (the truth) and, once it completed, its job's ``_SUCCESS``; take the
    partition's high watermark for each decided one (``lakewarden.errortable.acceptance``);
+   a key whose instant stays unresolved (no such table, never on the timeline) past the
+   bounds of ``services.error_sink.poison`` is dead-lettered with its original bytes;
 3. commit the ready ones: per error table, one instant with the accepted records of every
    ready main instant (``commit_errors``: idempotent by source key);
 4. commit the offsets below everything still buffered.
@@ -24,13 +26,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
 from confluent_kafka import Message, TopicPartition
 
+from lakewarden.clock import SYSTEM_CLOCK, Clock
 from lakewarden.commit import ManifestCommitter, SuccessData
 from lakewarden.errortable import (
     ErrorBuffer,
@@ -49,17 +52,20 @@ from lakewarden.errortable.acceptance import Discarded, Outcome, ReadyErrors
 from lakewarden.errortable.records import TABLE_NAME, TABLE_URI, InvalidErrorRecord
 from lakewarden.errortable.table import SourcesAlreadyCommittedError
 from lakewarden.events import EventCodec, EventConsumer, Rejection, default_codec
+from lakewarden.events.consumer import HeldMessage
 from lakewarden.settings import Settings
 from lakewarden.storage import open_storage
 from lakewarden.table import Coordinator, Table, Timeline
 from services._common.dlq import DEAD_LETTERS
 from services.error_sink import metrics
+from services.error_sink.poison import GIVE_UP_REASON, GiveUp, Unresolved, UnresolvedSources
 
 log = logging.getLogger(__name__)
 
 SERVICE: Final = "error-sink"
 _BATCH: Final = 1_000
 _MAX_WAIT_S: Final = 0.2
+_REMEMBER_GIVEN_UP: Final = 10_000
 
 
 @dataclass
@@ -69,6 +75,9 @@ class SinkOptions:
     group_id: str
     group_instance_id: str | None = None
     check_interval_s: float = 1.0
+    # A key whose instant cannot be found is dead-lettered after both (``poison``).
+    give_up_after_s: float = 900.0
+    give_up_after_checks: int = 30
     # Tests: called with the error-table instant after its files are written.
     before_complete: Callable[[str], None] | None = None
 
@@ -84,6 +93,7 @@ class ErrorSink:
         coordinator: Coordinator,
         codec: EventCodec | None = None,
         on_ready: Callable[[], None] = lambda: None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.settings = settings
         self.options = options
@@ -93,6 +103,14 @@ class ErrorSink:
         self.buffer = ErrorBuffer()
         self.ready = False
         self.committed_instants = 0
+        self.unresolved = UnresolvedSources(
+            after_s=options.give_up_after_s, after_checks=options.give_up_after_checks, clock=clock
+        )
+        # The original messages of buffered records, per key and uid: a key given up on is
+        # dead-lettered byte for byte (pruned to the buffer's keys after each check).
+        self._held: dict[SourceKey, dict[str, HeldMessage]] = {}
+        # Keys given up on, with why: their later records go to the DLQ too, never dropped.
+        self._given_up: OrderedDict[SourceKey, str] = OrderedDict()
         self._assigned: set[int] = set()
         self._timelines: dict[str, Timeline] = {}
         self._error_tables: dict[str, Table] = {}
@@ -154,8 +172,17 @@ class ErrorSink:
             self.consumer.dead_letter(msg, Rejection("invalid_request", str(err)))
             self.buffer.consumed(partition, offset)
             return
+        key = SourceKey(row.table_id, row.instant)
+        if key in self._given_up:
+            why = Rejection(GIVE_UP_REASON, self._given_up[key], "UnresolvedSource")
+            self.consumer.dead_letter(msg, why)
+            self.buffer.consumed(partition, offset)
+            return
         if not self.buffer.add(row, partition, offset):
             metrics.DROPPED.labels("late").inc()
+            return
+        held = self._held.setdefault(key, {})
+        held.setdefault(row.uid, HeldMessage.of(msg))
 
     # -- 2. decide, 3. commit -------------------------------------------------------------------
 
@@ -163,6 +190,12 @@ class ErrorSink:
         """Decide the pending instants from storage, then commit the ready ones."""
         for key in self.buffer.keys():
             outcome = self._outcome(key)
+            if isinstance(outcome, Unresolved):
+                verdict = self.unresolved.note(key, outcome.reason)
+                if verdict is not None:
+                    self._give_up(verdict)
+                continue
+            self.unresolved.resolved(key)
             if isinstance(outcome, Pending):
                 continue
             watermarks = self._watermarks(self.buffer.partitions(key))
@@ -184,8 +217,14 @@ class ErrorSink:
             by_table[self._location(item)].append(item)
         for location, items in by_table.items():
             self._commit(location, items)
+        live = self.buffer.keys(pending_only=False)
+        self.unresolved.keep(live)
+        for gone in self._held.keys() - set(live):
+            del self._held[gone]
 
-    def _outcome(self, key: SourceKey) -> Outcome:
+    def _outcome(self, key: SourceKey) -> Outcome | Unresolved:
+        """How ``key``'s instant ended, or ``Unresolved`` when it is not on its table's
+        timeline or the timeline could not be read."""
         sample = self.buffer.sample(key)
         uri = sample.context[TABLE_URI]
         try:
@@ -199,11 +238,42 @@ class ErrorSink:
             def summary_of(job_id: str) -> SuccessData | None:
                 return ManifestCommitter(timeline.storage, job_id).summary()
 
+            if state is None:
+                name = sample.context[TABLE_NAME]
+                return Unresolved(f"not on the timeline of table {name} at {uri}")
             return outcome_of(state, summary_of)
         except Exception as err:  # noqa: BLE001 - storage trouble: try again next check
             metrics.CHECK_ERRORS.labels("outcome").inc()
             log.warning("cannot read the outcome of %s at %s: %r", key, uri, err)
-            return Pending(str(err))
+            return Unresolved(f"cannot read the timeline at {uri}: {err!r}")
+
+    def _give_up(self, verdict: GiveUp) -> None:
+        """Dead-letter every held record of the key, then forget it (its offsets move). If a
+        dead letter cannot be delivered the key stays buffered: tried again next check (a
+        record may then be in the DLQ twice, never zero times)."""
+        held = self._held.get(verdict.key, {})
+        why = Rejection(GIVE_UP_REASON, verdict.detail, "UnresolvedSource")
+        try:
+            for message in held.values():
+                self.consumer.dead_letter_held(message, why)
+        except Exception as err:  # noqa: BLE001 - the DLQ is away: keep the records
+            metrics.CHECK_ERRORS.labels("dead_letter").inc()
+            log.warning("cannot dead-letter the records of %s: %r", verdict.key, err)
+            return
+        dropped = self.buffer.decide(verdict.key, Discarded(verdict.detail), {})
+        self._held.pop(verdict.key, None)
+        self.unresolved.resolved(verdict.key)
+        self._given_up[verdict.key] = verdict.detail
+        while len(self._given_up) > _REMEMBER_GIVEN_UP:
+            self._given_up.popitem(last=False)
+        metrics.DROPPED.labels("dead_lettered").inc(dropped)
+        metrics.SOURCES.labels("given_up").inc()
+        log.warning(
+            "gave up on %d failed records: %s",
+            dropped,
+            verdict.detail,
+            extra={"source": str(verdict.key), "dead_lettered": len(held)},
+        )
 
     def _watermarks(self, partitions: list[int]) -> dict[int, int] | None:
         marks: dict[int, int] = {}

@@ -16,12 +16,13 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from confluent_kafka import Consumer, TopicPartition
 
 import lakewarden
 from lakewarden.clients import LockClient
 from lakewarden.errortable import SOURCES_KEY, error_table_location, open_error_table
 from lakewarden.errortable.testing import FakeWrite
-from lakewarden.events import EventProducer, ensure_topics
+from lakewarden.events import EventConsumer, EventProducer, default_codec, ensure_topics
 from lakewarden.events.topics import DLQ, ERRORS
 from lakewarden.settings import ErrorTableSettings, Settings
 from lakewarden.table import EmbeddedCoordinator, NotATableError, Table, Timeline
@@ -253,3 +254,56 @@ def test_global_mode_collects_every_tables_errors(
         assert not (tmp_path / "orders_errors").exists()
     finally:
         service.stop()
+
+
+def test_poison_error_record_is_dead_lettered_and_the_offset_moves_past_it(
+    sink_settings: Settings, producer: EventProducer, tmp_path: Path
+) -> None:
+    """Issue 17 (reliab 1): a well-formed record naming a table that does not exist used to
+    stay pending forever and pin the partition's committed offset. With small bounds (3
+    checks over 1 s) it is dead-lettered with its original bytes, the group's committed offset
+    passes it, and a good record of the same table after it is still written."""
+    service = _sink(
+        sink_settings,
+        tmp_path / "sink",
+        LAKEWARDEN_ERROR_SINK_GIVE_UP_AFTER_S="1",
+        LAKEWARDEN_ERROR_SINK_GIVE_UP_AFTER_CHECKS="3",
+    )
+    orders = table(tmp_path, "orders")
+    errors_uri = error_table_location(orders.uri, "orders", ErrorTableSettings()).uri
+    poison_write = FakeWrite(orders)
+    (poison,) = poison_write.errors(poison_write.attempt(0), ["p1"])
+    poison["context"] = {**poison["context"], "tableUri": str(tmp_path / "no-such-table")}
+    good_write = FakeWrite(orders)  # same table id: same key, same partition, later offset
+    good_attempt = good_write.attempt(0)
+    service.start()
+    try:
+        publish(producer, [poison])
+        publish(producer, good_write.errors(good_attempt, ["g1", "g2"]))
+        good_write.complete([good_attempt])
+        with EventConsumer(sink_settings, group_id="dlq-reader", topics=[DLQ]) as consumer:
+            letter = next(consumer.events(idle_timeout_s=60)).record  # the first one
+        assert letter["reason"] == "unresolved_source"
+        assert poison_write.instant in letter["detail"] and "no-such-table" in letter["detail"]
+        name, record = default_codec().decode(letter["value"])
+        assert name == "ErrorRecord" and record["uid"] == poison["uid"]  # the original bytes
+        wait_for(lambda: rows(errors_uri) == 2, "the good records after the poison one")
+        group = f"{sink_settings.kafka.topic_prefix}error-sink"
+        spot = TopicPartition(ERRORS.name(sink_settings), letter["partition"])
+        wait_for(
+            lambda: committed_offset(sink_settings, group, spot) > letter["offset"],
+            "the committed offset to move past the poison record",
+        )
+        status, body = service.get("/health")
+        assert status == 200 and '"unresolved_sources": 0' in body
+    finally:
+        service.stop()
+
+
+def committed_offset(settings: Settings, group: str, spot: TopicPartition) -> int:
+    consumer = Consumer(settings.kafka.librdkafka_config(group_id=group))
+    try:
+        (found,) = consumer.committed([spot], timeout=10)
+        return int(found.offset)
+    finally:
+        consumer.close()
