@@ -52,19 +52,25 @@ def check_broker(settings: Settings, servers: str) -> None:
     """Ask the broker for its metadata once, within the Kafka client's request timeout, so an
     unreachable broker is one line now instead of minutes of Spark retries and a Java trace.
 
-    Raises: RetryableError (no answer)."""
+    Raises: RetryableError (no answer), KafkaAuthenticationError (credentials refused)."""
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
+
+    from lakewarden.events.kafka_errors import AuthWatch
 
     timeout = settings.kafka.request_timeout_s
     kafka = settings.kafka.model_copy(update={"bootstrap_servers": servers})  # --bootstrap wins
     config = kafka.librdkafka_config()
     # librdkafka's own connection-refused lines would repeat the one error below.
     config["log_level"] = 0
+    watch = AuthWatch(kafka)
+    config["error_cb"] = watch
     admin = AdminClient(config)
     try:
         admin.list_topics(timeout=timeout)
     except KafkaException as err:
+        admin.poll(0)  # serve the error events: a refused login is one of them
+        watch.raise_if_refused()
         raise RetryableError(
             f"Kafka at {servers} did not answer within {timeout:g} s ({err.args[0]}). "
             "Help: is the broker up? (--bootstrap, LAKEWARDEN_KAFKA__BOOTSTRAP_SERVERS, "

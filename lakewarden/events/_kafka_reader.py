@@ -14,6 +14,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from lakewarden.errors import RetryableError
+from lakewarden.events.kafka_errors import AuthWatch, is_authentication_failure
 from lakewarden.events.topics import TopicSpec
 from lakewarden.settings import Settings
 
@@ -217,6 +218,7 @@ class KafkaReader:
         not returned.
 
         Raises:
+            KafkaAuthenticationError: the broker refused the credentials.
             EventConsumerError: the consumer failed fatally.
         """
         consumer = self._started()
@@ -293,6 +295,9 @@ class KafkaReader:
     def _client(self) -> Consumer:
         if self._consumer is None:
             config = self.settings.kafka.librdkafka_config(group_id=self.group_id, **self._config)
+            # Client-level errors reach ``_on_error`` from poll/consume (as they did as error
+            # messages); a refused login among them is raised as KafkaAuthenticationError.
+            config["error_cb"] = self._on_error
             self._consumer = Consumer(config)
         return self._consumer
 
@@ -327,6 +332,8 @@ class KafkaReader:
             ) from err
 
     def _on_error(self, error: KafkaError) -> None:
+        if is_authentication_failure(error):
+            raise AuthWatch(self.settings.kafka).refusal(error)
         if error.fatal():
             raise EventConsumerError(f"Consumer {self.consumer_id} failed: {error.str()}")
         if error.code() == KafkaError._PARTITION_EOF:

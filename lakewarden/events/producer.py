@@ -15,6 +15,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from lakewarden.errors import RetryableError
 from lakewarden.events.codec import EventCodec, default_codec
+from lakewarden.events.kafka_errors import AuthWatch
 from lakewarden.events.topics import TopicSpec, topic_for_event
 from lakewarden.settings import Settings
 
@@ -60,6 +61,9 @@ class EventProducer:
         self._config = {**_DEFAULT_CONFIG, **config}
         self._producer: Producer | None = None
         self._failures: list[tuple[str, str]] = []
+        # librdkafka's own log lines (to ``log``) still say what failed; the watch only
+        # remembers a refused login, so ``flush`` can say so instead of "undelivered".
+        self._auth = AuthWatch(settings.kafka)
         self.delivered = 0
 
     @property
@@ -122,6 +126,8 @@ class EventProducer:
         """Wait until every queued message is delivered or failed.
 
         Raises:
+            KafkaAuthenticationError: messages are undelivered and the broker refused the
+                credentials.
             EventDeliveryError: a message failed since the last flush, or some are still
                 queued after ``timeout_s`` (default: the settings' request timeout).
         """
@@ -131,6 +137,7 @@ class EventProducer:
         undelivered = self._producer.flush(timeout)
         failures, self._failures = self._failures, []
         if failures or undelivered:
+            self._auth.raise_if_refused()
             raise EventDeliveryError(failures, undelivered)
 
     def close(self, timeout_s: float | None = None) -> None:
@@ -157,7 +164,9 @@ class EventProducer:
 
     def _client(self) -> Producer:
         if self._producer is None:
-            self._producer = Producer(self.settings.kafka.librdkafka_config(**self._config))
+            config = self.settings.kafka.librdkafka_config(**self._config)
+            config["error_cb"] = self._auth
+            self._producer = Producer(config)
         return self._producer
 
     def _on_delivery(self, err: KafkaError | None, msg: Message) -> None:

@@ -17,6 +17,7 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
 from lakewarden.errors import ConfigurationError, RetryableError
+from lakewarden.events.kafka_errors import AuthWatch
 from lakewarden.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -121,13 +122,19 @@ def ensure_topics(
 
     Raises:
         ConfigurationError: Kafka is not configured.
+        KafkaAuthenticationError: the broker refused the credentials.
         RetryableError: the broker did not answer or refused a creation.
     """
     timeout = settings.kafka.request_timeout_s if timeout_s is None else timeout_s
-    admin = AdminClient(settings.kafka.librdkafka_config(logger=log))
+    watch = AuthWatch(settings.kafka)
+    config = settings.kafka.librdkafka_config(logger=log)
+    config["error_cb"] = watch
+    admin = AdminClient(config)
     try:
         existing = set(admin.list_topics(timeout=timeout).topics)
     except KafkaException as err:
+        admin.poll(0)  # serve the error events: a refused login is one of them
+        watch.raise_if_refused()
         raise RetryableError(f"Cannot list topics: {err}. Help: is the broker up?") from err
     missing = [
         NewTopic(
