@@ -11,10 +11,11 @@ measures.
 
 ``explain``: what ``lakewarden explain`` does for a table with 10k instants (30k timeline
 events on a topic of their own, one instant a minute, each event stamped with its time as a
-real one would be): read every topic of the table from ``EXPLAIN_LEAD_MS`` before the
-instant on, fold the history, explain the instant; for the newest instant (a short window)
-and for the oldest (the window is the whole topic: the worst case), against the bare consume
-+ decode loop over the whole topic; budget 2 s. ``explain in memory`` is the fold and
+real one would be): read every topic of the table in the instant's window (from
+``EXPLAIN_LEAD_MS`` before the instant to ``EXPLAIN_TRAIL_MS`` after its terminal entry),
+fold the history, explain the instant; for the newest instant and for the oldest (whose
+window used to run to the end of the topic), against the bare consume + decode loop over the
+whole topic; budget 2 s. ``explain in memory`` is the fold and
 ``explain`` alone over the decoded events, against decoding them: the part of the time that
 is the history's own.
 """
@@ -41,7 +42,7 @@ from lakewarden.history import (
     build_history,
     entries_from_topic,
     explain,
-    explain_since_ms,
+    explain_window,
     read_table_events,
 )
 from lakewarden.history.replay import rebuild_state
@@ -185,9 +186,9 @@ def _replay(settings: Settings) -> int:
 
 
 def _explain_from_kafka(base: Settings, instants: int) -> list[Result]:
-    """``lakewarden explain`` of the newest instant (it reads from ``EXPLAIN_LEAD_MS`` before
-    the instant on) and of the oldest (the worst case: that window is the whole topic), each
-    against the bare loop over the whole topic."""
+    """``lakewarden explain`` of the newest instant and of the oldest (it reads from
+    ``EXPLAIN_LEAD_MS`` before the instant to ``EXPLAIN_TRAIL_MS`` after its terminal entry),
+    each against the bare loop over the whole topic."""
     kafka = base.kafka.model_copy(
         update={"topic_prefix": f"lakewarden.bench-{uuid.uuid4().hex[:8]}."}
     )
@@ -196,9 +197,16 @@ def _explain_from_kafka(base: Settings, instants: int) -> list[Result]:
     ensure_topics(settings, specs=[TIMELINE])
 
     def explained(instant: str) -> list[str]:
+        # The window ``lakewarden explain`` reads: the terminal (completed) entry's time is
+        # what the storage timeline tells it (``terminal_time_ms``); here the generator's.
+        window = explain_window(instant, Instant.parse(instant).epoch_ms + 20)
         with batch_mode():  # every topic, as ``lakewarden explain`` reads and folds them
             events = read_table_events(
-                settings, _TABLE, since_ms=explain_since_ms(instant), timeout_s=120
+                settings,
+                _TABLE,
+                since_ms=window.since_ms,
+                until_ms=window.until_ms,
+                timeout_s=120,
             )
             lines = explain(build_history(_TABLE, events), instant)
         if "completed" not in lines[0]:

@@ -76,10 +76,12 @@ def table_events(
     *,
     since: str | None,
     since_ms: int | None = None,
+    until_ms: int | None = None,
     topics: Iterable[TopicSpec] = TOPICS,
 ) -> list[Item]:
     """Every event of the table on ``topics``, read now (from ``since``, a user's text, or
-    else from ``since_ms``; from the oldest kept when both are None).
+    else from ``since_ms``; from the oldest kept when both are None; up to ``until_ms``, or
+    to the end when None).
 
     Raises: ConfigurationError (Kafka not configured), RetryableError, ReadTimeoutError."""
     with batch_mode():
@@ -88,17 +90,23 @@ def table_events(
                 settings,
                 config.table_id,
                 since_ms=parse_since(since) if since is not None else since_ms,
+                until_ms=until_ms,
                 topics=topics,
             )
         )
 
 
 def table_history(
-    settings: Settings, config: TableConfig, *, since: str | None, since_ms: int | None = None
+    settings: Settings,
+    config: TableConfig,
+    *,
+    since: str | None,
+    since_ms: int | None = None,
+    until_ms: int | None = None,
 ) -> TableHistory:
     """The table's history folded from every topic, read now (in ``batch_mode``).
 
     Raises: ConfigurationError (Kafka not configured), RetryableError, ReadTimeoutError."""
     with batch_mode():
-        items = table_events(settings, config, since=since, since_ms=since_ms)
+        items = table_events(settings, config, since=since, since_ms=since_ms, until_ms=until_ms)
         return build_history(config.table_id, items)

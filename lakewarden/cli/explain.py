@@ -3,10 +3,13 @@
     lakewarden explain /data/orders 20250314092653589
     lakewarden explain /data/orders 20250314092653589 --from-beginning
 
-The topics are read from 15 minutes before the instant's time on (Kafka finds the offsets by
-timestamp), since nothing of an instant's story happens earlier than its lock request; so
-explaining an instant reads what happened since it started, not the table's whole past.
-``--from-beginning`` reads every topic from its oldest event instead.
+The topics are read from 15 minutes before the instant's time (Kafka finds the offsets by
+timestamp), since nothing of an instant's story happens earlier than its lock request, to 5
+minutes after its terminal entry (completed, aborted, rolled_back: the storage timeline says
+when it was appended); a pending instant is read to the end of the topics. So explaining an
+instant reads what happened while it lived, not the table's whole past or future
+(``lakewarden.history.window``). ``--from-beginning`` reads every topic from its oldest
+event to its end instead.
 
 A few sentences from the table's events on Kafka: who completed it with which lock token, or
 whose heartbeat stopped and when (broker time), which job-commit stage failed with which error,
@@ -19,7 +22,7 @@ import click
 
 from lakewarden.cli._params import instant_param
 from lakewarden.cli._table_events import open_table, table_history
-from lakewarden.history import explain, explain_since_ms
+from lakewarden.history import ReadWindow, explain, explain_window, terminal_time_ms
 from lakewarden.settings import Settings
 
 
@@ -29,13 +32,22 @@ from lakewarden.settings import Settings
 @click.option(
     "--from-beginning",
     is_flag=True,
-    help="Read every topic from its oldest event (default: from 15 min before the instant).",
+    help=(
+        "Read every topic from its oldest event to its end (default: from 15 min before the "
+        "instant to 5 min after its terminal entry)."
+    ),
 )
 def command(uri: str, instant: str, from_beginning: bool) -> None:
     """Explain the state of INSTANT of the table at URI."""
     settings = Settings()
-    _, config = open_table(uri, settings)
-    since_ms = None if from_beginning else explain_since_ms(instant)
-    history = table_history(settings, config, since=None, since_ms=since_ms)
+    storage, config = open_table(uri, settings)
+    window = (
+        ReadWindow()
+        if from_beginning
+        else explain_window(instant, terminal_time_ms(storage, instant))
+    )
+    history = table_history(
+        settings, config, since=None, since_ms=window.since_ms, until_ms=window.until_ms
+    )
     for line in explain(history, instant):
         click.echo(line)

@@ -9,6 +9,7 @@ Public surface::
     story_lines, table_lines          the history as text
     diff_timelines, ReplayReport      the timeline rebuilt from the topic vs storage's
     read_table_events                 the bounded Kafka read of one table's events
+    explain_window, terminal_time_ms  the stretch of the topics explain reads for an instant
     batch_mode                        the cyclic GC paused while a command reads and folds
 
 Everything but ``read_table_events`` (and ``read_storage_entries``) is pure: no Kafka, no
@@ -16,13 +17,7 @@ storage, so it is tested with hand-built event sequences.
 """
 
 from lakewarden.history._batch import batch_mode
-from lakewarden.history.explain import (
-    EXPLAIN_LEAD_MS,
-    explain,
-    explain_since_ms,
-    fmt_ms,
-    telling_instant,
-)
+from lakewarden.history.explain import explain, fmt_ms, telling_instant
 from lakewarden.history.fold import HistoryBuilder, build_history
 from lakewarden.history.model import (
     CancelStep,
@@ -48,9 +43,19 @@ from lakewarden.history.replay import (
     entries_from_topic,
     read_storage_entries,
 )
+from lakewarden.history.window import (
+    EXPLAIN_LEAD_MS,
+    EXPLAIN_TRAIL_MS,
+    ReadWindow,
+    explain_since_ms,
+    explain_window,
+    terminal_time_ms,
+)
 
 __all__ = [
     "EXPLAIN_LEAD_MS",
+    "EXPLAIN_TRAIL_MS",
+    "ReadWindow",
     "batch_mode",
     "CancelStep",
     "Difference",
@@ -74,6 +79,7 @@ __all__ = [
     "entries_from_topic",
     "explain",
     "explain_since_ms",
+    "explain_window",
     "fmt_ms",
     "history_json",
     "read_storage_entries",
@@ -81,4 +87,5 @@ __all__ = [
     "story_lines",
     "table_lines",
     "telling_instant",
+    "terminal_time_ms",
 ]

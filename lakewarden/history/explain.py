@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime
-from typing import Final
 
 from lakewarden.history.model import (
     Expiry,
@@ -19,7 +18,6 @@ from lakewarden.history.model import (
     Step,
     TableHistory,
 )
-from lakewarden.table.instant import Instant
 
 # How a ``cancel_requested`` entry's reason names who asked (``table.cancel.cancel_reason``).
 _CANCEL_REASON = re.compile(r"cancel requested by (?P<who>[^:]+): (?P<why>.*)", re.DOTALL)
@@ -60,23 +58,6 @@ def explain(history: TableHistory, instant: str) -> list[str]:
             f"{story.error_records} failed record(s) of this instant went to the errors topic."
         )
     return lines + _caveats(history)
-
-
-# ``lakewarden explain`` reads the topics from this long before the instant's time on (Kafka
-# finds the offsets by timestamp), not from their oldest event. Nothing of an instant's story
-# happens before its time but the writer's lock request and grant (the instant time is taken
-# under the lock), and a wait for the table lock longer than this is far outside normal.
-# Without it, explaining one instant of a table with 10k instants decoded every event of
-# every topic; with it, an instant's explanation reads what happened from its start on.
-EXPLAIN_LEAD_MS: Final = 15 * 60 * 1000
-
-
-def explain_since_ms(instant: str) -> int:
-    """Where ``lakewarden explain`` starts reading for ``instant``: ``EXPLAIN_LEAD_MS``
-    before its time (epoch ms).
-
-    Raises: InvalidInstantError (not an instant time)."""
-    return Instant.parse(instant).epoch_ms - EXPLAIN_LEAD_MS
 
 
 _UNHAPPY = ("rolled_back", "aborted", "cancel_requested")

@@ -5,9 +5,10 @@ assigns the partitions (no consumer group is joined and no offset is committed, 
 changes nothing for the services) and stops when each partition reached its captured end.
 
 1. List the topics; a topic that does not exist is skipped.
-2. Per partition: the watermarks (low, high) and the start offset (the low watermark, or the
-   first offset at or after ``since_ms``).
-3. Read until every partition reached its high watermark (or ``timeout_s`` passed: then
+2. Per partition: the watermarks (low, high), the start offset (the low watermark, or the
+   first offset at or after ``since_ms``) and the end (the high watermark, or the first
+   offset at or after ``until_ms``: a read of a window of time stops there).
+3. Read until every partition reached its end (or ``timeout_s`` passed: then
    ``ReadTimeoutError``, never a silently partial story).
 4. Keep the events whose envelope names the table. A message that does not decode is kept as
    ``Unreadable`` when its key is the table id (every topic but lock.replies is keyed by it).
@@ -45,7 +46,7 @@ class _Partition:
     topic: str
     partition: int
     start: int
-    high: int
+    high: int  # where the read stops: the high watermark, or the end of the time window
     low: int
     first_kept_ms: int | None = None
     next: int = -1  # the offset after the last one read (from ``start`` on)
@@ -60,11 +61,13 @@ def read_table_events(
     table_id: str,
     *,
     since_ms: int | None = None,
+    until_ms: int | None = None,
     topics: Iterable[TopicSpec] = TOPICS,
     codec: EventCodec | None = None,
     timeout_s: float = 60.0,
 ) -> Iterator[Recorded | Unreadable | RetentionGap]:
-    """The events of ``table_id`` on ``topics`` as they are now, partition order kept.
+    """The events of ``table_id`` on ``topics`` as they are now, partition order kept; with
+    ``since_ms`` / ``until_ms`` only those whose Kafka timestamp is in that window.
 
     Raises:
         ConfigurationError: Kafka is not configured.
@@ -85,7 +88,8 @@ def read_table_events(
         logger=log,
     )
     try:
-        partitions = _plan(consumer, names, since_ms, settings.kafka.request_timeout_s)  # 1, 2.
+        timeout = settings.kafka.request_timeout_s
+        partitions = _plan(consumer, names, since_ms, until_ms, timeout)  # 1, 2.
         yield from _read(consumer, partitions, codec, table_id, timeout_s)
         for p in partitions:  # 5.
             if p.low > 0 and p.start == p.low:
@@ -95,7 +99,11 @@ def read_table_events(
 
 
 def _plan(
-    consumer: EventConsumer, names: list[str], since_ms: int | None, timeout: float
+    consumer: EventConsumer,
+    names: list[str],
+    since_ms: int | None,
+    until_ms: int | None,
+    timeout: float,
 ) -> list[_Partition]:
     """Steps 1 and 2 in a few requests: one for the metadata of every topic, one each for the
     low and high watermarks and the offsets by time of every partition (a request per topic
@@ -113,11 +121,19 @@ def _plan(
         if since_ms is not None and lows is not None and highs is not None:
             at = consumer.offsets_for(where, since_ms, timeout_s=timeout)
             starts = None if at is None else [_start(*a) for a in zip(at, lows, highs, strict=True)]
-        if lows is None or highs is None or starts is None:
-            return [p for name in found for p in _plan_topic(consumer, name, since_ms, timeout)]
+        ends = highs
+        if until_ms is not None and highs is not None:
+            at = consumer.offsets_for(where, until_ms, timeout_s=timeout)
+            ends = None if at is None else [_end(*a) for a in zip(at, highs, strict=True)]
+        if lows is None or highs is None or starts is None or ends is None:
+            return [
+                p
+                for name in found
+                for p in _plan_topic(consumer, name, since_ms, until_ms, timeout)
+            ]
         return [
             _Partition(t, p, start, high, low)
-            for (t, p), start, high, low in zip(where, starts, highs, lows, strict=True)
+            for (t, p), start, high, low in zip(where, starts, ends, lows, strict=True)
         ]
     except EventConsumerError as err:
         raise RetryableError(f"Cannot list topics: {err}. Help: is the broker up?") from err
@@ -130,8 +146,17 @@ def _start(found: int, low: int, high: int) -> int:
     return high if found < 0 else max(found, low)
 
 
+def _end(found: int, high: int) -> int:
+    """Where a read up to ``until_ms`` stops: the first offset that late (-1: none is)."""
+    return high if found < 0 else min(found, high)
+
+
 def _plan_topic(
-    consumer: EventConsumer, name: str, since_ms: int | None, timeout: float
+    consumer: EventConsumer,
+    name: str,
+    since_ms: int | None,
+    until_ms: int | None,
+    timeout: float,
 ) -> list[_Partition]:
     """Step 2 for one topic, a request per partition, each retried (a new topic's partition
     may have no leader for a moment).
@@ -144,6 +169,8 @@ def _plan_topic(
         if since_ms is not None and high > low:
             found = consumer.offset_at(name, number, since_ms, timeout_s=timeout)
             start = _start(found, low, high)
+        if until_ms is not None and high > low:
+            high = _end(consumer.offset_at(name, number, until_ms, timeout_s=timeout), high)
         plan.append(_Partition(name, number, start, high, low))
     return plan
 

@@ -63,27 +63,40 @@ def test_batch_mode_pauses_the_cycle_collector_and_restores_it_as_it_was() -> No
         gc.enable()
 
 
-def test_explain_reads_from_a_lead_before_the_instant_unless_asked_for_everything(
+def test_explain_reads_the_instants_window_unless_asked_for_everything(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from click.testing import CliRunner
 
     from lakewarden.cli import explain as explain_cli
-    from lakewarden.history import EXPLAIN_LEAD_MS
+    from lakewarden.history import EXPLAIN_LEAD_MS, EXPLAIN_TRAIL_MS
 
-    asked: list[int | None] = []
+    asked: list[tuple[int | None, int | None]] = []
+    terminal = Instant.parse(INSTANT).epoch_ms + 40_000  # completed 40 s after it started
 
-    def history(settings: object, config: object, *, since: object, since_ms: int | None) -> Any:
-        asked.append(since_ms)
+    def history(
+        settings: object,
+        config: object,
+        *,
+        since: object,
+        since_ms: int | None,
+        until_ms: int | None,
+    ) -> Any:
+        asked.append((since_ms, until_ms))
         return build_history(TABLE, [transition(0, "requested", 20)])
 
     monkeypatch.setattr(explain_cli, "open_table", lambda uri, settings: (None, None))
+    monkeypatch.setattr(explain_cli, "terminal_time_ms", lambda storage, instant: terminal)
     monkeypatch.setattr(explain_cli, "table_history", history)
     runner = CliRunner()
 
     windowed = runner.invoke(explain_cli.command, ["/t", INSTANT])
     everything = runner.invoke(explain_cli.command, ["/t", INSTANT, "--from-beginning"])
+    monkeypatch.setattr(explain_cli, "terminal_time_ms", lambda storage, instant: None)
+    pending = runner.invoke(explain_cli.command, ["/t", INSTANT])
 
     assert windowed.exit_code == 0 and everything.exit_code == 0, windowed.output
+    assert pending.exit_code == 0, pending.output
     assert f"Instant {INSTANT} (commit) is requested" in windowed.output
-    assert asked == [Instant.parse(INSTANT).epoch_ms - EXPLAIN_LEAD_MS, None]
+    since = Instant.parse(INSTANT).epoch_ms - EXPLAIN_LEAD_MS
+    assert asked == [(since, terminal + EXPLAIN_TRAIL_MS), (None, None), (since, None)]
