@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -35,11 +35,30 @@ class KafkaSettings(BaseModel):
     sasl_username: str | None = None
     sasl_password: SecretStr | None = None
     ssl_ca_location: str | None = Field(default=None, description="CA bundle (PEM) path")
-    job_commits: Literal["writer", "service"] = Field(
-        default="writer",
-        description="who runs the job commit of Table.write with Kafka configured: the writing "
-        "process (writer), or job-committer (service), as the Spark driver always does",
+    job_commits: Literal["service", "embedded"] = Field(
+        default="service",
+        description="who runs the job commit of Table.write with Kafka configured: "
+        "job-committer (service, the default, as the Spark driver always does), or the writing "
+        "process itself (embedded; 'writer' is accepted as its former name)",
     )
+    job_commit_timeout_s: float = Field(
+        default=300.0,
+        gt=0,
+        description="how long Table.write waits for job-committer's answer before raising "
+        "CommitStateUnknownError (the request is durable and may still complete)",
+    )
+    job_committer_wait_s: float = Field(
+        default=10.0,
+        ge=0,
+        description="how long Table.write waits for a job-committer to be a member of its "
+        "consumer group before raising JobCommitterUnavailableError (nothing sent, rolled back)",
+    )
+
+    @field_validator("job_commits", mode="before")
+    @classmethod
+    def _former_name(cls, value: object) -> object:
+        # "writer" was the opt-out's name before job-committer became the default.
+        return "embedded" if value == "writer" else value
 
     @property
     def enabled(self) -> bool:

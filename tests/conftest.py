@@ -8,6 +8,8 @@ So several people (or CI and a person) can run the suite on one machine at the s
 - ``kafka_settings``: ``Settings`` with ``kafka.bootstrap_servers`` pointing at it
 - ``s3_settings``: ``Settings`` with ``s3.endpoint_url`` and credentials of a SeaweedFS
 - ``s3_bucket``: the name of a bucket created on that endpoint for this session
+- ``job_committer``: module-scoped; ``job_committer.ensure(settings)`` runs a job-committer for
+  those settings' topics (``Table.write`` with Kafka configured commits through it)
 
 A missing prerequisite (Kafka jars, ``weed``) FAILS the test with what to run, it never skips:
 a suite that silently skips its integration tests proves nothing.
@@ -27,6 +29,7 @@ from typing import TypeVar
 
 import pytest
 from _hypothesis_profiles import load_profile
+from _job_committers import JobCommitters
 from pydantic import SecretStr
 
 from lakewarden.devstack import processes
@@ -172,3 +175,14 @@ def _close_shared_kafka_clients() -> Iterator[None]:
     from lakewarden.table import close_shared_connections
 
     close_shared_connections()
+
+
+@pytest.fixture(scope="module")
+def job_committer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JobCommitters]:
+    """job-committer processes for this module, one per topic prefix, started on demand by
+    ``ensure(settings)`` and stopped (by pid) at the end of the module."""
+    committers = JobCommitters(tmp_path_factory.mktemp("job-committers"))
+    try:
+        yield committers
+    finally:
+        committers.stop_all()

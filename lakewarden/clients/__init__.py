@@ -10,6 +10,7 @@ CancelClient, CancelReply               RFC-79 cancels through cancel-manager
 CancelServiceUnavailableError
 CommitClient, CommitRequest, CommitReply job commits by job-committer (waits, never retries)
 JobCommitFailedError, CommitServiceUnavailableError, check_commit, CommitState
+JobCommitterUnavailableError             Table.write found no job-committer running (nothing sent)
 table_partition, lock_request            the lock wire contract timeline-lock shares with the
                                          clients (routing, request events)
 """
@@ -27,6 +28,7 @@ from lakewarden.clients.commit import (
     JobCommitFailedError,
     check_commit,
 )
+from lakewarden.clients.committer_presence import JobCommitterUnavailableError
 from lakewarden.clients.heartbeat import Heartbeat, HeartbeatLostError, Heartbeats
 from lakewarden.clients.kafka_coordinator import KafkaCoordinator
 from lakewarden.clients.liveness import Liveness, LivenessUnavailableError
@@ -50,6 +52,7 @@ __all__ = [
     "CommitServiceUnavailableError",
     "CommitState",
     "JobCommitFailedError",
+    "JobCommitterUnavailableError",
     "check_commit",
     "lock_request",
     "table_partition",

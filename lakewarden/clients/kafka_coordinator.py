@@ -18,8 +18,9 @@ instant while its block runs (``lakewarden.clients.heartbeat.Heartbeats``), and 
 answers ALIVE for an instant this process beats for and is healthy, else the monitor's verdict
 from its changelog (``lakewarden.clients.liveness.Liveness``); UNKNOWN when the monitor's view
 cannot be read (never "dead" on a guess: callers act destructively on DEAD).
-With ``kafka.job_commits == "service"`` it hands ``Table.write``'s job commits to
-job-committer (``job_commits``, ``lakewarden.clients.service_commits``).
+With ``kafka.job_commits == "service"`` (the default) it hands ``Table.write``'s job commits to
+job-committer (``job_commits``, ``lakewarden.clients.service_commits``); ``embedded`` keeps
+them in the writing process.
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from lakewarden.clients.clean_registration import CleanerRegistration
-from lakewarden.clients.commit import DEFAULT_TIMEOUT_S
 from lakewarden.clients.heartbeat import Heartbeats
 from lakewarden.clients.liveness import Liveness as LivenessView
 from lakewarden.clients.liveness import LivenessUnavailableError
@@ -86,11 +86,12 @@ class KafkaCoordinator(Coordinator):
         self._job_commits: ServiceJobCommits | None = None
         if settings.kafka.job_commits == "service":
             self._job_commits = ServiceJobCommits(
-                settings, producer_id=f"writer:{self.client.owner}", timeout_s=DEFAULT_TIMEOUT_S
+                settings, producer_id=f"writer:{self.client.owner}"
             )
 
     def job_commits(self) -> JobCommits | None:
-        """job-committer when ``kafka.job_commits`` is ``service``, else None (the writer)."""
+        """job-committer when ``kafka.job_commits`` is ``service`` (the default), else None
+        (``embedded``: the writing process commits)."""
         return self._job_commits
 
     @contextmanager

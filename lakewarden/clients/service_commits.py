@@ -1,11 +1,13 @@
 """``Table.write``'s job commit by job-committer: the ``JobCommits`` of ``KafkaCoordinator``.
 
-With ``LAKEWARDEN_KAFKA__JOB_COMMITS=service`` a Python write does what the Spark driver does:
-its task attempt announces its manifest (a ``TaskManifest`` event), the writer sends a
-``JobCommitRequest`` for exactly that attempt and waits; job-committer runs the very same
-``commit_instant`` (files placed, ``completed`` appended after the conflict rules, or
-``rolled_back`` and the job aborted) and answers. One ``CommitClient`` per coordinator, opened
-on the first commit.
+With Kafka configured (and ``kafka.job_commits`` at its default, ``service``) a Python write
+does what the Spark driver does: it checks that a job-committer runs (``CommitterPresence``:
+none within ``kafka.job_committer_wait_s`` raises ``JobCommitterUnavailableError`` before
+anything is sent), its task attempt announces its manifest (a ``TaskManifest`` event), the
+writer sends a ``JobCommitRequest`` for exactly that attempt and waits up to
+``kafka.job_commit_timeout_s``; job-committer runs the very same ``commit_instant`` (files
+placed, ``completed`` appended after the conflict rules, or ``rolled_back`` and the job
+aborted) and answers. One ``CommitClient`` per coordinator, opened on the first commit.
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ import threading
 from collections.abc import Sequence
 
 from lakewarden.clients.commit import AttemptManifest, CommitClient, CommitRequest
+from lakewarden.clients.committer_presence import CommitterPresence
 from lakewarden.commit.stages.task import TaskCommitResult
+from lakewarden.errors import CommitStateUnknownError
 from lakewarden.settings import Settings
 from lakewarden.table.job_commit import JobCommitSpec
 from lakewarden.table.stats import CommitStats
@@ -23,10 +27,20 @@ from lakewarden.table.stats import CommitStats
 class ServiceJobCommits:
     """Job commits by job-committer (``lakewarden.table.coordinator.JobCommits``)."""
 
-    def __init__(self, settings: Settings, *, producer_id: str, timeout_s: float) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        producer_id: str,
+        timeout_s: float | None = None,
+        presence: CommitterPresence | None = None,
+    ) -> None:
         self.settings = settings
         self.producer_id = producer_id
-        self.timeout_s = timeout_s
+        self.timeout_s = settings.kafka.job_commit_timeout_s if timeout_s is None else timeout_s
+        self.presence = presence or CommitterPresence(
+            settings, wait_s=settings.kafka.job_committer_wait_s
+        )
         self._guard = threading.Lock()
         self._client: CommitClient | None = None
 
@@ -40,8 +54,10 @@ class ServiceJobCommits:
     ) -> CommitStats:
         """See ``JobCommits.commit_job``.
 
-        Raises: JobCommitFailedError, CommitStateUnknownError, CommitServiceUnavailableError.
+        Raises: JobCommitterUnavailableError (no job-committer runs; nothing was sent),
+        JobCommitFailedError, CommitStateUnknownError, CommitServiceUnavailableError.
         """
+        self.presence.require(table=table_id, instant=spec.instant)
         request = CommitRequest(
             table_uri=table_uri,
             table_id=table_id,
@@ -59,7 +75,11 @@ class ServiceJobCommits:
             if self._client is None:
                 self._client = CommitClient(self.settings, producer_id=self.producer_id)
             client = self._client
-        return client.commit(request, timeout_s=self.timeout_s, manifests=manifests).stats
+        try:
+            return client.commit(request, timeout_s=self.timeout_s, manifests=manifests).stats
+        except CommitStateUnknownError:
+            self.presence.forget()  # no answer: has the committer gone? ask again next time
+            raise
 
     def close(self) -> None:
         with self._guard:

@@ -37,8 +37,9 @@ SERVICE_ENV = {
     "LAKEWARDEN_CLEANER_SWEEP_INTERVAL_S": "1",
     "LAKEWARDEN_LOG_LEVEL": "INFO",
 }
-# The services Python writers depend on: the lock, liveness, and the cleaner's rollback.
-WORKLOAD_SERVICES = ("timeline-lock", "heartbeat-monitor", "cleaner")
+# The services Python writers depend on: the lock, liveness, the cleaner's rollback, and
+# job-committer (Table.write hands it its job commit when Kafka is configured).
+WORKLOAD_SERVICES = ("timeline-lock", "heartbeat-monitor", "cleaner", "job-committer")
 BUCKET = "lakewarden"
 
 

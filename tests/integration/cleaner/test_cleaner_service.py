@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from _job_committers import JobCommitters
 from confluent_kafka import Consumer
 
 from lakewarden.clients import request_clean
@@ -309,9 +310,10 @@ def test_two_then_three_cleaners_over_30_tables_one_killed(
 
 
 def test_a_table_written_through_kafka_is_cleaned_without_being_registered_by_hand(
-    cl_settings: Settings, cleaners: Cleaners, tmp_path: Path
+    cl_settings: Settings, cleaners: Cleaners, job_committer: JobCommitters, tmp_path: Path
 ) -> None:
     cleaners("a")
+    job_committer.ensure(cl_settings)  # the writes below commit through it (the default)
     # No coordinator given: the shared one for these settings, timeline-lock's. Its first
     # announced entry registers the table with the cleaner (nobody calls request_clean).
     try:

@@ -1,7 +1,7 @@
 """The Spark driver's commit with Kafka configured goes through job-committer: the data
 source's own task and driver code (``write_task``, ``commit_write``) without a SparkSession,
-against the real broker, timeline-lock and job-committer; and so does ``Table.write`` when
-``kafka.job_commits`` says so."""
+against the real broker, timeline-lock and job-committer; and so does ``Table.write`` (by
+default with Kafka configured: ``kafka.job_commits == "service"``)."""
 
 from __future__ import annotations
 
@@ -129,13 +129,13 @@ def test_a_micro_batch_the_service_finds_committed_is_batch_already_committed(
     assert len(Table.open(table.uri).read()) == 5
 
 
-def test_table_write_goes_through_the_service_when_configured(
+def test_table_write_goes_through_the_service_by_default(
     jc_settings: Settings, table: Table, committer_service: ServiceProcess
 ) -> None:
-    """``kafka.job_commits = "service"``: ``Table.write`` announces its attempt's manifest and
-    job-committer runs the commit, as for Spark."""
-    kafka = jc_settings.kafka.model_copy(update={"job_commits": "service"})
-    settings = jc_settings.model_copy(update={"kafka": kafka})
+    """With Kafka configured and nothing else said, ``Table.write`` announces its attempt's
+    manifest and job-committer runs the commit, as for Spark."""
+    assert jc_settings.kafka.job_commits == "service"
+    settings = jc_settings
     with connect(settings) as connection:
         writer = Table.open(table.uri, coordinator=connection.coordinator, settings=settings)
         result = writer.write(pa.table({"id": [1, 2], "region": ["eu", "us"], "note": ["a"] * 2}))

@@ -65,7 +65,13 @@ def hold(table: str, ttl_s: float) -> None:
 
 
 def paused_writer(uri: str, variant: str) -> None:
-    coordinator = PausingCoordinator(Settings(), ttl_s=2.0, trust_lease=variant == "trust")
+    # The writer's own `completed` append is what this child pauses in: its job commit stays
+    # in this process (the opt-out), not with job-committer.
+    settings = Settings()
+    settings = settings.model_copy(
+        update={"kafka": settings.kafka.model_copy(update={"job_commits": "embedded"})}
+    )
+    coordinator = PausingCoordinator(settings, ttl_s=2.0, trust_lease=variant == "trust")
     table = Table.open(uri, coordinator=coordinator)
     batch = pa.table({"id": pa.array([1, 2, 3], pa.int64()), "v": ["child"] * 3})
     try:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from _job_committers import JobCommitters
 
 from lakewarden.clients import KafkaCoordinator
 from lakewarden.errors import ConfigurationError
@@ -39,8 +40,12 @@ def coordinator(
 
 
 def test_table_writes_take_the_lease_and_entries_record_its_tokens(
-    coordinator: KafkaCoordinator, tmp_path: Path
+    coordinator: KafkaCoordinator,
+    shared_lock_settings: Settings,
+    job_committer: JobCommitters,
+    tmp_path: Path,
 ) -> None:
+    job_committer.ensure(shared_lock_settings)  # Table.write commits through it (the default)
     uri = str(tmp_path / "orders")
     schema = pa.schema([("id", pa.int64()), ("v", pa.string())])
     Table.create(uri, name="orders-kc", record_key="id", schema=schema)
@@ -49,7 +54,10 @@ def test_table_writes_take_the_lease_and_entries_record_its_tokens(
         table.write(pa.table({"id": pa.array([1, 2], pa.int64()), "v": [v, v]}))
     tokens = [entry.lock_token for entry in table.timeline_log.entries()]
     # requested, inflight, completed per write: each step took the lock with a new token
+    # (completed by job-committer, under a lease of its own)
     assert len(tokens) == 6 and tokens == sorted(tokens) and len(set(tokens)) == 6
+    completed = [e for e in table.timeline_log.entries() if e.transition == "completed"]
+    assert [e.actor.split("@")[0] for e in completed] == ["job-committer"] * 2
     assert table.read().column("v").to_pylist() == ["b", "b"]
 
 

@@ -189,7 +189,10 @@ def test_a_writer_paused_past_its_lease_cannot_complete(
     uri = str(tmp_path / "orders")
     schema = pa.schema([("id", pa.int64()), ("v", pa.string())])
     Table.create(uri, name="orders", record_key="id", schema=schema)
-    coordinator = KafkaCoordinator(lock_settings)
+    # Both writers commit in their own process (kafka.job_commits = embedded): the test is
+    # about a writer's own `completed` append under a lease it lost.
+    kafka = lock_settings.kafka.model_copy(update={"job_commits": "embedded"})
+    coordinator = KafkaCoordinator(lock_settings.model_copy(update={"kafka": kafka}))
     try:
         with child(lock_settings, "paused-writer", uri, variant) as writer:
             paused_token = int(writer.expect("PAUSED").split()[1])
