@@ -25,11 +25,13 @@ A write is one transaction on the timeline (``lakewarden.table.transaction``):
    aborted (its files are deleted), and the error is re-raised. When the completion's outcome
    is unknown the timeline is re-read: a completed instant is a success; otherwise the write
    is abandoned the same way (the ``rolled_back`` entry settles that it never completes).
-   With Kafka configured and ``kafka.job_commits == "service"``, job-committer runs this
-   step (``Coordinator.job_commits``): the attempt's manifest is announced, the request sent,
-   the answer awaited; a refusal is rolled back by the service (and abandoned here again,
-   idempotently), and an unknown outcome is raised as it is, nothing deleted, because the
-   request is durable and may still complete.
+   With Kafka configured (``kafka.job_commits == "service"``, the default; ``embedded`` opts
+   out), job-committer runs this step (``Coordinator.job_commits``): the attempt's manifest is
+   announced, the request sent, the answer awaited; a refusal is rolled back by the service
+   (and abandoned here again, idempotently), and an unknown outcome is raised as it is,
+   nothing deleted, because the request is durable and may still complete. No job-committer
+   running is found before anything is sent (``JobCommitterUnavailableError``) and abandoned
+   here like any other failure.
    Steps 4-6 run under the instant's heartbeat.
 
 A store that can neither rename nor hold back uploads (the in-memory test store) has no
@@ -212,8 +214,9 @@ def _by_service(
     ctx: WriteContext, service: JobCommits, spec: JobCommitSpec, tasks: Sequence[TaskCommitResult]
 ) -> CommitStats:
     """Step 6 by job-committer (``kafka.job_commits == "service"``): the same
-    ``commit_instant``, run by the service. Raises: JobCommitFailedError (rolled back by the
-    service), CommitStateUnknownError, CommitServiceUnavailableError."""
+    ``commit_instant``, run by the service. Raises: JobCommitterUnavailableError (none runs:
+    nothing sent), JobCommitFailedError (rolled back by the service), CommitStateUnknownError,
+    CommitServiceUnavailableError."""
     return service.commit_job(
         table_uri=ctx.storage.uri, table_id=ctx.config.table_id, spec=spec, tasks=tasks
     )
