@@ -33,7 +33,10 @@ pytestmark = [pytest.mark.timeout(240), pytest.mark.usefixtures("committer_servi
 
 @pytest.fixture
 def table(jc_settings: Settings, table_uri: str) -> Iterator[Table]:
-    coordinator = KafkaCoordinator(jc_settings)
+    # Table.write commits in this process here (the opt-out), so the story has an instant
+    # completed by a writer beside the two the service settled.
+    kafka = jc_settings.kafka.model_copy(update={"job_commits": "embedded"})
+    coordinator = KafkaCoordinator(jc_settings.model_copy(update={"kafka": kafka}))
     made = make_table(table_uri)
     yield Table.open(table_uri, coordinator=coordinator)
     coordinator.close()
