@@ -100,6 +100,12 @@ class CommitterPresence:
         with self._guard:
             self._seen_at = None
 
+    def close(self) -> None:
+        """Drop the broker connection (the next ``require`` opens another)."""
+        close = getattr(self._members, "close", None)
+        if close is not None:
+            close()
+
     def _unavailable(
         self, count: int | None, *, table: str, instant: str
     ) -> JobCommitterUnavailableError:
@@ -143,6 +149,10 @@ class _BrokerMembers:
             log.warning("describing consumer group %s: %s", self.group, err)
             return None
         return len(description.members)
+
+    def close(self) -> None:
+        # An AdminClient has no close: dropping the last reference stops its threads.
+        self._admin = None
 
 
 def _unknown_group(err: KafkaException) -> bool:

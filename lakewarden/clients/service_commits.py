@@ -82,6 +82,7 @@ class ServiceJobCommits:
             raise
 
     def close(self) -> None:
+        self.presence.close()
         with self._guard:
             client, self._client = self._client, None
         if client is not None:
