@@ -88,18 +88,35 @@ class CleanerRegistration:
             now = self.clock()
             if uri is None or (last is not None and now - last < self.reregister_after_s):
                 return False
-            try:
-                self._publish(table_id, uri, entry.actor)
-            except LakewardenError as err:
-                self.failed += 1
-                log.warning(
-                    "table not registered with the cleaner (retried at its next entry): %s",
-                    err,
-                    extra={"table": table_id, "uri": uri},
-                )
+            return self._register(table_id, uri, entry.actor)
+
+    def _register(self, table_id: str, uri: str, actor: str) -> bool:
+        """Publish the registration (the caller holds ``_guard``); False when it failed."""
+        try:
+            self._publish(table_id, uri, actor)
+        except LakewardenError as err:
+            self.failed += 1
+            log.warning(
+                "table not registered with the cleaner (retried at its next entry): %s",
+                err,
+                extra={"table": table_id, "uri": uri},
+            )
+            return False
+        self._registered_at[table_id] = self.clock()
+        return True
+
+    def before_first_entry(self, table_id: str, actor: str) -> bool:
+        """Register ``table_id`` now if its location is known and this process never registered
+        it: called before a write appends its ``requested`` entry, so a writer killed right
+        after that append (before announcing it) still leaves its table known to the cleaner,
+        which then rolls the dead instant back (the campaign's ``requested_left_behind``,
+        seed 5021: the table's only writer killed there, and no later write to announce).
+        Whether a registration was published now."""
+        with self._guard:
+            uri = self._uris.get(table_id)
+            if uri is None or table_id in self._registered_at:
                 return False
-            self._registered_at[table_id] = now
-            return True
+            return self._register(table_id, uri, actor)
 
     def close(self) -> None:
         """Close an owned producer (best effort)."""

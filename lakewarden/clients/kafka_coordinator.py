@@ -178,6 +178,11 @@ class KafkaCoordinator(Coordinator):
         """Remember the table's URI for its registration with the cleaner (no IO)."""
         self.registration.locate(table_id, uri)
 
+    def before_requested(self, table_id: str, actor: str) -> None:
+        """Register the table with the cleaner before this process's first ``requested``
+        entry of it (best effort; see ``CleanerRegistration.before_first_entry``)."""
+        self.registration.before_first_entry(table_id, actor)
+
     def announce(self, table_id: str, entry: TimelineEntry) -> None:
         """Publish ``entry`` on the timeline topic (best effort; see ``TimelinePublisher``);
         the table's first announced entry also registers it with the cleaner (best effort;

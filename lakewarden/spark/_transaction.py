@@ -125,6 +125,7 @@ class SparkTransaction(WriteTransaction):
         Raises: BatchAlreadyCommittedError, LockTimeoutError, ConcurrentAppendError,
         CommitStateUnknownError."""
         payload = requested_payload(operation, key.plan(job_id))
+        coordinator.before_requested(table_id, actor)
         with coordinator.lock(table_id) as lease:
 
             def draft(state: TimelineState) -> EntryDraft:

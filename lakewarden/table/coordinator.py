@@ -146,6 +146,14 @@ class Coordinator(abc.ABC):
         (``lakewarden.clients.clean_registration``); the embedded one has no cleaner to tell."""
         return None
 
+    def before_requested(self, table_id: str, actor: str) -> None:
+        """Called before this process appends a ``requested`` entry to ``table_id``. The Kafka
+        coordinator registers the table with the cleaner here when this process has not yet
+        (a writer killed between its first ``requested`` and that entry's announcement would
+        otherwise leave a dead instant in a table no cleaner knows). Best effort, never
+        raises; the embedded coordinator has no cleaner to tell."""
+        return None
+
     def announce(self, table_id: str, entry: TimelineEntry) -> None:
         """Tell the audit trail that ``entry`` was appended to the table's timeline (the
         Kafka coordinator publishes a ``TimelineTransition``; the embedded one has nowhere to

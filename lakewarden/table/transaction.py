@@ -110,6 +110,7 @@ class WriteTransaction:
         ConcurrentAppendError, CommitStateUnknownError.
         """
         payload = requested_payload(operation, plan, cancellable=cancellable)
+        coordinator.before_requested(table_id, actor)
         with coordinator.lock(table_id, ttl_s=lock_ttl_s, wait_s=lock_wait_s) as lease:  # 1.
 
             def draft(state: TimelineState) -> EntryDraft:

@@ -48,6 +48,7 @@ def schedule(
             "only honoured for cancellable plans. Help: pass cancellable=True, or no policy.",
             table=ctx.table_id,
         )
+    ctx.coordinator.before_requested(ctx.table_id, ctx.actor)
     with ctx.coordinator.lock(
         ctx.table_id, ttl_s=ctx.lock_ttl_s, wait_s=ctx.lock_wait_s
     ) as lease:  # 1.

@@ -164,3 +164,64 @@ def test_a_table_is_registered_again_after_the_interval_while_it_is_written() ->
     assert registration.announced("table-1", _entry(transition=Transition.COMPLETED))
     assert not registration.announced("table-1", _entry())
     assert [record["table_uri"] for _, record in producer.sent] == ["/data/t1", "/data/t1"]
+
+
+def test_a_table_is_registered_before_its_first_requested_entry_and_only_once() -> None:
+    producer = _Producer()
+    registration = _registration(producer)
+    assert not registration.before_first_entry("table-1", "writer-1")  # location unknown
+    registration.locate("table-1", "/data/t1")
+
+    assert registration.before_first_entry("table-1", "writer-1")
+    assert not registration.before_first_entry("table-1", "writer-1")
+    assert not registration.announced("table-1", _entry())  # registered already
+    assert [record["table_uri"] for _, record in producer.sent] == ["/data/t1"]
+
+
+def test_a_failed_registration_before_the_first_entry_is_retried_at_the_announcement() -> None:
+    producer = _Producer(fail=True)
+    registration = _registration(producer)
+    registration.locate("table-1", "/data/t1")
+    assert not registration.before_first_entry("table-1", "writer-1")
+    producer.fail = False
+    assert registration.announced("table-1", _entry())
+    assert registration.failed == 1
+
+
+class _KilledAfterItsFirstAppend(EmbeddedCoordinator):
+    """Records the order of the registration and the announcement, and dies at the first
+    announcement: a writer killed between appending ``requested`` and announcing it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[str] = []
+
+    def before_requested(self, table_id: str, actor: str) -> None:
+        self.calls.append("before_requested")
+
+    def announce(self, table_id: str, entry: TimelineEntry) -> None:
+        self.calls.append(f"announce {entry.transition}")
+        raise _Killed
+
+
+class _Killed(BaseException):
+    pass
+
+
+def test_requested_left_behind_a_writer_killed_after_its_first_append_registered_first(
+    tmp_path: Path,
+) -> None:
+    """Campaign seed 5021: the table's only writer was killed right after appending its first
+    ``requested``, before announcing it, so the cleaner never heard of the table and the dead
+    instant stayed. The registration now comes before the append."""
+    storage = LocalStorage(str(tmp_path))
+    config = TableConfig.new(
+        name="t", record_key="id", schema=pa.schema([pa.field("id", pa.int64(), nullable=False)])
+    )
+    coordinator = _KilledAfterItsFirstAppend()
+    table = Table(storage, config, coordinator=coordinator)
+    try:
+        table.write(pa.table({"id": pa.array([1], pa.int64())}), "insert")
+    except _Killed:
+        pass
+    assert coordinator.calls == ["before_requested", "announce requested"]
