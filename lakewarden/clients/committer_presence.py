@@ -10,8 +10,9 @@ is unknown. So before sending, the writer asks the broker whether job-committer'
    starting joins meanwhile), then raise ``JobCommitterUnavailableError``: nothing was sent,
    and the writer rolls its instant back (nothing committed, nothing left behind).
 
-A member seen is remembered for ``remember_s``, so a stream of writes asks the broker about
-once per ``remember_s``. A committer that dies after the check is not this module's case: the
+A principal not allowed to describe the group skips the check (a warning is logged): the
+writer then sends and waits as it would without it. A member seen is remembered for
+``remember_s``, so a stream of writes asks the broker about once per ``remember_s``. A committer that dies after the check is not this module's case: the
 request is durable, the next committer resumes it, and the writer's wait is bounded by
 ``kafka.job_commit_timeout_s`` (``CommitStateUnknownError``).
 """
@@ -141,8 +142,14 @@ class _BrokerMembers:
             future = self._admin.describe_consumer_groups([self.group], request_timeout=timeout)
             description = future[self.group].result(timeout=timeout + 1)
         except KafkaException as err:
-            if _unknown_group(err):
+            code = _code(err)
+            if code == KafkaError.GROUP_ID_NOT_FOUND:
                 return 0
+            if code == KafkaError.GROUP_AUTHORIZATION_FAILED:
+                # The check is advisory: a writer whose principal may not describe the group
+                # sends as before and waits up to kafka.job_commit_timeout_s for the answer.
+                log.warning("no DESCRIBE on consumer group %s: not checking for it", self.group)
+                return 1
             log.warning("describing consumer group %s: %s", self.group, err)
             return None
         except TimeoutError as err:
@@ -155,9 +162,9 @@ class _BrokerMembers:
         self._admin = None
 
 
-def _unknown_group(err: KafkaException) -> bool:
+def _code(err: KafkaException) -> int | None:
     error = err.args[0] if err.args else None
-    return isinstance(error, KafkaError) and error.code() == KafkaError.GROUP_ID_NOT_FOUND
+    return error.code() if isinstance(error, KafkaError) else None
 
 
 __all__ = [

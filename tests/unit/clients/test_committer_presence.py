@@ -4,11 +4,18 @@ a skipping clock (no broker, no sleeps)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from concurrent.futures import Future
+from typing import Any
 
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 
 from lakewarden.clients import CommitServiceUnavailableError, JobCommitterUnavailableError
-from lakewarden.clients.committer_presence import CommitterPresence, job_committer_group
+from lakewarden.clients.committer_presence import (
+    CommitterPresence,
+    _BrokerMembers,
+    job_committer_group,
+)
 from lakewarden.settings import KafkaSettings, Settings
 from lakewarden.testing import ManualClock
 
@@ -115,3 +122,29 @@ def test_the_kafka_coordinator_hands_job_commits_to_the_service_unless_opted_out
     finally:
         by_default.close()
         opted_out.close()
+
+
+class _FakeAdmin:
+    """``describe_consumer_groups`` answering with one failure (a confluent-kafka future)."""
+
+    def __init__(self, code: int) -> None:
+        self.code = code
+
+    def describe_consumer_groups(self, groups: list[str], **_: object) -> dict[str, Future[Any]]:
+        future: Future[Any] = Future()
+        future.set_exception(KafkaException(KafkaError(self.code)))
+        return {groups[0]: future}
+
+
+@pytest.mark.parametrize(
+    ("code", "members"),
+    [
+        (KafkaError.GROUP_ID_NOT_FOUND, 0),  # never joined: no committer
+        (KafkaError.GROUP_AUTHORIZATION_FAILED, 1),  # may not ask: the check is skipped
+        (KafkaError._TRANSPORT, None),  # the broker could not say
+    ],
+)
+def test_the_brokers_refusals_map_to_a_member_count(code: int, members: int | None) -> None:
+    count = _BrokerMembers(SETTINGS, "t1.job-committer")
+    count._admin = _FakeAdmin(code)  # type: ignore[assignment]
+    assert count() == members
