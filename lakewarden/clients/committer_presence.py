@@ -12,9 +12,10 @@ is unknown. So before sending, the writer asks the broker whether job-committer'
 
 A principal not allowed to describe the group skips the check (a warning is logged): the
 writer then sends and waits as it would without it. A member seen is remembered for
-``remember_s``, so a stream of writes asks the broker about once per ``remember_s``. A committer that dies after the check is not this module's case: the
-request is durable, the next committer resumes it, and the writer's wait is bounded by
-``kafka.job_commit_timeout_s`` (``CommitStateUnknownError``).
+``remember_s``, so a stream of writes asks the broker about once per ``remember_s``. A
+committer that dies after the check is not this module's case: the request is durable, the
+next committer resumes it, and the writer's wait is bounded by ``kafka.job_commit_timeout_s``
+(``CommitStateUnknownError``).
 """
 
 from __future__ import annotations

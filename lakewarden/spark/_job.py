@@ -49,6 +49,7 @@ from lakewarden.clients import (
     JobCommitFailedError,
 )
 from lakewarden.clients.commit import DEFAULT_TIMEOUT_S
+from lakewarden.clients.committer_presence import CommitterPresence
 from lakewarden.commit import ManifestCommitter, new_job_id
 from lakewarden.errors import CommitStateUnknownError, NonRetryableError
 from lakewarden.settings import Settings
@@ -238,8 +239,9 @@ def _commit_by_service(
     """Step 3 by the job-committer. The tasks announced their manifests (``_announce``); the
     driver announces those that could not (delivery failed, or a task that does not publish).
     Sent through ``client`` (kept open by its owner: a streaming query's session) or a client
-    made and closed here.
-    Raises: JobCommitFailedError, CommitStateUnknownError, CommitServiceUnavailableError."""
+    made and closed here; a one-shot write first checks that a job-committer runs.
+    Raises: JobCommitterUnavailableError (nothing sent), JobCommitFailedError,
+    CommitStateUnknownError, CommitServiceUnavailableError."""
     manifests = [
         AttemptManifest(
             m.attempt_id,
@@ -263,6 +265,13 @@ def _commit_by_service(
     timeout_s = float(spec.test_hooks.get("commit_timeout_s", DEFAULT_TIMEOUT_S))
     if client is not None:
         return client.commit(request, timeout_s=timeout_s, manifests=manifests).stats
+    # As Table.write does: with no job-committer running the request would wait in Kafka and
+    # the driver for its timeout; fail now, named, with nothing sent (step 4 rolls back).
+    presence = CommitterPresence(settings, wait_s=settings.kafka.job_committer_wait_s)
+    try:
+        presence.require(table=request.table_id, instant=request.instant)
+    finally:
+        presence.close()
     with CommitClient(settings, producer_id=actor()) as own:
         return own.commit(request, timeout_s=timeout_s, manifests=manifests).stats
 
