@@ -3,8 +3,9 @@
 One stack for the module (Kafka and the services Python writers use: timeline-lock,
 heartbeat-monitor, cleaner, job-committer), one short run per seed against it. The seeds were
 picked so that together they kill and pause writers, kill and pause services, pause the
-broker, arm storage faults in every writer, and write copy-on-write and merge-on-read tables. ``make campaign``
-runs many more, longer, with SeaweedFS and every service (tests/campaign/campaign.py).
+broker, arm storage faults in every writer, and write copy-on-write and merge-on-read tables.
+``make campaign`` runs many more, longer, with SeaweedFS and every service
+(tests/campaign/campaign.py).
 """
 
 from __future__ import annotations
