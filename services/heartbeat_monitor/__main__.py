@@ -60,11 +60,10 @@ def main() -> NoReturn:
     )
 
     def probe() -> tuple[bool, dict[str, Any]]:
-        healthy = worker.ready and not worker.rebalancing
-        status = "ok" if healthy else ("rebalancing" if worker.ready else "starting")
+        healthy, membership = worker.membership.health()
         return healthy, {
             "service": SERVICE,
-            "status": status,
+            **membership,
             "uptime_s": round(time.monotonic() - started, 1),
             "rebalances": worker.rebalances,
             "instants": len(tracker),

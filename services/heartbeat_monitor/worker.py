@@ -45,6 +45,7 @@ from lakewarden.events import EventCodec, EventConsumer, EventConsumerError, def
 from lakewarden.settings import Settings
 from services._common.changelog import recover_changelog
 from services._common.dlq import DEAD_LETTERS
+from services._common.membership import Membership
 from services.heartbeat_monitor.monitor import Consumed, Effects, Monitor
 
 log = logging.getLogger(__name__)
@@ -100,8 +101,7 @@ class Worker:
         self.tick_s = tick_s
         self.on_ready = on_ready
         self.codec = codec or default_codec()
-        self.ready = False
-        self.rebalancing = True
+        self.membership = Membership()
         self.rebalances = 0
         kafka = settings.kafka
         consumer_config: dict[str, Any] = {
@@ -274,18 +274,18 @@ class Worker:
             "partitions assigned",
             extra={"partitions": mine, "records": len(records), "service": "heartbeat-monitor"},
         )
-        self.rebalancing = False
-        if not self.ready:
-            self.ready = True
+        first = not self.membership.ready
+        self.membership.assigned()
+        if first:
             self.on_ready()
 
     def _on_revoke(self, partitions: list[TopicPartition]) -> None:
-        self.rebalancing = True
+        self.membership.revoked()
         self._commit()
         self._forget(partitions)
 
     def _on_lost(self, partitions: list[TopicPartition]) -> None:
-        self.rebalancing = True
+        self.membership.lost()
         self._forget(partitions)
 
     def _forget(self, partitions: Iterable[TopicPartition]) -> None:

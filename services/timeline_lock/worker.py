@@ -44,6 +44,7 @@ from lakewarden.clients import table_partition
 from lakewarden.events import EventCodec, EventConsumer, EventConsumerError, default_codec
 from lakewarden.settings import Settings
 from services._common.changelog import recover_changelog
+from services._common.membership import Membership
 from services.timeline_lock.handler import (
     SERVICE,
     Consumed,
@@ -113,8 +114,7 @@ class Worker:
         self.commit_interval_s = commit_interval_s
         self.on_ready = on_ready
         self.codec = codec or default_codec()
-        self.ready = False
-        self.rebalancing = True
+        self.membership = Membership()
         self.rebalances = 0
         self.assigned_at_ms = wall_clock_ms()
         self.locks: dict[str, Any] = {}  # table id -> lock_to_json value, owned partitions only
@@ -176,7 +176,7 @@ class Worker:
             while not stop.is_set():
                 now = time.monotonic()
                 if now >= next_scan:
-                    if self.ready and not self.rebalancing:
+                    if self.membership.ready and not self.membership.rebalancing:
                         self.scanner.tick()  # 1.
                     next_scan = now + EXPIRY_TICK_S
                 msg = self.consumer.poll_message(max(0.0, min(next_scan - now, 0.1)))  # 2.
@@ -296,18 +296,18 @@ class Worker:
             "partitions assigned",
             extra={"partitions": mine, "locks": len(recovered), "service": SERVICE},
         )
-        self.rebalancing = False
-        if not self.ready:
-            self.ready = True
+        first = not self.membership.ready
+        self.membership.assigned()
+        if first:
             self.on_ready()
 
     def _on_revoke(self, partitions: list[TopicPartition]) -> None:
-        self.rebalancing = True
+        self.membership.revoked()
         self._commit(wait=True)
         self._forget(partitions)
 
     def _on_lost(self, partitions: list[TopicPartition]) -> None:
-        self.rebalancing = True
+        self.membership.lost()
         self._forget(partitions)
 
     def _forget(self, partitions: Iterable[TopicPartition]) -> None:
