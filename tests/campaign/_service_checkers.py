@@ -15,8 +15,9 @@ ARCHITECTURE.md invariants 3 and 4, and the RFC-79 rules:
 - ``cancel_request_lost``: a cancel request acknowledged (status other than a refusal) is on
   the timeline (``cancel_requested`` or ``aborted``) and the plan never completes;
 - ``aborted_plan_visible``: no file of an aborted plan is in the final snapshot;
-- ``aborted_plan_files_left``: no file of an aborted plan is left in storage once the run
-  settled (``execute_cancel`` and the executor's own abort delete them before ``aborted``);
+- ``aborted_plan_files_left``: no file of an aborted plan is left at a final key once the run
+  settled (``execute_cancel`` and the executor's own abort delete them before ``aborted``;
+  staging under ``_temporary/`` is left to the cleaner's policy for finished jobs);
 - ``service_raw_error``: an executor never gets an error outside ``LakewardenError``.
 
 Whether clustering and compaction kept the rows is ``_checkers.py``'s business: the rows read
@@ -193,7 +194,12 @@ def _check_aborted_files(
         shown = [path for path in visible_files if plan in path]
         if shown:
             found.append(Violation("aborted_plan_visible", f"plan {plan}: {shown[:3]}"))
-        left = Counter(key.rsplit("/", 1)[0] for key in data_keys if f"_{plan}." in key)
+        # Staging under _temporary/ is the cleaner's (finished jobs' work areas, by policy).
+        left = Counter(
+            key.rsplit("/", 1)[0]
+            for key in data_keys
+            if f"_{plan}." in key and not key.startswith("_temporary/")
+        )
         if left:
             found.append(
                 Violation("aborted_plan_files_left", f"plan {plan}: files left in {dict(left)}")

@@ -236,6 +236,8 @@ def test_files_of_an_aborted_plan_are_caught() -> None:
     assert _check_svc([], aborted) == []
     assert "aborted_plan_visible" in _check_svc([], aborted, visible_files=[file])
     assert "aborted_plan_files_left" in _check_svc([], aborted, data_keys=[file])
+    staged = f"_temporary/manifest_P1-svc-1/01/tasks/{file}"
+    assert _check_svc([], aborted, data_keys=[staged]) == []
 
 
 def test_a_step_the_executor_was_killed_in_is_unknown_and_raw_errors_are_caught() -> None:
