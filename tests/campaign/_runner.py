@@ -70,6 +70,9 @@ QUIESCE_S = 90.0  # heartbeat tolerance + cleaner sweep + rollback of every dead
 # settles: after this long it no longer holds the run up (it is still reported).
 REQUESTED_SETTLE_S = 15.0
 PROGRESS_S = 60.0
+SPARK_START_S = 300.0
+SPARK_PROGRESS_S = 300.0
+GROUP_EXIT_S = 30.0
 SPARK_EXTRA_STOP_S = 180.0  # a Spark writer still starting its session when asked to stop
 ERROR_SINK_S = 60.0  # error-sink commits a completed write's bad rows within seconds
 
@@ -278,10 +281,37 @@ class _Run:
     def wait_for_progress(self) -> None:
         """With every fault healed, let the writers run until one more write is acknowledged
         (up to ``PROGRESS_S``): on a loaded machine a short run may otherwise end before the
-        stack has recovered from its last fault, checking nothing."""
+        stack has recovered from its last fault, checking nothing. A Spark writer gets until
+        it has an outcome of its own (up to ``SPARK_PROGRESS_S``: a write takes minutes here)."""
         before = self.acknowledged()
         with contextlib.suppress(AssertionError):
             _wait(lambda: self.acknowledged() > before, PROGRESS_S, "a write after the faults")
+        with contextlib.suppress(AssertionError):
+            _wait(self.spark_wrote, SPARK_PROGRESS_S, "a Spark write's outcome")
+
+    def spark_wrote(self) -> bool:
+        return all(
+            any(
+                line.get("phase") in ("ok", "fail", "unknown")
+                for path in (self.home / "history").glob(f"{w.plan.name}.*.jsonl")
+                for line in _read_jsonl(path)
+            )
+            for w in self.writers.values()
+            if w.plan.role == "spark"
+        )
+
+    def start_spark_writers(self) -> None:
+        """Spark writers first: their session takes minutes to start on a loaded machine, and
+        the schedule should find them writing (``SPARK_START_S`` at most)."""
+        spark = [w for w in self.writers.values() if w.plan.role == "spark"]
+        for writer in spark:
+            self.start_writer(writer)
+        with contextlib.suppress(AssertionError):
+            _wait(
+                lambda: all(_history_has_start(self.home, w) for w in spark),
+                SPARK_START_S,
+                "the Spark writers' sessions",
+            )
 
     def stop_writers(self) -> None:
         self.stop_file.touch()
@@ -300,6 +330,9 @@ class _Run:
                 writer.killed.add(writer.incarnation)
         for writer in self.writers.values():
             for pid in writer.pids:
+                # A Spark writer's JVM shuts down after its Python driver exits: a grace.
+                with contextlib.suppress(AssertionError):
+                    _wait(lambda p=pid: not processes.group_members(p), GROUP_EXIT_S, "exit")
                 if processes.group_members(pid):
                     self.extra.append(
                         Violation("process_left_behind", f"writer {writer.plan.name} pid {pid}")
@@ -456,8 +489,10 @@ def run_one(stack: CampaignStack, plan: RunPlan, home: Path) -> RunResult:
     with connect(stack.settings(), require_kafka=True) as connection:
         run.create_tables(connection)
         try:
+            run.start_spark_writers()
             for writer in run.writers.values():
-                run.start_writer(writer)
+                if writer.proc is None:
+                    run.start_writer(writer)
             run.wait_writers_started()
             reader = _Reader(run.open_tables(connection))
             reader.start()
