@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import tempfile
 import traceback
@@ -68,8 +69,15 @@ def _stack_down(stack: CampaignStack) -> list[str]:
     return [f"process_left_behind: stack pid {pid}" for pid in pids if processes.group_members(pid)]
 
 
+def _stop_on_sigterm(signum: int, frame: object) -> None:
+    """SIGTERM ends the campaign as an exception would: the run stops its writers and the
+    stack is torn down (a background job ignores SIGINT)."""
+    raise SystemExit(128 + signum)
+
+
 def main(argv: list[str]) -> int:
     args = _parse(argv)
+    signal.signal(signal.SIGTERM, _stop_on_sigterm)
     out = args.out or Path(tempfile.mkdtemp(prefix="lakewarden-campaign-"))
     services = tuple(s.name for s in SERVICES) if args.all_services else WORKLOAD_SERVICES
     results: list[RunResult] = []
