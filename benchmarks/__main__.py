@@ -5,6 +5,7 @@
     python -m benchmarks --list       what is registered
     python -m benchmarks --quick      small iteration counts (a smoke run, numbers are rough)
     python -m benchmarks --check      exit 1 if a result misses its goal
+    python -m benchmarks replay --events 1000000   a count for the benchmarks that take one
 
 Exit status 1 when a benchmark fails (or, with --check, misses its goal).
 """
@@ -30,6 +31,12 @@ from benchmarks._report import RESULTS_DIR, print_table, write_json
 @click.option("--quick", is_flag=True, help="Small iteration counts (smoke run).")
 @click.option("--check", is_flag=True, help="Exit 1 when a result misses its goal.")
 @click.option(
+    "--events",
+    type=click.IntRange(min=3),
+    default=None,
+    help="How many events benchmarks that take a count read (replay; default: theirs).",
+)
+@click.option(
     "--results-dir",
     type=click.Path(file_okay=False, path_type=Path),
     default=RESULTS_DIR,
@@ -37,7 +44,12 @@ from benchmarks._report import RESULTS_DIR, print_table, write_json
     help="Where the JSON goes.",
 )
 def main(
-    names: tuple[str, ...], list_only: bool, quick: bool, check: bool, results_dir: Path
+    names: tuple[str, ...],
+    list_only: bool,
+    quick: bool,
+    check: bool,
+    events: int | None,
+    results_dir: Path,
 ) -> None:
     """Run lakewarden's side-by-side benchmarks."""
     logging.basicConfig(level=logging.WARNING)
@@ -53,7 +65,7 @@ def main(
     selected = [registry[name] for name in names] if names else list(registry.values())
 
     started = datetime.now(UTC)
-    context = BenchContext(quick=quick)
+    context = BenchContext(quick=quick, events=events)
     results: list[Result] = []
     errors: dict[str, str] = {}
     try:

@@ -121,8 +121,9 @@ class BenchContext:
     ``close()`` stops it by pid.
     """
 
-    def __init__(self, *, quick: bool = False) -> None:
+    def __init__(self, *, quick: bool = False, events: int | None = None) -> None:
         self.quick = quick
+        self.events = events  # ``--events``: how many events a benchmark that takes a count reads
         self.environment: dict[str, Any] = {}
         self._settings: Settings | None = None
         self._cleanups: list[Callable[[], None]] = []

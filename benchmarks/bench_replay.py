@@ -1,13 +1,18 @@
 """Replay and explain throughput, against a bare consume + decode loop in the same run.
 
 ``replay``: N ``TimelineTransition`` events of one table (requested, inflight, completed per
-instant) are produced once to a timeline topic of this run; then, in rotated rounds, the bare
-floor (assign, consume to the high watermark, decode every message) and the replay's topic
-side (``read_table_events`` + ``entries_from_topic`` + the state machine over every entry,
-in ``batch_mode`` as the command runs them) read them all. Issue 14's goals: at least 100k
-events/s (the row's ``budget``) and at most 1.3x the floor's time (throughput ratio >= 1/1.3).
-The diff against storage is left out: it reads N timeline files, which the timeline benchmark
-measures.
+instant; N = 1,000,002 by default, ``--events`` to choose, 30k with ``--quick``) are produced
+once to a timeline topic of this run; then, in rotated rounds, the bare floor (assign, consume
+to the high watermark, decode every message: the same librdkafka fetch settings, batch size
+and codec as the history's reader, with nothing else per message) and the replay's topic side
+(``read_table_events`` feeding ``TopicReplay``: entries rebuilt and folded by the state
+machine while the topic is read, in ``batch_mode``, as ``lakewarden replay`` runs them) read
+them all. Twice: with the three payload texts of a write that repeat (what the payload cache
+shares) and with payloads that never repeat (each instant writes its own file group: every
+payload is validated). Issue 14's goals: at least 100k events/s (the row's ``budget``) and at
+most 1.3x the floor's time (throughput ratio >= 1/1.3). Peak memory: the RSS growth over the
+call, sampled every 20 ms. The diff against storage is left out: it reads N timeline files,
+which the timeline benchmark measures.
 
 ``explain``: what ``lakewarden explain`` does for a table with 10k instants (30k timeline
 events on a topic of their own, one instant a minute, each event stamped with its time as a
@@ -24,10 +29,12 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import statistics
+import threading
 import uuid
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
@@ -35,20 +42,21 @@ from confluent_kafka.admin import AdminClient
 from benchmarks._registry import BenchContext, Result, benchmark
 from benchmarks._rounds import timed_rounds
 from lakewarden.events import default_codec, ensure_topics, make_event
+from lakewarden.events.codec import epoch_ms_codec
 from lakewarden.events.topics import TIMELINE
 from lakewarden.history import (
     Recorded,
+    TopicReplay,
     batch_mode,
     build_history,
-    entries_from_topic,
     explain,
     explain_window,
     read_table_events,
 )
-from lakewarden.history.replay import rebuild_state
+from lakewarden.history.reader import BULK_READ_CONFIG, READ_BATCH
 from lakewarden.settings import Settings
 from lakewarden.table.instant import Instant
-from lakewarden.table.stats import CommitStats, WorkloadProfile
+from lakewarden.table.stats import CommitStats, FileGroupId, WorkloadProfile, WriteStat
 
 _TIMEOUT_S = 30.0
 _TABLE = "5f1f7b0e-2a9c-4a51-9d7e-0c6a3b1e9f42"
@@ -67,15 +75,33 @@ def _instant(i: int) -> str:
     return str(Instant.from_epoch_ms(_START_MS + i * _SPACING_MS))
 
 
-def _values(instants: int) -> list[tuple[bytes, int]]:
+def _unique_payloads(i: int, instant: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The inflight and completed payloads of instant ``i`` writing a file group of its own."""
+    group = FileGroupId(partition_path=f"day={i % 365}", file_id=f"{i:08d}-0000")
+    stat = WriteStat(
+        file_group=group,
+        path=f"{group.partition_path}/{group.file_id}_0-1-0_{instant}.parquet",
+        base_instant=instant,
+        num_records=1_000 + i % 1_000,
+        num_inserts=1_000 + i % 1_000,
+        size_bytes=400_000 + i,
+    )
+    workload = WorkloadProfile(operation="insert", file_groups=(group,))
+    stats = CommitStats(operation="insert", write_stats=(stat,))
+    return workload.model_dump(mode="json"), stats.model_dump(mode="json")
+
+
+def _values(instants: int, *, unique: bool = False) -> list[tuple[bytes, int]]:
     """The encoded events of ``instants`` instants, each requested -> inflight -> completed,
-    with the Kafka timestamp each would have had (its instant time, plus 10 ms a step)."""
+    with the Kafka timestamp each would have had (its instant time, plus 10 ms a step);
+    ``unique``: the inflight and completed payloads of every instant differ."""
     codec = default_codec()
     values = []
     for i in range(instants):
         instant = _instant(i)
+        inflight, completed = _unique_payloads(i, instant) if unique else (_INFLIGHT, _COMPLETED)
         for step, (transition, payload) in enumerate(
-            (("requested", _REQUESTED), ("inflight", _INFLIGHT), ("completed", _COMPLETED))
+            (("requested", _REQUESTED), ("inflight", inflight), ("completed", completed))
         ):
             record = make_event(
                 "TimelineTransition",
@@ -98,39 +124,107 @@ def _values(instants: int) -> list[tuple[bytes, int]]:
 @benchmark("replay", "replay's topic side and explain vs a bare consume + decode loop")
 def replay(ctx: BenchContext) -> Iterator[Result]:
     base = ctx.kafka_settings()
+    instants = (ctx.events or ctx.scale(1_000_002, 30_000)) // 3
+    for unique in (False, True):
+        yield from _replay_rounds(ctx, base, instants, unique=unique)
+    explain_instants = ctx.scale(10_000, 2_000)
+    yield from _explain_from_kafka(base, explain_instants)
+    yield _explain_result(explain_instants)
+
+
+def _replay_rounds(
+    ctx: BenchContext, base: Settings, instants: int, *, unique: bool
+) -> list[Result]:
     kafka = base.kafka.model_copy(
         update={"topic_prefix": f"lakewarden.bench-{uuid.uuid4().hex[:8]}."}
     )
     settings = base.model_copy(update={"kafka": kafka})
-    instants = ctx.scale(333_334, 10_000)
-    values = _values(instants)
+    values = _values(instants, unique=unique)
     ensure_topics(settings, specs=[TIMELINE])
+    peaks: dict[str, list[int]] = {"floor": [], "replay": []}
+
+    def measured(name: str, run: Callable[[Settings], int]) -> Callable[[int], int]:
+        def call(_: int) -> int:
+            result, peak = _peak_rss_growth(lambda: run(settings))
+            peaks[name].append(peak)
+            return result
+
+        return call
+
     try:
         _produce(settings, values)
+        del values  # not held while measuring memory
         times = timed_rounds(
             ctx.scale(3, 2),
-            {"floor": lambda _: _floor(settings), "replay": lambda _: _replay(settings)},
+            {"floor": measured("floor", _floor), "replay": measured("replay", _replay)},
             collect=True,
         )
     finally:
         _delete(settings)
-    n = len(values)
+    n = 3 * instants
+    kind = "payloads that never repeat" if unique else "3 payload texts that repeat"
     floor_s, replay_s = statistics.median(times["floor"]), statistics.median(times["replay"])
-    explain_instants = ctx.scale(10_000, 2_000)
-    yield Result(
-        benchmark="replay",
-        metric=f"replay of {n} timeline events",
-        unit="events/s",
-        value=n / replay_s,
-        baseline=n / floor_s,
-        baseline_label="bare consume + decode loop",
-        lower_is_better=False,
-        goal=1 / 1.3,
-        budget=100_000.0 if n >= 1_000_000 else None,
-        details={"floor_s": times["floor"], "replay_s": times["replay"]},
-    )
-    yield from _explain_from_kafka(base, explain_instants)
-    yield _explain_result(explain_instants)
+    mb = 1024 * 1024
+    return [
+        Result(
+            benchmark="replay",
+            metric=f"replay of {n} timeline events, {kind}",
+            unit="events/s",
+            value=n / replay_s,
+            baseline=n / floor_s,
+            baseline_label="bare consume + decode loop",
+            lower_is_better=False,
+            goal=1 / 1.3,
+            budget=100_000.0 if n >= 1_000_000 else None,
+            details={"floor_s": times["floor"], "replay_s": times["replay"]},
+        ),
+        Result(
+            benchmark="replay",
+            metric=f"replay of {n} timeline events, {kind}: peak RSS growth",
+            unit="MB",
+            value=statistics.median(peaks["replay"]) / mb,
+            baseline=max(statistics.median(peaks["floor"]) / mb, 1.0),
+            baseline_label="the bare loop's",
+            details={
+                "replay_mb": [p / mb for p in peaks["replay"]],
+                "floor_mb": [p / mb for p in peaks["floor"]],
+            },
+        ),
+    ]
+
+
+_T = TypeVar("_T")
+
+
+def _peak_rss_growth(run: Callable[[], _T]) -> tuple[_T, int]:
+    """``run()`` and the most its process's resident set grew over it (bytes), sampled
+    every 20 ms from ``/proc/self/statm`` (Linux; 0 elsewhere)."""
+    page = os.sysconf("SC_PAGE_SIZE")
+
+    def rss() -> int:
+        try:
+            with open("/proc/self/statm", "rb") as statm:
+                return int(statm.read().split()[1]) * page
+        except OSError:
+            return 0
+
+    before = rss()
+    peak = before
+    done = threading.Event()
+
+    def sample() -> None:
+        nonlocal peak
+        while not done.wait(0.02):
+            peak = max(peak, rss())
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        result = run()
+    finally:
+        done.set()
+        sampler.join()
+    return result, max(peak, rss()) - before
 
 
 def _produce(settings: Settings, values: list[tuple[bytes, int]]) -> None:
@@ -150,11 +244,18 @@ def _produce(settings: Settings, values: list[tuple[bytes, int]]) -> None:
 
 
 def _floor(settings: Settings) -> int:
-    """Consume every message of the topic to its high watermark and decode it."""
-    codec = default_codec()
+    """Consume every message of the topic to its high watermark and decode it: the best
+    bare loop (the reader's fetch settings and batch size, the codec it decodes with; the
+    partitions' ends checked once a batch, not per message)."""
+    decode = epoch_ms_codec().decode
     topic = TIMELINE.name(settings)
     consumer = Consumer(
-        settings.kafka.librdkafka_config(group_id=f"bench-{uuid.uuid4()}", **_QUIET)
+        settings.kafka.librdkafka_config(
+            group_id=f"bench-{uuid.uuid4()}",
+            enable_auto_commit=False,
+            **BULK_READ_CONFIG,
+            **_QUIET,
+        )
     )
     try:
         partitions = consumer.list_topics(topic, timeout=_TIMEOUT_S).topics[topic].partitions
@@ -164,24 +265,33 @@ def _floor(settings: Settings) -> int:
             if high > 0:
                 ends[p] = high
         consumer.assign([TopicPartition(topic, p, 0) for p in ends])
-        decoded = 0
+        decoded, unread = 0, sum(ends.values())
         while ends:
-            for msg in consumer.consume(1000, timeout=1.0):
+            for msg in consumer.consume(min(READ_BATCH, max(1, unread)), timeout=1.0):
                 if msg.error() is None:
-                    codec.decode(msg.value() or b"")
+                    decode(msg.value() or b"")
                     decoded += 1
-                    if int(msg.offset() or 0) >= ends.get(int(msg.partition() or 0), 0) - 1:
-                        ends.pop(int(msg.partition() or 0), None)
+            positions = consumer.position([TopicPartition(topic, p) for p in ends])
+            unread = 0
+            for tp in positions:
+                if tp.offset >= ends[tp.partition]:
+                    del ends[tp.partition]
+                else:
+                    unread += ends[tp.partition] - max(tp.offset, 0)
         return decoded
     finally:
         consumer.close()
 
 
 def _replay(settings: Settings) -> int:
-    with batch_mode():  # as ``lakewarden replay`` reads and folds
-        events = read_table_events(settings, _TABLE, topics=[TIMELINE], timeout_s=600)
-        entries, _ = entries_from_topic(e for e in events if isinstance(e, Recorded))
-        state = rebuild_state(entries)
+    """What ``lakewarden replay`` does with the timeline topic: the entries rebuilt and
+    folded while it is read."""
+    with batch_mode():
+        topic = TopicReplay()
+        for event in read_table_events(settings, _TABLE, topics=[TIMELINE], timeout_s=900):
+            if isinstance(event, Recorded):
+                topic.feed(event)
+        state = topic.state()
     return len(state.instants)
 
 

@@ -24,16 +24,17 @@ from lakewarden.cli._table_events import (
     SINCE_HELP,
     check_since,
     open_table,
+    stream_table_events,
     table_events,
 )
 from lakewarden.events.topics import LOCK_REPLIES, LOCK_REQUESTS, TIMELINE
 from lakewarden.history import (
     Recorded,
     RetentionGap,
+    TopicReplay,
     Unreadable,
     batch_mode,
     diff_timelines,
-    entries_from_topic,
     fmt_ms,
     read_storage_entries,
 )
@@ -58,14 +59,20 @@ def command(ctx: click.Context, uri: str, since: str | None, from_beginning: boo
         raise click.UsageError("--from-beginning and --since exclude each other")
     settings = Settings()
     storage, config = open_table(uri, settings)
-    items = table_events(settings, config, since=since, topics=[TIMELINE])
+    replay = TopicReplay()
+    items: list[Unreadable | RetentionGap] = []  # the problems met; events are folded as read
     with batch_mode():
-        topic, conflicts = entries_from_topic(i for i in items if isinstance(i, Recorded))
+        for item in stream_table_events(settings, config, since=since, topics=[TIMELINE]):
+            if isinstance(item, Recorded):
+                replay.feed(item)
+            else:
+                items.append(item)
+        topic, state = replay.entries, replay.state()
         stored = read_storage_entries(storage)
         if since is not None:  # entries older than the first one read were not asked for
             first = min(topic, default=None)
             stored = {s: e for s, e in stored.items() if first is not None and s >= first}
-        report = diff_timelines(topic, stored, conflicts=conflicts)
+        report = diff_timelines(topic, stored, conflicts=replay.conflicts, state=state)
     states = Counter(str(i.state) for i in report.state.instants.values())
     summary = ", ".join(f"{n} {state}" for state, n in sorted(states.items())) or "none"
     click.echo(

@@ -8,6 +8,7 @@ Public surface::
     telling_instant                   the instant most worth explaining (the demo's last step)
     story_lines, table_lines          the history as text
     diff_timelines, ReplayReport      the timeline rebuilt from the topic vs storage's
+    TopicReplay                       the rebuild, folded while the topic is read
     read_table_events                 the bounded Kafka read of one table's events
     explain_window, terminal_time_ms  the stretch of the topics explain reads for an instant
     batch_mode                        the cyclic GC paused while a command reads and folds
@@ -39,6 +40,7 @@ from lakewarden.history.render import history_json, story_lines, table_lines
 from lakewarden.history.replay import (
     Difference,
     ReplayReport,
+    TopicReplay,
     diff_timelines,
     entries_from_topic,
     read_storage_entries,
@@ -73,6 +75,7 @@ __all__ = [
     "Step",
     "TableHistory",
     "TaskAttempt",
+    "TopicReplay",
     "Unreadable",
     "build_history",
     "diff_timelines",

@@ -21,10 +21,11 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any, Final
 
-from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Message, TopicPartition
+from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, TopicPartition
 
 from lakewarden.errors import RetryableError
 from lakewarden.events._kafka_reader import EARLIEST, LATEST
@@ -86,6 +87,7 @@ def read_table_events(
         dead_letters=False,
         enable_partition_eof=False,
         logger=log,
+        **BULK_READ_CONFIG,
     )
     try:
         timeout = settings.kafka.request_timeout_s
@@ -182,14 +184,19 @@ def _read(
     table_id: str,
     timeout_s: float,
 ) -> Iterator[Recorded | Unreadable]:
-    remaining = {(p.topic, p.partition): p for p in partitions if p.start < p.high}
+    """Step 3 and 4: the hot loop of every history command (a million events for a replay),
+    so it calls each message accessor once and decodes through one bound function."""
+    remaining: dict[tuple[str, int], _Partition] = {
+        (p.topic, p.partition): p for p in partitions if p.start < p.high
+    }
     if not remaining:
         return
     consumer.assign([TopicPartition(p.topic, p.partition, p.start) for p in remaining.values()])
     deadline = time.monotonic() + timeout_s
+    decode = _decoder(codec, table_id)
     while remaining:  # 3.
         if time.monotonic() >= deadline:
-            left = ", ".join(f"{t}[{n}]" for t, n in sorted(remaining))
+            left = ", ".join(f"{p.topic}[{p.partition}]" for p in remaining.values())
             raise ReadTimeoutError(
                 f"read of table {table_id}'s events did not reach the end of {left} within "
                 f"{timeout_s:g} s. Help: retry, or pass a longer timeout."
@@ -197,28 +204,66 @@ def _read(
         # consume() waits its whole timeout for a batch it cannot fill: never ask for more
         # than the messages left below the ends (a short read would wait 0.5 s at its end).
         unread = sum(p.high - p.next for p in remaining.values())
-        for msg in consumer.consume(max(1, min(1000, unread)), 0.5):  # errors: logged by it
-            where = (str(msg.topic()), int(msg.partition() or 0))
+        batch = consumer.consume(max(1, min(READ_BATCH, unread)), 0.5)  # errors: logged by it
+        for msg in batch:
+            topic, partition = where = (msg.topic() or "", msg.partition() or 0)
+            offset = msg.offset() or 0
+            kind, stamp = msg.timestamp()
+            broker_ms = None if kind == TIMESTAMP_NOT_AVAILABLE else stamp
             part = remaining.get(where)
-            offset = int(msg.offset() or 0)
             if part is not None:
                 part.next = offset + 1
-                if part.first_kept_ms is None and offset == part.low:
-                    part.first_kept_ms = _timestamp(msg)
-                if offset >= part.high - 1:
+                if offset == part.low and part.first_kept_ms is None:
+                    part.first_kept_ms = broker_ms
+                if part.next >= part.high:
                     del remaining[where]
-            item = decode_message(  # 4.
-                msg.value() or b"",
-                msg.key(),
-                table_id=table_id,
-                codec=codec,
-                topic=where[0],
-                partition=where[1],
-                offset=offset,
-                broker_ms=_timestamp(msg),
-            )
-            if item is not None:
+            item = decode(msg.value() or b"", msg.key(), topic, partition, offset, broker_ms)
+            if item is not None:  # 4.
                 yield item
+
+
+# Messages asked of one ``consume`` call: its per-call cost vanishes, the batch stays small.
+READ_BATCH: Final = 10_000
+# librdkafka's fetch settings for reading a topic from an offset to its end as fast as it
+# can: the defaults (1 MB per partition per fetch) suit a service waiting for new events; a
+# bulk read of a million events wants each fetch to bring tens of thousands of them, so
+# that the Python loop, not the round trips, sets the pace. ``queued.max.messages.kbytes``
+# bounds the read-ahead (its memory).
+BULK_READ_CONFIG: Final[dict[str, Any]] = {
+    "fetch_max_bytes": 64 * 1024 * 1024,
+    "max_partition_fetch_bytes": 16 * 1024 * 1024,
+    "queued_max_messages_kbytes": 128 * 1024,
+    "queued_min_messages": 1_000_000,
+}
+
+
+def _decoder(
+    codec: EventCodec, table_id: str
+) -> Callable[[bytes, bytes | None, str, int, int, int | None], Recorded | Unreadable | None]:
+    """``decode_message`` for one table, its arguments bound (the table's key encoded once)."""
+    table_key = table_id.encode()
+
+    def decode(
+        value: bytes,
+        key: bytes | None,
+        topic: str,
+        partition: int,
+        offset: int,
+        broker_ms: int | None,
+    ) -> Recorded | Unreadable | None:
+        return decode_message(
+            value,
+            key,
+            table_id=table_id,
+            codec=codec,
+            topic=topic,
+            partition=partition,
+            offset=offset,
+            broker_ms=broker_ms,
+            table_key=table_key,
+        )
+
+    return decode
 
 
 def decode_message(
@@ -231,13 +276,16 @@ def decode_message(
     partition: int = 0,
     offset: int = 0,
     broker_ms: int | None = None,
+    table_key: bytes | None = None,
 ) -> Recorded | Unreadable | None:
     """One message as the history sees it: the event when it is about ``table_id``; an
     ``Unreadable`` when it does not decode (malformed, or written with a schema this process
     does not know, e.g. a newer version) and its key is the table's or absent; else None.
+    ``table_key``: ``table_id.encode()``, when the caller has it.
     """
+    table_key = table_key or table_id.encode()
     try:
-        if key != table_id.encode():  # lock replies are keyed by client: read the envelope
+        if key != table_key:  # lock replies are keyed by client: read the envelope
             _, envelope = codec.decode_envelope(value)
             if envelope.get("table_id") != table_id:
                 return None
@@ -245,7 +293,7 @@ def decode_message(
         if record["envelope"].get("table_id") != table_id:
             return None  # keyed by the table, but about another: not this table's event
     except EventDecodeError as err:
-        if key not in (table_id.encode(), None):
+        if key not in (table_key, None):
             return None  # another table's bad message: not ours to report
         return Unreadable(topic, partition, offset, err.reason, str(err))
     return _new_recorded(Recorded, (name, record, topic, partition, offset, broker_ms))
@@ -253,8 +301,3 @@ def decode_message(
 
 # NamedTuple's generated __new__ is Python code; tuple.__new__ builds the same object faster.
 _new_recorded = tuple.__new__
-
-
-def _timestamp(msg: Message) -> int | None:
-    kind, value = msg.timestamp()
-    return None if kind == TIMESTAMP_NOT_AVAILABLE else int(value)

@@ -74,24 +74,72 @@ def entries_from_topic(
 
     Entries whose payload texts are equal share one payload dict (parsed once): with
     ``SharedPayloads`` the state machine then validates it once too (``rebuild_state``)."""
-    entries: dict[int, TimelineEntry] = {}
-    conflicts: list[Difference] = []
-    parsed: dict[str, object] = {}
+    replay = TopicReplay(fold=False)
     for event in events:
+        replay.feed(event)
+    return replay.entries, replay.conflicts
+
+
+class TopicReplay:
+    """The timeline rebuilt from the topic while it is read: ``feed`` each event, then read
+    ``entries``, ``conflicts`` and ``state()``.
+
+    The state machine folds each entry as soon as every lower seq was fed (events arrive in
+    seq order but for redeliveries and appenders that publish out of order), so the decoded
+    records need not be kept until the read ends, only the entries (the diff needs them).
+    Entries that cannot be folded yet (a seq is missing, or the read began above seq 0) wait
+    and are folded in seq order by ``state()``: the fold sees exactly the seq order
+    ``rebuild_state`` gives it, so both decide the same (``test_history_replay``)."""
+
+    def __init__(self, *, fold: bool = True) -> None:
+        self.entries: dict[int, TimelineEntry] = {}
+        self.conflicts: list[Difference] = []
+        self._parsed: dict[str, object] = {}
+        self._fold = fold
+        self._replayer = Replayer(TimelineState(), payloads=SharedPayloads())
+        self._waiting: dict[int, TimelineEntry] = {}
+        self._next = 0  # the seq the fold takes next
+
+    def feed(self, event: Recorded) -> None:
+        """Take one event (any kind: only ``TimelineTransition`` makes an entry)."""
         if event.name != "TimelineTransition":
-            continue
-        entry = _entry_of(event, parsed)
+            return
+        entry = _entry_of(event, self._parsed)
         if entry is None:
-            continue
-        known = entries.get(entry.seq)
-        if known is None:
-            entries[entry.seq] = entry
-        elif known != entry:
-            fields = ", ".join(_differing(known, entry))
-            conflicts.append(
-                Difference(entry.seq, "conflicting", f"the topic holds two versions ({fields})")
-            )
-    return entries, conflicts
+            return
+        seq = entry.seq
+        known = self.entries.get(seq)
+        if known is not None:
+            if known != entry:
+                fields = ", ".join(_differing(known, entry))
+                self.conflicts.append(
+                    Difference(seq, "conflicting", f"the topic holds two versions ({fields})")
+                )
+            return
+        self.entries[seq] = entry
+        if not self._fold:
+            return
+        if seq != self._next:
+            self._waiting[seq] = entry
+            return
+        feed = self._replayer.feed
+        feed(entry)
+        waiting = self._waiting
+        seq += 1
+        while waiting and seq in waiting:
+            feed(waiting.pop(seq))
+            seq += 1
+        self._next = seq
+
+    def state(self) -> TimelineState:
+        """The state machine folded over every entry fed, in seq order.
+
+        Raises: RuntimeError (built with ``fold=False``)."""
+        if not self._fold:
+            raise RuntimeError("this replay only collects entries")
+        for seq in sorted(self._waiting):
+            self._replayer.feed(self._waiting.pop(seq))
+        return self._replayer.state()
 
 
 def read_storage_entries(storage: Storage) -> dict[int, TimelineEntry | str]:
@@ -117,8 +165,10 @@ def diff_timelines(
     storage: dict[int, TimelineEntry | str],
     *,
     conflicts: Iterable[Difference] = (),
+    state: TimelineState | None = None,
 ) -> ReplayReport:
-    """Compare the topic's entries with storage's, seq by seq."""
+    """Compare the topic's entries with storage's, seq by seq; ``state`` is the fold of the
+    topic's entries when the caller has it (``TopicReplay.state()``), else it is folded here."""
     differences = list(conflicts)
     for seq in sorted(topic.keys() | storage.keys()):
         mine, theirs = topic.get(seq), storage.get(seq)
@@ -136,7 +186,7 @@ def diff_timelines(
         topic_entries=len(topic),
         storage_entries=len(storage),
         differences=tuple(differences),
-        state=rebuild_state(topic),
+        state=rebuild_state(topic) if state is None else state,
     )
 
 

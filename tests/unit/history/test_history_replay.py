@@ -14,11 +14,13 @@ from lakewarden.cli import cli
 from lakewarden.clients.timeline_events import transition_record
 from lakewarden.history import (
     Recorded,
+    TopicReplay,
     Unreadable,
     diff_timelines,
     entries_from_topic,
     read_storage_entries,
 )
+from lakewarden.history.replay import rebuild_state
 from lakewarden.table.checkpoint import entry_key
 from lakewarden.table.table import Table
 from lakewarden.table.timeline_state import TimelineEntry
@@ -111,6 +113,7 @@ def test_the_replay_command_exits_1_on_a_difference(
 ) -> None:
     events = published(table)
     monkeypatch.setattr("lakewarden.cli.replay.table_events", lambda *a, **k: events)
+    monkeypatch.setattr("lakewarden.cli.replay.stream_table_events", lambda *a, **k: iter(events))
     runner = CliRunner()
 
     clean = runner.invoke(cli, ["replay", table.uri])
@@ -169,6 +172,7 @@ def test_an_unreadable_message_is_reported_and_the_replay_goes_on(
     newer = Unreadable("lakewarden.timeline", 0, 9, "unknown_fingerprint", "a newer producer")
     events = [*published(table), newer]
     monkeypatch.setattr("lakewarden.cli.replay.table_events", lambda *a, **k: events)
+    monkeypatch.setattr("lakewarden.cli.replay.stream_table_events", lambda *a, **k: iter(events))
 
     result = CliRunner().invoke(cli, ["replay", table.uri])
 
@@ -176,3 +180,27 @@ def test_an_unreadable_message_is_reported_and_the_replay_goes_on(
     assert "6 entries on lakewarden.timeline, 6 in storage" in result.output
     assert "unreadable lakewarden.timeline[0]@9: unknown_fingerprint" in result.output
     assert "lock decisions: 0 request(s) re-driven" in result.output
+
+
+@pytest.mark.parametrize(
+    "order",
+    [
+        [0, 1, 2, 3, 4, 5],  # as published: folded while read
+        [1, 0, 3, 2, 5, 4],  # appenders that published out of order
+        [0, 0, 1, 2, 2, 3, 4, 5],  # redeliveries
+        [0, 1, 3, 4, 5],  # seq 2 never published: 3 and later wait for the end
+        [2, 3, 4, 5],  # a read that began above seq 0 (--since, retention)
+        [5, 4, 3, 2, 1, 0],
+    ],
+)
+def test_the_fold_while_reading_is_the_fold_of_the_entries_in_seq_order(
+    table: Table, order: list[int]
+) -> None:
+    events = published(table)
+    replay = TopicReplay()
+    for seq in order:
+        replay.feed(events[seq])
+
+    entries, conflicts = entries_from_topic(events[seq] for seq in order)
+    assert replay.entries == entries and replay.conflicts == conflicts == []
+    assert replay.state() == rebuild_state(entries)
