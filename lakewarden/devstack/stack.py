@@ -27,6 +27,7 @@ from lakewarden.devstack.config import DevSettings
 from lakewarden.devstack.kafka import KafkaBroker, random_cluster_id
 from lakewarden.devstack.s3 import DEV_ACCESS_KEY, DEV_SECRET_KEY, SeaweedS3, remove_socket_files
 from lakewarden.devstack.services import ServiceSpec
+from lakewarden.devstack.settle import wait_topics_settled
 from lakewarden.errors import RetryableError
 from lakewarden.settings import Settings
 
@@ -279,7 +280,11 @@ class DevStack:
         started may drop the first requests while its controllers settle (a 3-node KRaft
         cluster answered "Broker handle destroyed" seconds after every node was ready).
 
-        Raises: RetryableError (the last refusal) when ``timeout_s`` passed."""
+        Then wait until every broker's own metadata shows every topic settled
+        (``settle.wait_topics_settled``).
+
+        Raises: RetryableError (the last refusal) when ``timeout_s`` passed; DevStackError
+        (a broker that did not agree on the topics in time)."""
         try:
             from lakewarden.events.topics import ensure_topics
         except ModuleNotFoundError as err:
@@ -287,19 +292,30 @@ class DevStack:
                 raise
             log.warning("topics not created: lakewarden.events.topics does not exist yet")
             return
-        replication = min(len((record.bootstrap_servers or "").split(",")), 3)
+        from lakewarden.events.topics import TOPICS
+
+        servers = (record.bootstrap_servers or "").split(",")
+        replication = min(len(servers), 3)
+        settings = self._client_settings(record)
         deadline = time.monotonic() + timeout_s
         while True:
             try:
-                created = ensure_topics(
-                    self._client_settings(record), replication_factor=replication
-                )
+                created = ensure_topics(settings, replication_factor=replication)
                 break
             except RetryableError as err:
                 if time.monotonic() >= deadline:
                     raise
                 log.warning("topics not ready yet, retrying", extra={"error": str(err)})
                 time.sleep(1.0)  # ensure_topics is idempotent: the next round creates the rest
+        # Acknowledged by the controllers is not yet known to every broker (``settle``).
+        partitions = {spec.name(settings): spec.partitions for spec in TOPICS}
+        wait_topics_settled(
+            settings,
+            servers,
+            partitions,
+            replication=replication,
+            timeout_s=max(deadline - time.monotonic(), 30.0),
+        )
         log.info("topics ready", extra={"topics_created": len(created)})
 
     def _client_settings(self, record: StackRecord) -> Settings:
