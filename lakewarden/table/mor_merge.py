@@ -31,10 +31,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from lakewarden.logfile import BlockType, LogBlock
+from lakewarden.table._key_match import KeyIndex
 from lakewarden.table.config import META_FILE_NAME, META_RECORD_KEY, TableConfig
 from lakewarden.table.files import split_key
 
@@ -80,36 +83,47 @@ def merge_slice(
     logs, deletes = _decode(blocks, schema, key)
     if base is None:
         base = schema.empty_table()
+    index = KeyIndex(_array(base, key))
+    dropped = np.zeros(len(base), dtype=bool)  # the base rows the merge removes
     if deletes:
         logs = _drop_deleted(logs, deletes, key)
-        every_deleted = pa.concat_arrays([keys for _, keys in deletes])
-        base = base.filter(pc.invert(_member(base, key, every_deleted)))
+        deleted_rows, _ = index.matches(pa.concat_arrays([keys for _, keys in deletes]))
+        dropped[deleted_rows] = True
     if len(logs) == 0:
-        return base
+        return _without(base, dropped)
     winners = _latest_per_key(logs.drop_columns([_POS]), key, ordering)
-    touched = _member(base, key, winners.column(key).combine_chunks())
-    untouched = base.filter(pc.invert(touched))
-    if ordering is None:
-        return pa.concat_tables([untouched, winners])  # the latest version always wins
-    # Few base records are touched: take them by index rather than filter the whole base
-    # again.
-    stored = base.take(pc.indices_nonzero(touched))
-    stored_keys = stored.column(key).combine_chunks()
-    if pc.count_distinct(stored_keys, mode="all").as_py() < len(stored):
-        # An insert keeps duplicate keys: rank every version (stored ones first: a tie
-        # goes to the log record, as an upsert gives it to the input).
-        contested = pa.concat_tables([stored, winners])
-        return pa.concat_tables([untouched, _latest_per_key(contested, key, ordering)])
-    # Otherwise pair each winner with its one stored version by a hash lookup.
-    slot = pc.index_in(winners.column(key), value_set=stored_keys)
-    stored_value = pc.take(stored.column(ordering), slot)
-    # A tie goes to the log record, as an upsert gives it to the input; null is the smallest.
-    log_wins = pc.or_(
-        pc.is_null(stored_value),
-        pc.fill_null(pc.greater_equal(winners.column(ordering), stored_value), False),
-    )
-    kept = pc.filter(slot, pc.invert(log_wins))
-    return pa.concat_tables([untouched, stored.take(kept), winners.filter(log_wins)])
+    rows, slots = index.matches(_array(winners, key))
+    live = ~dropped[rows]  # a deleted base row meets no winner: the winner is newer
+    rows, slots = rows[live], slots[live]
+    if ordering is None:  # the latest version always wins
+        dropped[rows] = True
+        return pa.concat_tables([_without(base, dropped), winners])
+    if len(slots) and int(np.bincount(slots).max()) > 1:
+        # An insert kept duplicate keys in the base: rank every version (stored ones first:
+        # a tie goes to the log record, as an upsert gives it to the input).
+        contested = pa.concat_tables([base.take(pa.array(rows)), winners])
+        dropped[rows] = True
+        return pa.concat_tables(
+            [_without(base, dropped), _latest_per_key(contested, key, ordering)]
+        )
+    # Each touched base row against its key's winner. A tie goes to the log record, as an
+    # upsert gives it to the input; null is the smallest.
+    stored = pc.take(_array(base, ordering), pa.array(rows))
+    rival = pc.take(_array(winners, ordering), pa.array(slots))
+    log_wins = pc.or_(pc.is_null(stored), pc.fill_null(pc.greater_equal(rival, stored), False))
+    wins = np.asarray(log_wins.to_numpy(zero_copy_only=False), dtype=bool)
+    dropped[rows[wins]] = True
+    beaten = slots[~wins]  # rare: a block carried an older version than the base's
+    if len(beaten):
+        kept = np.ones(len(winners), dtype=bool)
+        kept[beaten] = False
+        winners = winners.filter(pa.array(kept))
+    return pa.concat_tables([_without(base, dropped), winners])
+
+
+def _without(table: pa.Table, dropped: npt.NDArray[np.bool_]) -> pa.Table:
+    """``table`` without its ``dropped`` rows: one filter, the merge's one copy of the base."""
+    return table.filter(pa.array(~dropped)) if dropped.any() else table
 
 
 def _decode(
@@ -132,7 +146,10 @@ def _decode(
         if META_FILE_NAME in schema.names:
             name = pa.scalar(split_key(block.path)[1])
             records = records.append_column(META_FILE_NAME, pa.repeat(name, len(records)))
-        parts.append(records.select(schema.names).cast(schema))
+        records = records.select(schema.names)
+        if not records.schema.equals(schema):  # a cast costs even when it changes nothing
+            records = records.cast(schema)
+        parts.append(records)
         positions.append(pa.repeat(pa.scalar(position, pa.int32()), len(records)))
     if not parts:
         return schema.empty_table().append_column(_POS, pa.array([], pa.int32())), deletes
@@ -143,18 +160,18 @@ def _decode(
 def _drop_deleted(logs: pa.Table, deletes: Sequence[tuple[int, pa.Array]], key: str) -> pa.Table:
     """Without the log rows a delete block that comes after them removes."""
     for position, keys in deletes:
-        earlier = pc.less(logs.column(_POS), pa.scalar(position, pa.int32()))
-        logs = logs.filter(pc.invert(pc.and_(earlier, _member(logs, key, keys))))
+        earlier = pc.less(_array(logs, _POS), pa.scalar(position, pa.int32()))
+        deleted = pc.is_in(_array(logs, key), value_set=keys)
+        logs = logs.filter(pc.invert(pc.and_(earlier, deleted)))
     return logs
 
 
-def _member(table: pa.Table, key: str, keys: pa.Array) -> pa.BooleanArray:
-    """Which rows of ``table`` have one of ``keys``, as one array (pyarrow 22's
-    ``indices_nonzero`` crashes on a chunked array of no chunks, an empty table's column)."""
-    if len(keys) == 0:
-        return pa.repeat(pa.scalar(False), len(table))
-    found = pc.is_in(table.column(key), value_set=keys)
-    return found.combine_chunks() if isinstance(found, pa.ChunkedArray) else found
+def _array(table: pa.Table, name: str) -> pa.Array:
+    """A column as one array: kernels over it return arrays, never chunked arrays (pyarrow
+    22's ``indices_nonzero`` crashes on a chunked array of no chunks, an empty table's
+    column)."""
+    column = table.column(name)
+    return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
 
 
 def _latest_per_key(table: pa.Table, key: str, ordering: str | None) -> pa.Table:
@@ -164,8 +181,7 @@ def _latest_per_key(table: pa.Table, key: str, ordering: str | None) -> pa.Table
     ``sort_indices`` is stable: sorted by key and ascending ordering value, a key's rows keep
     their written order among equal values, so its last row is the winner. Usually every key
     is in the logs once, and nothing needs sorting."""
-    keys = table.column(key)
-    if len(table) == 0 or pc.count_distinct(keys, mode="all").as_py() == len(table):
+    if len(table) == 0 or pc.count_distinct(_array(table, key), mode="all").as_py() == len(table):
         return table
     sort_keys = [(key, "ascending")]
     if ordering is not None:

@@ -1,0 +1,93 @@
+"""Which rows of a base file hold which keys: the lookup at the heart of a merge-on-read read.
+
+A merge asks, for a few thousand keys (a slice's log winners, its deleted keys), which of the
+base file's hundred thousand rows hold them. Two ways to answer, chosen per base file:
+
+- **Binary search** when the base's keys are integers in ascending order without nulls (a file
+  written in key order: ingestion of increasing ids or event times, a sorted bulk insert).
+  Checking that is one vectorized comparison of neighbours; then each looked-up key costs
+  ``log2(rows)`` steps and the base's other rows are never touched.
+- **A hash lookup** otherwise (``pyarrow.compute.index_in``): every base key is probed once
+  against a hash set of the looked-up keys.
+
+Both give the same pairs; ``tests/unit/table/test_key_match.py`` checks them against each
+other and against a plain dictionary.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
+
+__all__ = ["KeyIndex", "Rows"]
+
+Rows = npt.NDArray[np.int64]
+
+
+class KeyIndex:
+    """The keys of a base file, ready to be looked up (``matches``)."""
+
+    __slots__ = ("_ascending", "_keys", "_unique")
+
+    def __init__(self, keys: pa.Array) -> None:
+        self._keys = keys
+        self._ascending = _ascending_integers(keys)
+        self._unique = self._ascending is not None and bool(
+            np.all(self._ascending[1:] != self._ascending[:-1])
+        )
+
+    @property
+    def binary_search(self) -> bool:
+        """Whether lookups search the sorted keys (else they hash every base key)."""
+        return self._ascending is not None
+
+    def matches(self, keys: pa.Array) -> tuple[Rows, Rows]:
+        """Every pair (base row, position in ``keys``) with equal keys, as two arrays of equal
+        length, in no particular order. A null key matches a null key (as ``is_in`` does).
+        ``keys`` should be unique: with duplicates, only the set of base rows is meaningful
+        (a row may pair with one of them or with each)."""
+        if self._ascending is not None and pa.types.is_integer(keys.type):
+            return _search(self._ascending, keys, unique=self._unique)
+        slot = pc.index_in(self._keys, value_set=keys)
+        found = slot.is_valid()
+        rows = pc.indices_nonzero(found).to_numpy().astype(np.int64)
+        return rows, slot.filter(found).to_numpy().astype(np.int64)
+
+
+def _ascending_integers(keys: pa.Array) -> npt.NDArray[np.int64] | None:
+    """The keys as a numpy array when they are integers in ascending order without nulls
+    (unsigned ones wrap into int64, in the check as in every search: the order compared is
+    the same on both sides)."""
+    if not pa.types.is_integer(keys.type) or keys.null_count or len(keys) < 2:
+        return None
+    values: npt.NDArray[np.int64] = keys.to_numpy().astype(np.int64, copy=False)
+    if not bool(np.all(values[1:] >= values[:-1])):
+        return None
+    return values
+
+
+def _search(ascending: npt.NDArray[np.int64], keys: pa.Array, *, unique: bool) -> tuple[Rows, Rows]:
+    """``KeyIndex.matches`` by binary search; a null key matches nothing (the base has none).
+
+    The keys are searched in ascending order (numpy then narrows each search by the one
+    before, and memory is walked forwards): sorting a few thousand keys costs less than what
+    it saves. Each key's run of equal base keys starts at ``left``; it holds one row when the
+    base keys are unique, else it ends at ``right``."""
+    valid = np.asarray(keys.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+    values = pc.fill_null(keys, 0).to_numpy().astype(np.int64, copy=False)
+    order = np.argsort(values, kind="stable").astype(np.int64)
+    needles = values[order]
+    left = np.searchsorted(ascending, needles, side="left")
+    if unique:
+        inside = left < len(ascending)
+        hit = valid[order] & inside
+        hit[inside] &= ascending[left[inside]] == needles[inside]
+        return left[hit].astype(np.int64), order[hit]
+    right = np.searchsorted(ascending, needles, side="right")
+    counts = np.where(valid[order], right - left, 0)
+    run_start = np.cumsum(counts) - counts
+    offsets = np.arange(int(counts.sum()), dtype=np.int64) - np.repeat(run_start, counts)
+    rows = np.repeat(left, counts).astype(np.int64) + offsets
+    return rows, np.repeat(order, counts)
