@@ -21,7 +21,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["KeyIndex", "Rows"]
+__all__ = ["KeyIndex", "Rows", "integer_values"]
 
 Rows = npt.NDArray[np.int64]
 
@@ -33,10 +33,7 @@ class KeyIndex:
 
     def __init__(self, keys: pa.Array) -> None:
         self._keys = keys
-        self._ascending = _ascending_integers(keys)
-        self._unique = self._ascending is not None and bool(
-            np.all(self._ascending[1:] != self._ascending[:-1])
-        )
+        self._ascending, self._unique = _ascending_integers(keys)
 
     @property
     def binary_search(self) -> bool:
@@ -56,16 +53,27 @@ class KeyIndex:
         return rows, slot.filter(found).to_numpy().astype(np.int64)
 
 
-def _ascending_integers(keys: pa.Array) -> npt.NDArray[np.int64] | None:
-    """The keys as a numpy array when they are integers in ascending order without nulls
-    (unsigned ones wrap into int64, in the check as in every search: the order compared is
-    the same on both sides)."""
-    if not pa.types.is_integer(keys.type) or keys.null_count or len(keys) < 2:
+def integer_values(keys: pa.Array) -> npt.NDArray[np.int64] | None:
+    """Integer keys without nulls as int64 values (no copy for int64), else None. Unsigned
+    ones past the signed range wrap: every comparison of wrapped values (order, equality) is
+    made on both sides alike, so equality is kept and a wrapped order is still checked."""
+    if not pa.types.is_integer(keys.type) or keys.null_count:
         return None
     values: npt.NDArray[np.int64] = keys.to_numpy().astype(np.int64, copy=False)
-    if not bool(np.all(values[1:] >= values[:-1])):
-        return None
     return values
+
+
+def _ascending_integers(keys: pa.Array) -> tuple[npt.NDArray[np.int64] | None, bool]:
+    """The keys as int64 values when they are integers in ascending order without nulls, and
+    whether they are unique (strictly ascending, the usual case: one comparison pass)."""
+    values = integer_values(keys)
+    if values is None or len(values) < 2:
+        return None, False
+    if bool(np.all(values[1:] > values[:-1])):
+        return values, True
+    if bool(np.all(values[1:] >= values[:-1])):
+        return values, False
+    return None, False
 
 
 def _search(ascending: npt.NDArray[np.int64], keys: pa.Array, *, unique: bool) -> tuple[Rows, Rows]:
@@ -75,19 +83,21 @@ def _search(ascending: npt.NDArray[np.int64], keys: pa.Array, *, unique: bool) -
     before, and memory is walked forwards): sorting a few thousand keys costs less than what
     it saves. Each key's run of equal base keys starts at ``left``; it holds one row when the
     base keys are unique, else it ends at ``right``."""
-    valid = np.asarray(keys.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
-    values = pc.fill_null(keys, 0).to_numpy().astype(np.int64, copy=False)
-    order = np.argsort(values, kind="stable").astype(np.int64)
-    needles = values[order]
+    values = integer_values(keys)
+    order = None
+    if values is None:  # nulls among the keys: search the others
+        order = pc.indices_nonzero(keys.is_valid()).to_numpy().astype(np.int64)
+        values = pc.take(keys, order).to_numpy().astype(np.int64, copy=False)
+    by_value = np.argsort(values, kind="stable")  # a few sorted runs (blocks): near linear
+    needles = values[by_value]
+    positions = by_value if order is None else order[by_value]
     left = np.searchsorted(ascending, needles, side="left")
     if unique:
-        inside = left < len(ascending)
-        hit = valid[order] & inside
-        hit[inside] &= ascending[left[inside]] == needles[inside]
-        return left[hit].astype(np.int64), order[hit]
-    right = np.searchsorted(ascending, needles, side="right")
-    counts = np.where(valid[order], right - left, 0)
+        hit = left < len(ascending)
+        hit[hit] = ascending[left[hit]] == needles[hit]
+        return left[hit].astype(np.int64), positions[hit].astype(np.int64)
+    counts = np.searchsorted(ascending, needles, side="right") - left
     run_start = np.cumsum(counts) - counts
     offsets = np.arange(int(counts.sum()), dtype=np.int64) - np.repeat(run_start, counts)
     rows = np.repeat(left, counts).astype(np.int64) + offsets
-    return rows, np.repeat(order, counts)
+    return rows, np.repeat(positions, counts).astype(np.int64)

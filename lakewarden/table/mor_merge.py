@@ -37,7 +37,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lakewarden.logfile import BlockType, LogBlock
-from lakewarden.table._key_match import KeyIndex
+from lakewarden.table._key_match import KeyIndex, integer_values
 from lakewarden.table.config import META_FILE_NAME, META_RECORD_KEY, TableConfig
 from lakewarden.table.files import split_key
 
@@ -91,7 +91,7 @@ def merge_slice(
         dropped[deleted_rows] = True
     if len(logs) == 0:
         return _without(base, dropped)
-    winners = _latest_per_key(logs.drop_columns([_POS]), key, ordering)
+    winners = _latest_per_key(logs, key, ordering)
     rows, slots = index.matches(_array(winners, key))
     live = ~dropped[rows]  # a deleted base row meets no winner: the winner is newer
     rows, slots = rows[live], slots[live]
@@ -129,8 +129,9 @@ def _without(table: pa.Table, dropped: npt.NDArray[np.bool_]) -> pa.Table:
 def _decode(
     blocks: Sequence[LogBlock], schema: pa.Schema, key: str
 ) -> tuple[pa.Table, list[tuple[int, pa.Array]]]:
-    """The data blocks' records as one table, in block then row order, with their block's
-    position (``_POS``), and the delete blocks' keys with their position."""
+    """The data blocks' records as one table, in block then row order (with their block's
+    position, ``_POS``, when there are delete blocks), and the delete blocks' keys with their
+    position."""
     parts: list[pa.Table] = []
     positions: list[pa.Array] = []
     deletes: list[tuple[int, pa.Array]] = []
@@ -151,19 +152,20 @@ def _decode(
             records = records.cast(schema)
         parts.append(records)
         positions.append(pa.repeat(pa.scalar(position, pa.int32()), len(records)))
-    if not parts:
-        return schema.empty_table().append_column(_POS, pa.array([], pa.int32())), deletes
-    logs = pa.concat_tables(parts)
-    return logs.append_column(_POS, pa.chunked_array(positions, pa.int32())), deletes
+    logs = pa.concat_tables(parts) if parts else schema.empty_table()
+    if deletes:  # only a delete asks which block a log row came from
+        logs = logs.append_column(_POS, pa.chunked_array(positions, pa.int32()))
+    return logs, deletes
 
 
 def _drop_deleted(logs: pa.Table, deletes: Sequence[tuple[int, pa.Array]], key: str) -> pa.Table:
-    """Without the log rows a delete block that comes after them removes."""
+    """Without the log rows a delete block that comes after them removes (and without
+    ``_POS``)."""
     for position, keys in deletes:
         earlier = pc.less(_array(logs, _POS), pa.scalar(position, pa.int32()))
         deleted = pc.is_in(_array(logs, key), value_set=keys)
         logs = logs.filter(pc.invert(pc.and_(earlier, deleted)))
-    return logs
+    return logs.drop_columns([_POS])
 
 
 def _array(table: pa.Table, name: str) -> pa.Array:
@@ -181,7 +183,7 @@ def _latest_per_key(table: pa.Table, key: str, ordering: str | None) -> pa.Table
     ``sort_indices`` is stable: sorted by key and ascending ordering value, a key's rows keep
     their written order among equal values, so its last row is the winner. Usually every key
     is in the logs once, and nothing needs sorting."""
-    if len(table) == 0 or pc.count_distinct(_array(table, key), mode="all").as_py() == len(table):
+    if len(table) == 0 or _unique(_array(table, key)):
         return table
     sort_keys = [(key, "ascending")]
     if ordering is not None:
@@ -196,3 +198,14 @@ def _latest_per_key(table: pa.Table, key: str, ordering: str | None) -> pa.Table
             pc.is_null(differs), pc.xor(before.is_null(), after.is_null()), differs
         )
     return ranked.filter(pa.concat_arrays([differs, pa.array([True])]))
+
+
+def _unique(keys: pa.Array) -> bool:
+    """Whether no key repeats. Integer keys are sorted rather than hashed: log rows are often
+    a few runs in key order (one per block, when writes came in key order), which a stable
+    sort merges in near-linear time; in random order it costs what hashing costs."""
+    values = integer_values(keys)
+    if values is None:
+        return bool(pc.count_distinct(keys, mode="all").as_py() == len(keys))
+    ordered = np.sort(values, kind="stable")
+    return not bool(np.any(ordered[1:] == ordered[:-1]))
