@@ -15,6 +15,9 @@
 ``fail_after_commit_of_batch``       ``B``: streaming: the commit of micro-batch ``B`` fails right
                                      after its instant completed (as a driver crash before Spark
                                      records the batch in its commit log would)
+``hold_after_commit_of_batch``       ``B:PATH``: streaming (``foreachBatch``): after micro-batch
+                                     ``B`` committed, wait until ``PATH`` exists (a test kills
+                                     the driver there: committed, not yet in Spark's commit log)
 ===================================  ============================================================
 
 Nothing here runs unless the option is set; production writes never set ``lakewarden.test.*``.
@@ -87,5 +90,12 @@ def after_log_append(hooks: Mapping[str, str], partition: int, attempt: int) -> 
 
 def after_batch_commit(hooks: Mapping[str, str], batch_id: int) -> None:
     """Raises: InjectedFaultError."""
-    if hooks and _int(hooks, "fail_after_commit_of_batch") == batch_id:
+    if not hooks:
+        return
+    if _int(hooks, "fail_after_commit_of_batch") == batch_id:
         raise InjectedFaultError(f"injected failure after the commit of micro-batch {batch_id}")
+    hold = hooks.get("hold_after_commit_of_batch")
+    if hold is not None:
+        target, _, path = hold.partition(":")
+        if int(target) == batch_id:
+            _wait_for_file(Path(path), -1)

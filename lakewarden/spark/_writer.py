@@ -25,7 +25,9 @@ from lakewarden.spark._arrow import check_write_schema
 from lakewarden.spark._bad_rows import INGEST_COLUMNS
 from lakewarden.spark._create import prepare_table
 from lakewarden.spark._keeper import keep_alive
+from lakewarden.spark._micro_batch import parse_batch_option
 from lakewarden.spark._options import (
+    OPT_BATCH,
     OPT_INSTANT,
     OPT_JOB,
     OPT_MERGE,
@@ -40,14 +42,16 @@ from lakewarden.spark._options import (
     write_operation,
 )
 from lakewarden.spark._task import current_task, write_task
+from lakewarden.spark._transaction import BatchKey
 from lakewarden.table.timeline import Timeline
 
 
 class LakewardenWriter(DataSourceArrowWriter):
     """One write = one instant; see ``lakewarden.spark._job`` for the protocol."""
 
-    def __init__(self, spec: WriteSpec) -> None:
+    def __init__(self, spec: WriteSpec, batch: BatchKey | None = None) -> None:
         self.spec = spec
+        self.batch = batch  # a streaming micro-batch's key (``_micro_batch``): commit once
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
         """One task attempt (on an executor). Raises: InvalidRecordError and the rest of
@@ -56,7 +60,7 @@ class LakewardenWriter(DataSourceArrowWriter):
 
     def commit(self, messages: Sequence[WriterCommitMessage | None]) -> None:
         """Job commit of the accepted attempts, then ``completed`` (driver)."""
-        _job.commit_write(self.spec, messages)
+        _job.commit_write(self.spec, messages, batch=self.batch)
 
     def abort(self, messages: Sequence[WriterCommitMessage | None]) -> None:
         """``rolled_back``, then job abort; nothing if the instant completed (driver)."""
@@ -91,8 +95,9 @@ def create_writer(
             merge=get_option(options, OPT_MERGE) == "true",
             profiled=get_option(options, OPT_PROFILED) == "true",
             test_hooks=hooks,
+            ingest_errors=diverts,
         )
-        return LakewardenWriter(spec)
+        return LakewardenWriter(spec, parse_batch_option(get_option(options, OPT_BATCH)))
     spec, txn = _job.open_write(table, operation, settings_json=encoded, test_hooks=hooks)
     spec = dataclasses.replace(spec, ingest_errors=diverts)
     keep_alive(

@@ -32,8 +32,12 @@ One Structured Streaming query; each micro-batch goes through these steps:
      ``failed_records``; the error-table sink commits exactly the records of the attempts the
      instant accepted, so each bad record is in the error table once even when a batch is
      rerun. ``BatchReport.bad_rows`` is the commit's ``failed_records``;
-5. **write** the good rows with ``writeStream.format("lakewarden")``: one instant per
-   micro-batch, committed once per (query, batch) even across restarts (``_stream``).
+5. **write** the good rows in ``foreachBatch`` (``_micro_batch.MicroBatchWriter``): the driver
+   opens one instant per micro-batch (one lock and one append), Spark's own Parquet writer
+   writes the rows where it can (else the format's Python writer joins the instant: the
+   error table, S3), and the commit records (query id, batch id) so a batch is committed once
+   per query even across restarts and kills. The table, coordinator and commit client stay
+   open for the next batch.
 
 The checkpoint location defaults to ``<state dir>/ingest/<table name>-<table id>/<topic>``
 (local filesystem: ``LAKEWARDEN_STATE_DIR``, ``.lakewarden-state`` by default), so a second
@@ -58,7 +62,8 @@ from pyspark.sql.streaming.query import StreamingQuery
 from lakewarden.errors import ConfigurationError, NonRetryableError
 from lakewarden.names import check_table_name, check_topic_name, child_folder
 from lakewarden.settings import Settings
-from lakewarden.spark._arrow import spark_schema
+from lakewarden.spark._arrow import check_write_schema, spark_schema
+from lakewarden.spark._bad_rows import INGEST_COLUMNS
 from lakewarden.spark._ingest_avro import AvroSchemaError, AvroValueCodec, avro_schema
 from lakewarden.spark._ingest_records import (
     BadRecords,
@@ -68,7 +73,8 @@ from lakewarden.spark._ingest_records import (
     read_bad_records,
     route_bad_records,
 )
-from lakewarden.spark._options import OPT_INGEST_ERRORS, OPT_SETTINGS, encode_settings
+from lakewarden.spark._micro_batch import MicroBatchWriter, MicroBatchWriterKind
+from lakewarden.spark._options import encode_settings
 from lakewarden.spark._transaction import BATCH_ID, QUERY_ID, BatchKey, completed_batch
 from lakewarden.storage import Storage, open_storage
 from lakewarden.table.config import TableConfig, load_config
@@ -187,6 +193,7 @@ class IngestSpec:
     starting_offsets: str = "earliest"
     value_format: ValueFormat = "json"
     settings: Settings | None = None  # for the writer's processes (default: their environment)
+    writer: MicroBatchWriterKind = "auto"  # who writes the rows (``_micro_batch``)
 
     def __post_init__(self) -> None:
         check_topic_name(self.topic)  # an illegal topic would make the Kafka source wait forever
@@ -295,20 +302,25 @@ class IngestJob:
         names = spark_schema(config.pa_schema).fieldNames()
         parsed = parse_records(raw, config, spec.value_format)
         good = route_bad_records(parsed, spec.bad_records, spec.bad_records_dir, names)
+        errors = spec.bad_records == "error-table"
+        check_write_schema(good.schema, config, "insert", ignore=INGEST_COLUMNS if errors else ())
+        batches = MicroBatchWriter(
+            spec.table,
+            settings_json=encoded,
+            checkpoint=str(spec.checkpoint),
+            ingest_errors=errors,
+            writer=spec.writer,
+        )
         writer = (
-            good.writeStream.format("lakewarden")
+            good.writeStream.foreachBatch(batches)
             .queryName(f"lakewarden-ingest-{spec.topic}")
             .option("checkpointLocation", str(spec.checkpoint))
         )
-        if spec.bad_records == "error-table":
-            writer = writer.option(OPT_INGEST_ERRORS, "true")
-        if encoded is not None:
-            writer = writer.option(OPT_SETTINGS, encoded)
         if spec.trigger_s is None:
             writer = writer.trigger(availableNow=True)
         else:
             writer = writer.trigger(processingTime=f"{int(spec.trigger_s * 1000)} milliseconds")
-        return cls(spark, spec, writer.start(spec.table), storage, config)
+        return cls(spark, spec, writer.start(), storage, config)
 
     def poll(self) -> list[BatchReport]:
         """Reports of the batches finished since the last poll. Raises: IngestError."""

@@ -1,0 +1,281 @@
+"""Micro-batches committed from the driver: the ``foreachBatch`` function of a streaming query.
+
+``writeStream.format("lakewarden")`` cannot open a micro-batch's instant before its tasks run
+(PySpark gives a stream writer no driver hook that knows the batch id), so its tasks do, and
+every batch pays Spark's planning of a Python stream writer (a planner worker builds it) and a
+lock taken from a task. ``foreachBatch`` runs on the driver with the batch id, so here the
+driver owns each batch's instant from first to last entry, as ``lakewarden.spark.write`` does
+for a batch write, and the table, coordinator and commit client stay open across batches
+(``_stream_session``, in the driver process):
+
+1. **skip** a batch an earlier run of the query committed already: its (query id, batch id)
+   is in a completed instant's ``extra_metadata`` (the idempotence key, delta-rs's ``Txn``);
+2. **open** the batch's instant: committer job set up, one lock and one ``requested`` append
+   naming the batch (``SparkTransaction.begin_batch``, which finds the pending instant of
+   this run's batch instead of opening a second one);
+3. **write** under the instant's heartbeat, held by the driver:
+   - ``spark`` (``_native``): Spark's own Parquet writer writes the rows; its committer
+     promotes one attempt per task, which the driver adopts as a task attempt of the job;
+   - ``python``: the ``lakewarden`` format's batch writer joins the instant (the only way for
+     what needs Python per row: the error table's bad-record routing, S3 uploads, column
+     types Spark encodes differently); its commit carries the batch key;
+4. **commit**: job commit of the accepted attempts, then ``completed`` with the batch key in
+   ``extra_metadata``, refused when another instant completed the batch (the ``once`` rule,
+   re-checked after every rebase, by the driver or by job-committer);
+5. **on failure**: the instant is rolled back (job abort: none of its files stays) and the
+   error raised, which fails the query; Spark has not recorded the batch, so a restart redoes
+   it under a new instant. A driver killed mid-batch leaves a pending instant whose heartbeat
+   stops: the cleaner rolls it back; a driver killed after step 4 leaves a completed batch
+   that the restart skips in step 1.
+
+Which writer (``writer``): ``auto`` (default) takes ``spark`` where ``_native`` can run for the
+table, its storage and settings and no bad-record columns travel with the rows, else
+``python``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from pyspark.sql import DataFrame
+
+from lakewarden.commit import ManifestCommitter, new_job_id
+from lakewarden.spark import _faults, _job, _native
+from lakewarden.spark._messages import TaskCommitMessage
+from lakewarden.spark._options import (
+    OPT_BATCH,
+    OPT_INGEST_ERRORS,
+    OPT_INSTANT,
+    OPT_JOB,
+    OPT_SETTINGS,
+    InvalidOptionError,
+    WriteSpec,
+    load_settings,
+)
+from lakewarden.spark._stream_session import StreamSession, stream_session
+from lakewarden.spark._transaction import (
+    BatchKey,
+    SparkTransaction,
+    completed_batch,
+)
+from lakewarden.table.instant import Transition
+from lakewarden.table.mor import ingestion_action
+
+log = logging.getLogger("lakewarden.spark")
+
+OPERATION = "insert"
+MicroBatchWriterKind = Literal["auto", "spark", "python"]
+_QUERY_ID = "sql.streaming.queryId"
+_RUN_ID = "spark.jobGroup.id"  # Structured Streaming runs a run's jobs in a group named by it
+
+
+@dataclass(frozen=True)
+class BatchOutcome:
+    """What ``MicroBatchWriter`` did with one micro-batch."""
+
+    batch_id: int
+    instant: str  # the batch's completed instant (this run's, or the earlier run's)
+    skipped: bool  # committed by an earlier run: nothing written now
+    writer: str  # "spark", "python", or "" when skipped
+
+
+@dataclass
+class MicroBatchWriter:
+    """``foreachBatch`` function writing each micro-batch as one instant (module docstring).
+
+    Held by the driver for the query's life: ``outcomes`` lists what the last 1000 batches
+    did."""
+
+    uri: str
+    settings_json: str | None = None
+    checkpoint: str = ""
+    ingest_errors: bool = False  # the rows carry ``_bad_rows.INGEST_COLUMNS`` (error table)
+    writer: MicroBatchWriterKind = "auto"
+    test_hooks: dict[str, str] = field(default_factory=dict)
+    outcomes: deque[BatchOutcome] = field(default_factory=lambda: deque(maxlen=1000))
+    _native_reason: str | None = field(default=None, init=False, repr=False)
+    _decided: bool = field(default=False, init=False, repr=False)
+    _kafka: bool = field(default=False, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.writer not in ("auto", "spark", "python"):
+            raise InvalidOptionError(f"writer must be auto, spark or python, got {self.writer!r}")
+
+    def __call__(self, df: DataFrame, batch_id: int) -> None:
+        """Steps 1-5 for micro-batch ``batch_id`` (on the driver, called by Spark).
+
+        Raises: whatever the write or the commit raised (the instant rolled back), and
+        InjectedFaultError (tests)."""
+        key = self.batch_key(df, batch_id)
+        with stream_session(self.uri, self.settings_json, key.query_id) as session:
+            outcome = self._write(df, key, session)
+        self.outcomes.append(outcome)
+        _faults.after_batch_commit(self.test_hooks, batch_id)
+
+    def batch_key(self, df: DataFrame, batch_id: int) -> BatchKey:
+        """The batch's identity from the driver thread's local properties, which Structured
+        Streaming sets before it calls ``foreachBatch``.
+
+        Raises: InvalidOptionError (called outside a streaming query)."""
+        context = df.sparkSession.sparkContext
+        query = context.getLocalProperty(_QUERY_ID)
+        if query is None:
+            raise InvalidOptionError(
+                "MicroBatchWriter is a foreachBatch function: it runs inside a streaming query"
+            )
+        run = context.getLocalProperty(_RUN_ID) or "unknown-run"
+        return BatchKey(query_id=query, run_id=run, batch_id=batch_id, checkpoint=self.checkpoint)
+
+    def _write(self, df: DataFrame, key: BatchKey, session: StreamSession) -> BatchOutcome:
+        table = session.table
+        done = completed_batch(table.timeline.load(), key)  # 1.
+        if done is not None:
+            log.info("micro-batch %s committed by %s already: skipped", key.batch_id, done.instant)
+            return BatchOutcome(key.batch_id, done.instant, skipped=True, writer="")
+        native = self._native(table)
+        spec, txn = self._open(table, key)  # 2.
+        try:
+            with txn.heartbeat():  # 3.
+                if native:
+                    _native.write_files(df, table.config, spec, table.storage)
+                    messages: Sequence[TaskCommitMessage] = [
+                        _native.adopt_files(table.storage, spec)
+                    ]
+                else:
+                    _save(df, spec, key)
+            if native:  # 4. (the python writer's own commit did it, carrying the key)
+                client = session.commit_client() if self._kafka else None
+                _job.commit_write(spec, messages, batch=key, table=table, client=client)
+        except BaseException as err:
+            settled = self._settled(table, spec, key, err)
+            if settled is not None:
+                return settled
+            raise
+        return BatchOutcome(key.batch_id, spec.instant, skipped=False, writer=_kind(native))
+
+    def _open(self, table: _job.TableHandle, key: BatchKey) -> tuple[WriteSpec, SparkTransaction]:
+        """Step 2. Raises: BatchAlreadyCommittedError, LockTimeoutError, ..."""
+        committer = ManifestCommitter(table.storage, new_job_id())
+        committer.setup_job()
+        try:
+            instant, job_id = SparkTransaction.begin_batch(
+                table.timeline,
+                table.coordinator,
+                table.config.table_id,
+                key=key,
+                job_id=committer.job_id,
+                operation=OPERATION,
+                actor=_job.actor(),
+                action=ingestion_action(table.config),
+            )
+        except BaseException:
+            committer.abort_job(reason=f"micro-batch {key.batch_id}: requested failed")
+            raise
+        if job_id != committer.job_id:  # this run opened the batch's instant before
+            committer.abort_job(reason=f"micro-batch {key.batch_id} has job {job_id}")
+        spec = WriteSpec(
+            self.uri,
+            instant,
+            job_id,
+            OPERATION,
+            self.settings_json,
+            test_hooks=dict(self.test_hooks),
+            ingest_errors=self.ingest_errors,
+        )
+        return spec, table.transaction(spec)
+
+    def _native(self, table: _job.TableHandle) -> bool:
+        """Whether the rows go through Spark's Parquet writer (decided once per query).
+
+        Raises: InvalidOptionError (``writer="spark"`` where it cannot run)."""
+        if not self._decided:
+            settings = load_settings(self.settings_json)
+            self._kafka = settings.kafka.enabled
+            reason = _native.unsupported_reason(table.config, settings, table.storage)
+            if reason is None and self.ingest_errors:
+                reason = "bad records go to the error table (routed in Python)"
+            if self.writer == "python":
+                reason = reason or "writer=python"
+            elif reason is not None and self.writer == "spark":
+                raise InvalidOptionError(f"writer=spark cannot be used for this stream: {reason}")
+            if reason is not None:
+                log.info("micro-batches through the Python data source: %s", reason)
+            self._native_reason, self._decided = reason, True
+        return self._native_reason is None
+
+    def _settled(
+        self, table: _job.TableHandle, spec: WriteSpec, key: BatchKey, err: BaseException
+    ) -> BatchOutcome | None:
+        """After a failure: the batch's outcome when it is committed all the same (this
+        instant completed before Spark reported the failure, or the ``once`` rule refused
+        because another instant completed the batch); else None, with this instant rolled
+        back if it is still pending (step 5: the commit's own failure rolled it back
+        already)."""
+        state = table.timeline.load()
+        mine = state.get(spec.instant)
+        if mine is not None and mine.state is Transition.COMPLETED:
+            log.warning("instant %s completed, but then: %r", spec.instant, err)
+            return BatchOutcome(key.batch_id, spec.instant, skipped=False, writer="")
+        done = completed_batch(state, key)
+        if done is not None:  # (our instant was rolled back by the refusal)
+            return BatchOutcome(key.batch_id, done.instant, skipped=True, writer="")
+        if mine is not None and mine.is_pending:
+            _job.abandon(table, spec, err)
+        return None
+
+
+def _save(df: DataFrame, spec: WriteSpec, key: BatchKey) -> None:
+    """Step 3, ``python``: the format's batch writer joins the instant; its ``commit`` (in a
+    commit worker) completes it with the batch key. Raises: whatever Spark raises."""
+    writer = df.write.format("lakewarden").mode("append")
+    writer = writer.option(OPT_INSTANT, spec.instant).option(OPT_JOB, spec.job_id)
+    writer = writer.option(OPT_BATCH, batch_option(key))
+    if spec.ingest_errors:
+        writer = writer.option(OPT_INGEST_ERRORS, "true")
+    if spec.settings_json is not None:
+        writer = writer.option(OPT_SETTINGS, spec.settings_json)
+    for name, value in spec.test_hooks.items():
+        writer = writer.option(f"lakewarden.test.{name}", value)
+    writer.save(spec.uri)
+
+
+def batch_option(key: BatchKey) -> str:
+    """``key`` as the text of option ``lakewarden.batch`` (``parse_batch_option``)."""
+    import json
+
+    return json.dumps(
+        {
+            "query_id": key.query_id,
+            "run_id": key.run_id,
+            "batch_id": key.batch_id,
+            "checkpoint": key.checkpoint,
+        }
+    )
+
+
+def parse_batch_option(text: str | None) -> BatchKey | None:
+    """The ``BatchKey`` of option ``lakewarden.batch``, or None without it.
+
+    Raises: InvalidOptionError (not the JSON ``batch_option`` writes)."""
+    import json
+
+    if text is None:
+        return None
+    try:
+        raw = json.loads(text)
+        return BatchKey(
+            query_id=str(raw["query_id"]),
+            run_id=str(raw["run_id"]),
+            batch_id=int(raw["batch_id"]),
+            checkpoint=str(raw.get("checkpoint", "")),
+        )
+    except (ValueError, KeyError, TypeError) as err:
+        raise InvalidOptionError(f"option {OPT_BATCH} is not a micro-batch key: {text!r}") from err
+
+
+def _kind(native: bool) -> str:
+    return "spark" if native else "python"

@@ -1,0 +1,158 @@
+"""Micro-batches committed from the driver (``foreachBatch`` + ``MicroBatchWriter``): every
+batch one instant, each committed exactly once across failures, restarts and a SIGKILL of the
+driver between lakewarden's commit and Spark's commit log."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from _spark_helpers import SCHEMA, make_table, rows, sorted_rows
+
+import lakewarden
+from lakewarden.spark._micro_batch import MicroBatchWriter, batch_option, parse_batch_option
+from lakewarden.spark._options import InvalidOptionError
+from lakewarden.spark._transaction import BATCH_ID, QUERY_ID, BatchKey
+from lakewarden.table.instant import Transition
+from lakewarden.table.table import Table
+from lakewarden.testing import wait_until
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+FILES = 4
+ROWS_PER_FILE = 25
+STREAM_SCHEMA = "id long, region string, ts long, amount double, note string"
+DRIVER = Path(__file__).with_name("_micro_batch_driver.py")
+
+
+def _source(tmp_path: Path) -> tuple[Path, pa.Table]:
+    source = tmp_path / "source"
+    source.mkdir()
+    batches = [rows(range(i * ROWS_PER_FILE, (i + 1) * ROWS_PER_FILE)) for i in range(FILES)]
+    for i, batch in enumerate(batches):
+        pq.write_table(batch.cast(SCHEMA), source / f"part-{i}.parquet")
+    return source, pa.concat_tables(batches)
+
+
+def _run(spark: Any, source: Path, checkpoint: Path, writer: MicroBatchWriter) -> bool:
+    """One run of the query until its input is consumed; False if it failed."""
+    query = (
+        spark.readStream.schema(STREAM_SCHEMA)
+        .option("maxFilesPerTrigger", 1)
+        .parquet(str(source))
+        .writeStream.foreachBatch(writer)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    try:
+        query.awaitTermination()  # pytest-timeout bounds it
+    except Exception:  # noqa: BLE001 - StreamingQueryException: the run died as intended
+        return False
+    return query.exception() is None
+
+
+def _batches(table: Table) -> tuple[list[str], set[str]]:
+    completed = [i for i in table.timeline() if i.state is Transition.COMPLETED and i.commit]
+    return (
+        sorted(i.commit.extra_metadata[BATCH_ID] for i in completed if i.commit),
+        {i.commit.extra_metadata[QUERY_ID] for i in completed if i.commit},
+    )
+
+
+@pytest.mark.parametrize("kind", ["spark", "python"])
+def test_failed_and_restarted_query_commits_every_batch_exactly_once(
+    spark: Any, tmp_path: Path, kind: str
+) -> None:
+    table = make_table(tmp_path / "table")
+    uri = str(tmp_path / "table")
+    source, everything = _source(tmp_path)
+    checkpoint = tmp_path / "checkpoint"
+
+    def writer(**hooks: str) -> MicroBatchWriter:
+        return MicroBatchWriter(uri, checkpoint=str(checkpoint), writer=kind, test_hooks=hooks)  # type: ignore[arg-type]
+
+    # Run 1 dies right after lakewarden committed batch 1, before Spark recorded it.
+    assert not _run(spark, source, checkpoint, writer(fail_after_commit_of_batch="1"))
+    # Run 2 re-runs batch 1 (finds it committed: skipped), dies inside batch 2's tasks.
+    second = writer(fail_partition="0")
+    assert not _run(spark, source, checkpoint, second)
+    assert [(o.batch_id, o.skipped) for o in second.outcomes] == [(1, True)]
+    # Run 3 redoes batch 2 and finishes.
+    third = writer()
+    assert _run(spark, source, checkpoint, third)
+    assert [(o.batch_id, o.skipped, o.writer) for o in third.outcomes] == [
+        (2, False, kind),
+        (3, False, kind),
+    ]
+
+    assert sorted_rows(lakewarden.read(uri)) == sorted_rows(everything)
+    batch_ids, queries = _batches(table)
+    assert batch_ids == [str(b) for b in range(FILES)]  # each batch exactly once
+    assert len(queries) == 1
+    rolled_back = [i for i in table.timeline() if i.state is Transition.ROLLED_BACK]
+    assert len(rolled_back) == 1  # batch 2 of run 2: its files are gone with its job
+    assert not list((tmp_path / "table").glob("_temporary/manifest_*/spark"))
+
+
+def test_a_driver_killed_after_the_commit_is_skipped_by_the_restart(
+    spark: Any, tmp_path: Path
+) -> None:
+    """SIGKILL of the driver process group (Python and JVM) after micro-batch 1 completed in
+    the table and before Spark's commit log has it; the restart (in this process, from the
+    same checkpoint: the same query id) re-runs batch 1, finds it committed, skips it."""
+    table = make_table(tmp_path / "table")
+    uri = str(tmp_path / "table")
+    source, everything = _source(tmp_path)
+    checkpoint = tmp_path / "checkpoint"
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+    args = [str(source), str(checkpoint), uri, str(tmp_path / "never-released")]
+    log = tmp_path / "driver.log"
+    with log.open("w") as stderr:
+        driver = subprocess.Popen(
+            [sys.executable, str(DRIVER), *args],
+            env=env,
+            start_new_session=True,  # its own process group: the kill takes the JVM too
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+        )
+        try:
+            wait_until(
+                lambda: "1" in _batches(table)[0] or driver.poll() is not None,
+                timeout_s=240,
+                what="the killed run's micro-batch 1 completed",
+            )
+            assert driver.poll() is None, log.read_text()[-3000:]
+        finally:
+            os.killpg(driver.pid, signal.SIGKILL)
+            driver.wait()
+    assert not (checkpoint / "commits" / "1").exists()  # Spark never recorded batch 1
+
+    restart = MicroBatchWriter(uri, checkpoint=str(checkpoint))
+    assert _run(spark, source, checkpoint, restart)
+    assert [(o.batch_id, o.skipped) for o in restart.outcomes] == [
+        (1, True),
+        (2, False),
+        (3, False),
+    ]
+    assert sorted_rows(lakewarden.read(uri)) == sorted_rows(everything)
+    batch_ids, queries = _batches(table)
+    assert batch_ids == [str(b) for b in range(FILES)]
+    assert len(queries) == 1
+
+
+def test_the_batch_option_round_trips_and_refuses_garbage() -> None:
+    key = BatchKey(query_id="q", run_id="r", batch_id=7, checkpoint="/cp")
+    assert parse_batch_option(batch_option(key)) == key
+    assert parse_batch_option(None) is None
+    with pytest.raises(InvalidOptionError, match="not a micro-batch key"):
+        parse_batch_option('{"query_id": "q"}')
+    with pytest.raises(InvalidOptionError, match="writer must be"):
+        MicroBatchWriter("/t", writer="jvm")  # type: ignore[arg-type]
