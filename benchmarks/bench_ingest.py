@@ -14,7 +14,9 @@ micro-batches of the same records through the same parse (``parse_records`` +
 
 - **throughput**: N / wall seconds from ``start()`` to the query's end (records/s);
 - **micro-batch latency** p50/p99: Spark's ``triggerExecution`` per batch;
-- **batch commit latency** p50/p99, the driver's commit after the tasks: for lakewarden the
+- **batch commit latency** p50/p99, the driver's commit after the tasks (lakewarden's query
+  writes each batch in ``foreachBatch``: the driver opens the instant, Spark's Parquet writer
+  writes the rows, ``_micro_batch``): for lakewarden the
   wall time between the batch instant's ``inflight`` and ``completed`` entries (job commit of
   the accepted attempts + the conflict-checked ``completed`` append under timeline-lock's
   lease); for Parquet the time between the newest data file of the batch and its
