@@ -102,6 +102,7 @@ def test_failed_and_restarted_query_commits_every_batch_exactly_once(
     assert not list((tmp_path / "table").glob("_temporary/manifest_*/spark"))
 
 
+@pytest.mark.timeout(900)  # a second Spark (the killed driver's) starts on a loaded machine
 def test_a_driver_killed_after_the_commit_is_skipped_by_the_restart(
     spark: Any, tmp_path: Path
 ) -> None:
@@ -126,7 +127,7 @@ def test_a_driver_killed_after_the_commit_is_skipped_by_the_restart(
         try:
             wait_until(
                 lambda: "1" in _batches(table)[0] or driver.poll() is not None,
-                timeout_s=240,
+                timeout_s=600,  # a safety net: it starts a Spark of its own
                 what="the killed run's micro-batch 1 completed",
             )
             assert driver.poll() is None, log.read_text()[-3000:]
