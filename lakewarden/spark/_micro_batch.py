@@ -58,6 +58,7 @@ from lakewarden.spark._options import (
 )
 from lakewarden.spark._stream_session import StreamSession, stream_session
 from lakewarden.spark._transaction import (
+    BatchAlreadyCommittedError,
     BatchKey,
     SparkTransaction,
     completed_batch,
@@ -137,7 +138,10 @@ class MicroBatchWriter:
             log.info("micro-batch %s committed by %s already: skipped", key.batch_id, done.instant)
             return BatchOutcome(key.batch_id, done.instant, skipped=True, writer="")
         native = self._native(table)
-        spec, txn = self._open(table, key)  # 2.
+        try:
+            spec, txn = self._open(table, key)  # 2.
+        except BatchAlreadyCommittedError as err:  # completed since step 1 (another query)
+            return BatchOutcome(key.batch_id, err.committed_by, skipped=True, writer="")
         try:
             with txn.heartbeat():  # 3.
                 if native:
