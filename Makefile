@@ -4,10 +4,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup kafka-jars spark-jars peers-deps deps up down demo test test-fast fuzz campaign lint typecheck bench clean
+.PHONY: setup kafka-jars spark-jars spark-udf peers-deps deps up down demo test test-fast fuzz campaign lint typecheck bench clean
 
 # Idempotent and fast: reinstalls only when pyproject.toml changed since the last install.
-setup: $(STAMP) kafka-jars spark-jars
+setup: $(STAMP) kafka-jars spark-jars spark-udf
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -37,6 +37,12 @@ infra/spark/jars/.fetched: infra/spark/pom.xml
 	rm -rf infra/spark/jars
 	mvn -B -q -Dstyle.color=never -f infra/spark/pom.xml dependency:copy-dependencies -DoutputDirectory=jars
 	touch $@
+
+# lakewarden's Java UDFs (record key bucket, partition value escaping; lakewarden/spark/java),
+# compiled with the JDK against pyspark's own jar into ~/.cache/lakewarden (LAKEWARDEN_UDF_CACHE),
+# keyed by the sources' digest: a no-op when built. Spark writes build it on first use too.
+spark-udf: $(STAMP)
+	$(BIN)/python -m lakewarden.spark._jvm_udf
 
 # The peers benchmark's Delta Lake and Hudi jars (Maven, infra/peers/*/pom.xml) and the
 # pyspark 3.5 virtualenv Hudi runs in (infra/peers/hudi/venv); `python -m benchmarks peers`

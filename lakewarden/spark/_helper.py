@@ -20,10 +20,10 @@ owns the instant from first to last entry:
    instant, the rollback reason and Spark's message.
 
 ``bulk_insert`` skips 2a-2c (no shuffle: append groups, as the plain format writes), and
-with option ``writer``: ``python`` (default: the Python Data Source), ``spark`` (Spark's own
-Parquet writer, ``_native``, Python sees only the record keys; refused with the reason where it
-cannot run) or ``auto`` (``spark`` where it can run). ``spark`` is opt-in: measured at 2M rows it
-is still slower than the Python path (see README, "Spark writes and the error table").
+with option ``writer``: ``auto`` (default: ``spark`` where it can run, else ``python``),
+``spark`` (Spark's own Parquet writer, ``_native``: no row goes through Python, the bucket is
+computed by a Java UDF; refused with the reason where it cannot run) or ``python`` (the Python
+Data Source).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from pyspark.sql.types import IntegerType, StringType, StructField, StructType
 
 from lakewarden.errors import NonRetryableError
 from lakewarden.settings import Settings
-from lakewarden.spark import _job, _native
+from lakewarden.spark import _job, _jvm_udf, _native
 from lakewarden.spark._arrow import check_write_schema, conform
 from lakewarden.spark._create import prepare_table
 from lakewarden.spark._messages import TaskCommitMessage
@@ -155,15 +155,21 @@ def write(
 def _native_writer(
     options: Mapping[str, str], table: _job.TableHandle, encoded: str | None
 ) -> bool:
-    """Whether a ``bulk_insert`` goes through Spark's Parquet writer (option ``writer``).
+    """Whether a ``bulk_insert`` goes through Spark's Parquet writer (option ``writer``,
+    default ``auto``).
 
     Raises: InvalidOptionError (an unknown value, or ``spark`` where it cannot be used)."""
-    choice = (get_option(options, OPT_WRITER) or "python").lower()
+    choice = (get_option(options, OPT_WRITER) or "auto").lower()
     if choice not in ("auto", "spark", "python"):
         raise InvalidOptionError(f"option writer must be auto, spark or python, got {choice!r}")
     if choice == "python":
         return False
     reason = _native.unsupported_reason(table.config, load_settings(encoded), table.storage)
+    if reason is None:
+        try:
+            _jvm_udf.jar_path()
+        except _jvm_udf.JvmUdfUnavailableError as err:
+            reason = str(err)
     if reason is not None and choice == "spark":
         raise InvalidOptionError(f"option writer=spark cannot be used for this write: {reason}")
     if reason is not None:
@@ -193,7 +199,7 @@ def _clustered(
 ) -> tuple[DataFrame, DataFrame]:
     """Steps 2a-2c: the input clustered by file group, and the persisted keyed input (the
     caller unpersists it)."""
-    keyed = with_file_groups(df, table.config, spec.operation).persist(StorageLevel.MEMORY_AND_DISK)
+    keyed = with_file_groups(df, table.config, spec).persist(StorageLevel.MEMORY_AND_DISK)
     rows = keyed.select(PARTITION_COLUMN, BUCKET_COLUMN).distinct().collect()
     canonical = [FileGroupId(partition_path=r[0], file_id=bucket_file_id(r[1])) for r in rows]
     buckets = BucketSlices(base_snapshot(table.storage, table.config, spec.instant))
@@ -206,10 +212,19 @@ def _clustered(
     return clustered.drop(PARTITION_COLUMN, BUCKET_COLUMN), keyed
 
 
-def with_file_groups(df: DataFrame, config: TableConfig, operation: str) -> DataFrame:
-    """``df`` with the partition path and bucket of every row, computed by the table's routing
-    functions after casting key and partition columns to the table's types (the text of a key
+def with_file_groups(df: DataFrame, config: TableConfig, spec: WriteSpec) -> DataFrame:
+    """``df`` with the partition path and bucket of every row: in the JVM (``_jvm_udf``)
+    where the key and partition columns already have the table's types, else by the table's
+    routing functions in Python after casting them to the table's types (the text of a key
     decides its bucket, so it must be the text of the table type)."""
+    jvm = None
+    try:
+        _jvm_udf.register(df.sparkSession)
+        jvm = _native.file_group_columns(df, config, spec)
+    except _jvm_udf.JvmUdfUnavailableError as err:
+        log.info("file groups of the %s computed in Python: %s", spec.operation, err)
+    if jvm is not None:
+        return df.withColumns({PARTITION_COLUMN: jvm[0], BUCKET_COLUMN: jvm[1]})
     schema = StructType(
         [
             *df.schema.fields,

@@ -1,10 +1,13 @@
 """``bulk_insert`` through Spark's own Parquet writer: no Python Data Source hop for the rows.
 
 The Python Data Source path moves every row through a Python worker as Arrow batches, which
-on a 2-core machine costs about as much as Spark's whole Parquet write. An append needs Python
-for one thing only: the bucket of each record key (FNV-1a of its text, ``table.bucket``), which
-Spark has no function for. So this path sends Python the key column alone (a ``pandas_udf``)
-and lets Spark write every column, in the JVM, with its vectorised Parquet writer.
+on a 2-core machine costs about as much as Spark's whole Parquet write. An append needs
+lakewarden's own code for two values per row only: the bucket of the record key (FNV-1a of its
+text, ``table.bucket``), which Spark has no function for, and the escaped partition path. Both
+are Java UDFs (``_jvm_udf``, compiled once from the sources shipped with the package), so no
+row goes through Python and Spark writes every column, in the JVM, with its vectorised Parquet
+writer; each task keeps one Parquet writer open per file group it meets instead of sorting its
+rows by file group (``_WRITE_CONFS``).
 
 The protocol is the plain format's, with Spark's committer guarding the task attempts:
 
@@ -55,11 +58,15 @@ from lakewarden.commit._store import CommitStore
 from lakewarden.commit.layout import JobLayout
 from lakewarden.errors import NonRetryableError
 from lakewarden.settings import Settings
-from lakewarden.spark import _faults
+from lakewarden.spark import _faults, _jvm_udf
 from lakewarden.spark._messages import TaskCommitMessage
 from lakewarden.spark._options import WriteSpec
 from lakewarden.storage import Storage
-from lakewarden.table.bucket import key_buckets, partition_codes
+from lakewarden.table.bucket import (
+    MAX_PARTITION_SEGMENT_BYTES,
+    escape_partition_value,
+    partition_codes,
+)
 from lakewarden.table.config import (
     META_COMMIT_TIME,
     META_FILE_NAME,
@@ -89,6 +96,21 @@ _SPARK_TYPES: dict[pa.DataType, str] = {
     pa.binary(): "binary",
     pa.date32(): "date",
 }
+# Partition column types whose Spark ``cast(... as string)`` is pyarrow's string cast (the
+# text a partition path is made of); floating point differs (``1.0E20`` vs ``1e+20``).
+_JVM_TEXT_TYPES = frozenset(
+    [pa.bool_(), pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.string(), pa.date32()]
+)
+# Parquet writers a task keeps open at once (one per file group it meets) instead of sorting
+# its rows by file group; past this many, Spark sorts the rest (still correct, slower).
+MAX_OPEN_FILES = 64
+# Session settings of the write (restored after it): Spark's "planned write" sorts every
+# task's rows by the partition columns before writing; without it, and with concurrent
+# writers allowed, each task writes its file groups side by side in one pass.
+_WRITE_CONFS = {
+    "spark.sql.optimizer.plannedWrite.enabled": "false",
+    "spark.sql.maxConcurrentOutputFileWriters": str(MAX_OPEN_FILES),
+}
 
 
 class NativeWriteError(NonRetryableError):
@@ -112,15 +134,29 @@ def unsupported_reason(config: TableConfig, settings: Settings, storage: Storage
 
 
 def write_files(df: DataFrame, config: TableConfig, spec: WriteSpec, storage: Storage) -> None:
-    """Step 2: one Spark job writing the rows into the job's staging directory.
+    """Step 2: one Spark job writing the rows into the job's staging directory, each task
+    with one open Parquet writer per file group it meets (no sort, ``_WRITE_CONFS``).
 
-    Raises: whatever Spark raises (a bad value fails its task with the record key named)."""
+    Raises: JvmUdfUnavailableError, or whatever Spark raises (a bad value fails its task with
+    the record key named)."""
+    session = df.sparkSession
+    _jvm_udf.register(session)
     out = _with_meta(df, config, spec)
     writer = out.write.mode("errorifexists").partitionBy(_PATH_COLUMN, _BUCKET_COLUMN)
     # One file per task and file group, and only committed task attempts promoted.
     writer = writer.option("maxRecordsPerFile", 0)
     writer = writer.option("mapreduce.fileoutputcommitter.algorithm.version", "1")
-    writer.parquet(_staging_path(storage, spec))
+    before: dict[str, str | None] = {name: session.conf.get(name, None) for name in _WRITE_CONFS}
+    try:
+        for name, wanted in _WRITE_CONFS.items():
+            session.conf.set(name, wanted)
+        writer.parquet(_staging_path(storage, spec))
+    finally:
+        for name, old in before.items():
+            if old is None:
+                session.conf.unset(name)
+            else:
+                session.conf.set(name, old)
 
 
 def adopt_files(storage: Storage, spec: WriteSpec) -> TaskCommitMessage:
@@ -227,14 +263,17 @@ def _fsync(path: Path) -> None:
 
 
 def _with_meta(df: DataFrame, config: TableConfig, spec: WriteSpec) -> DataFrame:
-    """``df`` as the table's file schema plus the two hidden partition columns."""
+    """``df`` as the table's file schema plus the two hidden partition columns.
+
+    The bucket and the partition path are computed in the JVM (``_jvm_udf``); only a
+    partition column whose Spark text differs from pyarrow's (floating point) still goes
+    through a ``pandas_udf``, and the write's test faults through a pass-through one."""
     key = _conformed(df, config, config.record_key, required=True, spec=spec)
-    bucket = _bucket_udf(config.buckets, spec.test_hooks)(key)
-    if config.partition_by:
-        parts = [_conformed(df, config, f, required=False, spec=spec) for f in config.partition_by]
-        path = _path_udf(config)(*parts)
-    else:
-        path = F.lit("")
+    key_text = key.cast("string")
+    bucket = _jvm_udf.key_bucket(key_text, config.buckets)
+    if spec.test_hooks:
+        bucket = _fault_udf(spec.test_hooks)(bucket)
+    path = _partition_path(df, config, spec)
     task = F.lpad(F.spark_partition_id().cast("string"), 5, "0")
     # append_group(): "<bucket:08d>-<instant>-<task:05d>"; token "<task>-0-0" (module doc).
     name = F.concat(
@@ -247,7 +286,7 @@ def _with_meta(df: DataFrame, config: TableConfig, spec: WriteSpec) -> DataFrame
     )
     columns = [
         F.lit(spec.instant).alias(META_COMMIT_TIME),
-        key.cast("string").alias(META_RECORD_KEY),
+        key_text.alias(META_RECORD_KEY),
         path.alias(META_PARTITION_PATH),
         name.alias(META_FILE_NAME),
     ]
@@ -257,6 +296,56 @@ def _with_meta(df: DataFrame, config: TableConfig, spec: WriteSpec) -> DataFrame
             _conformed(df, config, field.name, required=required, spec=spec).alias(field.name)
         )
     return df.select(*columns, path.alias(_PATH_COLUMN), bucket.alias(_BUCKET_COLUMN))
+
+
+def file_group_columns(
+    df: DataFrame, config: TableConfig, spec: WriteSpec
+) -> tuple[Column, Column] | None:
+    """(partition path, bucket) of every row of a merge's input, computed in the JVM, or
+    None where Python must compute them: a key or partition column whose Spark type is not
+    the table's (its text, hence its bucket or path, would be the cast's), or whose text in
+    Spark differs from pyarrow's."""
+    for name in (config.record_key, *config.partition_by):
+        table_type = config.pa_schema.field(name).type
+        if table_type not in _JVM_TEXT_TYPES or name not in df.columns:
+            return None
+        if df.schema[name].dataType.simpleString() != _SPARK_TYPES[table_type]:
+            return None
+    if config.pa_schema.field(config.record_key).type in (pa.bool_(), pa.date32()):
+        return None
+    key_text = F.col(_quoted(config.record_key)).cast("string")
+    bucket = _jvm_udf.key_bucket(key_text, config.buckets)
+    return _partition_path(df, config, spec), bucket
+
+
+def _partition_path(df: DataFrame, config: TableConfig, spec: WriteSpec) -> Column:
+    """Each row's ``k=v/k2=v2`` (``partition_codes``), in the JVM where Spark's text of the
+    values is pyarrow's; a segment longer than a directory name fails the write naming it."""
+    if not config.partition_by:
+        return F.lit("")
+    parts = [_conformed(df, config, f, required=False, spec=spec) for f in config.partition_by]
+    types = [config.pa_schema.field(f).type for f in config.partition_by]
+    if not all(t in _JVM_TEXT_TYPES for t in types):
+        udf_path: Column = _path_udf(config)(*parts)
+        return udf_path
+    segments = []
+    for field, value in zip(config.partition_by, parts, strict=True):
+        segment = F.concat(
+            F.lit(f"{escape_partition_value(field)}="),
+            _jvm_udf.partition_value(value.cast("string")),
+        )
+        message = F.concat(
+            F.lit(
+                f"lakewarden: instant {spec.instant} of table {spec.uri}: partition field "
+                f"{field!r} has a value whose directory name would be longer than "
+                f"{MAX_PARTITION_SEGMENT_BYTES} bytes: "
+            ),
+            F.substring(value.cast("string"), 1, 40),
+            F.lit("... Help: partition by a shorter value (a prefix, a hash, a date)."),
+        )
+        too_long = F.octet_length(segment) > MAX_PARTITION_SEGMENT_BYTES
+        segments.append(F.when(too_long, F.raise_error(message)).otherwise(segment))
+    return F.concat_ws("/", *segments)
 
 
 def _conformed(
@@ -290,19 +379,19 @@ def _quoted(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
-def _bucket_udf(buckets: int, hooks: dict[str, str]) -> Any:
-    """A ``pandas_udf`` giving each record key's bucket (``key_buckets``)."""
+def _fault_udf(hooks: dict[str, str]) -> Any:
+    """A pass-through ``pandas_udf`` raising the write's ``lakewarden.test.*`` faults in the
+    task that evaluates it (tests only: a real write has no hooks and no Python hop)."""
     import pandas as pd  # type: ignore[import-untyped]
     from pyspark.sql.functions import pandas_udf  # type: ignore[attr-defined]
 
-    def bucket(keys: Any) -> Any:
-        if hooks:
-            _task_faults(hooks)
-        return key_buckets(pa.Array.from_pandas(keys), buckets).to_pandas()
+    def faults(values: Any) -> Any:
+        _task_faults(hooks)
+        return values
 
     # PySpark infers the UDF's kind from these (text annotations would not resolve here).
-    bucket.__annotations__ = {"keys": pd.Series, "return": pd.Series}
-    return pandas_udf(bucket, "int")
+    faults.__annotations__ = {"values": pd.Series, "return": pd.Series}
+    return pandas_udf(faults, "int")
 
 
 def _path_udf(config: TableConfig) -> Any:

@@ -237,7 +237,11 @@ def partition_codes(table: pa.Table, partition_by: Sequence[str]) -> tuple[pa.Ar
         dictionaries.append(dictionary)
     assert combined is not None
     distinct = pc.dictionary_encode(combined)
-    paths = []
+    # Distinct values can share a path (null and "" are both the default partition): each
+    # path gets one code, or rows of one file group would be routed as two.
+    paths: list[str] = []
+    code_of_path: dict[str, int] = {}
+    path_codes: list[int] = []
     for code in distinct.dictionary.to_pylist():
         values: list[str | None] = []
         for dictionary in reversed(dictionaries):
@@ -245,8 +249,15 @@ def partition_codes(table: pa.Table, partition_by: Sequence[str]) -> tuple[pa.Ar
             values.append(dictionary[index])
         values.reverse()
         _check_segment_lengths(partition_by, values)
-        paths.append(render_partition_path(partition_by, values))
-    return distinct.indices.cast(pa.int64()), paths
+        path = render_partition_path(partition_by, values)
+        if path not in code_of_path:
+            code_of_path[path] = len(paths)
+            paths.append(path)
+        path_codes.append(code_of_path[path])
+    codes = distinct.indices.cast(pa.int64())
+    if len(paths) < len(path_codes):
+        codes = pc.take(pa.array(path_codes, pa.int64()), codes)
+    return codes, paths
 
 
 def _check_segment_lengths(fields: Sequence[str], values: Sequence[str | None]) -> None:

@@ -32,8 +32,10 @@ from lakewarden.table.bucket import (
     partition_codes,
     render_partition_path,
     replaced_by_merge,
+    route,
     unescape_partition_value,
 )
+from lakewarden.table.config import TableConfig
 from lakewarden.table.files import bucket_file_id
 from lakewarden.table.snapshot import FileSlice, Snapshot
 from lakewarden.table.stats import FileGroupId, WriteStat
@@ -147,6 +149,25 @@ def test_partition_codes_vectorised() -> None:
     ]
     codes, paths = partition_codes(table, [])
     assert paths == [""] and codes.to_pylist() == [0] * 5
+
+
+def test_null_and_empty_partition_values_share_one_code_and_lose_no_row() -> None:
+    # Both are the default partition: two codes for one path made route() keep one of the two
+    # slices of a file group and silently drop the other's rows.
+    part = pa.array(["eu", "", None, "", None, "eu"], pa.string())
+    codes, paths = partition_codes(pa.table({"part": part}), ["part"])
+    assert paths == ["part=eu", f"part={DEFAULT_PARTITION}"]
+    assert codes.to_pylist() == [0, 1, 1, 1, 1, 0]
+    config = TableConfig.new(
+        name="t",
+        record_key="id",
+        schema=pa.schema([pa.field("id", pa.int64(), nullable=False), ("part", pa.string())]),
+        partition_by=["part"],
+        buckets=1,
+    )
+    groups = route(pa.table({"id": pa.array(range(6), pa.int64()), "part": part}), config)
+    assert sorted(g.partition_path for g in groups) == [f"part={DEFAULT_PARTITION}", "part=eu"]
+    assert sum(t.num_rows for t in groups.values()) == 6
 
 
 # -- the file groups of a bucket ------------------------------------------------------------
