@@ -127,7 +127,10 @@ def test_fast_path_table_reads_and_upserts_as_the_python_path(spark: Any, tmp_pa
     assert _groups(fast) == _groups(python)
     assert files_on_disk(tmp_path / "fast") == committed_files(fast)
 
-    changed = _rows(keys[::3], ts=2, note="v2")
+    # The same keys in the same partitions (keys are unique per partition), newer values.
+    picked = data.take(list(range(0, len(keys), 3)))
+    changed = picked.set_column(2, "ts", pa.array([2] * len(picked), pa.int64()))
+    changed = changed.set_column(3, "note", pa.array(["v2"] * len(picked), pa.string()))
     for table in (fast, python):
         lakewarden.spark.write(_df(spark, changed), table.uri, "upsert")
     fast_rows = _sorted(lakewarden.read(fast.uri))
