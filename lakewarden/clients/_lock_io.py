@@ -2,9 +2,21 @@
 
 One ``LockIO`` serves every ``LockClient`` of a process with the same settings
 (``_lock_shared``): requests carry their client's owner, replies are matched by request id.
-Callers (any thread) register a pending request, then produce it; the IO thread reads the
-client's one partition of ``lock.replies``, skips other clients' replies by key without
-decoding them, and completes the pending request with the reply. It also
+Callers (any thread) register a pending request, produce it, and wait for its reply
+(``wait``). Replies are read from the client's one partition of ``lock.replies`` by one
+thread at a time, skipping other clients' replies by key without decoding them:
+
+- **a caller that waits reads them itself** when no other thread is reading (leader /
+  followers): its own reply then reaches it with no hand-off between threads, which is one
+  thread wake-up less per request than a reader thread completing a future (each wake-up is
+  a trip through the scheduler, milliseconds on a loaded machine). Callers that find a reader
+  wait (followers); the reader completes their futures as their replies pass by, and hands
+  the reading over to the next follower when its own reply came;
+- **the IO thread** reads what is there (never blocking, so a caller can take over at once)
+  every ``_POLL_S`` when nobody else reads: replies nobody waits for (renewals, expiry
+  notices, replies that raced a timeout).
+
+The IO thread also
 
 - renews every held lease every ``ttl / 3`` (measured from the send time of the last request
   the service confirmed), and resends a renewal that got no answer after ``resend_s``;
@@ -22,6 +34,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -41,7 +54,8 @@ log = logging.getLogger(__name__)
 
 Kind = Literal["acquire", "renew", "release"]
 
-# How long the IO thread waits for a reply before it looks at renewals and resends again.
+# How often the IO thread reads what is there and looks at renewals and resends; also the
+# longest a reading caller blocks in one poll (it looks at its own future in between).
 _POLL_S = 0.05
 
 
@@ -82,6 +96,11 @@ class Pending:
     on_queued: Callable[[int], None] | None = None
     record: dict[str, Any] | None = None  # an acquire keeps its record, to resend it
     owner: str = ""  # the holder named in the request (default: the transport's owner)
+    # Set when the future completes or when the caller is handed the reading (``wait``).
+    wake: threading.Event = field(default_factory=threading.Event, repr=False)
+
+    def __post_init__(self) -> None:
+        self.future.add_done_callback(lambda _: self.wake.set())
 
 
 class LockIO:
@@ -119,6 +138,10 @@ class LockIO:
         self.leases: dict[str, LockLease] = {}  # by acquire request id
         self._renewing: dict[str, float] = {}  # acquire id -> send time of the renewal in flight
         self._key = client_id.encode()
+        # Leader/followers (module doc): who reads replies now, and the callers waiting.
+        self._reading = threading.Lock()  # guards the two below
+        self._reader_busy = False
+        self._followers: list[Pending] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"lock-io-{client_id}", daemon=True)
 
@@ -131,6 +154,10 @@ class LockIO:
             return
         self._stop.set()
         self._thread.join(timeout=10)
+        # A caller reading stops within one poll (it looks at _stop); then nobody reads again.
+        deadline = time.monotonic() + 10
+        while not self._lead(None) and time.monotonic() < deadline:
+            time.sleep(0.01)
         self.producer.flush(5)
         self.consumer.close()
 
@@ -191,6 +218,75 @@ class LockIO:
                 self.requests_topic, value, key=table_id.encode(), partition=partition
             )
 
+    def wait(self, pending: Pending, timeout_s: float) -> Any:
+        """The result of ``pending`` (a ``LockLease`` or the reply record), reading replies on
+        this thread while no other thread does (leader/followers, module doc).
+
+        Raises:
+            TimeoutError: no reply within ``timeout_s``.
+        """
+        deadline = time.monotonic() + timeout_s
+        while not pending.future.done():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self._hand_on()  # it may have been handed the reading just now
+                raise TimeoutError(f"no reply to {pending.kind} {pending.request_id}")
+            if self._lead(pending):
+                try:
+                    self._read_until(pending, deadline)
+                finally:
+                    self._step_down()
+            else:
+                pending.wake.wait(left)  # completed, or handed the reading
+                with self._reading:
+                    if pending in self._followers:
+                        self._followers.remove(pending)
+        return pending.future.result(0)
+
+    def _lead(self, pending: Pending | None) -> bool:
+        """Take the reading when nobody reads (True); else, with ``pending``, queue up as a
+        follower with its ``wake`` cleared (False)."""
+        with self._reading:
+            if not self._reader_busy and not (self._stop.is_set() and pending is not None):
+                self._reader_busy = True
+                return True
+            if pending is not None:
+                pending.wake.clear()
+                if pending.future.done():  # completed before the clear: wake stays unset
+                    pending.wake.set()
+                elif pending not in self._followers:
+                    self._followers.append(pending)
+            return False
+
+    def _step_down(self) -> None:
+        """Give the reading up; the first follower still waiting is woken to take it."""
+        with self._reading:
+            self._reader_busy = False
+        self._hand_on()
+
+    def _hand_on(self) -> None:
+        """When nobody reads, wake the first follower still waiting to take the reading."""
+        with self._reading:
+            if self._reader_busy:
+                return
+            while self._followers:
+                follower = self._followers.pop(0)
+                if not follower.future.done():
+                    follower.wake.set()
+                    break
+
+    def _read_until(self, pending: Pending, deadline: float) -> None:
+        """Read replies (completing whoever they are for) until ``pending`` is answered, the
+        deadline passes or the transport stops."""
+        while not pending.future.done() and not self._stop.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            msg = self.consumer.poll_message(min(left, _POLL_S))
+            while msg is not None:
+                self._on_message(msg)
+                msg = self.consumer.poll_message(0)
+
     def forget(self, request_id: str) -> LockLease | None:
         """Drop a pending request and, if it was granted meanwhile, its lease."""
         with self.guard:
@@ -203,16 +299,20 @@ class LockIO:
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                # poll_message returns as soon as a reply arrives (a batch would wait).
-                msg = self.consumer.poll_message(_POLL_S)
-                while msg is not None:
-                    self._on_message(msg)
-                    msg = self.consumer.poll_message(0)
+                # What is there, without blocking: a caller that waits may take the reading.
+                if self._lead(None):
+                    try:
+                        msg = self.consumer.poll_message(0)
+                        while msg is not None:
+                            self._on_message(msg)
+                            msg = self.consumer.poll_message(0)
+                    finally:
+                        self._step_down()
                 self.producer.poll(0)
                 self._tick(self.clock.monotonic())
             except Exception:  # the thread must survive anything a reply or librdkafka throws
                 log.exception("lock client IO loop error", extra={"client_id": self.client_id})
-                self._stop.wait(0.1)
+            self._stop.wait(_POLL_S)
 
     def _on_message(self, msg: Message) -> None:
         # Consumer errors never get here: EventConsumer logs them (librdkafka recovers).

@@ -9,9 +9,10 @@
 One client serves any number of threads and tables, and all clients of a process with the same
 settings share one transport (``_lock_shared``): one confluent-kafka producer and one consumer
 that reads a single partition of ``lock.replies`` (``crc32(transport id) % P``, no consumer
-group); a background thread completes the future of each request and renews held leases (see
-``_lock_io``). No network IO happens until the first ``acquire``; the last client closed stops
-the transport.
+group); a caller waiting for a reply reads it itself when no other thread reads (else the
+reader completes its future), and a background thread renews held leases (see
+``_lock_io``). No network IO happens until the first ``acquire``; the last client closed
+stops the transport.
 
 Lost leases: the client marks a lease lost when the service says it expired, refuses its
 renewal (stale token), or when ``ttl_s`` passed since the send time of the last request the
@@ -126,7 +127,8 @@ class LockClient:
         on_queued: Callable[[int], None] | None = None,
     ) -> LockLease:
         """Wait (FIFO) for the lock of ``table_id``; ``on_queued(position)`` is called (on the
-        IO thread) once the service has queued the request behind others.
+        thread reading replies, this one or another) once the service has queued the request
+        behind others.
 
         Protocol: 1. register and send the acquire; 2. wait for the grant up to ``wait_s``;
         3. on timeout, withdraw it (a grant that raced the timeout is released by the service).
@@ -148,7 +150,7 @@ class LockClient:
         )
         io.send(pending)  # 1.
         try:
-            result = pending.future.result(timeout=wait_s)  # 2.
+            result = io.wait(pending, wait_s)  # 2.
         except TimeoutError:
             io.forget(pending.request_id)  # 3.
             io.send_untracked("release", table_id, owner=self.owner, acquire_id=pending.request_id)
@@ -195,7 +197,7 @@ class LockClient:
             owner=lease.owner,
         )
         io.send(pending, token=lease.token)
-        reply = pending.future.result(timeout=wait_s)
+        reply = io.wait(pending, wait_s)
         return bool(reply["status"] == "granted")
 
     def close(self) -> None:
