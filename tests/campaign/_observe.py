@@ -80,7 +80,7 @@ def quiet(table: Table, ignore_requested: bool) -> bool:
 def error_rows(uri: str, settings: Settings) -> list[dict[str, Any]]:
     """The error table's rows as ``v`` (of the bad row) and ``instant``; none while the sink
     has not created it."""
-    from lakewarden.errors import NotATableError
+    from lakewarden.table.config import NotATableError
 
     try:
         storage = load_storage(uri, settings)
