@@ -6,7 +6,8 @@ Protocol (RFC-79's table-service flow, with at most one executor per plan):
    ``PlanAlreadyExecutingError`` naming it; otherwise this executor starts beating (held to
    the end) (``claim``);
 2. the plan has a cancel request: short-circuit (RFC-79 "short circuit"): roll back every
-   attempt's files and append ``aborted``, rewriting nothing;
+   attempt's files and append ``aborted``, rewriting nothing (also when the request lands
+   between the claim and step 4, whose ``inflight`` it makes illegal);
 3. roll back the partial files of earlier attempts, the plan kept (``rollback``);
 4. append ``inflight`` (the plan's file groups as the workload) unless an earlier attempt did;
 5. the strategy rewrites the plan's input slices into this attempt's files, which are put in
@@ -35,6 +36,7 @@ from lakewarden.table.instant import Transition
 from lakewarden.table.plans import ServicePlan
 from lakewarden.table.snapshot import Snapshot, snapshot_as_of_request
 from lakewarden.table.stats import CommitStats, WorkloadProfile
+from lakewarden.table.timeline import IllegalTransitionError
 from lakewarden.table.transaction import WriteTransaction
 from lakewarden.tableservice.cancel import finish_abort
 from lakewarden.tableservice.claim import claim
@@ -148,9 +150,20 @@ def run_table_service(
             ctx.timeline, ctx.coordinator, ctx.table_id, instant, actor=ctx.actor
         )
         if current.state is Transition.REQUESTED:  # 4.
-            txn.inflight(
-                WorkloadProfile(operation=current.operation or "", file_groups=plan.file_groups)
-            )
+            try:
+                txn.inflight(
+                    WorkloadProfile(operation=current.operation or "", file_groups=plan.file_groups)
+                )
+            except IllegalTransitionError:
+                # The claim's lock was released before ``inflight``: a cancel request that
+                # landed in between ends the plan here as step 2 would have.
+                reason = _cancel_requested_meanwhile(ctx, instant)
+                if reason is None:
+                    raise
+                finish_abort(ctx, instant, reason=reason)
+                return ServiceRun(
+                    instant, ServiceOutcome.ABORTED, attempt, reason=reason, short_circuited=True
+                )
         strategy = strategy_for(plan, table=ctx.table_id, instant=instant)
         run = execution(ctx, instant, attempt)
         try:
@@ -184,6 +197,14 @@ def run_table_service(
             reason=verdict.reason,
             rolled_back_files=tuple(rolled.files),
         )
+
+
+def _cancel_requested_meanwhile(ctx: ServiceContext, instant: str) -> str | None:
+    """The cancel request's reason when the plan is now ``cancel_requested``, else None."""
+    mine = ctx.timeline.load().get(instant)
+    if mine is None or mine.state is not Transition.CANCEL_REQUESTED:
+        return None
+    return mine.reason or "cancel requested"
 
 
 def _discard(run: Execution, instant: str, attempt: int) -> None:

@@ -33,6 +33,7 @@ from lakewarden.tableservice import (
     roll_back_attempts,
     schedule,
 )
+from lakewarden.tableservice import executor as executor_module
 
 
 def _state(table: Table, instant: str) -> Transition:
@@ -251,6 +252,31 @@ def test_a_retried_executor_short_circuits_without_rewriting(make_table: MakeTab
     run = table.run_table_service(instant)
     assert run.outcome is ServiceOutcome.ABORTED and run.short_circuited
     assert rewrites == []
+    assert _plan_files(table, instant) == []
+
+
+def test_a_cancel_landing_between_the_claim_and_inflight_short_circuits(
+    make_table: MakeTable, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The campaign saw an executor's ``inflight`` refused (IllegalTransitionError) by a cancel
+    request that landed after its claim: it now ends the plan aborted, rewriting nothing."""
+    table = make_table()
+    fragmented(table)
+    instant = _hooked_plan(table, cancellable=True)
+    rewrites: list[str] = []
+    hook(instant, lambda job: rewrites.append(job.instant))
+
+    def then_a_cancel(*args: object, **kwargs: object) -> object:
+        rolled = roll_back_attempts(*args, **kwargs)  # type: ignore[arg-type]
+        table.request_cancel(instant, reason="cancelled meanwhile")
+        return rolled
+
+    monkeypatch.setattr(executor_module, "roll_back_attempts", then_a_cancel)
+    run = table.run_table_service(instant)
+    assert run.outcome is ServiceOutcome.ABORTED and run.short_circuited
+    assert run.reason is not None and run.reason.endswith("cancelled meanwhile")
+    assert rewrites == []
+    assert _state(table, instant) is Transition.ABORTED
     assert _plan_files(table, instant) == []
 
 
