@@ -157,12 +157,12 @@ def run_table_service(
             except IllegalTransitionError:
                 # The claim's lock was released before ``inflight``: a cancel request that
                 # landed in between ends the plan here as step 2 would have.
-                reason = _cancel_requested_meanwhile(ctx, instant)
-                if reason is None:
+                why = _cancel_requested_meanwhile(ctx, instant)
+                if why is None:
                     raise
-                finish_abort(ctx, instant, reason=reason)
+                finish_abort(ctx, instant, reason=why)
                 return ServiceRun(
-                    instant, ServiceOutcome.ABORTED, attempt, reason=reason, short_circuited=True
+                    instant, ServiceOutcome.ABORTED, attempt, reason=why, short_circuited=True
                 )
         strategy = strategy_for(plan, table=ctx.table_id, instant=instant)
         run = execution(ctx, instant, attempt)
