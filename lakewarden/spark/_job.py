@@ -129,6 +129,48 @@ class TableHandle:
         )
 
 
+@dataclass(frozen=True)
+class OpenedBatch:
+    """A micro-batch's instant: ``opened`` when this call appended its ``requested`` (its job
+    staging is then this instant's), False when an earlier attempt of the batch had."""
+
+    instant: str
+    job_id: str
+    opened: bool
+
+
+def open_batch(table: TableHandle, key: BatchKey, operation: str) -> OpenedBatch:
+    """The pending instant of micro-batch ``key``, or a new ``requested`` one with a new job's
+    staging set up (``SparkTransaction.begin_batch``). A staging this call set up but does not
+    use (the batch had an instant already, or opening it failed) is aborted here.
+
+    Raises: BatchAlreadyCommittedError, LockTimeoutError, ConcurrentAppendError,
+    CommitStateUnknownError."""
+    committer = ManifestCommitter(table.storage, new_job_id())
+    committer.setup_job()
+    try:
+        instant, job_id = SparkTransaction.begin_batch(
+            table.timeline,
+            table.coordinator,
+            table.config.table_id,
+            key=key,
+            job_id=committer.job_id,
+            operation=operation,
+            actor=actor(),
+            action=ingestion_action(table.config),
+        )
+    except BatchAlreadyCommittedError:
+        committer.abort_job(reason="the micro-batch was committed already")
+        raise
+    except BaseException:
+        committer.abort_job(reason=f"micro-batch {key.batch_id}: requested failed")
+        raise
+    opened = job_id == committer.job_id
+    if not opened:  # an earlier attempt opened the batch's instant
+        committer.abort_job(reason=f"micro-batch {key.batch_id} has job {job_id}")
+    return OpenedBatch(instant, job_id, opened)
+
+
 def open_write(
     table: TableHandle,
     operation: str,

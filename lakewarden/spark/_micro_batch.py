@@ -43,7 +43,6 @@ from typing import Literal
 
 from pyspark.sql import DataFrame
 
-from lakewarden.commit import ManifestCommitter, new_job_id
 from lakewarden.spark import _faults, _job, _native
 from lakewarden.spark._messages import TaskCommitMessage
 from lakewarden.spark._options import (
@@ -64,7 +63,6 @@ from lakewarden.spark._transaction import (
     completed_batch,
 )
 from lakewarden.table.instant import Transition
-from lakewarden.table.mor import ingestion_action
 
 log = logging.getLogger("lakewarden.spark")
 
@@ -163,28 +161,11 @@ class MicroBatchWriter:
 
     def _open(self, table: _job.TableHandle, key: BatchKey) -> tuple[WriteSpec, SparkTransaction]:
         """Step 2. Raises: BatchAlreadyCommittedError, LockTimeoutError, ..."""
-        committer = ManifestCommitter(table.storage, new_job_id())
-        committer.setup_job()
-        try:
-            instant, job_id = SparkTransaction.begin_batch(
-                table.timeline,
-                table.coordinator,
-                table.config.table_id,
-                key=key,
-                job_id=committer.job_id,
-                operation=OPERATION,
-                actor=_job.actor(),
-                action=ingestion_action(table.config),
-            )
-        except BaseException:
-            committer.abort_job(reason=f"micro-batch {key.batch_id}: requested failed")
-            raise
-        if job_id != committer.job_id:  # this run opened the batch's instant before
-            committer.abort_job(reason=f"micro-batch {key.batch_id} has job {job_id}")
+        batch = _job.open_batch(table, key, OPERATION)
         spec = WriteSpec(
             self.uri,
-            instant,
-            job_id,
+            batch.instant,
+            batch.job_id,
             OPERATION,
             self.settings_json,
             test_hooks=dict(self.test_hooks),

@@ -28,7 +28,6 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from lakewarden.commit import ManifestCommitter, new_job_id
 from lakewarden.spark import _faults, _job
 from lakewarden.spark._arrow import check_write_schema
 from lakewarden.spark._bad_rows import INGEST_COLUMNS
@@ -41,11 +40,9 @@ from lakewarden.spark._task import current_task, write_task
 from lakewarden.spark._transaction import (
     BatchAlreadyCommittedError,
     BatchKey,
-    SparkTransaction,
     completed_batch,
     pending_of_checkpoint,
 )
-from lakewarden.table.mor import ingestion_action
 
 OPERATION = "insert"
 
@@ -103,35 +100,25 @@ class LakewardenStreamWriter(DataSourceStreamWriter, DataSourceArrowWriter):
         done = completed_batch(table.timeline.load(), key)
         if done is not None:
             return SkippedBatchMessage(done.instant, key.query_id, key.batch_id)
-        committer = ManifestCommitter(table.storage, new_job_id())
-        committer.setup_job()
         try:
-            instant, job_id = SparkTransaction.begin_batch(
-                table.timeline,
-                table.coordinator,
-                table.config.table_id,
-                key=key,
-                job_id=committer.job_id,
-                operation=OPERATION,
-                actor=_job.actor(),
-                action=ingestion_action(table.config),
-            )
+            batch = _job.open_batch(table, key, OPERATION)
         except BatchAlreadyCommittedError as err:
-            committer.abort_job(reason="the micro-batch was committed already")
             return SkippedBatchMessage(err.committed_by, key.query_id, key.batch_id)
-        if job_id != committer.job_id:  # another task opened the batch's instant first
-            committer.abort_job(reason=f"micro-batch {key.batch_id} has job {job_id}")
-        else:
+        if batch.opened:
             # The task that opened the instant beats for it until it is terminal: the driver
             # only learns of the instant at commit, and an ingest killed before that must still
             # leave an instant heartbeat-monitor declares dead (so the cleaner rolls it back).
             keep_alive(
-                table.timeline, table.coordinator, table.config.table_id, instant, _job.actor()
+                table.timeline,
+                table.coordinator,
+                table.config.table_id,
+                batch.instant,
+                _job.actor(),
             )
         return WriteSpec(
             self.uri,
-            instant,
-            job_id,
+            batch.instant,
+            batch.job_id,
             OPERATION,
             self.settings_json,
             test_hooks=self.test_hooks,
