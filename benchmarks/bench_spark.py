@@ -9,7 +9,8 @@ anything is timed), so every writer reads the same in-memory rows:
   committer; requested -> inflight -> completed) against ``df.write.parquet(path)`` (Spark's
   native writer and its FileOutputCommitter). Interleaved, 3 rounds each, medians. Goal: 1.15x.
 - **bulk_insert** through ``lakewarden.spark.write(df, uri, "bulk_insert")`` with option
-  ``writer=spark`` (the default where it applies), which lets Spark's own Parquet writer
+  ``writer=spark`` (opt-in: it measured slower than the default Python path), which lets
+  Spark's own Parquet writer
   write the rows (``lakewarden.spark._native``: the bucket and partition path computed by
   Java UDFs, no row through Python, the files adopted by the manifest committer) against the
   same ``df.write.parquet``, in the same rounds. Goal: 1.15x.

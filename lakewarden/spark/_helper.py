@@ -20,10 +20,11 @@ owns the instant from first to last entry:
    instant, the rollback reason and Spark's message.
 
 ``bulk_insert`` skips 2a-2c (no shuffle: append groups, as the plain format writes), and
-with option ``writer``: ``auto`` (default: ``spark`` where it can run, else ``python``),
-``spark`` (Spark's own Parquet writer, ``_native``: no row goes through Python, the bucket is
-computed by a Java UDF; refused with the reason where it cannot run) or ``python`` (the Python
-Data Source).
+with option ``writer``: ``python`` (default: the Python Data Source), ``spark`` (Spark's own
+Parquet writer, ``_native``: no row goes through Python, the bucket is computed by a Java UDF;
+refused with the reason where it cannot run) or ``auto`` (``spark`` where it can run, else
+``python``). ``python`` is the default because it measured faster: 2M rows x 10 columns on a
+quiet machine, 1.57x ``df.write.parquet`` against 2.72x for ``spark`` (CPU 5.4 s vs 9.3 s).
 """
 
 from __future__ import annotations
@@ -156,10 +157,10 @@ def _native_writer(
     options: Mapping[str, str], table: _job.TableHandle, encoded: str | None
 ) -> bool:
     """Whether a ``bulk_insert`` goes through Spark's Parquet writer (option ``writer``,
-    default ``auto``).
+    default ``python``: see the module docstring).
 
     Raises: InvalidOptionError (an unknown value, or ``spark`` where it cannot be used)."""
-    choice = (get_option(options, OPT_WRITER) or "auto").lower()
+    choice = (get_option(options, OPT_WRITER) or "python").lower()
     if choice not in ("auto", "spark", "python"):
         raise InvalidOptionError(f"option writer must be auto, spark or python, got {choice!r}")
     if choice == "python":

@@ -119,7 +119,7 @@ def test_fast_path_table_reads_and_upserts_as_the_python_path(spark: Any, tmp_pa
     keys = SPECIAL[:8] + [f"k-{i}-é" for i in range(120)]
     data = _rows(keys, ts=1, note="v1")
     fast, python = _table(tmp_path / "fast"), _table(tmp_path / "python")
-    lakewarden.spark.write(_df(spark, data), fast.uri, "bulk_insert")  # writer auto: Spark's
+    lakewarden.spark.write(_df(spark, data), fast.uri, "bulk_insert", options={"writer": "spark"})
     lakewarden.spark.write(
         _df(spark, data), python.uri, "bulk_insert", options={"writer": "python"}
     )
