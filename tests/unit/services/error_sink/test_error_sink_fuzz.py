@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _error_sink_messages import TOPIC, FakeMessage
 from _hypothesis_profiles import examples
-from confluent_kafka import TIMESTAMP_NOT_AVAILABLE
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -28,33 +28,6 @@ from lakewarden.table.coordinator import EmbeddedCoordinator
 from services.error_sink.sink import ErrorSink, SinkOptions
 
 pytestmark = pytest.mark.hypothesis
-
-TOPIC = "lakewarden.errors"
-
-
-class FakeMessage:
-    """What ``ErrorSink._handle`` reads of a confluent-kafka message."""
-
-    def __init__(self, value: bytes, offset: int) -> None:
-        self._value, self._offset = value, offset
-
-    def value(self) -> bytes:
-        return self._value
-
-    def key(self) -> bytes:
-        return b"t"
-
-    def topic(self) -> str:
-        return TOPIC
-
-    def partition(self) -> int:
-        return 0
-
-    def offset(self) -> int:
-        return self._offset
-
-    def timestamp(self) -> tuple[int, int]:
-        return TIMESTAMP_NOT_AVAILABLE, 0
 
 
 class Harness:

@@ -15,7 +15,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from confluent_kafka import TIMESTAMP_NOT_AVAILABLE
+from _error_sink_messages import TOPIC, FakeMessage
 
 from lakewarden.errortable import SourceKey
 from lakewarden.errortable.records import COMMIT_TIME, TABLE_URI
@@ -28,34 +28,8 @@ from lakewarden.testing import ManualClock
 from services.error_sink.poison import GIVE_UP_REASON, UnresolvedSources
 from services.error_sink.sink import ErrorSink, SinkOptions
 
-TOPIC = "lakewarden.errors"
 SCHEMA = pa.schema([pa.field("id", pa.string(), nullable=False)])
 KEY = SourceKey("t", "20260101000000000")
-
-
-class FakeMessage:
-    """What ``ErrorSink._handle`` reads of a confluent-kafka message."""
-
-    def __init__(self, value: bytes, offset: int) -> None:
-        self._value, self._offset = value, offset
-
-    def value(self) -> bytes:
-        return self._value
-
-    def key(self) -> bytes:
-        return b"t"
-
-    def topic(self) -> str:
-        return TOPIC
-
-    def partition(self) -> int:
-        return 0
-
-    def offset(self) -> int:
-        return self._offset
-
-    def timestamp(self) -> tuple[int, int]:
-        return TIMESTAMP_NOT_AVAILABLE, 0
 
 
 class Harness:
