@@ -24,6 +24,7 @@ from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
 from lakewarden.table.config import TableConfig
+from lakewarden.table.python_rows import python_rows
 from lakewarden.table.schema_check import check_input_schema, needed_columns, values_fit
 from lakewarden.table.write_input import InvalidRecordError, validate_input
 
@@ -99,7 +100,7 @@ def _cast_column(
         return column.cast(target)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as err:
         index = _first_bad_row(column.combine_chunks(), target)
-        record = batch.slice(index, 1).to_pylist()[0]
+        record = python_rows(batch.slice(index, 1))[0]
         shown = repr(record)
         shown = shown if len(shown) <= _MAX_REPR else shown[:_MAX_REPR] + "...}"
         raise InvalidRecordError(

@@ -42,6 +42,7 @@ from lakewarden.spark._arrow import conform
 from lakewarden.spark._options import WriteSpec
 from lakewarden.table.bucket import render_partition_path
 from lakewarden.table.config import TableConfig
+from lakewarden.table.python_rows import python_rows, python_values
 from lakewarden.table.schema_check import needed_columns, values_fit
 
 # What ``lakewarden.spark._ingest_records`` adds to every row of an ingestion that sends its bad
@@ -87,7 +88,7 @@ def typed_bad_rows(
             batch = batch.set_column(batch.schema.get_field_index(name), name, typed)
         if typed is None:
             indices = _uncastable(column, field.type)
-            for index, value in zip(indices, column.take(indices).to_pylist(), strict=True):
+            for index, value in zip(indices, python_values(column.take(indices)), strict=True):
                 bad.setdefault(
                     index,
                     f"value {value!r} of column {name!r} does not fit the table type {field.type}",
@@ -254,7 +255,7 @@ class BadRows:
         text, most of the context) is encoded once per batch (``ErrorRecordEncoder``)."""
         config, spec = self.config, self.spec
         indices = sorted(bad)
-        records = batch.take(indices).to_pylist()
+        records = python_rows(batch.take(indices))
         encoder = ErrorRecordEncoder(
             table_id=config.table_id,
             producer_id=self.publisher.producer_id,

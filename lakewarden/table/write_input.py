@@ -14,6 +14,7 @@ import pyarrow.compute as pc
 
 from lakewarden.errors import NonRetryableError
 from lakewarden.table.config import TableConfig
+from lakewarden.table.python_rows import python_rows
 from lakewarden.table.schema_check import SchemaMismatchError, check_input_schema, needed_columns
 
 __all__ = ["OPERATIONS", "InvalidRecordError", "SchemaMismatchError", "validate_input"]
@@ -59,7 +60,7 @@ def _check_not_null(data: pa.Table, column: str, problem: str, config: TableConf
     if values.null_count == 0:
         return
     index = pc.index(pc.is_null(values), True).as_py()
-    record = data.slice(index, 1).to_pylist()[0]
+    record = python_rows(data.slice(index, 1))[0]
     shown = repr(record)
     shown = shown if len(shown) <= _MAX_REPR else shown[:_MAX_REPR] + "...}"
     raise InvalidRecordError(

@@ -177,3 +177,30 @@ def test_each_bad_row_is_published_once_with_its_context_and_the_rest_is_written
     }
     assert [e["context"]["recordKey"] for e in events] == ["", "3", "5"]
     assert [e["context"]["rowIndex"] for e in events] == ["41", "42", "44"]
+
+
+def test_a_bad_row_with_a_timestamp_python_cannot_hold_is_published_with_its_arrow_text(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Year 11476 is a valid Arrow and Spark timestamp but out of Python's datetime range:
+    # describing the bad row used to raise OverflowError, losing the record and the reason.
+    config = _config(pa.field("q", pa.int32()), pa.field("at", pa.timestamp("us")))
+    spec = WriteSpec(uri="/t", instant="20240101000000000", job_id="j", operation="insert")
+    rows = BadRows(spec, config, "attempt_j_0001_0", where="task 3")
+    events: list[dict[str, Any]] = []
+    monkeypatch.setattr(
+        rows.publisher,
+        "publish_encoded",
+        lambda value, *, key: events.append(default_codec().decode(value).record),
+    )
+    far = pa.array([300_000_000_000_000_000, 0], pa.timestamp("us"))
+    batch = pa.table({"id": pa.array([1, 2], pa.int64()), "q": [2**40, 1], "at": far})
+
+    written = rows.conform(batch, first_row=0)
+
+    assert written.column("id").to_pylist() == [2]
+    assert json.loads(events[0]["record"]) == {
+        "id": 1,
+        "q": 2**40,
+        "at": "11476-08-15 05:20:00.000000",
+    }
