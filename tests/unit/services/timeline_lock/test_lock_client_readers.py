@@ -108,6 +108,17 @@ class Waiter(threading.Thread):
         self.result = self.io.wait(self.pending, 30)
 
 
+def reader_and_follower(io: LockIO) -> tuple[Waiter, Waiter]:
+    """Two waiting callers: "a" reads the reply topic, "b" follows it (waits to be handed it)."""
+    leader = Waiter(io, acquire(io, "a"))
+    leader.start()
+    wait_until(lambda: io._reader_busy, what="the first caller reads")  # noqa: SLF001
+    follower = Waiter(io, acquire(io, "b"))
+    follower.start()
+    wait_until(lambda: io._followers, what="the second caller follows")  # noqa: SLF001
+    return leader, follower
+
+
 def test_a_waiting_caller_reads_its_own_reply_on_its_own_thread(
     io: LockIO, consumer: FakeConsumer
 ) -> None:
@@ -121,12 +132,7 @@ def test_a_waiting_caller_reads_its_own_reply_on_its_own_thread(
 def test_a_follower_is_handed_the_reading_when_the_readers_reply_came_first(
     io: LockIO, consumer: FakeConsumer
 ) -> None:
-    leader = Waiter(io, acquire(io, "a"))
-    leader.start()
-    wait_until(lambda: io._reader_busy, what="the first caller reads")  # noqa: SLF001
-    follower = Waiter(io, acquire(io, "b"))
-    follower.start()
-    wait_until(lambda: io._followers, what="the second caller follows")  # noqa: SLF001
+    leader, follower = reader_and_follower(io)
     consumer.grant("a", 1)
     leader.join(10)
     assert leader.result.token == 1 and consumer.read_by["a"] == leader.ident
@@ -138,12 +144,7 @@ def test_a_follower_is_handed_the_reading_when_the_readers_reply_came_first(
 def test_the_reader_completes_a_followers_reply_that_comes_first(
     io: LockIO, consumer: FakeConsumer
 ) -> None:
-    leader = Waiter(io, acquire(io, "a"))
-    leader.start()
-    wait_until(lambda: io._reader_busy, what="the first caller reads")  # noqa: SLF001
-    follower = Waiter(io, acquire(io, "b"))
-    follower.start()
-    wait_until(lambda: io._followers, what="the second caller follows")  # noqa: SLF001
+    leader, follower = reader_and_follower(io)
     consumer.grant("b", 2)
     follower.join(10)
     assert follower.result.token == 2 and consumer.read_by["b"] == leader.ident
