@@ -98,9 +98,10 @@ class LogScan:
     corrupt: list[CorruptRegion] = field(default_factory=list)
 
 
-def scan_log(data: bytes, path: str = "") -> LogScan:
-    """Every valid block of ``data`` and every corrupt region between them (module docstring).
-    Never raises on damaged bytes."""
+def scan_log(data: bytes | pa.Buffer, path: str = "") -> LogScan:
+    """Every valid block of ``data`` (bytes, or a pyarrow buffer such as a memory-mapped
+    file: blocks are views of it, never copies) and every corrupt region between them (module
+    docstring). Never raises on damaged bytes."""
     view = memoryview(data)
     scan = LogScan(path, len(data))
     pos = 0

@@ -11,9 +11,9 @@ IO goes through ``Storage``: on a local table pyarrow reads ``storage.local_path
 fragment's object with ``storage.read`` when the scan opens it.
 
 Merge-on-read slices (a base file with log files) cannot be scanned as files: the slices a
-partition filter leaves are read (only the columns needed) and merged by
-``lakewarden.table.mor.read_slice`` in parallel, then filtered and projected, and appended to
-the scan of the plain slices.
+partition filter leaves are read (only the columns needed; their base files by one scan like
+the one above) and merged by ``lakewarden.table.mor.read_slices``, then filtered and
+projected, and appended to the scan of the plain slices.
 
 Meta columns (``_lw_*``) are stripped unless ``with_meta=True`` or named in ``columns``.
 """
@@ -21,7 +21,6 @@ Meta columns (``_lw_*``) are stripped unless ``with_meta=True`` or named in ``co
 from __future__ import annotations
 
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NoReturn
 
 import pyarrow as pa
@@ -38,7 +37,6 @@ from lakewarden.table.snapshot import Changes, FileSlice, Snapshot
 from lakewarden.table.stats import WriteStat
 
 _PARQUET = ds.ParquetFileFormat()
-_MERGE_THREADS = 8
 
 
 class ColumnNotFoundError(NonRetryableError):
@@ -93,14 +91,12 @@ def _with_merged(
     log record may change whether a record matches)."""
     # Imported here: lakewarden.table.mor merges with lakewarden.table.merge, which reads
     # base files through this module.
-    from lakewarden.table.mor import read_slice
+    from lakewarden.table.mor import read_slices
 
     selected = _columns(config, columns, with_meta)
     carried = _merge_columns(config, selected, filter)
     slices = prune_slices(storage, config, slices, filter)
-    # Slices merge independently; pyarrow's kernels release the GIL.
-    with ThreadPoolExecutor(max_workers=max(1, min(_MERGE_THREADS, len(slices)))) as pool:
-        records = list(pool.map(lambda s: read_slice(storage, config, s, columns=carried), slices))
+    records = read_slices(storage, config, slices, columns=carried)
     merged = pa.concat_tables(records) if records else config.file_schema.empty_table()
     if filter is not None:
         merged = merged.filter(filter)

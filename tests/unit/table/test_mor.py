@@ -227,13 +227,13 @@ def test_filters_apply_after_the_merge_and_partition_filters_skip_slices(
     assert projected == cow.read(columns=["id"], filter=in_eu)
     # The us slices are never read for a filter on region == "eu".
     read: list[str] = []
-    real = mor_module.read_slice
+    real = mor_module.read_slices
 
-    def spy(storage: Any, config: Any, file_slice: Any, **kw: Any) -> pa.Table:
-        read.append(file_slice.file_group.partition_path)
-        return real(storage, config, file_slice, **kw)
+    def spy(storage: Any, config: Any, slices: Any, **kw: Any) -> list[pa.Table]:
+        read.extend(s.file_group.partition_path for s in slices)
+        return real(storage, config, slices, **kw)
 
-    monkeypatch.setattr(mor_module, "read_slice", spy)
+    monkeypatch.setattr(mor_module, "read_slices", spy)
     assert as_set(mor.read(filter=pc.field("region") == "eu")) == {
         (1, "eu", 2, "y"),
         (2, "eu", 2, "x"),
