@@ -292,9 +292,9 @@ def read_slices(
 def _scan_bases(
     storage: Storage, config: TableConfig, slices: Sequence[FileSlice], schema: pa.Schema
 ) -> Iterator[tuple[int, pa.Table]]:
-    """(position in ``slices``, ``schema`` columns of its base file) for every slice, in
-    order, from one ordered scan; a file's batches are consecutive in it. A base file with
-    no rows may yield no batch: it gets an empty table."""
+    """(position in ``slices``, ``schema`` columns of its base file) for every slice (each
+    of another file group), in order, from one ordered scan; a file's batches are consecutive
+    in it. A base file with no rows may yield no batch: it gets an empty table."""
     # Imported here: lakewarden.table.reader imports this module's readers lazily too.
     from lakewarden.table.reader import files_dataset
 

@@ -3,12 +3,14 @@ incremental reads work, and any sequence of writes reads the same as on copy-on-
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
 from _hypothesis_profiles import examples
 from _memstore import MemStorage
@@ -17,6 +19,7 @@ from hypothesis import strategies as st
 
 from lakewarden.logfile import MissingCommittedBlockError, scan_log
 from lakewarden.settings import Settings
+from lakewarden.storage import NotFoundError
 from lakewarden.table import mor as mor_module
 from lakewarden.table.bucket import route
 from lakewarden.table.config import TableConfig, save_new_config
@@ -239,6 +242,60 @@ def test_filters_apply_after_the_merge_and_partition_filters_skip_slices(
         (2, "eu", 2, "x"),
     }
     assert read and set(read) == {"region=eu"}
+
+
+@pytest.mark.parametrize("where", ["local", "memory"])  # memory-mapped, and Storage.read
+def test_read_slices_gives_read_slice_of_every_slice_in_order(where: str, tmp_path: Path) -> None:
+    # read_slices decodes the base files with one scan and merges slice by slice as the
+    # scan goes: same records as read_slice, in the slices' order, a slice without a base
+    # file in the middle included.
+    args = ARGS | {"table_type": "mor"}
+    table = Table.create(str(tmp_path / "t"), **args) if where == "local" else memory_table("mor")
+    table.write(rows(*((i, ("eu", "us")[i % 2], 1, f"v{i}") for i in range(12))), "insert")
+    table.write(rows((1, "us", 2, "one"), (2, "eu", 0, "stale"), (4, "eu", 3, "four")), "upsert")
+    table.write(rows((3, "us", 9, ""), (6, "eu", 9, "")), "delete")
+    slices = list(table.snapshot().slices.values())
+    assert len(slices) >= 2 and any(s.log_files for s in slices)
+    slices.insert(2, dataclasses.replace(slices[1], base_file=None))
+    expected = [mor_module.read_slice(table.storage, table.config, s) for s in slices]
+    got = mor_module.read_slices(table.storage, table.config, slices)
+    assert [as_sorted(t) for t in got] == [as_sorted(t) for t in expected]
+    assert [t.schema for t in got] == [t.schema for t in expected]
+    projected = mor_module.read_slices(table.storage, table.config, slices, columns=["v"])
+    assert [t.column_names for t in projected] == [["v"]] * len(slices)
+    assert mor_module.read_slices(table.storage, table.config, []) == []
+
+
+def test_read_slices_reads_a_base_file_without_rows(tmp_path: Path) -> None:
+    # A base file of no rows yields no batch from the scan: its slice still gets its logs.
+    table = Table.create(str(tmp_path / "t"), **(ARGS | {"table_type": "mor", "buckets": 1}))
+    table.write(rows((1, "eu", 1, "a"), (2, "us", 1, "b"), (3, "us", 1, "c")), "insert")
+    table.write(rows((1, "eu", 2, "a2"), (2, "us", 2, "b2")), "upsert")
+    eu, us = sorted(table.snapshot().slices.values(), key=lambda s: s.file_group.partition_path)
+    assert eu.base_file is not None
+    empty_key = eu.base_file.path.replace(".parquet", "-empty.parquet")
+    path = table.storage.local_path(empty_key)
+    assert path is not None
+    pq.write_table(table.config.file_schema.empty_table(), path)
+    stat = eu.base_file.model_copy(
+        update={"path": empty_key, "num_records": 0, "size_bytes": Path(path).stat().st_size}
+    )
+    slices = [dataclasses.replace(eu, base_file=stat), us]
+    got = mor_module.read_slices(table.storage, table.config, slices)
+    assert [as_set(t) for t in got] == [
+        {(1, "eu", 2, "a2")},
+        {(2, "us", 2, "b2"), (3, "us", 1, "c")},
+    ]
+
+
+def test_a_memory_mapped_log_file_that_is_gone_is_a_named_error(tmp_path: Path) -> None:
+    table = Table.create(str(tmp_path / "t"), **(ARGS | {"table_type": "mor", "buckets": 1}))
+    table.write(rows((1, "eu", 1, "a")), "insert")
+    table.write(rows((1, "eu", 2, "a2")), "upsert")
+    (path,) = {s.path for sl in table.snapshot().slices.values() for s in sl.log_files}
+    table.storage.delete(path)
+    with pytest.raises(NotFoundError):
+        table.read()
 
 
 # -- the property: merge-on-read reads as copy-on-write -------------------------------------
