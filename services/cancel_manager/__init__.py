@@ -1,6 +1,7 @@
 """cancel-manager: RFC-79's cancel APIs as a service (ARCHITECTURE.md, "cancel-manager").
 
-A faust app, its work partitioned by table id (the key of ``cancel.requests``):
+A plain confluent-kafka loop (``loop``; its module doc says why not faust), its work
+partitioned by table id (the key of ``cancel.requests``):
 
 - ``CancelRequest`` (kind ``request`` or ``execute``, who, why, the table URI) ->
   ``Table.request_cancel`` / ``Table.execute_cancel`` -> the ``TimelineTransition`` of every
@@ -11,6 +12,7 @@ A faust app, its work partitioned by table id (the key of ``cancel.requests``):
 - ``HeartbeatExpired`` of a cancel-requested plan -> ``execute_cancel`` by itself;
 - malformed events -> ``lakewarden.dlq``; the service keeps serving.
 
-Modules: ``protocol`` (events <-> values), ``worker`` (the blocking part), ``handler`` (the
-agents' logic, without faust), ``app`` and ``agents`` (faust), ``metrics``.
+Modules: ``protocol`` (events <-> values), ``worker`` (the blocking part), ``handler`` (what
+to do with one event), ``registry`` (table id -> URI, with its changelog), ``loop`` (the
+Kafka loop), ``app`` (settings, topics), ``metrics``.
 """

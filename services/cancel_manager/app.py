@@ -1,57 +1,45 @@
-"""The faust app of cancel-manager: its topics and the ``tables`` registry, declared at module
-top. Storage holds the timeline; ``tables`` maps a table id to the URI a request named, so
-that a ``HeartbeatExpired`` (which names no URI) can be acted on, also after a restart or a
-rebalance: it is changelogged and partitioned like ``cancel.requests`` (and
-``heartbeat.expired``, which has as many partitions and the same keys, so the instance that
-gets a table's expiries owns its registration)."""
+"""cancel-manager, declared: its settings, topics and group.
+
+``tables`` (table id -> the URI a request named, ``registry.TablesRegistry``) lives in memory
+for the partitions this instance owns and in the compacted changelog topic
+``<prefix>cancel-manager-tables-changelog``, partitioned like ``cancel.requests`` and
+``heartbeat.expired`` (same partition count, same keys; the loop's ``range`` assignment gives
+one instance partition P of both), so the instance that gets a table's expiries owns its
+registration. The topic's name and record format are those the faust version of the service
+wrote (its ``tables`` table's changelog), so its state carries over.
+
+The Kafka loop is ``loop.Loop`` (plain confluent-kafka; its module doc says why).
+"""
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
-
-import faust
+from typing import Final
 
 from lakewarden.events.topics import (
     CANCEL_REQUESTS,
     CANCEL_RESULTS,
     DLQ,
+    FOREVER,
     HEARTBEAT_EXPIRED,
     TIMELINE,
+    TopicSpec,
 )
 from lakewarden.settings import Settings
-from services._common import DeadLetters, Lifecycle, ServiceSettings, event_topic, make_app
-from services._common.acked_table import acked_table
+from services._common import ServiceSettings
 
-SERVICE = "cancel-manager"
-TOPICS = (CANCEL_REQUESTS, CANCEL_RESULTS, HEARTBEAT_EXPIRED, TIMELINE)
+SERVICE: Final = "cancel-manager"
+TABLES_CHANGELOG: Final = TopicSpec(
+    f"{SERVICE}-tables-changelog", CANCEL_REQUESTS.partitions, FOREVER, cleanup_policy="compact"
+)
+TOPICS: Final = (
+    CANCEL_REQUESTS,
+    CANCEL_RESULTS,
+    HEARTBEAT_EXPIRED,
+    TIMELINE,
+    TABLES_CHANGELOG,
+    DLQ,
+)
 
 settings = Settings()
 service_settings = ServiceSettings()
-app = make_app(
-    SERVICE,
-    settings,
-    partitions=CANCEL_REQUESTS.partitions,
-    instance_id=service_settings.instance_id,
-    commit_interval_s=service_settings.commit_interval_s,
-)
-lifecycle = Lifecycle(app, SERVICE)
-
-requests_topic = event_topic(app, CANCEL_REQUESTS, settings)
-results_topic = event_topic(app, CANCEL_RESULTS, settings)
-expired_topic = event_topic(app, HEARTBEAT_EXPIRED, settings)
-timeline_topic = event_topic(app, TIMELINE, settings)
-dlq_topic = event_topic(app, DLQ, settings)
-
-dead_letters = DeadLetters(dlq_topic, service=SERVICE, consumer_group=app.conf.id)
-
-# Acknowledged by the broker before the request that registered a URI is done (AckedTable).
-tables = acked_table(
-    app,
-    "tables",
-    default=None,
-    schema=faust.Schema(key_serializer="json", value_serializer="json"),
-    partitions=CANCEL_REQUESTS.partitions,
-)
-
-# Cancel steps block (storage, the table lock): one at a time, off the event loop.
-cancel_pool = ThreadPoolExecutor(1, thread_name_prefix="cancel")
+group_id = f"{settings.kafka.topic_prefix}{SERVICE}"

@@ -1,4 +1,5 @@
-"""What cancel-manager's agents do, apart from faust (so tests can drive it directly).
+"""What cancel-manager does with one event, apart from Kafka (so tests can drive it directly;
+the loop, ``loop.Loop``, runs each handler to completion on its own thread).
 
 ``RequestHandler.handle`` takes one message of ``cancel.requests``:
 

@@ -1,0 +1,112 @@
+"""Where each table is: cancel-manager's ``tables`` registry (table id -> the URI a request
+named), kept in memory for the partitions this instance owns and in a compacted changelog
+topic, so that a ``HeartbeatExpired`` (which names no URI) can be acted on after a restart or
+a rebalance, though nobody asks again.
+
+The changelog record of a table goes to the partition of the request that named it (that of
+``cancel.requests``, and so of ``heartbeat.expired``: same partition count, same keys), and
+its format is faust's (key and value JSON strings), the format the faust version of the
+service wrote, so that state carries over.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator, MutableMapping
+from typing import Final
+
+from confluent_kafka import KafkaError, Message
+
+__all__ = ["RegistryNotDurableError", "TablesRegistry", "changelog_key"]
+
+# Produce(key, value, partition, on_delivery): the loop's producer.
+Produce = Callable[[bytes, bytes, int, Callable[[KafkaError | None, Message], None]], None]
+Poll = Callable[[float], object]
+
+_POLL_S: Final = 0.05
+
+
+class RegistryNotDurableError(Exception):
+    """A registration was not acknowledged by the broker (the request is dead-lettered with
+    ``handler_error``; its sender gets no answer and may ask again: it is idempotent)."""
+
+
+def changelog_key(table_id: str) -> bytes:
+    """A registration's changelog key: the table id as a JSON string (faust's format)."""
+    return json.dumps(table_id).encode()
+
+
+class TablesRegistry(MutableMapping[str, str]):
+    """table id -> URI. Setting a key writes its changelog record to ``partition`` (the
+    partition of the message being handled, set by the loop); ``wait_durable`` returns once
+    every record written so far is acknowledged."""
+
+    def __init__(self, *, produce: Produce, poll: Poll) -> None:
+        self._produce = produce
+        self._poll = poll
+        self._uris: dict[str, str] = {}
+        self.partition = 0
+        self._outstanding = 0
+        self._failures: list[str] = []
+
+    def __getitem__(self, table_id: str) -> str:
+        return self._uris[table_id]
+
+    def __setitem__(self, table_id: str, uri: str) -> None:
+        self._uris[table_id] = uri
+        self._outstanding += 1
+        self._produce(
+            changelog_key(table_id), json.dumps(uri).encode(), self.partition, self._delivered
+        )
+
+    def __delitem__(self, table_id: str) -> None:
+        del self._uris[table_id]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._uris)
+
+    def __len__(self) -> int:
+        return len(self._uris)
+
+    def load(self, records: dict[bytes, bytes]) -> list[bytes]:
+        """Take the recovered changelog ``records`` (key -> value) of an assignment; return
+        the keys that were not registrations (to be logged and skipped)."""
+        skipped = []
+        for key, value in records.items():
+            try:
+                table_id, uri = json.loads(key), json.loads(value)
+            except ValueError:
+                table_id = uri = None
+            if isinstance(table_id, str) and isinstance(uri, str):
+                self._uris[table_id] = uri
+            else:
+                skipped.append(key)
+        return skipped
+
+    def forget_all(self) -> None:
+        """Drop every registration: the partitions were revoked (the consumer's eager
+        ``range`` rebalance revokes them all, and the next assignment reads back those of
+        the partitions it gives)."""
+        self._uris.clear()
+
+    def wait_durable(self, timeout_s: float) -> None:
+        """Serve delivery reports until every registration written so far is acknowledged.
+
+        Raises:
+            RegistryNotDurableError: one failed, or not all were acknowledged in time.
+        """
+        deadline = time.monotonic() + timeout_s
+        while self._outstanding > 0 and time.monotonic() < deadline:
+            self._poll(_POLL_S)
+        failures, self._failures = self._failures, []
+        if failures or self._outstanding > 0:
+            raise RegistryNotDurableError(
+                "a table registration was not acknowledged by the broker: "
+                + ("; ".join(failures[:3]) or f"{self._outstanding} still in flight")
+            )
+
+    def _delivered(self, err: KafkaError | None, msg: Message) -> None:
+        self._outstanding = max(0, self._outstanding - 1)
+        if err is not None:
+            self._failures.append(str(err))
