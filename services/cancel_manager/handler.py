@@ -38,6 +38,7 @@ from lakewarden.table.timeline import TimelineEntry
 from services._common.dlq import DeadLetterSink, dead_letter_failures
 from services.cancel_manager import metrics
 from services.cancel_manager.protocol import (
+    CancelCommand,
     InvalidEvent,
     Outcome,
     parse_expiry,
@@ -113,18 +114,11 @@ class RequestHandler:
                 await self.send_result(table_id, Event("CancelResult", refusal))
             return
         started = time.monotonic()
-        known = self.registry.get(command.table_id)
-        outcome: Outcome = await self.run_blocking(  # 2.
-            lambda: self.worker.run(command, known_uri=known)
-        )
-        if command.table_uri and outcome.status not in _NOT_FOUND and known != command.table_uri:
-            self.registry[command.table_id] = command.table_uri  # 3.
-            await self.persisted()
-        await publish_transitions(  # 4.
-            self.send_transition, command.table_id, outcome.entries, self.producer_id
-        )
-        record = result_record(command, outcome, producer_id=self.producer_id)
-        await self.send_result(command.table_id, Event("CancelResult", record))
+        try:
+            outcome = await self._apply(command)  # 2., 3., 4.
+        finally:
+            # A request's table lock is released once its result is out (worker doc).
+            await self.run_blocking(self.worker.release_held)
         metrics.RESULTS.labels(command.kind, outcome.status).inc()
         metrics.DURATION.observe(time.monotonic() - started)
         log.info(
@@ -139,6 +133,21 @@ class RequestHandler:
                 "reason": outcome.reason,
             },
         )
+
+    async def _apply(self, command: CancelCommand) -> Outcome:
+        known = self.registry.get(command.table_id)
+        outcome: Outcome = await self.run_blocking(  # 2.
+            lambda: self.worker.run(command, known_uri=known)
+        )
+        if command.table_uri and outcome.status not in _NOT_FOUND and known != command.table_uri:
+            self.registry[command.table_id] = command.table_uri  # 3.
+            await self.persisted()
+        await publish_transitions(  # 4.
+            self.send_transition, command.table_id, outcome.entries, self.producer_id
+        )
+        record = result_record(command, outcome, producer_id=self.producer_id)
+        await self.send_result(command.table_id, Event("CancelResult", record))
+        return outcome
 
 
 class ExpiryHandler:
