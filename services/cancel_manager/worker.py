@@ -160,7 +160,8 @@ class CancelWorker:
         if table is None or table.table_id != table_id:
             try:
                 table = Table.open(uri, coordinator=recorder, settings=self.settings)
-            except (NotATableError, LakewardenError) as err:
+            except (NotATableError, LakewardenError, ValueError) as err:
+                # ValueError: a URI no storage can even try (a NUL byte in a local path).
                 self._open_tables.pop(uri, None)
                 raise _UnknownTable(f"cannot open table {table_id} at {uri}: {err}", err) from err
             table.actor = self.actor

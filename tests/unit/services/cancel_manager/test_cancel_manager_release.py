@@ -1,0 +1,157 @@
+"""cancel-manager's latency-driven parts, without Kafka: a ``request`` keeps its table lock until
+its result is out (then releases it), ``execute`` gives the lock up before deleting files as
+RFC-79 says, and the ``tables`` registry writes its changelog where the request came from and
+says when that is not durable."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_cancel_manager_handler import SCHEMA, Harness, fragmented
+
+from lakewarden.events import Event
+from lakewarden.table.coordinator import EmbeddedCoordinator, Lease
+from lakewarden.table.table import Table
+from services.cancel_manager.registry import (
+    RegistryNotDurableError,
+    TablesRegistry,
+    changelog_key,
+)
+
+
+class RecordingCoordinator(EmbeddedCoordinator):
+    """Logs every lock section's acquire and release into ``log``."""
+
+    def __init__(self, log: list[str]) -> None:
+        super().__init__()
+        self.log = log
+
+    @contextmanager
+    def lock(self, table_id: str, *, ttl_s: float = 30.0, wait_s: float = 30.0) -> Iterator[Lease]:
+        with super().lock(table_id, ttl_s=ttl_s, wait_s=wait_s) as lease:
+            self.log.append("acquire")
+            try:
+                yield lease
+            finally:
+                self.log.append("release")
+
+
+def _recording(table: Table, log: list[str]) -> Harness:
+    """A harness whose worker locks through a ``RecordingCoordinator`` and logs its results."""
+    coordinator = RecordingCoordinator(log)
+    h = Harness()
+    h.worker.coordinator = lambda: coordinator
+    table.coordinator = coordinator
+    sent = h.requests.send_result
+
+    async def send_result(table_id: str, event: Event) -> None:
+        log.append(f"result {event.record['status']}")
+        await sent(table_id, event)
+
+    h.requests.send_result = send_result
+    return h
+
+
+@pytest.fixture
+def table(tmp_path: Path) -> Table:
+    t = Table.create(
+        str(tmp_path / "orders"),
+        name="orders",
+        record_key="id",
+        schema=SCHEMA,
+        partition_by=["region"],
+        buckets=2,
+        coordinator=EmbeddedCoordinator(),
+    )
+    fragmented(t)
+    return t
+
+
+def test_a_request_releases_its_lock_after_its_result(table: Table) -> None:
+    instant = str(table.schedule_clustering(cancellable=True))
+    log: list[str] = []
+    h = _recording(table, log)
+    assert h.ask(table, instant, "request").record["status"] == "accepted"
+    assert h.ask(table, instant, "request").record["status"] == "already_requested"
+    assert log == [
+        *("acquire", "result accepted", "release"),
+        *("acquire", "result already_requested", "release"),
+    ]
+
+
+def test_a_refused_request_releases_its_lock_too(table: Table) -> None:
+    fixed = str(table.schedule_clustering(cancellable=False))
+    log: list[str] = []
+    h = _recording(table, log)
+    assert h.ask(table, fixed, "request").record["status"] == "not_cancellable"
+    assert log == ["acquire", "result not_cancellable", "release"]
+    # And the lock is free: another holder gets it at once.
+    with table.coordinator.lock(table.table_id, wait_s=0.5):
+        pass
+
+
+def test_execute_gives_the_lock_up_before_deleting_files_and_before_its_result(
+    table: Table,
+) -> None:
+    instant = str(table.schedule_clustering(cancellable=True))
+    log: list[str] = []
+    h = _recording(table, log)
+    h.ask(table, instant, "request")
+    log.clear()
+    assert h.ask(table, instant, "execute").record["status"] == "aborted"
+    # RFC-79: check under the lock, release, roll back, append `aborted` under the lock:
+    # every section released as it ends (none kept), all before the result.
+    sections = len(log) // 2
+    assert sections >= 2 and log == [*["acquire", "release"] * sections, "result aborted"]
+
+
+class FakeProducer:
+    """``TablesRegistry``'s produce and poll, with delivery reports on poll."""
+
+    def __init__(self, *, fail: bool = False) -> None:
+        self.fail = fail
+        self.produced: list[tuple[bytes, bytes, int]] = []
+        self._reports: list[Callable[[Any, Any], None]] = []
+
+    def produce(
+        self, key: bytes, value: bytes, partition: int, on_delivery: Callable[[Any, Any], None]
+    ) -> None:
+        self.produced.append((key, value, partition))
+        self._reports.append(on_delivery)
+
+    def poll(self, timeout_s: float) -> int:
+        reports, self._reports = self._reports, []
+        for report in reports:
+            report("broker down" if self.fail else None, None)
+        return len(reports)
+
+
+def test_the_registry_writes_where_the_request_came_and_waits_for_it() -> None:
+    producer = FakeProducer()
+    registry = TablesRegistry(produce=producer.produce, poll=producer.poll)
+    registry.partition = 4
+    registry["t1"] = "s3://b/t1"
+    assert producer.produced == [(changelog_key("t1"), json.dumps("s3://b/t1").encode(), 4)]
+    registry.wait_durable(1.0)
+    assert dict(registry) == {"t1": "s3://b/t1"}
+    registry.forget_all()
+    assert len(registry) == 0
+    skipped = registry.load({changelog_key("t2"): b'"/data/t2"', b"junk": b"{"})
+    assert dict(registry) == {"t2": "/data/t2"} and skipped == [b"junk"]
+
+
+def test_an_unacknowledged_registration_is_an_error() -> None:
+    producer = FakeProducer(fail=True)
+    registry = TablesRegistry(produce=producer.produce, poll=producer.poll)
+    registry["t1"] = "/data/t1"
+    with pytest.raises(RegistryNotDurableError, match="broker down"):
+        registry.wait_durable(1.0)
+    silent = TablesRegistry(produce=lambda *_: None, poll=lambda _: None)
+    silent["t1"] = "/data/t1"
+    with pytest.raises(RegistryNotDurableError, match="1 still in flight"):
+        silent.wait_durable(0.1)
