@@ -1,9 +1,9 @@
 """The blocking part of cancel-manager: open the table, apply RFC-79's API, say how it ended.
 
-``CancelWorker.run(command)`` runs on a worker thread (never on the faust event loop):
+``CancelWorker.run(command)`` runs on the service loop's thread, one command at a time:
 
 1. find the table: the request's ``table_uri``, else the one the service remembered for the
-   table id (``known_uri``: the handler keeps them in a changelogged faust table, so that a
+   table id (``known_uri``: the handler keeps them in the ``tables`` registry, so that a
    later ``HeartbeatExpired`` of that table can be acted on, also after a restart); none, or a
    table whose id is not the event's: ``unknown_table``. Opened tables are kept (per URI):
    their timeline is reloaded incrementally, so a request costs the new entries, not a full
