@@ -6,14 +6,15 @@ the loop, ``loop.Loop``, runs each handler to completion on its own thread).
 1. undecodable, not a CancelRequest, keyed wrongly or invalid: dead-letter it; an invalid
    request that names its table and request id is also answered (``invalid_request``), so
    its sender does not wait for a timeout;
-2. apply it on a worker thread (``CancelWorker.run``; the event loop stays free), with the
-   URI remembered for the table when the request names none;
+2. apply it (``CancelWorker.run``, through ``run_blocking``), with the URI remembered for
+   the table when the request names none;
 3. a request that named a table's URI and found the table there registers it in ``tables``
-   (table id -> URI, a changelogged faust table partitioned like ``cancel.requests``, and so
-   like ``heartbeat.expired``: one instance owns both) and waits until that is durable, so
-   a restarted or new owner still knows where the table is when its executor dies;
+   (table id -> URI, ``registry.TablesRegistry``: changelogged, partitioned like
+   ``cancel.requests`` and so like ``heartbeat.expired``: one instance owns both) and waits
+   until that is durable, so a restarted or new owner still knows where the table is when
+   its executor dies;
 4. publish the ``TimelineTransition`` of every entry the service appended, then the
-   ``CancelResult``.
+   ``CancelResult``; then the worker releases the table lock a ``request`` kept.
 
 ``ExpiryHandler.handle`` takes one ``HeartbeatExpired``: when the dead executor's plan has a
 cancel request (and ``tables`` knows where the table is), the service runs ``execute_cancel``
@@ -54,7 +55,7 @@ log = logging.getLogger(__name__)
 
 RunBlocking = Callable[[Callable[[], Any]], Awaitable[Any]]
 SendEvent = Callable[[str, Event], Awaitable[None]]
-# table id -> URI (the service's faust table; a dict in tests).
+# table id -> URI (the service's TablesRegistry; a dict in tests).
 Registry = MutableMapping[str, Any]
 # Statuses of a request that did not find its table where it said.
 _NOT_FOUND = frozenset({"unknown_table"})
