@@ -81,12 +81,17 @@ COLUMNS = [
 ]
 
 
-def _session() -> Any:
+def _session(extra: dict[str, str] | None = None) -> Any:
+    """The benchmark's local Spark session; ``extra``: more settings (the profiler's event
+    log)."""
     from pyspark.sql import SparkSession
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
+    builder = SparkSession.builder
+    for name, value in (extra or {}).items():
+        builder = builder.config(name, value)
     session = (
-        SparkSession.builder.master("local[2]")
+        builder.master("local[2]")
         .appName("lakewarden-bench-spark")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from lakewarden.spark import _zip_cache
 from lakewarden.spark._create import TableOptionsMismatchError
 from lakewarden.spark._fast_read import S3AUnavailableError, read
 from lakewarden.spark._helper import SparkWriteError, write
@@ -33,6 +34,9 @@ from lakewarden.spark._python import WorkerPythonError, check_worker_python
 from lakewarden.spark._service import run_table_service
 from lakewarden.spark._source import FORMAT, LakewardenDataSource
 from lakewarden.spark._transaction import BatchAlreadyCommittedError
+
+# In a PySpark worker only: no re-reading unchanged zips before every task (``_zip_cache``).
+_zip_cache.install()
 
 
 def register(spark: Any) -> None:
