@@ -41,9 +41,13 @@ from lakewarden.table._key_match import KeyIndex, integer_values
 from lakewarden.table.config import META_FILE_NAME, META_RECORD_KEY, TableConfig
 from lakewarden.table.files import split_key
 
-__all__ = ["merge_columns", "merge_key", "merge_slice"]
+__all__ = ["RANGE_ROWS", "merge_columns", "merge_key", "merge_slice"]
 
 _POS = "__lw_block"  # the position of a log row's block
+# Base rows per range the merge copies or passes whole (``_without``): small enough that an
+# update of recent keys leaves most ranges untouched, large enough that a kernel call per
+# range costs nothing next to the copy.
+RANGE_ROWS = 16_384
 
 
 def merge_key(config: TableConfig) -> str:
@@ -122,8 +126,30 @@ def merge_slice(
 
 
 def _without(table: pa.Table, dropped: npt.NDArray[np.bool_]) -> pa.Table:
-    """``table`` without its ``dropped`` rows: one filter, the merge's one copy of the base."""
-    return _filter(table, pa.array(~dropped)) if dropped.any() else table
+    """``table`` without its ``dropped`` rows, the merge's one copy of the base, made only
+    where a row is dropped: the base is cut into ranges of ``RANGE_ROWS`` rows, each run of
+    ranges without a dropped row passes as a zero-copy slice, each run of ranges with one is
+    filtered. Updates that touch a part of the key space (recent keys, one customer's rows)
+    copy only that part; updates spread over every range cost one filter, as before."""
+    if not dropped.any():
+        return table
+    if len(table) <= RANGE_ROWS:
+        return _filter(table, pa.array(~dropped))
+    starts = np.arange(0, len(table), RANGE_ROWS)
+    touched = np.add.reduceat(dropped, starts) > 0
+    pieces: list[pa.Table] = []
+    run_start = 0
+    for i in range(1, len(starts) + 1):
+        if i < len(starts) and touched[i] == touched[run_start]:
+            continue
+        begin = int(starts[run_start])
+        end = int(starts[i]) if i < len(starts) else len(table)
+        piece = table.slice(begin, end - begin)
+        if touched[run_start]:
+            piece = _filter(piece, pa.array(~dropped[begin:end]))
+        pieces.append(piece)
+        run_start = i
+    return pieces[0] if len(pieces) == 1 else pa.concat_tables(pieces)
 
 
 def _filter(table: pa.Table, mask: pa.Array) -> pa.Table:

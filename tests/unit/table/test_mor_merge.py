@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from _hypothesis_profiles import examples
 from hypothesis import given, settings
@@ -19,7 +20,7 @@ from lakewarden.table.config import (
     META_RECORD_KEY,
 )
 from lakewarden.table.merge import merge
-from lakewarden.table.mor_merge import merge_columns, merge_slice
+from lakewarden.table.mor_merge import RANGE_ROWS, merge_columns, merge_slice
 
 MERGE_SCHEMA = pa.schema(
     [
@@ -128,3 +129,51 @@ def test_without_a_base_file_the_blocks_alone_make_the_slice() -> None:
     )
     got = merge_slice(None, blocks, schema=MERGE_SCHEMA, key="id", ordering="ts")
     assert [(r["id"], r["v"]) for r in got.to_pylist()] == [(1, "a")]
+
+
+def test_base_ranges_no_log_key_touches_pass_through_uncopied() -> None:
+    # 4.5 ranges of base rows; the logs update keys of range 1 and delete one of range 3:
+    # ranges 0, 2 and the tail reach the result as slices of the base's own buffers.
+    n = 4 * RANGE_ROWS + RANGE_ROWS // 2
+    ids = pa.array(range(n), pa.int64())
+    base = pa.table(
+        {"id": ids, "ts": pa.repeat(pa.scalar(1, pa.int64()), n), "v": pa.repeat(pa.scalar("b"), n)}
+    )
+    schema = base.schema
+    updated = [RANGE_ROWS + 5, RANGE_ROWS + 6, 2 * RANGE_ROWS - 1]
+    deleted = 3 * RANGE_ROWS + 7
+    upsert = pa.table({"id": updated, "ts": [2, 0, 2], "v": ["new", "older", "new"]}, schema=schema)
+    delete = pa.table({META_RECORD_KEY: [str(deleted)]})
+    data = encode_block(BlockType.DATA, {"INSTANT_TIME": "1"}, encode_records(upsert))
+    data += encode_block(BlockType.DELETE, {"INSTANT_TIME": "2"}, encode_records(delete))
+    got = merge_slice(base, scan_log(data, LOG_PATH).blocks, schema=schema, key="id", ordering="ts")
+
+    assert got.num_rows == n - 1
+    touched = got.filter(pc.is_in(got.column("id"), pa.array(updated, pa.int64())))
+    by_id = {r["id"]: (r["ts"], r["v"]) for r in touched.to_pylist()}
+    values = {i: by_id.get(i) for i in updated}
+    assert values == {
+        RANGE_ROWS + 5: (2, "new"),
+        RANGE_ROWS + 6: (1, "b"),
+        2 * RANGE_ROWS - 1: (2, "new"),
+    }
+    assert deleted not in set(got.column("id").to_pylist())
+    # The untouched ranges are views of the base: same buffer, their own offset.
+    base_buffer = base.column("id").chunk(0).buffers()[1].address
+    untouched = [c for c in got.column("id").chunks if c.buffers()[1].address == base_buffer]
+    assert [(c.offset, len(c)) for c in untouched] == [
+        (0, RANGE_ROWS),
+        (2 * RANGE_ROWS, RANGE_ROWS),
+        (4 * RANGE_ROWS, RANGE_ROWS // 2),
+    ]
+
+
+def test_updates_spread_over_every_range_cost_one_filter() -> None:
+    n = 3 * RANGE_ROWS
+    base = pa.table({"id": pa.array(range(n), pa.int64()), "ts": pa.array([1] * n, pa.int64())})
+    upsert = pa.table({"id": list(range(0, n, 1000)), "ts": [2] * len(range(0, n, 1000))})
+    data = encode_block(BlockType.DATA, {"INSTANT_TIME": "1"}, encode_records(upsert))
+    blocks = scan_log(data, LOG_PATH).blocks
+    got = merge_slice(base, blocks, schema=base.schema, key="id", ordering="ts")
+    assert got.num_rows == n and got.column("id").num_chunks == 2  # the filtered base, the log
+    assert sorted(got.column("id").to_pylist()) == list(range(n))
