@@ -4,6 +4,9 @@
 ``fail_first_attempt_of_partition``  ``P``: attempt 0 of Spark partition ``P`` fails *after*
                                      its task commit saved the manifest (the worst moment: all
                                      its files and its manifest exist); later attempts succeed
+``exit_first_attempt_of_partition``  ``P``: as ``fail_first_attempt_of_partition``, but the
+                                     Python worker of attempt 0 exits (``os._exit``) instead
+                                     of raising: a crashed worker, as the OOM killer leaves it
 ``fail_partition``                   ``P``: every attempt of partition ``P`` fails before writing
 ``slow_partition``                   ``P:S``: partition ``P`` sleeps ``S`` seconds before writing
 ``hold_partition``                   ``P:PATH``: partition ``P`` waits until the file ``PATH``
@@ -25,6 +28,7 @@ Nothing here runs unless the option is set; production writes never set ``lakewa
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -34,6 +38,8 @@ from lakewarden.errors import RetryableError
 # How long a held partition waits for its file at most: a test that never releases it fails
 # instead of hanging the Spark job.
 _HOLD_LIMIT_S = 300.0
+# The exit status of a worker ``exit_first_attempt_of_partition`` kills (recognisable in logs).
+_EXIT_STATUS = 57
 
 
 class InjectedFaultError(RetryableError):
@@ -74,10 +80,14 @@ def _wait_for_file(path: Path, partition: int) -> None:
 
 def after_task_commit(hooks: Mapping[str, str], partition: int, attempt: int) -> None:
     """Raises: InjectedFaultError."""
-    if hooks and attempt == 0 and _int(hooks, "fail_first_attempt_of_partition") == partition:
+    if not hooks or attempt != 0:
+        return
+    if _int(hooks, "fail_first_attempt_of_partition") == partition:
         raise InjectedFaultError(
             f"injected failure of attempt 0 of partition {partition} after its task commit"
         )
+    if _int(hooks, "exit_first_attempt_of_partition") == partition:
+        os._exit(_EXIT_STATUS)  # no cleanup, no reply to Spark: the worker just dies
 
 
 def after_log_append(hooks: Mapping[str, str], partition: int, attempt: int) -> None:

@@ -68,13 +68,16 @@ from lakewarden.table.config import TableConfig
 from lakewarden.table.files import bucket_file_id
 from lakewarden.table.instant import Transition
 from lakewarden.table.stats import FileGroupId, WorkloadProfile
+from lakewarden.table.timeline_state import InstantState
 from lakewarden.table.writer import CommitResult
 
 PARTITION_COLUMN = "__lw_partition_path"
 BUCKET_COLUMN = "__lw_bucket"
 OPT_WRITER = "writer"
 log = logging.getLogger("lakewarden.spark")
-_SPARK_ERROR_LINE = re.compile(r"^\w*(?:Error|Conflict|Exception): .*$", re.MULTILINE)
+# A line naming an error: ``InvalidRecordError: ...`` or, as a Python worker's traceback ends,
+# the qualified ``lakewarden.table.write_input.InvalidRecordError: ...``.
+_SPARK_ERROR_LINE = re.compile(r"^[\w.]*(?:Error|Conflict|Exception): .*$", re.MULTILINE)
 
 
 class SparkWriteError(NonRetryableError):
@@ -271,16 +274,29 @@ def _outcome(table: _job.TableHandle, spec: WriteSpec, err: Exception | None) ->
     if finding is not None:
         failure = finding.error(table.config.table_id)
     else:
-        reason = mine.reason if mine is not None else None
-        failure = SparkWriteError(
-            f"lakewarden: the {spec.operation} of instant {spec.instant} into table "
-            f"{spec.uri} did not commit and was rolled back: {reason}. Spark reported: "
-            f"{_spark_reason(err)}",
-            table=spec.uri,
-            instant=spec.instant,
-            reason=reason,
-        )
+        failure = _write_error(spec, mine, err)
     raise failure from err
+
+
+def _write_error(spec: WriteSpec, mine: InstantState | None, err: Exception | None) -> Exception:
+    """The ``SparkWriteError`` of a write that did not commit: what became of the instant
+    (rolled back and why, or still pending when the rollback itself failed) and Spark's
+    reason, never empty."""
+    spark_reason = _spark_reason(err)
+    if mine is not None and mine.state is Transition.ROLLED_BACK:
+        reason = mine.reason or spark_reason
+        became = f"was rolled back: {reason}"
+    else:
+        reason = spark_reason
+        state = mine.state if mine is not None else "absent"
+        became = f"was not rolled back (it is {state}; the cleaner rolls it back)"
+    return SparkWriteError(
+        f"lakewarden: the {spec.operation} of instant {spec.instant} into table "
+        f"{spec.uri} did not commit and {became}. Spark reported: {spark_reason}",
+        table=spec.uri,
+        instant=spec.instant,
+        reason=reason,
+    )
 
 
 def _spark_reason(err: Exception | None) -> str:
@@ -290,4 +306,8 @@ def _spark_reason(err: Exception | None) -> str:
     text = str(err)
     lines = [m.group(0) for m in _SPARK_ERROR_LINE.finditer(text)]
     ours = [line for line in lines if "lakewarden" in line or "record" in line]
-    return (ours or lines or [text.splitlines()[0] if text else repr(err)])[0][:2000]
+    # PySpark's PythonException text starts with an empty line: the first non-empty line,
+    # else the error's type, so the reason is never empty (an empty reason cannot even be
+    # appended as a rollback's).
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    return (ours or lines or [first or repr(err)])[0][:2000]

@@ -56,6 +56,8 @@ def abandon(
     failures: list[Exception] = []
     error = cause if isinstance(cause, BaseException) else None
     reason = f"{type(cause).__name__}: {cause}" if error is not None else str(cause)
+    # A rollback entry needs a reason (an empty one is refused): say that none was given.
+    reason = reason.strip() or f"no reason given (stage {stage})"
     job = job_id if job_id is not None else (committer.job_id if committer else None)
     try:
         txn.rollback(  # 1.
