@@ -18,7 +18,13 @@ Fault kinds (every one is healed before the run ends):
 - ``broker_pause``: SIGSTOP / SIGCONT of the broker;
 - storage faults (``storage_fail`` / ``storage_lose_reply``): armed inside a writer's
   ``FaultyStorage`` at a call number of one storage operation (counted as planned; whether
-  the writer reaches that call depends on the machine).
+  the writer reaches that call depends on the machine);
+- Spark task faults (``spark_task_fail`` / ``spark_task_exit`` / ``spark_task_slow``): in the
+  n-th write of a Spark writer incarnation, attempt 0 of the write's task 0 raises after its
+  task commit, or its Python worker exits (``os._exit``) there, or the task sleeps 3 s first
+  (``lakewarden.test.*`` options, ``lakewarden.spark._faults``); Spark retries the attempt
+  (``local[1,2]``: two attempts per task). Counted when the write carrying one starts (the
+  writer records it in the write's ``invoke``).
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ __all__ = [
     "RunPlan",
     "StorageFault",
     "TablePlan",
+    "TaskFault",
     "WriterPlan",
     "make_plan",
 ]
@@ -70,6 +77,16 @@ class StorageFault:
 
 
 @dataclass(frozen=True)
+class TaskFault:
+    """Write ``op`` (the n-th of an incarnation) of a Spark writer gets a task fault: its
+    task 0's attempt 0 raises after its task commit (``fail``) or its Python worker exits there
+    (``exit``); or every attempt of task 0 sleeps 3 s before writing (``slow``)."""
+
+    op: int
+    kind: Literal["fail", "exit", "slow"]
+
+
+@dataclass(frozen=True)
 class TablePlan:
     name: str
     table_type: Literal["cow", "mor"]
@@ -87,6 +104,7 @@ class WriterPlan:
     seed: int
     storage_faults: tuple[StorageFault, ...]
     role: Literal["writer", "executor", "spark"] = "writer"
+    task_faults: tuple[TaskFault, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -178,8 +196,17 @@ def _extra_processes(
             WriterPlan(f"e{n}", table, rng.randrange(2**32), (), role="executor") for n in (0, 1)
         ]
     if rng.random() < spark_share:
-        extra.append(WriterPlan("s0", table, rng.randrange(2**32), (), role="spark"))
+        seed = rng.randrange(2**32)
+        # Its own generator: the other draws of a seed stay what they were before task faults.
+        tasks = _task_faults(random.Random(f"spark-tasks-{seed}"))
+        extra.append(WriterPlan("s0", table, seed, (), role="spark", task_faults=tasks))
     return tuple(extra)
+
+
+def _task_faults(rng: random.Random) -> tuple[TaskFault, ...]:
+    """1-3 task faults among writes 2-6 (write 1 is the warm-up, before the clock starts)."""
+    ops = sorted(rng.sample(range(2, 7), rng.randint(1, 3)))
+    return tuple(TaskFault(op, rng.choice(("fail", "exit", "slow"))) for op in ops)
 
 
 def _process_faults(

@@ -5,9 +5,13 @@ a Spark job through ``lakewarden.spark.write`` in a ``local[1]`` session.
 
 Same spec, keys and history as ``_writer.py``, so its acknowledged, failed and unknown writes
 are checked by the same checkers. Spark is heavy on a small machine: the plan gives a Spark
-writer to a share of runs only (``--spark``), and the session is small (one task thread, one
-shuffle partition, no UI). A kill of this process (SIGKILL of its process group) kills the
-JVM too: the driver's heartbeat stops, and the cleaner rolls its instant back.
+writer to a share of runs only (``--spark``), and the session is small (one task thread, two
+attempts per task, one shuffle partition, no UI). Its first write is a one-row insert, then
+``ready``: the run starts its clock only then, so the writes happen under its faults (a
+session and a first job take minutes on a loaded machine). The writes the plan names get a
+Spark task fault (``_schedule.TaskFault``) through ``lakewarden.test.*`` options. A kill of
+this process (SIGKILL of its process group) kills the JVM too: the driver's heartbeat stops,
+and the cleaner rolls its instant back.
 """
 
 from __future__ import annotations
@@ -21,6 +25,12 @@ from typing import Any
 
 from _writer import SCHEMA, History, write_loop
 
+# The write options of each task fault (``lakewarden.spark._faults``): task 0 is always there.
+TASK_FAULT_OPTIONS = {
+    "fail": {"lakewarden.test.fail_first_attempt_of_partition": "0"},
+    "exit": {"lakewarden.test.exit_first_attempt_of_partition": "0"},
+    "slow": {"lakewarden.test.slow_partition": "0:3"},
+}
 _DDL = ", ".join(f"{field.name} {'long' if field.name == 'ts' else 'string'}" for field in SCHEMA)
 
 
@@ -34,7 +44,7 @@ def _session(work: Path) -> Any:
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     jars = sorted(default_jars_dir().glob("*.jar"))  # S3A, for tables on S3
     session = (
-        SparkSession.builder.master("local[1]")
+        SparkSession.builder.master("local[1,2]")  # a failed task attempt is retried once
         .appName("lakewarden-campaign")
         .config("spark.jars", ",".join(str(jar.resolve()) for jar in jars))
         .config("spark.ui.enabled", "false")
@@ -60,15 +70,23 @@ def main(spec: dict[str, Any]) -> None:
     work = Path(tempfile.mkdtemp(prefix="campaign-spark-", dir=Path(spec["history"]).parent.parent))
     spark = _session(work)
 
-    def write(operation: str, rows: list[dict[str, Any]]) -> str:
+    def write(operation: str, rows: list[dict[str, Any]], task_fault: str | None) -> str:
         frame = spark.createDataFrame([tuple(r[f.name] for f in SCHEMA) for r in rows], _DDL)
-        result = lakewarden.spark.write(frame, spec["uri"], operation, partitions=1)
+        options = TASK_FAULT_OPTIONS[task_fault] if task_fault else None
+        result = lakewarden.spark.write(
+            frame, spec["uri"], operation, partitions=1, options=options
+        )
         return str(result.instant)
 
     try:
         actor = f"spark-{spec['writer']}-{spec['incarnation']}"
         write_loop(
-            spec, history, write, actor=actor, bad_row_share=0.3 if spec.get("bad_rows") else 0
+            spec,
+            history,
+            write,
+            actor=actor,
+            bad_row_share=0.3 if spec.get("bad_rows") else 0,
+            warm_up=True,
         )
     finally:
         spark.stop()

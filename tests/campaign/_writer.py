@@ -93,8 +93,9 @@ def _open_table(spec: dict[str, Any]) -> Any:
     return Table(faulty, config, coordinator=connect(settings).coordinator, actor=actor)
 
 
-# What a workload process does with one write: returns the completed instant, or raises.
-WriteFunction = Callable[[str, list[dict[str, Any]]], str]
+# What a workload process does with one write (operation, rows, the Spark task fault to inject
+# or None): returns the completed instant, or raises.
+WriteFunction = Callable[[str, list[dict[str, Any]], str | None], str]
 
 
 def write_loop(
@@ -104,34 +105,44 @@ def write_loop(
     *,
     actor: str,
     bad_row_share: float = 0.0,
+    warm_up: bool = False,
 ) -> None:
     """Draw writes from the seed and make them with ``write`` until the stop file appears,
     recording each (``invoke``, then its outcome) in ``history``.
 
     With ``bad_row_share``, that share of inserts and upserts also carries one bad row (a
     null record key, ``v`` = ``<op id>.bad``), recorded apart (``bad``): with the error table
-    on, it is set aside into the error table when the write commits."""
+    on, it is set aside into the error table when the write commits. With ``warm_up``, write 1
+    is a one-row insert, and ``ready`` follows its outcome (the run waits for it before its
+    clock starts). The spec's ``task_faults`` name the writes that get one (``task_fault`` in
+    their ``invoke``)."""
     from lakewarden.errors import CommitStateUnknownError, LakewardenError
 
     writer, incarnation = spec["writer"], spec["incarnation"]
     stop = Path(spec["stop"])
     rng = random.Random(spec["seed"] * 1000 + incarnation)
+    task_faults = {f["op"]: f["kind"] for f in spec.get("task_faults", ())}
     history.append({"phase": "start", "pid": os.getpid(), "actor": actor})
     op_no = 0
     while not stop.exists():
         op_no += 1
-        operation, keys = _next_write(rng, writer, incarnation, op_no)
+        if warm_up and op_no == 1:
+            operation, keys = "insert", [f"{writer}.i{incarnation}.1.0"]
+        else:
+            operation, keys = _next_write(rng, writer, incarnation, op_no)
         value = f"{writer}.{incarnation}.{op_no}"
         op_id = f"{writer}.{incarnation}.{op_no}"
         rows = _rows(keys, value)
         bad = []
         if bad_row_share and operation != "delete" and rng.random() < bad_row_share:
             bad = [{"key": None, "part": "p0", "ts": time.time_ns(), "v": f"{op_id}.bad"}]
-        invoke = {"phase": "invoke", "op": op_id, "operation": operation, "rows": rows}
-        history.append({**invoke, "bad": bad} if bad else invoke)
+        invoke: dict[str, Any] = {"phase": "invoke", "op": op_id, "operation": operation}
+        invoke.update(rows=rows, **({"bad": bad} if bad else {}))
+        fault = task_faults.get(op_no)
+        history.append({**invoke, "task_fault": fault} if fault else invoke)
         outcome: dict[str, Any] = {"op": op_id}
         try:
-            outcome.update(phase="ok", instant=write(operation, rows + bad))
+            outcome.update(phase="ok", instant=write(operation, rows + bad, fault))
         except CommitStateUnknownError as err:
             outcome.update(phase="unknown", error=type(err).__name__, message=str(err)[:300])
         except LakewardenError as err:
@@ -146,13 +157,15 @@ def write_loop(
                 phase="unknown", error=type(err).__name__, raw=True, message=repr(err)[:300]
             )
         history.append(outcome)
+        if warm_up and op_no == 1:
+            history.append({"phase": "ready"})
 
 
 def main(spec: dict[str, Any]) -> None:
     history = History(Path(spec["history"]))
     table = _open_table(spec)
 
-    def write(operation: str, rows: list[dict[str, Any]]) -> str:
+    def write(operation: str, rows: list[dict[str, Any]], task_fault: str | None) -> str:
         result = table.write(pa.Table.from_pylist(rows, schema=SCHEMA), operation)
         return str(result.instant)
 

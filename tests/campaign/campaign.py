@@ -137,6 +137,7 @@ def _summary(results: list[RunResult], stack_problems: list[str], out: Path) -> 
     """The totals so far, also written to ``<out>/summary.json``."""
     faults: Counter[str] = Counter()
     outcomes: Counter[str] = Counter()
+    spark: Counter[str] = Counter()
     services: Counter[str] = Counter()
     unannounced = 0
     violations: Counter[str] = Counter()
@@ -144,6 +145,7 @@ def _summary(results: list[RunResult], stack_problems: list[str], out: Path) -> 
     for result in results:
         faults.update(result.faults)
         outcomes.update(result.outcomes)
+        spark.update(result.spark)
         services.update(result.services)
         unannounced += result.unannounced
         violations.update(v.name for v in result.violations)
@@ -154,6 +156,8 @@ def _summary(results: list[RunResult], stack_problems: list[str], out: Path) -> 
         "failed_seeds": failed,
         "faults": dict(sorted(faults.items())),
         "writes": dict(sorted(outcomes.items())),
+        "spark_writes": dict(sorted(spark.items())),
+        "runs_with_spark": sum(1 for r in results if r.spark),
         "table_service_steps": dict(sorted(services.items())),
         "timeline_entries_unannounced": unannounced,
         "violations": dict(sorted(violations.items())),
