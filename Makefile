@@ -90,12 +90,15 @@ fuzz: setup
 # The randomized fault campaign (tests/campaign/campaign.py): RUNS seeded runs from SEED, each a
 # random workload of Python writers and a random fault schedule against the real stack, checked
 # by independent checkers. A failing run prints the command that replays its seed.
+# SPARK and TABLE_SERVICES: the shares of runs with a Spark writer / table-service executors.
 RUNS ?= 200
 SEED ?= 1
 DURATION ?= 20
+SPARK ?= 0.15
+TABLE_SERVICES ?= 0.5
 campaign: setup
 	PYTHONPATH=. $(BIN)/python tests/campaign/campaign.py --runs $(RUNS) --seed $(SEED) \
-	  --duration $(DURATION) $(CAMPAIGN_ARGS)
+	  --duration $(DURATION) --spark $(SPARK) --table-services $(TABLE_SERVICES) $(CAMPAIGN_ARGS)
 
 bench: setup
 	$(BIN)/python -m benchmarks

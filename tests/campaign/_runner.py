@@ -51,8 +51,12 @@ PROGRESS_S = 60.0
 SPARK_PROGRESS_S = 300.0
 
 
-def reproduce_command(seed: int, duration_s: float) -> str:
-    return f"make campaign RUNS=1 SEED={seed} DURATION={duration_s:g}"
+def reproduce_command(
+    seed: int, duration_s: float, *, spark: float = 0.15, table_services: float = 0.5
+) -> str:
+    """The command that replays run ``seed``: the shares are part of its plan."""
+    shares = f" SPARK={spark:g} TABLE_SERVICES={table_services:g}"
+    return f"make campaign RUNS=1 SEED={seed} DURATION={duration_s:g}{shares}"
 
 
 class _Run:

@@ -59,6 +59,9 @@ class History:
         self._file.flush()
         os.fsync(self._file.fileno())
 
+    def close(self) -> None:
+        self._file.close()
+
 
 def _rows(keys: list[str], value: str) -> list[dict[str, Any]]:
     return [{"key": k, "part": part_of(k), "ts": time.time_ns(), "v": value} for k in keys]

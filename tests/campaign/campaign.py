@@ -119,7 +119,10 @@ def main(argv: list[str]) -> int:
             for violation in result.known:
                 print(f"  known issue {violation}", flush=True)
             if result.violations or result.known:
-                print(f"  reproduce: {reproduce_command(seed, args.duration)}", flush=True)
+                again = reproduce_command(
+                    seed, args.duration, spark=args.spark, table_services=args.table_services
+                )
+                print(f"  reproduce: {again}", flush=True)
             _summary(results, stack_problems, out)  # kept up to date: a campaign may be cut short
     finally:
         if stack is not None:

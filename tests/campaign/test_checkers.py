@@ -3,13 +3,17 @@ nothing), and pass a history that is consistent with its table."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
 from _checkers import Op, TableObservation, check_error_table, check_run, ops_from_history
 from _event_checkers import COMPARED, check_event_timeline
+from _schedule import make_plan
 from _service_checkers import ServiceOp, check_services, service_ops_from_history
+from _writer import History, write_loop
 
 
 def _op(
@@ -312,3 +316,54 @@ def test_the_error_table_must_hold_exactly_the_bad_rows_of_committed_writes() ->
     assert check([{"v": "w0.1.3.bad", "instant": "I9"}]) == ["error_record_wrong_instant"]
     assert check([*good, {"v": "w0.1.4.bad", "instant": "I4"}]) == ["error_record_of_failed_write"]
     assert check([*good, {"v": "nobody.bad", "instant": "I4"}]) == ["error_record_phantom"]
+
+
+def test_spark_task_faults_are_planned_without_changing_the_other_draws() -> None:
+    """A Spark run's writer ``s0`` gets 1-3 task faults among writes 2-6 (write 1 is its
+    warm-up); the rest of the seed's plan is the plan without Spark."""
+    services = ("timeline-lock", "cleaner")
+    with_spark = [
+        make_plan(seed, duration_s=20, services=services, s3_available=False, spark_share=1.0)
+        for seed in range(7000, 7020)
+    ]
+    for plan in with_spark:
+        without = make_plan(plan.seed, duration_s=20, services=services, s3_available=False)
+        assert plan.tables == without.tables
+        assert plan.writers[:-1] == without.writers
+        assert set(without.faults) <= set(plan.faults)
+        spark = plan.writers[-1]
+        assert spark.role == "spark" and 1 <= len(spark.task_faults) <= 3
+        assert all(2 <= f.op <= 6 for f in spark.task_faults)
+    kinds = {f.kind for plan in with_spark for f in plan.writers[-1].task_faults}
+    assert kinds == {"fail", "exit", "slow"}
+
+
+def test_a_warm_up_write_comes_first_then_ready_and_task_faults_are_recorded(
+    tmp_path: Path,
+) -> None:
+    history_path, stop = tmp_path / "s0.1.jsonl", tmp_path / "stop"
+    spec = {
+        "writer": "s0",
+        "incarnation": 1,
+        "seed": 7,
+        "stop": str(stop),
+        "task_faults": [{"op": 2, "kind": "exit"}],
+    }
+    calls: list[tuple[str, int, str | None]] = []
+
+    def write(operation: str, rows: list[dict[str, Any]], task_fault: str | None) -> str:
+        calls.append((operation, len(rows), task_fault))
+        if len(calls) == 3:
+            stop.touch()
+        return f"I{len(calls)}"
+
+    history = History(history_path)
+    write_loop(spec, history, write, actor="spark-s0-1", warm_up=True)
+    history.close()
+
+    assert calls[0] == ("insert", 1, None)
+    assert [c[2] for c in calls] == [None, "exit", None]
+    phases = [json.loads(line)["phase"] for line in history_path.read_text().splitlines()]
+    assert phases[:4] == ["start", "invoke", "ok", "ready"]
+    ops = ops_from_history("s0", 1, [json.loads(x) for x in history_path.read_text().splitlines()])
+    assert [op.outcome for op in ops] == ["ok", "ok", "ok"]
