@@ -136,7 +136,19 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
         count = spark.read.format("hudi").load(str(root / "warmup_hudi")).count()
         assert count == 1000, count
 
-        runs = rotated_rounds(rounds, {"parquet": parquet, "hudi": hudi})
+        def reported(name: str, run: Callable[[int], dict[str, float]]) -> Any:
+            def once(i: int) -> dict[str, float]:
+                figures = run(i)
+                line = {"side": "spark35", "variant": name, "round": i, **figures}
+                line["load1"] = os.getloadavg()[0]
+                print("peers-round " + json.dumps(line), file=sys.stderr, flush=True)
+                return figures
+
+            return once
+
+        runs = rotated_rounds(
+            rounds, {"parquet": reported("parquet", parquet), "hudi": reported("hudi", hudi)}
+        )
         # The upsert replaced rows, never added any.
         count = spark.read.format("hudi").load(str(root / "hudi_0")).count()
         assert count == rows, (count, rows)

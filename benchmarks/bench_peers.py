@@ -34,6 +34,7 @@ peers-deps``). Run alone: ``python -m benchmarks.bench_peers [--rows N] [--round
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import shutil
@@ -41,6 +42,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -162,7 +164,12 @@ def measure_spark4(rows: int, rounds: int) -> dict[str, Any]:
             _warm_up(spark, df.limit(1000), root / f"warmup-{name}", name)
 
         def round_of(name: str) -> Callable[[int], dict[str, float]]:
-            return lambda i: variants[name](root / f"{name}-{i}")
+            def run(i: int) -> dict[str, float]:
+                figures = variants[name](root / f"{name}-{i}")
+                report_round("spark4", name, i, figures)
+                return figures
+
+            return run
 
         runs = rotated_rounds(rounds, {name: round_of(name) for name in variants})
         for name, frame in (
@@ -175,6 +182,14 @@ def measure_spark4(rows: int, rounds: int) -> dict[str, Any]:
     finally:
         spark.stop()
         shutil.rmtree(root, ignore_errors=True)
+
+
+def report_round(side: str, variant: str, round_: int, figures: dict[str, float]) -> None:
+    """One ``peers-round`` JSON line on stderr per finished variant-round (with the load
+    average), so a run stopped before its last round still leaves what it measured."""
+    line = {"side": side, "variant": variant, "round": round_, **figures}
+    line["load1"] = os.getloadavg()[0]
+    print("peers-round " + json.dumps(line), file=sys.stderr, flush=True)
 
 
 def _warm_up(spark: Any, small: Any, path: Path, name: str) -> None:
@@ -217,20 +232,41 @@ def measure_hudi(rows: int, rounds: int) -> dict[str, Any]:
     }
     command = [str(_peers_setup.hudi_python()), str(HUDI_SCRIPT), "--spec", json.dumps(spec)]
     env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_PYTHON", "SPARK_HOME")}
-    done = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_S, env=env)
-    if done.returncode != 0:
-        raise RuntimeError(f"the Hudi side failed: {done.stderr[-3000:]}")
-    numbers: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return numbers
+    return _run_side(command, "the Hudi side", env)
 
 
 def _spark4_in_child(rows: int, rounds: int) -> dict[str, Any]:
-    """In a child process: a Spark JVM started earlier in this one would lack the Delta jars."""
+    """In a child process: a Spark JVM started earlier in this one would lack the Delta jars.
+    Raises: RuntimeError."""
     command = [sys.executable, "-m", "benchmarks.bench_peers", "--child", str(rows), str(rounds)]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_S)
-    if done.returncode != 0:
-        raise RuntimeError(f"the Spark 4 side failed: {done.stderr[-3000:]}")
-    numbers: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return _run_side(command, "the Spark 4 side", dict(os.environ))
+
+
+def _run_side(command: list[str], side: str, env: dict[str, str]) -> dict[str, Any]:
+    """Run one side's process and return the JSON of its last stdout line. Its stderr is
+    echoed as it comes (each finished variant-round prints a ``peers-round`` line there, so a
+    run stopped part-way still leaves its figures in the log) and its tail kept for the error.
+
+    Raises: RuntimeError (the side failed or ran past ``TIMEOUT_S``)."""
+    tail: collections.deque[str] = collections.deque(maxlen=60)
+    with tempfile.TemporaryFile("w+") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.PIPE, text=True, env=env)
+        assert process.stderr is not None
+        timer = threading.Timer(TIMEOUT_S, process.kill)
+        timer.start()
+        try:
+            for line in process.stderr:
+                sys.stderr.write(line)
+                sys.stderr.flush()
+                tail.append(line)
+            code = process.wait()
+        finally:
+            timer.cancel()
+        out.seek(0)
+        stdout = out.read()
+    if code != 0:
+        raise RuntimeError(f"{side} failed (exit {code}): {''.join(tail)[-3000:]}")
+    numbers: dict[str, Any] = json.loads(stdout.strip().splitlines()[-1])
     return numbers
 
 
