@@ -25,6 +25,7 @@ actually achieved by the producer (under load it may fall short: then the figure
 from __future__ import annotations
 
 import json
+import statistics
 import time
 import uuid
 from pathlib import Path
@@ -231,8 +232,14 @@ def _lakewarden_latency(
     produced = _run_and_measure(
         start, lambda: _produce_at_rate(bootstrap, topic, rate, duration_s), read_so_far, timeout_s
     )
+    from benchmarks.bench_ingest import _breakdown, _p50s
+
     latencies, instants = _latencies(str(table))
-    return _summary(latencies, produced, instants)
+    summary = _summary(latencies, produced, instants)
+    outcomes = list(jobs[0].writer.outcomes) if jobs[0].writer is not None else []
+    summary["breakdown_p50_ms"] = _p50s(_breakdown(jobs[0].totals.reports, outcomes, str(table)))
+    summary["batch_p50_ms"] = statistics.median(r.duration_ms for r in jobs[0].totals.reports)
+    return summary
 
 
 def _wait_for(condition: Any, timeout_s: float, what: str) -> None:

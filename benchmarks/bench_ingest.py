@@ -41,7 +41,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -54,6 +54,7 @@ BATCHES = 10
 JOB_COMMITTER = "services.job_committer"
 LATENCY_RATES = (1_000, 10_000)  # events/s of the end-to-end latency runs
 PARTITIONS = 2
+PROFILE_ENV = "LAKEWARDEN_BENCH_PROFILE_DIR"
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -106,22 +107,54 @@ def _transitions(uri: str) -> dict[str, dict[str, int]]:
     return times
 
 
-def _breakdown(reports: list[Any], uri: str) -> dict[str, list[float]]:
-    """Where each micro-batch's time went: trigger -> ``requested`` (planning, the first
-    task's start), -> ``inflight`` (the tasks), -> ``completed`` (the commit), -> the batch's
-    end (Spark's commit log, progress)."""
+def _breakdown(reports: list[Any], outcomes: list[Any], uri: str) -> dict[str, list[float]]:
+    """Where each micro-batch's time went (ms), in order: ``trigger_to_call`` (Spark's planning
+    and the Kafka fetch until ``foreachBatch`` is called), the writer's own steps
+    (``MicroBatchWriter``'s stage clock: ``skip_check``, ``open`` = committer job set up + lock +
+    ``requested``, ``spark_write``, ``adopt``, ``commit``), the commit split by the timeline's
+    wall times (``commit_to_inflight``, ``inflight_to_completed`` = the job-committer's round
+    trip and job commit, ``completed_to_return``), ``untimed`` (the call less its steps:
+    heartbeat start/stop, the first batch's writer choice) and ``call_to_end`` (Spark's commit
+    log and progress after the call)."""
     times = _transitions(uri)
-    parts: dict[str, list[float]] = {"plan": [], "tasks": [], "commit": [], "after": []}
+    by_batch = {o.batch_id: o for o in outcomes if not o.skipped}
+    parts: dict[str, list[float]] = {}
+
+    def add(name: str, value: float) -> None:
+        parts.setdefault(name, []).append(value)
+
     for report in reports:
-        marks = times.get(report.instant or "", {})
-        if not {"requested", "inflight", "completed"} <= set(marks) or not report.started_ms:
+        outcome = by_batch.get(report.batch_id)
+        if outcome is None or not report.started_ms:
             continue
-        end = report.started_ms + report.duration_ms
-        parts["plan"].append(float(marks["requested"] - report.started_ms))
-        parts["tasks"].append(float(marks["inflight"] - marks["requested"]))
-        parts["commit"].append(float(marks["completed"] - marks["inflight"]))
-        parts["after"].append(float(end - marks["completed"]))
+        add("trigger_to_call", float(outcome.called_ms - report.started_ms))
+        for stage in outcome.stages:
+            add(stage.name, stage.duration_ms)
+            if stage.name == "commit":
+                marks = times.get(outcome.instant, {})
+                start = outcome.called_ms + stage.start_ms
+                end = start + stage.duration_ms
+                if {"inflight", "completed"} <= set(marks):
+                    add("commit_to_inflight", marks["inflight"] - start)
+                    add("inflight_to_completed", float(marks["completed"] - marks["inflight"]))
+                    add("completed_to_return", end - marks["completed"])
+        add("untimed", outcome.total_ms - sum(s.duration_ms for s in outcome.stages))
+        end_ms = report.started_ms + report.duration_ms
+        add("call_to_end", end_ms - (outcome.called_ms + outcome.total_ms))
     return parts
+
+
+def _commit_ms(uri: str) -> list[float]:
+    """Per completed instant: ``inflight`` -> ``completed`` wall time (ms)."""
+    return [
+        float(marks["completed"] - marks["inflight"])
+        for marks in _transitions(uri).values()
+        if {"inflight", "completed"} <= set(marks)
+    ]
+
+
+def _p50s(parts: dict[str, list[float]]) -> dict[str, float]:
+    return {name: round(statistics.median(values), 1) for name, values in parts.items() if values}
 
 
 def _lakewarden_run(
@@ -145,16 +178,18 @@ def _lakewarden_run(
         settings=settings,
     )
     started = time.perf_counter()
-    totals = IngestJob.start(spark, spec).run(poll_s=0.2)
+    job = IngestJob.start(spark, spec)
+    totals = job.run(poll_s=0.2)
     wall = time.perf_counter() - started
-    parts = _breakdown(totals.reports, str(table))
+    assert job.writer is not None
+    parts = _breakdown(totals.reports, list(job.writer.outcomes), str(table))
     return {
-        "breakdown_p50_ms": {k: statistics.median(v) for k, v in parts.items() if v},
+        "breakdown_p50_ms": _p50s(parts),
         "table": str(table),
         "wall_s": wall,
         "records": totals.input_rows,
         "batch_ms": [float(r.duration_ms) for r in totals.reports],
-        "commit_ms": parts["commit"],
+        "commit_ms": _commit_ms(str(table)),
     }
 
 
@@ -195,8 +230,44 @@ def _parquet_run(
     }
 
 
+def _profile_driver(folder: Path) -> Callable[[], None]:
+    """Profile every ``MicroBatchWriter`` call (the driver's part of each batch: Spark calls
+    it from a Py4J callback thread, which a profiler started elsewhere would not see); the
+    returned function writes ``ingest-driver.prof`` and the top of it by cumulative time
+    (``ingest-driver.txt``) into ``folder``."""
+    import cProfile
+    import io
+    import pstats
+
+    from lakewarden.spark._micro_batch import MicroBatchWriter
+
+    profile = cProfile.Profile()
+    original = MicroBatchWriter.__call__
+
+    def call(self: MicroBatchWriter, df: Any, batch_id: int) -> None:
+        profile.enable()
+        try:
+            original(self, df, batch_id)
+        finally:
+            profile.disable()
+
+    MicroBatchWriter.__call__ = call  # type: ignore[method-assign]
+
+    def save() -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        profile.dump_stats(str(folder / "ingest-driver.prof"))
+        text = io.StringIO()
+        pstats.Stats(profile, stream=text).sort_stats("cumulative").print_stats(40)
+        (folder / "ingest-driver.txt").write_text(text.getvalue())
+
+    return save
+
+
 def measure(records: int, bootstrap: str, latency_s: float) -> dict[str, Any]:
-    """Everything of the module docstring; numbers in seconds and milliseconds."""
+    """Everything of the module docstring; numbers in seconds and milliseconds. With
+    ``LAKEWARDEN_BENCH_PROFILE_DIR`` set, the driver's batch calls are profiled into it."""
+    profiled = os.environ.get(PROFILE_ENV)
+    save_profile = _profile_driver(Path(profiled)) if profiled else None
     from benchmarks._ingest_latency import measure_latency
     from lakewarden.demo import create_topic, order_events, produce
     from lakewarden.spark.ingest import ingest_session
@@ -233,6 +304,8 @@ def measure(records: int, bootstrap: str, latency_s: float) -> dict[str, Any]:
                 spark.stop()
     finally:
         shutil.rmtree(root, ignore_errors=True)
+        if save_profile is not None:
+            save_profile()
     for run in (parquet, ours, skip):
         assert run["records"] == records, run
     return {
@@ -316,18 +389,18 @@ def results(numbers: dict[str, Any]) -> list[Result]:
         )
     for rate, sides in numbers["latency"].items():
         ours_l, base_l = sides["lakewarden"], sides["parquet"]
-        for q in ("p50", "p99"):
+        for pct in ("p50", "p99"):
             found.append(
                 Result(
                     benchmark="ingest",
-                    metric=f"end-to-end latency {q} at {int(rate):,} events/s "
+                    metric=f"end-to-end latency {pct} at {int(rate):,} events/s "
                     "(produced -> readable)",
                     unit="ms",
-                    value=ours_l[f"{q}_ms"],
-                    baseline=base_l[f"{q}_ms"],
+                    value=ours_l[f"{pct}_ms"],
+                    baseline=base_l[f"{pct}_ms"],
                     baseline_label="the same stream into the Parquet sink (produced -> "
                     "its batch in _spark_metadata); trigger 0 s for both",
-                    details={"lakewarden": ours_l, "parquet": base_l} if q == "p50" else {},
+                    details={"lakewarden": ours_l, "parquet": base_l} if pct == "p50" else {},
                 )
             )
     return found

@@ -35,11 +35,14 @@ table, its storage and settings and no bad-record columns travel with the rows, 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from pyspark.sql import DataFrame
 
@@ -80,6 +83,41 @@ class BatchOutcome:
     instant: str  # the batch's completed instant (this run's, or the earlier run's)
     skipped: bool  # committed by an earlier run: nothing written now
     writer: str  # "spark", "python", or "" when skipped
+    # When Spark called the writer (epoch ms) and how long each step took (ms, monotonic
+    # clock), in order: where a batch's time goes, for benchmarks and logs.
+    called_ms: int = 0
+    stages: tuple[StageTiming, ...] = ()
+    total_ms: float = 0.0  # the whole call, stages and what lies between them
+
+
+class StageTiming(NamedTuple):
+    """One step of a micro-batch: when it started after the call (ms) and how long it took."""
+
+    name: str
+    start_ms: float
+    duration_ms: float
+
+
+class StageClock:
+    """Per-step timings of one micro-batch on the monotonic clock (``BatchOutcome``)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.called_ms = time.time_ns() // 1_000_000
+        self.stages: list[StageTiming] = []
+        self._clock = clock
+        self._start = clock()
+
+    def elapsed_ms(self) -> float:
+        return (self._clock() - self._start) * 1000
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        """Time the block as step ``name`` (recorded also when the block raises)."""
+        start = self.elapsed_ms()
+        try:
+            yield
+        finally:
+            self.stages.append(StageTiming(name, start, self.elapsed_ms() - start))
 
 
 @dataclass
@@ -109,9 +147,17 @@ class MicroBatchWriter:
 
         Raises: whatever the write or the commit raised (the instant rolled back), and
         InjectedFaultError (tests)."""
+        clock = StageClock()
         key = self.batch_key(df, batch_id)
         with stream_session(self.uri, self.settings_json, key.query_id) as session:
-            outcome = self._write(df, key, session)
+            outcome = self._write(df, key, session, clock)
+        outcome = dataclasses.replace(
+            outcome,
+            called_ms=clock.called_ms,
+            stages=tuple(clock.stages),
+            total_ms=clock.elapsed_ms(),
+        )
+        log.debug("micro-batch %s: %s", batch_id, outcome)
         self.outcomes.append(outcome)
         _faults.after_batch_commit(self.test_hooks, batch_id)
 
@@ -129,29 +175,37 @@ class MicroBatchWriter:
         run = context.getLocalProperty(_RUN_ID) or "unknown-run"
         return BatchKey(query_id=query, run_id=run, batch_id=batch_id, checkpoint=self.checkpoint)
 
-    def _write(self, df: DataFrame, key: BatchKey, session: StreamSession) -> BatchOutcome:
+    def _write(
+        self, df: DataFrame, key: BatchKey, session: StreamSession, clock: StageClock
+    ) -> BatchOutcome:
         table = session.table
-        done = completed_batch(table.timeline.load(), key)  # 1.
+        with clock.stage("skip_check"):
+            done = completed_batch(table.timeline.load(), key)  # 1.
         if done is not None:
             log.info("micro-batch %s committed by %s already: skipped", key.batch_id, done.instant)
             return BatchOutcome(key.batch_id, done.instant, skipped=True, writer="")
         native = self._native(table)
         try:
-            spec, txn = self._open(table, key)  # 2.
+            with clock.stage("open"):
+                spec, txn = self._open(table, key)  # 2.
         except BatchAlreadyCommittedError as err:  # completed since step 1 (another query)
             return BatchOutcome(key.batch_id, err.committed_by, skipped=True, writer="")
         try:
             with txn.heartbeat():  # 3.
                 if native:
-                    _native.write_files(df, table.config, spec, table.storage)
-                    messages: Sequence[TaskCommitMessage] = [
-                        _native.adopt_files(table.storage, spec)
-                    ]
+                    with clock.stage("spark_write"):
+                        _native.write_files(df, table.config, spec, table.storage)
+                    with clock.stage("adopt"):
+                        messages: Sequence[TaskCommitMessage] = [
+                            _native.adopt_files(table.storage, spec)
+                        ]
                 else:
-                    _save(df, spec, key)
+                    with clock.stage("python_write"):
+                        _save(df, spec, key)
             if native:  # 4. (the python writer's own commit did it, carrying the key)
                 client = session.commit_client() if self._kafka else None
-                _job.commit_write(spec, messages, batch=key, table=table, client=client)
+                with clock.stage("commit"):
+                    _job.commit_write(spec, messages, batch=key, table=table, client=client)
         except BaseException as err:
             settled = self._settled(table, spec, key, err)
             if settled is not None:

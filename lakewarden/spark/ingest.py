@@ -256,10 +256,14 @@ class IngestJob:
         query: StreamingQuery,
         storage: Storage,
         config: TableConfig,
+        writer: MicroBatchWriter | None = None,
     ) -> None:
         self.spark = spark
         self.spec = spec
         self.query = query
+        # The query's foreachBatch function (driver side): ``writer.outcomes`` says what each
+        # batch did and where its time went.
+        self.writer = writer
         self.query_id = str(query.id)
         self.timeline = Timeline(storage, table=config.name)
         self.totals = IngestTotals()
@@ -320,7 +324,7 @@ class IngestJob:
             writer = writer.trigger(availableNow=True)
         else:
             writer = writer.trigger(processingTime=f"{int(spec.trigger_s * 1000)} milliseconds")
-        return cls(spark, spec, writer.start(), storage, config)
+        return cls(spark, spec, writer.start(), storage, config, batches)
 
     def poll(self) -> list[BatchReport]:
         """Reports of the batches finished since the last poll. Raises: IngestError."""

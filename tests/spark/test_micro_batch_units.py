@@ -9,8 +9,9 @@ from _spark_helpers import make_table
 
 from lakewarden.settings import ErrorTableSettings, Settings
 from lakewarden.spark._job import TableHandle
-from lakewarden.spark._micro_batch import MicroBatchWriter
+from lakewarden.spark._micro_batch import MicroBatchWriter, StageClock, StageTiming
 from lakewarden.spark._options import InvalidOptionError, encode_settings
+from lakewarden.testing import ManualClock
 
 
 def _handle(tmp_path: Path, settings: Settings | None = None) -> tuple[str, str | None]:
@@ -44,3 +45,20 @@ def test_python_writer_is_taken_when_asked(tmp_path: Path) -> None:
     uri, encoded = _handle(tmp_path)
     writer = MicroBatchWriter(uri, settings_json=encoded, writer="python")
     assert not writer._native(TableHandle.open(uri, encoded))
+
+
+def test_stage_clock_records_each_step_in_order_also_when_it_raises() -> None:
+    clock = ManualClock()
+    stages = StageClock(clock.monotonic)
+    clock.advance(0.010)
+    with stages.stage("open"):
+        clock.advance(0.025)
+    with pytest.raises(RuntimeError), stages.stage("spark_write"):
+        clock.advance(0.5)
+        raise RuntimeError("the write failed")
+    clock.advance(0.005)
+    assert stages.stages == [
+        StageTiming("open", pytest.approx(10.0), pytest.approx(25.0)),
+        StageTiming("spark_write", pytest.approx(35.0), pytest.approx(500.0)),
+    ]
+    assert stages.elapsed_ms() == pytest.approx(540.0)
