@@ -185,7 +185,9 @@ def _read(
     timeout_s: float,
 ) -> Iterator[Recorded | Unreadable]:
     """Step 3 and 4: the hot loop of every history command (a million events for a replay),
-    so it calls each message accessor once and decodes through one bound function."""
+    so it calls each message accessor once, and a message keyed by the table (every topic's
+    but lock.replies') is decoded inline; any other, or one that does not decode, goes
+    through ``decode_message``."""
     remaining: dict[tuple[str, int], _Partition] = {
         (p.topic, p.partition): p for p in partitions if p.start < p.high
     }
@@ -193,7 +195,9 @@ def _read(
         return
     consumer.assign([TopicPartition(p.topic, p.partition, p.start) for p in remaining.values()])
     deadline = time.monotonic() + timeout_s
-    decode = _decoder(codec, table_id)
+    slow = _decoder(codec, table_id)
+    decode = codec.decode
+    table_key = table_id.encode()
     while remaining:  # 3.
         if time.monotonic() >= deadline:
             left = ", ".join(f"{p.topic}[{p.partition}]" for p in remaining.values())
@@ -217,8 +221,20 @@ def _read(
                     part.first_kept_ms = broker_ms
                 if part.next >= part.high:
                     del remaining[where]
-            item = decode(msg.value() or b"", msg.key(), topic, partition, offset, broker_ms)
-            if item is not None:  # 4.
+            value, key = msg.value() or b"", msg.key()
+            if key == table_key:  # 4., decode_message's common case inlined
+                try:
+                    name, record = decode(value)
+                except EventDecodeError:
+                    pass  # decode_message reports it
+                else:
+                    if record["envelope"].get("table_id") == table_id:
+                        yield _new_recorded(
+                            Recorded, (name, record, topic, partition, offset, broker_ms)
+                        )
+                    continue
+            item = slow(value, key, topic, partition, offset, broker_ms)
+            if item is not None:
                 yield item
 
 

@@ -19,13 +19,15 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import ValidationError
 
+from lakewarden.history._lean_fold import LeanEntry, LeanFold, as_entry
+from lakewarden.history._lean_fold import new_lean_entry as _new_lean_entry
 from lakewarden.history.fold import epoch_ms
 from lakewarden.history.model import Recorded
 from lakewarden.storage import Storage
@@ -66,7 +68,7 @@ class ReplayReport:
 
 def entries_from_topic(
     events: Iterable[Recorded],
-) -> tuple[dict[int, TimelineEntry], list[Difference]]:
+) -> tuple[Mapping[int, TimelineEntry], list[Difference]]:
     """The entries the ``TimelineTransition`` events describe, by seq. A redelivered event
     (same entry published twice) counts once; two different events for one seq are a
     ``conflicting`` difference (the first is kept). Events that do not make an entry are
@@ -84,50 +86,55 @@ class TopicReplay:
     """The timeline rebuilt from the topic while it is read: ``feed`` each event, then read
     ``entries``, ``conflicts`` and ``state()``.
 
-    The state machine folds each entry as soon as every lower seq was fed (events arrive in
-    seq order but for redeliveries and appenders that publish out of order), so the decoded
-    records need not be kept until the read ends, only the entries (the diff needs them).
-    Entries that cannot be folded yet (a seq is missing, or the read began above seq 0) wait
-    and are folded in seq order by ``state()``: the fold sees exactly the seq order
-    ``rebuild_state`` gives it, so both decide the same (``test_history_replay``)."""
+    The fold takes each entry as soon as every lower seq was fed (events arrive in seq order
+    but for redeliveries and appenders that publish out of order), so the decoded records need
+    not be kept until the read ends, only the entries (the diff needs them). Entries that
+    cannot be folded yet (a seq is missing, or the read began above seq 0) wait and are folded
+    in seq order by ``state()``: the fold sees exactly the seq order ``rebuild_state`` gives
+    it, so both decide the same (``test_history_replay``).
+
+    The hot path of ``lakewarden replay``: an event that makes a well-formed entry becomes a
+    ``LeanEntry`` (no pydantic) and is folded by ``LeanFold``, which decides what the state
+    machine decides (``_lean_fold``); ``entries`` builds the ``TimelineEntry`` models when
+    they are read."""
 
     def __init__(self, *, fold: bool = True) -> None:
-        self.entries: dict[int, TimelineEntry] = {}
+        self.entries = TopicEntries()
         self.conflicts: list[Difference] = []
         self._parsed: dict[str, object] = {}
-        self._fold = fold
-        self._replayer = Replayer(TimelineState(), payloads=SharedPayloads())
-        self._waiting: dict[int, TimelineEntry] = {}
+        self._fold = LeanFold() if fold else None
+        self._waiting: dict[int, LeanEntry | TimelineEntry] = {}
         self._next = 0  # the seq the fold takes next
 
     def feed(self, event: Recorded) -> None:
         """Take one event (any kind: only ``TimelineTransition`` makes an entry)."""
-        if event.name != "TimelineTransition":
+        if event[0] != "TimelineTransition":
             return
-        entry = _entry_of(event, self._parsed)
+        entry = _lean_entry(event[1], self._parsed)
         if entry is None:
             return
         seq = entry.seq
-        known = self.entries.get(seq)
+        stored = self.entries.raw
+        known = stored.get(seq)
         if known is not None:
-            if known != entry:
-                fields = ", ".join(_differing(known, entry))
+            if not _same(known, entry):
+                fields = ", ".join(_differing(as_entry(known), as_entry(entry)))
                 self.conflicts.append(
                     Difference(seq, "conflicting", f"the topic holds two versions ({fields})")
                 )
             return
-        self.entries[seq] = entry
-        if not self._fold:
+        stored[seq] = entry
+        fold = self._fold
+        if fold is None:
             return
         if seq != self._next:
             self._waiting[seq] = entry
             return
-        feed = self._replayer.feed
-        feed(entry)
+        fold.feed(entry)
         waiting = self._waiting
         seq += 1
         while waiting and seq in waiting:
-            feed(waiting.pop(seq))
+            fold.feed(waiting.pop(seq))
             seq += 1
         self._next = seq
 
@@ -135,11 +142,37 @@ class TopicReplay:
         """The state machine folded over every entry fed, in seq order.
 
         Raises: RuntimeError (built with ``fold=False``)."""
-        if not self._fold:
+        if self._fold is None:
             raise RuntimeError("this replay only collects entries")
         for seq in sorted(self._waiting):
-            self._replayer.feed(self._waiting.pop(seq))
-        return self._replayer.state()
+            self._fold.feed(self._waiting.pop(seq))
+        return self._fold.state()
+
+
+class TopicEntries(Mapping[int, TimelineEntry]):
+    """The topic's entries by seq, held as replay read them (``LeanEntry`` mostly); each
+    ``TimelineEntry`` is built when it is looked up."""
+
+    def __init__(self) -> None:
+        self.raw: dict[int, LeanEntry | TimelineEntry] = {}
+
+    def __getitem__(self, seq: int) -> TimelineEntry:
+        return as_entry(self.raw[seq])
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.raw)
+
+    def __len__(self) -> int:
+        return len(self.raw)
+
+    def __contains__(self, seq: object) -> bool:
+        return seq in self.raw
+
+
+def _same(a: LeanEntry | TimelineEntry, b: LeanEntry | TimelineEntry) -> bool:
+    if type(a) is type(b):
+        return a == b
+    return as_entry(a) == as_entry(b)
 
 
 def read_storage_entries(storage: Storage) -> dict[int, TimelineEntry | str]:
@@ -161,7 +194,7 @@ def read_storage_entries(storage: Storage) -> dict[int, TimelineEntry | str]:
 
 
 def diff_timelines(
-    topic: dict[int, TimelineEntry],
+    topic: Mapping[int, TimelineEntry],
     storage: dict[int, TimelineEntry | str],
     *,
     conflicts: Iterable[Difference] = (),
@@ -190,7 +223,7 @@ def diff_timelines(
     )
 
 
-def rebuild_state(entries: dict[int, TimelineEntry]) -> TimelineState:
+def rebuild_state(entries: Mapping[int, TimelineEntry]) -> TimelineState:
     """The state machine folded over ``entries`` in seq order (illegal ones are rejected and
     reported in ``state.rejected``, as every reader of the log does)."""
     replayer = Replayer(TimelineState(), payloads=SharedPayloads())
@@ -199,14 +232,51 @@ def rebuild_state(entries: dict[int, TimelineEntry]) -> TimelineState:
     return replayer.state()
 
 
-def _entry_of(event: Recorded, parsed: dict[str, object]) -> TimelineEntry | None:
-    """The entry a ``TimelineTransition`` event describes, or None when it does not make one.
+def _lean_entry(
+    record: dict[str, Any], parsed: dict[str, object]
+) -> LeanEntry | TimelineEntry | None:
+    """The entry a ``TimelineTransition`` record describes, or None when it does not make one.
 
     The hot path of replay (one call per event): the Avro schema already guarantees each
-    field's type, so the entry is built without pydantic's validation when the constraints
-    that Avro cannot express hold (``_trusted``); otherwise the validating constructor
-    decides, exactly as for any other entry."""
-    record = event.record
+    field's type, so when the constraints that Avro cannot express hold too (the checks of
+    ``_trusted``, inlined) the entry is a ``LeanEntry``; any other record is left to
+    ``_entry_of``, which builds the same entry the validating constructor builds, or None."""
+    try:
+        seq, instant, actor = record["seq"], record["instant"], record["actor"]
+        action = _ACTIONS.get(record["action"])
+        transition = _TRANSITIONS.get(record["transition"])
+        token = record.get("lock_token")
+        wall = record["wall_time"]
+        text = record.get("payload") or "{}"
+        if (
+            type(seq) is int
+            and seq >= 0
+            and type(instant) is str
+            and _INSTANT_TIME.fullmatch(instant) is not None
+            and type(actor) is str
+            and actor
+            and action is not None
+            and transition is not None
+            and (token is None or type(token) is int)
+            and type(wall) is int
+            and type(text) is str
+        ):
+            payload = parsed.get(text)
+            if payload is None:
+                payload = _payload(text, parsed)
+            if type(payload) is dict:
+                return _new_lean_entry(
+                    LeanEntry, (seq, instant, action, transition, actor, token, wall, payload)
+                )
+    except (KeyError, TypeError, ValueError):
+        pass
+    return _entry_of(record, parsed)
+
+
+def _entry_of(record: dict[str, Any], parsed: dict[str, object]) -> TimelineEntry | None:
+    """The entry ``record`` describes, or None when it does not make one: without
+    pydantic's validation when the constraints Avro cannot express hold (``_trusted``),
+    otherwise by the validating constructor, exactly as for any other entry."""
     try:
         payload = _payload(str(record.get("payload") or "{}"), parsed)
         trusted = _trusted(record, payload)
