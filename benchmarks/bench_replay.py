@@ -32,6 +32,7 @@ import logging
 import os
 import statistics
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
@@ -142,10 +143,15 @@ def _replay_rounds(
     values = _values(instants, unique=unique)
     ensure_topics(settings, specs=[TIMELINE])
     peaks: dict[str, list[int]] = {"floor": [], "replay": []}
+    # CPU time of this process beside the wall time: on a shared machine the load inflates
+    # the wall time of both sides, and the broker's share of it is in neither.
+    cpu: dict[str, list[float]] = {"floor": [], "replay": []}
 
     def measured(name: str, run: Callable[[Settings], int]) -> Callable[[int], int]:
         def call(_: int) -> int:
+            started = time.process_time()
             result, peak = _peak_rss_growth(lambda: run(settings))
+            cpu[name].append(time.process_time() - started)
             peaks[name].append(peak)
             return result
 
@@ -176,7 +182,15 @@ def _replay_rounds(
             lower_is_better=False,
             goal=1 / 1.3,
             budget=100_000.0 if n >= 1_000_000 else None,
-            details={"floor_s": times["floor"], "replay_s": times["replay"]},
+            details={
+                "floor_s": times["floor"],
+                "replay_s": times["replay"],
+                "floor_cpu_s": cpu["floor"],
+                "replay_cpu_s": cpu["replay"],
+                "cpu_ratio": statistics.median(cpu["replay"]) / statistics.median(cpu["floor"]),
+                "replay_events_per_cpu_s": n / statistics.median(cpu["replay"]),
+                "load_average": os.getloadavg(),
+            },
         ),
         Result(
             benchmark="replay",

@@ -78,7 +78,7 @@ new_lean_entry: Final = tuple.__new__
 
 
 def as_entry(entry: LeanEntry | TimelineEntry) -> TimelineEntry:
-    return entry.entry() if type(entry) is LeanEntry else entry  # type: ignore[union-attr]
+    return entry.entry() if isinstance(entry, LeanEntry) else entry
 
 
 # A fast instant's state, updated in place: [action, state, operation, requested_seq,
@@ -117,9 +117,9 @@ class LeanFold:
 
     def get(self, instant: str) -> InstantState | None:
         found = self._instants.get(instant)
-        if type(found) is list:
+        if isinstance(found, list):
             found = self._instants[instant] = _built(instant, found)
-        return found  # type: ignore[return-value]
+        return found
 
     def completed_since(self, seq: int) -> Iterator[InstantState]:
         for completed_seq, name in reversed(self._completions):  # newest first, as Replayer
@@ -136,7 +136,7 @@ class LeanFold:
 
     def feed(self, entry: LeanEntry | TimelineEntry) -> None:
         """Apply ``entry``; an illegal one is recorded in ``state().rejected``."""
-        if type(entry) is LeanEntry and entry.seq == self._tail_seq + 1:
+        if type(entry) is LeanEntry and entry[0] == self._tail_seq + 1:
             transition = entry[3]
             if transition is _INFLIGHT:
                 done = self._inflight(entry)
@@ -255,10 +255,15 @@ class LeanFold:
         if entry.transition is _REQUESTED:
             self._last_requested_time = entry.instant
 
+    def _built(self, instant: str) -> InstantState:
+        found = self.get(instant)
+        assert found is not None  # a name of ``_instants``
+        return found
+
     def state(self) -> TimelineState:
         """The state after every entry fed (fast instants built as ``InstantState``)."""
         return TimelineState.model_construct(
-            instants={name: self.get(name) for name in self._instants},
+            instants={name: self._built(name) for name in self._instants},
             tail_seq=self._tail_seq,
             last_requested_time=self._last_requested_time,
             rejected=tuple(self._rejected),

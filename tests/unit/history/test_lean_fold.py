@@ -1,0 +1,329 @@
+"""Replay's lean fold decides exactly what the state machine decides.
+
+``TopicReplay`` builds ``LeanEntry`` tuples and folds them with ``LeanFold``, which takes the
+common ingestion path (requested -> inflight -> completed, nothing racing) itself and hands
+everything else to ``state_machine.judge``. The reference is the state machine as every
+writer runs it: validated ``TimelineEntry`` models (the first version of each seq), folded in
+seq order by ``apply`` with a fresh pydantic validation of every payload. On generated
+histories the two must agree on every instant state (its fields and which fields are set),
+the tail, the last requested instant, the rejections with their reasons, and the entries.
+
+The histories aim at the fast path's edges: mostly ingestion instants whose steps interleave
+(so completions race and conflict over a few file groups), overwrites that replace all,
+pending plans (cancellable or not), rollbacks of fast instants, cancels of ingestion, clean
+instants, payloads drawn from valid and malformed ones (texts repeat, so payload sharing is
+exercised), noise (another transition, action, actor or token), instants opened out of time
+order, repeated, redelivered, altered, skipped and swapped seqs, and records that do not make
+a ``LeanEntry`` (bad instant, empty actor, unknown enum, payload not an object, a datetime
+time, a missing field). Derandomized in CI (``tests/_hypothesis_profiles.py``).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+from _hypothesis_profiles import examples
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from lakewarden.history import Recorded, TopicReplay
+from lakewarden.history._lean_fold import LeanFold
+from lakewarden.table.state_machine import Rejected, apply
+from lakewarden.table.timeline_state import TimelineEntry, TimelineState
+
+INSTANTS = [f"20240101000000{i:03d}" for i in range(8)]
+GROUPS = [{"partition_path": f"p={i}", "file_id": f"{i:08d}-0000"} for i in range(3)]
+
+
+def _stat(group: int) -> dict[str, Any]:
+    fg = GROUPS[group]
+    return {
+        "file_group": fg,
+        "path": f"{fg['partition_path']}/{fg['file_id']}_1-0-1_x.parquet",
+        "base_instant": INSTANTS[0],
+        "num_records": 3,
+        "size_bytes": 100,
+    }
+
+
+REQUESTED = [
+    {"operation": "insert", "cancellable": False, "plan": None},
+    {"operation": "upsert"},
+    {"operation": "insert", "plan": {"kind": "job", "job_id": "j-1"}},
+    {"operation": "insert", "plan": {"kind": "untyped", "data": {"a": 1}}},
+    {"operation": "insert", "cancellable": True},  # only plans may be cancellable
+    {"operation": "compact", "plan": {"file_groups": [GROUPS[0]]}},  # wrong kind for ingestion
+    {"operation": ""},  # malformed
+    {"operation": "insert", "bogus": 1},  # malformed
+]
+PLAN_REQUESTED = [
+    {"operation": "compact", "cancellable": True, "plan": {"file_groups": [GROUPS[0]]}},
+    {"operation": "cluster", "cancellable": False, "plan": {"file_groups": [GROUPS[1]]}},
+    {"operation": "compact", "cancellable": False, "plan": {"file_groups": [GROUPS[2]]}},
+]
+INFLIGHT = [
+    {"operation": "insert", "file_groups": [GROUPS[0]]},
+    {"operation": "upsert", "file_groups": [GROUPS[1]]},
+    {"operation": "upsert", "file_groups": [GROUPS[1], GROUPS[2]], "replaces_all": False},
+    {"operation": "insert_overwrite_table", "file_groups": [], "replaces_all": True},
+    {"operation": "insert", "file_groups": []},
+    {"file_groups": "nope"},  # malformed
+]
+COMPLETED = [
+    {"operation": "insert", "write_stats": [_stat(0)]},
+    {"operation": "upsert", "write_stats": [_stat(1)]},
+    {"operation": "upsert", "write_stats": [_stat(2)], "replaced_file_groups": [GROUPS[1]]},
+    {"operation": "insert", "write_stats": []},
+    {"write_stats": 3},  # malformed
+]
+REASONS = [{"reason": "heartbeat expired"}, {}, {"version": 2, "reason": "x", "job_id": "j"}]
+PAYLOADS: dict[str, list[dict[str, Any]]] = {
+    "requested": REQUESTED + PLAN_REQUESTED,
+    "inflight": INFLIGHT,
+    "completed": COMPLETED,
+    "cancel_requested": REASONS,
+    "aborted": REASONS,
+    "rolled_back": REASONS,
+}
+PATHS = {
+    "ingestion": [
+        ["requested", "inflight", "completed"],
+        ["requested", "inflight", "completed"],
+        ["requested", "inflight", "rolled_back"],
+        ["requested", "rolled_back"],
+        ["requested", "inflight"],
+        ["requested", "inflight", "cancel_requested", "aborted"],
+    ],
+    "plan": [
+        ["requested", "inflight", "completed"],
+        ["requested", "cancel_requested", "aborted"],
+        ["requested", "inflight"],
+    ],
+    "clean": [["requested", "completed"]],
+    "rollback": [["requested", "completed"], ["requested"]],
+}
+KINDS = ["ingestion"] * 6 + ["plan", "clean", "rollback"]
+ACTIONS = {
+    "ingestion": ["commit", "deltacommit"],
+    "plan": ["compaction", "clustering"],
+    "clean": ["clean"],
+    "rollback": ["rollback"],
+}
+# Records that make no ``LeanEntry``: each field value replaces the generated one.
+ODD_FIELDS: list[dict[str, Any]] = [
+    {"instant": "2024"},
+    {"instant": "２０２４０１０１０００００００００"},  # full-width digits: not \d{17} for Avro
+    {"actor": ""},
+    {"action": "bogus"},
+    {"transition": "finished"},
+    {"payload": "[1, 2]"},
+    {"payload": "not json"},
+    {"payload": ""},
+    {"payload": None},
+    {"wall_time": datetime(2024, 1, 1, tzinfo=UTC)},
+    {"seq": -1},
+    {"lock_token": "3"},
+]
+
+
+@st.composite
+def histories(draw: st.DrawFn) -> list[dict[str, Any]]:
+    """Decoded ``TimelineTransition`` records in the order a topic would hold them."""
+    count = draw(st.integers(1, len(INSTANTS)))
+    scripts = []
+    for index in range(count):
+        kind = draw(st.sampled_from(KINDS))
+        action = draw(st.sampled_from(ACTIONS[kind]))
+        steps = []
+        for transition in draw(st.sampled_from(PATHS[kind])):
+            payload = _payload(draw, kind, transition, index)
+            if draw(st.integers(0, 19)) == 0:  # noise: another transition, action or payload
+                transition = draw(st.sampled_from(sorted(PAYLOADS)))
+                action = draw(st.sampled_from([a for acts in ACTIONS.values() for a in acts]))
+                payload = draw(st.sampled_from(PAYLOADS[transition]))
+            steps.append([INSTANTS[index], action, transition, payload])
+        scripts.append(steps)
+    # Mostly opened in time order; sometimes not (a requested time that is not increasing).
+    order = list(range(count))
+    if draw(st.integers(0, 4)) == 0:
+        order = draw(st.permutations(order))
+    records: list[dict[str, Any]] = []
+    seq, opened = 0, 0
+    while any(scripts):
+        ready = [order[i] for i in range(count) if scripts[order[i]] and i <= opened]
+        pick = draw(st.sampled_from(ready))
+        opened = max(opened, order.index(pick) + 1)
+        instant, action, transition, payload = scripts[pick].pop(0)
+        record = {
+            "envelope": {"table_id": "t", "event_time": 0},
+            "seq": seq,
+            "instant": instant,
+            "action": action,
+            "transition": transition,
+            "actor": draw(st.sampled_from(["writer", "cleaner"])),
+            "lock_token": draw(st.sampled_from([None, 3, 4])),
+            "wall_time": 1_700_000_000_000 + seq,
+            "payload": json.dumps(payload, sort_keys=draw(st.booleans())),
+        }
+        if draw(st.integers(0, 24)) == 0:
+            record.update(draw(st.sampled_from(ODD_FIELDS)))
+        records.append(record)
+        _seq_noise(draw, records)
+        seq += draw(st.sampled_from([1] * 20 + [0, 2]))  # mostly the next seq
+    return records
+
+
+def _payload(draw: st.DrawFn, kind: str, transition: str, index: int) -> dict[str, Any]:
+    if transition == "requested" and kind == "plan":
+        return draw(st.sampled_from(PLAN_REQUESTED))
+    if transition == "requested" and kind == "rollback":
+        target = draw(st.integers(0, max(index - 1, 0)))
+        return {"operation": "rollback", "plan": {"target": INSTANTS[target]}}
+    if transition == "requested" and kind == "clean":
+        return {"operation": "clean", "plan": {"kind": "clean", "files": []}}
+    if transition == "completed" and kind in ("clean", "rollback"):
+        return {"operation": kind, "write_stats": []}
+    pool = PAYLOADS[transition]
+    if transition == "requested":  # mostly a valid ingestion request
+        return pool[0] if draw(st.integers(0, 3)) else draw(st.sampled_from(pool))
+    return draw(st.sampled_from(pool))
+
+
+def _seq_noise(draw: st.DrawFn, records: list[dict[str, Any]]) -> None:
+    """Now and then: the last event redelivered, redelivered altered, or swapped with the
+    one before it (an appender publishing out of order)."""
+    roll = draw(st.integers(0, 29))
+    if roll == 0:
+        records.append(dict(records[-1]))
+    elif roll == 1:
+        records.append({**records[-1], "actor": "someone-else"})
+    elif roll == 2 and len(records) > 1:
+        records[-1], records[-2] = records[-2], records[-1]
+
+
+def _reference(records: list[dict[str, Any]]) -> tuple[dict[int, TimelineEntry], TimelineState]:
+    """The entries (validated; the first version of each seq; records that do not validate
+    skipped) and ``apply`` folded over them in seq order, every payload validated afresh."""
+    entries: dict[int, TimelineEntry] = {}
+    for r in records:
+        try:
+            payload = json.loads(r["payload"] or "{}")
+            entry = TimelineEntry(
+                seq=r["seq"],
+                instant=r["instant"],
+                action=r["action"],
+                transition=r["transition"],
+                actor=r["actor"],
+                lock_token=r["lock_token"],
+                wall_time_ms=_ms(r["wall_time"]),
+                payload=payload,
+            )
+        except ValueError:
+            continue
+        entries.setdefault(entry.seq, entry)
+    state = TimelineState()
+    rejected = []
+    for seq in sorted(entries):
+        verdict = apply(state, entries[seq])
+        if isinstance(verdict, Rejected):
+            rejected.append((seq, verdict.reason))
+            state = state.model_copy(update={"tail_seq": max(state.tail_seq, seq)})
+        else:
+            state = verdict
+    return entries, state.model_copy(update={"rejected": tuple(rejected)})
+
+
+def _ms(value: int | datetime) -> int:
+    return value if isinstance(value, int) else int(value.timestamp() * 1000)
+
+
+def _replayed(records: list[dict[str, Any]]) -> TopicReplay:
+    replay = TopicReplay()
+    for r in records:
+        replay.feed(Recorded("TimelineTransition", r))
+    return replay
+
+
+def _assert_same(records: list[dict[str, Any]]) -> None:
+    replay = _replayed(records)
+    lean = replay.state()
+    entries, reference = _reference(records)
+
+    assert dict(replay.entries) == entries
+    assert lean.instants == reference.instants
+    for name, state in lean.instants.items():  # built as the handlers build them
+        assert state.model_fields_set == reference.instants[name].model_fields_set, name
+    assert lean.tail_seq == reference.tail_seq
+    assert lean.last_requested_time == reference.last_requested_time
+    assert [(r.seq, r.reason) for r in lean.rejected] == list(reference.rejected)
+    for rejection in lean.rejected:
+        entry = entries[rejection.seq]
+        assert (rejection.instant, rejection.action, rejection.transition) == (
+            entry.instant,
+            entry.action,
+            entry.transition,
+        )
+
+
+def _record(seq: int, instant: int, transition: str, payload: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "envelope": {"table_id": "t", "event_time": 0},
+        "seq": seq,
+        "instant": INSTANTS[instant],
+        "action": "commit",
+        "transition": transition,
+        "actor": "writer",
+        "lock_token": seq + 1,
+        "wall_time": 1_700_000_000_000,
+        "payload": json.dumps(payload),
+    }
+
+
+# Two writers of one file group racing: the second completion conflicts (slow path).
+RACE = [
+    _record(0, 0, "requested", REQUESTED[0]),
+    _record(1, 1, "requested", REQUESTED[0]),
+    _record(2, 0, "inflight", INFLIGHT[0]),
+    _record(3, 1, "inflight", INFLIGHT[0]),
+    _record(4, 1, "completed", COMPLETED[0]),
+    _record(5, 0, "completed", COMPLETED[0]),
+]
+
+
+@settings(max_examples=examples(200))
+@given(histories())
+@example(RACE)
+def test_the_lean_fold_decides_what_the_state_machine_decides(
+    records: list[dict[str, Any]],
+) -> None:
+    _assert_same(records)
+
+
+def test_a_sequential_history_stays_on_the_fast_path() -> None:
+    """The common path is taken without the state machine (else the property above would
+    only prove the slow path), and its states are the state machine's."""
+    records = [
+        _record(3 * i + step, i, transition, payload)
+        for i in range(len(INSTANTS))
+        for step, (transition, payload) in enumerate(
+            [
+                ("requested", REQUESTED[0]),
+                ("inflight", INFLIGHT[i % 3]),
+                ("completed", COMPLETED[i % 3]),
+            ]
+        )
+    ]
+    replay = _replayed(records)
+    fold = replay._fold
+    assert isinstance(fold, LeanFold)
+    assert all(type(s) is list for s in fold._instants.values())  # none left the fast path
+    _assert_same(records)
+
+
+def test_a_race_leaves_the_fast_path_and_is_rejected_as_a_conflict() -> None:
+    state = _replayed(RACE).state()
+    assert [r.seq for r in state.rejected] == [5]
+    assert state.rejected[0].reason.startswith("OverlappingCommitConflict")
+    _assert_same(RACE)
