@@ -292,7 +292,7 @@ RACE = [
 ]
 
 
-@settings(max_examples=examples(200))
+@settings(max_examples=examples(150))
 @given(histories())
 @example(RACE)
 def test_the_lean_fold_decides_what_the_state_machine_decides(
