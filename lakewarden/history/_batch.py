@@ -23,4 +23,19 @@ def batch_mode() -> Iterator[None]:
         yield
     finally:
         if was_enabled:
+            _promote_young()
             gc.enable()
+
+
+def _promote_young() -> None:
+    """Move every tracked object to the oldest generation without traversing them.
+
+    With the collector paused, everything the read and fold kept (entries, instant states,
+    payload models: a few million objects after a million events) is still in the youngest
+    generation, so the first collection after ``gc.enable()`` would traverse it all, only to
+    promote it (a tenth of a replay's time). ``freeze`` then ``unfreeze`` moves the objects
+    to the oldest generation in constant time; a later full collection sees them as usual.
+    Skipped when the process froze objects itself (``unfreeze`` would release them too)."""
+    if gc.get_freeze_count() == 0:
+        gc.freeze()
+        gc.unfreeze()

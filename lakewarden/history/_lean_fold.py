@@ -29,6 +29,7 @@ states, tail, last requested instant and rejections with their reasons.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Iterator
 from typing import Any, Final, NamedTuple
 
@@ -57,7 +58,9 @@ _FAST_PLANS: Final = (type(None), JobPlan, UntypedPlan)
 
 class LeanEntry(NamedTuple):
     """A timeline entry as replay holds it: ``TimelineEntry``'s fields with their validated
-    values, built without pydantic (``entry()`` makes the model)."""
+    values, built without pydantic; the payload as its JSON text (an object) and, for the
+    transitions the fast path takes, the payload validated as the rule's model when it is
+    valid (``FAST_MODELS``; else None). ``PayloadTexts.entry`` makes the model."""
 
     seq: int
     instant: str
@@ -66,19 +69,82 @@ class LeanEntry(NamedTuple):
     actor: str
     lock_token: int | None
     wall_time_ms: int
-    payload: dict[str, Any]
-
-    def entry(self) -> TimelineEntry:
-        """The ``TimelineEntry`` (its values are already valid: built without validation)."""
-        return construct(TimelineEntry, self._asdict())
+    payload_text: str
+    payload_model: BaseModel | None
 
 
 # ``NamedTuple``'s generated __new__ is Python code; tuple.__new__ builds the same object.
 new_lean_entry: Final = tuple.__new__
 
+# The model each fast transition's rule reads its payload as (``state_machine``'s handlers).
+FAST_MODELS: Final[dict[Transition, type[BaseModel]]] = {
+    Transition.REQUESTED: RequestedPayload,
+    Transition.INFLIGHT: WorkloadProfile,
+    Transition.COMPLETED: CommitStats,
+}
 
-def as_entry(entry: LeanEntry | TimelineEntry) -> TimelineEntry:
-    return entry.entry() if isinstance(entry, LeanEntry) else entry
+
+class PayloadTexts:
+    """Payload texts parsed (``parsed``) and validated (``model``) once while they repeat;
+    both bounded, for payloads that never repeat. Not thread-safe."""
+
+    def __init__(self) -> None:
+        self._parsed: dict[str, object] = {}
+        # By fast transition: text -> model (None: invalid); read directly by the hot loop.
+        self.models: dict[Transition, dict[str, BaseModel | None]] = {t: {} for t in FAST_MODELS}
+
+    def parsed(self, text: str) -> object:
+        """``json.loads(text)``, the same object for an equal text seen recently.
+
+        Raises: ValueError (not JSON)."""
+        payload = self._parsed.get(text)
+        if payload is None:
+            payload = json.loads(text)
+            if len(self._parsed) >= SHARED_PAYLOADS_LIMIT:
+                self._parsed.clear()
+            self._parsed[text] = payload
+        return payload
+
+    def model(self, transition: Transition, text: str) -> BaseModel | None:
+        """``text`` validated as ``FAST_MODELS[transition]``; None when it does not validate
+        from JSON (the state machine then judges the parsed payload itself).
+
+        Validated straight from the JSON text (no dict built): for these models (strings,
+        integers, booleans, tuples of models, the discriminated plan union) a JSON object
+        and the dict ``json.loads`` makes of it validate alike (duplicate keys: the last
+        wins in both); what pydantic's JSON parser refuses and ``json.loads`` accepts (NaN,
+        a lone surrogate) goes to the state machine (``test_lean_fold`` generates both)."""
+        cache = self.models[transition]
+        if text in cache:
+            return cache[text]
+        try:
+            model: BaseModel | None = FAST_MODELS[transition].model_validate_json(text)
+        except ValidationError:
+            model = None
+        if len(cache) >= SHARED_PAYLOADS_LIMIT:
+            cache.clear()
+        cache[text] = model
+        return model
+
+    def entry(self, lean: LeanEntry | TimelineEntry) -> TimelineEntry:
+        """The ``TimelineEntry`` of ``lean`` (values already valid: built without validation).
+
+        Raises: ValueError (the text is not JSON: a ``LeanEntry`` is only made of one that is)."""
+        if not isinstance(lean, LeanEntry):
+            return lean
+        return construct(
+            TimelineEntry,
+            {
+                "seq": lean.seq,
+                "instant": lean.instant,
+                "action": lean.action,
+                "transition": lean.transition,
+                "actor": lean.actor,
+                "lock_token": lean.lock_token,
+                "wall_time_ms": lean.wall_time_ms,
+                "payload": self.parsed(lean.payload_text),
+            },
+        )
 
 
 # A fast instant's state, updated in place: [action, state, operation, requested_seq,
@@ -92,7 +158,8 @@ class LeanFold:
 
     Implements ``StateView`` for the state machine's rules (slow path). Not thread-safe."""
 
-    def __init__(self) -> None:
+    def __init__(self, texts: PayloadTexts) -> None:
+        self._texts = texts
         self._instants: dict[str, InstantState | _Fast] = {}
         self._tail_seq = -1
         self._last_requested_time: str | None = None
@@ -101,13 +168,6 @@ class LeanFold:
         self._completions: list[tuple[int, str]] = []
         self._pending_plans: set[str] = set()
         self._parse = SharedPayloads()
-        # Per fast transition: id(payload) -> (payload, its model), or None when it does not
-        # validate (the slow path then says why).
-        self._models: dict[Transition, dict[int, tuple[object, BaseModel | None]]] = {
-            _REQUESTED: {},
-            _INFLIGHT: {},
-            _COMPLETED: {},
-        }
 
     # -- StateView ------------------------------------------------------------------------------
 
@@ -149,24 +209,7 @@ class LeanFold:
             if done:
                 self._tail_seq = entry[0]
                 return
-        self._judged(as_entry(entry))
-
-    def _model(self, entry: LeanEntry, model: type[BaseModel]) -> Any:
-        """``entry``'s payload as ``model`` (None when it does not validate), once per
-        payload object."""
-        payload = entry[7]
-        cache = self._models[entry[3]]
-        hit = cache.get(id(payload))
-        if hit is not None and hit[0] is payload:
-            return hit[1]
-        try:
-            valid: BaseModel | None = model.model_validate(payload)
-        except ValidationError:
-            valid = None
-        if len(cache) >= SHARED_PAYLOADS_LIMIT:
-            cache.clear()
-        cache[id(payload)] = (payload, valid)
-        return valid
+        self._judged(self._texts.entry(entry))
 
     def _requested(self, entry: LeanEntry) -> bool:
         instant = entry[1]
@@ -177,7 +220,7 @@ class LeanFold:
             or (last is not None and instant <= last)
         ):
             return False
-        payload = self._model(entry, RequestedPayload)
+        payload: Any = entry[8]  # RequestedPayload | None (FAST_MODELS)
         if payload is None or payload.cancellable or type(payload.plan) not in _FAST_PLANS:
             return False
         seq = entry[0]
@@ -192,7 +235,7 @@ class LeanFold:
         fast = self._instants.get(entry[1])
         if type(fast) is not list or fast[_STATE] is not _REQUESTED or fast[0] is not entry[2]:
             return False
-        workload = self._model(entry, WorkloadProfile)
+        workload: Any = entry[8]  # WorkloadProfile | None
         if workload is None:
             return False
         fast[_STATE], fast[_LAST_SEQ], fast[_TOKEN], fast[_WORKLOAD] = (
@@ -210,7 +253,7 @@ class LeanFold:
         # one was requested (completed_since is empty), no plan is pending.
         if (completions and completions[-1][0] > fast[3]) or self._pending_plans:
             return False
-        stats = self._model(entry, CommitStats)
+        stats: Any = entry[8]  # CommitStats | None
         if stats is None:
             return False
         seq = entry[0]
@@ -318,4 +361,4 @@ def _built(instant: str, fast: _Fast) -> InstantState:
     return new
 
 
-__all__ = ["LeanEntry", "LeanFold", "as_entry", "new_lean_entry"]
+__all__ = ["FAST_MODELS", "LeanEntry", "LeanFold", "PayloadTexts", "new_lean_entry"]

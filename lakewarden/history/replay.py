@@ -17,7 +17,6 @@ unlike ``Timeline.load``, carries on past a hole, because a hole is what replay 
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -26,13 +25,12 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from lakewarden.history._lean_fold import LeanEntry, LeanFold, as_entry
+from lakewarden.history._lean_fold import LeanEntry, LeanFold, PayloadTexts
 from lakewarden.history._lean_fold import new_lean_entry as _new_lean_entry
 from lakewarden.history.fold import epoch_ms
 from lakewarden.history.model import Recorded
 from lakewarden.storage import Storage
 from lakewarden.table._frozen import construct
-from lakewarden.table._payloads import SHARED_PAYLOADS_LIMIT
 from lakewarden.table.checkpoint import TIMELINE_PREFIX, seq_of
 from lakewarden.table.instant import Action, Transition
 from lakewarden.table.state_machine import Replayer, SharedPayloads
@@ -99,10 +97,10 @@ class TopicReplay:
     they are read."""
 
     def __init__(self, *, fold: bool = True) -> None:
-        self.entries = TopicEntries()
+        self._texts = PayloadTexts()
+        self.entries = TopicEntries(self._texts)
         self.conflicts: list[Difference] = []
-        self._parsed: dict[str, object] = {}
-        self._fold = LeanFold() if fold else None
+        self._fold = LeanFold(self._texts) if fold else None
         self._waiting: dict[int, LeanEntry | TimelineEntry] = {}
         self._next = 0  # the seq the fold takes next
 
@@ -110,15 +108,15 @@ class TopicReplay:
         """Take one event (any kind: only ``TimelineTransition`` makes an entry)."""
         if event[0] != "TimelineTransition":
             return
-        entry = _lean_entry(event[1], self._parsed)
+        entry = _lean_entry(event[1], self._texts)
         if entry is None:
             return
         seq = entry.seq
         stored = self.entries.raw
         known = stored.get(seq)
         if known is not None:
-            if not _same(known, entry):
-                fields = ", ".join(_differing(as_entry(known), as_entry(entry)))
+            if known != entry and self._texts.entry(known) != self._texts.entry(entry):
+                fields = ", ".join(_differing(self._texts.entry(known), self._texts.entry(entry)))
                 self.conflicts.append(
                     Difference(seq, "conflicting", f"the topic holds two versions ({fields})")
                 )
@@ -153,11 +151,12 @@ class TopicEntries(Mapping[int, TimelineEntry]):
     """The topic's entries by seq, held as replay read them (``LeanEntry`` mostly); each
     ``TimelineEntry`` is built when it is looked up."""
 
-    def __init__(self) -> None:
+    def __init__(self, texts: PayloadTexts) -> None:
         self.raw: dict[int, LeanEntry | TimelineEntry] = {}
+        self._texts = texts
 
     def __getitem__(self, seq: int) -> TimelineEntry:
-        return as_entry(self.raw[seq])
+        return self._texts.entry(self.raw[seq])
 
     def __iter__(self) -> Iterator[int]:
         return iter(self.raw)
@@ -167,12 +166,6 @@ class TopicEntries(Mapping[int, TimelineEntry]):
 
     def __contains__(self, seq: object) -> bool:
         return seq in self.raw
-
-
-def _same(a: LeanEntry | TimelineEntry, b: LeanEntry | TimelineEntry) -> bool:
-    if type(a) is type(b):
-        return a == b
-    return as_entry(a) == as_entry(b)
 
 
 def read_storage_entries(storage: Storage) -> dict[int, TimelineEntry | str]:
@@ -232,15 +225,15 @@ def rebuild_state(entries: Mapping[int, TimelineEntry]) -> TimelineState:
     return replayer.state()
 
 
-def _lean_entry(
-    record: dict[str, Any], parsed: dict[str, object]
-) -> LeanEntry | TimelineEntry | None:
+def _lean_entry(record: dict[str, Any], texts: PayloadTexts) -> LeanEntry | TimelineEntry | None:
     """The entry a ``TimelineTransition`` record describes, or None when it does not make one.
 
     The hot path of replay (one call per event): the Avro schema already guarantees each
     field's type, so when the constraints that Avro cannot express hold too (the checks of
-    ``_trusted``, inlined) the entry is a ``LeanEntry``; any other record is left to
-    ``_entry_of``, which builds the same entry the validating constructor builds, or None."""
+    ``_trusted``, inlined) and the payload is a JSON object, the entry is a ``LeanEntry``
+    (for a fast transition with the payload validated: an object then, by construction);
+    any other record is left to ``_entry_of``, which builds the entry the validating
+    constructor builds, or None."""
     try:
         seq, instant, actor = record["seq"], record["instant"], record["actor"]
         action = _ACTIONS.get(record["action"])
@@ -261,24 +254,25 @@ def _lean_entry(
             and type(wall) is int
             and type(text) is str
         ):
-            payload = parsed.get(text)
-            if payload is None:
-                payload = _payload(text, parsed)
-            if type(payload) is dict:
+            models = texts.models.get(transition)  # a fast transition's: validated once
+            model = None if models is None else models.get(text, _UNSEEN)
+            if model is _UNSEEN:
+                model = texts.model(transition, text)
+            if model is not None or type(texts.parsed(text)) is dict:
                 return _new_lean_entry(
-                    LeanEntry, (seq, instant, action, transition, actor, token, wall, payload)
+                    LeanEntry, (seq, instant, action, transition, actor, token, wall, text, model)
                 )
     except (KeyError, TypeError, ValueError):
         pass
-    return _entry_of(record, parsed)
+    return _entry_of(record, texts)
 
 
-def _entry_of(record: dict[str, Any], parsed: dict[str, object]) -> TimelineEntry | None:
+def _entry_of(record: dict[str, Any], texts: PayloadTexts) -> TimelineEntry | None:
     """The entry ``record`` describes, or None when it does not make one: without
     pydantic's validation when the constraints Avro cannot express hold (``_trusted``),
     otherwise by the validating constructor, exactly as for any other entry."""
     try:
-        payload = _payload(str(record.get("payload") or "{}"), parsed)
+        payload = texts.parsed(str(record.get("payload") or "{}"))
         trusted = _trusted(record, payload)
         if trusted is not None:
             return trusted
@@ -296,20 +290,8 @@ def _entry_of(record: dict[str, Any], parsed: dict[str, object]) -> TimelineEntr
         return None
 
 
-def _payload(text: str, parsed: dict[str, object]) -> object:
-    """``json.loads(text)``, the same object for an equal text seen recently (``parsed``).
-
-    Raises: ValueError (not JSON)."""
-    payload = parsed.get(text)
-    if payload is None:
-        payload = json.loads(text)
-        if len(parsed) >= SHARED_PAYLOADS_LIMIT:  # payloads that never repeat: bounded
-            parsed.clear()
-        parsed[text] = payload
-    return payload
-
-
 _ACTIONS: dict[str, Action] = {a.value: a for a in Action}
+_UNSEEN: Any = object()
 _TRANSITIONS: dict[str, Transition] = {t.value: t for t in Transition}
 _INSTANT_TIME = re.compile(r"\d{17}")
 
