@@ -16,14 +16,10 @@ from __future__ import annotations
 
 import functools
 import logging
-import time
 from typing import Any, NoReturn
 
-from lakewarden.errors import LakewardenError
-from lakewarden.events.topics import ensure_topics
 from lakewarden.table import Coordinator, connect
-from services._common import HealthServer, setup_logging
-from services._common.runner import run_loop_until_signalled
+from services._common.loop_service import serve_loop
 from services.cancel_manager.app import SERVICE, TOPICS, group_id, service_settings, settings
 from services.cancel_manager.loop import Loop
 
@@ -38,35 +34,26 @@ def _coordinator() -> Coordinator:
 
 
 def main() -> NoReturn:
-    setup_logging(SERVICE, service_settings.log_level)  # 1.
-    try:
-        ensure_topics(settings, specs=TOPICS)  # 2.
-    except LakewardenError as err:
-        log.error("cannot start: %s", err, extra={"service": SERVICE})
-        raise SystemExit(2) from err
-    started = time.monotonic()
     instance = service_settings.instance_id
-    loop = Loop(
-        settings,
-        _coordinator,
-        group_id=group_id,
-        group_instance_id=f"{SERVICE}-{instance}" if instance else None,
-        commit_interval_s=service_settings.commit_interval_s,
+    loop: Loop | None = None
+
+    def build() -> Loop:
+        nonlocal loop
+        loop = Loop(
+            settings,
+            _coordinator,
+            group_id=group_id,
+            group_instance_id=f"{SERVICE}-{instance}" if instance else None,
+            commit_interval_s=service_settings.commit_interval_s,
+        )
+        return loop
+
+    def details() -> dict[str, Any]:
+        return {"tables": len(loop.registry) if loop else 0}
+
+    serve_loop(
+        SERVICE, service_settings, settings=settings, topics=TOPICS, build=build, details=details
     )
-
-    def probe() -> tuple[bool, dict[str, Any]]:
-        healthy, membership = loop.membership.health()
-        return healthy, {
-            "service": SERVICE,
-            **membership,
-            "uptime_s": round(time.monotonic() - started, 1),
-            "rebalances": loop.rebalances,
-            "tables": len(loop.registry),
-        }
-
-    health = HealthServer(service_settings.health_port, probe)
-    loop.on_ready = health.start  # 4.
-    run_loop_until_signalled(SERVICE, loop.run, health)  # 3.
 
 
 if __name__ == "__main__":

@@ -43,13 +43,12 @@ import time
 from collections.abc import Callable
 from typing import Any, Final
 
-from confluent_kafka import KafkaError, Message, Producer, TopicPartition
+from confluent_kafka import KafkaError, Message, TopicPartition
 from faust.types import Message as HandlerMessage
 
 from lakewarden.events import (
     Event,
     EventCodec,
-    EventConsumer,
     EventConsumerError,
     EventDecodeError,
     Undecodable,
@@ -66,6 +65,7 @@ from lakewarden.settings import Settings
 from lakewarden.table import Coordinator
 from services._common.changelog import recover_changelog
 from services._common.dlq import DeadLetters
+from services._common.loop_service import loop_consumer, loop_producer
 from services._common.membership import Membership
 from services.cancel_manager.app import SERVICE, TABLES_CHANGELOG
 from services.cancel_manager.handler import ExpiryHandler, RequestHandler
@@ -122,31 +122,17 @@ class Loop:
         self.results_topic = CANCEL_RESULTS.name(settings)
         self.timeline_topic = TIMELINE.name(settings)
         self.changelog_topic = TABLES_CHANGELOG.name(settings)
-        consumer_config: dict[str, Any] = {
-            "auto_offset_reset": "earliest",  # a new group applies what was asked before it
-            "partition_assignment_strategy": "range",  # P of requests and expiries together
-            "session_timeout_ms": 6_000,
-            "heartbeat_interval_ms": 1_000,
-            "fetch_wait_max_ms": 100,  # a fetch returns at once when an event arrives
-            "logger": log,
-        }
-        if group_instance_id:
-            consumer_config["group_instance_id"] = group_instance_id
-        self.consumer = EventConsumer(
+        self.consumer = loop_consumer(
             settings,
             group_id=group_id,
             codec=self.codec,
-            auto_commit=False,
-            dead_letters=False,
-            **consumer_config,
+            group_instance_id=group_instance_id,
+            logger=log,
+            partition_assignment_strategy="range",  # P of requests and expiries together
+            fetch_wait_max_ms=100,  # a fetch returns at once when an event arrives
         )
-        # No linger: a client waits for each result (librdkafka still batches what
-        # accumulates while a request to the broker is in flight).
-        self.producer = Producer(
-            settings.kafka.librdkafka_config(
-                acks="all", enable_idempotence=True, linger_ms=0, logger=log
-            )
-        )
+        # A client waits for each result: no linger.
+        self.producer = loop_producer(settings, linger_ms=0, logger=log)
         self._failed: list[str] = []
         self.registry = TablesRegistry(produce=self._produce_registration, poll=self.producer.poll)
         dead_letters = DeadLetters(

@@ -14,17 +14,14 @@ by the broker; 3. the worker runs; SIGTERM/SIGINT stop it (offsets committed, gr
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any, NoReturn
 
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._config import ConfigResource
 
 from lakewarden.clients.liveness import SERVICE
-from lakewarden.errors import LakewardenError
-from lakewarden.events.topics import HEARTBEATS, ensure_topics
-from services._common import HealthServer, setup_logging
-from services._common.runner import run_loop_until_signalled
+from lakewarden.events.topics import HEARTBEATS
+from services._common.loop_service import serve_loop
 from services.heartbeat_monitor.app import (
     TOPICS,
     group_id,
@@ -40,39 +37,25 @@ log = logging.getLogger(__name__)
 
 
 def main() -> NoReturn:
-    setup_logging(SERVICE, service_settings.log_level)  # 1.
-    try:
-        ensure_topics(settings, specs=TOPICS)  # 2.
-    except LakewardenError as err:
-        log.error("cannot start: %s", err, extra={"service": SERVICE})
-        raise SystemExit(2) from err
-    _warn_unless_log_append_time()
-    started = time.monotonic()
-    worker = Worker(
-        settings,
-        monitor,
-        topics,
-        group_id=group_id,
-        group_instance_id=(
-            f"{SERVICE}-{service_settings.instance_id}" if service_settings.instance_id else None
-        ),
-        tick_s=settings.heartbeat.monitor_tick_s,
+    instance = service_settings.instance_id
+
+    def build() -> Worker:
+        _warn_unless_log_append_time()
+        return Worker(
+            settings,
+            monitor,
+            topics,
+            group_id=group_id,
+            group_instance_id=f"{SERVICE}-{instance}" if instance else None,
+            tick_s=settings.heartbeat.monitor_tick_s,
+        )
+
+    def details() -> dict[str, Any]:
+        return {"instants": len(tracker), "partitions_in_grace": tracker.partitions_in_grace()}
+
+    serve_loop(
+        SERVICE, service_settings, settings=settings, topics=TOPICS, build=build, details=details
     )
-
-    def probe() -> tuple[bool, dict[str, Any]]:
-        healthy, membership = worker.membership.health()
-        return healthy, {
-            "service": SERVICE,
-            **membership,
-            "uptime_s": round(time.monotonic() - started, 1),
-            "rebalances": worker.rebalances,
-            "instants": len(tracker),
-            "partitions_in_grace": tracker.partitions_in_grace(),
-        }
-
-    health = HealthServer(service_settings.health_port, probe)
-    worker.on_ready = health.start  # 4.
-    run_loop_until_signalled(SERVICE, worker.run, health)  # 3.
 
 
 def _warn_unless_log_append_time() -> None:

@@ -36,15 +36,15 @@ from confluent_kafka import (
     KafkaError,
     KafkaException,
     Message,
-    Producer,
     TopicPartition,
 )
 
 from lakewarden.clients.liveness import SERVICE
-from lakewarden.events import EventCodec, EventConsumer, EventConsumerError, default_codec
+from lakewarden.events import EventCodec, EventConsumerError, default_codec
 from lakewarden.settings import Settings
 from services._common.changelog import recover_changelog
 from services._common.dlq import DEAD_LETTERS
+from services._common.loop_service import loop_consumer, loop_producer
 from services._common.membership import Membership
 from services.heartbeat_monitor.monitor import Consumed, Effects, Monitor
 
@@ -103,30 +103,20 @@ class Worker:
         self.codec = codec or default_codec()
         self.membership = Membership()
         self.rebalances = 0
-        kafka = settings.kafka
-        consumer_config: dict[str, Any] = {
-            # A new group starts now: old beats say nothing a tolerance window will not.
-            "auto_offset_reset": "latest",
-            "partition_assignment_strategy": "range",
-            "session_timeout_ms": 10_000,
-            "heartbeat_interval_ms": 1_000,
-            "logger": log,
-        }
-        if group_instance_id:
-            consumer_config["group_instance_id"] = group_instance_id
         # Offsets by hand (step 4); messages raw: the Monitor decodes and dead-letters them
         # as effects, written in order with the changelog (step 3).
-        self.consumer = EventConsumer(
+        self.consumer = loop_consumer(
             settings,
             group_id=group_id,
             codec=self.codec,
-            auto_commit=False,
-            dead_letters=False,
-            **consumer_config,
+            group_instance_id=group_instance_id,
+            logger=log,
+            # A new group starts now: old beats say nothing a tolerance window will not.
+            auto_offset_reset="latest",
+            partition_assignment_strategy="range",
+            session_timeout_ms=10_000,
         )
-        self.producer = Producer(
-            kafka.librdkafka_config(acks="all", enable_idempotence=True, linger_ms=5, logger=log)
-        )
+        self.producer = loop_producer(settings, linger_ms=5, logger=log)
         self._failed: list[str] = []
 
     def run(self, stop: threading.Event) -> None:

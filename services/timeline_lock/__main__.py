@@ -13,13 +13,9 @@ assignment and its recovery completed, the health endpoint listens.
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any, NoReturn
 
-from lakewarden.errors import LakewardenError
-from lakewarden.events.topics import ensure_topics
-from services._common import HealthServer, setup_logging
-from services._common.runner import run_loop_until_signalled
+from services._common.loop_service import serve_loop
 from services.timeline_lock.app import TOPICS, group_id, service_settings, settings, topics
 from services.timeline_lock.handler import SERVICE
 from services.timeline_lock.worker import Worker
@@ -28,35 +24,26 @@ log = logging.getLogger(__name__)
 
 
 def main() -> NoReturn:
-    setup_logging(SERVICE, service_settings.log_level)  # 1.
-    try:
-        ensure_topics(settings, specs=TOPICS)  # 2.
-    except LakewardenError as err:
-        log.error("cannot start: %s", err, extra={"service": SERVICE})
-        raise SystemExit(2) from err
-    started = time.monotonic()
     instance = service_settings.instance_id
-    worker = Worker(
-        settings,
-        topics,
-        group_id=group_id,
-        group_instance_id=f"{SERVICE}-{instance}" if instance else None,
-        commit_interval_s=service_settings.commit_interval_s,
+    worker: Worker | None = None
+
+    def build() -> Worker:
+        nonlocal worker
+        worker = Worker(
+            settings,
+            topics,
+            group_id=group_id,
+            group_instance_id=f"{SERVICE}-{instance}" if instance else None,
+            commit_interval_s=service_settings.commit_interval_s,
+        )
+        return worker
+
+    def details() -> dict[str, Any]:
+        return {"tables": len(worker.locks) if worker else 0}
+
+    serve_loop(
+        SERVICE, service_settings, settings=settings, topics=TOPICS, build=build, details=details
     )
-
-    def probe() -> tuple[bool, dict[str, Any]]:
-        healthy, membership = worker.membership.health()
-        return healthy, {
-            "service": SERVICE,
-            **membership,
-            "uptime_s": round(time.monotonic() - started, 1),
-            "rebalances": worker.rebalances,
-            "tables": len(worker.locks),
-        }
-
-    health = HealthServer(service_settings.health_port, probe)
-    worker.on_ready = health.start  # 4.
-    run_loop_until_signalled(SERVICE, worker.run, health)  # 3.
 
 
 if __name__ == "__main__":

@@ -38,12 +38,13 @@ from collections.abc import Callable, Iterable
 from functools import partial
 from typing import Any, Final
 
-from confluent_kafka import KafkaError, Message, Producer, TopicPartition
+from confluent_kafka import KafkaError, Message, TopicPartition
 
 from lakewarden.clients import table_partition
-from lakewarden.events import EventCodec, EventConsumer, EventConsumerError, default_codec
+from lakewarden.events import EventCodec, EventConsumerError, default_codec
 from lakewarden.settings import Settings
 from services._common.changelog import recover_changelog
+from services._common.loop_service import loop_consumer, loop_producer
 from services._common.membership import Membership
 from services.timeline_lock.handler import (
     SERVICE,
@@ -132,30 +133,17 @@ class Worker:
             owned_since=lambda: self.assigned_at_ms,
             producer_id=SERVICE,
         )
-        consumer_config: dict[str, Any] = {
-            "auto_offset_reset": "earliest",  # a new group applies the whole request log
-            "session_timeout_ms": 6_000,
-            "heartbeat_interval_ms": 1_000,
-            "fetch_wait_max_ms": 100,  # a fetch returns at once when a request arrives
-            "logger": log,
-        }
-        if group_instance_id:
-            consumer_config["group_instance_id"] = group_instance_id
-        self.consumer = EventConsumer(
+        # A new group applies the whole request log (from the earliest offset).
+        self.consumer = loop_consumer(
             settings,
             group_id=group_id,
             codec=self.codec,
-            auto_commit=False,
-            dead_letters=False,
-            **consumer_config,
+            group_instance_id=group_instance_id,
+            logger=log,
+            fetch_wait_max_ms=100,  # a fetch returns at once when a request arrives
         )
-        # No linger: a client waits for each reply. Under load librdkafka still batches what
-        # accumulates while a request to the broker is in flight.
-        self.producer = Producer(
-            settings.kafka.librdkafka_config(
-                acks="all", enable_idempotence=True, linger_ms=0, logger=log
-            )
-        )
+        # A client waits for each reply: no linger.
+        self.producer = loop_producer(settings, linger_ms=0, logger=log)
         self.commits = CommitTracker()
 
     def run(self, stop: threading.Event) -> None:
