@@ -26,12 +26,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from _hypothesis_profiles import examples
+from _reference_fold import apply_in_seq_order
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from lakewarden.history import Recorded, TopicReplay
 from lakewarden.history._lean_fold import LeanFold
-from lakewarden.table.state_machine import Rejected, apply
 from lakewarden.table.timeline_state import TimelineEntry, TimelineState
 
 INSTANTS = [f"20240101000000{i:03d}" for i in range(8)]
@@ -229,16 +229,7 @@ def _reference(records: list[dict[str, Any]]) -> tuple[dict[int, TimelineEntry],
         except ValueError:
             continue
         entries.setdefault(entry.seq, entry)
-    state = TimelineState()
-    rejected = []
-    for seq in sorted(entries):
-        verdict = apply(state, entries[seq])
-        if isinstance(verdict, Rejected):
-            rejected.append((seq, verdict.reason))
-            state = state.model_copy(update={"tail_seq": max(state.tail_seq, seq)})
-        else:
-            state = verdict
-    return entries, state.model_copy(update={"rejected": tuple(rejected)})
+    return entries, apply_in_seq_order(entries)
 
 
 def _ms(value: int | datetime) -> int:

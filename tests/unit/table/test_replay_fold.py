@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 from _hypothesis_profiles import examples
+from _reference_fold import apply_in_seq_order
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -27,7 +28,6 @@ from lakewarden.history import Recorded, entries_from_topic
 from lakewarden.history.replay import rebuild_state
 from lakewarden.table._frozen import construct, evolve
 from lakewarden.table.instant import Action, Transition
-from lakewarden.table.state_machine import Rejected, apply
 from lakewarden.table.timeline_state import InstantState, TimelineEntry, TimelineState
 
 INSTANTS = [f"202401010000000{i:02d}" for i in range(6)]
@@ -161,16 +161,7 @@ def _reference(records: list[dict[str, Any]]) -> TimelineState:
             payload=json.loads(r["payload"]),
         )
         entries.setdefault(entry.seq, entry)
-    state = TimelineState()
-    rejected = []
-    for seq in sorted(entries):
-        verdict = apply(state, entries[seq])
-        if isinstance(verdict, Rejected):
-            rejected.append((seq, verdict.reason))
-            state = state.model_copy(update={"tail_seq": max(state.tail_seq, seq)})
-        else:
-            state = verdict
-    return state.model_copy(update={"rejected": tuple(rejected)})
+    return apply_in_seq_order(entries)
 
 
 @settings(max_examples=examples(100))

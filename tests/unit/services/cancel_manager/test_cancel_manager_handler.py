@@ -20,7 +20,7 @@ from lakewarden.events import Event, EventDecodeError, Undecodable, decode, enco
 from lakewarden.settings import Settings
 from lakewarden.table.bucket import append_group, route
 from lakewarden.table.config import META_FILE_NAME
-from lakewarden.table.coordinator import EmbeddedCoordinator
+from lakewarden.table.coordinator import Coordinator, EmbeddedCoordinator
 from lakewarden.table.files import BaseFileName, WriteToken, file_key
 from lakewarden.table.instant import Transition
 from lakewarden.table.merge import stamped
@@ -148,19 +148,24 @@ def fragmented(table: Table) -> None:
     txn.complete(CommitStats(operation="insert", write_stats=tuple(written)))
 
 
-@pytest.fixture
-def table(tmp_path: Path) -> Table:
+def fragmented_table(root: Path, coordinator: Coordinator) -> Table:
+    """A local table ``orders`` under ``root`` with several small slices per file group."""
     t = Table.create(
-        str(tmp_path / "orders"),
+        str(root / "orders"),
         name="orders",
         record_key="id",
         schema=SCHEMA,
         partition_by=["region"],
         buckets=2,
-        coordinator=COORDINATOR,
+        coordinator=coordinator,
     )
     fragmented(t)
     return t
+
+
+@pytest.fixture
+def table(tmp_path: Path) -> Table:
+    return fragmented_table(tmp_path, COORDINATOR)
 
 
 def test_request_then_execute_are_answered_with_their_transitions(table: Table) -> None:

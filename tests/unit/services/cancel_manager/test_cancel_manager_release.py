@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_cancel_manager_handler import SCHEMA, Harness, fragmented
+from test_cancel_manager_handler import Harness, fragmented_table
 
 from lakewarden.events import Event
 from lakewarden.table.coordinator import EmbeddedCoordinator, Lease
@@ -59,17 +59,7 @@ def _recording(table: Table, log: list[str]) -> Harness:
 
 @pytest.fixture
 def table(tmp_path: Path) -> Table:
-    t = Table.create(
-        str(tmp_path / "orders"),
-        name="orders",
-        record_key="id",
-        schema=SCHEMA,
-        partition_by=["region"],
-        buckets=2,
-        coordinator=EmbeddedCoordinator(),
-    )
-    fragmented(t)
-    return t
+    return fragmented_table(tmp_path, EmbeddedCoordinator())
 
 
 def test_a_request_releases_its_lock_after_its_result(table: Table) -> None:
