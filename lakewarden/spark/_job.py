@@ -37,6 +37,7 @@ import logging
 import os
 import socket
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -219,10 +220,12 @@ def commit_write(
     batch: BatchKey | None = None,
     table: TableHandle | None = None,
     client: CommitClient | None = None,
+    beating: bool = False,
 ) -> CommitResult:
     """Steps 1-4 of the module docstring. ``table`` and ``client`` are what a streaming query
     keeps between micro-batches (``_stream_session``); without them both are made for this
-    call.
+    call. ``beating``: the caller holds the instant's heartbeat around this call (a
+    micro-batch beats once from its write to its commit), so no second one is started.
 
     Raises: OverlappingCommitConflict, PendingPlanConflict, BatchAlreadyCommittedError,
     DuplicateFileGroupError, StageFailedError, JobCommitFailedError (the service failed it),
@@ -231,7 +234,7 @@ def commit_write(
     txn = table.transaction(spec)
     settings = load_settings(spec.settings_json)
     stage = STAGE_PREPARE  # the driver's own step; commit_instant records its own stages
-    with txn.heartbeat():
+    with nullcontext() if beating else txn.heartbeat():
         try:
             accepted = accepted_messages(messages, instant=spec.instant, job_id=spec.job_id)
             stats = commit_stats(table, spec, accepted, batch)  # 1.

@@ -13,7 +13,9 @@ for a batch write, and the table, coordinator and commit client stay open across
 2. **open** the batch's instant: committer job set up, one lock and one ``requested`` append
    naming the batch (``SparkTransaction.begin_batch``, which finds the pending instant of
    this run's batch instead of opening a second one);
-3. **write** under the instant's heartbeat, held by the driver:
+3. **write** under the instant's heartbeat, held by the driver (one heartbeat from the write
+   to the end of the commit: every heartbeat started costs a Kafka producer and a first beat
+   acknowledged by the broker):
    - ``spark`` (``_native``): Spark's own Parquet writer writes the rows; its committer
      promotes one attempt per task, which the driver adopts as a task attempt of the job;
    - ``python``: the ``lakewarden`` format's batch writer joins the instant (the only way for
@@ -39,15 +41,14 @@ import dataclasses
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
 from pyspark.sql import DataFrame
 
 from lakewarden.spark import _faults, _job, _native
-from lakewarden.spark._messages import TaskCommitMessage
 from lakewarden.spark._options import (
     OPT_BATCH,
     OPT_INGEST_ERRORS,
@@ -191,21 +192,22 @@ class MicroBatchWriter:
         except BatchAlreadyCommittedError as err:  # completed since step 1 (another query)
             return BatchOutcome(key.batch_id, err.committed_by, skipped=True, writer="")
         try:
-            with txn.heartbeat():  # 3.
-                if native:
+            if native:  # 3. and 4. under one heartbeat (its stop falls in "untimed")
+                with ExitStack() as beating:
+                    with clock.stage("heartbeat_start"):
+                        beating.enter_context(txn.heartbeat())
                     with clock.stage("spark_write"):
                         _native.write_files(df, table.config, spec, table.storage)
                     with clock.stage("adopt"):
-                        messages: Sequence[TaskCommitMessage] = [
-                            _native.adopt_files(table.storage, spec)
-                        ]
-                else:
-                    with clock.stage("python_write"):
-                        _save(df, spec, key)
-            if native:  # 4. (the python writer's own commit did it, carrying the key)
-                client = session.commit_client() if self._kafka else None
-                with clock.stage("commit"):
-                    _job.commit_write(spec, messages, batch=key, table=table, client=client)
+                        messages = [_native.adopt_files(table.storage, spec)]
+                    client = session.commit_client() if self._kafka else None
+                    with clock.stage("commit"):
+                        _job.commit_write(
+                            spec, messages, batch=key, table=table, client=client, beating=True
+                        )
+            else:  # 3. (the python writer's own commit does 4., carrying the key)
+                with txn.heartbeat(), clock.stage("python_write"):
+                    _save(df, spec, key)
         except BaseException as err:
             settled = self._settled(table, spec, key, err)
             if settled is not None:

@@ -45,6 +45,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -104,6 +105,8 @@ _JVM_TEXT_TYPES = frozenset(
 # Parquet writers a task keeps open at once (one per file group it meets) instead of sorting
 # its rows by file group; past this many, Spark sorts the rest (still correct, slower).
 MAX_OPEN_FILES = 64
+# Threads reading footers and fsyncing Spark's files during the adoption (disk-bound).
+_ADOPT_THREADS = 8
 # Session settings of the write (restored after it): Spark's "planned write" sorts every
 # task's rows by the partition columns before writing; without it, and with concurrent
 # writers allowed, each task writes its file groups side by side in one pass.
@@ -160,21 +163,24 @@ def write_files(df: DataFrame, config: TableConfig, spec: WriteSpec, storage: St
 
 
 def adopt_files(storage: Storage, spec: WriteSpec) -> TaskCommitMessage:
-    """Step 3: Spark's promoted files as the task attempt 0 of task 0, committed.
+    """Step 3: Spark's promoted files as the task attempt 0 of task 0, committed. Each file's
+    footer read and fsync run in a thread pool (they wait on the disk, not the interpreter;
+    a micro-batch has tens of small files), the renames in order.
 
     Raises: NativeWriteError, PathOutsideTableError, StageFailedError."""
     attempt = ManifestCommitter(storage, spec.job_id).task_attempt(0, 0)
     attempt.setup()
+    files = list(_data_files(Path(_staging_path(storage, spec))))
+    with ThreadPoolExecutor(max_workers=_ADOPT_THREADS, thread_name_prefix="lw-adopt") as pool:
+        found = list(pool.map(_durable_identity, files))
     stats: list[WriteStat] = []
     rows = 0
-    for path in _data_files(Path(_staging_path(storage, spec))):
-        meta = pq.ParquetFile(path).metadata
-        if meta.num_rows == 0:
+    for path, identity in zip(files, found, strict=True):
+        if identity is None:
             continue
-        partition_path, name = _identity(path, meta)
+        partition_path, name, num_rows = identity
         group = FileGroupId(partition_path=partition_path, file_id=BaseFileName.parse(name).file_id)
         key = file_key(partition_path, name)
-        _fsync(path)  # Spark does not; the manifest must only name durable files
         destination = attempt.local_path(key)  # claims the key: a second claim is refused
         os.rename(path, destination)
         size = os.path.getsize(destination)
@@ -183,12 +189,12 @@ def adopt_files(storage: Storage, spec: WriteSpec) -> TaskCommitMessage:
                 file_group=group,
                 path=key,
                 base_instant=spec.instant,
-                num_records=meta.num_rows,
-                num_inserts=meta.num_rows,
+                num_records=num_rows,
+                num_inserts=num_rows,
                 size_bytes=size,
             )
         )
-        rows += meta.num_rows
+        rows += num_rows
     result = attempt.commit(extra_data={"instant": spec.instant, "operation": spec.operation})
     return TaskCommitMessage(
         instant=spec.instant,
@@ -198,6 +204,19 @@ def adopt_files(storage: Storage, spec: WriteSpec) -> TaskCommitMessage:
         write_stats=tuple(stats),
         num_input_records=rows,
     )
+
+
+def _durable_identity(path: Path) -> tuple[str, str, int] | None:
+    """(partition path, file name, rows) of one of Spark's files, fsynced (Spark does not;
+    the manifest must only name durable files); None for a file without rows.
+
+    Raises: NativeWriteError."""
+    meta = pq.ParquetFile(path).metadata
+    if meta.num_rows == 0:
+        return None
+    partition_path, name = _identity(path, meta)
+    _fsync(path)
+    return partition_path, name, meta.num_rows
 
 
 def _staging_path(storage: Storage, spec: WriteSpec) -> str:
