@@ -13,15 +13,23 @@ done (the issue's goal, p50 <= 3x "the Kafka round-trip floor", is met only if t
 read as the echo round trip: <= 1.5x two echo round trips), and to the echo round trip not
 under 2.
 
+Beside the latencies, the CPU each process spends per request (``cpu_ms_per_request_*``:
+cancel-manager, timeline-lock, heartbeat-monitor from ``/proc/<pid>/stat``, the client's own
+process from ``time.process_time``), over requests sent back to back after the rounds. On a
+shared machine it says whether a change to the path is real better than the wall-time
+ratio does: waiting for a core costs no CPU.
+
 Run alone with ``python -m benchmarks cancel [--quick]``.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -74,7 +82,8 @@ def cancel_benchmark(ctx: BenchContext) -> Iterator[Result]:
             service.start()
         echo_service.start()
         table, instant = _table(home)
-        yield from _latency(settings, table, instant, samples=ctx.scale(200, 30))
+        pids = {m.rsplit(".", 1)[-1]: s.pid for m, s in zip(_MODULES, services, strict=True)}
+        yield from _latency(settings, table, instant, samples=ctx.scale(200, 30), pids=pids)
     finally:
         echo_service.stop()
         for service in reversed(services):
@@ -82,7 +91,39 @@ def cancel_benchmark(ctx: BenchContext) -> Iterator[Result]:
         shutil.rmtree(home, ignore_errors=True)
 
 
-def _latency(settings: Settings, table: Table, instant: str, *, samples: int) -> Iterator[Result]:
+def _process_cpu_s(pid: int | None) -> float:
+    """CPU seconds (user + system, every thread) process ``pid`` has used so far."""
+    if pid is None:
+        return 0.0
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_per_request(
+    ask: Callable[[], None], pids: dict[str, int | None], *, requests: int
+) -> dict[str, float]:
+    """Milliseconds of CPU per request of each service process (and of this, the client's,
+    process), over ``requests`` back to back. CPU time is what a change to the request path
+    saves; a loaded machine distorts it far less than wall time (a wait for a core costs
+    none). It includes each process's idle polling over the phase (a few % of a request)."""
+    before = {name: _process_cpu_s(pid) for name, pid in pids.items()}
+    client_before = time.process_time()
+    for _ in range(requests):
+        ask()
+    used = {name: _process_cpu_s(pid) - before[name] for name, pid in pids.items()}
+    used["client"] = time.process_time() - client_before
+    return {f"cpu_ms_per_request_{name}": round(s * 1000 / requests, 3) for name, s in used.items()}
+
+
+def _latency(
+    settings: Settings,
+    table: Table,
+    instant: str,
+    *,
+    samples: int,
+    pids: dict[str, int | None],
+) -> Iterator[Result]:
     hop_trip, close_hop = hop(settings)
     echo_trip, close_echo = echo(settings)
     client = CancelClient(settings, producer_id="bench")
@@ -106,6 +147,7 @@ def _latency(settings: Settings, table: Table, instant: str, *, samples: int) ->
                 "ours": lambda _: timed(ask),
             },
         )
+        cpu = _cpu_per_request(ask, pids, requests=2 * samples)
     finally:
         client.close()
         close_hop()
@@ -118,6 +160,7 @@ def _latency(settings: Settings, table: Table, instant: str, *, samples: int) ->
         "hop_p99_ms": round(quantile(times["hop"], 0.99), 3),
         "echo_p50_ms": round(quantile(times["echo"], 0.5), 3),
         "echo_p99_ms": round(quantile(times["echo"], 0.99), 3),
+        **cpu,
     }
     metric = "CancelRequest -> CancelResult p50 (request_cancel, already requested)"
     yield Result(
