@@ -12,11 +12,12 @@ and cancel benchmarks.
   acquire inside it).
 
 Both use the settings our clients and services use, at their best for latency: producers
-``acks=all``, idempotent, ``linger.ms=0`` (``LockClient``, timeline-lock); consumers assigned
-by hand, ``fetch.wait.max.ms=100`` (a fetch returns as soon as one message arrives:
-``fetch.min.bytes`` is 1); the echo loop polls, drains what else is there and produces each
-reply at once, as timeline-lock's loop does. Request partition ``i`` is answered on reply
-partition ``i``, so each client thread reads only its own replies.
+``acks=all``, idempotent, and both clients with ``lakewarden.events.latency``'s settings,
+the very ones of every client on a request/reply path (``linger.ms=0``, Nagle off, a fetch
+that returns as soon as one message arrives); consumers assigned by hand; the echo loop
+polls, drains what else is there and produces each reply at once, as timeline-lock's loop
+does. Request partition ``i`` is answered on reply partition ``i``, so each client thread
+reads only its own replies.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from typing import Any, Final
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from lakewarden.events import TopicSpec
+from lakewarden.events.latency import LOW_LATENCY_CONSUMER, LOW_LATENCY_PRODUCER
 from lakewarden.settings import Settings
 from services._common.process import ServiceProcess
 
@@ -44,10 +46,14 @@ HOPS: Final = TopicSpec("bench.hop", PARTITIONS, 3_600_000)
 ECHO_REQUESTS: Final = TopicSpec("bench.echo-requests", PARTITIONS, 3_600_000)
 ECHO_REPLIES: Final = TopicSpec("bench.echo-replies", PARTITIONS, 3_600_000)
 FLOOR_TOPICS: Final = (HOPS, ECHO_REQUESTS, ECHO_REPLIES)
-# What our latency-bound producers (LockClient, timeline-lock) use.
-PRODUCER_CONFIG: Final[dict[str, Any]] = {"acks": "all", "enable_idempotence": True, "linger_ms": 0}
-# What our reply consumers (LockClient, timeline-lock) use.
-CONSUMER_CONFIG: Final[dict[str, Any]] = {"fetch_wait_max_ms": 100, "enable_partition_eof": False}
+# What our latency-bound producers (LockClient, timeline-lock, cancel-manager) use.
+PRODUCER_CONFIG: Final[dict[str, Any]] = {
+    "acks": "all",
+    "enable_idempotence": True,
+    **LOW_LATENCY_PRODUCER,
+}
+# What our reply consumers (LockClient, CancelClient, the loop services) use.
+CONSUMER_CONFIG: Final[dict[str, Any]] = {**LOW_LATENCY_CONSUMER, "enable_partition_eof": False}
 VALUE: Final = b"x" * 120  # about a LockRequest's size
 _DRAIN: Final = 500
 

@@ -14,9 +14,10 @@ read as the echo round trip: <= 1.5x two echo round trips), and to the echo roun
 under 2.
 
 Beside the latencies, the CPU each process spends per request (``cpu_ms_per_request_*``:
-cancel-manager, timeline-lock, heartbeat-monitor from ``/proc/<pid>/stat``, the client's own
-process from ``time.process_time``), over requests sent back to back after the rounds. On a
-shared machine it says whether a change to the path is real better than the wall-time
+cancel-manager, timeline-lock, heartbeat-monitor from ``/proc/<pid>/stat``, each one's loop
+thread (``*_loop``) from its main thread's, the client's own process from
+``time.process_time``), over requests sent back to back after the rounds. On a
+shared machine it says whether a change to the path is real, better than the wall-time
 ratio does: waiting for a core costs no CPU.
 
 Run alone with ``python -m benchmarks cancel [--quick]``.
@@ -91,27 +92,38 @@ def cancel_benchmark(ctx: BenchContext) -> Iterator[Result]:
         shutil.rmtree(home, ignore_errors=True)
 
 
-def _process_cpu_s(pid: int | None) -> float:
-    """CPU seconds (user + system, every thread) process ``pid`` has used so far."""
-    if pid is None:
-        return 0.0
-    with open(f"/proc/{pid}/stat") as stat:
+def _cpu_s(stat_path: str) -> float:
+    """CPU seconds (user + system) of the process or thread whose ``stat`` file this is."""
+    with open(stat_path) as stat:
         fields = stat.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _service_cpu_s(pids: dict[str, int | None]) -> dict[str, float]:
+    """Per service: the CPU of its whole process (every thread: librdkafka's too) and of its
+    main thread alone, which runs its loop (the Python work of each request)."""
+    used: dict[str, float] = {}
+    for name, pid in pids.items():
+        if pid is not None:
+            used[name] = _cpu_s(f"/proc/{pid}/stat")
+            used[f"{name}_loop"] = _cpu_s(f"/proc/{pid}/task/{pid}/stat")
+    return used
 
 
 def _cpu_per_request(
     ask: Callable[[], None], pids: dict[str, int | None], *, requests: int
 ) -> dict[str, float]:
-    """Milliseconds of CPU per request of each service process (and of this, the client's,
-    process), over ``requests`` back to back. CPU time is what a change to the request path
-    saves; a loaded machine distorts it far less than wall time (a wait for a core costs
-    none). It includes each process's idle polling over the phase (a few % of a request)."""
-    before = {name: _process_cpu_s(pid) for name, pid in pids.items()}
+    """Milliseconds of CPU per request of each service process and of its loop thread (and
+    of this, the client's, process), over ``requests`` back to back. CPU time is what a
+    change to the request path saves; a loaded machine distorts it far less than wall time
+    (a wait for a core costs none), though librdkafka's threads spend more per message when
+    their wake-ups are spread out. It includes each process's idle polling over the phase
+    (heartbeat-monitor, not on the path, shows how much)."""
+    before = _service_cpu_s(pids)
     client_before = time.process_time()
     for _ in range(requests):
         ask()
-    used = {name: _process_cpu_s(pid) - before[name] for name, pid in pids.items()}
+    used = {name: s - before[name] for name, s in _service_cpu_s(pids).items()}
     used["client"] = time.process_time() - client_before
     return {f"cpu_ms_per_request_{name}": round(s * 1000 / requests, 3) for name, s in used.items()}
 
@@ -147,7 +159,7 @@ def _latency(
                 "ours": lambda _: timed(ask),
             },
         )
-        cpu = _cpu_per_request(ask, pids, requests=2 * samples)
+        cpu = _cpu_per_request(ask, pids, requests=3 * samples)
     finally:
         client.close()
         close_hop()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 from confluent_kafka import TopicPartition
 
@@ -27,11 +28,12 @@ def listen_from_end(
     service: str,
     unavailable: Callable[[str], Exception],
     log: logging.Logger,
+    **config: Any,
 ) -> EventConsumer:
     """``current`` if it is already assigned, else a consumer (``current`` or a new one, in a
     group of its own named after ``client``) assigned every partition of ``results`` at its
     end. Later requests read on from where the last one stopped, which is past nothing they
-    need.
+    need. ``config`` adds librdkafka settings to a new consumer's.
 
     Raises:
         Exception: ``unavailable(message)`` when the topic is missing or cannot be read
@@ -48,6 +50,7 @@ def listen_from_end(
         auto_offset_reset="latest",
         enable_partition_eof=False,
         logger=log,
+        **config,
     )
     try:
         _assign_at_end(consumer, settings, results, service=service, unavailable=unavailable)

@@ -36,6 +36,7 @@ from lakewarden.events import (
     EventProducer,
     make_event,
 )
+from lakewarden.events.latency import LOW_LATENCY_CONSUMER, LOW_LATENCY_PRODUCER
 from lakewarden.events.topics import CANCEL_RESULTS
 from lakewarden.settings import Settings
 
@@ -187,12 +188,15 @@ class CancelClient:
             service="cancel-manager",
             unavailable=CancelServiceUnavailableError,
             log=log,
+            **LOW_LATENCY_CONSUMER,  # a caller waits for each result
         )
         return self._consumer
 
     def _send(self, record: dict[str, object]) -> None:
         if self._producer is None:
-            self._producer = EventProducer(self.settings, producer_id=self.producer_id, linger_ms=0)
+            self._producer = EventProducer(
+                self.settings, producer_id=self.producer_id, **LOW_LATENCY_PRODUCER
+            )
         self._producer.send("CancelRequest", record)
         try:
             self._producer.flush()

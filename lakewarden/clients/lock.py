@@ -41,6 +41,7 @@ from lakewarden.clock import SYSTEM_CLOCK, Clock
 from lakewarden.errors import NonRetryableError, RetryableError
 from lakewarden.events.codec import default_codec
 from lakewarden.events.consumer import EventConsumer, EventConsumerError
+from lakewarden.events.latency import LOW_LATENCY_CONSUMER, LOW_LATENCY_PRODUCER
 from lakewarden.events.topics import LOCK_REPLIES, LOCK_REQUESTS
 from lakewarden.settings import Settings
 from lakewarden.table.coordinator import LockTimeoutError
@@ -50,7 +51,7 @@ log = logging.getLogger(__name__)
 _PRODUCER_CONFIG: dict[str, Any] = {
     "acks": "all",
     "enable_idempotence": True,
-    "linger_ms": 0,  # a waiting caller, not throughput, is what matters here
+    **LOW_LATENCY_PRODUCER,  # a waiting caller, not throughput, is what matters here
     "logger": log,
 }
 
@@ -256,7 +257,7 @@ class LockClient:
             dead_letters=False,
             auto_offset_reset="latest",
             enable_partition_eof=False,
-            fetch_wait_max_ms=100,
+            **LOW_LATENCY_CONSUMER,
             logger=log,
         )
         # Start at the current end, read before the first request is sent, so no reply to

@@ -10,7 +10,8 @@ a group, committing offsets by hand, and one idempotent producer; each starts th
 
 What differs between them is passed in: consumer settings that are a service's own choice
 (where a new group starts, how partitions are assigned), the producer's linger, and the
-health details. The defaults say what they have in common and why.
+health details. The defaults say what they have in common and why; the latency settings of
+both clients are those every request/reply client uses (``lakewarden.events.latency``).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from confluent_kafka import Producer
 
 from lakewarden.errors import LakewardenError
 from lakewarden.events import EventCodec, EventConsumer
+from lakewarden.events.latency import LOW_LATENCY_CONSUMER, LOW_LATENCY_PRODUCER
 from lakewarden.events.topics import TopicSpec, ensure_topics
 from lakewarden.settings import Settings
 from services._common.app import ServiceSettings
@@ -54,8 +56,15 @@ def loop_consumer(
     """The service's consumer. Offsets are committed by the loop, only after what they cover
     is durable; a malformed event is dead-lettered by the loop too, in order with its other
     effects. ``config`` overrides the shared defaults: a new group reads from the earliest
-    offset, with the group timing above."""
-    chosen = {"auto_offset_reset": "earliest", **_GROUP_TIMING, "logger": logger, **config}
+    offset, with the group timing above and the low-latency fetch (a fetch returns as soon
+    as an event arrives)."""
+    chosen = {
+        "auto_offset_reset": "earliest",
+        **_GROUP_TIMING,
+        **LOW_LATENCY_CONSUMER,
+        "logger": logger,
+        **config,
+    }
     if group_instance_id:
         chosen["group_instance_id"] = group_instance_id
     return EventConsumer(
@@ -66,10 +75,12 @@ def loop_consumer(
 def loop_producer(settings: Settings, *, linger_ms: int, logger: logging.Logger) -> Producer:
     """The service's producer: idempotent, every send acknowledged by all in-sync replicas.
     ``linger_ms`` 0 where a client waits for each answer (librdkafka still batches what
-    accumulates while a request to the broker is in flight)."""
+    accumulates while a request to the broker is in flight); Nagle off (see
+    ``lakewarden.events.latency``)."""
+    config = {**LOW_LATENCY_PRODUCER, "linger_ms": linger_ms}
     return Producer(
         settings.kafka.librdkafka_config(
-            acks="all", enable_idempotence=True, linger_ms=linger_ms, logger=logger
+            acks="all", enable_idempotence=True, **config, logger=logger
         )
     )
 

@@ -140,7 +140,6 @@ class Worker:
             codec=self.codec,
             group_instance_id=group_instance_id,
             logger=log,
-            fetch_wait_max_ms=100,  # a fetch returns at once when a request arrives
         )
         # A client waits for each reply: no linger.
         self.producer = loop_producer(settings, linger_ms=0, logger=log)
