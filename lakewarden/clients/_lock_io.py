@@ -185,12 +185,12 @@ class LockIO:
         self.produce(pending.table_id, record)
 
     def send_untracked(self, kind: Kind, table_id: str, *, owner: str = "", **fields: Any) -> None:
-        """Produce a request whose answer nobody waits for (release, withdraw)."""
-        pending = Pending(kind, table_id, uuid.uuid4().hex, 0, self.clock.monotonic())
+        """Produce a request whose answer nobody waits for (release, withdraw): nothing is
+        registered (no ``Pending``, whose future and event are for a caller who waits)."""
         record = lock_request(
             table_id=table_id,
             producer_id=self.client_id,
-            request_id=pending.request_id,
+            request_id=uuid.uuid4().hex,
             kind=kind,
             owner=owner or self.owner,
             ttl_ms=0,
