@@ -13,6 +13,7 @@ unset: the embedded coordinator). The Kafka source's jars come from ``make spark
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -199,6 +200,14 @@ def topic_param(ctx: click.Context, param: click.Parameter, value: str) -> str:
     show_default=True,
     help="Where a new checkpoint starts reading (a checkpoint's own offsets win).",
 )
+@click.option(
+    "--single-task-rows",
+    type=click.IntRange(min=0),
+    default=None,
+    help="A micro-batch of at most N records is written by one Spark task (one file per file "
+    "group instead of one per task and file group); 0: never. "
+    "[lakewarden.spark.ingest.SINGLE_TASK_ROWS: 20000]",
+)
 @click.option("--master", default="local[2]", show_default=True, help="Spark master.")
 def command(
     topic: str,
@@ -211,6 +220,7 @@ def command(
     checkpoint: Path | None,
     bad_records: str | None,
     starting_offsets: str,
+    single_task_rows: int | None,
     master: str,
 ) -> None:
     """Stream a Kafka topic into a lakewarden table: one instant per micro-batch."""
@@ -240,6 +250,8 @@ def command(
         starting_offsets=starting_offsets,
         value_format="avro" if value_format == "avro" else "json",
     )
+    if single_task_rows is not None:
+        spec = dataclasses.replace(spec, single_task_rows=single_task_rows)
     console.print(f"checkpoint {spec.checkpoint}")
     with console.status("starting Spark (local) ..."):
         spark = ingest_session(master=master)

@@ -33,6 +33,15 @@ for a batch write, and the table, coordinator and commit client stay open across
 Which writer (``writer``): ``auto`` (default) takes ``spark`` where ``_native`` can run for the
 table, its storage and settings and no bad-record columns travel with the rows, else
 ``python``.
+
+What the ``spark`` writer keeps per query, because every batch would pay it again: the
+write's column expressions (``_native.meta_columns``: about 600 Py4J round trips to build,
+reused while the batch's schema is the same; the instant enters as a literal column). A batch
+of at most ``single_task_rows`` records (counted from the checkpoint's offsets,
+``_stream_offsets``, else bounded by ``max_batch_rows``) is written by one task, so it writes
+one file per file group instead of one per task and file group: a small batch's cost is
+mostly per file (a Parquet writer, a task commit rename, a footer read and fsync in the
+adoption), not per row.
 """
 
 from __future__ import annotations
@@ -49,6 +58,7 @@ from typing import Literal, NamedTuple
 from pyspark.sql import DataFrame
 
 from lakewarden.spark import _faults, _job, _native
+from lakewarden.spark._native_columns import MetaColumns
 from lakewarden.spark._options import (
     OPT_BATCH,
     OPT_INGEST_ERRORS,
@@ -59,6 +69,7 @@ from lakewarden.spark._options import (
     WriteSpec,
     load_settings,
 )
+from lakewarden.spark._stream_offsets import batch_records
 from lakewarden.spark._stream_session import StreamSession, stream_session
 from lakewarden.spark._transaction import (
     BatchAlreadyCommittedError,
@@ -74,6 +85,12 @@ OPERATION = "insert"
 MicroBatchWriterKind = Literal["auto", "spark", "python"]
 _QUERY_ID = "sql.streaming.queryId"
 _RUN_ID = "spark.jobGroup.id"  # Structured Streaming runs a run's jobs in a group named by it
+# Batches of at most this many records are written by one task (module docstring). Below it a
+# batch's time goes mostly to per-file costs, which one task halves on two cores (one file
+# per file group, not one per task and file group); above it two tasks' parallel JSON parsing
+# and encoding gain more than the extra files cost (an estimate for local[2]: a task parses
+# and writes about 50k rows/s, a file costs 20-50 ms).
+SINGLE_TASK_ROWS = 20_000
 
 
 @dataclass(frozen=True)
@@ -89,6 +106,10 @@ class BatchOutcome:
     called_ms: int = 0
     stages: tuple[StageTiming, ...] = ()
     total_ms: float = 0.0  # the whole call, stages and what lies between them
+    # ``spark`` writer: the write's column expressions were the query's kept ones (not
+    # rebuilt), and the batch was written by one task (``single_task_rows``).
+    columns_reused: bool = False
+    one_task: bool = False
 
 
 class StageTiming(NamedTuple):
@@ -134,14 +155,24 @@ class MicroBatchWriter:
     ingest_errors: bool = False  # the rows carry ``_bad_rows.INGEST_COLUMNS`` (error table)
     writer: MicroBatchWriterKind = "auto"
     test_hooks: dict[str, str] = field(default_factory=dict)
+    # A batch of at most this many records is written by one task (0: never); its records
+    # are counted from the checkpoint's Kafka offsets, else bounded by ``max_batch_rows``
+    # (the query's ``maxOffsetsPerTrigger``, or ``maxFilesPerTrigger`` x rows per file).
+    single_task_rows: int = SINGLE_TASK_ROWS
+    max_batch_rows: int | None = None
     outcomes: deque[BatchOutcome] = field(default_factory=lambda: deque(maxlen=1000))
     _native_reason: str | None = field(default=None, init=False, repr=False)
+    _columns: MetaColumns | None = field(default=None, init=False, repr=False)
     _decided: bool = field(default=False, init=False, repr=False)
     _kafka: bool = field(default=False, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.writer not in ("auto", "spark", "python"):
             raise InvalidOptionError(f"writer must be auto, spark or python, got {self.writer!r}")
+        if self.single_task_rows < 0:
+            raise InvalidOptionError(
+                f"single_task_rows must be 0 (never) or more, got {self.single_task_rows}"
+            )
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         """Steps 1-5 for micro-batch ``batch_id`` (on the driver, called by Spark).
@@ -191,13 +222,20 @@ class MicroBatchWriter:
                 spec, txn = self._open(table, key)  # 2.
         except BatchAlreadyCommittedError as err:  # completed since step 1 (another query)
             return BatchOutcome(key.batch_id, err.committed_by, skipped=True, writer="")
+        reused = one_task = False
         try:
             if native:  # 3. and 4. under one heartbeat (its stop falls in "untimed")
+                with clock.stage("plan"):
+                    kept = self._columns
+                    self._columns = _native.meta_columns(df, table.config, spec, kept)
+                    reused = self._columns is kept
+                    one_task = self.one_task(key.batch_id)
+                    rows = df.coalesce(1) if one_task else df
                 with ExitStack() as beating:
                     with clock.stage("heartbeat_start"):
                         beating.enter_context(txn.heartbeat())
                     with clock.stage("spark_write"):
-                        _native.write_files(df, table.config, spec, table.storage)
+                        _native.write_files(rows, table.config, spec, table.storage, self._columns)
                     with clock.stage("adopt"):
                         messages = [_native.adopt_files(table.storage, spec)]
                     client = session.commit_client() if self._kafka else None
@@ -213,7 +251,25 @@ class MicroBatchWriter:
             if settled is not None:
                 return settled
             raise
-        return BatchOutcome(key.batch_id, spec.instant, skipped=False, writer=_kind(native))
+        return BatchOutcome(
+            key.batch_id,
+            spec.instant,
+            skipped=False,
+            writer=_kind(native),
+            columns_reused=reused,
+            one_task=one_task,
+        )
+
+    def one_task(self, batch_id: int) -> bool:
+        """Whether batch ``batch_id`` is small enough to be written by one task: its record
+        count from the checkpoint's offsets, else the query's cap, at most
+        ``single_task_rows``; False when neither is known."""
+        if self.single_task_rows == 0:
+            return False
+        rows = batch_records(self.checkpoint, batch_id)
+        if rows is None:
+            rows = self.max_batch_rows
+        return rows is not None and rows <= self.single_task_rows
 
     def _open(self, table: _job.TableHandle, key: BatchKey) -> tuple[WriteSpec, SparkTransaction]:
         """Step 2. Raises: BatchAlreadyCommittedError, LockTimeoutError, ..."""

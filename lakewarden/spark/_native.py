@@ -47,61 +47,33 @@ import os
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql import Column, DataFrame
-from pyspark.sql import functions as F  # noqa: N812 - PySpark's own idiom
 
 from lakewarden.commit import ManifestCommitter
 from lakewarden.commit._store import CommitStore
 from lakewarden.commit.layout import JobLayout
 from lakewarden.errors import NonRetryableError
 from lakewarden.settings import Settings
-from lakewarden.spark import _faults, _jvm_udf
+from lakewarden.spark import _jvm_udf, _native_columns
 from lakewarden.spark._messages import TaskCommitMessage
+from lakewarden.spark._native_columns import (
+    BUCKET_COLUMN,
+    PATH_COLUMN,
+    SPARK_TYPES,
+    MetaColumns,
+)
 from lakewarden.spark._options import WriteSpec
 from lakewarden.storage import Storage
-from lakewarden.table.bucket import (
-    MAX_PARTITION_SEGMENT_BYTES,
-    escape_partition_value,
-    partition_codes,
-)
-from lakewarden.table.config import (
-    META_COMMIT_TIME,
-    META_FILE_NAME,
-    META_PARTITION_PATH,
-    META_RECORD_KEY,
-    TableConfig,
-)
+from lakewarden.table.config import META_FILE_NAME, META_PARTITION_PATH, TableConfig
 from lakewarden.table.files import BaseFileName, file_key
 from lakewarden.table.stats import FileGroupId, WriteStat
 
 log = logging.getLogger("lakewarden.spark")
 
-# Hidden partition columns of the Spark write (dropped from the files by Spark).
-_PATH_COLUMN = "__lw_native_path"
-_BUCKET_COLUMN = "__lw_native_bucket"
 _STAGING = "spark"
-# Table types Spark writes to Parquet exactly as pyarrow reads them back, by Spark SQL type.
-_SPARK_TYPES: dict[pa.DataType, str] = {
-    pa.bool_(): "boolean",
-    pa.int8(): "tinyint",
-    pa.int16(): "smallint",
-    pa.int32(): "int",
-    pa.int64(): "bigint",
-    pa.float32(): "float",
-    pa.float64(): "double",
-    pa.string(): "string",
-    pa.binary(): "binary",
-    pa.date32(): "date",
-}
-# Partition column types whose Spark ``cast(... as string)`` is pyarrow's string cast (the
-# text a partition path is made of); floating point differs (``1.0E20`` vs ``1e+20``).
-_JVM_TEXT_TYPES = frozenset(
-    [pa.bool_(), pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.string(), pa.date32()]
-)
 # Parquet writers a task keeps open at once (one per file group it meets) instead of sorting
 # its rows by file group; past this many, Spark sorts the rest (still correct, slower).
 MAX_OPEN_FILES = 64
@@ -128,7 +100,7 @@ def unsupported_reason(config: TableConfig, settings: Settings, storage: Storage
     if settings.error_table.enabled:
         return "the error table is on (bad rows are routed in Python)"
     for field in config.pa_schema:
-        if field.type not in _SPARK_TYPES:
+        if field.type not in SPARK_TYPES:
             return f"column {field.name!r} has type {field.type}, which Spark writes differently"
     key_type = config.pa_schema.field(config.record_key).type
     if not (pa.types.is_integer(key_type) or pa.types.is_string(key_type)):
@@ -136,16 +108,26 @@ def unsupported_reason(config: TableConfig, settings: Settings, storage: Storage
     return None
 
 
-def write_files(df: DataFrame, config: TableConfig, spec: WriteSpec, storage: Storage) -> None:
+def write_files(
+    df: DataFrame,
+    config: TableConfig,
+    spec: WriteSpec,
+    storage: Storage,
+    columns: MetaColumns | None = None,
+) -> None:
     """Step 2: one Spark job writing the rows into the job's staging directory, each task
     with one open Parquet writer per file group it meets (no sort, ``_WRITE_CONFS``).
+    ``columns``: the write's column expressions kept by the caller (``meta_columns``; a
+    streaming query keeps them across micro-batches), else built for this write.
 
     Raises: JvmUdfUnavailableError, or whatever Spark raises (a bad value fails its task with
     the record key named)."""
     session = df.sparkSession
     _jvm_udf.register(session)
-    out = _with_meta(df, config, spec)
-    writer = out.write.mode("errorifexists").partitionBy(_PATH_COLUMN, _BUCKET_COLUMN)
+    if columns is None:
+        columns = meta_columns(df, config, spec)
+    out = columns.apply(df, spec.instant)
+    writer = out.write.mode("errorifexists").partitionBy(PATH_COLUMN, BUCKET_COLUMN)
     # One file per task and file group, and only committed task attempts promoted.
     writer = writer.option("maxRecordsPerFile", 0)
     writer = writer.option("mapreduce.fileoutputcommitter.algorithm.version", "1")
@@ -160,6 +142,25 @@ def write_files(df: DataFrame, config: TableConfig, spec: WriteSpec, storage: St
                 session.conf.unset(name)
             else:
                 session.conf.set(name, old)
+
+
+def meta_columns(
+    df: DataFrame, config: TableConfig, spec: WriteSpec, kept: MetaColumns | None = None
+) -> MetaColumns:
+    """The column expressions of a write of ``df`` (``_native_columns``): ``kept`` when it
+    was built for the same input schema, table, uri and test hooks, else new ones."""
+    schema = df.schema
+    if kept is not None and kept.matches(schema, config, spec.uri, spec.test_hooks):
+        return kept
+    return MetaColumns(schema, config, spec.uri, spec.test_hooks)
+
+
+def file_group_columns(
+    df: DataFrame, config: TableConfig, spec: WriteSpec
+) -> tuple[Column, Column] | None:
+    """(partition path, bucket) of every row of a merge's input, computed in the JVM, or
+    None where Python must compute them (``_native_columns.file_group_columns``)."""
+    return _native_columns.file_group_columns(df, config, spec.uri, spec.instant)
 
 
 def adopt_files(storage: Storage, spec: WriteSpec) -> TaskCommitMessage:
@@ -276,171 +277,3 @@ def _fsync(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-# -- the DataFrame Spark writes -------------------------------------------------------------
-
-
-def _with_meta(df: DataFrame, config: TableConfig, spec: WriteSpec) -> DataFrame:
-    """``df`` as the table's file schema plus the two hidden partition columns.
-
-    The bucket and the partition path are computed in the JVM (``_jvm_udf``); only a
-    partition column whose Spark text differs from pyarrow's (floating point) still goes
-    through a ``pandas_udf``, and the write's test faults through a pass-through one."""
-    key = _conformed(df, config, config.record_key, required=True, spec=spec)
-    key_text = key.cast("string")
-    bucket = _jvm_udf.key_bucket(key_text, config.buckets)
-    if spec.test_hooks:
-        bucket = _fault_udf(spec.test_hooks)(bucket)
-    path = _partition_path(df, config, spec)
-    task = F.lpad(F.spark_partition_id().cast("string"), 5, "0")
-    # append_group(): "<bucket:08d>-<instant>-<task:05d>"; token "<task>-0-0" (module doc).
-    name = F.concat(
-        F.lpad(bucket.cast("string"), 8, "0"),
-        F.lit(f"-{spec.instant}-"),
-        task,
-        F.lit("_"),
-        F.spark_partition_id().cast("string"),
-        F.lit(f"-0-0_{spec.instant}.parquet"),
-    )
-    columns = [
-        F.lit(spec.instant).alias(META_COMMIT_TIME),
-        key_text.alias(META_RECORD_KEY),
-        path.alias(META_PARTITION_PATH),
-        name.alias(META_FILE_NAME),
-    ]
-    for field in config.pa_schema:
-        required = field.name == config.record_key or not field.nullable
-        columns.append(
-            _conformed(df, config, field.name, required=required, spec=spec).alias(field.name)
-        )
-    return df.select(*columns, path.alias(_PATH_COLUMN), bucket.alias(_BUCKET_COLUMN))
-
-
-def file_group_columns(
-    df: DataFrame, config: TableConfig, spec: WriteSpec
-) -> tuple[Column, Column] | None:
-    """(partition path, bucket) of every row of a merge's input, computed in the JVM, or
-    None where Python must compute them: a key or partition column whose Spark type is not
-    the table's (its text, hence its bucket or path, would be the cast's), or whose text in
-    Spark differs from pyarrow's."""
-    for name in (config.record_key, *config.partition_by):
-        table_type = config.pa_schema.field(name).type
-        if table_type not in _JVM_TEXT_TYPES or name not in df.columns:
-            return None
-        if df.schema[name].dataType.simpleString() != _SPARK_TYPES[table_type]:
-            return None
-    if config.pa_schema.field(config.record_key).type in (pa.bool_(), pa.date32()):
-        return None
-    key_text = F.col(_quoted(config.record_key)).cast("string")
-    bucket = _jvm_udf.key_bucket(key_text, config.buckets)
-    return _partition_path(df, config, spec), bucket
-
-
-def _partition_path(df: DataFrame, config: TableConfig, spec: WriteSpec) -> Column:
-    """Each row's ``k=v/k2=v2`` (``partition_codes``), in the JVM where Spark's text of the
-    values is pyarrow's; a segment longer than a directory name fails the write naming it."""
-    if not config.partition_by:
-        return F.lit("")
-    parts = [_conformed(df, config, f, required=False, spec=spec) for f in config.partition_by]
-    types = [config.pa_schema.field(f).type for f in config.partition_by]
-    if not all(t in _JVM_TEXT_TYPES for t in types):
-        udf_path: Column = _path_udf(config)(*parts)
-        return udf_path
-    segments = []
-    for field, value in zip(config.partition_by, parts, strict=True):
-        segment = F.concat(
-            F.lit(f"{escape_partition_value(field)}="),
-            _jvm_udf.partition_value(value.cast("string")),
-        )
-        message = F.concat(
-            F.lit(
-                f"lakewarden: instant {spec.instant} of table {spec.uri}: partition field "
-                f"{field!r} has a value whose directory name would be longer than "
-                f"{MAX_PARTITION_SEGMENT_BYTES} bytes: "
-            ),
-            F.substring(value.cast("string"), 1, 40),
-            F.lit("... Help: partition by a shorter value (a prefix, a hash, a date)."),
-        )
-        too_long = F.octet_length(segment) > MAX_PARTITION_SEGMENT_BYTES
-        segments.append(F.when(too_long, F.raise_error(message)).otherwise(segment))
-    return F.concat_ws("/", *segments)
-
-
-def _conformed(
-    df: DataFrame, config: TableConfig, name: str, *, required: bool, spec: WriteSpec
-) -> Column:
-    """Column ``name`` in the table's type; a value that does not fit, or a null where the
-    table requires a value, fails the task naming the column, the type and the record key."""
-    target = _SPARK_TYPES[config.pa_schema.field(name).type]
-    source = F.col(_quoted(name))
-    if df.schema[name].dataType.simpleString() == target:
-        value = source
-        bad = source.isNull() if required else F.lit(False)
-    else:
-        value = F.expr(f"try_cast({_quoted(name)} AS {target})")
-        bad = value.isNull() & (source.isNotNull() | F.lit(required))
-    if not required and value is source:
-        return value
-    key = F.coalesce(F.col(_quoted(config.record_key)).cast("string"), F.lit("null"))
-    message = F.concat(
-        F.lit(
-            f"lakewarden: instant {spec.instant} of table {spec.uri}: the value of column "
-            f"{name!r} does not fit the table type {config.pa_schema.field(name).type}"
-            f"{' (required)' if required else ''}, record key "
-        ),
-        key,
-    )
-    return F.when(bad, F.raise_error(message)).otherwise(value)
-
-
-def _quoted(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
-
-
-def _fault_udf(hooks: dict[str, str]) -> Any:
-    """A pass-through ``pandas_udf`` raising the write's ``lakewarden.test.*`` faults in the
-    task that evaluates it (tests only: a real write has no hooks and no Python hop)."""
-    import pandas as pd  # type: ignore[import-untyped]
-    from pyspark.sql.functions import pandas_udf  # type: ignore[attr-defined]
-
-    def faults(values: Any) -> Any:
-        _task_faults(hooks)
-        return values
-
-    # PySpark infers the UDF's kind from these (text annotations would not resolve here).
-    faults.__annotations__ = {"values": pd.Series, "return": pd.Series}
-    return pandas_udf(faults, "int")
-
-
-def _path_udf(config: TableConfig) -> Any:
-    """A ``pandas_udf`` giving each row's partition path (``partition_codes``)."""
-    import pandas as pd
-    from pyspark.sql.functions import pandas_udf  # type: ignore[attr-defined]
-
-    fields = list(config.partition_by)
-    types = [config.pa_schema.field(f).type for f in fields]
-
-    def path(*values: Any) -> Any:
-        table = pa.table(
-            [pa.Array.from_pandas(v, type=t) for v, t in zip(values, types, strict=True)],
-            names=fields,
-        )
-        codes, paths = partition_codes(table, fields)
-        return pa.array(paths, pa.string()).take(codes).to_pandas()
-
-    path.__annotations__ = {"values": pd.Series, "return": pd.Series}
-    return pandas_udf(path, "string")
-
-
-def _task_faults(hooks: dict[str, str]) -> None:
-    """The write's ``lakewarden.test.*`` faults, in the task that evaluates the UDF.
-
-    Raises: InjectedFaultError."""
-    from pyspark import TaskContext
-
-    ctx = TaskContext.get()
-    if ctx is None:
-        return
-    _faults.before_write(hooks, ctx.partitionId(), ctx.attemptNumber())
-    _faults.after_task_commit(hooks, ctx.partitionId(), ctx.attemptNumber())

@@ -73,7 +73,7 @@ from lakewarden.spark._ingest_records import (
     read_bad_records,
     route_bad_records,
 )
-from lakewarden.spark._micro_batch import MicroBatchWriter, MicroBatchWriterKind
+from lakewarden.spark._micro_batch import SINGLE_TASK_ROWS, MicroBatchWriter, MicroBatchWriterKind
 from lakewarden.spark._options import encode_settings
 from lakewarden.spark._transaction import BATCH_ID, QUERY_ID, BatchKey, completed_batch
 from lakewarden.storage import Storage, open_storage
@@ -88,6 +88,7 @@ __all__ = [
     "BAD_RECORDS_DIR",
     "BATCH_ID",
     "QUERY_ID",
+    "SINGLE_TASK_ROWS",
     "AvroSchemaError",
     "AvroValueCodec",
     "BadRecords",
@@ -194,6 +195,8 @@ class IngestSpec:
     value_format: ValueFormat = "json"
     settings: Settings | None = None  # for the writer's processes (default: their environment)
     writer: MicroBatchWriterKind = "auto"  # who writes the rows (``_micro_batch``)
+    # A micro-batch of at most this many records is written by one Spark task (``_micro_batch``)
+    single_task_rows: int = SINGLE_TASK_ROWS
 
     def __post_init__(self) -> None:
         check_topic_name(self.topic)  # an illegal topic would make the Kafka source wait forever
@@ -314,6 +317,8 @@ class IngestJob:
             checkpoint=str(spec.checkpoint),
             ingest_errors=errors,
             writer=spec.writer,
+            single_task_rows=spec.single_task_rows,
+            max_batch_rows=spec.max_records_per_batch,
         )
         writer = (
             good.writeStream.foreachBatch(batches)

@@ -20,6 +20,7 @@ import lakewarden
 from lakewarden.spark._micro_batch import MicroBatchWriter, batch_option, parse_batch_option
 from lakewarden.spark._options import InvalidOptionError
 from lakewarden.spark._transaction import BATCH_ID, QUERY_ID, BatchKey
+from lakewarden.table.config import META_COMMIT_TIME, META_FILE_NAME, META_PARTITION_PATH
 from lakewarden.table.instant import Transition
 from lakewarden.table.table import Table
 from lakewarden.testing import wait_until
@@ -77,7 +78,14 @@ def test_failed_and_restarted_query_commits_every_batch_exactly_once(
     checkpoint = tmp_path / "checkpoint"
 
     def writer(**hooks: str) -> MicroBatchWriter:
-        return MicroBatchWriter(uri, checkpoint=str(checkpoint), writer=kind, test_hooks=hooks)  # type: ignore[arg-type]
+        # A batch is one source file: small enough for one task (``single_task_rows``).
+        return MicroBatchWriter(
+            uri,
+            checkpoint=str(checkpoint),
+            writer=kind,  # type: ignore[arg-type]
+            test_hooks=hooks,
+            max_batch_rows=ROWS_PER_FILE,
+        )
 
     # Run 1 dies right after lakewarden committed batch 1, before Spark recorded it.
     assert not _run(spark, source, checkpoint, writer(fail_after_commit_of_batch="1"))
@@ -100,6 +108,33 @@ def test_failed_and_restarted_query_commits_every_batch_exactly_once(
     rolled_back = [i for i in table.timeline() if i.state is Transition.ROLLED_BACK]
     assert len(rolled_back) == 1  # batch 2 of run 2: its files are gone with its job
     assert not list((tmp_path / "table").glob("_temporary/manifest_*/spark"))
+    if kind == "spark":  # batch 3 reused batch 2's column expressions; each ran as one task
+        assert [(o.columns_reused, o.one_task) for o in third.outcomes] == [
+            (False, True),
+            (True, True),
+        ]
+    _assert_meta_names_their_instants(table, one_file_per_group=kind == "spark")
+
+
+def _assert_meta_names_their_instants(table: Table, *, one_file_per_group: bool) -> None:
+    """Every row's commit time is a completed instant, named by its file; with
+    ``one_file_per_group``, each instant wrote one file per file group (its rows' partition
+    path and bucket)."""
+    meta = table.read(with_meta=True)
+    completed = {i.instant for i in table.timeline() if i.state is Transition.COMPLETED}
+    files: dict[str, set[str]] = {}
+    groups: dict[str, set[tuple[str, str]]] = {}
+    for row in meta.select([META_COMMIT_TIME, META_FILE_NAME, META_PARTITION_PATH]).to_pylist():
+        instant, name = row[META_COMMIT_TIME], row[META_FILE_NAME]
+        assert instant in completed
+        assert f"-{instant}-" in name and name.endswith(f"_{instant}.parquet"), (instant, name)
+        files.setdefault(instant, set()).add(name)
+        groups.setdefault(instant, set()).add((row[META_PARTITION_PATH], name.split("-")[0]))
+    assert set(files) == completed
+    if one_file_per_group:
+        assert {instant: len(names) for instant, names in files.items()} == {
+            instant: len(found) for instant, found in groups.items()
+        }
 
 
 @pytest.mark.timeout(900)  # a second Spark (the killed driver's) starts on a loaded machine
