@@ -239,6 +239,7 @@ def _lakewarden_latency(
     outcomes = list(jobs[0].writer.outcomes) if jobs[0].writer is not None else []
     summary["breakdown_p50_ms"] = _p50s(_breakdown(jobs[0].totals.reports, outcomes, str(table)))
     summary["batch_p50_ms"] = statistics.median(r.duration_ms for r in jobs[0].totals.reports)
+    summary["one_task_batches"] = sum(o.one_task for o in outcomes)
     return summary
 
 

@@ -182,9 +182,13 @@ def _lakewarden_run(
     totals = job.run(poll_s=0.2)
     wall = time.perf_counter() - started
     assert job.writer is not None
-    parts = _breakdown(totals.reports, list(job.writer.outcomes), str(table))
+    outcomes = list(job.writer.outcomes)
+    parts = _breakdown(totals.reports, outcomes, str(table))
     return {
         "breakdown_p50_ms": _p50s(parts),
+        # batches written by one task, and with the query's kept column expressions
+        "one_task_batches": sum(o.one_task for o in outcomes),
+        "columns_reused_batches": sum(o.columns_reused for o in outcomes),
         "table": str(table),
         "wall_s": wall,
         "records": totals.input_rows,
@@ -348,6 +352,8 @@ def results(numbers: dict[str, Any]) -> list[Result]:
         "parquet_batch_ms": base["batch_ms"],
         "parquet_commit_ms": base["commit_ms"],
         "lakewarden_batch_breakdown_p50_ms": ours["breakdown_p50_ms"],
+        "lakewarden_one_task_batches": ours["one_task_batches"],
+        "lakewarden_columns_reused_batches": ours["columns_reused_batches"],
         "lakewarden_wall_s": ours["wall_s"],
         "parquet_wall_s": base["wall_s"],
         "lakewarden_skip_records_per_s": skip["records"] / skip["wall_s"],
