@@ -106,6 +106,8 @@ def test_a_value_that_does_not_fit_rolls_the_write_back(spark: Any, tmp_path: Pa
         lakewarden.spark.write(df, table.uri, "bulk_insert", options={"writer": "spark"})
     assert "record key 2" in str(caught.value)
     assert states(table)[-1] is Transition.ROLLED_BACK
+    # The instant, a literal column of the write (``_native_columns``), is in the message.
+    assert f"instant {table.timeline()[-1].instant} of table" in str(caught.value)
     assert files_on_disk(tmp_path / "t") == set()
     assert lakewarden.read(table.uri).num_rows == 0
 
