@@ -122,13 +122,13 @@ def _assert_meta_names_their_instants(table: Table, *, one_file_per_group: bool)
     path and bucket)."""
     meta = table.read(with_meta=True)
     completed = {i.instant for i in table.timeline() if i.state is Transition.COMPLETED}
-    files: dict[str, set[str]] = {}
+    files: dict[str, set[tuple[str, str]]] = {}  # (partition path, file name): names repeat
     groups: dict[str, set[tuple[str, str]]] = {}
     for row in meta.select([META_COMMIT_TIME, META_FILE_NAME, META_PARTITION_PATH]).to_pylist():
         instant, name = row[META_COMMIT_TIME], row[META_FILE_NAME]
         assert instant in completed
         assert f"-{instant}-" in name and name.endswith(f"_{instant}.parquet"), (instant, name)
-        files.setdefault(instant, set()).add(name)
+        files.setdefault(instant, set()).add((row[META_PARTITION_PATH], name))
         groups.setdefault(instant, set()).add((row[META_PARTITION_PATH], name.split("-")[0]))
     assert set(files) == completed
     if one_file_per_group:
