@@ -232,12 +232,12 @@ def _lakewarden_latency(
     produced = _run_and_measure(
         start, lambda: _produce_at_rate(bootstrap, topic, rate, duration_s), read_so_far, timeout_s
     )
-    from benchmarks.bench_ingest import _breakdown, _p50s
+    from benchmarks._ingest_breakdown import breakdown, p50s
 
     latencies, instants = _latencies(str(table))
     summary = _summary(latencies, produced, instants)
     outcomes = list(jobs[0].writer.outcomes) if jobs[0].writer is not None else []
-    summary["breakdown_p50_ms"] = _p50s(_breakdown(jobs[0].totals.reports, outcomes, str(table)))
+    summary["breakdown_p50_ms"] = p50s(breakdown(jobs[0].totals.reports, outcomes, str(table)))
     summary["batch_p50_ms"] = statistics.median(r.duration_ms for r in jobs[0].totals.reports)
     summary["one_task_batches"] = sum(o.one_task for o in outcomes)
     return summary

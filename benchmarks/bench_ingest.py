@@ -46,6 +46,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from benchmarks._ingest_breakdown import breakdown, p50s, transitions
 from benchmarks._registry import BenchContext, Result, benchmark
 from lakewarden.settings import KafkaSettings, Settings
 
@@ -96,65 +97,13 @@ def _parquet_commit_ms(out: Path, batch: int) -> float:
     return log.stat().st_mtime * 1000 - newest
 
 
-def _transitions(uri: str) -> dict[str, dict[str, int]]:
-    """Per instant, the wall time (ms) of each of its transitions."""
-    from lakewarden.storage import open_storage
-    from lakewarden.table.timeline import Timeline
-
-    times: dict[str, dict[str, int]] = {}
-    for entry in Timeline(open_storage(uri), table="orders").entries():
-        times.setdefault(entry.instant, {})[str(entry.transition)] = entry.wall_time_ms
-    return times
-
-
-def _breakdown(reports: list[Any], outcomes: list[Any], uri: str) -> dict[str, list[float]]:
-    """Where each micro-batch's time went (ms), in order: ``trigger_to_call`` (Spark's planning
-    and the Kafka fetch until ``foreachBatch`` is called), the writer's own steps
-    (``MicroBatchWriter``'s stage clock: ``skip_check``, ``open`` = committer job set up + lock +
-    ``requested``, ``spark_write``, ``adopt``, ``commit``), the commit split by the timeline's
-    wall times (``commit_to_inflight``, ``inflight_to_completed`` = the job-committer's round
-    trip and job commit, ``completed_to_return``), ``untimed`` (the call less its steps:
-    heartbeat start/stop, the first batch's writer choice) and ``call_to_end`` (Spark's commit
-    log and progress after the call)."""
-    times = _transitions(uri)
-    by_batch = {o.batch_id: o for o in outcomes if not o.skipped}
-    parts: dict[str, list[float]] = {}
-
-    def add(name: str, value: float) -> None:
-        parts.setdefault(name, []).append(value)
-
-    for report in reports:
-        outcome = by_batch.get(report.batch_id)
-        if outcome is None or not report.started_ms:
-            continue
-        add("trigger_to_call", float(outcome.called_ms - report.started_ms))
-        for stage in outcome.stages:
-            add(stage.name, stage.duration_ms)
-            if stage.name == "commit":
-                marks = times.get(outcome.instant, {})
-                start = outcome.called_ms + stage.start_ms
-                end = start + stage.duration_ms
-                if {"inflight", "completed"} <= set(marks):
-                    add("commit_to_inflight", marks["inflight"] - start)
-                    add("inflight_to_completed", float(marks["completed"] - marks["inflight"]))
-                    add("completed_to_return", end - marks["completed"])
-        add("untimed", outcome.total_ms - sum(s.duration_ms for s in outcome.stages))
-        end_ms = report.started_ms + report.duration_ms
-        add("call_to_end", end_ms - (outcome.called_ms + outcome.total_ms))
-    return parts
-
-
 def _commit_ms(uri: str) -> list[float]:
     """Per completed instant: ``inflight`` -> ``completed`` wall time (ms)."""
     return [
         float(marks["completed"] - marks["inflight"])
-        for marks in _transitions(uri).values()
+        for marks in transitions(uri).values()
         if {"inflight", "completed"} <= set(marks)
     ]
-
-
-def _p50s(parts: dict[str, list[float]]) -> dict[str, float]:
-    return {name: round(statistics.median(values), 1) for name, values in parts.items() if values}
 
 
 def _lakewarden_run(
@@ -183,9 +132,9 @@ def _lakewarden_run(
     wall = time.perf_counter() - started
     assert job.writer is not None
     outcomes = list(job.writer.outcomes)
-    parts = _breakdown(totals.reports, outcomes, str(table))
+    parts = breakdown(totals.reports, outcomes, str(table))
     return {
-        "breakdown_p50_ms": _p50s(parts),
+        "breakdown_p50_ms": p50s(parts),
         # batches written by one task, and with the query's kept column expressions
         "one_task_batches": sum(o.one_task for o in outcomes),
         "columns_reused_batches": sum(o.columns_reused for o in outcomes),
