@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from datetime import UTC, datetime
 
 import click
@@ -94,16 +94,6 @@ def table_events(
                 topics=topics,
             )
         )
-
-
-def stream_table_events(
-    settings: Settings, config: TableConfig, *, since: str | None, topics: Iterable[TopicSpec]
-) -> Iterator[Item]:
-    """``table_events``, one at a time as they are read (run it in ``batch_mode``): a
-    replay folds a million events without keeping them.
-
-    Raises: ConfigurationError (Kafka not configured), RetryableError, ReadTimeoutError."""
-    return read_table_events(settings, config.table_id, since_ms=parse_since(since), topics=topics)
 
 
 def table_history(

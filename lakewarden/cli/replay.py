@@ -24,12 +24,11 @@ from lakewarden.cli._table_events import (
     SINCE_HELP,
     check_since,
     open_table,
-    stream_table_events,
+    parse_since,
     table_events,
 )
 from lakewarden.events.topics import LOCK_REPLIES, LOCK_REQUESTS, TIMELINE
 from lakewarden.history import (
-    Recorded,
     RetentionGap,
     TopicReplay,
     Unreadable,
@@ -37,6 +36,7 @@ from lakewarden.history import (
     diff_timelines,
     fmt_ms,
     read_storage_entries,
+    replay_timeline,
 )
 from lakewarden.history.lock_replay import LockReplayReport, redrive_locks
 from lakewarden.settings import Settings
@@ -60,13 +60,8 @@ def command(ctx: click.Context, uri: str, since: str | None, from_beginning: boo
     settings = Settings()
     storage, config = open_table(uri, settings)
     replay = TopicReplay()
-    items: list[Unreadable | RetentionGap] = []  # the problems met; events are folded as read
-    with batch_mode():
-        for item in stream_table_events(settings, config, since=since, topics=[TIMELINE]):
-            if isinstance(item, Recorded):
-                replay.feed(item)
-            else:
-                items.append(item)
+    with batch_mode():  # the events are folded as read; the problems met are returned
+        items = replay_timeline(settings, config.table_id, replay, since_ms=parse_since(since))
         topic, state = replay.entries, replay.state()
         stored = read_storage_entries(storage)
         if since is not None:  # entries older than the first one read were not asked for

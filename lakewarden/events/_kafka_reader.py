@@ -251,6 +251,25 @@ class KafkaReader:
                 self._on_error(error)
         return good
 
+    def consume_unchecked(self, max_messages: int, timeout_s: float) -> list[Message]:
+        """``consume`` without its per-message error filter, for a bulk reader's hot loop
+        (a million-message read would walk every batch twice): the caller hands each
+        message whose ``error()`` is not None to ``on_error``.
+
+        Raises:
+            EventConsumerError: the consumer failed fatally.
+        """
+        return self._started().consume(num_messages=max_messages, timeout=timeout_s)
+
+    def on_error(self, error: KafkaError) -> None:
+        """What ``consume`` does with a message's error: a fatal one or an authentication
+        failure raises, any other is logged (librdkafka recovers from it).
+
+        Raises:
+            EventConsumerError: the consumer failed fatally.
+        """
+        self._on_error(error)
+
     # -- offsets ---------------------------------------------------------------------------
 
     def store_offsets(self, offsets: Sequence[TopicPartition]) -> None:

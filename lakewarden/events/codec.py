@@ -190,6 +190,19 @@ class EventCodec:
             ) from err
         return reader.name, envelope
 
+    def body_reader(self, event: str) -> tuple[bytes, Callable[[BytesIO], dict[str, Any]]]:
+        """The header (magic + fingerprint) of ``event``'s current schema and the function
+        that reads a body written with that schema from a buffer at the body's start: for a
+        loop decoding one event kind in bulk (``decode`` does the same per message, and
+        remains the path for every other header).
+
+        Raises:
+            EventEncodeError: no such event.
+        """
+        schema = self.schema(event)
+        header = MAGIC + schema.fingerprint
+        return header, self._readers[header].read
+
     def _header_error(self, data: bytes) -> EventDecodeError:
         """Why ``data`` has no known header (called only once the fast lookup failed)."""
         if len(data) < HEADER_SIZE:

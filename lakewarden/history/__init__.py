@@ -9,15 +9,17 @@ Public surface::
     story_lines, table_lines          the history as text
     diff_timelines, ReplayReport      the timeline rebuilt from the topic vs storage's
     TopicReplay                       the rebuild, folded while the topic is read
+    replay_timeline                   the timeline topic read into a TopicReplay, batch by batch
     read_table_events                 the bounded Kafka read of one table's events
     explain_window, terminal_time_ms  the stretch of the topics explain reads for an instant
     batch_mode                        the cyclic GC paused while a command reads and folds
 
-Everything but ``read_table_events`` (and ``read_storage_entries``) is pure: no Kafka, no
-storage, so it is tested with hand-built event sequences.
+Everything but ``read_table_events``, ``replay_timeline`` (and ``read_storage_entries``) is
+pure: no Kafka, no storage, so it is tested with hand-built event sequences.
 """
 
 from lakewarden.history._batch import batch_mode
+from lakewarden.history._replay_read import replay_timeline
 from lakewarden.history.explain import explain, fmt_ms, telling_instant
 from lakewarden.history.fold import HistoryBuilder, build_history
 from lakewarden.history.model import (
@@ -87,6 +89,7 @@ __all__ = [
     "history_json",
     "read_storage_entries",
     "read_table_events",
+    "replay_timeline",
     "story_lines",
     "table_lines",
     "telling_instant",

@@ -30,8 +30,8 @@ states, tail, last requested instant and rejections with their reasons.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
-from typing import Any, Final, NamedTuple
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Final, NamedTuple, cast
 
 from pydantic import BaseModel, ValidationError
 
@@ -168,6 +168,12 @@ class LeanFold:
         self._completions: list[tuple[int, str]] = []
         self._pending_plans: set[str] = set()
         self._parse = SharedPayloads()
+        # The fast path by transition: each takes the entry (True) or leaves it untouched.
+        self.fast: dict[Transition, Callable[[LeanEntry], bool]] = {
+            _REQUESTED: self._requested,
+            _INFLIGHT: self._inflight,
+            _COMPLETED: self._completed,
+        }
 
     # -- StateView ------------------------------------------------------------------------------
 
@@ -196,26 +202,26 @@ class LeanFold:
 
     def feed(self, entry: LeanEntry | TimelineEntry) -> None:
         """Apply ``entry``; an illegal one is recorded in ``state().rejected``."""
-        if type(entry) is LeanEntry and entry[0] == self._tail_seq + 1:
-            transition = entry[3]
-            if transition is _INFLIGHT:
-                done = self._inflight(entry)
-            elif transition is _COMPLETED:
-                done = self._completed(entry)
-            elif transition is _REQUESTED:
-                done = self._requested(entry)
-            else:
-                done = False
-            if done:
-                self._tail_seq = entry[0]
+        if type(entry) is LeanEntry:
+            fast = self.fast.get(entry[3])
+            if fast is not None and fast(entry):
                 return
+        self.judged(entry)
+
+    def judged(self, entry: LeanEntry | TimelineEntry) -> None:
+        """Apply ``entry`` through the state machine (``feed`` when the fast path declined
+        it: a caller that tried ``fast`` itself)."""
         self._judged(self._texts.entry(entry))
+
+    # Each fast step takes the entry, updating the tail, when every condition of the path
+    # holds (True), and otherwise changes nothing (False).
 
     def _requested(self, entry: LeanEntry) -> bool:
         instant = entry[1]
         last = self._last_requested_time
         if (
-            entry[2] not in _FAST_ACTIONS
+            entry[0] != self._tail_seq + 1
+            or entry[2] not in _FAST_ACTIONS
             or instant in self._instants
             or (last is not None and instant <= last)
         ):
@@ -229,11 +235,17 @@ class LeanFold:
             None, None, None,
         ]  # fmt: skip
         self._last_requested_time = instant
+        self._tail_seq = seq
         return True
 
     def _inflight(self, entry: LeanEntry) -> bool:
         fast = self._instants.get(entry[1])
-        if type(fast) is not list or fast[_STATE] is not _REQUESTED or fast[0] is not entry[2]:
+        if (
+            type(fast) is not list
+            or fast[_STATE] is not _REQUESTED
+            or fast[0] is not entry[2]
+            or entry[0] != self._tail_seq + 1
+        ):
             return False
         workload: Any = entry[8]  # WorkloadProfile | None
         if workload is None:
@@ -241,12 +253,18 @@ class LeanFold:
         fast[_STATE], fast[_LAST_SEQ], fast[_TOKEN], fast[_WORKLOAD] = (
             _INFLIGHT, entry[0], entry[5], workload,
         )  # fmt: skip
+        self._tail_seq = entry[0]
         return True
 
     def _completed(self, entry: LeanEntry) -> bool:
         instant = entry[1]
         fast = self._instants.get(instant)
-        if type(fast) is not list or fast[_STATE] is not _INFLIGHT or fast[0] is not entry[2]:
+        if (
+            type(fast) is not list
+            or fast[_STATE] is not _INFLIGHT
+            or fast[0] is not entry[2]
+            or entry[0] != self._tail_seq + 1
+        ):
             return False
         completions = self._completions
         # Both conflict rules would find nothing to compare: no instant completed after this
@@ -263,6 +281,7 @@ class LeanFold:
         )  # fmt: skip
         fast[_WORKLOAD] = workload if workload is not None and workload.replaces_all else None
         completions.append((seq, instant))
+        self._tail_seq = seq
         return True
 
     def _judged(self, entry: TimelineEntry) -> None:
@@ -298,15 +317,14 @@ class LeanFold:
         if entry.transition is _REQUESTED:
             self._last_requested_time = entry.instant
 
-    def _built(self, instant: str) -> InstantState:
-        found = self.get(instant)
-        assert found is not None  # a name of ``_instants``
-        return found
-
     def state(self) -> TimelineState:
         """The state after every entry fed (fast instants built as ``InstantState``)."""
+        instants = self._instants
+        for name, found in instants.items():
+            if type(found) is list:  # replaced in place: the keys and their order stay
+                instants[name] = _built(name, found)
         return TimelineState.model_construct(
-            instants={name: self._built(name) for name in self._instants},
+            instants=cast(dict[str, InstantState], dict(instants)),  # none is a list now
             tail_seq=self._tail_seq,
             last_requested_time=self._last_requested_time,
             rejected=tuple(self._rejected),
@@ -333,28 +351,42 @@ _SET_BY: Final = {
 }
 _SET_BY[_INFLIGHT] = _SET_BY[_REQUESTED] | {"workload"}
 _SET_BY[_COMPLETED] = _SET_BY[_INFLIGHT] | {"commit", "completed_seq"}
+_NO_GROUPS: Final = _DEFAULTS["plan_file_groups"]
 _set = object.__setattr__
+_new = object.__new__
 
 
 def _built(instant: str, fast: _Fast) -> InstantState:
-    """The ``InstantState`` the state machine's handlers build for a fast instant."""
-    values = _DEFAULTS.copy()
-    values.update(
-        instant=instant,
-        action=fast[0],
-        state=fast[_STATE],
-        cancellable=False,
-        operation=fast[2],
-        requested_seq=fast[3],
-        last_seq=fast[_LAST_SEQ],
-        lock_token=fast[_TOKEN],
-        plan=fast[6],
-        workload=fast[_WORKLOAD],
-        commit=fast[_COMMIT],
-        completed_seq=fast[_COMPLETED_SEQ],
+    """The ``InstantState`` the state machine's handlers build for a fast instant.
+
+    One per instant of a replay, so its ``__dict__`` is one dict display of every field in
+    the model's order (the fields a fast instant never sets hold ``_DEFAULTS``' values;
+    ``test_lean_fold`` checks the keys against the model's fields)."""
+    new = _new(InstantState)
+    _set(
+        new,
+        "__dict__",
+        {
+            "instant": instant,
+            "action": fast[0],
+            "state": fast[_STATE],
+            "cancellable": False,
+            "operation": fast[2],
+            "requested_seq": fast[3],
+            "last_seq": fast[_LAST_SEQ],
+            "completed_seq": fast[_COMPLETED_SEQ],
+            "workload": fast[_WORKLOAD],
+            "commit": fast[_COMMIT],
+            "lock_token": fast[_TOKEN],
+            "plan": fast[6],
+            "plan_file_groups": _NO_GROUPS,
+            "rollback_by": None,
+            "reason": None,
+            "failed_stage": None,
+            "failed_job_id": None,
+            "error_type": None,
+        },
     )
-    new = object.__new__(InstantState)
-    _set(new, "__dict__", values)
     _set(new, "__pydantic_fields_set__", set(_SET_BY[fast[_STATE]]))
     _set(new, "__pydantic_extra__", None)
     _set(new, "__pydantic_private__", None)

@@ -43,7 +43,9 @@ class ReadTimeoutError(RetryableError):
 
 
 @dataclass
-class _Partition:
+class PartitionRead:
+    """Where the read of one partition starts, where it stops and how far it got."""
+
     topic: str
     partition: int
     start: int
@@ -78,8 +80,23 @@ def read_table_events(
     # Times as epoch ms: the history only computes with them (``fold.epoch_ms`` takes both).
     codec = codec or epoch_ms_codec()
     names = [spec.name(settings) for spec in topics]
-    # Raw messages: the history decodes them itself, keeping the unreadable ones (step 4).
-    consumer = EventConsumer(
+    consumer = bulk_consumer(settings, codec)
+    try:
+        timeout = settings.kafka.request_timeout_s
+        partitions = plan_read(consumer, names, since_ms, until_ms, timeout)  # 1, 2.
+        yield from _read(consumer, partitions, codec, table_id, timeout_s)
+        for p in partitions:  # 5.
+            if p.low > 0 and p.start == p.low:
+                yield RetentionGap(p.topic, p.partition, p.low, p.first_kept_ms)
+    finally:
+        consumer.close()
+
+
+def bulk_consumer(settings: Settings, codec: EventCodec) -> EventConsumer:
+    """A consumer for a bounded read: it only ``assign``s (no group is joined, no offset
+    committed), hands out raw messages (the history decodes them itself, keeping the
+    unreadable ones: step 4) and fetches in bulk (``BULK_READ_CONFIG``)."""
+    return EventConsumer(
         settings,
         group_id=f"lakewarden-history-{uuid.uuid4()}",
         codec=codec,
@@ -89,24 +106,15 @@ def read_table_events(
         logger=log,
         **BULK_READ_CONFIG,
     )
-    try:
-        timeout = settings.kafka.request_timeout_s
-        partitions = _plan(consumer, names, since_ms, until_ms, timeout)  # 1, 2.
-        yield from _read(consumer, partitions, codec, table_id, timeout_s)
-        for p in partitions:  # 5.
-            if p.low > 0 and p.start == p.low:
-                yield RetentionGap(p.topic, p.partition, p.low, p.first_kept_ms)
-    finally:
-        consumer.close()
 
 
-def _plan(
+def plan_read(
     consumer: EventConsumer,
     names: list[str],
     since_ms: int | None,
     until_ms: int | None,
     timeout: float,
-) -> list[_Partition]:
+) -> list[PartitionRead]:
     """Steps 1 and 2 in a few requests: one for the metadata of every topic, one each for the
     low and high watermarks and the offsets by time of every partition (a request per topic
     and per partition cost more than reading the events of a table, under load 0.1 s each).
@@ -134,7 +142,7 @@ def _plan(
                 for p in _plan_topic(consumer, name, since_ms, until_ms, timeout)
             ]
         return [
-            _Partition(t, p, start, high, low)
+            PartitionRead(t, p, start, high, low)
             for (t, p), start, high, low in zip(where, starts, ends, lows, strict=True)
         ]
     except EventConsumerError as err:
@@ -159,7 +167,7 @@ def _plan_topic(
     since_ms: int | None,
     until_ms: int | None,
     timeout: float,
-) -> list[_Partition]:
+) -> list[PartitionRead]:
     """Step 2 for one topic, a request per partition, each retried (a new topic's partition
     may have no leader for a moment).
 
@@ -173,13 +181,13 @@ def _plan_topic(
             start = _start(found, low, high)
         if until_ms is not None and high > low:
             high = _end(consumer.offset_at(name, number, until_ms, timeout_s=timeout), high)
-        plan.append(_Partition(name, number, start, high, low))
+        plan.append(PartitionRead(name, number, start, high, low))
     return plan
 
 
 def _read(
     consumer: EventConsumer,
-    partitions: list[_Partition],
+    partitions: list[PartitionRead],
     codec: EventCodec,
     table_id: str,
     timeout_s: float,
@@ -188,7 +196,7 @@ def _read(
     so it calls each message accessor once, and a message keyed by the table (every topic's
     but lock.replies') is decoded inline; any other, or one that does not decode, goes
     through ``decode_message``."""
-    remaining: dict[tuple[str, int], _Partition] = {
+    remaining: dict[tuple[str, int], PartitionRead] = {
         (p.topic, p.partition): p for p in partitions if p.start < p.high
     }
     if not remaining:

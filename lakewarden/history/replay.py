@@ -101,16 +101,31 @@ class TopicReplay:
         self.entries = TopicEntries(self._texts)
         self.conflicts: list[Difference] = []
         self._fold = LeanFold(self._texts) if fold else None
-        self._waiting: dict[int, LeanEntry | TimelineEntry] = {}
-        self._next = 0  # the seq the fold takes next
+        # Read and written by ``MessageFold``, which takes the in-order case inline:
+        self.waiting: dict[int, LeanEntry | TimelineEntry] = {}  # fed, not folded yet
+        self.next_seq = 0  # the seq the fold takes next
+
+    @property
+    def texts(self) -> PayloadTexts:
+        """The payload texts parsed and validated so far (shared by entries and fold)."""
+        return self._texts
+
+    @property
+    def lean_fold(self) -> LeanFold | None:
+        """The fold (None: built with ``fold=False``)."""
+        return self._fold
 
     def feed(self, event: Recorded) -> None:
         """Take one event (any kind: only ``TimelineTransition`` makes an entry)."""
         if event[0] != "TimelineTransition":
             return
         entry = _lean_entry(event[1], self._texts)
-        if entry is None:
-            return
+        if entry is not None:
+            self.take(entry)
+
+    def take(self, entry: LeanEntry | TimelineEntry) -> None:
+        """Take one entry (``feed`` without the record: for a reader that builds the
+        ``LeanEntry`` itself, ``MessageFold``)."""
         seq = entry.seq
         stored = self.entries.raw
         known = stored.get(seq)
@@ -125,16 +140,16 @@ class TopicReplay:
         fold = self._fold
         if fold is None:
             return
-        if seq != self._next:
-            self._waiting[seq] = entry
+        if seq != self.next_seq:
+            self.waiting[seq] = entry
             return
         fold.feed(entry)
-        waiting = self._waiting
+        waiting = self.waiting
         seq += 1
         while waiting and seq in waiting:
             fold.feed(waiting.pop(seq))
             seq += 1
-        self._next = seq
+        self.next_seq = seq
 
     def state(self) -> TimelineState:
         """The state machine folded over every entry fed, in seq order.
@@ -142,8 +157,8 @@ class TopicReplay:
         Raises: RuntimeError (built with ``fold=False``)."""
         if self._fold is None:
             raise RuntimeError("this replay only collects entries")
-        for seq in sorted(self._waiting):
-            self._fold.feed(self._waiting.pop(seq))
+        for seq in sorted(self.waiting):
+            self._fold.feed(self.waiting.pop(seq))
         return self._fold.state()
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
@@ -14,6 +15,7 @@ from lakewarden.cli import cli
 from lakewarden.clients.timeline_events import transition_record
 from lakewarden.history import (
     Recorded,
+    RetentionGap,
     TopicReplay,
     Unreadable,
     diff_timelines,
@@ -108,12 +110,31 @@ def test_a_malformed_storage_entry_is_reported(table: Table) -> None:
     ]
 
 
+def _reading(
+    events: list[Recorded | Unreadable],
+) -> Callable[..., list[Unreadable | RetentionGap]]:
+    """``replay_timeline`` over ``events`` instead of Kafka: fed, the problems returned."""
+
+    def read(
+        settings: object, table_id: str, replay: TopicReplay, **_: object
+    ) -> list[Unreadable | RetentionGap]:
+        problems: list[Unreadable | RetentionGap] = []
+        for item in events:
+            if isinstance(item, Recorded):
+                replay.feed(item)
+            else:
+                problems.append(item)
+        return problems
+
+    return read
+
+
 def test_the_replay_command_exits_1_on_a_difference(
     table: Table, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     events = published(table)
     monkeypatch.setattr("lakewarden.cli.replay.table_events", lambda *a, **k: events)
-    monkeypatch.setattr("lakewarden.cli.replay.stream_table_events", lambda *a, **k: iter(events))
+    monkeypatch.setattr("lakewarden.cli.replay.replay_timeline", _reading(events))
     runner = CliRunner()
 
     clean = runner.invoke(cli, ["replay", table.uri])
@@ -172,7 +193,7 @@ def test_an_unreadable_message_is_reported_and_the_replay_goes_on(
     newer = Unreadable("lakewarden.timeline", 0, 9, "unknown_fingerprint", "a newer producer")
     events = [*published(table), newer]
     monkeypatch.setattr("lakewarden.cli.replay.table_events", lambda *a, **k: events)
-    monkeypatch.setattr("lakewarden.cli.replay.stream_table_events", lambda *a, **k: iter(events))
+    monkeypatch.setattr("lakewarden.cli.replay.replay_timeline", _reading(events))
 
     result = CliRunner().invoke(cli, ["replay", table.uri])
 

@@ -25,16 +25,21 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
 from _hypothesis_profiles import examples
 from _reference_fold import apply_in_seq_order
+from confluent_kafka import KafkaError, Message
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from lakewarden.events.codec import EventEncodeError, default_codec, epoch_ms_codec
 from lakewarden.history import Recorded, TopicReplay
 from lakewarden.history._lean_fold import LeanFold
+from lakewarden.history._message_fold import MessageFold
 from lakewarden.table.timeline_state import TimelineEntry, TimelineState
 
 INSTANTS = [f"20240101000000{i:03d}" for i in range(8)]
+ENVELOPE = {"table_id": "t", "event_time": 0, "producer_id": "test", "schema_version": 1}
 GROUPS = [{"partition_path": f"p={i}", "file_id": f"{i:08d}-0000"} for i in range(3)]
 
 
@@ -115,6 +120,7 @@ ACTIONS = {
 # Records that make no ``LeanEntry``: each field value replaces the generated one.
 ODD_FIELDS: list[dict[str, Any]] = [
     {"instant": "2024"},
+    {"instant": "2024010100000000x"},  # 17 characters, not all digits
     {"instant": "２０２４０１０１０００００００００"},  # full-width digits: not \d{17} for Avro
     {"actor": ""},
     {"action": "bogus"},
@@ -243,8 +249,45 @@ def _replayed(records: list[dict[str, Any]]) -> TopicReplay:
     return replay
 
 
-def _assert_same(records: list[dict[str, Any]]) -> None:
-    replay = _replayed(records)
+def _on_the_topic(records: list[dict[str, Any]]) -> list[tuple[bytes, dict[str, Any] | None]]:
+    """Each record as ``lakewarden replay`` finds it on the topic: the encoded message and
+    the record it decodes to; a record Avro cannot encode (a wrong type, an unknown enum, a
+    null payload) cannot be there, so a corrupt message takes its place (record None)."""
+    found: list[tuple[bytes, dict[str, Any] | None]] = []
+    for r in records:
+        envelope = {**ENVELOPE, "event_id": f"e-{len(found)}"}
+        try:
+            value = default_codec().encode("TimelineTransition", {**r, "envelope": envelope})
+        except EventEncodeError:
+            found.append((b"\xc3\x01 not an event", None))
+        else:
+            found.append((value, epoch_ms_codec().decode(value).record))
+    return found
+
+
+def _replayed_from_messages(records: list[dict[str, Any]]) -> tuple[TopicReplay, int]:
+    """``MessageFold`` over the messages of ``records``, three to a batch (so the in-order
+    case resumes across batches); and how many messages it reported unreadable."""
+    messages = [
+        Message(topic="tl", partition=0, offset=i, key=b"t", value=value, timestamp=(1, i))
+        for i, (value, _) in enumerate(_on_the_topic(records))
+    ]
+    replay = TopicReplay()
+    fold = MessageFold(replay, "t", epoch_ms_codec())
+    unreadable = sum(len(fold.fold(messages[i : i + 3])) for i in range(0, len(messages), 3))
+    return replay, unreadable
+
+
+def _assert_same(records: list[dict[str, Any]], *, as_messages: bool = False) -> None:
+    """The lean fold (``feed``; with ``as_messages``, ``MessageFold`` over the encoded
+    records) decides what the reference decides."""
+    if as_messages:
+        topic = _on_the_topic(records)
+        replay, unreadable = _replayed_from_messages(records)
+        records = [record for _, record in topic if record is not None]
+        assert unreadable == len(topic) - len(records)
+    else:
+        replay = _replayed(records)
     lean = replay.state()
     entries, reference = _reference(records)
 
@@ -296,12 +339,11 @@ def test_the_lean_fold_decides_what_the_state_machine_decides(
     records: list[dict[str, Any]],
 ) -> None:
     _assert_same(records)
+    _assert_same(records, as_messages=True)  # the path of ``lakewarden replay``
 
 
-def test_a_sequential_history_stays_on_the_fast_path() -> None:
-    """The common path is taken without the state machine (else the property above would
-    only prove the slow path), and its states are the state machine's."""
-    records = [
+def _sequential() -> list[dict[str, Any]]:
+    return [
         _record(3 * i + step, i, transition, payload)
         for i in range(len(INSTANTS))
         for step, (transition, payload) in enumerate(
@@ -312,11 +354,97 @@ def test_a_sequential_history_stays_on_the_fast_path() -> None:
             ]
         )
     ]
+
+
+def test_a_sequential_history_stays_on_the_fast_path() -> None:
+    """The common path is taken without the state machine (else the property above would
+    only prove the slow path), and its states are the state machine's."""
+    records = _sequential()
     replay = _replayed(records)
     fold = replay._fold
     assert isinstance(fold, LeanFold)
     assert all(type(s) is list for s in fold._instants.values())  # none left the fast path
     _assert_same(records)
+
+
+@pytest.mark.parametrize("odd", range(len(ODD_FIELDS)))
+@pytest.mark.parametrize("at", [3, 4, 5])  # an instant's requested, inflight, completed
+def test_a_record_that_makes_no_lean_entry_is_decided_alike_on_both_paths(
+    odd: int, at: int
+) -> None:
+    """Each odd record in the middle of the fast path (the property draws them rarely)."""
+    records = _sequential()
+    records[at] = {**records[at], **ODD_FIELDS[odd]}
+    _assert_same(records)
+    _assert_same(records, as_messages=True)
+
+
+class _InOrderOnly(TopicReplay):
+    """Fails when an entry leaves ``MessageFold``'s inline in-order case."""
+
+    def take(self, entry: object) -> None:
+        raise AssertionError(f"entry {entry} went through take")
+
+    def feed(self, event: object) -> None:
+        raise AssertionError(f"event {event} went through feed")
+
+
+def test_messages_of_a_sequential_history_stay_on_the_inline_fast_path() -> None:
+    records = _sequential()
+    messages = [
+        Message(topic="tl", partition=0, offset=i, key=b"t", value=value, timestamp=(1, i))
+        for i, (value, _) in enumerate(_on_the_topic(records))
+    ]
+    replay = _InOrderOnly()
+    fold = MessageFold(replay, "t", epoch_ms_codec())
+
+    assert fold.fold(messages[:10]) == []
+    assert fold.fold(messages[10:]) == []
+    lean = replay.lean_fold
+    assert isinstance(lean, LeanFold)
+    assert all(type(s) is list for s in lean._instants.values())  # none left the fast path
+    assert replay.next_seq == len(records)
+    _assert_same(records, as_messages=True)
+
+
+def test_messages_the_fast_path_does_not_take_are_read_as_the_history_reads_them() -> None:
+    """Another table's message is skipped (keyed by it, or keyed by this table but about
+    another), a corrupt one (truncated, trailing bytes) reported with its offset, a consumer
+    error handed on, an event of another kind ignored; the entries around them are folded."""
+    codec = default_codec()
+    first, second = _on_the_topic(RACE[:2])
+    theirs = {**RACE[2], "envelope": {**ENVELOPE, "table_id": "u", "event_id": "x"}}
+    other_table = codec.encode("TimelineTransition", theirs)
+    beat = codec.encode(
+        "Heartbeat",
+        {
+            "envelope": {**ENVELOPE, "event_id": "h"},
+            "instant": INSTANTS[0],
+            "owner": "w",
+            "seq": 0,
+            "interval_ms": 500,
+        },
+    )
+    errors: list[object] = []
+    error = Message(topic="tl", partition=0, error=KafkaError(KafkaError._TRANSPORT))
+    messages = [
+        Message(topic="tl", partition=0, offset=0, key=b"t", value=first[0]),
+        Message(topic="tl", partition=0, offset=1, key=b"t", value=second[0][:30]),
+        Message(topic="tl", partition=0, offset=1, key=b"t", value=second[0] + b"\x00"),
+        Message(topic="tl", partition=0, offset=2, key=b"u", value=other_table),
+        Message(topic="tl", partition=0, offset=3, key=b"t", value=other_table),
+        error,
+        Message(topic="tl", partition=0, offset=4, key=b"t", value=beat),
+        Message(topic="tl", partition=0, offset=5, key=b"t", value=second[0]),
+    ]
+    replay = TopicReplay()
+
+    unreadable = MessageFold(replay, "t", epoch_ms_codec(), on_error=errors.append).fold(messages)
+
+    assert [(u.offset, u.reason) for u in unreadable] == [(1, "corrupt_body")] * 2
+    assert len(errors) == 1
+    assert sorted(replay.entries) == [0, 1]
+    assert sorted(replay.state().instants) == [INSTANTS[0], INSTANTS[1]]
 
 
 def test_a_race_leaves_the_fast_path_and_is_rejected_as_a_conflict() -> None:

@@ -1,0 +1,142 @@
+"""Replay's read of the timeline topic: ``consume`` batches folded as they arrive.
+
+``lakewarden replay`` reads a table's ``TimelineTransition`` events exactly as
+``read_table_events(topics=[TIMELINE])`` reads them (the same plan of partitions, start and
+end offsets, consumer and fetch settings) and folds them into a ``TopicReplay`` as ``feed``
+would; what differs is the loop, written for a million events:
+
+1. Each ``consume`` batch goes whole to ``MessageFold.fold`` (no generator step, no
+   ``Recorded`` and no bookkeeping per message; consumer errors are checked there, on the
+   general path, instead of by a second walk over the batch).
+2. How far each partition got is asked of the consumer once a batch (``position``: the
+   offset after the last message handed out) rather than read from every message.
+3. A partition whose oldest events were deleted (low watermark above 0, read from it) needs
+   the broker time of its first kept event: the first batches are scanned for it alone.
+4. The problems are returned: messages that do not decode (``Unreadable``) and, last, a
+   ``RetentionGap`` per partition that lost its oldest events.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+
+from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Message, TopicPartition
+
+from lakewarden.events.codec import epoch_ms_codec
+from lakewarden.events.consumer import EventConsumer
+from lakewarden.events.topics import TIMELINE
+from lakewarden.history._message_fold import MessageFold
+from lakewarden.history.model import RetentionGap, Unreadable
+from lakewarden.history.reader import (
+    READ_BATCH,
+    PartitionRead,
+    ReadTimeoutError,
+    bulk_consumer,
+    plan_read,
+)
+from lakewarden.history.replay import TopicReplay
+from lakewarden.settings import Settings
+
+
+def replay_timeline(
+    settings: Settings,
+    table_id: str,
+    replay: TopicReplay,
+    *,
+    since_ms: int | None = None,
+    timeout_s: float = 60.0,
+) -> list[Unreadable | RetentionGap]:
+    """Fold the table's timeline events, as they are now, into ``replay`` (from the first
+    event at or after ``since_ms`` when given); the problems met, in the order
+    ``read_table_events`` reports them.
+
+    Raises:
+        ConfigurationError: Kafka is not configured.
+        RetryableError: the broker cannot be reached.
+        ReadTimeoutError: the read did not reach the end of every partition in ``timeout_s``.
+        ValueError: ``replay`` does not fold (built with ``fold=False``).
+    """
+    codec = epoch_ms_codec()
+    consumer = bulk_consumer(settings, codec)
+    try:
+        fold = MessageFold(replay, table_id, codec, on_error=consumer.on_error)
+        timeout = settings.kafka.request_timeout_s
+        names = [TIMELINE.name(settings)]
+        partitions = plan_read(consumer, names, since_ms, None, timeout)
+        problems: list[Unreadable | RetentionGap] = []
+        problems.extend(_fold_batches(consumer, partitions, fold, table_id, timeout_s))
+        for p in partitions:  # 4.
+            if p.low > 0 and p.start == p.low:
+                problems.append(RetentionGap(p.topic, p.partition, p.low, p.first_kept_ms))
+        return problems
+    finally:
+        consumer.close()
+
+
+def _fold_batches(
+    consumer: EventConsumer,
+    partitions: list[PartitionRead],
+    fold: MessageFold,
+    table_id: str,
+    timeout_s: float,
+) -> list[Unreadable]:
+    """Steps 1 to 3: read every partition to its end, folding each batch.
+
+    Raises: ReadTimeoutError, EventConsumerError."""
+    remaining = {(p.topic, p.partition): p for p in partitions if p.start < p.high}
+    if not remaining:
+        return []
+    consumer.assign([TopicPartition(p.topic, p.partition, p.start) for p in remaining.values()])
+    unseen = {key: p for key, p in remaining.items() if p.low > 0 and p.start == p.low}
+    deadline = time.monotonic() + timeout_s
+    unreadable: list[Unreadable] = []
+    while remaining:
+        if time.monotonic() >= deadline:
+            left = ", ".join(f"{p.topic}[{p.partition}]" for p in remaining.values())
+            raise ReadTimeoutError(
+                f"read of table {table_id}'s events did not reach the end of {left} within "
+                f"{timeout_s:g} s. Help: retry, or pass a longer timeout."
+            )
+        # consume() waits its whole timeout for a batch it cannot fill: never ask for more
+        # than the messages left below the ends.
+        unread = sum(p.high - p.next for p in remaining.values())
+        batch = consumer.consume_unchecked(max(1, min(READ_BATCH, unread)), 0.5)
+        if not batch:
+            continue
+        if unseen:  # 3.
+            _note_first_kept(batch, unseen)
+        unreadable.extend(fold.fold(batch))  # 1.
+        _advance(consumer, remaining)  # 2.
+    return unreadable
+
+
+def _note_first_kept(batch: list[Message], unseen: dict[tuple[str, int], PartitionRead]) -> None:
+    """The broker time of the first event kept by each partition in ``unseen`` that
+    ``batch`` holds (when it is at the low watermark); found ones leave ``unseen``."""
+    for msg in batch:
+        if msg.error() is not None:
+            continue
+        p = unseen.pop((msg.topic() or "", msg.partition() or 0), None)
+        if p is not None and msg.offset() == p.low:
+            kind, stamp = msg.timestamp()
+            p.first_kept_ms = None if kind == TIMESTAMP_NOT_AVAILABLE else stamp
+        if not unseen:
+            return
+
+
+def _advance(consumer: EventConsumer, remaining: dict[tuple[str, int], PartitionRead]) -> None:
+    """Each partition's next offset from the consumer's positions; the ones that reached
+    their end leave ``remaining``."""
+    by_topic: dict[str, list[int]] = defaultdict(list)
+    for topic, number in remaining:
+        by_topic[topic].append(number)
+    for topic, numbers in by_topic.items():
+        for number, offset in consumer.positions(topic, numbers).items():
+            p = remaining[(topic, number)]
+            p.next = max(p.next, offset)
+            if p.next >= p.high:
+                del remaining[(topic, number)]
+
+
+__all__ = ["replay_timeline"]
