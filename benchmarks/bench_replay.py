@@ -9,10 +9,11 @@ and codec as the history's reader, with nothing else per message) and the replay
 and folded by the lean fold and the state machine while the topic is read, in
 ``batch_mode``, as ``lakewarden replay`` runs them) read them all. Twice: with the three
 payload texts of a write that repeat (what the payload cache shares) and with payloads that
-never repeat (each instant writes its own file group: every payload is validated). Issue 14's goals: at least 100k events/s (the row's ``budget``) and at
-most 1.3x the floor's time (throughput ratio >= 1/1.3). Peak memory: the RSS growth over the
-call, sampled every 20 ms. The diff against storage is left out: it reads N timeline files,
-which the timeline benchmark measures.
+never repeat (each instant writes its own file group: every payload is validated). Issue
+14's goals: at least 100k events/s (the row's ``budget``) and at most 1.3x the floor's time
+(throughput ratio >= 1/1.3). Peak memory: the RSS growth over the call, sampled every 20 ms.
+The diff against storage is left out: it reads N timeline files, which the timeline
+benchmark measures.
 
 ``explain``: what ``lakewarden explain`` does for a table with 10k instants (30k timeline
 events on a topic of their own, one instant a minute, each event stamped with its time as a
