@@ -52,7 +52,8 @@ from lakewarden.table.timeline_state import (
 _REQUESTED: Final = Transition.REQUESTED
 _INFLIGHT: Final = Transition.INFLIGHT
 _COMPLETED: Final = Transition.COMPLETED
-_FAST_ACTIONS: Final = frozenset({Action.COMMIT, Action.DELTACOMMIT})
+_FAST_COMMIT: Final = Action.COMMIT  # the fast actions: ingestion
+_FAST_DELTACOMMIT: Final = Action.DELTACOMMIT
 _FAST_PLANS: Final = (type(None), JobPlan, UntypedPlan)
 
 
@@ -92,6 +93,9 @@ class PayloadTexts:
         self._parsed: dict[str, object] = {}
         # By fast transition: text -> model (None: invalid); read directly by the hot loop.
         self.models: dict[Transition, dict[str, BaseModel | None]] = {t: {} for t in FAST_MODELS}
+        # The same caches by the transition's name as decoded (a ``str``): an enum member's
+        # hash is ``Enum.__hash__``, a Python call, on every lookup of a million.
+        self.models_by_name = {t.value: cache for t, cache in self.models.items()}
 
     def parsed(self, text: str) -> object:
         """``json.loads(text)``, the same object for an equal text seen recently.
@@ -174,6 +178,7 @@ class LeanFold:
             _INFLIGHT: self._inflight,
             _COMPLETED: self._completed,
         }
+        self.fast_by_name = {t.value: step for t, step in self.fast.items()}  # see models_by_name
 
     # -- StateView ------------------------------------------------------------------------------
 
@@ -221,7 +226,7 @@ class LeanFold:
         last = self._last_requested_time
         if (
             entry[0] != self._tail_seq + 1
-            or entry[2] not in _FAST_ACTIONS
+            or (entry[2] is not _FAST_COMMIT and entry[2] is not _FAST_DELTACOMMIT)  # no hash
             or instant in self._instants
             or (last is not None and instant <= last)
         ):
@@ -350,7 +355,7 @@ _SET_BY: Final = {
     ),
 }
 _SET_BY[_INFLIGHT] = _SET_BY[_REQUESTED] | {"workload"}
-_SET_BY[_COMPLETED] = _SET_BY[_INFLIGHT] | {"commit", "completed_seq"}
+_SET_BY[_COMPLETED] = _SET_COMPLETED = _SET_BY[_INFLIGHT] | {"commit", "completed_seq"}
 _NO_GROUPS: Final = _DEFAULTS["plan_file_groups"]
 _set = object.__setattr__
 _new = object.__new__
@@ -387,7 +392,9 @@ def _built(instant: str, fast: _Fast) -> InstantState:
             "error_type": None,
         },
     )
-    _set(new, "__pydantic_fields_set__", set(_SET_BY[fast[_STATE]]))
+    state = fast[_STATE]
+    fields_set = _SET_COMPLETED if state is _COMPLETED else _SET_BY[state]  # most: completed
+    _set(new, "__pydantic_fields_set__", set(fields_set))
     _set(new, "__pydantic_extra__", None)
     _set(new, "__pydantic_private__", None)
     return new

@@ -92,8 +92,8 @@ class MessageFold:
             self._replay, self._table_id, self._key, self._header, self._read,
         )  # fmt: skip
         texts, stored, waiting = replay.texts, replay.entries.raw, replay.waiting
-        models, parsed = texts.models, texts.parsed
-        fast, judged = self._fold.fast, self._fold.judged
+        models, parsed = texts.models_by_name, texts.parsed
+        fast, judged = self._fold.fast_by_name, self._fold.judged
         actions, transitions, new = _ACTIONS, _TRANSITIONS, new_lean_entry
         following = replay.next_seq
         try:
@@ -121,7 +121,8 @@ class MessageFold:
                 try:  # 2.
                     seq, instant, actor = record["seq"], record["instant"], record["actor"]
                     action = actions.get(record["action"])
-                    transition = transitions.get(record["transition"])
+                    name = record["transition"]
+                    transition = transitions.get(name)
                     text = record["payload"] or "{}"
                     if (
                         seq >= 0
@@ -131,7 +132,7 @@ class MessageFold:
                         and action is not None
                         and transition is not None
                     ):
-                        cache = models.get(transition)  # a fast transition's: validated once
+                        cache = models.get(name)  # a fast transition's: validated once
                         model = None if cache is None else cache.get(text, _UNSEEN)
                         if model is _UNSEEN:
                             model = texts.model(transition, text)
@@ -146,7 +147,7 @@ class MessageFold:
                 if entry is not None and seq == following and not waiting:  # 3., inline
                     stored[seq] = entry
                     following = seq + 1
-                    step = fast.get(entry[3])
+                    step = fast.get(name)
                     if step is None or not step(entry):
                         judged(entry)
                     continue
