@@ -88,9 +88,10 @@ _RUN_ID = "spark.jobGroup.id"  # Structured Streaming runs a run's jobs in a gro
 # Batches of at most this many records are written by one task (module docstring). Below it a
 # batch's time goes mostly to per-file costs, which one task halves on two cores (one file
 # per file group, not one per task and file group); above it two tasks' parallel JSON parsing
-# and encoding gain more than the extra files cost (an estimate for local[2]: a task parses
-# and writes about 50k rows/s, a file costs 20-50 ms).
-SINGLE_TASK_ROWS = 20_000
+# and encoding gain more than the extra files cost. Measured on local[2] at load ~20
+# (``python -m benchmarks ingest --quick``): 2k-record batches wrote in 2.0 s (p50) as one
+# task, 3.3 s as two; ~10-20k-record batches in 2.0 s as two tasks, 4.2 s as one.
+SINGLE_TASK_ROWS = 5_000
 
 
 @dataclass(frozen=True)
