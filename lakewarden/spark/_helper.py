@@ -31,9 +31,10 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame
 from pyspark.sql.types import IntegerType, StringType, StructField, StructType
@@ -42,6 +43,7 @@ from lakewarden.errors import NonRetryableError
 from lakewarden.settings import Settings
 from lakewarden.spark import _job, _jvm_udf, _native
 from lakewarden.spark._arrow import check_write_schema, conform
+from lakewarden.spark._bad_rows import typed_bad_rows
 from lakewarden.spark._create import prepare_table
 from lakewarden.spark._messages import TaskCommitMessage
 from lakewarden.spark._options import (
@@ -205,7 +207,12 @@ def _clustered(
     caller unpersists it)."""
     keyed = with_file_groups(df, table.config, spec).persist(StorageLevel.MEMORY_AND_DISK)
     rows = keyed.select(PARTITION_COLUMN, BUCKET_COLUMN).distinct().collect()
-    canonical = [FileGroupId(partition_path=r[0], file_id=bucket_file_id(r[1])) for r in rows]
+    # A null bucket: bad rows on their way to the error table (``python_file_groups``).
+    canonical = [
+        FileGroupId(partition_path=r[0], file_id=bucket_file_id(r[1]))
+        for r in rows
+        if r[1] is not None
+    ]
     buckets = BucketSlices(base_snapshot(table.storage, table.config, spec.instant))
     touched = dict.fromkeys(g for c in canonical for g in buckets.file_groups(c))
     txn.inflight(WorkloadProfile(operation=spec.operation, file_groups=tuple(touched)))
@@ -220,7 +227,7 @@ def with_file_groups(df: DataFrame, config: TableConfig, spec: WriteSpec) -> Dat
     """``df`` with the partition path and bucket of every row: in the JVM (``_jvm_udf``)
     where the key and partition columns already have the table's types, else by the table's
     routing functions in Python after casting them to the table's types (the text of a key
-    decides its bucket, so it must be the text of the table type)."""
+    decides its bucket, so it must be the text of the table type; ``python_file_groups``)."""
     jvm = None
     try:
         _jvm_udf.register(df.sparkSession)
@@ -229,31 +236,51 @@ def with_file_groups(df: DataFrame, config: TableConfig, spec: WriteSpec) -> Dat
         log.info("file groups of the %s computed in Python: %s", spec.operation, err)
     if jvm is not None:
         return df.withColumns({PARTITION_COLUMN: jvm[0], BUCKET_COLUMN: jvm[1]})
+    diverts = spec.settings().error_table.enabled or spec.ingest_errors
     schema = StructType(
         [
             *df.schema.fields,
-            StructField(PARTITION_COLUMN, StringType(), False),
-            StructField(BUCKET_COLUMN, IntegerType(), False),
+            StructField(PARTITION_COLUMN, StringType(), diverts),
+            StructField(BUCKET_COLUMN, IntegerType(), diverts),
         ]
     )
+    return df.mapInArrow(python_file_groups(config, divert_bad=diverts), schema)
 
-    def add(batches: Iterable[pa.RecordBatch]) -> Iterable[pa.RecordBatch]:
+
+def python_file_groups(
+    config: TableConfig, *, divert_bad: bool
+) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The ``mapInArrow`` function that appends each row's partition path and bucket.
+
+    A row whose key or partition values are bad (a null key, a value that does not fit the
+    table type): with ``divert_bad`` (the error table is on) it gets a null path and bucket,
+    so the shuffle takes it to one task whose ``BadRows`` publishes it to the error table
+    (and ``_clustered`` leaves it out of the workload profile); without, the first one fails
+    the write (InvalidRecordError, naming the row)."""
+
+    def add(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         rows = 0
         for batch in batches:
-            keys = conform(
-                pa.Table.from_batches([batch]),
-                config,
-                "delete",
-                first_row=rows,
-                where="profiling the write",
-            )
+            table = pa.Table.from_batches([batch])
+            keep = None
+            if divert_bad:
+                bad, _ = typed_bad_rows(table, config, "delete")
+                if bad:
+                    keep = pa.array([i not in bad for i in range(batch.num_rows)], pa.bool_())
+                    table = table.filter(keep)
+            keys = conform(table, config, "delete", first_row=rows, where="profiling the write")
             rows += batch.num_rows
             codes, paths = partition_codes(keys, config.partition_by)
-            path = pa.array(paths, pa.string()).take(codes)
-            bucket = key_buckets(key_strings(keys.column(config.record_key)), config.buckets)
+            path: pa.Array = pa.array(paths, pa.string()).take(codes)
+            bucket: pa.Array = key_buckets(
+                key_strings(keys.column(config.record_key)), config.buckets
+            )
+            if keep is not None:  # the bad rows' path and bucket are null
+                path = pc.replace_with_mask(pa.nulls(batch.num_rows, pa.string()), keep, path)
+                bucket = pc.replace_with_mask(pa.nulls(batch.num_rows, pa.int32()), keep, bucket)
             yield batch.append_column(PARTITION_COLUMN, path).append_column(BUCKET_COLUMN, bucket)
 
-    return df.mapInArrow(add, schema)
+    return add
 
 
 def _outcome(table: _job.TableHandle, spec: WriteSpec, err: Exception | None) -> CommitResult:

@@ -438,3 +438,31 @@ def test_global_mode_collects_two_tables_errors_in_one_table(
     finally:
         global_sink.stop()
         stack.sink.start()
+
+
+def test_an_upsert_whose_keys_route_in_python_sends_a_null_key_to_the_error_table(
+    spark: Any, stack: Stack, tmp_path: Path
+) -> None:
+    """Keys given as text (not the table's int64) are routed to their file groups in Python
+    (``_helper.python_file_groups``): a null key or one that is not a number goes to the error
+    table instead of failing the upsert."""
+    table = make_table(tmp_path / "orders", "orders")
+    text_keys = [
+        "case when id = 7 then null when id = 9 then 'nine' else cast(id as string) end as id",
+        *COLUMNS[1:],
+    ]
+    df = spark.range(40, numPartitions=2).selectExpr(*text_keys)
+    on = stack.settings.model_copy(update={"error_table": ErrorTableSettings(enabled=True)})
+
+    result = lakewarden.spark.write(df, table.uri, "upsert", settings=on)
+
+    data = lakewarden.read(table.uri)
+    assert sorted(data.column("id").to_pylist()) == [n for n in range(40) if n not in (7, 9)]
+    assert table.state().get(result.instant).commit.failed_records == 2  # type: ignore[union-attr]
+    uri = local_errors_uri(table)
+    wait_for(lambda: count(uri) >= 2, "the two bad keys in the error table")
+    errors = lakewarden.read(uri)
+    notes = sorted(json.loads(r)["note"] for r in errors.column("record").to_pylist())
+    assert notes == ["row-7", "row-9"]
+    messages = " ".join(errors.column("message").to_pylist())
+    assert "null record key" in messages and "does not fit the table type int64" in messages
