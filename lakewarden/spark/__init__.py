@@ -23,20 +23,43 @@ for table-service plans (RFC-79) executed as Spark jobs.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from lakewarden._lazy import lazy_exports
 from lakewarden.spark import _zip_cache
-from lakewarden.spark._create import TableOptionsMismatchError
-from lakewarden.spark._fast_read import S3AUnavailableError, read
-from lakewarden.spark._helper import SparkWriteError, write
-from lakewarden.spark._options import InvalidOptionError
-from lakewarden.spark._python import WorkerPythonError, check_worker_python
-from lakewarden.spark._service import run_table_service
-from lakewarden.spark._source import FORMAT, LakewardenDataSource
-from lakewarden.spark._transaction import BatchAlreadyCommittedError
+
+if TYPE_CHECKING:
+    from lakewarden.spark._create import TableOptionsMismatchError
+    from lakewarden.spark._fast_read import S3AUnavailableError, read
+    from lakewarden.spark._helper import SparkWriteError, write
+    from lakewarden.spark._options import InvalidOptionError
+    from lakewarden.spark._python import WorkerPythonError
+    from lakewarden.spark._service import run_table_service
+    from lakewarden.spark._source import FORMAT, LakewardenDataSource
+    from lakewarden.spark._transaction import BatchAlreadyCommittedError
 
 # In a PySpark worker only: no re-reading unchanged zips before every task (``_zip_cache``).
 _zip_cache.install()
+
+# Imported on first use (PEP 562): every Python worker Spark starts (a task, the planner,
+# the commit) imports this package to unpickle the writer, and needs only its own modules,
+# not the helper, the reader, the table services (README, "Session 7 (sparkw7)").
+_EXPORTS: dict[str, str] = {
+    "TableOptionsMismatchError": "lakewarden.spark._create",
+    "S3AUnavailableError": "lakewarden.spark._fast_read",
+    "read": "lakewarden.spark._fast_read",
+    "SparkWriteError": "lakewarden.spark._helper",
+    "write": "lakewarden.spark._helper",
+    "InvalidOptionError": "lakewarden.spark._options",
+    "WorkerPythonError": "lakewarden.spark._python",
+    "run_table_service": "lakewarden.spark._service",
+    "FORMAT": "lakewarden.spark._source",
+    "LakewardenDataSource": "lakewarden.spark._source",
+    "BatchAlreadyCommittedError": "lakewarden.spark._transaction",
+}
+
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 
 def register(spark: Any) -> None:
@@ -51,6 +74,9 @@ def register(spark: Any) -> None:
     Raises: WorkerPythonError (local mode, PYSPARK_PYTHON unset, and ``python3`` on the PATH
     cannot import lakewarden: every task would fail)."""
     from pyspark.errors import AnalysisException
+
+    from lakewarden.spark._python import check_worker_python
+    from lakewarden.spark._source import LakewardenDataSource
 
     check_worker_python(spark)
     try:

@@ -22,11 +22,14 @@ import hashlib
 import json
 import logging
 import threading
+from typing import TYPE_CHECKING
 
-from lakewarden.events import EventProducer, ensure_topics
-from lakewarden.events.envelope import make_event
-from lakewarden.events.topics import TASK_MANIFESTS
 from lakewarden.settings import Settings
+
+if TYPE_CHECKING:
+    # Imported when Kafka is configured only: without it a task worker need not load the
+    # event layer (confluent-kafka, fastavro, the schemas).
+    from lakewarden.events import EventProducer
 
 log = logging.getLogger("lakewarden.spark")
 
@@ -55,6 +58,8 @@ def announce_manifest(
     was delivered; False when Kafka is not configured or the delivery failed (logged)."""
     if not settings.kafka.enabled:
         return False
+    from lakewarden.events.envelope import make_event
+
     try:
         producer = _producer(settings)
     except Exception as err:  # noqa: BLE001 - the broker did not answer: the driver announces
@@ -91,6 +96,9 @@ def _producer(settings: Settings) -> EventProducer:
     topic exists (without it every announcement would wait its whole timeout for nothing).
 
     Raises: RetryableError (the broker did not answer the topic check)."""
+    from lakewarden.events import EventProducer, ensure_topics
+    from lakewarden.events.topics import TASK_MANIFESTS
+
     # A digest: the librdkafka configuration may hold a password.
     described = json.dumps(
         [settings.kafka.librdkafka_config(), settings.kafka.topic_prefix], sort_keys=True

@@ -9,12 +9,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import WriterCommitMessage
 
 from lakewarden.errors import NonRetryableError
-from lakewarden.spark._transaction import BatchKey
 from lakewarden.table.stats import FileGroupId, WriteStat
+
+if TYPE_CHECKING:
+    # Only a type here: a task worker builds messages without a batch and must not import
+    # the driver's transaction (the coordinator, the plan models: ~0.1 CPU s per worker).
+    from lakewarden.spark._transaction import BatchKey
 
 
 class ForeignCommitMessageError(NonRetryableError):

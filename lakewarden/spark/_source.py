@@ -2,7 +2,8 @@
 
 PySpark instantiates it with the options of each ``read`` / ``write`` / ``writeStream`` and
 calls the factory methods in planner worker processes on the driver; see ``_reader``,
-``_writer`` and ``_stream`` for what runs where.
+``_writer`` and ``_stream`` for what runs where. Each factory imports its side when called,
+so a worker that unpickles this class pays only for the side it runs.
 """
 
 from __future__ import annotations
@@ -23,9 +24,6 @@ from lakewarden.spark._options import (
     table_uri,
     test_hooks,
 )
-from lakewarden.spark._reader import LakewardenReader, table_schema
-from lakewarden.spark._stream import LakewardenStreamWriter, check_stream_target
-from lakewarden.spark._writer import create_writer
 
 FORMAT = "lakewarden"
 
@@ -41,16 +39,24 @@ class LakewardenDataSource(DataSource):
         """The table's schema (narrowed by the ``columns`` option).
 
         Raises: NotATableError, ColumnNotFoundError, InvalidOptionError."""
+        from lakewarden.spark._reader import table_schema
+
         return table_schema(ReadSpec.parse(self.options))
 
     def reader(self, schema: StructType) -> DataSourceReader:
+        from lakewarden.spark._reader import LakewardenReader
+
         return LakewardenReader(ReadSpec.parse(self.options), schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         """Opens the write's instant (see ``_writer.create_writer``)."""
+        from lakewarden.spark._writer import create_writer
+
         return create_writer(self.options, schema, overwrite)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:  # noqa: N802
+        from lakewarden.spark._stream import LakewardenStreamWriter, check_stream_target
+
         uri, encoded = table_uri(self.options), settings_json(self.options)
         diverts = ingest_errors(self.options)
         check_stream_target(uri, encoded, schema, overwrite, self.options, ingest_errors=diverts)

@@ -30,7 +30,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import pyarrow as pa
 
@@ -38,7 +38,6 @@ from lakewarden.commit import ManifestCommitter, TaskAttempt
 from lakewarden.spark import _faults
 from lakewarden.spark._announce import announce_manifest
 from lakewarden.spark._arrow import conform
-from lakewarden.spark._bad_rows import BadRows
 from lakewarden.spark._messages import TaskCommitMessage
 from lakewarden.spark._options import WriteSpec
 from lakewarden.storage import Storage, open_storage
@@ -51,6 +50,9 @@ from lakewarden.table.parquet_options import parquet_writer
 from lakewarden.table.snapshot import Snapshot, snapshot_as_of_request
 from lakewarden.table.stats import FileGroupId, WriteStat
 from lakewarden.table.timeline import Timeline
+
+if TYPE_CHECKING:
+    from lakewarden.spark._bad_rows import BadRows
 
 ROW_GROUP_ROWS = 128 * 1024
 
@@ -101,6 +103,10 @@ class _Task:
         task = cls(spec, identity, storage, load_config(storage), attempt)
         # An ingestion that sends its bad records to the error table chose it for bad rows too.
         if spec.settings().error_table.enabled or spec.ingest_errors:
+            # Imported here: the error table's modules (its writer, the table layer's reader)
+            # cost a fresh worker about 0.3 CPU s, and most writes never need them.
+            from lakewarden.spark._bad_rows import BadRows
+
             task.bad_rows = BadRows(spec, task.config, str(attempt.attempt_id), where=task.where)
         return task
 

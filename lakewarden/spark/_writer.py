@@ -9,23 +9,22 @@ client or an open file; every method opens what it needs.
 after checking the DataFrame's schema against the table's, so a mismatch fails before the
 table is touched. A write started by ``lakewarden.spark.write`` passes the instant it opened
 in the ``lakewarden.instant`` / ``lakewarden.job`` options and is joined instead.
+
+Each Spark task unpickles the writer in a Python worker, which imports this module: so it
+imports at the top only what ``write`` needs (``_task``), and the driver's side (the job, the
+table's creation, the commit) inside the methods that run there (README, "Session 7").
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
-from lakewarden.spark import _job
-from lakewarden.spark._arrow import check_write_schema
-from lakewarden.spark._bad_rows import INGEST_COLUMNS
-from lakewarden.spark._create import prepare_table
-from lakewarden.spark._keeper import keep_alive
-from lakewarden.spark._micro_batch import parse_batch_option
 from lakewarden.spark._options import (
     OPT_BATCH,
     OPT_INSTANT,
@@ -42,8 +41,9 @@ from lakewarden.spark._options import (
     write_operation,
 )
 from lakewarden.spark._task import current_task, write_task
-from lakewarden.spark._transaction import BatchKey
-from lakewarden.table.timeline import Timeline
+
+if TYPE_CHECKING:
+    from lakewarden.spark._transaction import BatchKey
 
 
 class LakewardenWriter(DataSourceArrowWriter):
@@ -60,10 +60,14 @@ class LakewardenWriter(DataSourceArrowWriter):
 
     def commit(self, messages: Sequence[WriterCommitMessage | None]) -> None:
         """Job commit of the accepted attempts, then ``completed`` (driver)."""
+        from lakewarden.spark import _job
+
         _job.commit_write(self.spec, messages, batch=self.batch)
 
     def abort(self, messages: Sequence[WriterCommitMessage | None]) -> None:
         """``rolled_back``, then job abort; nothing if the instant completed (driver)."""
+        from lakewarden.spark import _job
+
         _job.abort_write(self.spec, "the Spark write job failed and was aborted")
 
 
@@ -74,6 +78,14 @@ def create_writer(
 
     Raises: InvalidOptionError, NotATableError, TableOptionsMismatchError,
     InvalidTableConfigError, SchemaMismatchError, LockTimeoutError."""
+    from lakewarden.spark import _job
+    from lakewarden.spark._arrow import check_write_schema
+    from lakewarden.spark._bad_rows import INGEST_COLUMNS
+    from lakewarden.spark._create import prepare_table
+    from lakewarden.spark._keeper import keep_alive
+    from lakewarden.spark._micro_batch import parse_batch_option
+    from lakewarden.table.timeline import Timeline
+
     uri = table_uri(options)
     operation = write_operation(options, overwrite)
     encoded = settings_json(options)

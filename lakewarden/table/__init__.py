@@ -18,62 +18,153 @@ CleanPolicy, CleaningPolicy, CleanResult cleaning (``Table.clean``; ``lakewarden
 errors                                   NotATableError, TableAlreadyExistsError, ... (below)
 """
 
-from lakewarden.table.clean import (
-    CleaningPolicy,
-    CleanPolicy,
-    CleanResult,
-    InstantCleanedError,
-    InvalidCleanPolicyError,
-)
-from lakewarden.table.config import (
-    InvalidTableConfigError,
-    NotATableError,
-    TableAlreadyExistsError,
-    TableConfig,
-    UnsupportedFormatVersionError,
-)
-from lakewarden.table.conflicts import (
-    OverlappingCommitConflict,
-    PendingPlanConflict,
-    WriteConflictError,
-)
-from lakewarden.table.connection import (
-    Connection,
-    close_shared_connections,
-    connect,
-    load_coordinator,
-    load_storage,
-    require_kafka,
-    shared_connection,
-)
-from lakewarden.table.coordinator import (
-    Coordinator,
-    EmbeddedCoordinator,
-    Lease,
-    LeaseLostError,
-    Liveness,
-    LockReentryError,
-    LockTimeoutError,
-)
-from lakewarden.table.instant import Action, Instant, Transition
-from lakewarden.table.reader import ColumnNotFoundError, UnsupportedSliceError
-from lakewarden.table.snapshot import InstantNotCompletedError, Snapshot
-from lakewarden.table.stats import CommitStats, FileGroupId, WorkloadProfile, WriteStat
-from lakewarden.table.table import Table, read
-from lakewarden.table.timeline import (
-    ConcurrentAppendError,
-    IllegalTransitionError,
-    Timeline,
-    TimelineCorruptError,
-    TimelineGapError,
-)
-from lakewarden.table.timeline_state import InstantState, TimelineState
-from lakewarden.table.writer import (
-    CommitResult,
-    InvalidRecordError,
-    Operation,
-    SchemaMismatchError,
-)
+# The names are imported on first use (PEP 562), not here: a Spark task worker imports
+# ``lakewarden.table.config`` and a few siblings, and paid for the whole table layer (the
+# cleaner, the reader with pyarrow.dataset and pandas, the pydantic plan models) on every
+# fresh worker when this package imported them eagerly (README, "Session 7 (sparkw7)").
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from lakewarden._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from lakewarden.table.clean import (
+        CleaningPolicy,
+        CleanPolicy,
+        CleanResult,
+        InstantCleanedError,
+        InvalidCleanPolicyError,
+    )
+    from lakewarden.table.config import (
+        InvalidTableConfigError,
+        NotATableError,
+        TableAlreadyExistsError,
+        TableConfig,
+        UnsupportedFormatVersionError,
+    )
+    from lakewarden.table.conflicts import (
+        OverlappingCommitConflict,
+        PendingPlanConflict,
+        WriteConflictError,
+    )
+    from lakewarden.table.connection import (
+        Connection,
+        close_shared_connections,
+        connect,
+        load_coordinator,
+        load_storage,
+        require_kafka,
+        shared_connection,
+    )
+    from lakewarden.table.coordinator import (
+        Coordinator,
+        EmbeddedCoordinator,
+        Lease,
+        LeaseLostError,
+        Liveness,
+        LockReentryError,
+        LockTimeoutError,
+    )
+    from lakewarden.table.instant import (
+        Action,
+        Instant,
+        Transition,
+    )
+    from lakewarden.table.reader import (
+        ColumnNotFoundError,
+        UnsupportedSliceError,
+    )
+    from lakewarden.table.snapshot import (
+        InstantNotCompletedError,
+        Snapshot,
+    )
+    from lakewarden.table.stats import (
+        CommitStats,
+        FileGroupId,
+        WorkloadProfile,
+        WriteStat,
+    )
+    from lakewarden.table.table import (
+        Table,
+        read,
+    )
+    from lakewarden.table.timeline import (
+        ConcurrentAppendError,
+        IllegalTransitionError,
+        Timeline,
+        TimelineCorruptError,
+        TimelineGapError,
+    )
+    from lakewarden.table.timeline_state import (
+        InstantState,
+        TimelineState,
+    )
+    from lakewarden.table.writer import (
+        CommitResult,
+        InvalidRecordError,
+        Operation,
+        SchemaMismatchError,
+    )
+
+_EXPORTS: dict[str, str] = {
+    "CleaningPolicy": "lakewarden.table.clean",
+    "CleanPolicy": "lakewarden.table.clean",
+    "CleanResult": "lakewarden.table.clean",
+    "InstantCleanedError": "lakewarden.table.clean",
+    "InvalidCleanPolicyError": "lakewarden.table.clean",
+    "InvalidTableConfigError": "lakewarden.table.config",
+    "NotATableError": "lakewarden.table.config",
+    "TableAlreadyExistsError": "lakewarden.table.config",
+    "TableConfig": "lakewarden.table.config",
+    "UnsupportedFormatVersionError": "lakewarden.table.config",
+    "OverlappingCommitConflict": "lakewarden.table.conflicts",
+    "PendingPlanConflict": "lakewarden.table.conflicts",
+    "WriteConflictError": "lakewarden.table.conflicts",
+    "Connection": "lakewarden.table.connection",
+    "close_shared_connections": "lakewarden.table.connection",
+    "connect": "lakewarden.table.connection",
+    "load_coordinator": "lakewarden.table.connection",
+    "load_storage": "lakewarden.table.connection",
+    "require_kafka": "lakewarden.table.connection",
+    "shared_connection": "lakewarden.table.connection",
+    "Coordinator": "lakewarden.table.coordinator",
+    "EmbeddedCoordinator": "lakewarden.table.coordinator",
+    "Lease": "lakewarden.table.coordinator",
+    "LeaseLostError": "lakewarden.table.coordinator",
+    "Liveness": "lakewarden.table.coordinator",
+    "LockReentryError": "lakewarden.table.coordinator",
+    "LockTimeoutError": "lakewarden.table.coordinator",
+    "Action": "lakewarden.table.instant",
+    "Instant": "lakewarden.table.instant",
+    "Transition": "lakewarden.table.instant",
+    "ColumnNotFoundError": "lakewarden.table.reader",
+    "UnsupportedSliceError": "lakewarden.table.reader",
+    "InstantNotCompletedError": "lakewarden.table.snapshot",
+    "Snapshot": "lakewarden.table.snapshot",
+    "CommitStats": "lakewarden.table.stats",
+    "FileGroupId": "lakewarden.table.stats",
+    "WorkloadProfile": "lakewarden.table.stats",
+    "WriteStat": "lakewarden.table.stats",
+    "Table": "lakewarden.table.table",
+    "read": "lakewarden.table.table",
+    "ConcurrentAppendError": "lakewarden.table.timeline",
+    "IllegalTransitionError": "lakewarden.table.timeline",
+    "Timeline": "lakewarden.table.timeline",
+    "TimelineCorruptError": "lakewarden.table.timeline",
+    "TimelineGapError": "lakewarden.table.timeline",
+    "InstantState": "lakewarden.table.timeline_state",
+    "TimelineState": "lakewarden.table.timeline_state",
+    "CommitResult": "lakewarden.table.writer",
+    "InvalidRecordError": "lakewarden.table.writer",
+    "Operation": "lakewarden.table.writer",
+    "SchemaMismatchError": "lakewarden.table.writer",
+}
+
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+
 
 __all__ = [
     "Action",

@@ -21,11 +21,11 @@ Meta columns (``_lw_*``) are stripped unless ``with_meta=True`` or named in ``co
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, NoReturn
+from functools import cache
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
@@ -37,7 +37,18 @@ from lakewarden.table.log_cache import LogCache
 from lakewarden.table.snapshot import Changes, FileSlice, Snapshot
 from lakewarden.table.stats import WriteStat
 
-_PARQUET = ds.ParquetFileFormat()
+if TYPE_CHECKING:
+    import pyarrow.dataset as ds
+
+
+@cache
+def _parquet_format() -> ds.ParquetFileFormat:
+    # pyarrow.dataset (and the pandas it imports) is imported on first use: a Spark task
+    # worker imports this module to merge a bucket's base files, which needs neither, and
+    # pays about 0.25 CPU s per fresh worker otherwise.
+    import pyarrow.dataset as ds
+
+    return ds.ParquetFileFormat()
 
 
 class ColumnNotFoundError(NonRetryableError):
@@ -199,9 +210,12 @@ def files_dataset(
     """A dataset over exactly ``files`` (no listing), with ``schema`` (the file schema, or the
     table's columns only: columns of the files not in it are not read). Each fragment carries
     its partition values, so a filter on a partition column skips whole files."""
+    import pyarrow.dataset as ds
+
+    parquet = _parquet_format()
     filesystem, to_path = _filesystem(storage, files)
     fragments = [
-        _PARQUET.make_fragment(
+        parquet.make_fragment(
             to_path(stat.path),
             filesystem=filesystem,
             partition_expression=partition_expression(config, stat.file_group.partition_path),
@@ -209,7 +223,7 @@ def files_dataset(
         )
         for stat in files
     ]
-    return ds.FileSystemDataset(fragments, schema, _PARQUET, filesystem)
+    return ds.FileSystemDataset(fragments, schema, parquet, filesystem)
 
 
 def _columns(config: TableConfig, columns: Sequence[str] | None, with_meta: bool) -> list[str]:
@@ -232,6 +246,8 @@ def partition_expression(config: TableConfig, partition_path: str) -> pc.Express
     A value whose text does not round-trip through the column type gives no constraint
     (``True``): a wrong constraint would silently drop records, a missing one only costs a
     file read."""
+    import pyarrow.dataset as ds
+
     condition: pc.Expression = ds.scalar(True)
     try:
         values = parse_partition_path(partition_path, config.partition_by)

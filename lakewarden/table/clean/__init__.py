@@ -12,17 +12,48 @@ CleanResult
 InstantCleanedError               time travel to a snapshot a clean deleted files of (``cleaned``)
 """
 
-from lakewarden.table.clean.cleaned import InstantCleanedError, check_not_cleaned
-from lakewarden.table.clean.garbage import StorageGarbage, find_storage_garbage
-from lakewarden.table.clean.policy import (
-    DEFAULT_ORPHAN_MIN_AGE_S,
-    CleaningPolicy,
-    CleanPolicy,
-    InvalidCleanPolicyError,
-)
-from lakewarden.table.clean.retention import RetentionPlan, plan_retention
-from lakewarden.table.clean.rollback import RollbackContext, failed_writes, roll_back
-from lakewarden.table.clean.run import CleanRequest, CleanResult, clean_table, execute_clean
+# Imported on first use (``lakewarden._lazy``): ``lakewarden.table.config`` imports
+# ``policy`` from here, and a Spark task worker must not pay for the cleaner to read a config.
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from lakewarden._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from lakewarden.table.clean.cleaned import InstantCleanedError, check_not_cleaned
+    from lakewarden.table.clean.garbage import StorageGarbage, find_storage_garbage
+    from lakewarden.table.clean.policy import (
+        DEFAULT_ORPHAN_MIN_AGE_S,
+        CleaningPolicy,
+        CleanPolicy,
+        InvalidCleanPolicyError,
+    )
+    from lakewarden.table.clean.retention import RetentionPlan, plan_retention
+    from lakewarden.table.clean.rollback import RollbackContext, failed_writes, roll_back
+    from lakewarden.table.clean.run import CleanRequest, CleanResult, clean_table, execute_clean
+
+_EXPORTS: dict[str, str] = {
+    "InstantCleanedError": "lakewarden.table.clean.cleaned",
+    "check_not_cleaned": "lakewarden.table.clean.cleaned",
+    "StorageGarbage": "lakewarden.table.clean.garbage",
+    "find_storage_garbage": "lakewarden.table.clean.garbage",
+    "DEFAULT_ORPHAN_MIN_AGE_S": "lakewarden.table.clean.policy",
+    "CleaningPolicy": "lakewarden.table.clean.policy",
+    "CleanPolicy": "lakewarden.table.clean.policy",
+    "InvalidCleanPolicyError": "lakewarden.table.clean.policy",
+    "RetentionPlan": "lakewarden.table.clean.retention",
+    "plan_retention": "lakewarden.table.clean.retention",
+    "RollbackContext": "lakewarden.table.clean.rollback",
+    "failed_writes": "lakewarden.table.clean.rollback",
+    "roll_back": "lakewarden.table.clean.rollback",
+    "CleanRequest": "lakewarden.table.clean.run",
+    "CleanResult": "lakewarden.table.clean.run",
+    "clean_table": "lakewarden.table.clean.run",
+    "execute_clean": "lakewarden.table.clean.run",
+}
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 __all__ = [
     "DEFAULT_ORPHAN_MIN_AGE_S",
