@@ -1,6 +1,7 @@
 """Profile one Spark write: where its time goes in the driver, the Python workers and the JVM.
 
-    python -m benchmarks.profile_spark insert|bulk_insert|upsert|parquet|upsert_parquet|error_table
+    python -m benchmarks.profile_spark \
+        insert|bulk_insert|upsert|upsert_mor|parquet|upsert_parquet|error_table
         [--rows N] [--out DIR] [--rate HZ] [--native]
 
 Not a benchmark (nothing is compared, nothing is registered): a tool that says what dominates
@@ -45,9 +46,17 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._report import RESULTS_DIR
-from benchmarks.bench_spark import COLUMNS, _new_table, _session
+from benchmarks.bench_spark import COLUMNS, _new_table, _session, mor_table
 
-WRITES = ("insert", "bulk_insert", "upsert", "parquet", "upsert_parquet", "error_table")
+WRITES = (
+    "insert",
+    "bulk_insert",
+    "upsert",
+    "upsert_mor",
+    "parquet",
+    "upsert_parquet",
+    "error_table",
+)
 TOP = 25
 
 
@@ -66,7 +75,8 @@ def sampled(out: Path, rate: int, native: bool) -> Iterator[None]:
     proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     time.sleep(1.0)  # py-spy attaches; the first samples must not miss the write's start
     if proc.poll() is not None:
-        raise RuntimeError(f"py-spy could not attach: {proc.stderr.read().decode()[-400:]}")
+        said = proc.stderr.read().decode() if proc.stderr is not None else ""
+        raise RuntimeError(f"py-spy could not attach: {said[-400:]}")
     try:
         yield
     finally:
@@ -198,6 +208,11 @@ def _writes(spark: Any, df: Any, root: Path, rows: int) -> dict[str, Callable[[i
     def upsert(n: int) -> None:
         lakewarden.spark.write(changed, str(root / "upsert"), "upsert")
 
+    def upsert_mor(n: int) -> None:
+        # Each write appends one log block per file group: the warm-up's and the profiled
+        # one's both extend the base files (the read side pays for pending blocks, not this).
+        lakewarden.spark.write(changed, str(root / "upsert_mor"), "upsert")
+
     def parquet(n: int) -> None:
         df.write.parquet(str(root / f"parquet-{n}"))
 
@@ -208,6 +223,7 @@ def _writes(spark: Any, df: Any, root: Path, rows: int) -> dict[str, Callable[[i
         "insert": insert,
         "bulk_insert": bulk_insert,
         "upsert": upsert,
+        "upsert_mor": upsert_mor,
         "parquet": parquet,
         "upsert_parquet": upsert_parquet,
     }
@@ -219,6 +235,8 @@ def _prepare(name: str, spark: Any, df: Any, root: Path) -> None:
     if name == "upsert":
         uri = _new_table(root, "upsert")
         df.write.format("lakewarden").mode("append").save(uri)
+    if name == "upsert_mor":  # base files in the buckets' canonical file groups
+        mor_table(df, root, "upsert_mor")
 
 
 def profile(name: str, rows: int, out_dir: Path, rate: int, native: bool) -> str:
