@@ -297,7 +297,9 @@ def _upsert(
 
     def parquet(i: int) -> float:
         out = str(root / f"upsert-parquet-{i}")
-        return _elapsed(lambda: changed.repartition(shuffle, "id").write.parquet(out))
+        return _elapsed(
+            lambda: changed.repartition(shuffle, "id").write.parquet(out), "upsert_parquet"
+        )
 
     def upsert(i: int) -> float:
         return _elapsed(lambda: lakewarden.spark.write(changed, uris[i], "upsert"), "upsert")
@@ -334,6 +336,7 @@ def _upsert(
         "upsert_lakewarden_all_s": times["lakewarden"],
         "upsert_parquet_all_s": times["parquet"],
         "upsert_cpu_s": statistics.median(CPU.pop("upsert", [0.0])),
+        "upsert_parquet_cpu_s": statistics.median(CPU.pop("upsert_parquet", [0.0])),
     }
 
 
