@@ -11,10 +11,13 @@ and are not cycles at import time. Importing ``a.b.c`` also runs ``a/__init__`` 
 from __future__ import annotations
 
 import ast
+import importlib
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 import lakewarden
 
@@ -134,7 +137,10 @@ def test_the_walk_sees_the_edges_it_must() -> None:
     kafka = graph["lakewarden.clients.kafka_coordinator"]
     assert {"lakewarden.table.coordinator", "lakewarden.table"} <= kafka  # the package runs first
     assert "lakewarden.clients" not in kafka  # its own package is being imported already
-    assert "lakewarden.table.table" in graph["lakewarden.table"]  # __init__ re-exports
+    assert "lakewarden.commit.attempt" in graph["lakewarden.commit"]  # __init__ re-exports
+    # A lazy surface (``lakewarden._lazy``) imports its modules on first use, not at import.
+    assert "lakewarden._lazy" in graph["lakewarden.table"]
+    assert "lakewarden.table.table" not in graph["lakewarden.table"]
 
 
 def test_lakewarden_has_no_import_cycle() -> None:
@@ -168,3 +174,39 @@ def test_the_table_and_the_clients_import_together_in_a_fresh_process() -> None:
         check=True,
         cwd=ROOT.parent,
     )
+
+
+@pytest.mark.parametrize(
+    "package", ["lakewarden.table", "lakewarden.table.clean", "lakewarden.spark"]
+)
+def test_every_name_of_a_lazy_surface_resolves(package: str) -> None:
+    module = importlib.import_module(package)
+    for name in module.__all__:
+        assert getattr(module, name) is not None, name
+    assert set(module.__all__) <= set(dir(module))
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        module.nope  # noqa: B018
+
+
+def test_a_spark_task_worker_imports_no_reader_cleaner_or_event_layer() -> None:
+    """What a fresh PySpark worker imports to unpickle the writer (``lakewarden.spark._writer``)
+    leaves out what a task does not run: each of these cost fresh workers CPU (README,
+    "Session 7 (sparkw7)")."""
+    heavy = [
+        "pandas",
+        "pyarrow.dataset",
+        "lakewarden.table.clean.run",
+        "lakewarden.table.table",
+        "lakewarden.spark._helper",
+        "lakewarden.spark._job",
+        "confluent_kafka",
+        "lakewarden.errortable",
+    ]
+    probe = (
+        "import sys, lakewarden.spark._writer; "
+        f"print(','.join(m for m in {heavy!r} if m in sys.modules))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], check=True, cwd=ROOT.parent, capture_output=True, text=True
+    )
+    assert done.stdout.strip() == ""
