@@ -13,7 +13,7 @@ and cancel benchmarks.
 
 Both use the settings our clients and services use, at their best for latency: producers
 ``acks=all``, idempotent, and both clients with ``lakewarden.events.latency``'s settings,
-the very ones of every client on a request/reply path (``linger.ms=0``, Nagle off, a fetch
+the very ones of every client on a request/reply path (``linger.ms=0``, a fetch
 that returns as soon as one message arrives); consumers assigned by hand; the echo loop
 polls, drains what else is there and produces each reply at once, as timeline-lock's loop
 does. Request partition ``i`` is answered on reply partition ``i``, so each client thread

@@ -10,14 +10,19 @@ services' own work and never a setting one side has and the other has not.
   the broker is in flight);
 - **consumer**: a fetch returns as soon as one byte is there (``fetch.min.bytes`` 1) and the
   broker holds an empty fetch at most ``fetch.wait.max.ms`` (100 ms: what a fetch long-poll
-  costs when a partition of the same fetch gets a message, at most);
-- **both**: ``socket.nagle.disable``. With Nagle's algorithm a small request written while
-  an earlier one on the same connection is not yet acknowledged waits for that
-  acknowledgement: timeline-lock writes a reply and, right after it, the lock's changelog
-  record on one connection, cancel-manager a result and, right after it, the lock's
-  release. Measured at load 14-16 on the shared dev box, two runs each alternated:
-  ``CancelRequest`` -> ``CancelResult`` back to back 4.2 / 3.8 ms with it set against
-  7.7 / 5.7 ms without.
+  costs when a partition of the same fetch gets a message, at most).
+
+Nagle's algorithm stays on (librdkafka's default, ``socket.nagle.disable`` false), though
+with it a small request written while an earlier one on the same connection is not yet
+acknowledged waits for that acknowledgement. Switched off on every client of the path and
+the floors together (round 7, load 14-31 on the shared 2-core box, alternated with it on):
+cancel-manager's handling of one request (its lock round trip included, median of 400 back
+to back) 4.2 / 3.8 ms against 7.7 / 5.7 ms, and ``python -m benchmarks lock``'s
+acquire+release p50 1.30x / 1.52x the echo round trip against 1.67x / 1.73x; but the lock's
+throughput with one timeline-lock instance fell to 403 / 553 cycles/s from 605 / 713 (one
+segment per request where Nagle coalesced the replies of 8 clients), and the cancel
+benchmark's ratio did not move beyond its noise. The lock benchmark must not get worse, so
+it stays on; a quiet A/B of both benchmarks would settle it.
 
 They are keyword arguments in the form ``KafkaSettings.librdkafka_config`` and our wrappers
 take (underscores for dots).
@@ -29,12 +34,8 @@ from typing import Any, Final
 
 __all__ = ["LOW_LATENCY_CONSUMER", "LOW_LATENCY_PRODUCER"]
 
-LOW_LATENCY_PRODUCER: Final[dict[str, Any]] = {
-    "linger_ms": 0,
-    "socket_nagle_disable": True,
-}
+LOW_LATENCY_PRODUCER: Final[dict[str, Any]] = {"linger_ms": 0}
 LOW_LATENCY_CONSUMER: Final[dict[str, Any]] = {
     "fetch_wait_max_ms": 100,
     "fetch_min_bytes": 1,
-    "socket_nagle_disable": True,
 }

@@ -75,8 +75,7 @@ def loop_consumer(
 def loop_producer(settings: Settings, *, linger_ms: int, logger: logging.Logger) -> Producer:
     """The service's producer: idempotent, every send acknowledged by all in-sync replicas.
     ``linger_ms`` 0 where a client waits for each answer (librdkafka still batches what
-    accumulates while a request to the broker is in flight); Nagle off (see
-    ``lakewarden.events.latency``)."""
+    accumulates while a request to the broker is in flight; ``lakewarden.events.latency``)."""
     config = {**LOW_LATENCY_PRODUCER, "linger_ms": linger_ms}
     return Producer(
         settings.kafka.librdkafka_config(
