@@ -41,7 +41,15 @@ from lakewarden.table._key_match import KeyIndex, integer_values
 from lakewarden.table.config import META_FILE_NAME, META_RECORD_KEY, TableConfig
 from lakewarden.table.files import split_key
 
-__all__ = ["RANGE_ROWS", "merge_columns", "merge_key", "merge_slice"]
+__all__ = [
+    "RANGE_ROWS",
+    "LogSide",
+    "merge_base",
+    "merge_columns",
+    "merge_key",
+    "merge_slice",
+    "prepare_logs",
+]
 
 _POS = "__lw_block"  # the position of a log row's block
 # Base rows per range the merge copies or passes whole (``_without``): small enough that an
@@ -70,6 +78,36 @@ def merge_columns(
     return pa.schema([f for f in schema if f.name in needed], metadata=schema.metadata)
 
 
+class LogSide:
+    """What a slice's committed blocks contribute to its merge, computed without its base
+    file (``prepare_logs``): so it can be made while the base file is still being decoded.
+
+    ``winners`` holds one log row per key (the key's latest surviving version, in
+    ``schema``); ``deleted`` every key a delete block removes from the rows before it (so
+    from the whole base file), or None."""
+
+    __slots__ = ("deleted", "winners")
+
+    def __init__(self, winners: pa.Table, deleted: pa.Array | None) -> None:
+        self.winners = winners
+        self.deleted = deleted
+
+
+def prepare_logs(
+    blocks: Sequence[LogBlock], *, schema: pa.Schema, key: str, ordering: str | None
+) -> LogSide:
+    """The log side of a merge of ``blocks`` (module docstring): the data blocks decoded
+    once, the rows a later delete removes dropped, one winner per key.
+
+    Raises: pyarrow.ArrowInvalid (a block whose content does not decode or lacks a column)."""
+    logs, deletes = _decode(blocks, schema, key)
+    deleted = None
+    if deletes:
+        logs = _drop_deleted(logs, deletes, key)
+        deleted = pa.concat_arrays([keys for _, keys in deletes])
+    return LogSide(_latest_per_key(logs, key, ordering), deleted)
+
+
 def merge_slice(
     base: pa.Table | None,
     blocks: Sequence[LogBlock],
@@ -84,18 +122,25 @@ def merge_slice(
     when in it, is the name of the log file a log record comes from.
 
     Raises: pyarrow.ArrowInvalid (a block whose content does not decode or lacks a column)."""
-    logs, deletes = _decode(blocks, schema, key)
+    side = prepare_logs(blocks, schema=schema, key=key, ordering=ordering)
+    return merge_base(base, side, schema=schema, key=key, ordering=ordering)
+
+
+def merge_base(
+    base: pa.Table | None, side: LogSide, *, schema: pa.Schema, key: str, ordering: str | None
+) -> pa.Table:
+    """``base`` (in ``schema``, or None: no base file) merged with its slice's ``side``
+    (``prepare_logs`` of the same ``schema``, ``key`` and ``ordering``)."""
     if base is None:
         base = schema.empty_table()
+    winners = side.winners
     index = KeyIndex(_array(base, key))
     dropped = np.zeros(len(base), dtype=bool)  # the base rows the merge removes
-    if deletes:
-        logs = _drop_deleted(logs, deletes, key)
-        deleted_rows, _ = index.matches(pa.concat_arrays([keys for _, keys in deletes]))
+    if side.deleted is not None:
+        deleted_rows, _ = index.matches(side.deleted)
         dropped[deleted_rows] = True
-    if len(logs) == 0:
+    if len(winners) == 0:
         return _without(base, dropped)
-    winners = _latest_per_key(logs, key, ordering)
     rows, slots = index.matches(_array(winners, key))
     live = ~dropped[rows]  # a deleted base row meets no winner: the winner is newer
     rows, slots = rows[live], slots[live]
@@ -167,8 +212,9 @@ def _decode(
     position, ``_POS``, when there are delete blocks), and the delete blocks' keys with their
     position."""
     parts: list[pa.Table] = []
-    positions: list[pa.Array] = []
+    positions: list[tuple[int, int]] = []  # (block position, rows), per part
     deletes: list[tuple[int, pa.Array]] = []
+    names = schema.names
     for position, block in enumerate(blocks, start=1):
         if block.block_type is BlockType.COMMAND:
             continue  # a marker: no records
@@ -178,17 +224,20 @@ def _decode(
             keys = records.column(META_RECORD_KEY).combine_chunks()
             deletes.append((position, keys.cast(schema.field(key).type)))
             continue
-        if META_FILE_NAME in schema.names:
+        if META_FILE_NAME in names:
             name = pa.scalar(split_key(block.path)[1])
             records = records.append_column(META_FILE_NAME, pa.repeat(name, len(records)))
-        records = records.select(schema.names)
+        records = records.select(names)
         if not records.schema.equals(schema):  # a cast costs even when it changes nothing
             records = records.cast(schema)
         parts.append(records)
-        positions.append(pa.repeat(pa.scalar(position, pa.int32()), len(records)))
+        positions.append((position, len(records)))
     logs = pa.concat_tables(parts) if parts else schema.empty_table()
     if deletes:  # only a delete asks which block a log row came from
-        logs = logs.append_column(_POS, pa.chunked_array(positions, pa.int32()))
+        at = np.repeat(
+            np.array([p for p, _ in positions], dtype=np.int32), [n for _, n in positions]
+        )
+        logs = logs.append_column(_POS, pa.array(at, pa.int32()))
     return logs, deletes
 
 

@@ -253,21 +253,41 @@ def partition_expression(config: TableConfig, partition_path: str) -> pc.Express
         values = parse_partition_path(partition_path, config.partition_by)
     except MalformedPartitionPathError:
         return condition
+    known = partition_values(config, partition_path)
     for name, text in zip(config.partition_by, values, strict=True):
-        field_type = config.pa_schema.field(name).type
         column = pc.field(name)
         if text is None:
+            field_type = config.pa_schema.field(name).type
             empty = column == "" if pa.types.is_string(field_type) else ds.scalar(False)
             condition = condition & (column.is_null() | empty)
             continue
+        if name in known:
+            condition = condition & (column == known[name])
+    return condition
+
+
+def partition_values(config: TableConfig, partition_path: str) -> dict[str, pa.Scalar]:
+    """The partition columns whose value ``partition_path`` fixes, as typed scalars: those
+    ``partition_expression`` constrains by equality. A scan of a file in that partition
+    gives every record this value (pyarrow takes it from the fragment's partition
+    expression, not from the file), so a reader may too. A null value, or one whose text
+    does not round-trip through the column type, fixes nothing."""
+    try:
+        values = parse_partition_path(partition_path, config.partition_by)
+    except MalformedPartitionPathError:
+        return {}
+    known: dict[str, pa.Scalar] = {}
+    for name, text in zip(config.partition_by, values, strict=True):
+        if text is None:
+            continue
         try:
-            value = pc.cast(pa.scalar(text), field_type)
+            value = pc.cast(pa.scalar(text), config.pa_schema.field(name).type)
             if pc.cast(value, pa.string()).as_py() != text:
                 continue
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             continue
-        condition = condition & (column == value)
-    return condition
+        known[name] = value
+    return known
 
 
 def _filesystem(storage: Storage, files: Sequence[WriteStat]) -> tuple[pafs.FileSystem, Any]:
