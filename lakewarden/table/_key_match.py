@@ -21,7 +21,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["KeyIndex", "Rows", "integer_values"]
+__all__ = ["KeyIndex", "Rows", "integer_values", "key_order"]
 
 Rows = npt.NDArray[np.int64]
 
@@ -40,13 +40,14 @@ class KeyIndex:
         """Whether lookups search the sorted keys (else they hash every base key)."""
         return self._ascending is not None
 
-    def matches(self, keys: pa.Array) -> tuple[Rows, Rows]:
+    def matches(self, keys: pa.Array, *, order: Rows | None = None) -> tuple[Rows, Rows]:
         """Every pair (base row, position in ``keys``) with equal keys, as two arrays of equal
         length, in no particular order. A null key matches a null key (as ``is_in`` does).
         ``keys`` should be unique: with duplicates, only the set of base rows is meaningful
-        (a row may pair with one of them or with each)."""
+        (a row may pair with one of them or with each). ``order``, when the caller has it,
+        is ``key_order(keys)`` (a binary search then does not sort the keys again)."""
         if self._ascending is not None and pa.types.is_integer(keys.type):
-            return _search(self._ascending, keys, unique=self._unique)
+            return _search(self._ascending, keys, unique=self._unique, order=order)
         slot = pc.index_in(self._keys, value_set=keys)
         found = slot.is_valid()
         rows = pc.indices_nonzero(found).to_numpy().astype(np.int64)
@@ -63,6 +64,13 @@ def integer_values(keys: pa.Array) -> npt.NDArray[np.int64] | None:
     return values
 
 
+def key_order(keys: pa.Array) -> Rows | None:
+    """The positions of integer ``keys`` without nulls in ascending order of key (stable),
+    for ``KeyIndex.matches``; None for other keys."""
+    values = integer_values(keys)
+    return None if values is None else np.argsort(values, kind="stable")
+
+
 def _ascending_integers(keys: pa.Array) -> tuple[npt.NDArray[np.int64] | None, bool]:
     """The keys as int64 values when they are integers in ascending order without nulls, and
     whether they are unique (strictly ascending, the usual case: one comparison pass)."""
@@ -76,7 +84,9 @@ def _ascending_integers(keys: pa.Array) -> tuple[npt.NDArray[np.int64] | None, b
     return None, False
 
 
-def _search(ascending: npt.NDArray[np.int64], keys: pa.Array, *, unique: bool) -> tuple[Rows, Rows]:
+def _search(
+    ascending: npt.NDArray[np.int64], keys: pa.Array, *, unique: bool, order: Rows | None
+) -> tuple[Rows, Rows]:
     """``KeyIndex.matches`` by binary search; a null key matches nothing (the base has none).
 
     The keys are searched in ascending order (numpy then narrows each search by the one
@@ -84,13 +94,14 @@ def _search(ascending: npt.NDArray[np.int64], keys: pa.Array, *, unique: bool) -
     it saves. Each key's run of equal base keys starts at ``left``; it holds one row when the
     base keys are unique, else it ends at ``right``."""
     values = integer_values(keys)
-    order = None
+    valid = None
     if values is None:  # nulls among the keys: search the others
-        order = pc.indices_nonzero(keys.is_valid()).to_numpy().astype(np.int64)
-        values = pc.take(keys, order).to_numpy().astype(np.int64, copy=False)
-    by_value = np.argsort(values, kind="stable")  # a few sorted runs (blocks): near linear
-    needles = values[by_value]
-    positions = by_value if order is None else order[by_value]
+        valid = pc.indices_nonzero(keys.is_valid()).to_numpy().astype(np.int64)
+        values = pc.take(keys, valid).to_numpy().astype(np.int64, copy=False)
+    if order is None or valid is not None:
+        order = np.argsort(values, kind="stable")  # a few sorted runs (blocks): near linear
+    needles = values[order]
+    positions = order if valid is None else valid[order]
     left = np.searchsorted(ascending, needles, side="left")
     if unique:
         hit = left < len(ascending)

@@ -393,7 +393,9 @@ class _FixedColumns:
     def _column(self, name: str, value: pa.Scalar, rows: int) -> pa.Array:
         cached = self._arrays.get((name, value.as_py()))
         if cached is None or len(cached) < rows:
-            cached = pa.repeat(value, rows)
+            # A quarter more than asked: the slices of a partition differ by a few rows, and
+            # one array should serve them all.
+            cached = pa.repeat(value, rows + rows // 4)
             self._arrays[(name, value.as_py())] = cached
         return cached.slice(0, rows)
 

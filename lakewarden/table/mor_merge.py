@@ -37,7 +37,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lakewarden.logfile import BlockType, LogBlock
-from lakewarden.table._key_match import KeyIndex, integer_values
+from lakewarden.table._key_match import KeyIndex, integer_values, key_order
 from lakewarden.table.config import META_FILE_NAME, META_RECORD_KEY, TableConfig
 from lakewarden.table.files import split_key
 
@@ -83,13 +83,16 @@ class LogSide:
     file (``prepare_logs``): so it can be made while the base file is still being decoded.
 
     ``winners`` holds one log row per key (the key's latest surviving version, in
-    ``schema``); ``deleted`` every key a delete block removes from the rows before it (so
-    from the whole base file), or None."""
+    ``schema``), ``keys`` their keys as one array and ``order`` their positions in key order
+    (``_key_match.key_order``: a binary search wants them sorted); ``deleted`` every key a
+    delete block removes from the rows before it (so from the whole base file), or None."""
 
-    __slots__ = ("deleted", "winners")
+    __slots__ = ("deleted", "keys", "order", "winners")
 
-    def __init__(self, winners: pa.Table, deleted: pa.Array | None) -> None:
+    def __init__(self, winners: pa.Table, key: str, deleted: pa.Array | None) -> None:
         self.winners = winners
+        self.keys = _array(winners, key)
+        self.order = key_order(self.keys)
         self.deleted = deleted
 
 
@@ -105,7 +108,7 @@ def prepare_logs(
     if deletes:
         logs = _drop_deleted(logs, deletes, key)
         deleted = pa.concat_arrays([keys for _, keys in deletes])
-    return LogSide(_latest_per_key(logs, key, ordering), deleted)
+    return LogSide(_latest_per_key(logs, key, ordering), key, deleted)
 
 
 def merge_slice(
@@ -141,7 +144,7 @@ def merge_base(
         dropped[deleted_rows] = True
     if len(winners) == 0:
         return _without(base, dropped)
-    rows, slots = index.matches(_array(winners, key))
+    rows, slots = index.matches(side.keys, order=side.order)
     live = ~dropped[rows]  # a deleted base row meets no winner: the winner is newer
     rows, slots = rows[live], slots[live]
     if ordering is None:  # the latest version always wins

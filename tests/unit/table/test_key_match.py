@@ -8,7 +8,7 @@ from _hypothesis_profiles import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lakewarden.table._key_match import KeyIndex
+from lakewarden.table._key_match import KeyIndex, key_order
 
 _KEY = st.integers(-3, 8)
 
@@ -18,6 +18,9 @@ def pairs(index: KeyIndex, keys: pa.Array) -> set[tuple[int, int]]:
     assert len(rows) == len(positions)
     found = list(zip(rows.tolist(), positions.tolist(), strict=True))
     assert len(found) == len(set(found))  # each pair once
+    # The keys' order given by the caller (a merge computes it beforehand) changes nothing.
+    rows, positions = index.matches(keys, order=key_order(keys))
+    assert set(zip(rows.tolist(), positions.tolist(), strict=True)) == set(found)
     return set(found)
 
 

@@ -4,6 +4,7 @@ incremental reads work, and any sequence of writes reads the same as on copy-on-
 from __future__ import annotations
 
 import dataclasses
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -288,6 +289,57 @@ def test_read_slices_reads_a_base_file_without_rows(tmp_path: Path) -> None:
     ]
 
 
+def test_partition_columns_the_path_fixes_are_added_after_the_merge_not_decoded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # region is fixed by "region=eu" / "region=us": the scan and the merge leave it out and
+    # every merged record gets its slice's value. A slice of records without a region (a
+    # null partition value fixes nothing) makes the read carry the column for every slice.
+    table = Table.create(str(tmp_path / "t"), **(ARGS | {"table_type": "mor"}))
+    table.write(rows(*((i, ("eu", "us")[i % 2], 1, f"v{i}") for i in range(8))), "insert")
+    table.write(rows((1, "us", 2, "one"), (2, "eu", 2, "two")), "upsert")
+    scanned: list[list[str]] = []
+    real = mor_module._scan_bases
+
+    def spy(storage: Any, config: Any, slices: Any, schema: pa.Schema) -> Any:
+        scanned.append(schema.names)
+        return real(storage, config, slices, schema)
+
+    monkeypatch.setattr(mor_module, "_scan_bases", spy)
+    slices = list(table.snapshot().slices.values())
+    got = mor_module.read_slices(table.storage, table.config, slices, columns=["id", "region"])
+    assert "region" not in scanned[-1] and "id" in scanned[-1]
+    for file_slice, records in zip(slices, got, strict=True):
+        value = file_slice.file_group.partition_path.removeprefix("region=")
+        assert records.column_names == ["id", "region"]
+        assert set(records.column("region").to_pylist()) == {value}
+    expected = {(i, ("eu", "us")[i % 2], 1, f"v{i}") for i in (0, *range(3, 8))}
+    assert as_set(table.read()) == expected | {(1, "us", 2, "one"), (2, "eu", 2, "two")}
+    table.write(rows((10, None, 1, "none"), (11, None, 1, "none")), "insert")
+    table.write(rows((10, None, 2, "ten")), "upsert")
+    with_null = list(table.snapshot().slices.values())
+    got = mor_module.read_slices(table.storage, table.config, with_null, columns=["id", "region"])
+    assert "region" in scanned[-1]
+    by_id = {r["id"]: r["region"] for t in got for r in t.to_pylist()}
+    assert by_id[10] is None and by_id[11] is None and by_id[1] == "us" and by_id[2] == "eu"
+
+
+def test_an_error_preparing_a_slices_logs_is_raised_by_the_read_and_stops_its_worker(
+    tmp_path: Path,
+) -> None:
+    # Log sides are prepared by a worker thread: its error reaches the reader, and the
+    # worker does not outlive the read.
+    table = Table.create(str(tmp_path / "t"), **(ARGS | {"table_type": "mor"}))
+    table.write(rows(*((i, ("eu", "us")[i % 2], 1, f"v{i}") for i in range(8))), "insert")
+    table.write(rows(*((i, ("eu", "us")[i % 2], 2, f"w{i}") for i in range(8))), "upsert")
+    paths = sorted({s.path for sl in table.snapshot().slices.values() for s in sl.log_files})
+    assert len(paths) >= 2
+    table.storage.delete(paths[-1])
+    with pytest.raises(NotFoundError):
+        table.read()
+    assert not [t for t in threading.enumerate() if t.name.startswith("lakewarden-logs")]
+
+
 def test_a_memory_mapped_log_file_that_is_gone_is_a_named_error(tmp_path: Path) -> None:
     table = Table.create(str(tmp_path / "t"), **(ARGS | {"table_type": "mor", "buckets": 1}))
     table.write(rows((1, "eu", 1, "a")), "insert")
@@ -300,8 +352,11 @@ def test_a_memory_mapped_log_file_that_is_gone_is_a_named_error(tmp_path: Path) 
 
 # -- the property: merge-on-read reads as copy-on-write -------------------------------------
 
-_RECORD = st.tuples(
-    st.integers(0, 7), st.sampled_from(["eu", "us"]), st.integers(0, 3), st.sampled_from("xyz")
+_RECORD = st.tuples(  # a null region: a partition whose path fixes no value
+    st.integers(0, 7),
+    st.sampled_from(["eu", "us", None]),
+    st.integers(0, 3),
+    st.sampled_from("xyz"),
 )
 _BATCH = st.tuples(
     st.sampled_from(["insert", "upsert", "upsert", "delete"]),
