@@ -22,6 +22,8 @@ request per file, so reads there scan every time.
 
 from __future__ import annotations
 
+import os
+import stat
 import threading
 from collections import OrderedDict
 
@@ -42,13 +44,31 @@ def log_bytes(storage: Storage, key: str) -> bytes | pa.Buffer:
 
     Raises: StorageError."""
     path = storage.local_path(key) if storage.capabilities.direct_file_access else None
-    if path is not None:
-        try:
-            with pa.memory_map(path) as mapped:
-                return mapped.read_buffer()
-        except OSError:
-            pass  # Storage.read names what is wrong (missing, unreadable)
-    return storage.read(key)
+    mapped = _mapped(path) if path is not None else None
+    return mapped if mapped is not None else storage.read(key)
+
+
+def _mapped(path: str) -> pa.Buffer | None:
+    """The file at ``path`` memory-mapped; None when it cannot be (``Storage.read`` then
+    names what is wrong: missing, unreadable)."""
+    try:
+        with pa.memory_map(path) as mapped:
+            return mapped.read_buffer()
+    except OSError:
+        return None
+
+
+def _version(path: str) -> tuple[int, int] | None:
+    """(size, modification time in ms) of the regular file at ``path``, as ``Storage.stat``
+    gives them (one system call, where ``Storage.stat`` also checks the key and builds a
+    path); None when there is no such file."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    if not stat.S_ISREG(info.st_mode):
+        return None
+    return info.st_size, info.st_mtime_ns // 1_000_000
 
 
 class LogCache:
@@ -70,10 +90,13 @@ class LogCache:
         time are those it was scanned with, else scanned now (and kept when it fits).
 
         Raises: StorageError (NotFoundError: the file is gone)."""
-        if not storage.capabilities.direct_file_access:
+        path = storage.local_path(key) if storage.capabilities.direct_file_access else None
+        if path is None:
             return scan_log(log_bytes(storage, key), key)
-        info = storage.stat(key)
-        version = (info.size, info.mtime_ms)
+        version = _version(path)
+        if version is None:  # gone or not a file: the store's own stat names the error
+            info = storage.stat(key)
+            version = (info.size, info.mtime_ms)
         with self._lock:
             entry = self._entries.get(key)
             if entry is not None and entry[0] == version:
@@ -81,8 +104,9 @@ class LogCache:
                 self.hits += 1
                 return entry[1]
             self.misses += 1
-        scanned = scan_log(log_bytes(storage, key), key)
-        if scanned.size == info.size:  # else it changed while we read: keep nothing
+        mapped = _mapped(path)
+        scanned = scan_log(mapped if mapped is not None else storage.read(key), key)
+        if scanned.size == version[0]:  # else it changed while we read: keep nothing
             self._put(key, version, scanned)
         return scanned
 
