@@ -27,7 +27,6 @@ is missing raises ``MissingCommittedBlockError``.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import pyarrow as pa
@@ -44,6 +43,7 @@ from lakewarden.logfile import (
     select_committed,
 )
 from lakewarden.storage import AlreadyExistsError, Storage
+from lakewarden.table._mor_read import FixedColumns, LogSides
 from lakewarden.table.config import (
     META_COMMIT_TIME,
     META_PARTITION_PATH,
@@ -259,7 +259,7 @@ def read_slices(
     Three things overlap. The base files are decoded by one pyarrow scan over all of them,
     the reader (and reader settings: parallel decoding, read-ahead, memory-mapped local
     files) that a read of plain base files uses. One thread prepares each slice's log side
-    meanwhile (``_LogSides``: it scans and CRC-checks the log files and picks one winner per
+    meanwhile (``LogSides``: it scans and CRC-checks the log files and picks one winner per
     key, none of which needs the base file). The calling thread merges each base file with
     its prepared log side as soon as the scan yields it. So decoding is not split among a
     pool of Python threads each starting its own parallel decode (those competed for two
@@ -274,7 +274,7 @@ def read_slices(
     schema), OSError / pyarrow.ArrowInvalid (a base file that cannot be read)."""
     wanted = list(config.file_schema.names if columns is None else columns)
     key = merge_key(config)
-    fixed = _FixedColumns(config, slices, wanted, key=key)
+    fixed = FixedColumns(config, slices, wanted, key=key)
     carried = merge_columns(
         config.file_schema,
         [name for name in wanted if name not in fixed.names],
@@ -284,7 +284,15 @@ def read_slices(
     with_base = [i for i, s in enumerate(slices) if s.base_file is not None]
     without_base = [i for i, s in enumerate(slices) if s.base_file is None]
     results: list[pa.Table | None] = [None] * len(slices)
-    with _LogSides(storage, config, carried, key, cache) as sides:
+
+    def prepare(file_slice: FileSlice) -> LogSide:
+        selection = slice_selection(storage, file_slice, cache=cache)
+        selection.report()
+        return prepare_logs(
+            selection.blocks, schema=carried, key=key, ordering=config.ordering_field
+        )
+
+    with LogSides(prepare) as sides:
         for i in with_base + without_base:  # the order the merges below ask for them
             sides.submit(i, slices[i])
 
@@ -305,101 +313,6 @@ def read_slices(
     return [done for done in results if done is not None]
 
 
-class _LogSides:
-    """The log sides (``mor_merge.prepare_logs``) of a read's slices, prepared in order by
-    one worker thread while the caller waits for base files. The work is mostly reading,
-    CRC-checking and decoding log files, which release the GIL, and on S3 waiting for
-    them. A slice's error (``MissingCommittedBlockError``, a storage error) is raised by
-    ``get`` of that slice; leaving the ``with`` block drops what was not started."""
-
-    def __init__(
-        self,
-        storage: Storage,
-        config: TableConfig,
-        schema: pa.Schema,
-        key: str,
-        cache: LogCache | None,
-    ) -> None:
-        self._storage = storage
-        self._config = config
-        self._schema = schema
-        self._key = key
-        self._cache = cache
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lakewarden-logs")
-        self._futures: dict[int, Future[LogSide]] = {}
-
-    def __enter__(self) -> _LogSides:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._pool.shutdown(wait=True, cancel_futures=True)
-
-    def submit(self, position: int, file_slice: FileSlice) -> None:
-        """Start preparing ``file_slice``'s log side (nothing when it has no log files)."""
-        if file_slice.log_files:
-            self._futures[position] = self._pool.submit(self._prepare, file_slice)
-
-    def get(self, position: int) -> LogSide | None:
-        """The log side of the slice submitted at ``position`` (None: no log files), waiting
-        for it. Raises: what preparing it raised."""
-        future = self._futures.get(position)
-        return None if future is None else future.result()
-
-    def _prepare(self, file_slice: FileSlice) -> LogSide:
-        selection = slice_selection(self._storage, file_slice, cache=self._cache)
-        selection.report()
-        return prepare_logs(
-            selection.blocks,
-            schema=self._schema,
-            key=self._key,
-            ordering=self._config.ordering_field,
-        )
-
-
-class _FixedColumns:
-    """The partition columns of a read whose value every slice's partition path fixes
-    (``lakewarden.table.reader.partition_values``; never the merge key or the ordering
-    field), and their columns: one array per value, sliced for each slice (a slice of an
-    array costs nothing, a new one a copy of the value per record)."""
-
-    def __init__(
-        self, config: TableConfig, slices: Sequence[FileSlice], wanted: Sequence[str], *, key: str
-    ) -> None:
-        # Imported here: lakewarden.table.reader imports this module's readers lazily too.
-        from lakewarden.table.reader import partition_values
-
-        self._schema = config.file_schema
-        self._values = {
-            path: partition_values(config, path)
-            for path in {s.file_group.partition_path for s in slices}
-        }
-        candidates = set(wanted) & set(config.partition_by) - {key, config.ordering_field}
-        self.names = [
-            name
-            for name in self._schema.names
-            if name in candidates and all(name in known for known in self._values.values())
-        ]
-        self._arrays: dict[tuple[str, Any], pa.Array] = {}
-
-    def add(self, records: pa.Table, file_slice: FileSlice) -> pa.Table:
-        """``records`` of ``file_slice`` with the fixed columns appended."""
-        for name in self.names:
-            value = self._values[file_slice.file_group.partition_path][name]
-            records = records.append_column(
-                self._schema.field(name), self._column(name, value, len(records))
-            )
-        return records
-
-    def _column(self, name: str, value: pa.Scalar, rows: int) -> pa.Array:
-        cached = self._arrays.get((name, value.as_py()))
-        if cached is None or len(cached) < rows:
-            # A quarter more than asked: the slices of a partition differ by a few rows, and
-            # one array should serve them all.
-            cached = pa.repeat(value, rows + rows // 4)
-            self._arrays[(name, value.as_py())] = cached
-        return cached.slice(0, rows)
-
-
 def _scan_bases(
     storage: Storage, config: TableConfig, slices: Sequence[FileSlice], schema: pa.Schema
 ) -> Iterator[tuple[int, pa.Table]]:
@@ -414,7 +327,7 @@ def _scan_bases(
         return
     dataset = files_dataset(storage, config, stats, config.file_schema)
     position = {fragment.path: i for i, fragment in enumerate(dataset.get_fragments())}
-    scanner = dataset.scanner(columns=schema.names, fragment_readahead=len(stats))
+    scanner = dataset.scanner(columns=schema.names)
     done = 0  # slices before this position have been yielded
     batches: list[pa.RecordBatch] = []
     current = -1
