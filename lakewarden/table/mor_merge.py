@@ -169,7 +169,7 @@ def merge_base(
     if len(beaten):
         kept = np.ones(len(winners), dtype=bool)
         kept[beaten] = False
-        winners = _filter(winners, pa.array(kept))
+        winners = _filter(winners, _mask(kept))
     return pa.concat_tables([_without(base, dropped), winners])
 
 
@@ -182,7 +182,7 @@ def _without(table: pa.Table, dropped: npt.NDArray[np.bool_]) -> pa.Table:
     if not dropped.any():
         return table
     if len(table) <= RANGE_ROWS:
-        return _filter(table, pa.array(~dropped))
+        return _filter(table, _mask(~dropped))
     starts = np.arange(0, len(table), RANGE_ROWS)
     touched = np.add.reduceat(dropped, starts) > 0
     pieces: list[pa.Table] = []
@@ -194,10 +194,17 @@ def _without(table: pa.Table, dropped: npt.NDArray[np.bool_]) -> pa.Table:
         end = int(starts[i]) if i < len(starts) else len(table)
         piece = table.slice(begin, end - begin)
         if touched[run_start]:
-            piece = _filter(piece, pa.array(~dropped[begin:end]))
+            piece = _filter(piece, _mask(~dropped[begin:end]))
         pieces.append(piece)
         run_start = i
     return pieces[0] if len(pieces) == 1 else pa.concat_tables(pieces)
+
+
+def _mask(keep: npt.NDArray[np.bool_]) -> pa.BooleanArray:
+    """``keep`` as an Arrow mask: its bits packed by numpy (``pa.array`` converts a boolean
+    array value by value, about fifteen times slower)."""
+    bits = np.packbits(keep, bitorder="little")
+    return pa.BooleanArray.from_buffers(pa.bool_(), len(keep), [None, pa.py_buffer(bits)])
 
 
 def _filter(table: pa.Table, mask: pa.Array) -> pa.Table:
