@@ -205,8 +205,7 @@ def topic_param(ctx: click.Context, param: click.Parameter, value: str) -> str:
     type=click.IntRange(min=0),
     default=None,
     help="A micro-batch of at most N records is written by one Spark task (one file per file "
-    "group instead of one per task and file group); 0: never. "
-    "[lakewarden.spark.ingest.SINGLE_TASK_ROWS: 5000]",
+    "group instead of one per task and file group). [default: 0, never]",
 )
 @click.option("--master", default="local[2]", show_default=True, help="Spark master.")
 def command(

@@ -37,11 +37,10 @@ table, its storage and settings and no bad-record columns travel with the rows, 
 What the ``spark`` writer keeps per query, because every batch would pay it again: the
 write's column expressions (``_native.meta_columns``: about 600 Py4J round trips to build,
 reused while the batch's schema is the same; the instant enters as a literal column). A batch
-of at most ``single_task_rows`` records (counted from the checkpoint's offsets,
-``_stream_offsets``, else bounded by ``max_batch_rows``) is written by one task, so it writes
-one file per file group instead of one per task and file group: a small batch's cost is
-mostly per file (a Parquet writer, a task commit rename, a footer read and fsync in the
-adoption), not per row.
+of at most ``single_task_rows`` records (a setting, off by default; counted from the
+checkpoint's offsets, ``_stream_offsets``, else bounded by ``max_batch_rows``) is written by
+one task, so it writes one file per file group instead of one per task and file group (fewer,
+larger files; measured no faster on local[2]).
 """
 
 from __future__ import annotations
@@ -85,13 +84,13 @@ OPERATION = "insert"
 MicroBatchWriterKind = Literal["auto", "spark", "python"]
 _QUERY_ID = "sql.streaming.queryId"
 _RUN_ID = "spark.jobGroup.id"  # Structured Streaming runs a run's jobs in a group named by it
-# Batches of at most this many records are written by one task (module docstring). Below it a
-# batch's time goes mostly to per-file costs, which one task halves on two cores (one file
-# per file group, not one per task and file group); above it two tasks' parallel JSON parsing
-# and encoding gain more than the extra files cost. Measured on local[2] at load ~20
-# (``python -m benchmarks ingest --quick``): 2k-record batches wrote in 2.0 s (p50) as one
-# task, 3.3 s as two; ~10-20k-record batches in 2.0 s as two tasks, 4.2 s as one.
-SINGLE_TASK_ROWS = 5_000
+# Batches of at most this many records are written by one task (module docstring); 0 (the
+# default): never. One task writes one file per file group instead of one per task and file
+# group, but on local[2] it measured no faster (``python -m benchmarks ingest --quick``,
+# session 7: 2k-record batches 0.49 s to write as one task vs 0.50 s as two, quiet runs) and
+# made the end-to-end latency at 10k events/s worse in 3 loaded runs of 3 (the query fell
+# behind: 4-6 batches instead of 5-9), so it is a setting, not a default.
+SINGLE_TASK_ROWS = 0
 
 
 @dataclass(frozen=True)

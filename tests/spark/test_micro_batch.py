@@ -85,6 +85,7 @@ def test_failed_and_restarted_query_commits_every_batch_exactly_once(
             writer=kind,  # type: ignore[arg-type]
             test_hooks=hooks,
             max_batch_rows=ROWS_PER_FILE,
+            single_task_rows=ROWS_PER_FILE,
         )
 
     # Run 1 dies right after lakewarden committed batch 1, before Spark recorded it.

@@ -125,9 +125,13 @@ def test_one_task_below_the_threshold_from_the_offsets_else_the_cap(tmp_path: Pa
     assert not MicroBatchWriter("/t", checkpoint=str(tmp_path), single_task_rows=499).one_task(7)
     assert not MicroBatchWriter("/t", checkpoint=str(tmp_path), single_task_rows=0).one_task(7)
     # Batch 9's offsets cannot tell: the query's cap bounds it, and without one nothing does.
-    capped = MicroBatchWriter("/t", checkpoint=str(tmp_path), max_batch_rows=25)
+    capped = MicroBatchWriter(
+        "/t", checkpoint=str(tmp_path), max_batch_rows=25, single_task_rows=500
+    )
     assert capped.one_task(9)
-    assert not MicroBatchWriter("/t", checkpoint=str(tmp_path)).one_task(9)
-    assert not MicroBatchWriter("/t", max_batch_rows=SINGLE_TASK_ROWS + 1).one_task(9)
+    assert not MicroBatchWriter("/t", checkpoint=str(tmp_path), single_task_rows=500).one_task(9)
+    assert not MicroBatchWriter("/t", max_batch_rows=501, single_task_rows=500).one_task(9)
+    assert SINGLE_TASK_ROWS == 0  # the default: never (measured no faster, see _micro_batch)
+    assert not MicroBatchWriter("/t", checkpoint=str(tmp_path)).one_task(7)
     with pytest.raises(InvalidOptionError, match="single_task_rows"):
         MicroBatchWriter("/t", single_task_rows=-1)
