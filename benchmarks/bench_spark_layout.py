@@ -13,8 +13,8 @@ insert paths, on the same cached rows as ``bench_spark``, rounds rotated:
   path, file name built per row with ``concat``);
 - ``meta``: plus all four meta columns;
 - ``file_groups``: the plain rows split into one file per task and bucket
-  (``partitionBy(pmod(hash(id), 4))`` with concurrent writers, as ``lakewarden.spark._native``
-  writes: no sort);
+  (``partitionBy(pmod(hash(id), 4))`` with concurrent writers, no sort: the session settings
+  of ``lakewarden.spark._native``'s write, ``concurrent_file_group_writers``);
 - ``layout``: meta columns and file groups: Spark's own writer producing lakewarden's layout;
 - ``lakewarden_insert``: ``format("lakewarden")`` (the Python data source, pyarrow's writer);
 - ``lakewarden_bulk_spark``: ``bulk_insert`` with ``writer=spark`` (``_native``).
@@ -54,12 +54,6 @@ FILE_NAME = (
 KEY_COLUMN = "cast(id as string) as _lw_record_key"
 PER_FILE_COLUMNS = [f"'{INSTANT}' as _lw_commit_time", "'' as _lw_partition_path"]
 PER_FILE_COLUMNS.append(f"{FILE_NAME} as _lw_file_name")
-# Spark's "planned write" sorts each task's rows by the partition columns; lakewarden's native
-# write turns it off and keeps one writer per file group open instead (_native._WRITE_CONFS).
-CONCURRENT_WRITERS = {
-    "spark.sql.optimizer.plannedWrite.enabled": "false",
-    "spark.sql.maxConcurrentOutputFileWriters": "64",
-}
 VARIANTS = (
     "plain",
     "key",
@@ -75,6 +69,7 @@ VARIANTS = (
 def measure(rows: int, rounds: int) -> dict[str, Any]:
     """Wall and CPU seconds per variant (lists, one per round)."""
     import lakewarden.spark
+    from lakewarden.spark._native import concurrent_file_group_writers
 
     spark = _session()
     root = Path(tempfile.mkdtemp(prefix="lakewarden-bench-layout-"))
@@ -99,9 +94,12 @@ def measure(rows: int, rounds: int) -> dict[str, Any]:
 
         def grouped_write(name: str) -> Callable[[int], float]:
             writer = bucketed[name].write.partitionBy("_bucket")
-            return lambda i: _with_confs(
-                spark, lambda: _elapsed(lambda: writer.parquet(str(root / f"{name}-{i}")), name)
-            )
+
+            def run(i: int) -> float:
+                with concurrent_file_group_writers(spark):  # as lakewarden's native write
+                    return _elapsed(lambda: writer.parquet(str(root / f"{name}-{i}")), name)
+
+            return run
 
         def insert(i: int) -> float:
             uri = _new_table(root, f"insert-{i}")
@@ -128,21 +126,6 @@ def measure(rows: int, rounds: int) -> dict[str, Any]:
     finally:
         spark.stop()
         shutil.rmtree(root, ignore_errors=True)
-
-
-def _with_confs(spark: Any, func: Callable[[], float]) -> float:
-    """``func()`` with ``CONCURRENT_WRITERS`` set on the session, restored after."""
-    before = {name: spark.conf.get(name, None) for name in CONCURRENT_WRITERS}
-    try:
-        for name, value in CONCURRENT_WRITERS.items():
-            spark.conf.set(name, value)
-        return func()
-    finally:
-        for name, old in before.items():
-            if old is None:
-                spark.conf.unset(name)
-            else:
-                spark.conf.set(name, old)
 
 
 def results(numbers: dict[str, Any]) -> Iterable[Result]:

@@ -31,8 +31,8 @@ from lakewarden.history.model import RetentionGap, Unreadable
 from lakewarden.history.reader import (
     READ_BATCH,
     PartitionRead,
-    ReadTimeoutError,
     bulk_consumer,
+    check_deadline,
     plan_read,
 )
 from lakewarden.history.replay import TopicReplay
@@ -92,12 +92,7 @@ def _fold_batches(
     deadline = time.monotonic() + timeout_s
     unreadable: list[Unreadable] = []
     while remaining:
-        if time.monotonic() >= deadline:
-            left = ", ".join(f"{p.topic}[{p.partition}]" for p in remaining.values())
-            raise ReadTimeoutError(
-                f"read of table {table_id}'s events did not reach the end of {left} within "
-                f"{timeout_s:g} s. Help: retry, or pass a longer timeout."
-            )
+        check_deadline(deadline, remaining, table_id, timeout_s)
         # consume() waits its whole timeout for a batch it cannot fill: never ask for more
         # than the messages left below the ends.
         unread = sum(p.high - p.next for p in remaining.values())

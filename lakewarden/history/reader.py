@@ -207,12 +207,7 @@ def _read(
     decode = codec.decode
     table_key = table_id.encode()
     while remaining:  # 3.
-        if time.monotonic() >= deadline:
-            left = ", ".join(f"{p.topic}[{p.partition}]" for p in remaining.values())
-            raise ReadTimeoutError(
-                f"read of table {table_id}'s events did not reach the end of {left} within "
-                f"{timeout_s:g} s. Help: retry, or pass a longer timeout."
-            )
+        check_deadline(deadline, remaining, table_id, timeout_s)
         # consume() waits its whole timeout for a batch it cannot fill: never ask for more
         # than the messages left below the ends (a short read would wait 0.5 s at its end).
         unread = sum(p.high - p.next for p in remaining.values())
@@ -259,6 +254,23 @@ BULK_READ_CONFIG: Final[dict[str, Any]] = {
     "queued_max_messages_kbytes": 128 * 1024,
     "queued_min_messages": 1_000_000,
 }
+
+
+def check_deadline(
+    deadline: float,
+    remaining: dict[tuple[str, int], PartitionRead],
+    table_id: str,
+    timeout_s: float,
+) -> None:
+    """Raise when the read's time is up with partitions still short of their ends.
+
+    Raises: ReadTimeoutError, naming those partitions."""
+    if time.monotonic() >= deadline:
+        left = ", ".join(f"{p.topic}[{p.partition}]" for p in remaining.values())
+        raise ReadTimeoutError(
+            f"read of table {table_id}'s events did not reach the end of {left} within "
+            f"{timeout_s:g} s. Help: retry, or pass a longer timeout."
+        )
 
 
 def _decoder(
