@@ -141,7 +141,16 @@ class CancelWorker:
             or current.state is not Transition.CANCEL_REQUESTED
         ):
             return None
-        return self._apply(uri, lambda: _outcome_of(table.execute_cancel(expiry.instant)), recorder)
+        # heartbeat-monitor publishes the expiry, waits for the broker to have it, and only
+        # then writes its "dead" record to the liveness changelog (expiries first: see its
+        # monitor module), so the liveness view this step consults may still say ALIVE for a
+        # moment: wait for it, as for any retryable failure, instead of refusing for good.
+        return self._apply(
+            uri,
+            lambda: _outcome_of(table.execute_cancel(expiry.instant)),
+            recorder,
+            wait_for_liveness=True,
+        )
 
     def _fresh_recorder(self) -> _Recorder:
         """The one recorder every cached table announces to, emptied for a new command (what
@@ -174,13 +183,24 @@ class CancelWorker:
             )
         return table
 
-    def _apply(self, uri: str, step: Callable[[], str], recorder: _Recorder) -> Outcome:
+    def _apply(
+        self,
+        uri: str,
+        step: Callable[[], str],
+        recorder: _Recorder,
+        *,
+        wait_for_liveness: bool = False,
+    ) -> Outcome:
+        """``step`` with up to ``attempts`` tries on a retryable failure; a live executor
+        (``PlanStillExecutingError``) is a refusal at once, unless ``wait_for_liveness`` (the
+        caller knows the executor was declared dead and the liveness view is catching up)."""
         for attempt in range(1, self.attempts + 1):
             try:
                 status = step()
                 return Outcome(status, entries=recorder.take())
             except RetryableError as err:
-                if isinstance(err, PlanStillExecutingError) or attempt == self.attempts:
+                still_executing = isinstance(err, PlanStillExecutingError)
+                if (still_executing and not wait_for_liveness) or attempt == self.attempts:
                     return _refusal(err, recorder)
                 log.warning("cancel step failed (%s); retrying", err)
                 time.sleep(self.retry_delay_s * attempt)

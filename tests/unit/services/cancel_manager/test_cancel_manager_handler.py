@@ -20,7 +20,7 @@ from lakewarden.events import Event, EventDecodeError, Undecodable, decode, enco
 from lakewarden.settings import Settings
 from lakewarden.table.bucket import append_group, route
 from lakewarden.table.config import META_FILE_NAME
-from lakewarden.table.coordinator import Coordinator, EmbeddedCoordinator
+from lakewarden.table.coordinator import Coordinator, EmbeddedCoordinator, Liveness
 from lakewarden.table.files import BaseFileName, WriteToken, file_key
 from lakewarden.table.instant import Transition
 from lakewarden.table.merge import stamped
@@ -48,12 +48,12 @@ async def _inline(func: Callable[[], Any]) -> Any:
 
 
 class Harness:
-    def __init__(self) -> None:
+    def __init__(self, coordinator: Coordinator = COORDINATOR) -> None:
         self.dlq = FakeTopic()
         self.results: list[Event] = []
         self.transitions: list[Event] = []
         letters = DeadLetters(self.dlq, service="cancel-manager", consumer_group="g")  # type: ignore[arg-type]
-        self.worker = CancelWorker(Settings(), lambda: COORDINATOR, retry_delay_s=0)
+        self.worker = CancelWorker(Settings(), lambda: coordinator, retry_delay_s=0)
         self.registry: dict[str, Any] = {}  # the service's faust table, shared by both agents
         self.persisted: list[int] = []
         self.requests = RequestHandler(
@@ -96,6 +96,21 @@ class Harness:
             decoded = Undecodable(err, value)
         handler = self.expiries if expiry else self.requests
         asyncio.run(handler.handle(message, decoded))
+
+    def expire(self, table: Table, instant: str) -> None:
+        """heartbeat-monitor's ``HeartbeatExpired`` of ``instant``'s executor, handled."""
+        expired = make_event(
+            "HeartbeatExpired",
+            table_id=table.table_id,
+            producer_id="heartbeat-monitor",
+            instant=instant,
+            owner="executor-9",
+            last_seen_ms=0,
+            detected_ms=0,
+            tolerance_ms=30_000,
+            frontier_ms=None,
+        )
+        self.feed(encode("HeartbeatExpired", expired), key=table.table_id.encode(), expiry=True)
 
     def ask(self, table: Table, instant: str, kind: str, *, uri: str | None = "same") -> Event:
         record = make_event(
@@ -241,21 +256,54 @@ def test_a_dead_executor_of_a_cancel_requested_plan_is_finished_by_the_service(
     h = Harness()
     instant = str(table.schedule_clustering(cancellable=True))
     h.ask(table, instant, "request")
-    expired = make_event(
-        "HeartbeatExpired",
-        table_id=table.table_id,
-        producer_id="heartbeat-monitor",
-        instant=instant,
-        owner="executor-9",
-        last_seen_ms=0,
-        detected_ms=0,
-        tolerance_ms=30_000,
-        frontier_ms=None,
-    )
-    h.feed(encode("HeartbeatExpired", expired), key=table.table_id.encode(), expiry=True)
+    h.expire(table, instant)
     mine = table.state().get(instant)
     assert mine is not None and mine.state is Transition.ABORTED
     assert h.transitions[-1].record["transition"] == "aborted"
+
+
+class LaggingLiveness(EmbeddedCoordinator):
+    """heartbeat-monitor's order: the ``HeartbeatExpired`` is on the broker before its "dead"
+    record is in the liveness changelog, so the first ``lagging`` answers still say ALIVE."""
+
+    def __init__(self, lagging: int) -> None:
+        super().__init__()
+        self.lagging = lagging
+
+    def liveness(self, table_id: str, instant: str) -> Liveness:
+        if self.lagging > 0:
+            self.lagging -= 1
+            return Liveness.ALIVE
+        return super().liveness(table_id, instant)
+
+
+@pytest.mark.parametrize("lagging", [1, 2])
+def test_an_expiry_ahead_of_the_liveness_record_still_finishes_the_plan(
+    tmp_path: Path, lagging: int
+) -> None:
+    coordinator = LaggingLiveness(lagging=0)
+    table = fragmented_table(tmp_path, coordinator)
+    h = Harness(coordinator)
+    instant = str(table.schedule_clustering(cancellable=True))
+    h.ask(table, instant, "request")
+    coordinator.lagging = lagging  # fewer than the worker's attempts (3)
+    h.expire(table, instant)
+    mine = table.state().get(instant)
+    assert mine is not None and mine.state is Transition.ABORTED
+    assert coordinator.lagging == 0
+
+
+def test_an_executor_that_stays_alive_is_refused_after_the_retries(tmp_path: Path) -> None:
+    coordinator = LaggingLiveness(lagging=0)
+    table = fragmented_table(tmp_path, coordinator)
+    h = Harness(coordinator)
+    instant = str(table.schedule_clustering(cancellable=True))
+    h.ask(table, instant, "request")
+    coordinator.lagging = 100  # a new executor took the plan over: really alive
+    h.expire(table, instant)
+    mine = table.state().get(instant)
+    assert mine is not None and mine.state is Transition.CANCEL_REQUESTED
+    assert coordinator.lagging == 100 - h.worker.attempts
 
 
 def test_a_table_found_at_its_uri_is_registered_durably_before_the_result(table: Table) -> None:
@@ -281,18 +329,7 @@ def test_an_expiry_after_a_restart_finds_the_table_in_the_recovered_registry(
     before.ask(table, instant, "request")
     after = Harness()
     after.registry.update(before.registry)  # what faust recovers from the changelog
-    expired = make_event(
-        "HeartbeatExpired",
-        table_id=table.table_id,
-        producer_id="heartbeat-monitor",
-        instant=instant,
-        owner="executor-9",
-        last_seen_ms=0,
-        detected_ms=0,
-        tolerance_ms=30_000,
-        frontier_ms=None,
-    )
-    after.feed(encode("HeartbeatExpired", expired), key=table.table_id.encode(), expiry=True)
+    after.expire(table, instant)
     mine = table.state().get(instant)
     assert mine is not None and mine.state is Transition.ABORTED
 
