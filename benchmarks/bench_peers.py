@@ -55,7 +55,7 @@ from typing import Any, Literal
 from benchmarks import _peers_setup
 from benchmarks._registry import BenchContext, Result, benchmark
 from benchmarks._rounds import rotated_rounds
-from benchmarks.bench_spark import COLUMNS, SCHEMA
+from benchmarks.bench_spark import COLUMNS, SCHEMA, cached_input
 
 PARTITION = "region"
 OPERATIONS = ("insert", "upsert", "read")
@@ -117,8 +117,7 @@ def measure_spark4(rows: int, rounds: int) -> dict[str, Any]:
     spark = _session(_peers_setup.delta_jars(), root / "spark-local")
     try:
         lakewarden.spark.register(spark)
-        df = spark.range(rows, numPartitions=4).selectExpr(*COLUMNS).cache()
-        df.count()
+        df = cached_input(spark, rows)
         where, projection = changed_rows(rows)
         changed = df.where(where).selectExpr(*projection).cache()
         upsert_rows = changed.count()

@@ -81,6 +81,14 @@ COLUMNS = [
 ]
 
 
+def cached_input(spark: Any, rows: int) -> Any:
+    """The benchmarks' input: ``rows`` x 10 columns (``COLUMNS``) over 4 partitions, cached and
+    materialised, so every writer compared reads the same in-memory rows."""
+    df = spark.range(rows, numPartitions=4).selectExpr(*COLUMNS).cache()
+    df.count()
+    return df
+
+
 def _session(extra: dict[str, str] | None = None) -> Any:
     """The benchmark's local Spark session; ``extra``: more settings (the profiler's event
     log)."""
@@ -206,8 +214,7 @@ def measure(rows: int, rounds: int) -> dict[str, Any]:
     root = Path(tempfile.mkdtemp(prefix="lakewarden-bench-spark-"))
     try:
         lakewarden.spark.register(spark)
-        df = spark.range(rows, numPartitions=4).selectExpr(*COLUMNS).cache()
-        df.count()
+        df = cached_input(spark, rows)
         _register_null_sink(spark)
         null = df.write.format("lakewarden-bench-null").mode("append")
         uris: list[str] = []

@@ -41,7 +41,7 @@ from typing import Any
 
 from benchmarks._registry import BenchContext, Result, benchmark
 from benchmarks._rounds import rotated_rounds
-from benchmarks.bench_spark import COLUMNS, CPU, _elapsed, _new_table, _session
+from benchmarks.bench_spark import CPU, _elapsed, _new_table, _session, cached_input
 
 INSTANT = "20261124000000000"
 BUCKET = "pmod(hash(id), 4)"
@@ -75,8 +75,7 @@ def measure(rows: int, rounds: int) -> dict[str, Any]:
     root = Path(tempfile.mkdtemp(prefix="lakewarden-bench-layout-"))
     try:
         lakewarden.spark.register(spark)
-        df = spark.range(rows, numPartitions=4).selectExpr(*COLUMNS).cache()
-        df.count()
+        df = cached_input(spark, rows)
         frames = {
             "plain": df,
             "key": df.selectExpr(KEY_COLUMN, "*"),

@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._report import RESULTS_DIR
-from benchmarks.bench_spark import COLUMNS, _new_table, _session, mor_table
+from benchmarks.bench_spark import _new_table, _session, cached_input, mor_table
 
 WRITES = (
     "insert",
@@ -257,8 +257,7 @@ def profile(name: str, rows: int, out_dir: Path, rate: int, native: bool) -> str
     )
     try:
         lakewarden.spark.register(spark)
-        df = spark.range(rows, numPartitions=4).selectExpr(*COLUMNS).cache()
-        df.count()
+        df = cached_input(spark, rows)
         if name == "error_table":
             return _profile_error_table(spark, rows, root, work, out_dir, rate, native)
         writes = _writes(spark, df, root, rows)

@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 from _hypothesis_profiles import examples
-from _reference_fold import apply_in_seq_order
+from _reference_fold import apply_in_seq_order, timeline_entry
 from confluent_kafka import KafkaError, Message
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
@@ -221,25 +221,11 @@ def _reference(records: list[dict[str, Any]]) -> tuple[dict[int, TimelineEntry],
     entries: dict[int, TimelineEntry] = {}
     for r in records:
         try:
-            payload = json.loads(r["payload"] or "{}")
-            entry = TimelineEntry(
-                seq=r["seq"],
-                instant=r["instant"],
-                action=r["action"],
-                transition=r["transition"],
-                actor=r["actor"],
-                lock_token=r["lock_token"],
-                wall_time_ms=_ms(r["wall_time"]),
-                payload=payload,
-            )
+            entry = timeline_entry(r)
         except ValueError:
             continue
         entries.setdefault(entry.seq, entry)
     return entries, apply_in_seq_order(entries)
-
-
-def _ms(value: int | datetime) -> int:
-    return value if isinstance(value, int) else int(value.timestamp() * 1000)
 
 
 def _replayed(records: list[dict[str, Any]]) -> TopicReplay:

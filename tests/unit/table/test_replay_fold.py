@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 from _hypothesis_profiles import examples
-from _reference_fold import apply_in_seq_order
+from _reference_fold import apply_in_seq_order, timeline_entry
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -150,16 +150,7 @@ def _reference(records: list[dict[str, Any]]) -> TimelineState:
     seq order by ``apply``, every payload validated afresh."""
     entries: dict[int, TimelineEntry] = {}
     for r in records:
-        entry = TimelineEntry(
-            seq=r["seq"],
-            instant=r["instant"],
-            action=r["action"],
-            transition=r["transition"],
-            actor=r["actor"],
-            lock_token=r["lock_token"],
-            wall_time_ms=r["wall_time"],
-            payload=json.loads(r["payload"]),
-        )
+        entry = timeline_entry(r)
         entries.setdefault(entry.seq, entry)
     return apply_in_seq_order(entries)
 
