@@ -3,7 +3,9 @@
 Environment: ``LAKEWARDEN_KAFKA__BOOTSTRAP_SERVERS`` (required), ``LAKEWARDEN_KAFKA__TOPIC_PREFIX``,
 ``LAKEWARDEN_HEALTH_PORT`` (health and metrics on 127.0.0.1), ``LAKEWARDEN_INSTANCE_ID``
 (static group membership: a restart takes its partitions back at once),
-``LAKEWARDEN_COMMIT_INTERVAL_S`` (how often offsets are committed), ``LAKEWARDEN_LOG_LEVEL``.
+``LAKEWARDEN_COMMIT_INTERVAL_S`` (how often offsets are committed),
+``LAKEWARDEN_LOCK_CHANGELOG_INTERVAL_S`` (how often changed locks are written to the changelog,
+default 0.25 s), ``LAKEWARDEN_LOG_LEVEL``.
 
 Steps: 1. logfmt logging; 2. the topics exist (created idempotently, the changelog compacted);
 3. the worker runs; SIGTERM/SIGINT stop it (offsets committed, group left); 4. once the first
@@ -35,6 +37,7 @@ def main() -> NoReturn:
             group_id=group_id,
             group_instance_id=f"{SERVICE}-{instance}" if instance else None,
             commit_interval_s=service_settings.commit_interval_s,
+            changelog_interval_s=service_settings.lock_changelog_interval_s,
         )
         return worker
 

@@ -15,19 +15,29 @@ from __future__ import annotations
 
 from typing import Final
 
+from pydantic import Field
+
 from lakewarden.events.topics import DLQ, FOREVER, LOCK_REPLIES, LOCK_REQUESTS, TopicSpec
 from lakewarden.settings import Settings
 from services._common import ServiceSettings
 from services.timeline_lock.handler import SERVICE
-from services.timeline_lock.worker import Topics
+from services.timeline_lock.worker import CHANGELOG_INTERVAL_S, Topics
 
 LOCKS_CHANGELOG: Final = TopicSpec(
     f"{SERVICE}-locks-changelog", LOCK_REQUESTS.partitions, FOREVER, cleanup_policy="compact"
 )
 TOPICS: Final = (LOCK_REQUESTS, LOCK_REPLIES, LOCKS_CHANGELOG, DLQ)
 
+
+class LockServiceSettings(ServiceSettings):
+    """timeline-lock's process settings: the shared ones and how long a changed lock may wait
+    for its changelog record (``LAKEWARDEN_LOCK_CHANGELOG_INTERVAL_S``, see ``deferred``)."""
+
+    lock_changelog_interval_s: float = Field(default=CHANGELOG_INTERVAL_S, gt=0)
+
+
 settings = Settings()
-service_settings = ServiceSettings()
+service_settings = LockServiceSettings()
 group_id = f"{settings.kafka.topic_prefix}{SERVICE}"
 topics = Topics(
     requests=LOCK_REQUESTS.name(settings),

@@ -9,15 +9,17 @@
 3. store the new state in the table; its id goes into ``Effects.changelog``;
 4. the replies go into ``Effects.replies``.
 
-The worker produces the replies first, then the changelog record. Replies may be sent before
-the changelog write is durable: every decision is a function of the request log (see
-``state``), and offsets are committed only after the changelog is flushed, so a crash in
-between re-applies the same requests to the same decisions, and at worst a reply is sent
-twice (clients ignore replies they no longer wait for).
+The worker produces the replies at once and the changelog record later (``deferred``: one
+record per changed table every changelog interval). Replies may be sent before the changelog
+write is durable: every decision is a function of the request log (see ``state``), and
+offsets are committed only after the changelog records covering them were acknowledged, so a
+crash in between re-applies the same requests to the same decisions, and at worst a reply is
+sent twice (clients ignore replies they no longer wait for).
 
 ``ExpiryScanner.tick`` (the worker's timer) finds leases past their (conservative) expiry and
 sends an ``expire`` request for each, through the same topic and partition as the table's
-requests, so the handler applies expiry in order with everything else.
+requests, so the handler applies expiry in order with everything else; only for a table the
+worker calls ``expirable`` (its lock's deadline is durable: see ``deferred``).
 """
 
 from __future__ import annotations
@@ -221,6 +223,7 @@ class ExpiryScanner:
         producer_id: str,
         clock: Clock = wall_clock_ms,
         resend_after_ms: int = 2_000,
+        expirable: Callable[[str], bool] = lambda _table_id: True,
     ) -> None:
         self.table = table
         self.send_request = send_request
@@ -228,6 +231,7 @@ class ExpiryScanner:
         self.producer_id = producer_id
         self.clock = clock
         self.resend_after_ms = resend_after_ms
+        self.expirable = expirable
         self._sent: dict[tuple[str, int, int], int] = {}
 
     def tick(self) -> int:
@@ -241,8 +245,8 @@ class ExpiryScanner:
             held += 1
             waiting += len(data["queue"])
             holder = due_expiry_json(data, now_ms=now, owned_since_ms=owned_since)
-            if holder is None:
-                continue
+            if holder is None or not self.expirable(table_id):
+                continue  # not due, or its lease's deadline is not durable yet: next tick
             version = (table_id, holder.token, holder.expires_ms)
             last = self._sent.get(version)
             if last is not None and now - last < self.resend_after_ms:

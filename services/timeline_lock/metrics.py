@@ -42,3 +42,11 @@ REQUEST_DELAY = Histogram(
     "From a request's Kafka timestamp (its producer's clock) to the handler taking it up",
     buckets=_BUCKETS,
 )
+CHANGELOG_WRITES = Counter(
+    "lakewarden_lock_changelog_writes_total",
+    "Changelog records written (one per changed table per changelog interval)",
+)
+CHANGELOG_PENDING = Gauge(
+    "lakewarden_lock_changelog_pending_tables",
+    "Tables whose lock changed since its last changelog record the broker acknowledged",
+)

@@ -18,14 +18,19 @@ lock's applied offset).
 The loop, each turn:
 1. every ``EXPIRY_TICK_S``: the ``ExpiryScanner`` sends ``expire`` requests for overdue leases;
 2. wait for a request (returns as soon as one arrives), take what else is already there;
-3. for each: the handler's replies and dead letters are produced at once; after the batch,
-   one changelog record per table it changed (its lock as it stands after the batch: the
-   compacted topic keeps only the last one anyway), acknowledging every request it covers;
-4. every ``commit_interval_s``: commit (asynchronously) the offsets whose durable writes the
+3. for each: the handler's replies and dead letters are produced at once; the tables it
+   changed are noted (``deferred.DeferredChangelog``);
+4. every ``changelog_interval_s``: one changelog record per table changed since its last one
+   (its lock as it stands: the compacted topic keeps only the last one anyway), acknowledging
+   every request it covers. Off the request path: a reply never waits behind it, and a busy
+   table costs a few records a second instead of one per batch (``deferred`` says why this
+   keeps the exactly-once effect);
+5. every ``commit_interval_s``: commit (asynchronously) the offsets whose durable writes the
    broker acknowledged; the loop never waits for the broker.
 
 On assignment the changelog of the new partitions is read to its end first; on revocation
-the offsets are committed and the revoked partitions' locks dropped.
+the changed locks are written, the offsets committed and the revoked partitions' locks
+dropped.
 """
 
 from __future__ import annotations
@@ -46,6 +51,8 @@ from lakewarden.settings import Settings
 from services._common.changelog import recover_changelog
 from services._common.loop_service import loop_consumer, loop_producer
 from services._common.membership import Membership
+from services.timeline_lock import metrics
+from services.timeline_lock.deferred import Covered, DeferredChangelog
 from services.timeline_lock.handler import (
     SERVICE,
     Consumed,
@@ -61,10 +68,9 @@ log = logging.getLogger(__name__)
 
 # Expiry is seen at most this late (plus a Kafka round trip); the issue asks for ttl + 1 s.
 EXPIRY_TICK_S: Final = 0.25
+# How often the changed locks are written to the changelog (``deferred``).
+CHANGELOG_INTERVAL_S: Final = 0.25
 _DRAIN: Final = 500  # requests taken at once when several are already there
-
-# The tables a batch changed -> the (partition, offset) of each request that changed them.
-_Changed = dict[str, list[tuple[int, int]]]
 
 
 class Topics:
@@ -96,7 +102,9 @@ def changelog_key(table_id: str) -> bytes:
 
 class Worker:
     """Runs timeline-lock until ``stop`` is set (see the module doc). ``on_ready`` is called
-    once, after the first assignment (and its recovery) completed."""
+    once, after the first assignment (and its recovery) completed. ``changelog_interval_s``:
+    how long a changed lock may wait for its changelog record (longer: fewer records, more
+    requests applied again after a crash)."""
 
     def __init__(
         self,
@@ -106,6 +114,7 @@ class Worker:
         group_id: str,
         group_instance_id: str | None,
         commit_interval_s: float,
+        changelog_interval_s: float = CHANGELOG_INTERVAL_S,
         on_ready: Callable[[], None] = lambda: None,
         codec: EventCodec | None = None,
     ) -> None:
@@ -113,6 +122,7 @@ class Worker:
         self.topics = topics
         self.group_id = group_id
         self.commit_interval_s = commit_interval_s
+        self.changelog_interval_s = changelog_interval_s
         self.on_ready = on_ready
         self.codec = codec or default_codec()
         self.membership = Membership()
@@ -132,6 +142,7 @@ class Worker:
             send_request=self._send_request,
             owned_since=lambda: self.assigned_at_ms,
             producer_id=SERVICE,
+            expirable=self._expirable,
         )
         # A new group applies the whole request log (from the earliest offset).
         self.consumer = loop_consumer(
@@ -144,6 +155,7 @@ class Worker:
         # A client waits for each reply: no linger.
         self.producer = loop_producer(settings, linger_ms=0, logger=log)
         self.commits = CommitTracker()
+        self.changelog = DeferredChangelog(self._write_record, self.commits.delivered)
 
     def run(self, stop: threading.Event) -> None:
         """The loop (see the module doc) until ``stop`` is set; then commit and close.
@@ -158,7 +170,7 @@ class Worker:
             on_lost=self._on_lost,
         )
         next_scan = time.monotonic() + EXPIRY_TICK_S
-        last_commit = time.monotonic()
+        last_commit = last_changelog = time.monotonic()
         try:
             while not stop.is_set():
                 now = time.monotonic()
@@ -168,20 +180,21 @@ class Worker:
                     next_scan = now + EXPIRY_TICK_S
                 msg = self.consumer.poll_message(max(0.0, min(next_scan - now, 0.1)))  # 2.
                 if msg is not None:
-                    changed: _Changed = {}
                     for each in [msg, *self.consumer.consume(_DRAIN, 0)]:
-                        self._process(each, changed)  # 3.
-                    self._store(changed)
-                self.producer.poll(0)  # delivery reports: CommitTracker.delivered
+                        self._process(each)  # 3.
+                self.producer.poll(0)  # delivery reports: DeferredChangelog, CommitTracker
+                if time.monotonic() - last_changelog >= self.changelog_interval_s:
+                    self._store()  # 4.
+                    last_changelog = time.monotonic()
                 if time.monotonic() - last_commit >= self.commit_interval_s:
-                    self._commit(wait=False)  # 4.
+                    self._commit(wait=False)  # 5.
                     last_commit = time.monotonic()
         finally:
             self._close()
 
     # -- one request -----------------------------------------------------------------------
 
-    def _process(self, msg: Message, changed: _Changed) -> None:
+    def _process(self, msg: Message) -> None:
         _, timestamp = msg.timestamp()
         consumed = Consumed(
             topic=str(msg.topic()),
@@ -197,10 +210,10 @@ class Worker:
             consumed.offset,
             durable_writes=len(effects.changelog) + len(effects.dead_letters),
         )
-        self._carry_out(effects, consumed.partition, consumed.offset, changed)
+        self._carry_out(effects, consumed.partition, consumed.offset)
 
-    def _carry_out(self, effects: Effects, partition: int, offset: int, changed: _Changed) -> None:
-        """Replies and dead letters now; the changelog writes are noted in ``changed``."""
+    def _carry_out(self, effects: Effects, partition: int, offset: int) -> None:
+        """Replies and dead letters now; the changelog writes are noted for later (4.)."""
         for table_id, reply in effects.replies:
             value = reply_value(reply, table_id=table_id, codec=self.codec)
             key = (reply.route.key or table_id).encode()
@@ -209,27 +222,41 @@ class Worker:
             else:
                 self._produce(self.topics.replies, value, key=key, partition=reply.route.partition)
         for table_id in effects.changelog:
-            changed.setdefault(table_id, []).append((partition, offset))
+            self.changelog.changed(table_id, partition, offset)
         durable = partial(self._on_durable, [(partition, offset)])
         for record in effects.dead_letters:
             value = self.codec.encode("DeadLetter", record)
             key = record["envelope"]["table_id"].encode()
             self._produce(self.topics.dlq, value, key=key, on_delivery=durable)
 
-    def _store(self, changed: _Changed) -> None:
-        """One changelog record per table changed by a batch: its lock now. Its delivery
-        acknowledges the changelog write of every request of the batch that changed it."""
-        for table_id, covered in changed.items():
-            lock = self.locks.get(table_id)
-            if lock is None:  # revoked within the batch: its next owner re-reads the requests
-                continue
-            self._produce(
-                self.topics.changelog,
-                json.dumps(lock).encode(),
-                key=changelog_key(table_id),
-                partition=covered[0][0],
-                on_delivery=partial(self._on_durable, covered),
-            )
+    def _store(self) -> None:
+        """One changelog record per table changed since its last one (4.)."""
+        if self.changelog:
+            metrics.CHANGELOG_WRITES.inc(self.changelog.flush())
+        metrics.CHANGELOG_PENDING.set(self.changelog.pending())
+
+    def _write_record(self, table_id: str, covered: Covered) -> bool:
+        """The table's lock now, as its changelog record; its delivery acknowledges the
+        changelog write of every request in ``covered``. False: no longer owned."""
+        lock = self.locks.get(table_id)
+        if lock is None:  # revoked meanwhile: its next owner reads the requests again
+            return False
+        self._produce(
+            self.topics.changelog,
+            json.dumps(lock).encode(),
+            key=changelog_key(table_id),
+            partition=covered[0][0],
+            on_delivery=partial(self._on_changelog_delivery, table_id, covered),
+        )
+        return True
+
+    def _expirable(self, table_id: str) -> bool:
+        """May the scanner expire the table's lease now? Only once its deadline is durable
+        (``deferred``, point 3); a change still waiting for its record is written now."""
+        if self.changelog.durable(table_id):
+            return True
+        metrics.CHANGELOG_WRITES.inc(self.changelog.flush([table_id]))
+        return False
 
     def _send_request(self, table_id: str, record: dict[str, Any]) -> None:
         self._produce(
@@ -290,6 +317,7 @@ class Worker:
 
     def _on_revoke(self, partitions: list[TopicPartition]) -> None:
         self.membership.revoked()
+        self._store()  # the next owner then starts from these locks, not from re-applying
         self._commit(wait=True)
         self._forget(partitions)
 
@@ -300,9 +328,9 @@ class Worker:
     def _forget(self, partitions: Iterable[TopicPartition]) -> None:
         gone = {tp.partition for tp in partitions if tp.topic == self.topics.requests}
         self.commits.forget(gone)
-        for table_id in [
-            t for t in self.locks if table_partition(t, self.topics.partitions) in gone
-        ]:
+        tables = [t for t in self.locks if table_partition(t, self.topics.partitions) in gone]
+        self.changelog.forget(tables)
+        for table_id in tables:
             del self.locks[table_id]
 
     def _recover(self, partitions: list[int]) -> dict[str, Any]:
@@ -327,17 +355,23 @@ class Worker:
 
     # -- delivery and closing --------------------------------------------------------------
 
-    def _on_durable(
-        self, covered: list[tuple[int, int]], err: KafkaError | None, msg: Message
-    ) -> None:
+    def _on_durable(self, covered: Covered, err: KafkaError | None, msg: Message) -> None:
         if err is None:
             for partition, offset in covered:
                 self.commits.delivered(partition, offset)
         else:  # never acknowledged: the commit of its partition stays before it
             _log_failure(err, msg)
 
+    def _on_changelog_delivery(
+        self, table_id: str, covered: Covered, err: KafkaError | None, msg: Message
+    ) -> None:
+        if err is not None:  # written again by the next flush (``deferred``)
+            _log_failure(err, msg)
+        self.changelog.on_delivery(table_id, covered, ok=err is None)
+
     def _close(self) -> None:
         try:
+            self._store()
             self._commit(wait=True)
             self.consumer.close()
         finally:
