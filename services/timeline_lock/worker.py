@@ -223,6 +223,8 @@ class Worker:
                 self._produce(self.topics.replies, value, key=key, partition=reply.route.partition)
         for table_id in effects.changelog:
             self.changelog.changed(table_id, partition, offset)
+        if effects.changelog:
+            metrics.CHANGELOG_PENDING.set(self.changelog.pending())
         durable = partial(self._on_durable, [(partition, offset)])
         for record in effects.dead_letters:
             value = self.codec.encode("DeadLetter", record)
@@ -368,6 +370,7 @@ class Worker:
         if err is not None:  # written again by the next flush (``deferred``)
             _log_failure(err, msg)
         self.changelog.on_delivery(table_id, covered, ok=err is None)
+        metrics.CHANGELOG_PENDING.set(self.changelog.pending())
 
     def _close(self) -> None:
         try:

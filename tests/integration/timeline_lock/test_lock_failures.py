@@ -18,13 +18,16 @@ import pyarrow as pa
 import pytest
 
 from lakewarden.clients import KafkaCoordinator, LockClient
-from lakewarden.events import ensure_topics
+from lakewarden.events import EventConsumer, ensure_topics
 from lakewarden.settings import Settings
 from lakewarden.table.instant import Transition
 from lakewarden.table.table import Table
+from lakewarden.testing import wait_until
 from services._common.process import ServiceProcess
 
 pytestmark = pytest.mark.timeout(240)
+
+_PENDING = "lakewarden_lock_changelog_pending_tables"
 
 CHILD = Path(__file__).with_name("_lock_children.py")
 
@@ -146,6 +149,10 @@ def _kill_and_restart_under_load(
     )
     thread.start()
     assert queued.wait(10)
+    # Changelog records are written every 0.25 s, off the request path: once they cover
+    # everything so far, the requests redelivered after the kill are skipped by offset (a
+    # kill before that write re-applies them instead: the next test).
+    wait_until(lambda: _metric(service, _PENDING) == 0, 30, "the changelog to be written")
 
     service.kill()
     killed_at = time.monotonic()
@@ -165,6 +172,66 @@ def _kill_and_restart_under_load(
         assert after.token == 21  # the 20 redelivered cycles were not applied twice
     # ...and they were redelivered (read again, skipped by offset), not silently lost
     assert _metric(service, "lakewarden_lock_duplicate_requests_total") >= 40
+
+
+def test_a_crash_between_grants_and_their_changelog_write_re_derives_them(
+    lock_settings: Settings, tmp_path: Path, make_client: type[LockClient]
+) -> None:
+    """timeline-lock killed after granting, before any changelog record was written (the
+    interval is 300 s here): the restarted service applies the same requests again, from the
+    last committed offset, to the same holder, token and queue."""
+    service = ServiceProcess(
+        "services.timeline_lock",
+        lock_settings,
+        home=tmp_path,
+        extra_env={"LAKEWARDEN_LOCK_CHANGELOG_INTERVAL_S": "300"},
+    )
+    service.start()
+    try:
+        holder = make_client(lock_settings, owner="h")
+        waiter = make_client(lock_settings, owner="w")
+        first = holder.acquire("crashed", ttl_s=6, wait_s=10)
+        assert holder.release(first, wait_s=10)
+        lease = holder.acquire("crashed", ttl_s=6, wait_s=10)
+        queued = threading.Event()
+        got: list[int] = []
+
+        def wait() -> None:
+            late = waiter.acquire("crashed", ttl_s=6, wait_s=60, on_queued=lambda _: queued.set())
+            got.append(late.token)
+
+        thread = threading.Thread(target=wait)
+        thread.start()
+        assert queued.wait(10)
+        assert (first.token, lease.token) == (1, 2)
+        assert _metric(service, _PENDING) == 1  # "crashed": changed, no record yet
+        assert _changelog_records(lock_settings) == 0
+
+        service.kill()
+        service.start()
+        restarted_at = time.monotonic()
+        # the holder's renewals (every 2 s) are answered again: its token 2 is the holder's
+        wait_until(lambda: lease.confirmed_at > restarted_at, 30, "a renewal after the restart")
+        assert not lease.lost and not got, "the waiter was granted while the holder held it"
+        holder.release(lease)
+        thread.join(30)
+        assert got == [3]  # the same queue, the next token
+        assert _metric(service, "lakewarden_lock_duplicate_requests_total") == 0  # re-applied
+    finally:
+        service.stop()
+
+
+def _changelog_records(settings: Settings) -> int:
+    """How many records timeline-lock's changelog topic holds (over its partitions)."""
+    from services.timeline_lock.app import LOCKS_CHANGELOG
+
+    consumer = EventConsumer(settings, group_id=None, dead_letters=False)
+    topic, partitions = LOCKS_CHANGELOG.name(settings), range(LOCKS_CHANGELOG.partitions)
+    try:
+        ends = [consumer.watermarks(topic, p, timeout_s=10) for p in partitions]
+        return sum(high - low for low, high in ends)
+    finally:
+        consumer.close()
 
 
 def _metric(service: ServiceProcess, name: str) -> float:
