@@ -58,9 +58,15 @@ class DeferredChangelog:
         self._changed: dict[str, Covered] = {}
         self._in_flight: dict[str, int] = {}
 
-    def changed(self, table_id: str, partition: int, offset: int) -> None:
-        """The request at ``offset`` changed the table's lock (its record is written later)."""
-        self._changed.setdefault(table_id, []).append((partition, offset))
+    def changed(self, table_id: str, partition: int, offset: int) -> bool:
+        """The request at ``offset`` changed the table's lock (its record is written later).
+        True when that made ``pending`` grow (the table had nothing unacknowledged)."""
+        covered = self._changed.get(table_id)
+        if covered is not None:
+            covered.append((partition, offset))
+            return False
+        self._changed[table_id] = [(partition, offset)]
+        return table_id not in self._in_flight
 
     def __bool__(self) -> bool:
         """True when some table's change waits for its record."""

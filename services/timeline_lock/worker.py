@@ -222,9 +222,8 @@ class Worker:
             else:
                 self._produce(self.topics.replies, value, key=key, partition=reply.route.partition)
         for table_id in effects.changelog:
-            self.changelog.changed(table_id, partition, offset)
-        if effects.changelog:
-            metrics.CHANGELOG_PENDING.set(self.changelog.pending())
+            if self.changelog.changed(table_id, partition, offset):  # rarely: not per request
+                metrics.CHANGELOG_PENDING.set(self.changelog.pending())
         durable = partial(self._on_durable, [(partition, offset)])
         for record in effects.dead_letters:
             value = self.codec.encode("DeadLetter", record)

@@ -50,6 +50,15 @@ def test_one_record_per_changed_table_per_flush_and_commits_wait_for_it() -> Non
     assert changelog.flush() == 0  # nothing changed since
 
 
+def test_changed_says_when_the_pending_tables_grew() -> None:
+    changelog = DeferredChangelog(Log().write, lambda _p, _o: None)
+    assert changelog.changed("t1", 0, 0) and changelog.pending() == 1
+    assert not changelog.changed("t1", 0, 1)  # already waiting for its record
+    changelog.flush()
+    assert not changelog.changed("t1", 0, 2)  # in flight: still one pending table
+    assert changelog.changed("t2", 0, 3) and changelog.pending() == 2
+
+
 def test_a_refused_record_is_written_again_and_holds_its_offsets_back_until_then() -> None:
     log, tracker = Log(), CommitTracker()
     changelog = DeferredChangelog(log.write, tracker.delivered)
