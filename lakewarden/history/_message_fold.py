@@ -34,6 +34,7 @@ from io import BytesIO
 from typing import Any, Final
 
 from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, KafkaError, Message
+from pydantic import BaseModel
 
 from lakewarden.events.codec import HEADER_SIZE, EventCodec
 from lakewarden.history._lean_fold import LeanEntry, new_lean_entry
@@ -46,6 +47,7 @@ _EVENT: Final = "TimelineTransition"
 _ACTIONS: Final[dict[str, Action]] = {a.value: a for a in Action}
 _TRANSITIONS: Final[dict[str, Transition]] = {t.value: t for t in Transition}
 _UNSEEN: Any = object()
+_Kind = tuple[Transition, dict[str, BaseModel | None] | None, Callable[[LeanEntry], bool] | None]
 
 
 class MessageFold:
@@ -78,6 +80,12 @@ class MessageFold:
         self._codec = codec
         self._header, self._read = codec.body_reader(_EVENT)
         self._on_error = on_error
+        # By the transition's name as decoded: its member, the validated-model cache of a
+        # fast transition and its fast step (None for the others); one lookup an event.
+        models, steps = replay.texts.models_by_name, fold.fast_by_name
+        self._kinds: dict[str, _Kind] = {
+            name: (t, models.get(name), steps.get(name)) for name, t in _TRANSITIONS.items()
+        }
 
     def fold(self, messages: Iterable[Message]) -> list[Unreadable]:
         """Fold every message of ``messages`` (a ``consume`` batch); the ones that do not
@@ -92,9 +100,8 @@ class MessageFold:
             self._replay, self._table_id, self._key, self._header, self._read,
         )  # fmt: skip
         texts, stored, waiting = replay.texts, replay.entries.raw, replay.waiting
-        models, parsed = texts.models_by_name, texts.parsed
-        fast, judged = self._fold.fast_by_name, self._fold.judged
-        actions, transitions, new = _ACTIONS, _TRANSITIONS, new_lean_entry
+        parsed, judged, kinds = texts.parsed, self._fold.judged, self._kinds
+        actions, new = _ACTIONS, new_lean_entry
         following = replay.next_seq
         try:
             for msg in messages:
@@ -121,8 +128,7 @@ class MessageFold:
                 try:  # 2.
                     seq, instant, actor = record["seq"], record["instant"], record["actor"]
                     action = actions.get(record["action"])
-                    name = record["transition"]
-                    transition = transitions.get(name)
+                    kind = kinds.get(record["transition"])
                     text = record["payload"] or "{}"
                     if (
                         seq >= 0
@@ -130,9 +136,10 @@ class MessageFold:
                         and instant.isdecimal()
                         and actor
                         and action is not None
-                        and transition is not None
+                        and kind is not None
                     ):
-                        cache = models.get(name)  # a fast transition's: validated once
+                        transition, cache, step = kind
+                        # A fast transition's payload: validated once per text.
                         model = None if cache is None else cache.get(text, _UNSEEN)
                         if model is _UNSEEN:
                             model = texts.model(transition, text)
@@ -147,7 +154,6 @@ class MessageFold:
                 if entry is not None and seq == following and not waiting:  # 3., inline
                     stored[seq] = entry
                     following = seq + 1
-                    step = fast.get(name)
                     if step is None or not step(entry):
                         judged(entry)
                     continue
