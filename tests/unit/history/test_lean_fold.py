@@ -37,7 +37,7 @@ from lakewarden.history import Recorded, TopicReplay
 from lakewarden.history._lean_fold import LeanFold
 from lakewarden.history._message_fold import MessageFold
 from lakewarden.table._frozen import evolve
-from lakewarden.table.timeline_state import TimelineEntry, TimelineState
+from lakewarden.table.timeline_state import InstantState, TimelineEntry, TimelineState
 
 INSTANTS = [f"20240101000000{i:03d}" for i in range(8)]
 ENVELOPE = {"table_id": "t", "event_time": 0, "producer_id": "test", "schema_version": 1}
@@ -446,6 +446,7 @@ def test_fast_instants_share_their_fields_set_without_sharing_its_changes() -> N
     fifth of ``state()``); copying one with changes leaves the others' untouched."""
     state = _replayed(_sequential()).state()
     first, second = (state.instants[name] for name in INSTANTS[:2])
+    assert list(first.__dict__) == list(InstantState.model_fields)  # every field, in order
     assert first.model_fields_set is second.model_fields_set
     before = set(second.model_fields_set)
 
