@@ -96,16 +96,7 @@ def test_a_killed_holders_lease_expires_and_the_next_waiter_gets_it(
     waiter = make_client(lock_settings)
     with child(lock_settings, "hold", "doomed", str(ttl_s)) as holder:
         token = int(holder.expect("HOLDING").split()[1])
-        queued = threading.Event()
-        granted: list[int] = []
-
-        def wait() -> None:
-            lease = waiter.acquire("doomed", ttl_s=5, wait_s=30, on_queued=lambda _: queued.set())
-            granted.append(lease.token)
-
-        thread = threading.Thread(target=wait)
-        thread.start()
-        assert queued.wait(10)
+        thread, granted = _queued_acquire(waiter, "doomed", ttl_s=5, wait_s=30)
         time.sleep(ttl_s)  # the holder has been renewing all along: the lease is alive
         assert not granted
         holder.proc.send_signal(signal.SIGKILL)
@@ -193,16 +184,7 @@ def test_a_crash_between_grants_and_their_changelog_write_re_derives_them(
         first = holder.acquire("crashed", ttl_s=6, wait_s=10)
         assert holder.release(first, wait_s=10)
         lease = holder.acquire("crashed", ttl_s=6, wait_s=10)
-        queued = threading.Event()
-        got: list[int] = []
-
-        def wait() -> None:
-            late = waiter.acquire("crashed", ttl_s=6, wait_s=60, on_queued=lambda _: queued.set())
-            got.append(late.token)
-
-        thread = threading.Thread(target=wait)
-        thread.start()
-        assert queued.wait(10)
+        thread, got = _queued_acquire(waiter, "crashed", ttl_s=6, wait_s=60)
         assert (first.token, lease.token) == (1, 2)
         assert _metric(service, _PENDING) == 1  # "crashed": changed, no record yet
         assert _changelog_records(lock_settings) == 0
@@ -219,6 +201,26 @@ def test_a_crash_between_grants_and_their_changelog_write_re_derives_them(
         assert _metric(service, "lakewarden_lock_duplicate_requests_total") == 0  # re-applied
     finally:
         service.stop()
+
+
+def _queued_acquire(
+    client: LockClient, table_id: str, *, ttl_s: float, wait_s: float
+) -> tuple[threading.Thread, list[int]]:
+    """A thread acquiring ``table_id`` through ``client``, returned once the service queued it
+    (the lock is held by someone else); the token it is granted lands in the list."""
+    queued = threading.Event()
+    granted: list[int] = []
+
+    def wait() -> None:
+        lease = client.acquire(
+            table_id, ttl_s=ttl_s, wait_s=wait_s, on_queued=lambda _: queued.set()
+        )
+        granted.append(lease.token)
+
+    thread = threading.Thread(target=wait)
+    thread.start()
+    assert queued.wait(10), f"the acquire of {table_id} was never queued"
+    return thread, granted
 
 
 def _changelog_records(settings: Settings) -> int:
