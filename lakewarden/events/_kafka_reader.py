@@ -353,7 +353,10 @@ class KafkaReader:
     def _on_error(self, error: KafkaError) -> None:
         if is_authentication_failure(error):
             raise AuthWatch(self.settings.kafka).refusal(error)
-        if error.fatal():
+        # A fatal error reaches the error callback as code _FATAL, whose ``fatal()`` flag is not
+        # always set (seen: a static member fenced after a broker restart): both mean the
+        # consumer is unusable for good.
+        if error.fatal() or error.code() == KafkaError._FATAL:
             raise EventConsumerError(f"Consumer {self.consumer_id} failed: {error.str()}")
         if error.code() == KafkaError._PARTITION_EOF:
             return

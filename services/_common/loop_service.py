@@ -6,7 +6,11 @@ a group, committing offsets by hand, and one idempotent producer; each starts th
 (the dev stack's contract, ``services._common.runner``):
 
 1. logfmt logging; 2. its topics exist (else exit 2); 3. the loop runs until SIGTERM/SIGINT;
-4. once its first assignment and recovery completed, the health endpoint listens.
+4. once its first assignment and recovery completed, the health endpoint listens;
+5. a loop that stops on ``EventConsumerError`` (its consumer failed fatally: e.g. a static
+   member fenced after a broker restart, which librdkafka never recovers from) is built
+   again from scratch, as a restarted process would be, instead of serving on with a dead
+   consumer (``run_rebuilding``).
 
 What differs between them is passed in: consumer settings that are a service's own choice
 (where a new group starts, how partitions are assigned), the producer's linger, and the
@@ -25,7 +29,7 @@ from typing import Any, NoReturn, Protocol
 from confluent_kafka import Producer
 
 from lakewarden.errors import LakewardenError
-from lakewarden.events import EventCodec, EventConsumer
+from lakewarden.events import EventCodec, EventConsumer, EventConsumerError
 from lakewarden.events.latency import LOW_LATENCY_CONSUMER, LOW_LATENCY_PRODUCER
 from lakewarden.events.topics import TopicSpec, ensure_topics
 from lakewarden.settings import Settings
@@ -115,18 +119,70 @@ def serve_loop(
         log.error("cannot start: %s", err, extra={"service": service})
         raise SystemExit(2) from err
     started = time.monotonic()
-    worker = build()
+    current: list[LoopWorker] = [build()]
+    rebuilds = [0]
 
     def probe() -> tuple[bool, dict[str, Any]]:
+        worker = current[0]
         healthy, membership = worker.membership.health()
         return healthy, {
             "service": service,
             **membership,
             "uptime_s": round(time.monotonic() - started, 1),
             "rebalances": worker.rebalances,
+            "rebuilds": rebuilds[0],
             **details(),
         }
 
     health = HealthServer(service_settings.health_port, probe)
-    worker.on_ready = health.start  # 4.
-    run_loop_until_signalled(service, worker.run, health)  # 3.
+
+    def run(stop: threading.Event) -> None:
+        def rebuilt() -> LoopWorker:
+            rebuilds[0] += 1
+            current[0] = build()
+            return current[0]
+
+        run_rebuilding(current[0], rebuilt, stop, on_ready=health.start, service=service)
+
+    run_loop_until_signalled(service, run, health)  # 3.
+
+
+# How long a loop whose consumer failed fatally waits before it is built again: long enough
+# not to spin against a broker that fences every new member, short against a session timeout.
+REBUILD_DELAY_S = 1.0
+
+
+def run_rebuilding(
+    worker: LoopWorker,
+    rebuild: Callable[[], LoopWorker],
+    stop: threading.Event,
+    *,
+    on_ready: Callable[[], None],
+    service: str,
+    delay_s: float = REBUILD_DELAY_S,
+) -> None:
+    """Run ``worker`` until ``stop`` is set (4.: ``on_ready`` once it is assigned); when it
+    stops on ``EventConsumerError``, wait ``delay_s`` and run ``rebuild()`` in its place (5.).
+
+    A fatal consumer error leaves librdkafka's consumer unusable for good: every poll and
+    commit fails with ``_FATAL`` while the process looks alive. A new worker gets a new
+    consumer (and producer), joins the group again and recovers its partitions' state from
+    the changelogs, exactly as after a restart; offsets were only ever committed for
+    durable work, so nothing is lost and the handlers' idempotence covers what is redone.
+    """
+    while True:
+        worker.on_ready = on_ready
+        try:
+            worker.run(stop)
+            return
+        except EventConsumerError as err:
+            if stop.is_set():
+                return
+            log.error(
+                "the loop's consumer failed; building the loop again: %s",
+                err,
+                extra={"service": service},
+            )
+        if stop.wait(delay_s):
+            return
+        worker = rebuild()

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import pytest
+from confluent_kafka import KafkaError
 
 from lakewarden.errors import ConfigurationError, RetryableError
 from lakewarden.events import (
     DLQ,
     TOPICS,
     EventConsumer,
+    EventConsumerError,
     EventDeliveryError,
     EventEncodeError,
     EventProducer,
@@ -97,3 +99,20 @@ def test_consumer_does_no_io_until_first_poll() -> None:
     consumer.close()
     with pytest.raises(ConfigurationError, match="Kafka is not configured"):
         consumer.poll(0.1)
+
+
+@pytest.mark.parametrize("code", [KafkaError._FATAL, KafkaError._TRANSPORT])
+def test_a_fatal_error_code_fails_the_consumer_even_without_the_fatal_flag(code: int) -> None:
+    """librdkafka reports e.g. a fenced static member to the error callback as code _FATAL
+    with ``fatal()`` false; taking it for a transient error left the services polling a dead
+    consumer forever. A transient one (_TRANSPORT) is still only logged."""
+    consumer = EventConsumer(UNREACHABLE, group_id="g", topics=TOPICS)
+    try:
+        error = KafkaError(code, "fenced", fatal=False)
+        if code == KafkaError._FATAL:
+            with pytest.raises(EventConsumerError, match="fenced"):
+                consumer._on_error(error)
+        else:
+            consumer._on_error(error)
+    finally:
+        consumer.close()
