@@ -10,7 +10,7 @@ a group, committing offsets by hand, and one idempotent producer; each starts th
 5. a loop that stops on ``EventConsumerError`` (its consumer failed fatally: e.g. a static
    member fenced after a broker restart, which librdkafka never recovers from) is built
    again from scratch, as a restarted process would be, instead of serving on with a dead
-   consumer (``run_rebuilding``).
+   consumer (``RebuildingLoop``).
 
 What differs between them is passed in: consumer settings that are a service's own choice
 (where a new group starts, how partitions are assigned), the producer's linger, and the
@@ -119,32 +119,23 @@ def serve_loop(
         log.error("cannot start: %s", err, extra={"service": service})
         raise SystemExit(2) from err
     started = time.monotonic()
-    current: list[LoopWorker] = [build()]
-    rebuilds = [0]
+    loop = RebuildingLoop(build, service=service)
 
     def probe() -> tuple[bool, dict[str, Any]]:
-        worker = current[0]
+        worker = loop.worker
         healthy, membership = worker.membership.health()
         return healthy, {
             "service": service,
             **membership,
             "uptime_s": round(time.monotonic() - started, 1),
             "rebalances": worker.rebalances,
-            "rebuilds": rebuilds[0],
+            "rebuilds": loop.rebuilds,
             **details(),
         }
 
     health = HealthServer(service_settings.health_port, probe)
-
-    def run(stop: threading.Event) -> None:
-        def rebuilt() -> LoopWorker:
-            rebuilds[0] += 1
-            current[0] = build()
-            return current[0]
-
-        run_rebuilding(current[0], rebuilt, stop, on_ready=health.start, service=service)
-
-    run_loop_until_signalled(service, run, health)  # 3.
+    loop.on_ready = health.start  # 4.
+    run_loop_until_signalled(service, loop.run, health)  # 3.
 
 
 # How long a loop whose consumer failed fatally waits before it is built again: long enough
@@ -152,17 +143,9 @@ def serve_loop(
 REBUILD_DELAY_S = 1.0
 
 
-def run_rebuilding(
-    worker: LoopWorker,
-    rebuild: Callable[[], LoopWorker],
-    stop: threading.Event,
-    *,
-    on_ready: Callable[[], None],
-    service: str,
-    delay_s: float = REBUILD_DELAY_S,
-) -> None:
-    """Run ``worker`` until ``stop`` is set (4.: ``on_ready`` once it is assigned); when it
-    stops on ``EventConsumerError``, wait ``delay_s`` and run ``rebuild()`` in its place (5.).
+class RebuildingLoop:
+    """The service's loop (``build()``), built again when it stops on ``EventConsumerError``
+    (5.): ``worker`` is the one running, ``rebuilds`` how many times it was replaced.
 
     A fatal consumer error leaves librdkafka's consumer unusable for good: every poll and
     commit fails with ``_FATAL`` while the process looks alive. A new worker gets a new
@@ -170,19 +153,38 @@ def run_rebuilding(
     the changelogs, exactly as after a restart; offsets were only ever committed for
     durable work, so nothing is lost and the handlers' idempotence covers what is redone.
     """
-    while True:
-        worker.on_ready = on_ready
-        try:
-            worker.run(stop)
-            return
-        except EventConsumerError as err:
-            if stop.is_set():
+
+    def __init__(
+        self,
+        build: Callable[[], LoopWorker],
+        *,
+        service: str,
+        delay_s: float = REBUILD_DELAY_S,
+    ) -> None:
+        self.build = build
+        self.service = service
+        self.delay_s = delay_s
+        self.on_ready: Callable[[], None] = lambda: None  # 4., handed to every worker
+        self.worker = build()
+        self.rebuilds = 0
+
+    def run(self, stop: threading.Event) -> None:
+        """Run the worker until ``stop`` is set; after a fatal consumer error wait
+        ``delay_s`` and run a new one."""
+        while True:
+            self.worker.on_ready = self.on_ready
+            try:
+                self.worker.run(stop)
                 return
-            log.error(
-                "the loop's consumer failed; building the loop again: %s",
-                err,
-                extra={"service": service},
-            )
-        if stop.wait(delay_s):
-            return
-        worker = rebuild()
+            except EventConsumerError as err:
+                if stop.is_set():
+                    return
+                log.error(
+                    "the loop's consumer failed; building the loop again: %s",
+                    err,
+                    extra={"service": self.service},
+                )
+            if stop.wait(self.delay_s):
+                return
+            self.worker = self.build()
+            self.rebuilds += 1

@@ -1,14 +1,14 @@
-"""``run_rebuilding``: a loop whose consumer failed fatally is built again, not left dead."""
+"""``RebuildingLoop``: a loop whose consumer failed fatally is built again, not left dead."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pytest
 
 from lakewarden.events import EventConsumerError
-from services._common.loop_service import run_rebuilding
+from services._common.loop_service import RebuildingLoop
 from services._common.membership import Membership
 
 
@@ -29,41 +29,35 @@ class _Loop:
         self.on_ready()
 
 
+def _builds(*loops: _Loop) -> Callable[[], _Loop]:
+    """``build`` returning ``loops`` in turn (a test fails if asked for one more)."""
+    queue: Iterator[_Loop] = iter(loops)
+    return lambda: next(queue)
+
+
 def test_a_loop_that_fails_fatally_is_replaced_by_a_new_one_that_serves() -> None:
     dead = _Loop(EventConsumerError("Consumer c failed: Static consumer fenced"))
     fresh = _Loop()
     ready: list[bool] = []
-    built: list[_Loop] = []
-
-    def rebuild() -> _Loop:
-        built.append(fresh)
-        return fresh
-
-    run_rebuilding(
-        dead,
-        rebuild,
-        threading.Event(),
-        on_ready=lambda: ready.append(True),
-        service="t",
-        delay_s=0,
-    )
-    assert dead.ran and built == [fresh] and fresh.ran
+    loop = RebuildingLoop(_builds(dead, fresh), service="t", delay_s=0)
+    loop.on_ready = lambda: ready.append(True)
+    loop.run(threading.Event())
+    assert dead.ran and fresh.ran
+    assert loop.worker is fresh and loop.rebuilds == 1  # what /health shows
     assert ready == [True]  # the new loop reports ready through the same health endpoint
 
 
 def test_a_stop_during_the_wait_ends_without_building_again() -> None:
     stop = threading.Event()
     dead = _Loop(EventConsumerError("failed"))
-
-    def rebuild() -> _Loop:
-        raise AssertionError("built after the stop")
-
+    loop = RebuildingLoop(_builds(dead), service="t", delay_s=0)  # a second build would raise
     stop.set()  # SIGTERM arrived while the loop was failing
-    run_rebuilding(dead, rebuild, stop, on_ready=lambda: None, service="t", delay_s=0)
-    assert dead.ran
+    loop.run(stop)
+    assert dead.ran and loop.rebuilds == 0
 
 
 def test_other_errors_are_not_swallowed() -> None:
-    broken = _Loop(ValueError("a bug"))
+    loop = RebuildingLoop(_builds(_Loop(ValueError("a bug")), _Loop()), service="t")
     with pytest.raises(ValueError, match="a bug"):  # a bug surfaces, it is not retried
-        run_rebuilding(broken, _Loop, threading.Event(), on_ready=lambda: None, service="t")
+        loop.run(threading.Event())
+    assert loop.rebuilds == 0
