@@ -118,6 +118,7 @@ class Worker:
         )
         self.producer = loop_producer(settings, linger_ms=5, logger=log)
         self._failed: list[str] = []
+        self._owned: set[int] = set()  # the heartbeats partitions assigned and not yet given up
 
     def run(self, stop: threading.Event) -> None:
         """The loop (see the module doc) until ``stop`` is set; then commit and close.
@@ -260,6 +261,7 @@ class Worker:
         mine = sorted(tp.partition for tp in partitions if tp.topic == self.topics.heartbeats)
         records = self._recover(mine)
         self.monitor.assigned(mine, records)
+        self._owned.update(mine)
         log.info(
             "partitions assigned",
             extra={"partitions": mine, "records": len(records), "service": "heartbeat-monitor"},
@@ -281,6 +283,7 @@ class Worker:
     def _forget(self, partitions: Iterable[TopicPartition]) -> None:
         mine = sorted(tp.partition for tp in partitions if tp.topic == self.topics.heartbeats)
         self.monitor.revoked(mine)
+        self._owned.difference_update(mine)
 
     def _recover(self, partitions: list[int]) -> dict[bytes, bytes]:
         """The latest record of every key of the changelog ``partitions`` (deletes applied).
@@ -303,8 +306,14 @@ class Worker:
             log.error("delivery failed", extra={"kafka_topic": msg.topic(), "error": str(err)})
 
     def _close(self) -> None:
+        """Commit, close the clients, and give up every partition still owned: the monitor
+        and its tracker outlive this worker (``app``), and a consumer that failed fatally is
+        closed without a revocation, so a loop built again after it (``RebuildingLoop``)
+        would otherwise start with the dead loop's instants and records."""
         try:
             self._commit()
             self.consumer.close()
         finally:
             self.producer.flush(self.settings.kafka.request_timeout_s)
+            self.monitor.revoked(sorted(self._owned))
+            self._owned.clear()

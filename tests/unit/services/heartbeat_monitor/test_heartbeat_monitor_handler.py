@@ -295,3 +295,45 @@ def test_producer_stamped_messages_are_judged_by_the_monitor_clock(h: Harness) -
     h.feed(encode("Heartbeat", record), at_ms=1, log_append=False)  # a writer's clock: ignored
     assert h.record().last_seen_ms == h.wall_ms  # type: ignore[union-attr]
     assert metrics.CREATE_TIME._value.get() == before + 1
+
+
+class _Closable:
+    """A consumer or producer stand-in for ``Worker._close``: nothing left to flush or commit."""
+
+    def flush(self, timeout: float | None = None) -> int:
+        return 0
+
+    def commit(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_closed_worker_gives_up_its_partitions_so_a_rebuilt_one_starts_clean(
+    h: Harness,
+) -> None:
+    """The monitor outlives its worker (the service's ``app``); a worker closed after its
+    consumer failed fatally got no revocation, so without this the loop built again after it
+    would judge the dead loop's instants and records."""
+    from confluent_kafka import TopicPartition
+
+    from lakewarden.settings import KafkaSettings, Settings
+    from services.heartbeat_monitor.worker import Topics, Worker
+
+    names = {k: k for k in ("heartbeats", "timeline", "expired", "dlq", "changelog")}
+    topics = Topics(**names, partitions=2, expired_partitions=2)
+    unreachable = Settings(kafka=KafkaSettings(bootstrap_servers="127.0.0.1:1"))
+    worker = Worker(unreachable, h.monitor, topics, group_id="g", group_instance_id=None, tick_s=1)
+    worker.consumer.close()
+    worker.producer.flush(0)
+    worker.consumer = worker.producer = _Closable()  # type: ignore[assignment]
+    worker._recover = lambda partitions: {}  # type: ignore[method-assign]
+    worker._on_assign([TopicPartition("heartbeats", 0), TopicPartition("heartbeats", 1)])
+    h.beat(1_000, partition=0)
+    h.beat(1_000, partition=1, instant="20250314092653590")
+    assert len(h.tracker) == 2 and h.table
+
+    worker._close()
+    assert len(h.tracker) == 0 and h.table == {}
+    assert h.tracker.partitions_in_grace() == 0
