@@ -83,6 +83,9 @@ class Effects:
     replies: list[tuple[str, Reply]] = field(default_factory=list)
     changelog: list[str] = field(default_factory=list)  # table ids whose lock changed
     dead_letters: list[dict[str, Any]] = field(default_factory=list)
+    # What ``RequestHandler.account`` counts: the request's delay, the request and outcome.
+    delay_s: float | None = None
+    applied: tuple[Request, Outcome] | None = None
 
 
 class RequestHandler:
@@ -108,23 +111,36 @@ class RequestHandler:
         self.clock = clock
         self.codec = codec or default_codec()
 
-    def handle(self, message: Consumed) -> Effects:
+    def handle(self, message: Consumed, *, account: bool = True) -> Effects:
         """Process one message of ``lock.requests`` (see the module docstring). A failure
         while handling it dead-letters it (``handler_error``): one bad request must not stop
-        the locks of every table; its sender resends or times out."""
-        if message.timestamp_ms:
-            delay_s = (self.clock() - message.timestamp_ms) / 1000
-            metrics.REQUEST_DELAY.observe(max(0.0, delay_s))
+        the locks of every table; its sender resends or times out.
+
+        ``account``: count it in the metrics now. The worker passes False and calls
+        ``account(effects)`` once the replies are handed to librdkafka: a client waits for
+        the reply, nobody waits for the metrics."""
+        now_ms = self.clock()
         effects = Effects()
         try:
-            self._handle(message, effects)
+            self._handle(message, effects, now_ms)
         except Exception as err:
             log.exception("lock request failed", extra={"kafka_offset": message.offset})
             why = Rejection("handler_error", f"{type(err).__name__}: {err}", type(err).__name__)
             effects = Effects(dead_letters=[self._dead_letter(message, why)])
+        if message.timestamp_ms:
+            effects.delay_s = max(0.0, (now_ms - message.timestamp_ms) / 1000)
+        if account:
+            self.account(effects)
         return effects
 
-    def _handle(self, message: Consumed, effects: Effects) -> None:
+    def account(self, effects: Effects) -> None:
+        """Count a handled request in the metrics (see ``handle``)."""
+        if effects.delay_s is not None:
+            metrics.REQUEST_DELAY.observe(effects.delay_s)
+        if effects.applied is not None:
+            _count(*effects.applied)
+
+    def _handle(self, message: Consumed, effects: Effects, now_ms: int) -> None:
         try:
             name, record = self.codec.decode(message.value)
         except EventDecodeError as err:
@@ -144,7 +160,7 @@ class RequestHandler:
             self._reject(message, record, err, effects)
             return
         state = lock_from_json(self.table.get(table_id))  # 2.
-        outcome = apply(state, request, offset=message.offset, now_ms=self.clock())
+        outcome = apply(state, request, offset=message.offset, now_ms=now_ms)
         if outcome.duplicate:
             metrics.DUPLICATES.inc()
             return
@@ -153,7 +169,7 @@ class RequestHandler:
         for reply in outcome.replies:  # 4.
             if request.wants_reply or reply.request_id != request.request_id:
                 effects.replies.append((table_id, reply))
-        _count(request, outcome)
+        effects.applied = (request, outcome)
 
     def _reject(
         self, message: Consumed, record: Any, err: InvalidRequest, effects: Effects
@@ -195,12 +211,12 @@ class RequestHandler:
 def _count(request: Request, outcome: Outcome) -> None:
     answer = next((r for r in outcome.replies if r.request_id == request.request_id), None)
     status = answer.status if answer is not None else ("expired" if outcome.ended else "noop")
-    metrics.REQUESTS.labels(request.kind, status).inc()
+    metrics.requests(request.kind, status).inc()
     for grant in outcome.grants:
         metrics.GRANTS.inc()
         metrics.WAIT.observe(grant.waited_ms / 1000)
     for ended in outcome.ended:
-        metrics.ENDED.labels(ended.how).inc()
+        metrics.ended(ended.how).inc()
         metrics.HOLD.observe(ended.held_ms / 1000)
         if ended.how == "expired":
             metrics.EXPIRIES.inc()

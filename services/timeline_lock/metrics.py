@@ -1,4 +1,9 @@
-"""Prometheus metrics of timeline-lock (served on ``/metrics`` by the health endpoint)."""
+"""Prometheus metrics of timeline-lock (served on ``/metrics`` by the health endpoint).
+
+``requests(kind, status)`` and ``ended(how)`` are the labelled children of ``REQUESTS`` and
+``ENDED``, resolved once per label set: ``.labels(...)`` validates and locks on every call,
+and with the histograms it was an eighth of a request's handling (round 8's profile).
+"""
 
 from __future__ import annotations
 
@@ -50,3 +55,24 @@ CHANGELOG_PENDING = Gauge(
     "lakewarden_lock_changelog_pending_tables",
     "Tables whose lock changed since its last changelog record the broker acknowledged",
 )
+
+
+# The labelled children, by label values (a handful: kinds x statuses, three ways to end).
+_REQUESTS_BY_LABELS: dict[tuple[str, str], Counter] = {}
+_ENDED_BY_HOW: dict[str, Counter] = {}
+
+
+def requests(kind: str, status: str) -> Counter:
+    """``REQUESTS.labels(kind, status)``, resolved once."""
+    child = _REQUESTS_BY_LABELS.get((kind, status))
+    if child is None:
+        child = _REQUESTS_BY_LABELS[kind, status] = REQUESTS.labels(kind, status)
+    return child
+
+
+def ended(how: str) -> Counter:
+    """``ENDED.labels(how)``, resolved once."""
+    child = _ENDED_BY_HOW.get(how)
+    if child is None:
+        child = _ENDED_BY_HOW[how] = ENDED.labels(how)
+    return child

@@ -204,13 +204,14 @@ class Worker:
             value=msg.value() or b"",
             timestamp_ms=max(0, int(timestamp)),
         )
-        effects = self.handler.handle(consumed)
+        effects = self.handler.handle(consumed, account=False)
         self.commits.processed(
             consumed.partition,
             consumed.offset,
             durable_writes=len(effects.changelog) + len(effects.dead_letters),
         )
         self._carry_out(effects, consumed.partition, consumed.offset)
+        self.handler.account(effects)  # after the replies: nobody waits for the metrics
 
     def _carry_out(self, effects: Effects, partition: int, offset: int) -> None:
         """Replies and dead letters now; the changelog writes are noted for later (4.)."""

@@ -10,7 +10,9 @@ import pytest
 from lakewarden.clients import lock_request, table_partition
 from lakewarden.events import encode, sample_events
 from services._common.dlq import DEAD_LETTERS
+from services.timeline_lock import metrics
 from services.timeline_lock.handler import Consumed, ExpiryScanner, RequestHandler
+from services.timeline_lock.metrics import REQUESTS
 from services.timeline_lock.state import Reply
 from services.timeline_lock.state_json import lock_from_json
 
@@ -105,6 +107,41 @@ def test_a_redelivered_request_is_skipped() -> None:
     assert h.changed == ["t1", "t1"]  # nothing written for the redelivery
     assert [w["request_id"] for w in h.table["t1"]["queue"]] == ["r2"]
     assert [r.request_id for _, r in h.replies] == ["r1", "r2"]
+
+
+def _counted(kind: str, status: str) -> float:
+    return REQUESTS.labels(kind, status)._value.get()
+
+
+def test_metrics_are_counted_when_the_worker_says_so() -> None:
+    """The worker hands a request's replies to librdkafka first and counts it after
+    (``handle(account=False)``, then ``account``); a plain ``handle`` counts at once."""
+    h = Harness()
+    before = _counted("acquire", "granted")
+    effects = h.handler.handle(
+        Consumed(
+            "lakewarden.lock.requests",
+            table_partition("t1", PARTITIONS),
+            0,
+            b"t1",
+            encode("LockRequest", req()),
+            timestamp_ms=900,
+        ),
+        account=False,
+    )
+    assert [r.status for _, r in effects.replies] == ["granted"]
+    assert _counted("acquire", "granted") == before  # not yet
+    h.handler.account(effects)
+    assert _counted("acquire", "granted") == before + 1
+    assert effects.delay_s == pytest.approx(0.1)  # from the message's timestamp to its handling
+    h.feed(req(request_id="r2", owner="w2"))
+    assert _counted("acquire", "queued") >= 1
+
+
+def test_labelled_children_are_resolved_once() -> None:
+    assert metrics.requests("release", "granted") is REQUESTS.labels("release", "granted")
+    assert metrics.requests("release", "granted") is metrics.requests("release", "granted")
+    assert metrics.ended("released") is metrics.ENDED.labels("released")
 
 
 def _dlq_count(reason: str) -> float:
