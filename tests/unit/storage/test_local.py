@@ -113,3 +113,37 @@ def test_unreadable_directory_is_an_io_error(local: LocalStorage) -> None:
 
 def test_missing_root_lists_nothing(tmp_path: Path) -> None:
     assert list(LocalStorage(tmp_path / "not-yet").list()) == []
+
+
+def test_a_listing_after_a_key_stats_only_what_it_may_return(
+    local: LocalStorage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The end of a timeline: names before ``start_after``'s own name are not ``lstat``-ed
+    (the level hint lets them through), except its prefixes and itself, which may be
+    directories whose keys sort after it (``t/00012/x`` > ``t/00012.json``)."""
+    for seq in range(8, 14):
+        local.write(f"t/{seq:05d}.json", b"{}")
+    local.write("t/00012/x", b"a directory named like a prefix of the start")
+    stated: list[str] = []
+    real_lstat = os.lstat
+
+    def lstat(path: str, *args: object, **kwargs: object) -> os.stat_result:
+        stated.append(os.path.basename(path))
+        return real_lstat(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "lstat", lstat)
+    keys = [info.key for info in local.list("t/", start_after="t/00012.json")]
+    assert keys == ["t/00012/x", "t/00013.json"]
+    assert sorted(stated) == ["00012", "00012.json", "00013.json"]  # not 00010/00011.json
+
+
+def test_reads_and_listings_name_the_same_files_as_writes(local: LocalStorage) -> None:
+    local.write("a/b/c.json", b"1")
+    assert local.read("a/b/c.json") == b"1"
+    assert [i.key for i in local.list("a/", start_after="a/b/a")] == ["a/b/c.json"]
+    with pytest.raises(NotFoundError):
+        local.read("a/b")  # a directory is not an object
+    with pytest.raises(NotFoundError):
+        local.read("a/b/c.json/d")  # below a file
+    with pytest.raises(InvalidKeyError):
+        local.read("a/../b")
