@@ -30,7 +30,9 @@ states, tail, last requested instant and rejections with their reasons.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any, Final, NamedTuple, cast
 
 from pydantic import BaseModel, ValidationError
@@ -61,7 +63,10 @@ class LeanEntry(NamedTuple):
     """A timeline entry as replay holds it: ``TimelineEntry``'s fields with their validated
     values, built without pydantic; the payload as its JSON text (an object) and, for the
     transitions the fast path takes, the payload validated as the rule's model when it is
-    valid (``FAST_MODELS``; else None). ``PayloadTexts.entry`` makes the model."""
+    valid (``FAST_MODELS``; else None), or ``UNCHECKED``: an ``inflight`` / ``completed``
+    payload folded as valid while a second process checks it (``_validate``; the read
+    folds again, validating in process, when one was not). ``PayloadTexts.entry`` makes
+    the model."""
 
     seq: int
     instant: str
@@ -76,6 +81,16 @@ class LeanEntry(NamedTuple):
 
 # ``NamedTuple``'s generated __new__ is Python code; tuple.__new__ builds the same object.
 new_lean_entry: Final = tuple.__new__
+
+
+class _Unchecked(BaseModel):
+    """The type of ``UNCHECKED`` (a model so that ``LeanEntry.payload_model`` keeps its type;
+    never read as one)."""
+
+
+# An optimistic entry's payload model: not validated yet (truthy and not None, so the fast
+# steps take it as valid; its model is built from the text when someone reads it).
+UNCHECKED: Final = _Unchecked()
 
 # The model each fast transition's rule reads its payload as (``state_machine``'s handlers).
 FAST_MODELS: Final[dict[Transition, type[BaseModel]]] = {
@@ -130,6 +145,30 @@ class PayloadTexts:
         cache[text] = model
         return model
 
+    def checked(self, lean: LeanEntry) -> LeanEntry | None:
+        """``lean`` with its ``UNCHECKED`` payload validated here; None when its text is not
+        a JSON object (such a record makes no entry: the read that folded it as valid is
+        wrong, and its verdict says so)."""
+        if lean.payload_model is not UNCHECKED:
+            return lean
+        model = self.model(lean.transition, lean.payload_text)
+        try:
+            if model is None and type(self.parsed(lean.payload_text)) is not dict:
+                return None
+        except ValueError:
+            return None
+        return lean._replace(payload_model=model)
+
+    def payload(self, lean: LeanEntry | None) -> Any:
+        """The model of a fast step's entry (None for none; validated here when the entry
+        is ``UNCHECKED``: None when invalid, which the read's verdict also reports)."""
+        if lean is None:
+            return None
+        model = lean[8]
+        if model is UNCHECKED:
+            return self.model(lean[3], lean[7])
+        return model
+
     def entry(self, lean: LeanEntry | TimelineEntry) -> TimelineEntry:
         """The ``TimelineEntry`` of ``lean`` (values already valid: built without validation).
 
@@ -152,7 +191,9 @@ class PayloadTexts:
 
 
 # A fast instant's state, updated in place: [action, state, operation, requested_seq,
-# last_seq, lock_token, plan, workload, commit, completed_seq].
+# last_seq, lock_token, plan, workload, commit, completed_seq]; workload and commit are the
+# ``inflight`` / ``completed`` entries (their models are built by ``_built`` when the state
+# is read: an optimistic fold validates none of them on its thread).
 _Fast = list[Any]
 _STATE, _LAST_SEQ, _TOKEN, _WORKLOAD, _COMMIT, _COMPLETED_SEQ = 1, 4, 5, 7, 8, 9
 
@@ -189,7 +230,7 @@ class LeanFold:
     def get(self, instant: str) -> InstantState | None:
         found = self._instants.get(instant)
         if isinstance(found, list):
-            found = self._instants[instant] = _built(instant, found)
+            found = self._instants[instant] = _built(instant, found, self._texts)
         return found
 
     def completed_since(self, seq: int) -> Iterator[InstantState]:
@@ -215,7 +256,13 @@ class LeanFold:
 
     def judged(self, entry: LeanEntry | TimelineEntry) -> None:
         """Apply ``entry`` through the state machine (``feed`` when the fast path declined
-        it: a caller that tried ``fast`` itself)."""
+        it: a caller that tried ``fast`` itself). An ``UNCHECKED`` payload is validated here
+        first (the state machine reads it)."""
+        if type(entry) is LeanEntry and entry[8] is UNCHECKED:
+            checked = self._texts.checked(entry)
+            if checked is None:  # makes no entry: this fold is wrong, its verdict will say so
+                return
+            entry = checked
         self._judged(self._texts.entry(entry))
 
     # Each fast step takes the entry, updating the tail, when every condition of the path
@@ -255,13 +302,12 @@ class LeanFold:
             or seq != self._tail_seq + 1
         ):
             return False
-        workload: Any = entry[8]  # WorkloadProfile | None
-        if workload is None:
+        if entry[8] is None:  # WorkloadProfile, UNCHECKED or None (invalid)
             return False
         fast[_STATE] = _INFLIGHT
         fast[_LAST_SEQ] = seq
         fast[_TOKEN] = entry[5]
-        fast[_WORKLOAD] = workload
+        fast[_WORKLOAD] = entry
         self._tail_seq = seq
         return True
 
@@ -281,16 +327,12 @@ class LeanFold:
         # one was requested (completed_since is empty), no plan is pending.
         if (completions and completions[-1][0] > fast[3]) or self._pending_plans:
             return False
-        stats: Any = entry[8]  # CommitStats | None
-        if stats is None:
+        if entry[8] is None:  # CommitStats, UNCHECKED or None (invalid)
             return False
         fast[_STATE] = _COMPLETED
         fast[_LAST_SEQ] = fast[_COMPLETED_SEQ] = seq
         fast[_TOKEN] = entry[5]
-        fast[_COMMIT] = stats
-        workload = fast[_WORKLOAD]
-        if workload is not None and not workload.replaces_all:
-            fast[_WORKLOAD] = None
+        fast[_COMMIT] = entry  # the workload it keeps (if it replaces_all): ``_built``
         completions.append((seq, instant))
         self._tail_seq = seq
         return True
@@ -330,16 +372,35 @@ class LeanFold:
 
     def state(self) -> TimelineState:
         """The state after every entry fed (fast instants built as ``InstantState``)."""
-        instants = self._instants
+        instants, texts = self._instants, self._texts
         for name, found in instants.items():
             if type(found) is list:  # replaced in place: the keys and their order stay
-                instants[name] = _built(name, found)
+                instants[name] = _built(name, found, texts)
         return TimelineState.model_construct(
             instants=cast(dict[str, InstantState], dict(instants)),  # none is a list now
             tail_seq=self._tail_seq,
             last_requested_time=self._last_requested_time,
             rejected=tuple(self._rejected),
         )
+
+    def summary(self) -> FoldSummary:
+        """What ``state()`` says of every instant's state, the tail and the rejections,
+        without building the instants' states (nor their payload models)."""
+        counts: Counter[str] = Counter()
+        for found in self._instants.values():
+            state = found[_STATE] if type(found) is list else found.state  # type: ignore[union-attr]
+            counts[state.value] += 1
+        return FoldSummary(counts, self._tail_seq, tuple(self._rejected))
+
+
+@dataclass(frozen=True, slots=True)
+class FoldSummary:
+    """A fold's outcome as ``lakewarden replay`` reports it: instants by state (the
+    transition's name), the tail seq and the rejected entries."""
+
+    states: Counter[str]
+    tail_seq: int
+    rejected: tuple[Rejection, ...]
 
 
 # The default of the one field a fast instant leaves unset whose default is not None or False.
@@ -362,26 +423,32 @@ _set = object.__setattr__
 _new = object.__new__
 
 
-def _built(instant: str, fast: _Fast) -> InstantState:
-    """The ``InstantState`` the state machine's handlers build for a fast instant.
+def _built(instant: str, fast: _Fast, texts: PayloadTexts) -> InstantState:
+    """The ``InstantState`` the state machine's handlers build for a fast instant, its
+    payload models read from its entries (``PayloadTexts.payload``); a completed one keeps
+    its workload only when it replaces all, as the completed handler does.
 
     One per instant of a replay, so its ``__dict__`` is the one Python makes for a new
     instance, filled field by field in the model's order (a key-sharing dict: a third
     smaller and cheaper to fill than a copy of a dict of defaults); the fields a fast
     instant never sets hold their defaults (``test_lean_fold`` checks the keys, their order
     and the values against the state machine's)."""
+    state = fast[_STATE]
     new = _new(InstantState)
     values = new.__dict__
     values["instant"] = instant
     values["action"] = fast[0]
-    values["state"] = state = fast[_STATE]
+    values["state"] = fast[_STATE]
     values["cancellable"] = False
     values["operation"] = fast[2]
     values["requested_seq"] = fast[3]
     values["last_seq"] = fast[_LAST_SEQ]
     values["completed_seq"] = fast[_COMPLETED_SEQ]
-    values["workload"] = fast[_WORKLOAD]
-    values["commit"] = fast[_COMMIT]
+    workload = texts.payload(fast[_WORKLOAD])
+    if state is _COMPLETED and workload is not None and not workload.replaces_all:
+        workload = None
+    values["workload"] = workload
+    values["commit"] = texts.payload(fast[_COMMIT])
     values["lock_token"] = fast[_TOKEN]
     values["plan"] = fast[6]
     values["plan_file_groups"] = _NO_GROUPS
@@ -394,4 +461,12 @@ def _built(instant: str, fast: _Fast) -> InstantState:
     return new
 
 
-__all__ = ["FAST_MODELS", "LeanEntry", "LeanFold", "PayloadTexts", "new_lean_entry"]
+__all__ = [
+    "FAST_MODELS",
+    "UNCHECKED",
+    "FoldSummary",
+    "LeanEntry",
+    "LeanFold",
+    "PayloadTexts",
+    "new_lean_entry",
+]

@@ -37,7 +37,8 @@ from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, KafkaError, Message
 from pydantic import BaseModel
 
 from lakewarden.events.codec import HEADER_SIZE, EventCodec
-from lakewarden.history._lean_fold import LeanEntry, new_lean_entry
+from lakewarden.history._lean_fold import UNCHECKED, LeanEntry, new_lean_entry
+from lakewarden.history._validate import CHECKED
 from lakewarden.history.model import Recorded, Unreadable
 from lakewarden.history.reader import decode_message
 from lakewarden.history.replay import TopicReplay
@@ -47,14 +48,22 @@ _EVENT: Final = "TimelineTransition"
 _ACTIONS: Final[dict[str, Action]] = {a.value: a for a in Action}
 _TRANSITIONS: Final[dict[str, Transition]] = {t.value: t for t in Transition}
 _UNSEEN: Any = object()
-_Kind = tuple[Transition, dict[str, BaseModel | None] | None, Callable[[LeanEntry], bool] | None]
+_Kind = tuple[
+    Transition,
+    dict[str, BaseModel | None] | None,
+    Callable[[LeanEntry], bool] | None,
+    list[str] | None,
+]
 
 
 class MessageFold:
     """Folds raw messages of one table's timeline topic into ``replay``, batch by batch.
 
     ``codec`` must decode times as epoch ms (``epoch_ms_codec()``), as ``read_table_events``
-    does. Not thread-safe.
+    does. ``optimistic``: the ``inflight`` and ``completed`` payloads of the entries made
+    here are not validated but folded as valid (``UNCHECKED``) and their texts kept, in
+    order, for ``unchecked()`` to hand to a second process (``_validate``); the fold is
+    right only when that process finds every one of them valid. Not thread-safe.
 
     Raises:
         ValueError: ``codec`` decodes times as ``datetime``.
@@ -67,6 +76,7 @@ class MessageFold:
         codec: EventCodec,
         *,
         on_error: Callable[[KafkaError], None] | None = None,
+        optimistic: bool = False,
     ) -> None:
         fold = replay.lean_fold
         if fold is None:
@@ -80,12 +90,25 @@ class MessageFold:
         self._codec = codec
         self._header, self._read = codec.body_reader(_EVENT)
         self._on_error = on_error
+        self._optimistic = optimistic
+        self._kinds: dict[str, _Kind] = {}
+        self.unchecked()
+
+    def unchecked(self) -> tuple[list[str], list[str]]:
+        """The ``inflight`` and ``completed`` payload texts folded unchecked since the last
+        call, each in the order their entries were made (empty unless ``optimistic``)."""
         # By the transition's name as decoded: its member, the validated-model cache of a
-        # fast transition and its fast step (None for the others); one lookup an event.
-        models, steps = replay.texts.models_by_name, fold.fast_by_name
-        self._kinds: dict[str, _Kind] = {
-            name: (t, models.get(name), steps.get(name)) for name, t in _TRANSITIONS.items()
+        # fast transition, its fast step (None for the others) and, when optimistic, the
+        # list its unchecked texts go to; one lookup an event.
+        models, steps = self._replay.texts.models_by_name, self._fold.fast_by_name
+        kept: dict[str, list[str]] = {name: [] for name in CHECKED} if self._optimistic else {}
+        before = self._kinds
+        self._kinds = {
+            name: (t, None if name in kept else models.get(name), steps.get(name), kept.get(name))
+            for name, t in _TRANSITIONS.items()
         }
+        texts = [before.get(name, (None, None, None, None))[3] or [] for name in CHECKED]
+        return texts[0], texts[1]
 
     def fold(self, messages: Iterable[Message]) -> list[Unreadable]:
         """Fold every message of ``messages`` (a ``consume`` batch); the ones that do not
@@ -138,11 +161,14 @@ class MessageFold:
                         and action is not None
                         and kind is not None
                     ):
-                        transition, cache, step = kind
-                        # A fast transition's payload: validated once per text.
-                        model = None if cache is None else cache.get(text, _UNSEEN)
-                        if model is _UNSEEN:
-                            model = texts.model(transition, text)
+                        transition, cache, step, unchecked = kind
+                        if unchecked is not None:  # checked by the second process
+                            unchecked.append(text)
+                            model: BaseModel | None = UNCHECKED
+                        else:  # a fast transition's payload: validated once per text
+                            model = None if cache is None else cache.get(text, _UNSEEN)
+                            if model is _UNSEEN:
+                                model = texts.model(transition, text)
                         if model is not None or type(parsed(text)) is dict:
                             entry = new(
                                 LeanEntry,

@@ -14,6 +14,16 @@ would; what differs is the loop, written for a million events:
    the broker time of its first kept event: the first batches are scanned for it alone.
 4. The problems are returned: messages that do not decode (``Unreadable``) and, last, a
    ``RetentionGap`` per partition that lost its oldest events.
+
+A read of at least ``CHECK_ELSEWHERE_FROM`` messages folds optimistically: the ``inflight``
+and ``completed`` payloads (two an instant, and on a real table they never repeat) are
+folded as valid and validated by a second process (``_validate.PayloadChecker``), each
+batch's texts forwarded as the batch is folded. When the read ends its verdict is joined;
+if any text was invalid, or the process failed, the same offsets are read again with every
+payload validated in process (today's fold, exactly: an invalid payload is a rejection, and
+one that is no JSON object makes no entry at all, which only a fresh read reproduces).
+Smaller reads, and any read when no process can be started, validate in process: below
+that size the process's start (~0.3 s of CPU) costs more than it saves.
 """
 
 from __future__ import annotations
@@ -27,6 +37,7 @@ from lakewarden.events.codec import epoch_ms_codec
 from lakewarden.events.consumer import EventConsumer
 from lakewarden.events.topics import TIMELINE
 from lakewarden.history._message_fold import MessageFold
+from lakewarden.history._validate import PayloadChecker
 from lakewarden.history.model import RetentionGap, Unreadable
 from lakewarden.history.reader import (
     READ_BATCH,
@@ -38,6 +49,9 @@ from lakewarden.history.reader import (
 from lakewarden.history.replay import TopicReplay
 from lakewarden.settings import Settings
 
+# Messages to read from which payloads are validated by a second process (see above).
+CHECK_ELSEWHERE_FROM = 50_000
+
 
 def replay_timeline(
     settings: Settings,
@@ -46,10 +60,12 @@ def replay_timeline(
     *,
     since_ms: int | None = None,
     timeout_s: float = 60.0,
+    check_elsewhere_from: int = CHECK_ELSEWHERE_FROM,
 ) -> list[Unreadable | RetentionGap]:
     """Fold the table's timeline events, as they are now, into ``replay`` (from the first
     event at or after ``since_ms`` when given); the problems met, in the order
-    ``read_table_events`` reports them.
+    ``read_table_events`` reports them. ``check_elsewhere_from``: the read size (messages)
+    from which payloads are validated by a second process.
 
     Raises:
         ConfigurationError: Kafka is not configured.
@@ -59,18 +75,40 @@ def replay_timeline(
     """
     codec = epoch_ms_codec()
     consumer = bulk_consumer(settings, codec)
+    checker: PayloadChecker | None = None
     try:
-        fold = MessageFold(replay, table_id, codec, on_error=consumer.on_error)
         timeout = settings.kafka.request_timeout_s
         names = [TIMELINE.name(settings)]
         partitions = plan_read(consumer, names, since_ms, None, timeout)
+        if sum(p.high - p.start for p in partitions) >= check_elsewhere_from:
+            checker = PayloadChecker.start()
+        fold = MessageFold(
+            replay, table_id, codec, on_error=consumer.on_error, optimistic=checker is not None
+        )
+        deadline = time.monotonic() + timeout_s
+        unreadable = _fold_batches(
+            consumer, partitions, fold, table_id, deadline, timeout_s, checker
+        )
+        if checker is not None:
+            verdict = checker.verdict(max(1.0, deadline - time.monotonic()))
+            if verdict is None or not verdict.all_valid:  # read again, validating here
+                replay.reset()
+                fold = MessageFold(replay, table_id, codec, on_error=consumer.on_error)
+                for p in partitions:
+                    p.next = p.start
+                again = time.monotonic() + timeout_s  # a read of its own
+                unreadable = _fold_batches(
+                    consumer, partitions, fold, table_id, again, timeout_s, None
+                )
         problems: list[Unreadable | RetentionGap] = []
-        problems.extend(_fold_batches(consumer, partitions, fold, table_id, timeout_s))
+        problems.extend(unreadable)
         for p in partitions:  # 4.
             if p.low > 0 and p.start == p.low:
                 problems.append(RetentionGap(p.topic, p.partition, p.low, p.first_kept_ms))
         return problems
     finally:
+        if checker is not None:
+            checker.close()
         consumer.close()
 
 
@@ -79,9 +117,12 @@ def _fold_batches(
     partitions: list[PartitionRead],
     fold: MessageFold,
     table_id: str,
+    deadline: float,
     timeout_s: float,
+    checker: PayloadChecker | None,
 ) -> list[Unreadable]:
-    """Steps 1 to 3: read every partition to its end, folding each batch.
+    """Steps 1 to 3: read every partition to its end, folding each batch (and forwarding
+    its unchecked payload texts to ``checker``).
 
     Raises: ReadTimeoutError, EventConsumerError."""
     remaining = {(p.topic, p.partition): p for p in partitions if p.start < p.high}
@@ -89,7 +130,6 @@ def _fold_batches(
         return []
     consumer.assign([TopicPartition(p.topic, p.partition, p.start) for p in remaining.values()])
     unseen = {key: p for key, p in remaining.items() if p.low > 0 and p.start == p.low}
-    deadline = time.monotonic() + timeout_s
     unreadable: list[Unreadable] = []
     while remaining:
         check_deadline(deadline, remaining, table_id, timeout_s)
@@ -102,6 +142,8 @@ def _fold_batches(
         if unseen:  # 3.
             _note_first_kept(batch, unseen)
         unreadable.extend(fold.fold(batch))  # 1.
+        if checker is not None:
+            checker.send(*fold.unchecked())
         _advance(consumer, remaining)  # 2.
     return unreadable
 

@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from lakewarden.history._lean_fold import LeanEntry, LeanFold, PayloadTexts
+from lakewarden.history._lean_fold import FoldSummary, LeanEntry, LeanFold, PayloadTexts
 from lakewarden.history._lean_fold import new_lean_entry as _new_lean_entry
 from lakewarden.history.fold import epoch_ms
 from lakewarden.history.model import Recorded
@@ -97,6 +97,13 @@ class TopicReplay:
     they are read."""
 
     def __init__(self, *, fold: bool = True) -> None:
+        self._folds = fold
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget everything fed (a read that starts over: ``replay_timeline`` after its
+        second process found an invalid payload among those it folded as valid)."""
+        fold = self._folds
         self._texts = PayloadTexts()
         self.entries = TopicEntries(self._texts)
         self.conflicts: list[Difference] = []
@@ -130,11 +137,8 @@ class TopicReplay:
         stored = self.entries.raw
         known = stored.get(seq)
         if known is not None:
-            if known != entry and self._texts.entry(known) != self._texts.entry(entry):
-                fields = ", ".join(_differing(self._texts.entry(known), self._texts.entry(entry)))
-                self.conflicts.append(
-                    Difference(seq, "conflicting", f"the topic holds two versions ({fields})")
-                )
+            if known != entry:
+                self._compare(known, entry)
             return
         stored[seq] = entry
         fold = self._fold
@@ -151,15 +155,42 @@ class TopicReplay:
             seq += 1
         self.next_seq = seq
 
-    def state(self) -> TimelineState:
-        """The state machine folded over every entry fed, in seq order.
+    def _compare(self, known: LeanEntry | TimelineEntry, entry: LeanEntry | TimelineEntry) -> None:
+        """A second version of a seq: a ``conflicting`` difference unless the entries agree."""
+        texts = self._texts
+        try:
+            first, second = texts.entry(known), texts.entry(entry)
+        except ValueError:  # an UNCHECKED payload that is no JSON: the read starts over
+            return
+        if first != second:
+            fields = ", ".join(_differing(first, second))
+            self.conflicts.append(
+                Difference(
+                    seq=entry.seq,
+                    kind="conflicting",
+                    detail=f"the topic holds two versions ({fields})",
+                )
+            )
 
-        Raises: RuntimeError (built with ``fold=False``)."""
+    def _fold_waiting(self) -> LeanFold:
         if self._fold is None:
             raise RuntimeError("this replay only collects entries")
         for seq in sorted(self.waiting):
             self._fold.feed(self.waiting.pop(seq))
-        return self._fold.state()
+        return self._fold
+
+    def state(self) -> TimelineState:
+        """The state machine folded over every entry fed, in seq order.
+
+        Raises: RuntimeError (built with ``fold=False``)."""
+        return self._fold_waiting().state()
+
+    def summary(self) -> FoldSummary:
+        """``state()``'s instants counted by state, its tail and rejections, without building
+        the instants' states and payload models (what ``lakewarden replay`` prints).
+
+        Raises: RuntimeError (built with ``fold=False``)."""
+        return self._fold_waiting().summary()
 
 
 class TopicEntries(Mapping[int, TimelineEntry]):

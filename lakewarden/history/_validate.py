@@ -1,0 +1,207 @@
+"""Replay's payload validation in a second process: the fold's thread only forwards texts.
+
+A real table's ``inflight`` (``WorkloadProfile``) and ``completed`` (``CommitStats``)
+payloads never repeat, so pydantic validates two texts an instant: in round 8 that was
+almost all of what replay spent beyond reading and decoding the topic (2.1x the bare loop
+instead of 1.2x). Validation must still happen in the read (an invalid payload is a
+rejection and changes the fold), but the fold only needs each verdict at the end: it folds
+those payloads *optimistically* (``LeanEntry.payload_model`` is ``UNCHECKED``) and this
+module checks them in a child process, on the machine's other core:
+
+1. ``PayloadChecker.start()`` runs this file in a new interpreter (a fresh
+   interpreter: no fork of a process that runs librdkafka's threads; its ~0.3 s start
+   overlaps the read, because what the fold sends meanwhile is buffered, not waited for);
+2. ``send`` forwards one consume batch's texts (a pickled pair of lists, length-prefixed),
+   written to the pipe by a thread of the checker's own;
+3. ``verdict`` writes the rest, closes the pipe and reads the answer: the invalid texts by
+   where they were sent (transition, index), and the child's CPU time.
+
+The child validates exactly as ``PayloadTexts.model`` does (``model_validate_json`` of the
+transition's ``FAST_MODELS`` model) and remembers each text's verdict while texts repeat.
+Any failure of the child (it cannot start, dies, answers late or garbled) is a verdict of
+None: the caller then reads again with the payloads validated in process, so a broken
+validator costs time, never a wrong fold.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import pickle
+import queue
+import struct
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Final
+
+from pydantic import BaseModel, ValidationError
+
+_LENGTH: Final = struct.Struct("<Q")
+# The transitions whose payloads are checked here, in the order ``send`` takes their texts.
+CHECKED: Final = ("inflight", "completed")
+_F_SETPIPE_SZ: Final = 1031  # Linux: a 1 MB pipe (the unprivileged maximum) means fewer writes
+_PIPE_BYTES: Final = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What the child found: the texts that do not validate, as (transition, index in the
+    order ``send`` forwarded that transition's texts), and the child's CPU seconds."""
+
+    invalid: tuple[tuple[str, int], ...]
+    texts: int
+    cpu_s: float
+
+    @property
+    def all_valid(self) -> bool:
+        return not self.invalid
+
+
+class PayloadChecker:
+    """The parent's side: forwards texts to the child and collects its verdict. ``send``
+    and ``verdict`` from one thread; a writer thread of its own feeds the pipe (a batch's
+    texts are a few MB, more than a pipe holds: written from the fold's thread they would
+    wait for the next batch, and the child would idle meanwhile). ``close`` (or
+    ``verdict``) ends the child."""
+
+    def __init__(self, process: subprocess.Popen[bytes]) -> None:
+        self._process = process
+        stdin = process.stdin
+        assert stdin is not None  # noqa: S101 - started with stdin=PIPE
+        self._fd = stdin.fileno()
+        self._frames: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+        self._failed = False
+        self._writer = threading.Thread(target=self._write, name="payload-checker", daemon=True)
+        self._writer.start()
+
+    @classmethod
+    def start(cls) -> PayloadChecker | None:
+        """A checker with its child started, or None when no process can be started."""
+        root = str(Path(__file__).resolve().parents[2])  # where ``lakewarden`` is importable
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+        try:
+            # This file as a script (-P: its directory not on sys.path), so the child
+            # imports the payload models, not the whole history package.
+            process = subprocess.Popen(
+                [sys.executable, "-P", __file__],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                env=env,
+            )
+        except OSError:
+            return None
+        try:
+            fcntl.fcntl(process.stdin.fileno(), _F_SETPIPE_SZ, _PIPE_BYTES)  # type: ignore[union-attr]
+        except OSError:
+            pass  # the default pipe size only means more writes
+        return cls(process)
+
+    def send(self, inflight: list[str], completed: list[str]) -> None:
+        """Forward one batch's texts (each list in the order its entries were made)."""
+        if self._failed or not (inflight or completed):
+            return
+        body = pickle.dumps((inflight, completed), protocol=pickle.HIGHEST_PROTOCOL)
+        self._frames.put(_LENGTH.pack(len(body)) + body)
+
+    def _write(self) -> None:
+        """The writer thread: each frame written whole (``os.write`` lets go of the GIL
+        while the pipe is full); a child that is gone fails the checker."""
+        while True:
+            frame = self._frames.get()
+            if frame is None:
+                return
+            view = memoryview(frame)
+            try:
+                while view:
+                    view = view[os.write(self._fd, view) :]
+            except OSError:
+                self._failed = True
+
+    def verdict(self, timeout_s: float = 120.0) -> Verdict | None:
+        """Every text sent so far judged: end the input, wait for the answer; None when
+        the child failed (then nothing can be said of any text)."""
+        try:
+            self._frames.put(None)
+            self._writer.join(timeout_s)
+            if self._failed or self._writer.is_alive():
+                return None
+            out, _ = self._process.communicate(timeout=timeout_s)  # closes its input
+            if self._process.returncode != 0:
+                return None
+            invalid, texts, cpu_s = pickle.loads(out)  # noqa: S301 - our own child's answer
+            return Verdict(tuple(invalid), texts, cpu_s)
+        except (OSError, ValueError, EOFError, pickle.UnpicklingError, subprocess.SubprocessError):
+            return None
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """End the child if it still runs (a read that failed half way)."""
+        self._frames.put(None)
+        if self._process.poll() is None:
+            self._process.kill()
+            self._process.wait()
+        for pipe in (self._process.stdin, self._process.stdout):
+            if pipe is not None:
+                try:
+                    pipe.close()
+                except OSError:
+                    pass
+
+
+def _models() -> dict[str, type[BaseModel]]:
+    from lakewarden.table.stats import CommitStats, WorkloadProfile
+
+    return {"inflight": WorkloadProfile, "completed": CommitStats}
+
+
+# The child remembers this many verdicts per transition (texts that repeat stay warm;
+# texts that never repeat cost one dict insert each).
+_REMEMBERED: Final = 4096
+
+
+def _serve(source: IO[bytes], sink: IO[bytes]) -> None:
+    """The child: validate every text of every batch read from ``source``; at its end write
+    (invalid, texts, cpu_s) to ``sink``."""
+    models = _models()
+    invalid: list[tuple[str, int]] = []
+    counts = dict.fromkeys(CHECKED, 0)
+    seen: dict[str, dict[str, bool]] = {name: {} for name in CHECKED}
+    texts = 0
+    while True:
+        head = source.read(_LENGTH.size)
+        if len(head) < _LENGTH.size:
+            break
+        batch = pickle.loads(source.read(_LENGTH.unpack(head)[0]))  # noqa: S301 - our parent's
+        for name, batch_texts in zip(CHECKED, batch, strict=True):
+            model, verdicts, index = models[name], seen[name], counts[name]
+            for text in batch_texts:
+                valid = verdicts.get(text)
+                if valid is None:
+                    try:
+                        model.model_validate_json(text)
+                        valid = True
+                    except ValidationError:
+                        valid = False
+                    if len(verdicts) >= _REMEMBERED:
+                        verdicts.clear()
+                    verdicts[text] = valid
+                if not valid:
+                    invalid.append((name, index))
+                index += 1
+            counts[name] = index
+            texts += len(batch_texts)
+    sink.write(pickle.dumps((invalid, texts, time.process_time())))
+    sink.flush()
+
+
+if __name__ == "__main__":
+    _serve(sys.stdin.buffer, sys.stdout.buffer)
+
+
+__all__ = ["CHECKED", "PayloadChecker", "Verdict"]
