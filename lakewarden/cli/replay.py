@@ -16,8 +16,6 @@ fold of all of them); when retention deleted older ones, that is said and nothin
 
 from __future__ import annotations
 
-from collections import Counter
-
 import click
 
 from lakewarden.cli._table_events import (
@@ -62,20 +60,22 @@ def command(ctx: click.Context, uri: str, since: str | None, from_beginning: boo
     replay = TopicReplay()
     with batch_mode():  # the events are folded as read; the problems met are returned
         items = replay_timeline(settings, config.table_id, replay, since_ms=parse_since(since))
-        topic, state = replay.entries, replay.state()
+        topic, summary = replay.entries, replay.summary()
         stored = read_storage_entries(storage)
         if since is not None:  # entries older than the first one read were not asked for
             first = min(topic, default=None)
             stored = {s: e for s, e in stored.items() if first is not None and s >= first}
-        report = diff_timelines(topic, stored, conflicts=replay.conflicts, state=state)
-    states = Counter(str(i.state) for i in report.state.instants.values())
-    summary = ", ".join(f"{n} {state}" for state, n in sorted(states.items())) or "none"
+        # The states are not built: the summary has what is printed (replay.state builds
+        # them, with every payload model, if the report's state is read).
+        report = diff_timelines(topic, stored, conflicts=replay.conflicts, state=replay.state)
+    states = summary.states
+    counted = ", ".join(f"{n} {state}" for state, n in sorted(states.items())) or "none"
     click.echo(
         f"table {config.name} ({config.table_id}): {report.topic_entries} entries on "
         f"{TIMELINE.name(settings)}, {report.storage_entries} in storage; "
-        f"rebuilt instants: {summary}"
+        f"rebuilt instants: {counted}"
     )
-    for rejection in report.state.rejected:
+    for rejection in summary.rejected:
         click.echo(f"seq {rejection.seq} rejected by the state machine: {rejection.reason}")
     problems = 0
     for item in items:

@@ -105,8 +105,7 @@ class PayloadChecker:
         """Forward one batch's texts (each list in the order its entries were made)."""
         if self._failed or not (inflight or completed):
             return
-        body = pickle.dumps((inflight, completed), protocol=pickle.HIGHEST_PROTOCOL)
-        self._frames.put(_LENGTH.pack(len(body)) + body)
+        self._frames.put(frame(inflight, completed))
 
     def _write(self) -> None:
         """The writer thread: each frame written whole (``os.write`` lets go of the GIL
@@ -154,6 +153,12 @@ class PayloadChecker:
                     pass
 
 
+def frame(inflight: list[str], completed: list[str]) -> bytes:
+    """One batch's texts as the child reads them: a length, then the pickled lists."""
+    body = pickle.dumps((inflight, completed), protocol=pickle.HIGHEST_PROTOCOL)
+    return _LENGTH.pack(len(body)) + body
+
+
 def _models() -> dict[str, type[BaseModel]]:
     from lakewarden.table.stats import CommitStats, WorkloadProfile
 
@@ -165,7 +170,7 @@ def _models() -> dict[str, type[BaseModel]]:
 _REMEMBERED: Final = 4096
 
 
-def _serve(source: IO[bytes], sink: IO[bytes]) -> None:
+def serve(source: IO[bytes], sink: IO[bytes]) -> None:
     """The child: validate every text of every batch read from ``source``; at its end write
     (invalid, texts, cpu_s) to ``sink``."""
     models = _models()
@@ -201,7 +206,7 @@ def _serve(source: IO[bytes], sink: IO[bytes]) -> None:
 
 
 if __name__ == "__main__":
-    _serve(sys.stdin.buffer, sys.stdout.buffer)
+    serve(sys.stdin.buffer, sys.stdout.buffer)
 
 
-__all__ = ["CHECKED", "PayloadChecker", "Verdict"]
+__all__ = ["CHECKED", "PayloadChecker", "Verdict", "frame", "serve"]

@@ -18,9 +18,10 @@ unlike ``Timeline.load``, carries on past a hole, because a hole is what replay 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cached_property
 from typing import Any, Literal
 
 from pydantic import ValidationError
@@ -49,15 +50,21 @@ class Difference:
     detail: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class ReplayReport:
-    """The rebuilt timeline (``state``: the state machine folded over the topic's entries)
-    and every difference from storage, in seq order."""
+    """The rebuilt timeline (``state``: the state machine folded over the topic's entries,
+    built when first read) and every difference from storage, in seq order."""
 
     topic_entries: int
     storage_entries: int
     differences: tuple[Difference, ...]
-    state: TimelineState
+    fold: Callable[[], TimelineState] = field(repr=False, compare=False)
+
+    @cached_property
+    def state(self) -> TimelineState:
+        """The rebuilt timeline (``lakewarden replay`` prints ``TopicReplay.summary()``
+        instead, so it builds no instant state and no payload model)."""
+        return self.fold()
 
     @property
     def clean(self) -> bool:
@@ -237,10 +244,11 @@ def diff_timelines(
     storage: dict[int, TimelineEntry | str],
     *,
     conflicts: Iterable[Difference] = (),
-    state: TimelineState | None = None,
+    state: TimelineState | Callable[[], TimelineState] | None = None,
 ) -> ReplayReport:
     """Compare the topic's entries with storage's, seq by seq; ``state`` is the fold of the
-    topic's entries when the caller has it (``TopicReplay.state()``), else it is folded here."""
+    topic's entries when the caller has it (or the call that makes it when read:
+    ``TopicReplay.state``), else it is folded here when the report's state is read."""
     differences = list(conflicts)
     for seq in sorted(topic.keys() | storage.keys()):
         mine, theirs = topic.get(seq), storage.get(seq)
@@ -258,7 +266,13 @@ def diff_timelines(
         topic_entries=len(topic),
         storage_entries=len(storage),
         differences=tuple(differences),
-        state=rebuild_state(topic) if state is None else state,
+        fold=(
+            (lambda: rebuild_state(topic))
+            if state is None
+            else state
+            if callable(state)
+            else (lambda: state)
+        ),
     )
 
 

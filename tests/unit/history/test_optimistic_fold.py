@@ -1,0 +1,179 @@
+"""The optimistic fold (``MessageFold(optimistic=True)``) with its second process's verdict
+decides exactly what the fold that validates in process decides.
+
+``lakewarden replay`` folds the ``inflight`` and ``completed`` payloads of a large read as
+valid and has a second process (``lakewarden.history._validate``) check them; when that
+process finds one invalid, the read is made again validating in process. So two things must
+hold on any history: when the verdict finds every text valid, the optimistic fold's state,
+entries, conflicts and summary are the reference's (the state machine over validated
+entries); and when some payload the fold took as valid is not, the verdict says so. The
+histories are the lean fold's generated ones (``test_lean_fold``), whose payload pools hold
+malformed payloads, texts that are no JSON object and texts JSON parsers read differently.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import pickle
+from collections import Counter
+from typing import Any
+
+import pytest
+from _hypothesis_profiles import examples
+from confluent_kafka import Message
+from hypothesis import example, given, settings
+from test_lean_fold import (
+    COMPLETED,
+    INFLIGHT,
+    ODD_FIELDS,
+    RACE,
+    _assert_same,
+    _on_the_topic,
+    _reference,
+    _sequential,
+    histories,
+)
+
+from lakewarden.events.codec import epoch_ms_codec
+from lakewarden.history import TopicReplay
+from lakewarden.history._lean_fold import UNCHECKED, LeanEntry
+from lakewarden.history._message_fold import MessageFold
+from lakewarden.history._validate import PayloadChecker, frame, serve
+from lakewarden.table.stats import CommitStats, WorkloadProfile
+
+_MODELS = {"inflight": WorkloadProfile, "completed": CommitStats}
+
+
+def _optimistic(records: list[dict[str, Any]]) -> tuple[TopicReplay, list[tuple[str, int]]]:
+    """``MessageFold(optimistic=True)`` over the messages of ``records`` (three to a batch),
+    each batch's unchecked texts framed as ``PayloadChecker.send`` frames them, and the
+    child's code (``serve``) run over them in process: the replay and the invalid texts."""
+    messages = [
+        Message(topic="tl", partition=0, offset=i, key=b"t", value=value, timestamp=(1, i))
+        for i, (value, _) in enumerate(_on_the_topic(records))
+    ]
+    replay = TopicReplay()
+    fold = MessageFold(replay, "t", epoch_ms_codec(), optimistic=True)
+    frames = io.BytesIO()
+    for i in range(0, len(messages), 3):
+        fold.fold(messages[i : i + 3])
+        frames.write(frame(*fold.unchecked()))
+    frames.seek(0)
+    answer = io.BytesIO()
+    serve(frames, answer)
+    invalid, _, _ = pickle.loads(answer.getvalue())
+    return replay, invalid
+
+
+def _invalid_fast_payload(replay: TopicReplay) -> bool:
+    """Whether an entry the fold took unchecked holds a payload its model refuses."""
+    for entry in replay.entries.raw.values():
+        if isinstance(entry, LeanEntry) and entry.payload_model is UNCHECKED:
+            try:
+                _MODELS[entry.transition.value].model_validate_json(entry.payload_text)
+            except ValueError:
+                return True
+    return False
+
+
+def _assert_optimistic_same(records: list[dict[str, Any]]) -> bool:
+    """The optimistic fold agrees with the reference when its verdict is clean, and its
+    verdict is not clean when a payload it took unchecked is invalid (then the read starts
+    over validating in process: ``test_lean_fold``'s ``as_messages`` path; a redelivered
+    entry's invalid text also makes it start over, which costs a read and changes nothing).
+    Whether the verdict was clean."""
+    replay, invalid = _optimistic(records)
+    if _invalid_fast_payload(replay):
+        assert invalid
+    if invalid:
+        return False
+    topic = [record for _, record in _on_the_topic(records) if record is not None]
+    entries, reference = _reference(topic)
+    summary = replay.summary()
+    state = replay.state()
+    assert dict(replay.entries) == entries
+    assert state.instants == reference.instants
+    assert (state.tail_seq, state.last_requested_time) == (
+        reference.tail_seq,
+        reference.last_requested_time,
+    )
+    assert [(r.seq, r.reason) for r in state.rejected] == list(reference.rejected)
+    for name, instant in state.instants.items():
+        assert instant.model_fields_set == reference.instants[name].model_fields_set, name
+    assert summary.states == Counter(i.state.value for i in reference.instants.values())
+    assert summary.rejected == state.rejected and summary.tail_seq == reference.tail_seq
+    return True
+
+
+@settings(max_examples=examples(100))
+@given(histories())
+@example(RACE)
+def test_the_optimistic_fold_decides_what_the_state_machine_decides(
+    records: list[dict[str, Any]],
+) -> None:
+    _assert_optimistic_same(records)
+
+
+def test_a_sequential_history_folds_optimistically_with_a_clean_verdict() -> None:
+    assert _assert_optimistic_same(_sequential())
+
+
+# Invalid payloads at the fast steps (first, middle, last instant; a rejection, a text that
+# is no JSON object, a text only json.loads reads): the verdict names each, by where it
+# was sent, and the in-process fold the read falls back to is the reference's.
+_BAD_TEXTS = [
+    json.dumps(INFLIGHT[-1]),  # malformed WorkloadProfile: a rejection
+    json.dumps(COMPLETED[-1]),  # malformed CommitStats
+    "[1, 2]",  # no JSON object: makes no entry
+    "not json",
+    ODD_FIELDS[-2]["payload"],  # NaN: json.loads reads it, pydantic does not
+]
+
+
+@pytest.mark.parametrize("bad", range(len(_BAD_TEXTS)))
+@pytest.mark.parametrize("at", [1, 2, 10, 11, 22, 23])  # inflight / completed of 3 instants
+def test_an_invalid_payload_anywhere_is_in_the_verdict(bad: int, at: int) -> None:
+    records = _sequential()
+    records[at] = {**records[at], "payload": _BAD_TEXTS[bad]}
+
+    _, invalid = _optimistic(records)
+
+    transition = records[at]["transition"]
+    try:
+        _MODELS[transition].model_validate_json(_BAD_TEXTS[bad])
+        expected = []  # NaN in an extra field: WorkloadProfile ignores it
+    except ValueError:
+        expected = [(transition, at // 3)]  # each instant sends one text of each
+    assert invalid == expected
+    _assert_optimistic_same(records)  # clean or not: what the optimistic read ends with
+    _assert_same(records, as_messages=True)  # what the read then folds, validating here
+
+
+def test_the_checker_process_judges_what_it_is_sent() -> None:
+    """The real child: texts over several batches, valid and not, repeated and not."""
+    checker = PayloadChecker.start()
+    assert checker is not None
+    good_i, good_c = json.dumps(INFLIGHT[0]), json.dumps(COMPLETED[0])
+    checker.send([good_i, json.dumps(INFLIGHT[-1])], [good_c])
+    checker.send([], [])
+    checker.send([good_i] * 3, [good_c, "[1]", good_c, json.dumps(COMPLETED[-1])])
+
+    verdict = checker.verdict()
+
+    assert verdict is not None
+    assert verdict.invalid == (("inflight", 1), ("completed", 2), ("completed", 4))
+    assert verdict.texts == 2 + 1 + 3 + 4
+    assert verdict.cpu_s > 0
+    assert not verdict.all_valid
+
+
+def test_a_checker_whose_process_died_gives_no_verdict() -> None:
+    """No verdict: the read then starts over validating in process, never trusts the fold."""
+    checker = PayloadChecker.start()
+    assert checker is not None
+    checker._process.kill()
+    checker._process.wait()
+    checker.send([json.dumps(INFLIGHT[0])] * 10_000, [])
+
+    assert checker.verdict() is None
