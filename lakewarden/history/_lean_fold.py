@@ -14,9 +14,13 @@ costs. Almost every entry of a real log is one step of the same path: an ingesti
   fast instant in ``inflight`` when no instant completed since it was requested and no
   compaction or clustering plan is pending (so neither conflict rule has anything to compare
   it with). The payload must validate as the rule's model (validated once per payload
-  object: equal payload texts share one dict). The instant's state is then a list updated in
-  place (``_Fast``), built as the ``InstantState`` the state machine would have built when
-  someone needs it (``state()``, or a later entry that leaves the fast path).
+  object: equal payload texts share one dict), or be ``UNCHECKED``: a large read folds the
+  ``inflight`` and ``completed`` payloads as valid while a second process validates them,
+  and reads again validating here when one is not (``_replay_read``). The instant's state
+  is then a list updated in place (``_Fast``) that holds those entries, built as the
+  ``InstantState`` the state machine would have built, payload models included, when
+  someone needs it (``state()``, or a later entry that leaves the fast path); ``summary()``
+  counts the states without building them.
 - **Everything else** (other actions, plans, cancels, rollbacks, a malformed payload, a
   conflict candidate, any rejection) is judged by ``state_machine.judge`` with this fold as
   its ``StateView``, and applied with the bookkeeping of ``Replayer.feed``.
@@ -438,7 +442,7 @@ def _built(instant: str, fast: _Fast, texts: PayloadTexts) -> InstantState:
     values = new.__dict__
     values["instant"] = instant
     values["action"] = fast[0]
-    values["state"] = fast[_STATE]
+    values["state"] = state
     values["cancellable"] = False
     values["operation"] = fast[2]
     values["requested_seq"] = fast[3]
