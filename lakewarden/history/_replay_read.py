@@ -28,6 +28,7 @@ that size the process's start (~0.3 s of CPU) costs more than it saves.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import defaultdict
 
@@ -48,6 +49,8 @@ from lakewarden.history.reader import (
 )
 from lakewarden.history.replay import TopicReplay
 from lakewarden.settings import Settings
+
+log = logging.getLogger(__name__)
 
 # Messages to read from which payloads are validated by a second process (see above).
 CHECK_ELSEWHERE_FROM = 50_000
@@ -91,6 +94,8 @@ def replay_timeline(
         )
         if checker is not None:
             verdict = checker.verdict(max(1.0, deadline - time.monotonic()))
+            if verdict is None:  # nothing known of any payload: slower, never wrong
+                log.warning("payload checker process failed; reading the timeline again")
             if verdict is None or not verdict.all_valid:  # read again, validating here
                 replay.reset()
                 fold = MessageFold(replay, table_id, codec, on_error=consumer.on_error)

@@ -114,6 +114,8 @@ class PayloadChecker:
             frame = self._frames.get()
             if frame is None:
                 return
+            if self._failed:
+                continue  # drain: the child is gone
             view = memoryview(frame)
             try:
                 while view:
@@ -145,6 +147,9 @@ class PayloadChecker:
         if self._process.poll() is None:
             self._process.kill()
             self._process.wait()
+        # The writer stops before the pipe is closed: a write to a closed descriptor could
+        # reach whatever file reused its number. (A dead child fails its writes at once.)
+        self._writer.join()
         for pipe in (self._process.stdin, self._process.stdout):
             if pipe is not None:
                 try:
