@@ -6,6 +6,7 @@ import gc
 from typing import Any
 
 import click
+import click.testing
 import pytest
 from _events import INSTANT, TABLE, beats, job_request, job_result, lock, transition
 
@@ -100,3 +101,48 @@ def test_explain_reads_the_instants_window_unless_asked_for_everything(
     assert f"Instant {INSTANT} (commit) is requested" in windowed.output
     since = Instant.parse(INSTANT).epoch_ms - EXPLAIN_LEAD_MS
     assert asked == [(since, terminal + EXPLAIN_TRAIL_MS), (None, None), (since, None)]
+
+
+def test_replay_prints_the_folds_instants_by_state_and_its_rejections(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The summary line and the rejections come from ``TopicReplay.summary()`` (no
+    instant state built); the report's state, read afterwards, says the same."""
+    from types import SimpleNamespace
+
+    from lakewarden.cli import replay as replay_cli
+    from lakewarden.history import Recorded, TopicReplay
+    from lakewarden.history.lock_replay import LockReplayReport
+
+    def record(seq: int, instant: str, step: str, payload: str) -> Recorded:
+        fields = {"seq": seq, "instant": instant, "action": "commit", "transition": step}
+        fields |= {"actor": "w", "lock_token": None, "wall_time": 0, "payload": payload}
+        return Recorded("TimelineTransition", fields)
+
+    ok = {"requested": '{"operation": "insert"}', "inflight": '{"operation": "insert"}'}
+    ok["completed"] = '{"operation": "insert", "write_stats": []}'
+    records = [record(s, INSTANT, t, ok[t]) for s, t in enumerate(ok)]
+    records += [record(3, "20251123120000001", "requested", ok["requested"])]
+    records += [record(4, "20251123120000001", "completed", '{"write_stats": 3}')]
+    replays: list[TopicReplay] = []
+
+    def fed(settings: object, table_id: str, replay: TopicReplay, **_: object) -> list[object]:
+        replays.append(replay)
+        for r in records:
+            replay.feed(r)
+        return []
+
+    config = SimpleNamespace(name="orders", table_id=TABLE)
+    monkeypatch.setattr(replay_cli, "open_table", lambda uri, settings: (None, config))
+    monkeypatch.setattr(replay_cli, "replay_timeline", fed)
+    monkeypatch.setattr(replay_cli, "read_storage_entries", lambda storage: {})
+    monkeypatch.setattr(replay_cli, "_redrive", lambda s, c: LockReplayReport(0, 0, ()))
+
+    result = click.testing.CliRunner().invoke(replay_cli.command, ["/t"])
+
+    assert result.exit_code == 1, result.output  # storage lacks every entry
+    assert "rebuilt instants: 1 completed, 1 requested\n" in result.output
+    assert "seq 4 rejected by the state machine: " in result.output
+    state = replays[0].state()
+    assert sorted(str(i.state) for i in state.instants.values()) == ["completed", "requested"]
+    assert [r.seq for r in state.rejected] == [4]
