@@ -165,47 +165,78 @@ def frame(inflight: list[str], completed: list[str]) -> bytes:
 
 
 def _models() -> dict[str, type[BaseModel]]:
+    """The model of each transition in ``CHECKED`` (``FAST_MODELS``'s; imported here, so
+    the child imports only the payload models)."""
     from lakewarden.table.stats import CommitStats, WorkloadProfile
 
-    return {"inflight": WorkloadProfile, "completed": CommitStats}
+    return dict(zip(CHECKED, (WorkloadProfile, CommitStats), strict=True))
 
 
-# The child remembers this many verdicts per transition (texts that repeat stay warm;
-# texts that never repeat cost one dict insert each).
+# The child remembers this many verdicts per transition while texts repeat; after that many
+# texts without a hit it stops looking texts up for ``_PAUSE`` texts (texts that never
+# repeat would each cost a hash and a dict insert), then tries again.
 _REMEMBERED: Final = 4096
+_PAUSE: Final = 16 * _REMEMBERED
+
+
+class _Judge:
+    """The verdicts on one transition's texts, in the order they were sent."""
+
+    def __init__(self, name: str, model: type[BaseModel]) -> None:
+        self.name = name
+        # What ``model_validate_json`` calls, without its Python frame (the same verdict).
+        self._validate = model.__pydantic_validator__.validate_json
+        self._seen: dict[str, bool] = {}
+        self._hits = 0
+        self._paused = 0  # texts left to judge without looking them up
+        self.judged = 0
+
+    def judge(self, texts: list[str], invalid: list[tuple[str, int]]) -> None:
+        """Append (name, index) to ``invalid`` for each text of ``texts`` that does not
+        validate."""
+        seen, validate, index = self._seen, self._validate, self.judged
+        for text in texts:
+            valid = None if self._paused else seen.get(text)
+            if valid is None:
+                try:
+                    validate(text)
+                    valid = True
+                except ValidationError:
+                    valid = False
+                self._remember(text, valid)
+            else:
+                self._hits += 1
+            if not valid:
+                invalid.append((self.name, index))
+            index += 1
+        self.judged = index
+
+    def _remember(self, text: str, valid: bool) -> None:
+        if self._paused:
+            self._paused -= 1
+            return
+        seen = self._seen
+        if len(seen) >= _REMEMBERED:
+            seen.clear()
+            if not self._hits:  # a whole cache's worth of texts, none repeated
+                self._paused = _PAUSE
+            self._hits = 0
+        seen[text] = valid
 
 
 def serve(source: IO[bytes], sink: IO[bytes]) -> None:
     """The child: validate every text of every batch read from ``source``; at its end write
     (invalid, texts, cpu_s) to ``sink``."""
-    models = _models()
+    judges = [_Judge(name, model) for name, model in _models().items()]
     invalid: list[tuple[str, int]] = []
-    counts = dict.fromkeys(CHECKED, 0)
-    seen: dict[str, dict[str, bool]] = {name: {} for name in CHECKED}
-    texts = 0
     while True:
         head = source.read(_LENGTH.size)
         if len(head) < _LENGTH.size:
             break
         batch = pickle.loads(source.read(_LENGTH.unpack(head)[0]))  # noqa: S301 - our parent's
-        for name, batch_texts in zip(CHECKED, batch, strict=True):
-            model, verdicts, index = models[name], seen[name], counts[name]
-            for text in batch_texts:
-                valid = verdicts.get(text)
-                if valid is None:
-                    try:
-                        model.model_validate_json(text)
-                        valid = True
-                    except ValidationError:
-                        valid = False
-                    if len(verdicts) >= _REMEMBERED:
-                        verdicts.clear()
-                    verdicts[text] = valid
-                if not valid:
-                    invalid.append((name, index))
-                index += 1
-            counts[name] = index
-            texts += len(batch_texts)
+        for judge, texts in zip(judges, batch, strict=True):
+            judge.judge(texts, invalid)
+    texts = sum(judge.judged for judge in judges)
     sink.write(pickle.dumps((invalid, texts, time.process_time())))
     sink.flush()
 

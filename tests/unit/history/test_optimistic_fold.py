@@ -177,3 +177,24 @@ def test_a_checker_whose_process_died_gives_no_verdict() -> None:
     checker.send([json.dumps(INFLIGHT[0])] * 10_000, [])
 
     assert checker.verdict() is None
+
+
+def test_the_child_judges_alike_while_it_stops_remembering_texts_that_never_repeat() -> None:
+    """After a cache's worth of texts without a hit the child stops looking texts up for a
+    while, then remembers again: every verdict is the same either way."""
+    from lakewarden.history._validate import _PAUSE, _REMEMBERED
+
+    count = _REMEMBERED + _PAUSE + 3 * _REMEMBERED
+    texts = [json.dumps({"operation": f"op-{i}", "file_groups": []}) for i in range(count)]
+    bad = {5, _REMEMBERED + 7, _REMEMBERED + _PAUSE - 1, _REMEMBERED + _PAUSE + 5}
+    for i in bad:
+        texts[i] = json.dumps(INFLIGHT[-1])
+    texts[-_REMEMBERED:] = [texts[0]] * _REMEMBERED  # repeated again at the end
+    frames = io.BytesIO(b"".join(frame(texts[i : i + 9999], []) for i in range(0, count, 9999)))
+    answer = io.BytesIO()
+
+    serve(frames, answer)
+
+    invalid, judged, _ = pickle.loads(answer.getvalue())
+    assert judged == count
+    assert invalid == [("inflight", i) for i in sorted(bad)]
