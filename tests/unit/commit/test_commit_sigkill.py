@@ -9,24 +9,44 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
+from pathlib import Path
 
 from _commit_helpers import Table, expected, job_files, run_task
 
 from lakewarden.commit import CommitterOptions
+from lakewarden.testing import wait_until
 
 _CHILD = textwrap.dedent(
     """
-    import json, sys
+    import json, sys, threading
     from lakewarden.commit import CommitterOptions, ManifestCommitter
     from lakewarden.storage.faults import FaultyStorage
     from lakewarden.storage.local import LocalStorage
 
-    root, job_id, accepted = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
-    # 5 ms per rename: slow enough to be killed in the middle
-    slow = FaultyStorage(LocalStorage(root), latency_s=0.005, latency_ops=["rename"])
+    root, job_id, accepted, marker = (
+        sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), sys.argv[4]
+    )
+
+    class StallsMidway(FaultyStorage):
+        \"\"\"Renames until 40 files are placed, then says so and stalls every rename
+        thread: the parent kills it there, in the middle whatever the machine's load (a
+        wrapped store, so the committer renames through it, not by its local fast path).\"\"\"
+
+        placed = 0
+        guard = threading.Lock()
+
+        def rename(self, src, dst):
+            super().rename(src, dst)
+            with self.guard:
+                type(self).placed += 1
+                if type(self).placed == 40:
+                    open(marker, "w").close()
+                stall = type(self).placed >= 40
+            if stall:
+                threading.Event().wait()
+
     committer = ManifestCommitter(
-        slow, job_id, options=CommitterOptions(threads=4, batch_size=10)
+        StallsMidway(LocalStorage(root)), job_id, options=CommitterOptions(threads=4, batch_size=10)
     )
     committer.commit_job(accepted)
     print("finished")
@@ -34,7 +54,9 @@ _CHILD = textwrap.dedent(
 )
 
 
-def test_sigkill_mid_rename_then_resume_in_another_process(local_table: Table) -> None:
+def test_sigkill_mid_rename_then_resume_in_another_process(
+    local_table: Table, tmp_path: Path
+) -> None:
     table = local_table
     committer = table.committer(options=CommitterOptions(threads=4))
     committer.setup_job()
@@ -42,6 +64,7 @@ def test_sigkill_mid_rename_then_resume_in_another_process(local_table: Table) -
     accepted = [run_task(committer, t, 0, f).attempt_id for t, f in files.items()]
     run_task(committer, 0, 1, {"p=0/loser.parquet": b"never accepted"})
     root = os.path.dirname(table.storage.local_path("x") or "")
+    marker = str(tmp_path / "placed-40")
     child = subprocess.Popen(
         [
             sys.executable,
@@ -50,21 +73,25 @@ def test_sigkill_mid_rename_then_resume_in_another_process(local_table: Table) -
             root,
             committer.job_id,
             json.dumps([str(a) for a in accepted]),
+            marker,
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
     try:
-        deadline = time.monotonic() + 60
-        while len(table.data_files()) < 40 and child.poll() is None:
-            assert time.monotonic() < deadline, "the child never started renaming"
-            time.sleep(0.01)
+        wait_until(
+            lambda: os.path.exists(marker) or child.poll() is not None,
+            timeout_s=60,
+            what="the child placed 40 files",
+        )
+        # Ended on its own (it stalls at 40 files): its stderr says why.
+        assert child.poll() is None, child.communicate()[1].decode()
         os.kill(child.pid, signal.SIGKILL)
     finally:
         _, stderr = child.communicate(timeout=30)
     assert child.returncode == -signal.SIGKILL, stderr.decode()
     placed = len(table.data_files())
-    assert 40 <= placed < 400, placed  # really killed in the middle
+    assert 40 <= placed <= 43, placed  # killed in the middle: 40, up to 3 more by other threads
     result = table.committer(committer.job_id).commit_job(accepted)
     assert table.data_files() == expected(files)
     assert result.resumed and result.already_done >= placed
