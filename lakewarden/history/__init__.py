@@ -9,6 +9,7 @@ Public surface::
     story_lines, table_lines          the history as text
     diff_timelines, ReplayReport      the timeline rebuilt from the topic vs storage's
     TopicReplay                       the rebuild, folded while the topic is read
+    FoldSummary                       TopicReplay.summary(): instants by state, rejections
     replay_timeline                   the timeline topic read into a TopicReplay, batch by batch
     read_table_events                 the bounded Kafka read of one table's events
     explain_window, terminal_time_ms  the stretch of the topics explain reads for an instant
@@ -19,6 +20,7 @@ pure: no Kafka, no storage, so it is tested with hand-built event sequences.
 """
 
 from lakewarden.history._batch import batch_mode
+from lakewarden.history._lean_fold import FoldSummary
 from lakewarden.history._replay_read import replay_timeline
 from lakewarden.history.explain import explain, fmt_ms, telling_instant
 from lakewarden.history.fold import HistoryBuilder, build_history
@@ -64,6 +66,7 @@ __all__ = [
     "CancelStep",
     "Difference",
     "Expiry",
+    "FoldSummary",
     "HeartbeatTrail",
     "HistoryBuilder",
     "InstantStory",

@@ -16,7 +16,8 @@ then checks each field's type before it builds the ``LeanEntry``. For ``lakeward
    checks it: ``seq >= 0``, the instant 17 decimal digits (``str.isdecimal`` is exactly
    the Unicode category ``Nd`` that the pattern's ``\\d`` matches), a non-empty actor, the
    action and transition known, the payload a JSON object (validated once per distinct text
-   as the fast rule's model, ``PayloadTexts``);
+   as the fast rule's model, ``PayloadTexts``; when ``optimistic``, an ``inflight`` or
+   ``completed`` payload is taken as a valid JSON object and kept for the checker process);
 3. hands the entry to ``TopicReplay.take`` (seq order, redeliveries, conflicts, the fold).
 
 Every other message takes the general path, unchanged: ``decode_message`` (another header,

@@ -198,3 +198,15 @@ def test_the_child_judges_alike_while_it_stops_remembering_texts_that_never_repe
     invalid, judged, _ = pickle.loads(answer.getvalue())
     assert judged == count
     assert invalid == [("inflight", i) for i in sorted(bad)]
+
+
+def test_no_checker_when_no_process_can_be_started(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``replay_timeline`` then validates in process (``optimistic`` off)."""
+    from lakewarden.history import _validate
+
+    def refused(*args: object, **kwargs: object) -> object:
+        raise OSError("no more processes")
+
+    monkeypatch.setattr(_validate.subprocess, "Popen", refused)
+
+    assert PayloadChecker.start() is None
