@@ -8,8 +8,10 @@ and codec as the history's reader, with nothing else per message) and the replay
 (``replay_timeline``: each ``consume`` batch folded into a ``TopicReplay``, entries rebuilt
 and folded by the lean fold and the state machine while the topic is read, in
 ``batch_mode``, as ``lakewarden replay`` runs them) read them all. Twice: with the three
-payload texts of a write that repeat (what the payload cache shares) and with payloads that
-never repeat (each instant writes its own file group: every payload is validated). Issue
+payload texts of a write that repeat (what the payload cache shares), with payloads that
+never repeat (each instant writes its own file group: every payload is validated), and as a
+streaming ingestion's history (every payload its own, the ``requested`` one too: it names
+the Spark job and the micro-batch, as ``lakewarden.spark`` writes it). Issue
 14's goals: at least 100k events/s (the row's ``budget``) and at most 1.3x the floor's time
 (throughput ratio >= 1/1.3). Peak memory: the RSS growth over the call, sampled every 20 ms.
 The diff against storage is left out: it reads N timeline files, which the timeline
@@ -60,7 +62,9 @@ from lakewarden.history import (
 from lakewarden.history.reader import BULK_READ_CONFIG, READ_BATCH
 from lakewarden.settings import Settings
 from lakewarden.table.instant import Instant
+from lakewarden.table.plans import JobPlan, MicroBatch
 from lakewarden.table.stats import CommitStats, FileGroupId, WorkloadProfile, WriteStat
+from lakewarden.table.timeline_state import RequestedPayload
 
 _TIMEOUT_S = 30.0
 _TABLE = "5f1f7b0e-2a9c-4a51-9d7e-0c6a3b1e9f42"
@@ -95,17 +99,41 @@ def _unique_payloads(i: int, instant: str) -> tuple[dict[str, Any], dict[str, An
     return workload.model_dump(mode="json"), stats.model_dump(mode="json")
 
 
-def _values(instants: int, *, unique: bool = False) -> list[tuple[bytes, int]]:
+def _streaming_requested(i: int) -> dict[str, Any]:
+    """The ``requested`` payload of micro-batch ``i`` of a streaming ingestion: its own job
+    and batch, so no two instants share it."""
+    plan = JobPlan(
+        job_id=f"job_{i:012d}_5f1f7b0e",
+        batch=MicroBatch(query_id=_QUERY, run_id=_RUN, batch_id=i, checkpoint=_CHECKPOINT),
+    )
+    return RequestedPayload(operation="insert", plan=plan).model_dump(mode="json")
+
+
+_QUERY, _RUN = "8d3c0a7e-1f6b-4a52-9e0d-2b7c5f1a4e93", "0b5e9f3a-6c2d-4e71-8a4f-3d9b1c7e2a60"
+_CHECKPOINT = "s3://lake/checkpoints/orders"
+# What each instant's payloads are in a run (``_values``): the metric names them.
+PAYLOAD_KINDS: dict[str, str] = {
+    "repeat": "3 payload texts that repeat",
+    "unique": "payloads that never repeat",
+    "streaming": "a streaming ingestion's payloads (requested ones never repeat either)",
+}
+
+
+def _values(instants: int, *, payloads: str = "repeat") -> list[tuple[bytes, int]]:
     """The encoded events of ``instants`` instants, each requested -> inflight -> completed,
     with the Kafka timestamp each would have had (its instant time, plus 10 ms a step);
-    ``unique``: the inflight and completed payloads of every instant differ."""
+    ``payloads`` (``PAYLOAD_KINDS``): ``unique``, the inflight and completed payloads of
+    every instant differ; ``streaming``, the requested one too."""
     codec = default_codec()
     values = []
     for i in range(instants):
         instant = _instant(i)
-        inflight, completed = _unique_payloads(i, instant) if unique else (_INFLIGHT, _COMPLETED)
+        inflight, completed = (
+            (_INFLIGHT, _COMPLETED) if payloads == "repeat" else _unique_payloads(i, instant)
+        )
+        requested = _streaming_requested(i) if payloads == "streaming" else _REQUESTED
         for step, (transition, payload) in enumerate(
-            (("requested", _REQUESTED), ("inflight", inflight), ("completed", completed))
+            (("requested", requested), ("inflight", inflight), ("completed", completed))
         ):
             record = make_event(
                 "TimelineTransition",
@@ -129,21 +157,21 @@ def _values(instants: int, *, unique: bool = False) -> list[tuple[bytes, int]]:
 def replay(ctx: BenchContext) -> Iterator[Result]:
     base = ctx.kafka_settings()
     instants = (ctx.events or ctx.scale(1_000_002, 30_000)) // 3
-    for unique in (False, True):
-        yield from _replay_rounds(ctx, base, instants, unique=unique)
+    for payloads in PAYLOAD_KINDS:
+        yield from _replay_rounds(ctx, base, instants, payloads=payloads)
     explain_instants = ctx.scale(10_000, 2_000)
     yield from _explain_from_kafka(base, explain_instants)
     yield _explain_result(explain_instants)
 
 
 def _replay_rounds(
-    ctx: BenchContext, base: Settings, instants: int, *, unique: bool
+    ctx: BenchContext, base: Settings, instants: int, *, payloads: str
 ) -> list[Result]:
     kafka = base.kafka.model_copy(
         update={"topic_prefix": f"lakewarden.bench-{uuid.uuid4().hex[:8]}."}
     )
     settings = base.model_copy(update={"kafka": kafka})
-    values = _values(instants, unique=unique)
+    values = _values(instants, payloads=payloads)
     ensure_topics(settings, specs=[TIMELINE])
     peaks: dict[str, list[int]] = {"floor": [], "replay": []}
     # CPU time of this process beside the wall time: on a shared machine the load inflates
@@ -175,7 +203,7 @@ def _replay_rounds(
     finally:
         _delete(settings)
     n = 3 * instants
-    kind = "payloads that never repeat" if unique else "3 payload texts that repeat"
+    kind = PAYLOAD_KINDS[payloads]
     floor_s, replay_s = statistics.median(times["floor"]), statistics.median(times["replay"])
     mb = 1024 * 1024
     return [
