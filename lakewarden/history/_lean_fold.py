@@ -61,6 +61,7 @@ _COMPLETED: Final = Transition.COMPLETED
 _FAST_COMMIT: Final = Action.COMMIT  # the fast actions: ingestion
 _FAST_DELTACOMMIT: Final = Action.DELTACOMMIT
 _FAST_PLANS: Final = (type(None), JobPlan, UntypedPlan)
+_NOT_SEEN: Any = object()
 
 
 class LeanEntry(NamedTuple):
@@ -202,6 +203,33 @@ _Fast = list[Any]
 _STATE, _LAST_SEQ, _TOKEN, _WORKLOAD, _COMMIT, _COMPLETED_SEQ = 1, 4, 5, 7, 8, 9
 
 
+def requested_facts(text: str) -> tuple[str, bool] | None:
+    """What the fast ``requested`` step reads of a payload, without validating it: its
+    ``operation`` and whether it has a plan, for a JSON object of the plain shape an
+    ingestion writes (not ``cancellable``, its plan none or ``{"kind": "job", ...}``);
+    None for any other text, which is then validated in process.
+
+    Taken only in an optimistic fold, whose checker validates the text as
+    ``RequestedPayload``; for a text that validates, these facts are the model's: JSON's
+    ``false`` is the model's False, a string its ``operation``, and a plan dict whose kind is
+    ``job`` its ``JobPlan`` (the discriminator; ``upgrade_legacy_plan`` leaves a dict with a
+    kind as it is). ``test_optimistic_fold`` checks it on generated payloads."""
+    try:
+        payload = json.loads(text)
+    except ValueError:
+        return None
+    if type(payload) is not dict or payload.get("cancellable", False) is not False:
+        return None
+    operation, plan = payload.get("operation"), payload.get("plan")
+    if type(operation) is not str or not operation:
+        return None
+    if plan is None:
+        return operation, False
+    if type(plan) is dict and plan.get("kind") == "job":
+        return operation, True
+    return None
+
+
 class LeanFold:
     """Folds entries in seq order (``feed``); ``state()`` is ``Replayer.state()``'s result.
 
@@ -216,6 +244,8 @@ class LeanFold:
         # (completed_seq, instant) in log order: completed_since and the fast conflict test.
         self._completions: list[tuple[int, str]] = []
         self._pending_plans: set[str] = set()
+        # ``requested_facts`` of the unchecked requested texts seen lately (an optimistic fold).
+        self._requested_facts: dict[str, Any] = {}
         self._parse = SharedPayloads()
         # The fast path by transition: each takes the entry (True) or leaves it untouched.
         self.fast: dict[Transition, Callable[[LeanEntry], bool]] = {
@@ -283,7 +313,24 @@ class LeanFold:
         instant, instants, last = entry[1], self._instants, self._last_requested_time
         if instant in instants or (last is not None and instant <= last):
             return False
-        payload: Any = entry[8]  # RequestedPayload | None (FAST_MODELS)
+        payload: Any = entry[8]  # RequestedPayload | None (FAST_MODELS) | UNCHECKED
+        if payload is UNCHECKED:
+            text, known = entry[7], self._requested_facts
+            facts = known.get(text, _NOT_SEEN)  # texts that repeat are parsed once
+            if facts is _NOT_SEEN:
+                facts = requested_facts(text)
+                if len(known) >= SHARED_PAYLOADS_LIMIT:
+                    known.clear()
+                known[text] = facts
+            if facts is not None:  # the plan, if any, is built from the entry when read
+                instants[instant] = [
+                    action, _REQUESTED, facts[0], seq, seq, entry[5],
+                    entry if facts[1] else None, None, None, None,
+                ]  # fmt: skip
+                self._last_requested_time = instant
+                self._tail_seq = seq
+                return True
+            payload = self._texts.model(_REQUESTED, text)  # another shape: checked here
         if payload is None or payload.cancellable:
             return False
         plan = payload.plan
@@ -454,7 +501,11 @@ def _built(instant: str, fast: _Fast, texts: PayloadTexts) -> InstantState:
     values["workload"] = workload
     values["commit"] = texts.payload(fast[_COMMIT])
     values["lock_token"] = fast[_TOKEN]
-    values["plan"] = fast[6]
+    plan = fast[6]
+    if type(plan) is LeanEntry:  # an optimistic fold's job plan: its requested entry
+        requested = texts.payload(plan)
+        plan = None if requested is None else requested.plan
+    values["plan"] = plan
     values["plan_file_groups"] = _NO_GROUPS
     values["rollback_by"] = values["reason"] = values["failed_stage"] = None
     values["failed_job_id"] = values["error_type"] = None
@@ -473,4 +524,5 @@ __all__ = [
     "LeanFold",
     "PayloadTexts",
     "new_lean_entry",
+    "requested_facts",
 ]

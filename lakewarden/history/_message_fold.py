@@ -16,8 +16,9 @@ then checks each field's type before it builds the ``LeanEntry``. For ``lakeward
    checks it: ``seq >= 0``, the instant 17 decimal digits (``str.isdecimal`` is exactly
    the Unicode category ``Nd`` that the pattern's ``\\d`` matches), a non-empty actor, the
    action and transition known, the payload a JSON object (validated once per distinct text
-   as the fast rule's model, ``PayloadTexts``; when ``optimistic``, an ``inflight`` or
-   ``completed`` payload is taken as a valid JSON object and kept for the checker process);
+   as the fast rule's model, ``PayloadTexts``; when ``optimistic``, a ``requested``,
+   ``inflight`` or ``completed`` payload is taken as a valid JSON object and kept for the
+   checker process);
 3. hands the entry to ``TopicReplay.take`` (seq order, redeliveries, conflicts, the fold).
 
 Every other message takes the general path, unchanged: ``decode_message`` (another header,
@@ -61,8 +62,8 @@ class MessageFold:
     """Folds raw messages of one table's timeline topic into ``replay``, batch by batch.
 
     ``codec`` must decode times as epoch ms (``epoch_ms_codec()``), as ``read_table_events``
-    does. ``optimistic``: the ``inflight`` and ``completed`` payloads of the entries made
-    here are not validated but folded as valid (``UNCHECKED``) and their texts kept, in
+    does. ``optimistic``: the ``requested``, ``inflight`` and ``completed`` payloads of the
+    entries made here are not validated but folded as valid (``UNCHECKED``) and their texts kept, in
     order, for ``unchecked()`` to hand to a second process (``_validate``); the fold is
     right only when that process finds every one of them valid. Not thread-safe.
 
@@ -95,9 +96,9 @@ class MessageFold:
         self._kinds: dict[str, _Kind] = {}
         self.unchecked()
 
-    def unchecked(self) -> tuple[list[str], list[str]]:
-        """The ``inflight`` and ``completed`` payload texts folded unchecked since the last
-        call, each in the order their entries were made (empty unless ``optimistic``)."""
+    def unchecked(self) -> tuple[list[str], ...]:
+        """The payload texts folded unchecked since the last call, a list per transition of
+        ``CHECKED``, each in the order its entries were made (empty unless ``optimistic``)."""
         # By the transition's name as decoded: its member, the validated-model cache of a
         # fast transition, its fast step (None for the others) and, when optimistic, the
         # list its unchecked texts go to; one lookup an event.
@@ -108,8 +109,7 @@ class MessageFold:
             name: (t, None if name in kept else models.get(name), steps.get(name), kept.get(name))
             for name, t in _TRANSITIONS.items()
         }
-        texts = [before.get(name, (None, None, None, None))[3] or [] for name in CHECKED]
-        return texts[0], texts[1]
+        return tuple(before.get(name, (None, None, None, None))[3] or [] for name in CHECKED)
 
     def fold(self, messages: Iterable[Message]) -> list[Unreadable]:
         """Fold every message of ``messages`` (a ``consume`` batch); the ones that do not

@@ -42,7 +42,7 @@ from pydantic import BaseModel, ValidationError
 
 _LENGTH: Final = struct.Struct("<Q")
 # The transitions whose payloads are checked here, in the order ``send`` takes their texts.
-CHECKED: Final = ("inflight", "completed")
+CHECKED: Final = ("requested", "inflight", "completed")
 _F_SETPIPE_SZ: Final = 1031  # Linux: a 1 MB pipe (the unprivileged maximum) means fewer writes
 _PIPE_BYTES: Final = 1 << 20
 
@@ -101,11 +101,12 @@ class PayloadChecker:
             pass  # the default pipe size only means more writes
         return cls(process)
 
-    def send(self, inflight: list[str], completed: list[str]) -> None:
-        """Forward one batch's texts (each list in the order its entries were made)."""
-        if self._failed or not (inflight or completed):
+    def send(self, *texts: list[str]) -> None:
+        """Forward one batch's texts: a list per transition of ``CHECKED``, each in the
+        order its entries were made."""
+        if self._failed or not any(texts):
             return
-        self._frames.put(frame(inflight, completed))
+        self._frames.put(frame(*texts))
 
     def _write(self) -> None:
         """The writer thread: each frame written whole (``os.write`` lets go of the GIL
@@ -158,9 +159,14 @@ class PayloadChecker:
                     pass
 
 
-def frame(inflight: list[str], completed: list[str]) -> bytes:
-    """One batch's texts as the child reads them: a length, then the pickled lists."""
-    body = pickle.dumps((inflight, completed), protocol=pickle.HIGHEST_PROTOCOL)
+def frame(*texts: list[str]) -> bytes:
+    """One batch's texts as the child reads them (a list per transition of ``CHECKED``):
+    a length, then the pickled lists.
+
+    Raises: ValueError (not a list per transition)."""
+    if len(texts) != len(CHECKED):
+        raise ValueError(f"a frame holds a list of texts per {CHECKED}, not {len(texts)} lists")
+    body = pickle.dumps(texts, protocol=pickle.HIGHEST_PROTOCOL)
     return _LENGTH.pack(len(body)) + body
 
 
@@ -168,8 +174,9 @@ def _models() -> dict[str, type[BaseModel]]:
     """The model of each transition in ``CHECKED`` (``FAST_MODELS``'s; imported here, so
     the child imports only the payload models)."""
     from lakewarden.table.stats import CommitStats, WorkloadProfile
+    from lakewarden.table.timeline_state import RequestedPayload
 
-    return dict(zip(CHECKED, (WorkloadProfile, CommitStats), strict=True))
+    return dict(zip(CHECKED, (RequestedPayload, WorkloadProfile, CommitStats), strict=True))
 
 
 # The child remembers this many verdicts per transition while texts repeat; after that many

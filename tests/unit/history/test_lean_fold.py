@@ -64,6 +64,9 @@ REQUESTED = [
     {"operation": "compact", "plan": {"file_groups": [GROUPS[0]]}},  # wrong kind for ingestion
     {"operation": ""},  # malformed
     {"operation": "insert", "bogus": 1},  # malformed
+    {"operation": "insert", "plan": {"kind": "job", "batch": {"query_id": "q", "batch_id": 3}}},
+    {"operation": "insert", "cancellable": 0},  # valid (lax), not the plain shape
+    {"operation": "insert", "plan": {"kind": "job", "job_id": ""}},  # malformed job plan
 ]
 PLAN_REQUESTED = [
     {"operation": "compact", "cancellable": True, "plan": {"file_groups": [GROUPS[0]]}},

@@ -27,7 +27,9 @@ from test_lean_fold import (
     COMPLETED,
     INFLIGHT,
     ODD_FIELDS,
+    PLAN_REQUESTED,
     RACE,
+    REQUESTED,
     _assert_same,
     _on_the_topic,
     _reference,
@@ -37,12 +39,14 @@ from test_lean_fold import (
 
 from lakewarden.events.codec import epoch_ms_codec
 from lakewarden.history import TopicReplay
-from lakewarden.history._lean_fold import UNCHECKED, LeanEntry
+from lakewarden.history._lean_fold import UNCHECKED, LeanEntry, requested_facts
 from lakewarden.history._message_fold import MessageFold
 from lakewarden.history._validate import PayloadChecker, frame, serve
+from lakewarden.table.plans import JobPlan
 from lakewarden.table.stats import CommitStats, WorkloadProfile
+from lakewarden.table.timeline_state import RequestedPayload
 
-_MODELS = {"inflight": WorkloadProfile, "completed": CommitStats}
+_MODELS = {"requested": RequestedPayload, "inflight": WorkloadProfile, "completed": CommitStats}
 
 
 def _optimistic(records: list[dict[str, Any]]) -> tuple[TopicReplay, list[tuple[str, int]]]:
@@ -119,6 +123,31 @@ def test_a_sequential_history_folds_optimistically_with_a_clean_verdict() -> Non
     assert _assert_optimistic_same(_sequential())
 
 
+def _valid_requested(payload: dict[str, Any]) -> bool:
+    try:
+        RequestedPayload.model_validate(payload)
+    except ValueError:
+        return False
+    return True
+
+
+def test_job_plans_are_folded_unchecked_and_kept_in_the_instants() -> None:
+    """Requested payloads of the plain shapes an ingestion writes (a job plan, with and
+    without a micro-batch; none) stay on the fast path unchecked, and the states built when
+    read hold the plans the state machine's hold."""
+    plain = [p for p in REQUESTED if requested_facts(json.dumps(p)) and _valid_requested(p)]
+    records = _sequential()
+    for i, record in enumerate(records[::3]):
+        record["payload"] = json.dumps(plain[i % len(plain)])
+    replay, invalid = _optimistic(records)
+    fold = replay.lean_fold
+    assert invalid == [] and fold is not None
+    assert all(type(s) is list for s in fold._instants.values())  # all on the fast path
+    assert sum(type(s[6]) is LeanEntry for s in fold._instants.values()) >= 2  # plans unbuilt
+    assert _assert_optimistic_same(records)
+    assert any(isinstance(i.plan, JobPlan) for i in replay.state().instants.values())
+
+
 # Invalid payloads at the fast steps (first, middle, last instant; a rejection, a text that
 # is no JSON object, a text only json.loads reads): the verdict names each, by where it
 # was sent, and the in-process fold the read falls back to is the reference's.
@@ -155,15 +184,21 @@ def test_the_checker_process_judges_what_it_is_sent() -> None:
     checker = PayloadChecker.start()
     assert checker is not None
     good_i, good_c = json.dumps(INFLIGHT[0]), json.dumps(COMPLETED[0])
-    checker.send([good_i, json.dumps(INFLIGHT[-1])], [good_c])
-    checker.send([], [])
-    checker.send([good_i] * 3, [good_c, "[1]", good_c, json.dumps(COMPLETED[-1])])
+    good_r = json.dumps({"operation": "insert", "plan": {"kind": "job", "job_id": "j"}})
+    checker.send([good_r], [good_i, json.dumps(INFLIGHT[-1])], [good_c])
+    checker.send([], [], [])
+    checker.send(
+        [good_r, '{"operation": ""}'], [good_i] * 3,
+        [good_c, "[1]", good_c, json.dumps(COMPLETED[-1])],
+    )  # fmt: skip
 
     verdict = checker.verdict()
 
     assert verdict is not None
-    assert verdict.invalid == (("inflight", 1), ("completed", 2), ("completed", 4))
-    assert verdict.texts == 2 + 1 + 3 + 4
+    assert verdict.invalid == (
+        ("inflight", 1), ("requested", 2), ("completed", 2), ("completed", 4)
+    )  # fmt: skip
+    assert verdict.texts == 1 + 2 + 1 + 2 + 3 + 4
     assert verdict.cpu_s > 0
     assert not verdict.all_valid
 
@@ -174,7 +209,7 @@ def test_a_checker_whose_process_died_gives_no_verdict() -> None:
     assert checker is not None
     checker._process.kill()
     checker._process.wait()
-    checker.send([json.dumps(INFLIGHT[0])] * 10_000, [])
+    checker.send([], [json.dumps(INFLIGHT[0])] * 10_000, [])
 
     assert checker.verdict() is None
 
@@ -190,7 +225,7 @@ def test_the_child_judges_alike_while_it_stops_remembering_texts_that_never_repe
     for i in bad:
         texts[i] = json.dumps(INFLIGHT[-1])
     texts[-_REMEMBERED:] = [texts[0]] * _REMEMBERED  # repeated again at the end
-    frames = io.BytesIO(b"".join(frame(texts[i : i + 9999], []) for i in range(0, count, 9999)))
+    frames = io.BytesIO(b"".join(frame([], texts[i : i + 9999], []) for i in range(0, count, 9999)))
     answer = io.BytesIO()
 
     serve(frames, answer)
@@ -210,3 +245,19 @@ def test_no_checker_when_no_process_can_be_started(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(_validate.subprocess, "Popen", refused)
 
     assert PayloadChecker.start() is None
+
+
+@pytest.mark.parametrize("payload", REQUESTED + PLAN_REQUESTED + [None, [], "x", {"plan": None}])
+def test_requested_facts_are_the_validated_models_own(payload: object) -> None:
+    """What the fast requested step reads of an unchecked text is what it reads of the
+    model, for every text that validates (the others are the checker's to refuse)."""
+    text = json.dumps(payload)
+    facts = requested_facts(text)
+    try:
+        model = RequestedPayload.model_validate_json(text)
+    except ValueError:
+        return
+    if facts is not None:
+        assert not model.cancellable
+        assert facts == (model.operation, model.plan is not None)
+        assert type(model.plan) in (type(None), JobPlan)
