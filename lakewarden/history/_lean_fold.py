@@ -41,6 +41,7 @@ from typing import Any, Final, NamedTuple, cast
 
 from pydantic import BaseModel, ValidationError
 
+from lakewarden.history._validate import requested_guess
 from lakewarden.table._frozen import construct
 from lakewarden.table._payloads import SHARED_PAYLOADS_LIMIT, Rejected, SharedPayloads
 from lakewarden.table.instant import TABLE_SERVICE_ACTIONS, Action, Transition
@@ -316,9 +317,9 @@ class LeanFold:
         payload: Any = entry[8]  # RequestedPayload | None (FAST_MODELS) | UNCHECKED
         if payload is UNCHECKED:
             text, known = entry[7], self._requested_facts
-            facts = known.get(text, _NOT_SEEN)  # texts that repeat are parsed once
+            facts = known.get(text, _NOT_SEEN)  # texts that repeat are read once
             if facts is _NOT_SEEN:
-                facts = requested_facts(text)
+                facts = requested_guess(text) or requested_facts(text)
                 if len(known) >= SHARED_PAYLOADS_LIMIT:
                     known.clear()
                 known[text] = facts

@@ -36,7 +36,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Final
+from typing import IO, Any, Final
 
 from pydantic import BaseModel, ValidationError
 
@@ -170,6 +170,54 @@ def frame(*texts: list[str]) -> bytes:
     return _LENGTH.pack(len(body)) + body
 
 
+_PLAIN: Final = '{"cancellable": false, "operation": "'
+_NO_PLAN: Final = '", "plan": null}'
+_A_PLAN: Final = '", "plan": {'
+
+
+def requested_guess(text: str) -> tuple[str, bool] | None:
+    """``requested_facts`` guessed from the text alone, without parsing it (a few string
+    comparisons instead of ``json.loads``: a streaming ingestion's ``requested`` payloads
+    never repeat), for the layout in which ``TimelinePublisher`` writes an ingestion's
+    payload (``json.dumps(..., sort_keys=True)``): ``{"cancellable": false, "operation":
+    "...", "plan": `` then ``null}``, or an object with one ``"kind"`` in the whole text,
+    ``"kind": "job"``; the operation a string with no escape in it. None for any other text
+    (then ``requested_facts`` reads it).
+
+    A guess, not a proof: a text can look so and say otherwise (``"kind": "job"`` in a
+    nested object, a key given twice). Taken only in an optimistic fold, and the checker
+    process makes the same guess of every ``requested`` text it validates: a guess that
+    is not the validated payload's facts (``facts_of``) counts as an invalid payload, so
+    the read starts over validating in process. A wrong guess costs time, never a wrong
+    fold."""
+    if not text.startswith(_PLAIN):
+        return None
+    tail = text.find('"', 37)
+    operation = text[37:tail]
+    if tail <= 37 or "\\" in operation:
+        return None
+    if text.startswith(_NO_PLAN, tail):
+        return (operation, False) if len(text) == tail + 16 else None
+    if text.startswith(_A_PLAN, tail) and text.count('"kind"') == 1 and '"kind": "job"' in text:
+        return operation, True
+    return None
+
+
+def facts_of(payload: Any) -> tuple[str, bool] | None:
+    """What the fast ``requested`` step needs of a validated ``RequestedPayload`` (or of a
+    mirror of it with the same fields), as ``requested_facts`` gives it: its operation and
+    whether it has a plan, when it is not cancellable and its plan is none or a job plan;
+    else None."""
+    if payload.cancellable is not False:
+        return None
+    plan = payload.plan
+    if plan is None:
+        return payload.operation, False
+    if getattr(plan, "kind", None) == "job":
+        return payload.operation, True
+    return None
+
+
 def _models() -> dict[str, type[BaseModel]]:
     """The model of each transition in ``CHECKED`` (``FAST_MODELS``'s; imported here, so
     the child imports only the payload models)."""
@@ -187,12 +235,22 @@ _PAUSE: Final = 16 * _REMEMBERED
 
 
 class _Judge:
-    """The verdicts on one transition's texts, in the order they were sent."""
+    """The verdicts on one transition's texts, in the order they were sent.
 
-    def __init__(self, name: str, model: type[BaseModel]) -> None:
+    A text is first decoded by the model's msgspec mirror (``payload_mirrors``: it accepts
+    only what pydantic accepts, to the same values), and validated by pydantic only when the
+    mirror refuses it: pydantic's verdict either way. A ``requested`` text that is valid is
+    also guessed as the fold's thread guesses it (``requested_guess``): a guess that is not
+    the payload's facts makes it count as invalid (the read then starts over in process)."""
+
+    def __init__(
+        self, name: str, model: type[BaseModel], fast: Any = None, *, guessed: bool = False
+    ) -> None:
         self.name = name
         # What ``model_validate_json`` calls, without its Python frame (the same verdict).
         self._validate = model.__pydantic_validator__.validate_json
+        self._fast = fast  # the mirror's ``msgspec.json.Decoder.decode`` (None: pydantic only)
+        self._guessed = guessed
         self._seen: dict[str, bool] = {}
         self._hits = 0
         self._paused = 0  # texts left to judge without looking them up
@@ -201,15 +259,11 @@ class _Judge:
     def judge(self, texts: list[str], invalid: list[tuple[str, int]]) -> None:
         """Append (name, index) to ``invalid`` for each text of ``texts`` that does not
         validate."""
-        seen, validate, index = self._seen, self._validate, self.judged
+        seen, index, valid_as = self._seen, self.judged, self._valid
         for text in texts:
             valid = None if self._paused else seen.get(text)
             if valid is None:
-                try:
-                    validate(text)
-                    valid = True
-                except ValidationError:
-                    valid = False
+                valid = valid_as(text)
                 self._remember(text, valid)
             else:
                 self._hits += 1
@@ -217,6 +271,23 @@ class _Judge:
                 invalid.append((self.name, index))
             index += 1
         self.judged = index
+
+    def _valid(self, text: str) -> bool:
+        payload: Any = None
+        if self._fast is not None:
+            try:
+                payload = self._fast(text)
+            except _MIRROR_REFUSED:
+                pass
+        if payload is None:
+            try:
+                payload = self._validate(text)
+            except ValidationError:
+                return False
+        if self._guessed:
+            guess = requested_guess(text)
+            return guess is None or guess == facts_of(payload)
+        return True
 
     def _remember(self, text: str, valid: bool) -> None:
         if self._paused:
@@ -231,10 +302,33 @@ class _Judge:
         seen[text] = valid
 
 
+def _judges() -> list[_Judge]:
+    """A judge per transition of ``CHECKED``, each with its model's msgspec mirror when
+    msgspec can be imported (else pydantic alone: the same verdicts, slower)."""
+    global _MIRROR_REFUSED
+    models = _models()
+    try:
+        import msgspec
+
+        from lakewarden.table._payload_mirror import payload_mirrors
+    except ImportError:
+        return [_Judge(n, m, guessed=n == "requested") for n, m in models.items()]
+    _MIRROR_REFUSED = (msgspec.ValidationError, msgspec.DecodeError)
+    mirrors = payload_mirrors()
+    return [
+        _Judge(n, m, msgspec.json.Decoder(mirrors[n]).decode, guessed=n == "requested")
+        for n, m in models.items()
+    ]
+
+
+# What a mirror's decoder raises for a text it refuses (set by ``_judges``).
+_MIRROR_REFUSED: tuple[type[Exception], ...] = ()
+
+
 def serve(source: IO[bytes], sink: IO[bytes]) -> None:
     """The child: validate every text of every batch read from ``source``; at its end write
     (invalid, texts, cpu_s) to ``sink``."""
-    judges = [_Judge(name, model) for name, model in _models().items()]
+    judges = _judges()
     invalid: list[tuple[str, int]] = []
     while True:
         head = source.read(_LENGTH.size)
@@ -252,4 +346,12 @@ if __name__ == "__main__":
     serve(sys.stdin.buffer, sys.stdout.buffer)
 
 
-__all__ = ["CHECKED", "PayloadChecker", "Verdict", "frame", "serve"]
+__all__ = [
+    "CHECKED",
+    "PayloadChecker",
+    "Verdict",
+    "facts_of",
+    "frame",
+    "requested_guess",
+    "serve",
+]
