@@ -27,11 +27,10 @@ from pydantic import BaseModel, Field, field_validator
 from test_lean_fold import COMPLETED, INFLIGHT, PLAN_REQUESTED, REQUESTED, _sequential
 from test_optimistic_fold import _assert_optimistic_same, _optimistic
 
-from benchmarks.bench_replay import _streaming_requested, _unique_payloads
 from lakewarden.history._validate import facts_of, frame, requested_guess, serve
 from lakewarden.table._payload_mirror import MirrorError, mirror, payload_mirrors
 from lakewarden.table.plans import JobPlan, MicroBatch, ServicePlan
-from lakewarden.table.stats import CommitStats, WorkloadProfile
+from lakewarden.table.stats import CommitStats, FileGroupId, WorkloadProfile, WriteStat
 from lakewarden.table.timeline_state import RequestedPayload
 
 _MODELS: dict[str, type[BaseModel]] = {
@@ -39,6 +38,31 @@ _MODELS: dict[str, type[BaseModel]] = {
     "inflight": WorkloadProfile,
     "completed": CommitStats,
 }
+
+
+def _streaming_requested(i: int) -> dict[str, Any]:
+    """A streaming ingestion's requested payload (as ``benchmarks/bench_replay.py``'s)."""
+    batch = MicroBatch(query_id="q-8d3c", run_id="r-0b5e", batch_id=i, checkpoint="s3://c/o")
+    plan = JobPlan(job_id=f"job_{i:012d}_5f1f7b0e", batch=batch)
+    return RequestedPayload(operation="insert", plan=plan).model_dump(mode="json")
+
+
+def _unique_payloads(i: int, instant: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """An instant's inflight and completed payloads writing a file group of its own."""
+    group = FileGroupId(partition_path=f"day={i % 365}", file_id=f"{i:08d}-0000")
+    stat = WriteStat(
+        file_group=group,
+        path=f"{group.partition_path}/{group.file_id}_0-1-0_{instant}.parquet",
+        base_instant=instant,
+        num_records=1_000 + i % 1_000,
+        num_inserts=1_000 + i % 1_000,
+        size_bytes=400_000 + i,
+    )
+    workload = WorkloadProfile(operation="insert", file_groups=(group,))
+    stats = CommitStats(operation="insert", write_stats=(stat,))
+    return workload.model_dump(mode="json"), stats.model_dump(mode="json")
+
+
 _MIRRORS = payload_mirrors()
 _DECODERS = {name: msgspec.json.Decoder(kind) for name, kind in _MIRRORS.items()}
 _BENCH = [_unique_payloads(i, f"2025010100{i:07d}") for i in (0, 7, 123_456)]
