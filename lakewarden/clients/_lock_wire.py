@@ -27,6 +27,11 @@ def table_partition(table_id: str, partitions: int) -> int:
     return zlib.crc32(table_id.encode()) % partitions
 
 
+def ttl_ms(ttl_s: float) -> int:
+    """A lease's ``ttl_ms`` on the wire for ``ttl_s`` seconds (at least 1 ms)."""
+    return max(1, round(ttl_s * 1000))
+
+
 def client_partition(client_id: str, partitions: int) -> int:
     """The partition of ``lock.replies`` a client reads by default."""
     return zlib.crc32(client_id.encode()) % partitions

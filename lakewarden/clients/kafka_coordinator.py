@@ -30,11 +30,12 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from lakewarden.clients._lock_wire import ttl_ms
 from lakewarden.clients.clean_registration import CleanerRegistration
 from lakewarden.clients.heartbeat import Heartbeats
 from lakewarden.clients.liveness import Liveness as LivenessView
 from lakewarden.clients.liveness import LivenessUnavailableError
-from lakewarden.clients.lock import LockClient, LockLease
+from lakewarden.clients.lock import LockClient, LockLease, Pending
 from lakewarden.clients.service_commits import ServiceJobCommits
 from lakewarden.clients.timeline_events import TimelinePublisher
 from lakewarden.errors import ConfigurationError
@@ -83,6 +84,7 @@ class KafkaCoordinator(Coordinator):
         self._owns_registration = registration is None
         self._guard = threading.Lock()
         self._held: dict[tuple[str, int], LockLease] = {}
+        self._ahead: dict[str, Pending] = {}  # by table: an acquire sent by lock_ahead
         self._job_commits: ServiceJobCommits | None = None
         if settings.kafka.job_commits == "service":
             self._job_commits = ServiceJobCommits(
@@ -109,13 +111,19 @@ class KafkaCoordinator(Coordinator):
         key = (table_id, threading.get_ident())
         with self._guard:
             held = self._held.get(key)
+            ahead = self._ahead.pop(table_id, None)
+        if ahead is not None and ahead.ttl_ms != ttl_ms(ttl_s):
+            self.client.withdraw(ahead)  # sent for a lock section with another ttl
+            ahead = None
         if held is not None and not held.lost:
+            if ahead is not None:
+                self.client.withdraw(ahead)
             raise LockReentryError(
                 f"this thread already holds the lock of table {table_id} (token {held.token}). "
                 "Help: do the work inside the first `with` block.",
                 table=table_id,
             )
-        with self.client.hold(table_id, ttl_s=ttl_s, wait_s=wait_s) as lease:
+        with self.client.hold(table_id, ttl_s=ttl_s, wait_s=wait_s, sent=ahead) as lease:
             with self._guard:
                 self._held[key] = lease
             try:
@@ -123,6 +131,26 @@ class KafkaCoordinator(Coordinator):
             finally:
                 with self._guard:
                     self._held.pop(key, None)
+
+    def lock_ahead(self, table_id: str, *, ttl_s: float = 30.0) -> None:
+        """Send the acquire of the next ``lock`` of ``table_id`` now (``Coordinator.lock_ahead``):
+        the caller's work until that ``lock`` overlaps the acquire's round trip to
+        timeline-lock. Never raises (without it, ``lock`` sends its acquire itself)."""
+        self.drop_lock_ahead(table_id)
+        try:
+            pending = self.client.send_acquire(table_id, ttl_s=ttl_s)
+        except Exception as err:  # a hint: the lock section sends its own acquire
+            log.warning("acquire not sent ahead: %s", err, extra={"table": table_id})
+            return
+        with self._guard:
+            self._ahead[table_id] = pending
+
+    def drop_lock_ahead(self, table_id: str) -> None:
+        """Withdraw the acquire of ``table_id`` sent ahead that no ``lock`` took up."""
+        with self._guard:
+            ahead = self._ahead.pop(table_id, None)
+        if ahead is not None:
+            self.client.withdraw(ahead)
 
     def liveness(self, table_id: str, instant: str) -> Liveness:
         """ALIVE when this process beats for the instant and its heartbeat is healthy, else
@@ -199,6 +227,10 @@ class KafkaCoordinator(Coordinator):
 
     def close(self) -> None:
         """Close what this coordinator created (the lock client releases held leases)."""
+        with self._guard:
+            ahead, self._ahead = list(self._ahead.values()), {}
+        for pending in ahead:
+            self.client.withdraw(pending)
         if self._owns_client:
             self.client.close()
         if self._owns_view:

@@ -36,7 +36,7 @@ from confluent_kafka import KafkaException, Producer, TopicPartition
 
 from lakewarden.clients import _lock_shared
 from lakewarden.clients._lock_io import LockIO, LockLease, Pending
-from lakewarden.clients._lock_wire import client_partition
+from lakewarden.clients._lock_wire import client_partition, ttl_ms
 from lakewarden.clock import SYSTEM_CLOCK, Clock
 from lakewarden.errors import NonRetryableError, RetryableError
 from lakewarden.events.codec import default_codec
@@ -105,15 +105,17 @@ class LockClient:
         ttl_s: float = 30.0,
         wait_s: float = 30.0,
         on_queued: Callable[[int], None] | None = None,
+        sent: Pending | None = None,
     ) -> Iterator[LockLease]:
         """Hold the lock of ``table_id`` for the ``with`` block; renewed in the background.
+        ``sent``: the acquire ``send_acquire`` sent ahead for it (see ``acquire``).
 
         Raises:
             LockTimeoutError: not granted within ``wait_s``.
             LockRefusedError: the service refused the acquire.
             LockServiceUnavailableError: the lock topics cannot be reached.
         """
-        lease = self.acquire(table_id, ttl_s=ttl_s, wait_s=wait_s, on_queued=on_queued)
+        lease = self.acquire(table_id, ttl_s=ttl_s, wait_s=wait_s, on_queued=on_queued, sent=sent)
         try:
             yield lease
         finally:
@@ -126,35 +128,37 @@ class LockClient:
         ttl_s: float = 30.0,
         wait_s: float = 30.0,
         on_queued: Callable[[int], None] | None = None,
+        sent: Pending | None = None,
     ) -> LockLease:
         """Wait (FIFO) for the lock of ``table_id``; ``on_queued(position)`` is called (on the
         thread reading replies, this one or another) once the service has queued the request
         behind others.
 
-        Protocol: 1. register and send the acquire; 2. wait for the grant up to ``wait_s``;
-        3. on timeout, withdraw it (a grant that raced the timeout is released by the service).
+        Protocol: 1. register and send the acquire, unless ``sent`` is one ``send_acquire``
+        sent ahead for this table and ttl (the caller worked while it travelled); 2. wait for
+        the grant up to ``wait_s``; 3. on timeout, withdraw it (a grant that raced the timeout
+        is released by the service).
 
         Raises:
             LockTimeoutError: not granted within ``wait_s``.
             LockRefusedError: the service refused the acquire.
             LockServiceUnavailableError: the lock topics cannot be reached.
+            ValueError: ``sent`` is not an acquire of ``table_id`` with ``ttl_s``.
         """
         io = self._started()
-        pending = Pending(
+        pending = sent
+        if pending is None:
+            pending = self.send_acquire(table_id, ttl_s=ttl_s, on_queued=on_queued)  # 1.
+        elif (pending.kind, pending.table_id, pending.ttl_ms) != (
             "acquire",
             table_id,
-            uuid.uuid4().hex,
-            max(1, round(ttl_s * 1000)),
-            self.clock.monotonic(),
-            on_queued=on_queued,
-            owner=self.owner,
-        )
-        io.send(pending)  # 1.
+            ttl_ms(ttl_s),
+        ):
+            raise ValueError(f"{pending} is not an acquire of {table_id} for {ttl_s:g} s")
         try:
             result = io.wait(pending, wait_s)  # 2.
         except TimeoutError:
-            io.forget(pending.request_id)  # 3.
-            io.send_untracked("release", table_id, owner=self.owner, acquire_id=pending.request_id)
+            self.withdraw(pending)  # 3.
             raise LockTimeoutError(
                 f"the lock of table {table_id} was not granted within {wait_s:g} s. "
                 "Help: retry; a holder that needs long should renew (it does) or the "
@@ -171,6 +175,51 @@ class LockClient:
             table=table_id,
             reason=reason,
         )
+
+    def send_acquire(
+        self,
+        table_id: str,
+        *,
+        ttl_s: float = 30.0,
+        on_queued: Callable[[int], None] | None = None,
+    ) -> Pending:
+        """Send an acquire of ``table_id`` now, to be waited for by ``acquire(..., sent=it)``
+        or given up with ``withdraw``: a caller that knows it will need the lock sends the
+        request before the work that precedes its ``acquire``, so that the request's round
+        trip to the service overlaps that work. The lock is held only once ``acquire``
+        returns; the lease counts from this send.
+
+        Raises:
+            LockServiceUnavailableError: the lock topics cannot be reached.
+        """
+        io = self._started()
+        pending = Pending(
+            "acquire",
+            table_id,
+            uuid.uuid4().hex,
+            ttl_ms(ttl_s),
+            self.clock.monotonic(),
+            on_queued=on_queued,
+            owner=self.owner,
+        )
+        io.send(pending)
+        return pending
+
+    def withdraw(self, pending: Pending) -> None:
+        """Give up an acquire nobody will wait for any more (sent by ``send_acquire`` and
+        not used, or timed out): the service drops it from the queue, or releases the lock if
+        it granted it meanwhile. Never raises."""
+        with self._guard:
+            io = self._io
+        if io is None:
+            return
+        io.forget(pending.request_id)
+        try:
+            io.send_untracked(
+                "release", pending.table_id, owner=pending.owner, acquire_id=pending.request_id
+            )
+        except Exception:  # best effort: an unanswered acquire's lease ends by its ttl
+            log.exception("withdrawing a lock acquire failed", extra={"table": pending.table_id})
 
     def release(self, lease: LockLease, *, wait_s: float | None = None) -> bool | None:
         """Give the lease back. Without ``wait_s`` it returns at once (None); with it, it
@@ -309,6 +358,7 @@ def _partition_counts(
 __all__ = [
     "LockClient",
     "LockLease",
+    "Pending",
     "LockRefusedError",
     "LockServiceUnavailableError",
     "LockTimeoutError",

@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 import time
 from enum import StrEnum
+from typing import Final
 
 from lakewarden.errors import LakewardenError, NonRetryableError
 from lakewarden.table import conflicts
@@ -39,7 +40,12 @@ from lakewarden.table.timeline_state import (
 
 log = logging.getLogger(__name__)
 
+# The table lock's ttl of a cancel request's transaction (a caller that sends the acquire
+# ahead, ``Coordinator.lock_ahead``, sends it for this ttl).
+LOCK_TTL_S: Final = 30.0
+
 __all__ = [
+    "LOCK_TTL_S",
     "CancelRequestOutcome",
     "InstantAlreadyCompletedError",
     "PlanNotCancellableError",
@@ -84,7 +90,7 @@ def request_cancel(
     requested_by: str,
     reason: str,
     actor: str,
-    lock_ttl_s: float = 30.0,
+    lock_ttl_s: float = LOCK_TTL_S,
     lock_wait_s: float = 30.0,
 ) -> CancelRequestOutcome:
     """Request the cancellation of the cancellable plan ``instant`` (steps in the module

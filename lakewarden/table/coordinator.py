@@ -114,6 +114,21 @@ class Coordinator(abc.ABC):
         Raises: LockTimeoutError when not granted within ``wait_s``.
         """
 
+    def lock_ahead(self, table_id: str, *, ttl_s: float = 30.0) -> None:
+        """Say that ``lock(table_id, ttl_s=ttl_s)`` comes next: a coordinator whose lock lives
+        in another process may send the acquire now, so that its round trip overlaps the
+        caller's work until that ``lock``, which then waits for this acquire's grant instead
+        of sending another (the grant, not this call, starts the lock section: nothing is
+        held before ``lock`` returns). Call ``drop_lock_ahead`` once done: it withdraws an
+        acquire no ``lock`` took up. The embedded coordinator's lock is in-process: nothing
+        to send ahead. Never raises."""
+        return None
+
+    def drop_lock_ahead(self, table_id: str) -> None:
+        """Withdraw the acquire of ``table_id`` sent by ``lock_ahead`` that no ``lock`` took up
+        (the service gives the lock up if it granted it meanwhile). Never raises."""
+        return None
+
     @abc.abstractmethod
     def liveness(self, table_id: str, instant: str) -> Liveness:
         """Whether the executor of ``instant`` is alive, known dead, or unknown."""

@@ -116,6 +116,8 @@ class RequestHandler:
             return
         started = time.monotonic()
         try:
+            # The table lock's acquire, sent now: its round trip overlaps the steps below.
+            self.worker.lock_ahead(command, known_uri=self.registry.get(command.table_id))
             outcome = await self._apply(command)  # 2., 3., 4.
         finally:
             # A request's table lock is released once its result is out (worker doc).

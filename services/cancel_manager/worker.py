@@ -16,6 +16,13 @@
 4. the entries the service appended are returned, to be published as
    ``TimelineTransition`` in order, before the result.
 
+A ``request`` on a table the worker has open sends its lock's acquire ahead (``lock_ahead``,
+called by the handler as soon as the request is parsed): the acquire's round trip to
+timeline-lock then overlaps the worker's own steps up to ``request_cancel``'s lock, which
+waits for that acquire's grant (``Coordinator.lock_ahead``). The transaction is unchanged:
+the lock is granted before the timeline is reloaded. ``release_held`` withdraws an acquire
+sent ahead that no lock section took up (the request ended before it: a bad table URI).
+
 A ``request`` holds the table lock a little longer than ``request_cancel`` does: its release
 is sent by ``release_held``, which the handler calls once the result is out, so the client's
 wait does not include the release (a produce to timeline-lock: 0.1-0.8 ms on a loaded
@@ -41,6 +48,7 @@ from contextlib import AbstractContextManager, contextmanager
 from lakewarden.errors import LakewardenError, RetryableError
 from lakewarden.settings import Settings
 from lakewarden.table import NotATableError, Table
+from lakewarden.table.cancel import LOCK_TTL_S
 from lakewarden.table.coordinator import Coordinator, Lease, Liveness
 from lakewarden.table.instant import TABLE_SERVICE_ACTIONS, Transition
 from lakewarden.table.timeline import TimelineEntry
@@ -114,10 +122,22 @@ class CancelWorker:
         finally:
             recorder.defer_release = False
 
+    def lock_ahead(self, command: CancelCommand, *, known_uri: str | None = None) -> None:
+        """Send the table lock's acquire of a ``request`` now, when its table is open already
+        (see the module doc); never raises."""
+        uri = command.table_uri or known_uri
+        if command.kind != "request" or uri is None or self._recorder is None:
+            return
+        table = self._open_tables.get(uri)
+        if table is not None and table.table_id == command.table_id:
+            self._recorder.lock_ahead(command.table_id, ttl_s=LOCK_TTL_S)
+
     def release_held(self) -> None:
-        """Release the table lock a ``request`` kept (see the module doc); never raises."""
+        """Release the table lock a ``request`` kept and withdraw an acquire sent ahead that
+        no lock section took up (see the module doc); never raises."""
         if self._recorder is not None:
             self._recorder.release_held()
+            self._recorder.drop_lock_ahead()
 
     def expired(self, expiry: Expiry, *, uri: str | None) -> Outcome | None:
         """``execute_cancel`` of a cancel-requested plan whose executor died, the table being
@@ -250,6 +270,7 @@ class _Recorder(Coordinator):
         self.defer_release = False
         self._entries: list[TimelineEntry] = []
         self._held: list[AbstractContextManager[Lease]] = []
+        self._ahead: str | None = None  # the table whose acquire was sent ahead
         self._guard = threading.Lock()
 
     def lock(
@@ -276,6 +297,18 @@ class _Recorder(Coordinator):
                 section.__exit__(None, None, None)
             except Exception:  # a release is best effort: the lease expires by its ttl
                 log.exception("releasing a table lock failed")
+
+    def lock_ahead(self, table_id: str, *, ttl_s: float = 30.0) -> None:
+        self.drop_lock_ahead()
+        self._ahead = table_id
+        self.inner.lock_ahead(table_id, ttl_s=ttl_s)
+
+    def drop_lock_ahead(self, table_id: str | None = None) -> None:
+        """Withdraw the acquire sent ahead, if a lock section did not take it up (this worker
+        sends one at a time: whichever table it was for)."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            self.inner.drop_lock_ahead(ahead)
 
     def liveness(self, table_id: str, instant: str) -> Liveness:
         return self.inner.liveness(table_id, instant)

@@ -4,6 +4,7 @@ through heartbeat-monitor's topics."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import pyarrow as pa
 import pytest
 from _job_committers import JobCommitters
 
-from lakewarden.clients import KafkaCoordinator
+from lakewarden.clients import KafkaCoordinator, LockClient
 from lakewarden.errors import ConfigurationError
 from lakewarden.events import ensure_topics
 from lakewarden.settings import KafkaSettings, Settings
@@ -19,6 +20,7 @@ from lakewarden.table import (
     EmbeddedCoordinator,
     Liveness,
     LockReentryError,
+    LockTimeoutError,
     Table,
     close_shared_connections,
     connect,
@@ -73,6 +75,51 @@ def test_the_same_thread_cannot_take_a_table_lock_twice(coordinator: KafkaCoordi
         thread.start()
         thread.join(10)
         assert other == [1] and not lease.lost
+
+
+def test_a_lock_takes_up_the_acquire_sent_ahead(coordinator: KafkaCoordinator) -> None:
+    client = coordinator.client
+    coordinator.lock_ahead("ahead", ttl_s=5)
+    sent = coordinator._ahead["ahead"]
+    with coordinator.lock("ahead", ttl_s=5, wait_s=5) as lease:
+        # The lease is the grant of the acquire sent ahead: no second acquire was sent.
+        assert lease.request_id == sent.request_id and not lease.lost
+        assert coordinator._ahead == {}
+        # Held: an acquire of another client waits (FIFO) until the section ends.
+        with pytest.raises(LockTimeoutError):
+            client.acquire("ahead", ttl_s=5, wait_s=0.5)
+    assert client.acquire("ahead", ttl_s=5, wait_s=5).token == lease.token + 1
+
+
+def test_an_acquire_sent_ahead_and_not_taken_up_is_withdrawn(
+    coordinator: KafkaCoordinator, shared_lock_settings: Settings
+) -> None:
+    coordinator.lock_ahead("dropped", ttl_s=30)
+    time.sleep(0.5)  # granted meanwhile: nobody waits for that lease
+    coordinator.drop_lock_ahead("dropped")
+    other = LockClient(shared_lock_settings, owner="other")
+    try:
+        # Withdrawn, so released: another owner gets the lock at once, not after 30 s.
+        assert not other.acquire("dropped", ttl_s=5, wait_s=5).lost
+    finally:
+        other.close()
+
+
+def test_a_lock_with_another_ttl_withdraws_the_acquire_sent_ahead(
+    coordinator: KafkaCoordinator, shared_lock_settings: Settings
+) -> None:
+    coordinator.lock_ahead("ttl", ttl_s=30)
+    sent = coordinator._ahead["ttl"]
+    time.sleep(0.5)  # granted meanwhile
+    with coordinator.lock("ttl", ttl_s=5, wait_s=5) as lease:
+        # Its own acquire, granted once the withdrawn one's lease ended.
+        assert lease.request_id != sent.request_id and lease.ttl_s == 5
+    assert coordinator._ahead == {}
+    other = LockClient(shared_lock_settings, owner="other")
+    try:
+        assert not other.acquire("ttl", ttl_s=5, wait_s=5).lost  # nothing left holding it
+    finally:
+        other.close()
 
 
 def test_liveness_is_alive_while_this_process_beats_and_unknown_without_a_monitor(

@@ -15,6 +15,7 @@ import pytest
 from test_cancel_manager_handler import Harness, fragmented_table
 
 from lakewarden.events import Event
+from lakewarden.storage import StorageError
 from lakewarden.table.coordinator import EmbeddedCoordinator, Lease
 from lakewarden.table.table import Table
 from services.cancel_manager.registry import (
@@ -41,9 +42,36 @@ class RecordingCoordinator(EmbeddedCoordinator):
                 self.log.append("release")
 
 
-def _recording(table: Table, log: list[str]) -> Harness:
-    """A harness whose worker locks through a ``RecordingCoordinator`` and logs its results."""
-    coordinator = RecordingCoordinator(log)
+class AheadCoordinator(RecordingCoordinator):
+    """A coordinator whose lock is remote (as ``KafkaCoordinator``'s is): logs acquires sent
+    ahead, the lock sections that take them up, and those withdrawn."""
+
+    def __init__(self, log: list[str]) -> None:
+        super().__init__(log)
+        self.ahead: tuple[str, float] | None = None
+
+    def lock_ahead(self, table_id: str, *, ttl_s: float = 30.0) -> None:
+        self.log.append(f"ahead {ttl_s:g}")
+        self.ahead = (table_id, ttl_s)
+
+    def drop_lock_ahead(self, table_id: str) -> None:
+        if self.ahead is not None and self.ahead[0] == table_id:
+            self.log.append("withdrawn")
+        self.ahead = None
+
+    @contextmanager
+    def lock(self, table_id: str, *, ttl_s: float = 30.0, wait_s: float = 30.0) -> Iterator[Lease]:
+        if self.ahead == (table_id, ttl_s):
+            self.log.append("taken up")
+            self.ahead = None
+        with super().lock(table_id, ttl_s=ttl_s, wait_s=wait_s) as lease:
+            yield lease
+
+
+def _recording(table: Table, log: list[str], *, ahead: bool = False) -> Harness:
+    """A harness whose worker locks through a ``RecordingCoordinator`` (``AheadCoordinator``
+    with ``ahead``) and logs its results."""
+    coordinator = AheadCoordinator(log) if ahead else RecordingCoordinator(log)
     h = Harness()
     h.worker.coordinator = lambda: coordinator
     table.coordinator = coordinator
@@ -83,6 +111,47 @@ def test_a_refused_request_releases_its_lock_too(table: Table) -> None:
     # And the lock is free: another holder gets it at once.
     with table.coordinator.lock(table.table_id, wait_s=0.5):
         pass
+
+
+def test_a_request_on_an_open_table_sends_its_acquire_ahead(table: Table) -> None:
+    instant = str(table.schedule_clustering(cancellable=True))
+    log: list[str] = []
+    h = _recording(table, log, ahead=True)
+    # The first request opens the table: its lock is asked for where request_cancel takes it.
+    assert h.ask(table, instant, "request").record["status"] == "accepted"
+    assert log == ["acquire", "result accepted", "release"]
+    log.clear()
+    # Then the acquire goes out as soon as the request is parsed, for request_cancel's ttl,
+    # and request_cancel's lock section takes it up: granted before the reload, as before.
+    assert h.ask(table, instant, "request").record["status"] == "already_requested"
+    assert log == ["ahead 30", "taken up", "acquire", "result already_requested", "release"]
+
+
+def test_an_execute_sends_no_acquire_ahead(table: Table) -> None:
+    instant = str(table.schedule_clustering(cancellable=True))
+    log: list[str] = []
+    h = _recording(table, log, ahead=True)
+    h.ask(table, instant, "request")
+    log.clear()
+    assert h.ask(table, instant, "execute").record["status"] == "aborted"
+    assert not [entry for entry in log if entry.startswith("ahead")]
+
+
+def test_an_acquire_sent_ahead_that_no_lock_takes_up_is_withdrawn(
+    table: Table, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    instant = str(table.schedule_clustering(cancellable=True))
+    log: list[str] = []
+    h = _recording(table, log, ahead=True)
+    h.ask(table, instant, "request")
+    log.clear()
+
+    def broken(self: Table, *args: object, **kwargs: object) -> None:
+        raise StorageError("the store failed before the lock was taken")
+
+    monkeypatch.setattr(Table, "request_cancel", broken)
+    assert h.ask(table, instant, "request").record["status"] == "failed"
+    assert log == ["ahead 30", "result failed", "withdrawn"]
 
 
 def test_execute_gives_the_lock_up_before_deleting_files_and_before_its_result(
