@@ -91,12 +91,27 @@ class RequestHandler:
         self.registry: Registry = registry if registry is not None else {}
         self.persisted = persisted
 
+    def lock_ahead(self, key: bytes | None) -> None:
+        """A message keyed ``key`` (a table id) was just read, not decoded yet: send that
+        table's lock acquire ahead (``CancelWorker.lock_ahead``), so that its round trip
+        overlaps decoding and handling the request; ``handle`` withdraws it if no lock
+        section takes it up. Never raises."""
+        if key:
+            try:
+                self.worker.lock_ahead(key.decode())
+            except UnicodeDecodeError:
+                pass  # not a table id: the request is dead-lettered
+
     async def handle(self, message: Message, value: Any) -> None:
         """Process one message of ``cancel.requests``; a failure of the service itself
         dead-letters the request (``handler_error``) and the service keeps serving."""
-        await dead_letter_failures(
-            self.dead_letters, message, self._handle(message, value), what="cancel request"
-        )
+        try:
+            await dead_letter_failures(
+                self.dead_letters, message, self._handle(message, value), what="cancel request"
+            )
+        finally:
+            # A malformed request never reaches a lock section: withdraw what lock_ahead sent.
+            await self.run_blocking(self.worker.drop_lock_ahead)
 
     async def _handle(self, message: Message, value: Any) -> None:
         if isinstance(value, Undecodable):
@@ -116,8 +131,6 @@ class RequestHandler:
             return
         started = time.monotonic()
         try:
-            # The table lock's acquire, sent now: its round trip overlaps the steps below.
-            self.worker.lock_ahead(command, known_uri=self.registry.get(command.table_id))
             outcome = await self._apply(command)  # 2., 3., 4.
         finally:
             # A request's table lock is released once its result is out (worker doc).

@@ -28,7 +28,9 @@ two turns of its scheduler (and an ``epoll`` call each) per event.
 
 The loop, each turn:
 1. wait for an event (returns as soon as one arrives), take what else is already there;
-2. for each: decode it and hand it to its handler (requests, expiries); store its offset;
+2. for each: a request's table lock is sent ahead by its key (``RequestHandler.lock_ahead``:
+   its round trip to timeline-lock overlaps the rest); decode it and hand it to its handler
+   (requests, expiries); store its offset;
 3. every ``commit_interval_s``: flush the producer, then commit the stored offsets.
 
 On assignment the registry of the new partitions is read to its end first; on revocation
@@ -211,6 +213,9 @@ class Loop:
 
     def _process(self, msg: Message) -> None:
         topic, partition, offset = str(msg.topic()), int(msg.partition() or 0), msg.offset()
+        requests = topic == self.requests_topic
+        if requests:  # before anything else: its round trip overlaps all that follows
+            self.requests.lock_ahead(msg.key())
         raw = msg.value() or b""
         value: Any
         try:
@@ -222,7 +227,7 @@ class Loop:
             topic, partition, int(offset or 0), timestamp_ms / 1000, 0, None, msg.key(), raw, None
         )
         self.registry.partition = partition  # a registration goes where its request came
-        handler = self.requests if topic == self.requests_topic else self.expiries
+        handler = self.requests if requests else self.expiries
         _run_to_end(handler.handle(message, value))
         # A partition revoked meanwhile is skipped: its next owner handles the event again.
         self.consumer.store_offsets([TopicPartition(topic, partition, int(offset or 0) + 1)])

@@ -16,12 +16,14 @@
 4. the entries the service appended are returned, to be published as
    ``TimelineTransition`` in order, before the result.
 
-A ``request`` on a table the worker has open sends its lock's acquire ahead (``lock_ahead``,
-called by the handler as soon as the request is parsed): the acquire's round trip to
-timeline-lock then overlaps the worker's own steps up to ``request_cancel``'s lock, which
-waits for that acquire's grant (``Coordinator.lock_ahead``). The transaction is unchanged:
-the lock is granted before the timeline is reloaded. ``release_held`` withdraws an acquire
-sent ahead that no lock section took up (the request ended before it: a bad table URI).
+A request for a table the worker has open sends the table lock's acquire ahead
+(``lock_ahead``, called by the loop as soon as the message is read, by its key, the table
+id): the acquire's round trip to timeline-lock then overlaps decoding, validating and the
+worker's own steps up to the command's first lock section, which waits for that acquire's
+grant (``Coordinator.lock_ahead``). The transaction is unchanged: the lock is granted before
+the timeline is reloaded. ``drop_lock_ahead`` (also part of ``release_held``) withdraws an
+acquire that no lock section took up (a request that turned out malformed or failed before
+its lock).
 
 A ``request`` holds the table lock a little longer than ``request_cancel`` does: its release
 is sent by ``release_held``, which the handler calls once the result is out, so the client's
@@ -101,6 +103,7 @@ class CancelWorker:
         self.actor = actor()
         self._recorder: _Recorder | None = None
         self._open_tables: dict[str, Table] = {}
+        self._open_ids: dict[str, int] = {}  # table id -> how many open tables have it
 
     def run(self, command: CancelCommand, *, known_uri: str | None = None) -> Outcome:
         """Steps 1-4 of the module docstring; never raises for a bad request."""
@@ -122,15 +125,16 @@ class CancelWorker:
         finally:
             recorder.defer_release = False
 
-    def lock_ahead(self, command: CancelCommand, *, known_uri: str | None = None) -> None:
-        """Send the table lock's acquire of a ``request`` now, when its table is open already
-        (see the module doc); never raises."""
-        uri = command.table_uri or known_uri
-        if command.kind != "request" or uri is None or self._recorder is None:
-            return
-        table = self._open_tables.get(uri)
-        if table is not None and table.table_id == command.table_id:
-            self._recorder.lock_ahead(command.table_id, ttl_s=LOCK_TTL_S)
+    def lock_ahead(self, table_id: str) -> None:
+        """Send the acquire of ``table_id``'s lock now when the table is open already (a
+        request for it was just read: see the module doc); never raises."""
+        if self._recorder is not None and self._open_ids.get(table_id):
+            self._recorder.lock_ahead(table_id, ttl_s=LOCK_TTL_S)
+
+    def drop_lock_ahead(self) -> None:
+        """Withdraw an acquire sent ahead that no lock section took up; never raises."""
+        if self._recorder is not None:
+            self._recorder.drop_lock_ahead()
 
     def release_held(self) -> None:
         """Release the table lock a ``request`` kept and withdraw an acquire sent ahead that
@@ -191,10 +195,12 @@ class CancelWorker:
                 table = Table.open(uri, coordinator=recorder, settings=self.settings)
             except (NotATableError, LakewardenError, ValueError) as err:
                 # ValueError: a URI no storage can even try (a NUL byte in a local path).
-                self._open_tables.pop(uri, None)
+                self._forget(uri)
                 raise _UnknownTable(f"cannot open table {table_id} at {uri}: {err}", err) from err
             table.actor = self.actor
+            self._forget(uri)
             self._open_tables[uri] = table
+            self._open_ids[table.table_id] = self._open_ids.get(table.table_id, 0) + 1
         if table.table_id != table_id:
             raise _UnknownTable(
                 f"{uri} holds table {table.table_id}, not {table_id}: the request names the "
@@ -202,6 +208,16 @@ class CancelWorker:
                 None,
             )
         return table
+
+    def _forget(self, uri: str) -> None:
+        """Drop the table kept for ``uri`` (it is opened afresh next time)."""
+        table = self._open_tables.pop(uri, None)
+        if table is not None:
+            left = self._open_ids.get(table.table_id, 0) - 1
+            if left > 0:
+                self._open_ids[table.table_id] = left
+            else:
+                self._open_ids.pop(table.table_id, None)
 
     def _apply(
         self,
@@ -227,7 +243,7 @@ class CancelWorker:
             except LakewardenError as err:
                 if not _named_refusal(err):
                     # A table that moved, was replaced or is broken: open it afresh next time.
-                    self._open_tables.pop(uri, None)
+                    self._forget(uri)
                 return _refusal(err, recorder)
         raise AssertionError("unreachable")
 

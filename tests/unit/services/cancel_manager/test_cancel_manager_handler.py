@@ -90,6 +90,8 @@ class Harness:
     def feed(self, value: bytes, *, key: bytes | None, expiry: bool = False) -> None:
         message = Message("t", 0, self.offset, 0.0, 0, None, key, value, None)
         self.offset += 1
+        if not expiry:
+            self.requests.lock_ahead(key)  # as the loop does, before decoding
         try:
             decoded: Any = decode(value)
         except EventDecodeError as err:

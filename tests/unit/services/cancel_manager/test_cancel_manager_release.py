@@ -121,20 +121,34 @@ def test_a_request_on_an_open_table_sends_its_acquire_ahead(table: Table) -> Non
     assert h.ask(table, instant, "request").record["status"] == "accepted"
     assert log == ["acquire", "result accepted", "release"]
     log.clear()
-    # Then the acquire goes out as soon as the request is parsed, for request_cancel's ttl,
-    # and request_cancel's lock section takes it up: granted before the reload, as before.
+    # Then the acquire goes out as soon as the request is read (before it is decoded), for
+    # request_cancel's ttl, and request_cancel's lock section takes it up: granted before
+    # the reload, as before.
     assert h.ask(table, instant, "request").record["status"] == "already_requested"
     assert log == ["ahead 30", "taken up", "acquire", "result already_requested", "release"]
 
 
-def test_an_execute_sends_no_acquire_ahead(table: Table) -> None:
+def test_an_execute_takes_the_acquire_sent_ahead_up_in_its_first_lock_section(
+    table: Table,
+) -> None:
     instant = str(table.schedule_clustering(cancellable=True))
     log: list[str] = []
     h = _recording(table, log, ahead=True)
     h.ask(table, instant, "request")
     log.clear()
     assert h.ask(table, instant, "execute").record["status"] == "aborted"
-    assert not [entry for entry in log if entry.startswith("ahead")]
+    sections = (len(log) - 3) // 2
+    assert log == ["ahead 30", "taken up", *["acquire", "release"] * sections, "result aborted"]
+
+
+def test_a_malformed_request_withdraws_the_acquire_sent_ahead(table: Table) -> None:
+    instant = str(table.schedule_clustering(cancellable=True))
+    log: list[str] = []
+    h = _recording(table, log, ahead=True)
+    h.ask(table, instant, "request")
+    log.clear()
+    h.feed(b"not an event", key=table.table_id.encode())
+    assert log == ["ahead 30", "withdrawn"] and h.dlq.sent
 
 
 def test_an_acquire_sent_ahead_that_no_lock_takes_up_is_withdrawn(
