@@ -121,8 +121,12 @@ class LockIO:
         owner: str,
         resend_s: float,
         clock: Clock = SYSTEM_CLOCK,
+        poll_producer: bool = True,
     ) -> None:
+        """``poll_producer``: the IO thread serves the producer's delivery reports (False: its
+        owner polls it, on its own thread, as a producer shared with ``LockClient`` is)."""
         self.producer = producer
+        self.poll_producer = poll_producer
         self.consumer = consumer
         self.codec = codec
         self.requests_topic = requests_topic
@@ -308,7 +312,8 @@ class LockIO:
                             msg = self.consumer.poll_message(0)
                     finally:
                         self._step_down()
-                self.producer.poll(0)
+                if self.poll_producer:
+                    self.producer.poll(0)
                 self._tick(self.clock.monotonic())
             except Exception:  # the thread must survive anything a reply or librdkafka throws
                 log.exception("lock client IO loop error", extra={"client_id": self.client_id})

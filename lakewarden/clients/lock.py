@@ -74,7 +74,13 @@ class LockClient:
     ``owner`` names the holder in the service's state and logs (default ``host:pid``);
     ``client_id`` names this client in logs (replies are keyed by the shared transport's id);
     ``resend_s`` is how long an unanswered acquire or renewal waits before it is sent again;
-    ``clock`` times leases, renewals and resends (waits for a reply, ``wait_s``, are real time).
+    ``clock`` times leases, renewals and resends (waits for a reply, ``wait_s``, are real time);
+    ``producer``: a confluent-kafka producer the caller owns and polls (``poll`` serves the
+    delivery reports of this client's requests too), which this client's transport sends its
+    requests through instead of a producer of its own: a service that answers its callers
+    after taking a table lock (cancel-manager) sends its answers and its lock requests on one
+    connection and one librdkafka thread, not two (measured: its answer reached the client
+    0.15-0.45 ms sooner with the release beside it). Such a client has a transport of its own.
     """
 
     def __init__(
@@ -85,8 +91,10 @@ class LockClient:
         client_id: str | None = None,
         resend_s: float = 1.0,
         clock: Clock = SYSTEM_CLOCK,
+        producer: Producer | None = None,
     ) -> None:
         self.settings = settings
+        self.producer = producer
         self.client_id = client_id or f"lock-client-{uuid.uuid4().hex[:16]}"
         self.owner = owner or f"{socket.gethostname()}:{os.getpid()}"
         self.resend_s = resend_s
@@ -280,6 +288,8 @@ class LockClient:
                 self._transport = _lock_shared.transport_key(
                     self.settings, clock=self.clock, resend_s=self.resend_s
                 )
+                if self.producer is not None:  # its own transport: the caller's producer
+                    self._transport += f"|producer:{id(self.producer)}"
                 self._io = _lock_shared.attach(self._transport, self._connect)
             return self._io
 
@@ -295,7 +305,7 @@ class LockClient:
         timeout = kafka.request_timeout_s
         requests, replies = LOCK_REQUESTS.name(self.settings), LOCK_REPLIES.name(self.settings)
         transport_id = f"lock-client-{uuid.uuid4().hex[:16]}"
-        producer = Producer(kafka.librdkafka_config(**_PRODUCER_CONFIG))
+        producer = self.producer or Producer(kafka.librdkafka_config(**_PRODUCER_CONFIG))
         counts = _partition_counts(producer, (requests, replies), timeout)
         reply_partition = client_partition(transport_id, counts[replies])
         # Replies meant for this client only: nothing is dead-lettered or committed.
@@ -329,6 +339,7 @@ class LockClient:
             owner=self.owner,
             resend_s=self.resend_s,
             clock=self.clock,
+            poll_producer=self.producer is None,  # the caller polls its own
         )
 
 

@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Callable
 from typing import Any, NoReturn
 
-from lakewarden.table import Coordinator, connect
+from lakewarden.clients import KafkaCoordinator, LockClient
+from lakewarden.table import Coordinator, require_kafka
 from services._common.loop_service import serve_loop
 from services.cancel_manager.app import SERVICE, TOPICS, group_id, service_settings, settings
 from services.cancel_manager.loop import Loop
@@ -26,22 +28,41 @@ from services.cancel_manager.loop import Loop
 log = logging.getLogger(__name__)
 
 
-@functools.cache
-def _coordinator() -> Coordinator:
-    # timeline-lock's lease and heartbeat-monitor's liveness: Kafka or refuse. Built on the
-    # first event, on the loop's thread: no network IO before the loop runs.
-    return connect(settings, require_kafka=True).coordinator
+def _coordinator(
+    loop: Callable[[], Loop | None], made: list[Callable[[], None]]
+) -> Callable[[], Coordinator]:
+    """The coordinator of a loop: timeline-lock's lease and heartbeat-monitor's liveness
+    (Kafka or refuse), built on the loop's first event, on its thread (no network IO before
+    the loop runs). Its lock requests go through the loop's producer (``LockClient``'s
+    ``producer``): a request's result and its lock's release leave on one connection. How
+    to close it is appended to ``made``."""
+
+    @functools.cache
+    def coordinator() -> Coordinator:
+        require_kafka(settings)
+        built = loop()
+        assert built is not None  # called by the loop's worker: the loop exists
+        client = LockClient(settings, producer=built.producer)
+        made.append(client.close)
+        kafka = KafkaCoordinator(settings, client=client)
+        made.append(kafka.close)
+        return kafka
+
+    return coordinator
 
 
 def main() -> NoReturn:
     instance = service_settings.instance_id
     loop: Loop | None = None
+    made: list[Callable[[], None]] = []
 
     def build() -> Loop:
         nonlocal loop
+        while made:  # a rebuilt loop: the old coordinator sent through the old loop's producer
+            made.pop()()
         loop = Loop(
             settings,
-            _coordinator,
+            _coordinator(lambda: loop, made),
             group_id=group_id,
             group_instance_id=f"{SERVICE}-{instance}" if instance else None,
             commit_interval_s=service_settings.commit_interval_s,
