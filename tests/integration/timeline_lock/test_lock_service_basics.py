@@ -228,3 +228,46 @@ def _read_values(settings: Settings, topic: str) -> list[bytes]:
         return values
     finally:
         consumer.close()
+
+
+class _CountingProducer:
+    """A caller's producer (the ``producer`` a LockClient may share): counts what goes through
+    it and which threads poll it."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.inner = Producer(settings.kafka.librdkafka_config(acks="all"))
+        self.produced: list[str] = []
+        self.pollers: set[str] = set()
+
+    def produce(self, topic: str, value: bytes, **kwargs: object) -> None:
+        self.produced.append(decode(value).record["kind"])
+        self.inner.produce(topic, value, **kwargs)
+
+    def poll(self, timeout: float) -> int:
+        self.pollers.add(threading.current_thread().name)
+        return int(self.inner.poll(timeout))
+
+    def flush(self, timeout: float) -> int:
+        return int(self.inner.flush(timeout))
+
+    def list_topics(self, topic: str, timeout: float) -> object:
+        return self.inner.list_topics(topic, timeout=timeout)
+
+
+def test_a_client_sends_through_the_producer_it_is_given_and_leaves_its_polls_to_the_owner(
+    settings: Settings, make_client: type[LockClient]
+) -> None:
+    producer = _CountingProducer(settings)
+    shared = make_client(settings, producer=producer)
+    own = make_client(settings)
+    name = table()
+    with shared.hold(name, ttl_s=5, wait_s=10) as lease:
+        assert not lease.lost
+    # Another client of the process keeps the shared transport, with its own producer.
+    with own.hold(name, ttl_s=5, wait_s=10) as second:
+        assert second.token == lease.token + 1  # the first lease was released
+    assert producer.produced == ["acquire", "release"]
+    time.sleep(0.3)  # several turns of the IO thread
+    assert producer.pollers == set()  # delivery reports are the owner's to serve
+    producer.poll(0)
+    assert producer.flush(5) == 0
