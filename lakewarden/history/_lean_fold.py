@@ -438,10 +438,15 @@ class LeanFold:
     def summary(self) -> FoldSummary:
         """What ``state()`` says of every instant's state, the tail and the rejections,
         without building the instants' states (nor their payload models)."""
-        counts: Counter[str] = Counter()
-        for found in self._instants.values():
-            state = found[_STATE] if type(found) is list else found.state  # type: ignore[union-attr]
-            counts[state.value] += 1
+        # Counted by member, named after: ``.value`` is a Python property, read once a state
+        # instead of once an instant (the counts and their first-seen order are the same).
+        by_state = Counter(
+            [
+                found[_STATE] if type(found) is list else found.state  # type: ignore[union-attr]
+                for found in self._instants.values()
+            ]
+        )
+        counts: Counter[str] = Counter({state.value: n for state, n in by_state.items()})
         return FoldSummary(counts, self._tail_seq, tuple(self._rejected))
 
 
