@@ -19,10 +19,7 @@ then checks each field's type before it builds the ``LeanEntry``. For ``lakeward
    as the fast rule's model, ``PayloadTexts``; when ``optimistic``, a ``requested``,
    ``inflight`` or ``completed`` payload is taken as a valid JSON object and kept for the
    checker process);
-3. hands the entry to ``TopicReplay.take`` (seq order, redeliveries, conflicts, the fold);
-   the next seq while none waits is stored and folded inline, the lean fold's three fast
-   steps included (its tail and last requested instant in locals, written back before
-   anything else reads them): a method call and its attribute reads an event saved.
+3. hands the entry to ``TopicReplay.take`` (seq order, redeliveries, conflicts, the fold).
 
 Every other message takes the general path, unchanged: ``decode_message`` (another header,
 e.g. an older schema version; another key; a body that does not decode: an ``Unreadable``,
@@ -42,28 +39,17 @@ from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, KafkaError, Message
 from pydantic import BaseModel
 
 from lakewarden.events.codec import HEADER_SIZE, EventCodec
-from lakewarden.history._lean_fold import (
-    UNCHECKED,
-    LeanEntry,
-    new_lean_entry,
-    requested_facts,
-)
-from lakewarden.history._validate import CHECKED, requested_guess
+from lakewarden.history._lean_fold import UNCHECKED, LeanEntry, new_lean_entry
+from lakewarden.history._validate import CHECKED
 from lakewarden.history.model import Recorded, Unreadable
 from lakewarden.history.reader import decode_message
 from lakewarden.history.replay import TopicReplay
-from lakewarden.table._payloads import SHARED_PAYLOADS_LIMIT
 from lakewarden.table.instant import Action, Transition
 
 _EVENT: Final = "TimelineTransition"
 _ACTIONS: Final[dict[str, Action]] = {a.value: a for a in Action}
 _TRANSITIONS: Final[dict[str, Transition]] = {t.value: t for t in Transition}
 _UNSEEN: Any = object()
-_REQUESTED: Final = Transition.REQUESTED
-_INFLIGHT: Final = Transition.INFLIGHT
-_COMPLETED: Final = Transition.COMPLETED
-_FAST_COMMIT: Final = Action.COMMIT
-_FAST_DELTACOMMIT: Final = Action.DELTACOMMIT
 _Kind = tuple[
     Transition,
     dict[str, BaseModel | None] | None,
@@ -141,25 +127,13 @@ class MessageFold:
         parsed, judged, kinds = texts.parsed, self._fold.judged, self._kinds
         actions, new = _ACTIONS, new_lean_entry
         following = replay.next_seq
-        # The lean fold's fast steps, inline (``LeanFold._requested`` / ``_inflight`` /
-        # ``_completed``, condition for condition): its tail and last requested instant are
-        # kept in locals, written back before anything else reads them (``sync``) and read
-        # again after; its containers are changed in place.
-        lean = self._fold
-        instants, completions = lean._instants, lean._completions
-        pending, known_facts = lean._pending_plans, lean._requested_facts
-        tail, last = lean._tail_seq, lean._last_requested_time
         try:
             for msg in messages:
                 value = msg.value()
                 if msg.key() != key or value is None or value[:HEADER_SIZE] != header:
-                    replay.next_seq, lean._tail_seq, lean._last_requested_time = (
-                        following, tail, last,
-                    )  # fmt: skip
+                    replay.next_seq = following
                     self._general(msg, unreadable)
-                    following, tail, last = (
-                        replay.next_seq, lean._tail_seq, lean._last_requested_time,
-                    )  # fmt: skip
+                    following = replay.next_seq
                     continue
                 buffer = BytesIO(value)
                 buffer.seek(HEADER_SIZE)
@@ -168,13 +142,9 @@ class MessageFold:
                 except Exception:  # noqa: BLE001 - any corruption; decode_message names it
                     record = None
                 if record is None or buffer.tell() != len(value):
-                    replay.next_seq, lean._tail_seq, lean._last_requested_time = (
-                        following, tail, last,
-                    )  # fmt: skip
+                    replay.next_seq = following
                     self._general(msg, unreadable)
-                    following, tail, last = (
-                        replay.next_seq, lean._tail_seq, lean._last_requested_time,
-                    )  # fmt: skip
+                    following = replay.next_seq
                     continue
                 if record["envelope"]["table_id"] != table_id:
                     continue  # keyed by the table, about another: not this table's event
@@ -201,88 +171,27 @@ class MessageFold:
                             if model is _UNSEEN:
                                 model = texts.model(transition, text)
                         if model is not None or type(parsed(text)) is dict:
-                            token = record["lock_token"]
                             entry = new(
                                 LeanEntry,
                                 (seq, instant, action, transition, actor,
-                                 token, record["wall_time"], text, model),
+                                 record["lock_token"], record["wall_time"], text, model),
                             )  # fmt: skip
                 except ValueError:  # the payload is not JSON: ``feed`` decides what it makes
                     pass
                 if entry is not None and seq == following and not waiting:  # 3., inline
                     stored[seq] = entry
                     following = seq + 1
-                    if seq == tail + 1:  # the fast steps (see above)
-                        if transition is _INFLIGHT:
-                            fast = instants.get(instant)
-                            if (
-                                type(fast) is list
-                                and fast[1] is _REQUESTED
-                                and fast[0] is action
-                                and model is not None
-                            ):
-                                fast[1] = _INFLIGHT
-                                fast[4] = seq
-                                fast[5] = token
-                                fast[7] = entry
-                                tail = seq
-                                continue
-                        elif transition is _COMPLETED:
-                            fast = instants.get(instant)
-                            if (
-                                type(fast) is list
-                                and fast[1] is _INFLIGHT
-                                and fast[0] is action
-                                and not (completions and completions[-1][0] > fast[3])
-                                and not pending
-                                and model is not None
-                            ):
-                                fast[1] = _COMPLETED
-                                fast[4] = fast[9] = seq
-                                fast[5] = token
-                                fast[8] = entry
-                                completions.append((seq, instant))
-                                tail = seq
-                                continue
-                        elif (
-                            transition is _REQUESTED
-                            and model is UNCHECKED
-                            and (action is _FAST_COMMIT or action is _FAST_DELTACOMMIT)
-                            and instant not in instants
-                            and (last is None or instant > last)
-                        ):
-                            facts = known_facts.get(text, _UNSEEN)  # repeated texts: once
-                            if facts is _UNSEEN:
-                                facts = requested_guess(text) or requested_facts(text)
-                                if len(known_facts) >= SHARED_PAYLOADS_LIMIT:
-                                    known_facts.clear()
-                                known_facts[text] = facts
-                            if facts is not None:  # a plan is built from the entry when read
-                                instants[instant] = [
-                                    action, _REQUESTED, facts[0], seq, seq, token,
-                                    entry if facts[1] else None, None, None, None,
-                                ]  # fmt: skip
-                                last = instant
-                                tail = seq
-                                continue
-                    lean._tail_seq, lean._last_requested_time = tail, last
                     if step is None or not step(entry):
                         judged(entry)
-                    tail, last = lean._tail_seq, lean._last_requested_time
                     continue
-                replay.next_seq, lean._tail_seq, lean._last_requested_time = (
-                    following, tail, last,
-                )  # fmt: skip
+                replay.next_seq = following
                 if entry is not None:
                     replay.take(entry)
                 else:
                     replay.feed(_recorded(msg, record))
-                following, tail, last = (
-                    replay.next_seq, lean._tail_seq, lean._last_requested_time,
-                )  # fmt: skip
+                following = replay.next_seq
         finally:
             replay.next_seq = following
-            lean._tail_seq, lean._last_requested_time = tail, last
         return unreadable
 
     def _general(self, msg: Message, unreadable: list[Unreadable]) -> None:
