@@ -62,9 +62,8 @@ from lakewarden.history import (
 from lakewarden.history.reader import BULK_READ_CONFIG, READ_BATCH
 from lakewarden.settings import Settings
 from lakewarden.table.instant import Instant
-from lakewarden.table.plans import JobPlan, MicroBatch
-from lakewarden.table.stats import CommitStats, FileGroupId, WorkloadProfile, WriteStat
-from lakewarden.table.timeline_state import RequestedPayload
+from lakewarden.table.stats import CommitStats, WorkloadProfile
+from lakewarden.testing.payloads import file_group_payloads, streaming_requested
 
 _TIMEOUT_S = 30.0
 _TABLE = "5f1f7b0e-2a9c-4a51-9d7e-0c6a3b1e9f42"
@@ -83,34 +82,6 @@ def _instant(i: int) -> str:
     return str(Instant.from_epoch_ms(_START_MS + i * _SPACING_MS))
 
 
-def _unique_payloads(i: int, instant: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The inflight and completed payloads of instant ``i`` writing a file group of its own."""
-    group = FileGroupId(partition_path=f"day={i % 365}", file_id=f"{i:08d}-0000")
-    stat = WriteStat(
-        file_group=group,
-        path=f"{group.partition_path}/{group.file_id}_0-1-0_{instant}.parquet",
-        base_instant=instant,
-        num_records=1_000 + i % 1_000,
-        num_inserts=1_000 + i % 1_000,
-        size_bytes=400_000 + i,
-    )
-    workload = WorkloadProfile(operation="insert", file_groups=(group,))
-    stats = CommitStats(operation="insert", write_stats=(stat,))
-    return workload.model_dump(mode="json"), stats.model_dump(mode="json")
-
-
-def _streaming_requested(i: int) -> dict[str, Any]:
-    """The ``requested`` payload of micro-batch ``i`` of a streaming ingestion: its own job
-    and batch, so no two instants share it."""
-    plan = JobPlan(
-        job_id=f"job_{i:012d}_5f1f7b0e",
-        batch=MicroBatch(query_id=_QUERY, run_id=_RUN, batch_id=i, checkpoint=_CHECKPOINT),
-    )
-    return RequestedPayload(operation="insert", plan=plan).model_dump(mode="json")
-
-
-_QUERY, _RUN = "8d3c0a7e-1f6b-4a52-9e0d-2b7c5f1a4e93", "0b5e9f3a-6c2d-4e71-8a4f-3d9b1c7e2a60"
-_CHECKPOINT = "s3://lake/checkpoints/orders"
 # What each instant's payloads are in a run (``_values``): the metric names them.
 PAYLOAD_KINDS: dict[str, str] = {
     "repeat": "3 payload texts that repeat",
@@ -129,9 +100,9 @@ def _values(instants: int, *, payloads: str = "repeat") -> list[tuple[bytes, int
     for i in range(instants):
         instant = _instant(i)
         inflight, completed = (
-            (_INFLIGHT, _COMPLETED) if payloads == "repeat" else _unique_payloads(i, instant)
+            (_INFLIGHT, _COMPLETED) if payloads == "repeat" else file_group_payloads(i, instant)
         )
-        requested = _streaming_requested(i) if payloads == "streaming" else _REQUESTED
+        requested = streaming_requested(i) if payloads == "streaming" else _REQUESTED
         for step, (transition, payload) in enumerate(
             (("requested", requested), ("inflight", inflight), ("completed", completed))
         ):

@@ -30,8 +30,9 @@ from test_optimistic_fold import _assert_optimistic_same, _optimistic
 from lakewarden.history._validate import facts_of, frame, requested_guess, serve
 from lakewarden.table._payload_mirror import MirrorError, mirror, payload_mirrors
 from lakewarden.table.plans import JobPlan, MicroBatch, ServicePlan
-from lakewarden.table.stats import CommitStats, FileGroupId, WorkloadProfile, WriteStat
+from lakewarden.table.stats import CommitStats, WorkloadProfile
 from lakewarden.table.timeline_state import RequestedPayload
+from lakewarden.testing.payloads import file_group_payloads, streaming_requested
 
 _MODELS: dict[str, type[BaseModel]] = {
     "requested": RequestedPayload,
@@ -40,36 +41,13 @@ _MODELS: dict[str, type[BaseModel]] = {
 }
 
 
-def _streaming_requested(i: int) -> dict[str, Any]:
-    """A streaming ingestion's requested payload (as ``benchmarks/bench_replay.py``'s)."""
-    batch = MicroBatch(query_id="q-8d3c", run_id="r-0b5e", batch_id=i, checkpoint="s3://c/o")
-    plan = JobPlan(job_id=f"job_{i:012d}_5f1f7b0e", batch=batch)
-    return RequestedPayload(operation="insert", plan=plan).model_dump(mode="json")
-
-
-def _unique_payloads(i: int, instant: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """An instant's inflight and completed payloads writing a file group of its own."""
-    group = FileGroupId(partition_path=f"day={i % 365}", file_id=f"{i:08d}-0000")
-    stat = WriteStat(
-        file_group=group,
-        path=f"{group.partition_path}/{group.file_id}_0-1-0_{instant}.parquet",
-        base_instant=instant,
-        num_records=1_000 + i % 1_000,
-        num_inserts=1_000 + i % 1_000,
-        size_bytes=400_000 + i,
-    )
-    workload = WorkloadProfile(operation="insert", file_groups=(group,))
-    stats = CommitStats(operation="insert", write_stats=(stat,))
-    return workload.model_dump(mode="json"), stats.model_dump(mode="json")
-
-
 _MIRRORS = payload_mirrors()
 _DECODERS = {name: msgspec.json.Decoder(kind) for name, kind in _MIRRORS.items()}
-_BENCH = [_unique_payloads(i, f"2025010100{i:07d}") for i in (0, 7, 123_456)]
+_BENCH = [file_group_payloads(i, f"2025010100{i:07d}") for i in (0, 7, 123_456)]
 _POOLS: dict[str, list[Any]] = {
     "requested": REQUESTED
     + PLAN_REQUESTED
-    + [_streaming_requested(i) for i in (0, 5, 10**9)]
+    + [streaming_requested(i) for i in (0, 5, 10**9)]
     + [{"operation": "insert", "cancellable": False, "plan": None}],
     "inflight": INFLIGHT + [w for w, _ in _BENCH],
     "completed": COMPLETED + [c for _, c in _BENCH],
@@ -259,7 +237,7 @@ def test_the_guess_of_a_written_requested_payload_is_its_facts_or_none(
 
 def test_the_benchmarks_streaming_payloads_are_guessed() -> None:
     for i in (0, 5, 10**9):
-        text = json.dumps(_streaming_requested(i), sort_keys=True)
+        text = json.dumps(streaming_requested(i), sort_keys=True)
         assert requested_guess(text) == ("insert", True)
 
 
@@ -287,7 +265,7 @@ def test_a_wrong_guess_makes_the_verdict_unclean(text: str) -> None:
 def test_a_right_guess_keeps_the_verdict_clean() -> None:
     records = _sequential()
     for record in records[::3]:
-        record["payload"] = json.dumps(_streaming_requested(3), sort_keys=True)
+        record["payload"] = json.dumps(streaming_requested(3), sort_keys=True)
     _, invalid = _optimistic(records)
     assert invalid == []
     assert _assert_optimistic_same(records)
