@@ -85,6 +85,17 @@ def _recording(table: Table, log: list[str], *, ahead: bool = False) -> Harness:
     return h
 
 
+def _requested_ahead(table: Table) -> tuple[Harness, str, list[str]]:
+    """A cancellable plan with a cancel request, asked through a harness that sends its
+    acquires ahead (the table is open), and the harness's log cleared after it."""
+    instant = str(table.schedule_clustering(cancellable=True))
+    log: list[str] = []
+    h = _recording(table, log, ahead=True)
+    h.ask(table, instant, "request")
+    log.clear()
+    return h, instant, log
+
+
 @pytest.fixture
 def table(tmp_path: Path) -> Table:
     return fragmented_table(tmp_path, EmbeddedCoordinator())
@@ -131,22 +142,14 @@ def test_a_request_on_an_open_table_sends_its_acquire_ahead(table: Table) -> Non
 def test_an_execute_takes_the_acquire_sent_ahead_up_in_its_first_lock_section(
     table: Table,
 ) -> None:
-    instant = str(table.schedule_clustering(cancellable=True))
-    log: list[str] = []
-    h = _recording(table, log, ahead=True)
-    h.ask(table, instant, "request")
-    log.clear()
+    h, instant, log = _requested_ahead(table)
     assert h.ask(table, instant, "execute").record["status"] == "aborted"
     sections = (len(log) - 3) // 2
     assert log == ["ahead 30", "taken up", *["acquire", "release"] * sections, "result aborted"]
 
 
 def test_a_malformed_request_withdraws_the_acquire_sent_ahead(table: Table) -> None:
-    instant = str(table.schedule_clustering(cancellable=True))
-    log: list[str] = []
-    h = _recording(table, log, ahead=True)
-    h.ask(table, instant, "request")
-    log.clear()
+    h, instant, log = _requested_ahead(table)
     h.feed(b"not an event", key=table.table_id.encode())
     assert log == ["ahead 30", "withdrawn"] and h.dlq.sent
 
@@ -154,11 +157,7 @@ def test_a_malformed_request_withdraws_the_acquire_sent_ahead(table: Table) -> N
 def test_an_acquire_sent_ahead_that_no_lock_takes_up_is_withdrawn(
     table: Table, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    instant = str(table.schedule_clustering(cancellable=True))
-    log: list[str] = []
-    h = _recording(table, log, ahead=True)
-    h.ask(table, instant, "request")
-    log.clear()
+    h, instant, log = _requested_ahead(table)
 
     def broken(self: Table, *args: object, **kwargs: object) -> None:
         raise StorageError("the store failed before the lock was taken")
