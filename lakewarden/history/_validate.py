@@ -244,12 +244,19 @@ class _Judge:
     the payload's facts makes it count as invalid (the read then starts over in process)."""
 
     def __init__(
-        self, name: str, model: type[BaseModel], fast: Any = None, *, guessed: bool = False
+        self,
+        name: str,
+        model: type[BaseModel],
+        fast: Any = None,
+        refused: tuple[type[Exception], ...] = (),
+        *,
+        guessed: bool = False,
     ) -> None:
         self.name = name
         # What ``model_validate_json`` calls, without its Python frame (the same verdict).
         self._validate = model.__pydantic_validator__.validate_json
         self._fast = fast  # the mirror's ``msgspec.json.Decoder.decode`` (None: pydantic only)
+        self._refused = refused  # what ``fast`` raises for a text the mirror refuses
         self._guessed = guessed
         self._seen: dict[str, bool] = {}
         self._hits = 0
@@ -277,7 +284,7 @@ class _Judge:
         if self._fast is not None:
             try:
                 payload = self._fast(text)
-            except _MIRROR_REFUSED:
+            except self._refused:
                 pass
         if payload is None:
             try:
@@ -305,7 +312,6 @@ class _Judge:
 def _judges() -> list[_Judge]:
     """A judge per transition of ``CHECKED``, each with its model's msgspec mirror when
     msgspec can be imported (else pydantic alone: the same verdicts, slower)."""
-    global _MIRROR_REFUSED
     models = _models()
     try:
         import msgspec
@@ -313,16 +319,11 @@ def _judges() -> list[_Judge]:
         from lakewarden.table._payload_mirror import payload_mirrors
     except ImportError:
         return [_Judge(n, m, guessed=n == "requested") for n, m in models.items()]
-    _MIRROR_REFUSED = (msgspec.ValidationError, msgspec.DecodeError)
-    mirrors = payload_mirrors()
+    mirrors, refused = payload_mirrors(), (msgspec.ValidationError, msgspec.DecodeError)
     return [
-        _Judge(n, m, msgspec.json.Decoder(mirrors[n]).decode, guessed=n == "requested")
+        _Judge(n, m, msgspec.json.Decoder(mirrors[n]).decode, refused, guessed=n == "requested")
         for n, m in models.items()
     ]
-
-
-# What a mirror's decoder raises for a text it refuses (set by ``_judges``).
-_MIRROR_REFUSED: tuple[type[Exception], ...] = ()
 
 
 def serve(source: IO[bytes], sink: IO[bytes]) -> None:
