@@ -4,7 +4,6 @@ through heartbeat-monitor's topics."""
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from lakewarden.table import (
     connect,
     shared_connection,
 )
+from lakewarden.testing import wait_until
 from services._common.process import ServiceProcess
 
 pytestmark = pytest.mark.timeout(120)
@@ -95,7 +95,8 @@ def test_an_acquire_sent_ahead_and_not_taken_up_is_withdrawn(
     coordinator: KafkaCoordinator, shared_lock_settings: Settings
 ) -> None:
     coordinator.lock_ahead("dropped", ttl_s=30)
-    time.sleep(0.5)  # granted meanwhile: nobody waits for that lease
+    sent = coordinator._ahead["dropped"]
+    wait_until(sent.future.done, what="the acquire sent ahead granted")  # nobody waits for it
     coordinator.drop_lock_ahead("dropped")
     other = LockClient(shared_lock_settings, owner="other")
     try:
@@ -110,7 +111,7 @@ def test_a_lock_with_another_ttl_withdraws_the_acquire_sent_ahead(
 ) -> None:
     coordinator.lock_ahead("ttl", ttl_s=30)
     sent = coordinator._ahead["ttl"]
-    time.sleep(0.5)  # granted meanwhile
+    wait_until(sent.future.done, what="the acquire sent ahead granted")
     with coordinator.lock("ttl", ttl_s=5, wait_s=5) as lease:
         # Its own acquire, granted once the withdrawn one's lease ended.
         assert lease.request_id != sent.request_id and lease.ttl_s == 5
