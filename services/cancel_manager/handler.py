@@ -110,7 +110,8 @@ class RequestHandler:
                 self.dead_letters, message, self._handle(message, value), what="cancel request"
             )
         finally:
-            # A malformed request never reaches a lock section: withdraw what lock_ahead sent.
+            # What lock_ahead sent and no lock section took up (a malformed request, a failure
+            # before the lock) is withdrawn here, after every request, and only here.
             await self.run_blocking(self.worker.drop_lock_ahead)
 
     async def _handle(self, message: Message, value: Any) -> None:

@@ -21,9 +21,9 @@ A request for a table the worker has open sends the table lock's acquire ahead
 id): the acquire's round trip to timeline-lock then overlaps decoding, validating and the
 worker's own steps up to the command's first lock section, which waits for that acquire's
 grant (``Coordinator.lock_ahead``). The transaction is unchanged: the lock is granted before
-the timeline is reloaded. ``drop_lock_ahead`` (also part of ``release_held``) withdraws an
-acquire that no lock section took up (a request that turned out malformed or failed before
-its lock).
+the timeline is reloaded. ``drop_lock_ahead``, which the handler calls once it is done with
+every request, withdraws an acquire that no lock section took up (a request that turned out
+malformed or failed before its lock).
 
 A ``request`` holds the table lock a little longer than ``request_cancel`` does: its release
 is sent by ``release_held``, which the handler calls once the result is out, so the client's
@@ -137,11 +137,9 @@ class CancelWorker:
             self._recorder.drop_lock_ahead()
 
     def release_held(self) -> None:
-        """Release the table lock a ``request`` kept and withdraw an acquire sent ahead that
-        no lock section took up (see the module doc); never raises."""
+        """Release the table lock a ``request`` kept (see the module doc); never raises."""
         if self._recorder is not None:
             self._recorder.release_held()
-            self._recorder.drop_lock_ahead()
 
     def expired(self, expiry: Expiry, *, uri: str | None) -> Outcome | None:
         """``execute_cancel`` of a cancel-requested plan whose executor died, the table being
