@@ -15,8 +15,10 @@ costs. Almost every entry of a real log is one step of the same path: an ingesti
   compaction or clustering plan is pending (so neither conflict rule has anything to compare
   it with). The payload must validate as the rule's model (validated once per payload
   object: equal payload texts share one dict), or be ``UNCHECKED``: a large read folds the
-  ``inflight`` and ``completed`` payloads as valid while a second process validates them,
-  and reads again validating here when one is not (``_replay_read``). The instant's state
+  ``inflight`` and ``completed`` payloads as valid, and a ``requested`` one unread when it
+  begins as lakewarden writes a non-cancellable one (``PLAIN_REQUESTED``), while a second
+  process checks them (``_validate``: valid, and for those ``requested`` ones a payload
+  this step takes), and reads again validating here when one is not. The instant's state
   is then a list updated in place (``_Fast``) that holds those entries, built as the
   ``InstantState`` the state machine would have built, payload models included, when
   someone needs it (``state()``, or a later entry that leaves the fast path); ``summary()``
@@ -41,11 +43,10 @@ from typing import Any, Final, NamedTuple, cast
 
 from pydantic import BaseModel, ValidationError
 
-from lakewarden.history._validate import requested_guess
+from lakewarden.history._validate import PLAIN_REQUESTED, fast_requested
 from lakewarden.table._frozen import construct
 from lakewarden.table._payloads import SHARED_PAYLOADS_LIMIT, Rejected, SharedPayloads
 from lakewarden.table.instant import TABLE_SERVICE_ACTIONS, Action, Transition
-from lakewarden.table.plans import JobPlan, UntypedPlan
 from lakewarden.table.state_machine import judge
 from lakewarden.table.stats import CommitStats, WorkloadProfile
 from lakewarden.table.timeline_state import (
@@ -61,16 +62,14 @@ _INFLIGHT: Final = Transition.INFLIGHT
 _COMPLETED: Final = Transition.COMPLETED
 _FAST_COMMIT: Final = Action.COMMIT  # the fast actions: ingestion
 _FAST_DELTACOMMIT: Final = Action.DELTACOMMIT
-_FAST_PLANS: Final = (type(None), JobPlan, UntypedPlan)
-_NOT_SEEN: Any = object()
 
 
 class LeanEntry(NamedTuple):
     """A timeline entry as replay holds it: ``TimelineEntry``'s fields with their validated
     values, built without pydantic; the payload as its JSON text (an object) and, for the
     transitions the fast path takes, the payload validated as the rule's model when it is
-    valid (``FAST_MODELS``; else None), or ``UNCHECKED``: an ``inflight`` / ``completed``
-    payload folded as valid while a second process checks it (``_validate``; the read
+    valid (``FAST_MODELS``; else None), or ``UNCHECKED``: a ``requested`` / ``inflight`` /
+    ``completed`` payload folded as valid while a second process checks it (``_validate``; the read
     folds again, validating in process, when one was not). ``PayloadTexts.entry`` makes
     the model."""
 
@@ -198,37 +197,11 @@ class PayloadTexts:
 
 # A fast instant's state, updated in place: [action, state, operation, requested_seq,
 # last_seq, lock_token, plan, workload, commit, completed_seq]; workload and commit are the
-# ``inflight`` / ``completed`` entries (their models are built by ``_built`` when the state
-# is read: an optimistic fold validates none of them on its thread).
+# ``inflight`` / ``completed`` entries, and in an optimistic fold the plan is the
+# ``requested`` entry and the operation None (their models are built by ``_built`` when the
+# state is read: an optimistic fold validates none of them on its thread).
 _Fast = list[Any]
 _STATE, _LAST_SEQ, _TOKEN, _WORKLOAD, _COMMIT, _COMPLETED_SEQ = 1, 4, 5, 7, 8, 9
-
-
-def requested_facts(text: str) -> tuple[str, bool] | None:
-    """What the fast ``requested`` step reads of a payload, without validating it: its
-    ``operation`` and whether it has a plan, for a JSON object of the plain shape an
-    ingestion writes (not ``cancellable``, its plan none or ``{"kind": "job", ...}``);
-    None for any other text, which is then validated in process.
-
-    Taken only in an optimistic fold, whose checker validates the text as
-    ``RequestedPayload``; for a text that validates, these facts are the model's: JSON's
-    ``false`` is the model's False, a string its ``operation``, and a plan dict whose kind is
-    ``job`` its ``JobPlan`` (the discriminator; ``upgrade_legacy_plan`` leaves a dict with a
-    kind as it is). ``test_optimistic_fold`` checks it on generated payloads."""
-    try:
-        payload = json.loads(text)
-    except ValueError:
-        return None
-    if type(payload) is not dict or payload.get("cancellable", False) is not False:
-        return None
-    operation, plan = payload.get("operation"), payload.get("plan")
-    if type(operation) is not str or not operation:
-        return None
-    if plan is None:
-        return operation, False
-    if type(plan) is dict and plan.get("kind") == "job":
-        return operation, True
-    return None
 
 
 class LeanFold:
@@ -245,8 +218,6 @@ class LeanFold:
         # (completed_seq, instant) in log order: completed_since and the fast conflict test.
         self._completions: list[tuple[int, str]] = []
         self._pending_plans: set[str] = set()
-        # ``requested_facts`` of the unchecked requested texts seen lately (an optimistic fold).
-        self._requested_facts: dict[str, Any] = {}
         self._parse = SharedPayloads()
         # The fast path by transition: each takes the entry (True) or leaves it untouched.
         self.fast: dict[Transition, Callable[[LeanEntry], bool]] = {
@@ -316,29 +287,21 @@ class LeanFold:
             return False
         payload: Any = entry[8]  # RequestedPayload | None (FAST_MODELS) | UNCHECKED
         if payload is UNCHECKED:
-            text, known = entry[7], self._requested_facts
-            facts = known.get(text, _NOT_SEEN)  # texts that repeat are read once
-            if facts is _NOT_SEEN:
-                facts = requested_guess(text) or requested_facts(text)
-                if len(known) >= SHARED_PAYLOADS_LIMIT:
-                    known.clear()
-                known[text] = facts
-            if facts is not None:  # the plan, if any, is built from the entry when read
+            if entry[7].startswith(PLAIN_REQUESTED):
+                # Taken unread: the checker process fails the read unless the text is valid
+                # and ``fast_requested``; its operation and plan are read when it is built.
                 instants[instant] = [
-                    action, _REQUESTED, facts[0], seq, seq, entry[5],
-                    entry if facts[1] else None, None, None, None,
+                    action, _REQUESTED, None, seq, seq, entry[5], entry, None, None, None,
                 ]  # fmt: skip
                 self._last_requested_time = instant
                 self._tail_seq = seq
                 return True
-            payload = self._texts.model(_REQUESTED, text)  # another shape: checked here
-        if payload is None or payload.cancellable:
-            return False
-        plan = payload.plan
-        if type(plan) not in _FAST_PLANS:
+            payload = self._texts.model(_REQUESTED, entry[7])  # another layout: checked here
+        if payload is None or not fast_requested(payload):
             return False
         instants[instant] = [
-            action, _REQUESTED, payload.operation, seq, seq, entry[5], plan, None, None, None,
+            action, _REQUESTED, payload.operation, seq, seq, entry[5], payload.plan,
+            None, None, None,
         ]  # fmt: skip
         self._last_requested_time = instant
         self._tail_seq = seq
@@ -491,13 +454,18 @@ def _built(instant: str, fast: _Fast, texts: PayloadTexts) -> InstantState:
     instant never sets hold their defaults (``test_lean_fold`` checks the keys, their order
     and the values against the state machine's)."""
     state = fast[_STATE]
+    operation, plan = fast[2], fast[6]
+    if type(plan) is LeanEntry:  # an optimistic fold's: the requested entry, read now
+        requested = texts.payload(plan)
+        operation = None if requested is None else requested.operation
+        plan = None if requested is None else requested.plan
     new = _new(InstantState)
     values = new.__dict__
     values["instant"] = instant
     values["action"] = fast[0]
     values["state"] = state
     values["cancellable"] = False
-    values["operation"] = fast[2]
+    values["operation"] = operation
     values["requested_seq"] = fast[3]
     values["last_seq"] = fast[_LAST_SEQ]
     values["completed_seq"] = fast[_COMPLETED_SEQ]
@@ -507,10 +475,6 @@ def _built(instant: str, fast: _Fast, texts: PayloadTexts) -> InstantState:
     values["workload"] = workload
     values["commit"] = texts.payload(fast[_COMMIT])
     values["lock_token"] = fast[_TOKEN]
-    plan = fast[6]
-    if type(plan) is LeanEntry:  # an optimistic fold's job plan: its requested entry
-        requested = texts.payload(plan)
-        plan = None if requested is None else requested.plan
     values["plan"] = plan
     values["plan_file_groups"] = _NO_GROUPS
     values["rollback_by"] = values["reason"] = values["failed_stage"] = None
@@ -530,5 +494,4 @@ __all__ = [
     "LeanFold",
     "PayloadTexts",
     "new_lean_entry",
-    "requested_facts",
 ]

@@ -15,9 +15,10 @@ would; what differs is the loop, written for a million events:
 4. The problems are returned: messages that do not decode (``Unreadable``) and, last, a
    ``RetentionGap`` per partition that lost its oldest events.
 
-A read of at least ``CHECK_ELSEWHERE_FROM`` messages folds optimistically: the ``inflight``
-and ``completed`` payloads (two an instant, and on a real table they never repeat) are
-folded as valid and validated by a second process (``_validate.PayloadChecker``), each
+A read of at least ``CHECK_ELSEWHERE_FROM`` messages folds optimistically: the ``requested``,
+``inflight`` and ``completed`` payloads (three an instant; on a real table the last two never
+repeat, nor, for a streaming ingestion, the first) are folded as valid, a plain ``requested``
+one unread (``_lean_fold``), and checked by a second process (``_validate.PayloadChecker``), each
 batch's texts forwarded as the batch is folded. When the read ends its verdict is joined;
 if any text was invalid, or the process failed, the same offsets are read again with every
 payload validated in process (today's fold, exactly: an invalid payload is a rejection, and

@@ -170,52 +170,25 @@ def frame(*texts: list[str]) -> bytes:
     return _LENGTH.pack(len(body)) + body
 
 
-_PLAIN: Final = '{"cancellable": false, "operation": "'
-_NO_PLAN: Final = '", "plan": null}'
-_A_PLAN: Final = '", "plan": {'
+# How ``TimelinePublisher`` writes the ``requested`` payload of an ingestion that is not
+# cancellable (``json.dumps(..., sort_keys=True)``): the fast ``requested`` step of an
+# optimistic fold takes a text that begins so without reading it, and this process checks it.
+PLAIN_REQUESTED: Final = '{"cancellable": false, "operation": "'
+# The kinds of plan an ingestion's ``requested`` payload may hold on the fast path (besides
+# none): a job plan, or a legacy untyped one (``JobPlan``, ``UntypedPlan``).
+_FAST_PLAN_KINDS: Final = ("job", "untyped")
 
 
-def requested_guess(text: str) -> tuple[str, bool] | None:
-    """``requested_facts`` guessed from the text alone, without parsing it (a few string
-    comparisons instead of ``json.loads``: a streaming ingestion's ``requested`` payloads
-    never repeat), for the layout in which ``TimelinePublisher`` writes an ingestion's
-    payload (``json.dumps(..., sort_keys=True)``): ``{"cancellable": false, "operation":
-    "...", "plan": `` then ``null}``, or an object with one ``"kind"`` in the whole text,
-    ``"kind": "job"``; the operation a string with no escape in it. None for any other text
-    (then ``requested_facts`` reads it).
-
-    A guess, not a proof: a text can look so and say otherwise (``"kind": "job"`` in a
-    nested object, a key given twice). Taken only in an optimistic fold, and the checker
-    process makes the same guess of every ``requested`` text it validates: a guess that
-    is not the validated payload's facts (``facts_of``) counts as an invalid payload, so
-    the read starts over validating in process. A wrong guess costs time, never a wrong
-    fold."""
-    if not text.startswith(_PLAIN):
-        return None
-    tail = text.find('"', 37)
-    operation = text[37:tail]
-    if tail <= 37 or "\\" in operation:
-        return None
-    if text.startswith(_NO_PLAN, tail):
-        return (operation, False) if len(text) == tail + 16 else None
-    if text.startswith(_A_PLAN, tail) and text.count('"kind"') == 1 and '"kind": "job"' in text:
-        return operation, True
-    return None
-
-
-def facts_of(payload: Any) -> tuple[str, bool] | None:
-    """What the fast ``requested`` step needs of a validated ``RequestedPayload`` (or of a
-    mirror of it with the same fields), as ``requested_facts`` gives it: its operation and
-    whether it has a plan, when it is not cancellable and its plan is none or a job plan;
-    else None."""
+def fast_requested(payload: Any) -> bool:
+    """Whether the fast ``requested`` step takes a valid ``RequestedPayload`` (or a mirror of
+    it with the same fields): not cancellable, its plan none, a job plan or a legacy untyped
+    plan (the discriminator's ``kind``). The one statement of the rule: the fold's thread
+    applies it to the payloads it validates, this process to the texts the fold took
+    unread because they begin with ``PLAIN_REQUESTED``."""
     if payload.cancellable is not False:
-        return None
+        return False
     plan = payload.plan
-    if plan is None:
-        return payload.operation, False
-    if getattr(plan, "kind", None) == "job":
-        return payload.operation, True
-    return None
+    return plan is None or getattr(plan, "kind", None) in _FAST_PLAN_KINDS
 
 
 def _models() -> dict[str, type[BaseModel]]:
@@ -239,9 +212,10 @@ class _Judge:
 
     A text is first decoded by the model's msgspec mirror (``payload_mirrors``: it accepts
     only what pydantic accepts, to the same values), and validated by pydantic only when the
-    mirror refuses it: pydantic's verdict either way. A ``requested`` text that is valid is
-    also guessed as the fold's thread guesses it (``requested_guess``): a guess that is not
-    the payload's facts makes it count as invalid (the read then starts over in process)."""
+    mirror refuses it: pydantic's verdict either way. A ``requested`` text that begins with
+    ``PLAIN_REQUESTED`` was taken by the fold's fast step unread: unless its payload is one
+    that step takes (``fast_requested``), it counts as invalid (the read then starts over in
+    process)."""
 
     def __init__(
         self,
@@ -250,14 +224,14 @@ class _Judge:
         fast: Any = None,
         refused: tuple[type[Exception], ...] = (),
         *,
-        guessed: bool = False,
+        requested: bool = False,
     ) -> None:
         self.name = name
         # What ``model_validate_json`` calls, without its Python frame (the same verdict).
         self._validate = model.__pydantic_validator__.validate_json
         self._fast = fast  # the mirror's ``msgspec.json.Decoder.decode`` (None: pydantic only)
         self._refused = refused  # what ``fast`` raises for a text the mirror refuses
-        self._guessed = guessed
+        self._requested = requested
         self._seen: dict[str, bool] = {}
         self._hits = 0
         self._paused = 0  # texts left to judge without looking them up
@@ -291,9 +265,8 @@ class _Judge:
                 payload = self._validate(text)
             except ValidationError:
                 return False
-        if self._guessed:
-            guess = requested_guess(text)
-            return guess is None or guess == facts_of(payload)
+        if self._requested and text.startswith(PLAIN_REQUESTED):
+            return fast_requested(payload)
         return True
 
     def _remember(self, text: str, valid: bool) -> None:
@@ -318,10 +291,10 @@ def _judges() -> list[_Judge]:
 
         from lakewarden.table._payload_mirror import payload_mirrors
     except ImportError:
-        return [_Judge(n, m, guessed=n == "requested") for n, m in models.items()]
+        return [_Judge(n, m, requested=n == "requested") for n, m in models.items()]
     mirrors, refused = payload_mirrors(), (msgspec.ValidationError, msgspec.DecodeError)
     return [
-        _Judge(n, m, msgspec.json.Decoder(mirrors[n]).decode, refused, guessed=n == "requested")
+        _Judge(n, m, msgspec.json.Decoder(mirrors[n]).decode, refused, requested=n == "requested")
         for n, m in models.items()
     ]
 
@@ -351,8 +324,8 @@ __all__ = [
     "CHECKED",
     "PayloadChecker",
     "Verdict",
-    "facts_of",
+    "PLAIN_REQUESTED",
+    "fast_requested",
     "frame",
-    "requested_guess",
     "serve",
 ]

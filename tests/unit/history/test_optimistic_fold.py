@@ -39,10 +39,16 @@ from test_lean_fold import (
 
 from lakewarden.events.codec import epoch_ms_codec
 from lakewarden.history import TopicReplay
-from lakewarden.history._lean_fold import UNCHECKED, LeanEntry, requested_facts
+from lakewarden.history._lean_fold import UNCHECKED, LeanEntry
 from lakewarden.history._message_fold import MessageFold
-from lakewarden.history._validate import PayloadChecker, frame, serve
-from lakewarden.table.plans import JobPlan
+from lakewarden.history._validate import (
+    PLAIN_REQUESTED,
+    PayloadChecker,
+    fast_requested,
+    frame,
+    serve,
+)
+from lakewarden.table.plans import JobPlan, UntypedPlan
 from lakewarden.table.stats import CommitStats, WorkloadProfile
 from lakewarden.table.timeline_state import RequestedPayload
 
@@ -123,29 +129,35 @@ def test_a_sequential_history_folds_optimistically_with_a_clean_verdict() -> Non
     assert _assert_optimistic_same(_sequential())
 
 
-def _valid_requested(payload: dict[str, Any]) -> bool:
+def _fast_requested_text(payload: object) -> str | None:
+    """``payload`` validated and written as ``TimelinePublisher`` writes it, when that text
+    begins with ``PLAIN_REQUESTED`` and the fast requested step takes its model; else None."""
     try:
-        RequestedPayload.model_validate(payload)
+        model = RequestedPayload.model_validate(payload)
     except ValueError:
-        return False
-    return True
+        return None
+    text = json.dumps(model.model_dump(mode="json"), sort_keys=True)
+    return text if text.startswith(PLAIN_REQUESTED) and fast_requested(model) else None
 
 
-def test_job_plans_are_folded_unchecked_and_kept_in_the_instants() -> None:
-    """Requested payloads of the plain shapes an ingestion writes (a job plan, with and
-    without a micro-batch; none) stay on the fast path unchecked, and the states built when
-    read hold the plans the state machine's hold."""
-    plain = [p for p in REQUESTED if requested_facts(json.dumps(p)) and _valid_requested(p)]
+def test_requested_payloads_as_published_are_folded_unread_and_built_when_read() -> None:
+    """Requested payloads as an ingestion publishes them (``sort_keys``; no plan, a job plan
+    with and without a micro-batch, a legacy untyped plan) stay on the fast path unread, and
+    the states built when read hold the operations and plans the state machine's hold."""
+    plain = [t for t in map(_fast_requested_text, REQUESTED) if t is not None]
+    assert len(plain) >= 4
     records = _sequential()
     for i, record in enumerate(records[::3]):
-        record["payload"] = json.dumps(plain[i % len(plain)])
+        record["payload"] = plain[i % len(plain)]
     replay, invalid = _optimistic(records)
     fold = replay.lean_fold
     assert invalid == [] and fold is not None
     assert all(type(s) is list for s in fold._instants.values())  # all on the fast path
-    assert sum(type(s[6]) is LeanEntry for s in fold._instants.values()) >= 2  # plans unbuilt
+    assert all(type(s[6]) is LeanEntry for s in fold._instants.values())  # none read yet
     assert _assert_optimistic_same(records)
-    assert any(isinstance(i.plan, JobPlan) for i in replay.state().instants.values())
+    built = replay.state().instants.values()
+    assert any(isinstance(i.plan, JobPlan) for i in built)
+    assert {i.operation for i in built} == {"insert", "upsert"}
 
 
 # Invalid payloads at the fast steps (first, middle, last instant; a rejection, a text that
@@ -247,17 +259,65 @@ def test_no_checker_when_no_process_can_be_started(monkeypatch: pytest.MonkeyPat
     assert PayloadChecker.start() is None
 
 
-@pytest.mark.parametrize("payload", REQUESTED + PLAN_REQUESTED + [None, [], "x", {"plan": None}])
-def test_requested_facts_are_the_validated_models_own(payload: object) -> None:
-    """What the fast requested step reads of an unchecked text is what it reads of the
-    model, for every text that validates (the others are the checker's to refuse)."""
+# Valid requested payloads that begin as a plain one does but are not on the fast path
+# (plans of table services; a key given twice, the last one wins): the fold takes each
+# unread, so the checker must fail the read.
+_NOT_FAST_BUT_PLAIN = [
+    json.dumps(PLAN_REQUESTED[1], sort_keys=True),
+    json.dumps(PLAN_REQUESTED[2], sort_keys=True),
+    '{"cancellable": false, "operation": "insert", "plan": null, "cancellable": true}',
+    '{"cancellable": false, "operation": "insert", "plan": {"kind": "service", '
+    '"file_groups": [{"partition_path": "p", "file_id": "f"}]}}',
+]
+
+
+@pytest.mark.parametrize("text", _NOT_FAST_BUT_PLAIN)
+def test_a_plain_looking_requested_payload_that_is_not_fast_fails_the_read(text: str) -> None:
+    model = RequestedPayload.model_validate_json(text)  # valid: only not a fast one
+    assert text.startswith(PLAIN_REQUESTED) and not fast_requested(model)
+    records = _sequential()
+    records[9] = {**records[9], "payload": text}  # the 4th instant's requested entry
+
+    _, invalid = _optimistic(records)
+
+    assert invalid == [("requested", 3)]
+    assert not _assert_optimistic_same(records)  # the read starts over in process
+    _assert_same(records, as_messages=True)  # which decides what the state machine decides
+
+
+def test_a_key_given_twice_is_read_as_the_model_reads_it() -> None:
+    """The fold reads no fact of a text it took unread: the operation and plan of the state
+    are the validated model's (the last of a key given twice), and the verdict is clean."""
+    records = _sequential()
+    records[9] = {
+        **records[9],
+        "payload": '{"cancellable": false, "operation": "insert", "plan": null, '
+        '"operation": "upsert", "plan": {"kind": "job", "job_id": "j"}}',
+    }
+    replay, invalid = _optimistic(records)
+    assert invalid == []
+    assert _assert_optimistic_same(records)
+    state = replay.state().instants[records[9]["instant"]]
+    assert state.operation == "upsert" and isinstance(state.plan, JobPlan)
+
+
+@pytest.mark.parametrize("payload", REQUESTED + PLAN_REQUESTED)
+def test_fast_requested_is_the_state_machines_rule(payload: object) -> None:
+    """``fast_requested`` on a valid model and on its msgspec mirror: not cancellable, and
+    no plan, a job plan or an untyped one."""
+    import msgspec
+
+    from lakewarden.table._payload_mirror import payload_mirrors
+
     text = json.dumps(payload)
-    facts = requested_facts(text)
     try:
         model = RequestedPayload.model_validate_json(text)
     except ValueError:
         return
-    if facts is not None:
-        assert not model.cancellable
-        assert facts == (model.operation, model.plan is not None)
-        assert type(model.plan) in (type(None), JobPlan)
+    expected = not model.cancellable and type(model.plan) in (type(None), JobPlan, UntypedPlan)
+    assert fast_requested(model) is expected
+    try:
+        mirrored = msgspec.json.decode(text, type=payload_mirrors()["requested"])
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        return  # refused: the checker asks pydantic
+    assert fast_requested(mirrored) is expected

@@ -1,21 +1,19 @@
-"""The checker's msgspec mirrors never accept what pydantic refuses, and the fold's guess of a
-``requested`` payload's facts is checked by the child.
+"""The checker's msgspec mirrors never accept what pydantic refuses, and a ``requested``
+payload as lakewarden publishes it is taken unread and found fast by the child.
 
 ``_validate``'s child decodes each payload text with its model's msgspec mirror
 (``lakewarden.table._payload_mirror``) and runs pydantic only on the texts the mirror
 refuses. That is pydantic's verdict only if every text a mirror accepts its model accepts,
 to the same values: checked here on the lean fold's payload pools, the benchmark's payloads
 and hypothesis' mutations of them (values replaced by any JSON value, keys dropped or
-added, a key given twice). The fold's thread guesses a ``requested`` payload's facts from
-its text (``requested_guess``); a guess that is not the model's facts must make the verdict
-unclean, so the read starts over in process.
+added, a key given twice). The fold's thread takes a ``requested`` payload that begins as
+lakewarden publishes a plain one (``PLAIN_REQUESTED``) unread: lakewarden's own never make
+the checker fail the read.
 """
 
 from __future__ import annotations
 
-import io
 import json
-import pickle
 from typing import Any
 
 import msgspec
@@ -27,7 +25,7 @@ from pydantic import BaseModel, Field, field_validator
 from test_lean_fold import COMPLETED, INFLIGHT, PLAN_REQUESTED, REQUESTED, _sequential
 from test_optimistic_fold import _assert_optimistic_same, _optimistic
 
-from lakewarden.history._validate import facts_of, frame, requested_guess, serve
+from lakewarden.history._validate import PLAIN_REQUESTED, fast_requested
 from lakewarden.table._payload_mirror import MirrorError, mirror, payload_mirrors
 from lakewarden.table.plans import JobPlan, MicroBatch, ServicePlan
 from lakewarden.table.stats import CommitStats, WorkloadProfile
@@ -64,7 +62,7 @@ def _assert_mirror_sound(name: str, text: str) -> bool:
     model = _MODELS[name].model_validate_json(text)  # raises if the mirror was laxer
     assert json.loads(msgspec.json.encode(decoded)) == json.loads(model.model_dump_json()), text
     if name == "requested":
-        assert facts_of(decoded) == facts_of(model), text
+        assert fast_requested(decoded) == fast_requested(model), text
     return True
 
 
@@ -193,7 +191,7 @@ def test_the_mirrors_fields_are_the_models() -> None:
     assert mirror(MicroBatch).__struct_fields__ == tuple(MicroBatch.model_fields)
 
 
-# -- the guess --------------------------------------------------------------------------------
+# -- requested payloads taken unread ---------------------------------------------------------
 
 
 _OPERATIONS = st.text(max_size=8) | st.sampled_from(["insert", "upsert", "bulk_insert"])
@@ -223,68 +221,25 @@ def _requested_payloads(draw: st.DrawFn) -> RequestedPayload:
 
 @settings(max_examples=examples(300))
 @given(_requested_payloads())
-def test_the_guess_of_a_written_requested_payload_is_its_facts_or_none(
+def test_a_published_ingestion_payload_is_taken_unread_and_found_fast(
     payload: RequestedPayload,
 ) -> None:
-    """As lakewarden writes them (``json.dumps(..., sort_keys=True)``), a guess is never
-    wrong: a wrong one would cost a second read of the whole topic."""
+    """As lakewarden writes them (``json.dumps(..., sort_keys=True)``), an ingestion's
+    requested payload that is not cancellable begins with ``PLAIN_REQUESTED`` (the fold takes
+    it unread) and is one the fast step takes (the checker finds it so): none costs a second
+    read of the whole topic. A cancellable one does not begin so (it is read in process)."""
     text = json.dumps(payload.model_dump(mode="json"), sort_keys=True)
-    guess = requested_guess(text)
-    assert guess is None or guess == facts_of(payload)
-    if payload.operation.isalnum() and payload.operation.isascii() and not payload.cancellable:
-        assert guess == facts_of(payload)  # the plain shape is guessed, not parsed
+    assert text.startswith(PLAIN_REQUESTED) is not payload.cancellable
+    if not payload.cancellable:
+        assert fast_requested(payload)
+        assert fast_requested(_DECODERS["requested"].decode(text))
 
 
-def test_the_benchmarks_streaming_payloads_are_guessed() -> None:
-    for i in (0, 5, 10**9):
-        text = json.dumps(streaming_requested(i), sort_keys=True)
-        assert requested_guess(text) == ("insert", True)
-
-
-# Valid texts whose guess is not their facts: a key given twice, the last one wins.
-_WRONG_GUESSES = [
-    '{"cancellable": false, "operation": "insert", "plan": {"kind": "job"}, "operation": "up"}',
-    '{"cancellable": false, "operation": "insert", "plan": {"kind": "job"}, "cancellable": true}',
-    '{"cancellable": false, "operation": "insert", "plan": {"kind": "job"}, "plan": null}',
-]
-
-
-@pytest.mark.parametrize("text", _WRONG_GUESSES)
-def test_a_wrong_guess_makes_the_verdict_unclean(text: str) -> None:
-    model = RequestedPayload.model_validate_json(text)  # valid: only the guess is wrong
-    assert requested_guess(text) is not None and requested_guess(text) != facts_of(model)
+def test_the_benchmarks_streaming_payloads_keep_the_verdict_clean() -> None:
     records = _sequential()
-    records[9] = {**records[9], "payload": text}  # the 4th instant's requested entry
-
-    _, invalid = _optimistic(records)
-
-    assert invalid == [("requested", 3)]
-    assert not _assert_optimistic_same(records)  # the read starts over in process
-
-
-def test_a_right_guess_keeps_the_verdict_clean() -> None:
-    records = _sequential()
-    for record in records[::3]:
-        record["payload"] = json.dumps(streaming_requested(3), sort_keys=True)
+    for i, record in enumerate(records[::3]):
+        record["payload"] = json.dumps(streaming_requested(i), sort_keys=True)
+        assert record["payload"].startswith(PLAIN_REQUESTED)
     _, invalid = _optimistic(records)
     assert invalid == []
     assert _assert_optimistic_same(records)
-
-
-def test_the_child_without_msgspec_judges_alike(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The mirrors only save time: the child's verdicts without them are the same."""
-    texts = (
-        [json.dumps(p) for p in _POOLS["requested"]] + _WRONG_GUESSES,
-        [json.dumps(p) for p in _POOLS["inflight"]] + ["[1]", "nope"],
-        [json.dumps(p) for p in _POOLS["completed"]],
-    )
-
-    def verdict() -> list[tuple[str, int]]:
-        answer = io.BytesIO()
-        serve(io.BytesIO(frame(*texts)), answer)
-        return pickle.loads(answer.getvalue())[0]  # type: ignore[no-any-return]
-
-    with_mirrors = verdict()
-    monkeypatch.setitem(__import__("sys").modules, "msgspec", None)  # import fails
-    assert verdict() == with_mirrors
-    assert ("requested", len(_POOLS["requested"])) in with_mirrors  # the first wrong guess
