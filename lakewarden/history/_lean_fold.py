@@ -39,7 +39,7 @@ import json
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, Final, NamedTuple, cast
+from typing import Any, Final, TypeAlias, TypeGuard, cast
 
 from pydantic import BaseModel, ValidationError
 
@@ -64,28 +64,41 @@ _FAST_COMMIT: Final = Action.COMMIT  # the fast actions: ingestion
 _FAST_DELTACOMMIT: Final = Action.DELTACOMMIT
 
 
-class LeanEntry(NamedTuple):
-    """A timeline entry as replay holds it: ``TimelineEntry``'s fields with their validated
-    values, built without pydantic; the payload as its JSON text (an object) and, for the
-    transitions the fast path takes, the payload validated as the rule's model when it is
-    valid (``FAST_MODELS``; else None), or ``UNCHECKED``: a ``requested`` / ``inflight`` /
-    ``completed`` payload folded as valid while a second process checks it (``_validate``; the read
-    folds again, validating in process, when one was not). ``PayloadTexts.entry`` makes
-    the model."""
+# A timeline entry as replay holds it: ``TimelineEntry``'s fields with their validated
+# values, built without pydantic, in a plain tuple (positions below): seq, instant, action,
+# transition, actor, lock_token, wall_time_ms, the payload as its JSON text (an object) and,
+# for the transitions the fast path takes, the payload validated as the rule's model when it
+# is valid (``FAST_MODELS``; else None), or ``UNCHECKED``: a ``requested`` / ``inflight`` /
+# ``completed`` payload folded as valid while a second process checks it (``_validate``; the
+# read folds again, validating in process, when one was not). ``PayloadTexts.entry`` makes
+# the model.
+#
+# A plain tuple rather than a NamedTuple: replay builds one per event, and an instance of a
+# tuple subclass costs a second tuple and a copy (``tuple.__new__``), which was 2-3% of a
+# replay of a million events. ``is_lean`` tells one from a ``TimelineEntry``.
+LeanEntry: TypeAlias = tuple[
+    int, str, Action, Transition, str, int | None, int, str, BaseModel | None
+]
+# The positions of its fields.
+SEQ: Final = 0
+INSTANT: Final = 1
+ACTION: Final = 2
+TRANSITION: Final = 3
+ACTOR: Final = 4
+LOCK_TOKEN: Final = 5
+WALL_TIME_MS: Final = 6
+PAYLOAD_TEXT: Final = 7
+PAYLOAD_MODEL: Final = 8
 
-    seq: int
-    instant: str
-    action: Action
-    transition: Transition
-    actor: str
-    lock_token: int | None
-    wall_time_ms: int
-    payload_text: str
-    payload_model: BaseModel | None
+
+def is_lean(entry: LeanEntry | TimelineEntry) -> TypeGuard[LeanEntry]:
+    """Whether ``entry`` is a ``LeanEntry`` (the hot paths test ``type(entry) is tuple``)."""
+    return type(entry) is tuple
 
 
-# ``NamedTuple``'s generated __new__ is Python code; tuple.__new__ builds the same object.
-new_lean_entry: Final = tuple.__new__
+def entry_seq(entry: LeanEntry | TimelineEntry) -> int:
+    """The seq of either kind of entry."""
+    return entry[SEQ] if is_lean(entry) else entry.seq  # type: ignore[union-attr]
 
 
 class _Unchecked(BaseModel):
@@ -154,43 +167,45 @@ class PayloadTexts:
         """``lean`` with its ``UNCHECKED`` payload validated here; None when its text is not
         a JSON object (such a record makes no entry: the read that folded it as valid is
         wrong, and its verdict says so)."""
-        if lean.payload_model is not UNCHECKED:
+        if lean[PAYLOAD_MODEL] is not UNCHECKED:
             return lean
-        model = self.model(lean.transition, lean.payload_text)
+        text = lean[PAYLOAD_TEXT]
+        model = self.model(lean[TRANSITION], text)
         try:
-            if model is None and type(self.parsed(lean.payload_text)) is not dict:
+            if model is None and type(self.parsed(text)) is not dict:
                 return None
         except ValueError:
             return None
-        return lean._replace(payload_model=model)
+        seq, instant, action, transition, actor, token, wall, _, _ = lean
+        return (seq, instant, action, transition, actor, token, wall, text, model)
 
     def payload(self, lean: LeanEntry | None) -> Any:
         """The model of a fast step's entry (None for none; validated here when the entry
         is ``UNCHECKED``: None when invalid, which the read's verdict also reports)."""
         if lean is None:
             return None
-        model = lean[8]
+        model = lean[PAYLOAD_MODEL]
         if model is UNCHECKED:
-            return self.model(lean[3], lean[7])
+            return self.model(lean[TRANSITION], lean[PAYLOAD_TEXT])
         return model
 
     def entry(self, lean: LeanEntry | TimelineEntry) -> TimelineEntry:
         """The ``TimelineEntry`` of ``lean`` (values already valid: built without validation).
 
         Raises: ValueError (the text is not JSON: a ``LeanEntry`` is only made of one that is)."""
-        if not isinstance(lean, LeanEntry):
-            return lean
+        if not is_lean(lean):
+            return lean  # type: ignore[return-value]  # a TimelineEntry
         return construct(
             TimelineEntry,
             {
-                "seq": lean.seq,
-                "instant": lean.instant,
-                "action": lean.action,
-                "transition": lean.transition,
-                "actor": lean.actor,
-                "lock_token": lean.lock_token,
-                "wall_time_ms": lean.wall_time_ms,
-                "payload": self.parsed(lean.payload_text),
+                "seq": lean[SEQ],
+                "instant": lean[INSTANT],
+                "action": lean[ACTION],
+                "transition": lean[TRANSITION],
+                "actor": lean[ACTOR],
+                "lock_token": lean[LOCK_TOKEN],
+                "wall_time_ms": lean[WALL_TIME_MS],
+                "payload": self.parsed(lean[PAYLOAD_TEXT]),
             },
         )
 
@@ -254,8 +269,8 @@ class LeanFold:
 
     def feed(self, entry: LeanEntry | TimelineEntry) -> None:
         """Apply ``entry``; an illegal one is recorded in ``state().rejected``."""
-        if type(entry) is LeanEntry:
-            fast = self.fast.get(entry[3])
+        if type(entry) is tuple:  # a LeanEntry
+            fast = self.fast.get(entry[TRANSITION])
             if fast is not None and fast(entry):
                 return
         self.judged(entry)
@@ -264,7 +279,7 @@ class LeanFold:
         """Apply ``entry`` through the state machine (``feed`` when the fast path declined
         it: a caller that tried ``fast`` itself). An ``UNCHECKED`` payload is validated here
         first (the state machine reads it)."""
-        if type(entry) is LeanEntry and entry[8] is UNCHECKED:
+        if type(entry) is tuple and entry[PAYLOAD_MODEL] is UNCHECKED:  # a LeanEntry's
             checked = self._texts.checked(entry)
             if checked is None:  # makes no entry: this fold is wrong, its verdict will say so
                 return
@@ -277,30 +292,32 @@ class LeanFold:
     # by its own statement rather than by unpacking a tuple built for it.)
 
     def _requested(self, entry: LeanEntry) -> bool:
-        seq, action = entry[0], entry[2]
+        seq, action = entry[SEQ], entry[ACTION]
         if seq != self._tail_seq + 1 or (
             action is not _FAST_COMMIT and action is not _FAST_DELTACOMMIT  # no enum hash
         ):
             return False
-        instant, instants, last = entry[1], self._instants, self._last_requested_time
+        instant, instants, last = entry[INSTANT], self._instants, self._last_requested_time
         if instant in instants or (last is not None and instant <= last):
             return False
-        payload: Any = entry[8]  # RequestedPayload | None (FAST_MODELS) | UNCHECKED
+        payload: Any = entry[PAYLOAD_MODEL]  # RequestedPayload | None (FAST_MODELS) | UNCHECKED
         if payload is UNCHECKED:
-            if entry[7].startswith(PLAIN_REQUESTED):
+            if entry[PAYLOAD_TEXT].startswith(PLAIN_REQUESTED):
                 # Taken unread: the checker process fails the read unless the text is valid
                 # and ``fast_requested``; its operation and plan are read when it is built.
                 instants[instant] = [
-                    action, _REQUESTED, None, seq, seq, entry[5], entry, None, None, None,
+                    action, _REQUESTED, None, seq, seq, entry[LOCK_TOKEN], entry, None, None, None,
                 ]  # fmt: skip
                 self._last_requested_time = instant
                 self._tail_seq = seq
                 return True
-            payload = self._texts.model(_REQUESTED, entry[7])  # another layout: checked here
+            payload = self._texts.model(
+                _REQUESTED, entry[PAYLOAD_TEXT]
+            )  # another layout: checked here
         if payload is None or not fast_requested(payload):
             return False
         instants[instant] = [
-            action, _REQUESTED, payload.operation, seq, seq, entry[5], payload.plan,
+            action, _REQUESTED, payload.operation, seq, seq, entry[LOCK_TOKEN], payload.plan,
             None, None, None,
         ]  # fmt: skip
         self._last_requested_time = instant
@@ -308,32 +325,32 @@ class LeanFold:
         return True
 
     def _inflight(self, entry: LeanEntry) -> bool:
-        fast = self._instants.get(entry[1])
-        seq = entry[0]
+        fast = self._instants.get(entry[INSTANT])
+        seq = entry[SEQ]
         if (
             type(fast) is not list
             or fast[_STATE] is not _REQUESTED
-            or fast[0] is not entry[2]
+            or fast[0] is not entry[ACTION]
             or seq != self._tail_seq + 1
         ):
             return False
-        if entry[8] is None:  # WorkloadProfile, UNCHECKED or None (invalid)
+        if entry[PAYLOAD_MODEL] is None:  # WorkloadProfile, UNCHECKED or None (invalid)
             return False
         fast[_STATE] = _INFLIGHT
         fast[_LAST_SEQ] = seq
-        fast[_TOKEN] = entry[5]
+        fast[_TOKEN] = entry[LOCK_TOKEN]
         fast[_WORKLOAD] = entry
         self._tail_seq = seq
         return True
 
     def _completed(self, entry: LeanEntry) -> bool:
-        instant = entry[1]
+        instant = entry[INSTANT]
         fast = self._instants.get(instant)
-        seq = entry[0]
+        seq = entry[SEQ]
         if (
             type(fast) is not list
             or fast[_STATE] is not _INFLIGHT
-            or fast[0] is not entry[2]
+            or fast[0] is not entry[ACTION]
             or seq != self._tail_seq + 1
         ):
             return False
@@ -342,11 +359,11 @@ class LeanFold:
         # one was requested (completed_since is empty), no plan is pending.
         if (completions and completions[-1][0] > fast[3]) or self._pending_plans:
             return False
-        if entry[8] is None:  # CommitStats, UNCHECKED or None (invalid)
+        if entry[PAYLOAD_MODEL] is None:  # CommitStats, UNCHECKED or None (invalid)
             return False
         fast[_STATE] = _COMPLETED
         fast[_LAST_SEQ] = fast[_COMPLETED_SEQ] = seq
-        fast[_TOKEN] = entry[5]
+        fast[_TOKEN] = entry[LOCK_TOKEN]
         fast[_COMMIT] = entry  # the workload it keeps (if it replaces_all): ``_built``
         completions.append((seq, instant))
         self._tail_seq = seq
@@ -455,7 +472,7 @@ def _built(instant: str, fast: _Fast, texts: PayloadTexts) -> InstantState:
     and the values against the state machine's)."""
     state = fast[_STATE]
     operation, plan = fast[2], fast[6]
-    if type(plan) is LeanEntry:  # an optimistic fold's: the requested entry, read now
+    if type(plan) is tuple:  # an optimistic fold's: the requested LeanEntry, read now
         requested = texts.payload(plan)
         operation = None if requested is None else requested.operation
         plan = None if requested is None else requested.plan
@@ -489,9 +506,10 @@ def _built(instant: str, fast: _Fast, texts: PayloadTexts) -> InstantState:
 __all__ = [
     "FAST_MODELS",
     "UNCHECKED",
+    "is_lean",
+    "entry_seq",
     "FoldSummary",
     "LeanEntry",
     "LeanFold",
     "PayloadTexts",
-    "new_lean_entry",
 ]

@@ -39,7 +39,7 @@ from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, KafkaError, Message
 from pydantic import BaseModel
 
 from lakewarden.events.codec import HEADER_SIZE, EventCodec
-from lakewarden.history._lean_fold import UNCHECKED, LeanEntry, new_lean_entry
+from lakewarden.history._lean_fold import UNCHECKED, LeanEntry
 from lakewarden.history._validate import CHECKED
 from lakewarden.history.model import Recorded, Unreadable
 from lakewarden.history.reader import decode_message
@@ -125,7 +125,7 @@ class MessageFold:
         )  # fmt: skip
         texts, stored, waiting = replay.texts, replay.entries.raw, replay.waiting
         parsed, judged, kinds = texts.parsed, self._fold.judged, self._kinds
-        actions, new = _ACTIONS, new_lean_entry
+        actions = _ACTIONS
         following = replay.next_seq
         try:
             for msg in messages:
@@ -171,10 +171,9 @@ class MessageFold:
                             if model is _UNSEEN:
                                 model = texts.model(transition, text)
                         if model is not None or type(parsed(text)) is dict:
-                            entry = new(
-                                LeanEntry,
-                                (seq, instant, action, transition, actor,
-                                 record["lock_token"], record["wall_time"], text, model),
+                            entry = (
+                                seq, instant, action, transition, actor,
+                                record["lock_token"], record["wall_time"], text, model,
                             )  # fmt: skip
                 except ValueError:  # the payload is not JSON: ``feed`` decides what it makes
                     pass

@@ -26,8 +26,7 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from lakewarden.history._lean_fold import FoldSummary, LeanEntry, LeanFold, PayloadTexts
-from lakewarden.history._lean_fold import new_lean_entry as _new_lean_entry
+from lakewarden.history._lean_fold import FoldSummary, LeanEntry, LeanFold, PayloadTexts, entry_seq
 from lakewarden.history.fold import epoch_ms
 from lakewarden.history.model import Recorded
 from lakewarden.storage import Storage
@@ -140,7 +139,7 @@ class TopicReplay:
     def take(self, entry: LeanEntry | TimelineEntry) -> None:
         """Take one entry (``feed`` without the record: for a reader that builds the
         ``LeanEntry`` itself, ``MessageFold``)."""
-        seq = entry.seq
+        seq = entry_seq(entry)
         stored = self.entries.raw
         known = stored.get(seq)
         if known is not None:
@@ -173,7 +172,7 @@ class TopicReplay:
             fields = ", ".join(_differing(first, second))
             self.conflicts.append(
                 Difference(
-                    seq=entry.seq,
+                    seq=entry_seq(entry),
                     kind="conflicting",
                     detail=f"the topic holds two versions ({fields})",
                 )
@@ -319,9 +318,7 @@ def _lean_entry(record: dict[str, Any], texts: PayloadTexts) -> LeanEntry | Time
             if model is _UNSEEN:
                 model = texts.model(transition, text)
             if model is not None or type(texts.parsed(text)) is dict:
-                return _new_lean_entry(
-                    LeanEntry, (seq, instant, action, transition, actor, token, wall, text, model)
-                )
+                return (seq, instant, action, transition, actor, token, wall, text, model)
     except (KeyError, TypeError, ValueError):
         pass
     return _entry_of(record, texts)

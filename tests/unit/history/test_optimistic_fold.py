@@ -39,7 +39,13 @@ from test_lean_fold import (
 
 from lakewarden.events.codec import epoch_ms_codec
 from lakewarden.history import TopicReplay
-from lakewarden.history._lean_fold import UNCHECKED, LeanEntry
+from lakewarden.history._lean_fold import (
+    PAYLOAD_MODEL,
+    PAYLOAD_TEXT,
+    TRANSITION,
+    UNCHECKED,
+    is_lean,
+)
 from lakewarden.history._message_fold import MessageFold
 from lakewarden.history._validate import (
     PLAIN_REQUESTED,
@@ -79,9 +85,9 @@ def _optimistic(records: list[dict[str, Any]]) -> tuple[TopicReplay, list[tuple[
 def _invalid_fast_payload(replay: TopicReplay) -> bool:
     """Whether an entry the fold took unchecked holds a payload its model refuses."""
     for entry in replay.entries.raw.values():
-        if isinstance(entry, LeanEntry) and entry.payload_model is UNCHECKED:
+        if is_lean(entry) and entry[PAYLOAD_MODEL] is UNCHECKED:
             try:
-                _MODELS[entry.transition.value].model_validate_json(entry.payload_text)
+                _MODELS[entry[TRANSITION].value].model_validate_json(entry[PAYLOAD_TEXT])
             except ValueError:
                 return True
     return False
@@ -153,7 +159,7 @@ def test_requested_payloads_as_published_are_folded_unread_and_built_when_read()
     fold = replay.lean_fold
     assert invalid == [] and fold is not None
     assert all(type(s) is list for s in fold._instants.values())  # all on the fast path
-    assert all(type(s[6]) is LeanEntry for s in fold._instants.values())  # none read yet
+    assert all(is_lean(s[6]) for s in fold._instants.values())  # none read yet
     assert _assert_optimistic_same(records)
     built = replay.state().instants.values()
     assert any(isinstance(i.plan, JobPlan) for i in built)
