@@ -16,7 +16,7 @@ costs. Almost every entry of a real log is one step of the same path: an ingesti
   it with). The payload must validate as the rule's model (validated once per payload
   object: equal payload texts share one dict), or be ``UNCHECKED``: a large read folds the
   ``inflight`` and ``completed`` payloads as valid, and a ``requested`` one unread when it
-  begins as lakewarden writes a non-cancellable one (``PLAIN_REQUESTED``), while a second
+  is laid out as lakewarden writes an ingestion's (``plain_ingestion``), while a second
   process checks them (``_validate``: valid, and for those ``requested`` ones a payload
   this step takes), and reads again validating here when one is not. The instant's state
   is then a list updated in place (``_Fast``) that holds those entries, built as the
@@ -43,7 +43,7 @@ from typing import Any, Final, TypeAlias, TypeGuard, cast
 
 from pydantic import BaseModel, ValidationError
 
-from lakewarden.history._validate import PLAIN_REQUESTED, fast_requested
+from lakewarden.history._validate import fast_requested, plain_ingestion
 from lakewarden.table._frozen import construct
 from lakewarden.table._payloads import SHARED_PAYLOADS_LIMIT, Rejected, SharedPayloads
 from lakewarden.table.instant import TABLE_SERVICE_ACTIONS, Action, Transition
@@ -302,7 +302,7 @@ class LeanFold:
             return False
         payload: Any = entry[PAYLOAD_MODEL]  # RequestedPayload | None (FAST_MODELS) | UNCHECKED
         if payload is UNCHECKED:
-            if entry[PAYLOAD_TEXT].startswith(PLAIN_REQUESTED):
+            if plain_ingestion(entry[PAYLOAD_TEXT]):
                 # Taken unread: the checker process fails the read unless the text is valid
                 # and ``fast_requested``; its operation and plan are read when it is built.
                 instants[instant] = [

@@ -52,6 +52,7 @@ from lakewarden.history._validate import (
     PayloadChecker,
     fast_requested,
     frame,
+    plain_ingestion,
     serve,
 )
 from lakewarden.table.plans import JobPlan, UntypedPlan
@@ -137,21 +138,22 @@ def test_a_sequential_history_folds_optimistically_with_a_clean_verdict() -> Non
 
 def _fast_requested_text(payload: object) -> str | None:
     """``payload`` validated and written as ``TimelinePublisher`` writes it, when that text
-    begins with ``PLAIN_REQUESTED`` and the fast requested step takes its model; else None."""
+    is laid out as a plain ingestion's and the fast requested step takes its model; else
+    None."""
     try:
         model = RequestedPayload.model_validate(payload)
     except ValueError:
         return None
     text = json.dumps(model.model_dump(mode="json"), sort_keys=True)
-    return text if text.startswith(PLAIN_REQUESTED) and fast_requested(model) else None
+    return text if plain_ingestion(text) and fast_requested(model) else None
 
 
 def test_requested_payloads_as_published_are_folded_unread_and_built_when_read() -> None:
     """Requested payloads as an ingestion publishes them (``sort_keys``; no plan, a job plan
-    with and without a micro-batch, a legacy untyped plan) stay on the fast path unread, and
-    the states built when read hold the operations and plans the state machine's hold."""
+    with and without a micro-batch) stay on the fast path unread, and the states built when
+    read hold the operations and plans the state machine's hold."""
     plain = [t for t in map(_fast_requested_text, REQUESTED) if t is not None]
-    assert len(plain) >= 4
+    assert len(plain) >= 3
     records = _sequential()
     for i, record in enumerate(records[::3]):
         record["payload"] = plain[i % len(plain)]
@@ -265,22 +267,21 @@ def test_no_checker_when_no_process_can_be_started(monkeypatch: pytest.MonkeyPat
     assert PayloadChecker.start() is None
 
 
-# Valid requested payloads that begin as a plain one does but are not on the fast path
-# (plans of table services; a key given twice, the last one wins): the fold takes each
-# unread, so the checker must fail the read.
+# Valid requested payloads laid out as a plain ingestion's that are not on the fast path (a
+# key given twice: the last one wins): the fold takes each unread, so the checker must fail
+# the read.
 _NOT_FAST_BUT_PLAIN = [
-    json.dumps(PLAN_REQUESTED[1], sort_keys=True),
-    json.dumps(PLAN_REQUESTED[2], sort_keys=True),
-    '{"cancellable": false, "operation": "insert", "plan": null, "cancellable": true}',
-    '{"cancellable": false, "operation": "insert", "plan": {"kind": "service", '
-    '"file_groups": [{"partition_path": "p", "file_id": "f"}]}}',
+    '{"cancellable": false, "operation": "insert", "plan": {"batch": null, "kind": "job"}, '
+    '"cancellable": true}',
+    '{"cancellable": false, "operation": "insert", "plan": {"batch": null, "kind": "job"}, '
+    '"plan": {"kind": "rollback", "target": "20230101000000000"}}',
 ]
 
 
 @pytest.mark.parametrize("text", _NOT_FAST_BUT_PLAIN)
 def test_a_plain_looking_requested_payload_that_is_not_fast_fails_the_read(text: str) -> None:
     model = RequestedPayload.model_validate_json(text)  # valid: only not a fast one
-    assert text.startswith(PLAIN_REQUESTED) and not fast_requested(model)
+    assert plain_ingestion(text) and not fast_requested(model)
     records = _sequential()
     records[9] = {**records[9], "payload": text}  # the 4th instant's requested entry
 
@@ -291,17 +292,48 @@ def test_a_plain_looking_requested_payload_that_is_not_fast_fails_the_read(text:
     _assert_same(records, as_messages=True)  # which decides what the state machine decides
 
 
+@pytest.mark.parametrize(
+    ("action", "payload"),
+    [
+        ("clustering", PLAN_REQUESTED[1]),
+        ("compaction", PLAN_REQUESTED[2]),
+        ("clean", {"operation": "clean", "plan": {"kind": "clean", "files": []}}),
+        ("rollback", {"operation": "rollback", "plan": {"target": "20230101000000000"}}),
+    ],
+)
+def test_a_table_services_plan_as_published_keeps_the_verdict_clean(
+    action: str, payload: dict[str, Any]
+) -> None:
+    """Not cancellable, a table service's plan begins as a plain ingestion's payload does;
+    it is not laid out as one, so it is read as any other text and costs no second read."""
+    text = json.dumps(
+        RequestedPayload.model_validate(payload).model_dump(mode="json"), sort_keys=True
+    )
+    assert text.startswith(PLAIN_REQUESTED) and not plain_ingestion(text)
+    records = _sequential()
+    for record in records[9:12]:  # the 4th instant, a table service's now
+        record["action"] = action
+    records[9] = {**records[9], "payload": text}
+
+    _, invalid = _optimistic(records)
+
+    assert invalid == []
+    assert _assert_optimistic_same(records)
+
+
 def test_a_key_given_twice_is_read_as_the_model_reads_it() -> None:
     """The fold reads no fact of a text it took unread: the operation and plan of the state
     are the validated model's (the last of a key given twice), and the verdict is clean."""
     records = _sequential()
     records[9] = {
         **records[9],
-        "payload": '{"cancellable": false, "operation": "insert", "plan": null, '
+        "payload": '{"cancellable": false, "operation": "insert", "plan": {"batch": null}, '
         '"operation": "upsert", "plan": {"kind": "job", "job_id": "j"}}',
     }
+    assert plain_ingestion(records[9]["payload"])
     replay, invalid = _optimistic(records)
-    assert invalid == []
+    assert invalid == [] and replay.lean_fold is not None
+    assert is_lean(replay.lean_fold._instants[records[9]["instant"]][6])  # taken unread
     assert _assert_optimistic_same(records)
     state = replay.state().instants[records[9]["instant"]]
     assert state.operation == "upsert" and isinstance(state.plan, JobPlan)

@@ -7,7 +7,7 @@ refuses. That is pydantic's verdict only if every text a mirror accepts its mode
 to the same values: checked here on the lean fold's payload pools, the benchmark's payloads
 and hypothesis' mutations of them (values replaced by any JSON value, keys dropped or
 added, a key given twice). The fold's thread takes a ``requested`` payload that begins as
-lakewarden publishes a plain one (``PLAIN_REQUESTED``) unread: lakewarden's own never make
+lakewarden publishes an ingestion's (``plain_ingestion``) unread: lakewarden's own never make
 the checker fail the read.
 """
 
@@ -25,7 +25,7 @@ from pydantic import BaseModel, Field, field_validator
 from test_lean_fold import COMPLETED, INFLIGHT, PLAN_REQUESTED, REQUESTED, _sequential
 from test_optimistic_fold import _assert_optimistic_same, _optimistic
 
-from lakewarden.history._validate import PLAIN_REQUESTED, fast_requested
+from lakewarden.history._validate import fast_requested, plain_ingestion
 from lakewarden.table._payload_mirror import MirrorError, mirror, payload_mirrors
 from lakewarden.table.plans import JobPlan, MicroBatch, ServicePlan
 from lakewarden.table.stats import CommitStats, WorkloadProfile
@@ -225,11 +225,12 @@ def test_a_published_ingestion_payload_is_taken_unread_and_found_fast(
     payload: RequestedPayload,
 ) -> None:
     """As lakewarden writes them (``json.dumps(..., sort_keys=True)``), an ingestion's
-    requested payload that is not cancellable begins with ``PLAIN_REQUESTED`` (the fold takes
-    it unread) and is one the fast step takes (the checker finds it so): none costs a second
-    read of the whole topic. A cancellable one does not begin so (it is read in process)."""
+    requested payload that is not cancellable is laid out plain (``plain_ingestion``: the
+    fold takes it unread) and is one the fast step takes (the checker finds it so): none
+    costs a second read of the whole topic. A cancellable one is not (it is read in
+    process)."""
     text = json.dumps(payload.model_dump(mode="json"), sort_keys=True)
-    assert text.startswith(PLAIN_REQUESTED) is not payload.cancellable
+    assert plain_ingestion(text) is not payload.cancellable
     if not payload.cancellable:
         assert fast_requested(payload)
         assert fast_requested(_DECODERS["requested"].decode(text))
@@ -239,7 +240,7 @@ def test_the_benchmarks_streaming_payloads_keep_the_verdict_clean() -> None:
     records = _sequential()
     for i, record in enumerate(records[::3]):
         record["payload"] = json.dumps(streaming_requested(i), sort_keys=True)
-        assert record["payload"].startswith(PLAIN_REQUESTED)
+        assert plain_ingestion(record["payload"])
     _, invalid = _optimistic(records)
     assert invalid == []
     assert _assert_optimistic_same(records)
