@@ -174,6 +174,7 @@ def frame(*texts: list[str]) -> bytes:
 # cancellable (``json.dumps(..., sort_keys=True)`` of the model's dump): it begins so, and
 # after the operation its plan is none or a job plan (whose first key is ``batch``).
 PLAIN_REQUESTED: Final = '{"cancellable": false, "operation": "'
+_OPERATION_AT: Final = len(PLAIN_REQUESTED)
 _THEN_PLAN: Final = '", "plan": '
 _NO_PLAN: Final = "null}"
 _JOB_PLAN: Final = '{"batch": '
@@ -190,10 +191,11 @@ def plain_ingestion(text: str) -> bool:
     cleaner and compactions are read as any other text."""
     if not text.startswith(PLAIN_REQUESTED):
         return False
-    end = text.find(_THEN_PLAN, 37)
-    return end > 37 and (
-        text.startswith(_NO_PLAN, end + 11) or text.startswith(_JOB_PLAN, end + 11)
-    )
+    end = text.find(_THEN_PLAN, _OPERATION_AT)
+    if end <= _OPERATION_AT:  # none, or an empty operation
+        return False
+    plan_at = end + len(_THEN_PLAN)
+    return text.startswith(_NO_PLAN, plan_at) or text.startswith(_JOB_PLAN, plan_at)
 
 
 # The kinds of plan an ingestion's ``requested`` payload may hold on the fast path (besides
