@@ -301,24 +301,19 @@ class LeanFold:
         if instant in instants or (last is not None and instant <= last):
             return False
         payload: Any = entry[PAYLOAD_MODEL]  # RequestedPayload | None (FAST_MODELS) | UNCHECKED
-        if payload is UNCHECKED:
-            if plain_ingestion(entry[PAYLOAD_TEXT]):
-                # Taken unread: the checker process fails the read unless the text is valid
-                # and ``fast_requested``; its operation and plan are read when it is built.
-                instants[instant] = [
-                    action, _REQUESTED, None, seq, seq, entry[LOCK_TOKEN], entry, None, None, None,
-                ]  # fmt: skip
-                self._last_requested_time = instant
-                self._tail_seq = seq
-                return True
-            payload = self._texts.model(
-                _REQUESTED, entry[PAYLOAD_TEXT]
-            )  # another layout: checked here
-        if payload is None or not fast_requested(payload):
-            return False
+        text = entry[PAYLOAD_TEXT]
+        if payload is UNCHECKED and plain_ingestion(text):
+            # Taken unread: the checker process fails the read unless the text is valid and
+            # ``fast_requested``; its operation and plan are read from it when it is built.
+            operation, plan = None, entry
+        else:
+            if payload is UNCHECKED:
+                payload = self._texts.model(_REQUESTED, text)  # another layout: checked here
+            if payload is None or not fast_requested(payload):
+                return False
+            operation, plan = payload.operation, payload.plan
         instants[instant] = [
-            action, _REQUESTED, payload.operation, seq, seq, entry[LOCK_TOKEN], payload.plan,
-            None, None, None,
+            action, _REQUESTED, operation, seq, seq, entry[LOCK_TOKEN], plan, None, None, None,
         ]  # fmt: skip
         self._last_requested_time = instant
         self._tail_seq = seq
