@@ -36,7 +36,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from lakewarden.events import TopicSpec
 from lakewarden.events.latency import LOW_LATENCY_CONSUMER, LOW_LATENCY_PRODUCER
 from lakewarden.settings import Settings
-from services._common.process import ServiceProcess
+from lakewarden_services._common.process import ServiceProcess
 
 log = logging.getLogger(__name__)
 
@@ -174,7 +174,7 @@ def _main() -> None:
     import os
     import signal
 
-    from services._common.health import HealthServer
+    from lakewarden_services._common.health import HealthServer
 
     logging.basicConfig(level=logging.WARNING)
     stop = threading.Event()

@@ -3,7 +3,7 @@
     python benchmarks/_faust_floor.py BOOTSTRAP TOPIC DATADIR
 
 Prints the number of messages consumed so far, twice a second, until SIGTERM. faust's worker
-with the settings services use (``services._common.make_app``: memory store, web off).
+with the settings services use (``lakewarden_services._common.make_app``: memory store, web off).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 import faust
 
 from lakewarden.settings import KafkaSettings, Settings
-from services._common.app import make_app
+from lakewarden_services._common.app import make_app
 
 
 def main() -> None:

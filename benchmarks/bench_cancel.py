@@ -43,9 +43,13 @@ from lakewarden.events import ensure_topics
 from lakewarden.settings import Settings
 from lakewarden.table import Table
 from lakewarden.table.coordinator import EmbeddedCoordinator
-from services._common.process import ServiceProcess
+from lakewarden_services._common.process import ServiceProcess
 
-_MODULES = ("services.timeline_lock", "services.heartbeat_monitor", "services.cancel_manager")
+_MODULES = (
+    "lakewarden_services.timeline_lock",
+    "lakewarden_services.heartbeat_monitor",
+    "lakewarden_services.cancel_manager",
+)
 _SCHEMA = pa.schema([("id", pa.int64()), ("region", pa.string())])
 
 

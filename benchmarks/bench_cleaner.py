@@ -42,9 +42,9 @@ from lakewarden.events.topics import CLEAN_REQUESTS
 from lakewarden.settings import Settings
 from lakewarden.storage.faults import FaultyStorage
 from lakewarden.table import CleanPolicy, EmbeddedCoordinator, Table, load_storage
-from services.cleaner.protocol import Trigger
-from services.cleaner.queue import CleanQueue
-from services.cleaner.worker import CleanWorker
+from lakewarden_services.cleaner.protocol import Trigger
+from lakewarden_services.cleaner.queue import CleanQueue
+from lakewarden_services.cleaner.worker import CleanWorker
 
 LATENCY_S = 0.005
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("v", pa.string())])

@@ -1,6 +1,7 @@
 """heartbeat-monitor under load: 10,000 instants beating every second.
 
-One monitor process (the real service, ``services.heartbeat_monitor``) on this run's broker.
+One monitor process (the real service, ``lakewarden_services.heartbeat_monitor``) on this
+run's broker.
 A generator thread here beats for N instants (1 s interval, 3 tolerable misses: tolerance 3 s),
 spread evenly over each second across 100 tables. Once the monitor tracks them all, for a
 steady window we read its CPU time and RSS from ``/proc`` and sample its consumer lag; then a
@@ -40,7 +41,7 @@ from benchmarks._registry import BenchContext, Result, benchmark
 from lakewarden.events import EventConsumer, encode, ensure_topics, make_event
 from lakewarden.events.topics import HEARTBEAT_EXPIRED, HEARTBEATS, TIMELINE
 from lakewarden.settings import Settings
-from services._common.process import ServiceProcess
+from lakewarden_services._common.process import ServiceProcess
 
 INTERVAL_S = 1.0
 MISSES = 3
@@ -63,7 +64,9 @@ def heartbeat_monitor(ctx: BenchContext) -> Iterator[Result]:
     instants = ctx.scale(10_000, 1_000)
     home = Path(tempfile.mkdtemp(prefix="lakewarden-bench-hb-"))
     try:
-        with ServiceProcess("services.heartbeat_monitor", settings, home=home) as service:
+        with ServiceProcess(
+            "lakewarden_services.heartbeat_monitor", settings, home=home
+        ) as service:
             assert service.pid is not None
             idle = _usage(service.pid, seconds=3.0)
             light = _run_load(

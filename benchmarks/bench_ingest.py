@@ -52,7 +52,7 @@ from lakewarden.settings import KafkaSettings, Settings
 
 BATCHES = 10
 # With Kafka configured the driver hands every batch's job commit to job-committer.
-JOB_COMMITTER = "services.job_committer"
+JOB_COMMITTER = "lakewarden_services.job_committer"
 LATENCY_RATES = (1_000, 10_000)  # events/s of the end-to-end latency runs
 PARTITIONS = 2
 PROFILE_ENV = "LAKEWARDEN_BENCH_PROFILE_DIR"
@@ -69,12 +69,16 @@ def _percentile(values: list[float], q: float) -> float:
 @contextmanager
 def _services(settings: Settings, home: Path) -> Iterator[None]:
     from lakewarden.events import ensure_topics
-    from services._common.process import ServiceProcess
+    from lakewarden_services._common.process import ServiceProcess
 
     ensure_topics(settings)
     started = []
     try:
-        for module in ("services.timeline_lock", "services.heartbeat_monitor", JOB_COMMITTER):
+        for module in (
+            "lakewarden_services.timeline_lock",
+            "lakewarden_services.heartbeat_monitor",
+            JOB_COMMITTER,
+        ):
             service = ServiceProcess(module, settings, home=home / module.rsplit(".", 1)[-1])
             service.home.mkdir(parents=True)
             started.append(service)

@@ -1,7 +1,7 @@
 """timeline-lock: acquire+release latency against the Kafka round-trip floor, throughput with
 8 clients over 50 tables, and the service's memory holding 10,000 tables' locks.
 
-All against the real service process (``python -m services.timeline_lock``) on the run's
+All against the real service process (``python -m lakewarden_services.timeline_lock``) on the run's
 broker, with a topic prefix of its own.
 
 - latency: one client, one table, uncontended. A cycle is ``acquire`` (request -> service ->
@@ -46,7 +46,7 @@ from lakewarden.clients import LockClient, lock_request, table_partition
 from lakewarden.events import encode, ensure_topics
 from lakewarden.events.topics import LOCK_REPLIES, LOCK_REQUESTS
 from lakewarden.settings import Settings
-from services._common.process import ServiceProcess
+from lakewarden_services._common.process import ServiceProcess
 
 _TIMEOUT_S = 10.0
 _THREADS = 8
@@ -61,7 +61,9 @@ def lock_benchmark(ctx: BenchContext) -> Iterator[Result]:
     settings = base.model_copy(update={"kafka": kafka})
     ensure_topics(settings, specs=FLOOR_TOPICS)
     home = Path(tempfile.mkdtemp(prefix="lakewarden-bench-lock-"))
-    service = ServiceProcess("services.timeline_lock", settings, home=home, log_level="WARNING")
+    service = ServiceProcess(
+        "lakewarden_services.timeline_lock", settings, home=home, log_level="WARNING"
+    )
     echo_service = EchoService(settings, home=home / "echo")
     service.start()
     echo_service.start()
@@ -71,7 +73,7 @@ def lock_benchmark(ctx: BenchContext) -> Iterator[Result]:
         # A second instance, dynamic member: it leaves the group when stopped, so the first
         # takes its partitions back at once for the memory figure.
         second = ServiceProcess(
-            "services.timeline_lock",
+            "lakewarden_services.timeline_lock",
             settings,
             home=home / "second",
             instance_id=None,

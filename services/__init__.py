@@ -1,2 +1,2 @@
 """lakewarden services: one faust-streaming app per service (``services/<name>/``), built on
-the shared scaffolding in ``services._common``."""
+the shared scaffolding in ``lakewarden_services._common``."""

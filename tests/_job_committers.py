@@ -14,9 +14,9 @@ from pathlib import Path
 
 from lakewarden.events import ensure_topics
 from lakewarden.settings import Settings
-from services._common.process import ServiceProcess
+from lakewarden_services._common.process import ServiceProcess
 
-MODULE = "services.job_committer"
+MODULE = "lakewarden_services.job_committer"
 
 
 class JobCommitters:

@@ -120,7 +120,8 @@ class CommitterPresence:
             f"job-committer is unavailable: consumer group {self.group!r} checked for "
             f"{self.wait_s:g} s and {seen}. Nothing was sent; instant {instant} of table "
             f"{table} is rolled back. Help: start job-committer (`lakewarden dev up` runs it, or "
-            "`python -m services.job_committer` with the same LAKEWARDEN_KAFKA__* settings), or "
+            "`python -m lakewarden_services.job_committer` with the same LAKEWARDEN_KAFKA__* "
+            "settings), or "
             "commit in the writing process with LAKEWARDEN_KAFKA__JOB_COMMITS=embedded.",
             table=table,
             instant=instant,

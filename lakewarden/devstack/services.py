@@ -2,7 +2,7 @@
 
 To add a service, append one line to :data:`SERVICES`::
 
-    ServiceSpec(name="timeline-lock", module="services.timeline_lock", health_port=8101),
+    ServiceSpec(name="timeline-lock", module="lakewarden_services.timeline_lock", health_port=8101),
 
 What a service process gets from the dev stack (its contract):
 
@@ -37,10 +37,14 @@ class ServiceSpec:
 
 
 SERVICES: list[ServiceSpec] = [
-    ServiceSpec(name="timeline-lock", module="services.timeline_lock", health_port=8101),
-    ServiceSpec(name="heartbeat-monitor", module="services.heartbeat_monitor", health_port=8102),
-    ServiceSpec(name="job-committer", module="services.job_committer", health_port=8103),
-    ServiceSpec(name="error-sink", module="services.error_sink", health_port=8104),
-    ServiceSpec(name="cleaner", module="services.cleaner", health_port=8105),
-    ServiceSpec(name="cancel-manager", module="services.cancel_manager", health_port=8106),
+    ServiceSpec(name="timeline-lock", module="lakewarden_services.timeline_lock", health_port=8101),
+    ServiceSpec(
+        name="heartbeat-monitor", module="lakewarden_services.heartbeat_monitor", health_port=8102
+    ),
+    ServiceSpec(name="job-committer", module="lakewarden_services.job_committer", health_port=8103),
+    ServiceSpec(name="error-sink", module="lakewarden_services.error_sink", health_port=8104),
+    ServiceSpec(name="cleaner", module="lakewarden_services.cleaner", health_port=8105),
+    ServiceSpec(
+        name="cancel-manager", module="lakewarden_services.cancel_manager", health_port=8106
+    ),
 ]

@@ -1,7 +1,8 @@
 """Re-driving timeline-lock's pure state module over a table's recorded lock requests.
 
 Every decision of timeline-lock is a function of the table's request sequence
-(``services.timeline_lock.state``): so folding the recorded ``LockRequest`` events, in their
+(``lakewarden_services.timeline_lock.state``): so folding the recorded ``LockRequest``
+events, in their
 partition's order, through the same ``apply`` must give the replies that were recorded on
 ``lock.replies``. ``redrive_locks`` does that and names every request whose recomputed
 answers (a status, a token, a queue position) differ from the recorded answers to it: one
@@ -30,8 +31,8 @@ from dataclasses import dataclass, replace
 from lakewarden.events.topics import LOCK_REPLIES, LOCK_REQUESTS
 from lakewarden.history.model import Recorded, RetentionGap
 from lakewarden.settings import Settings
-from services.timeline_lock.protocol import InvalidRequest, parse_request, refusal_for
-from services.timeline_lock.state import Grant, Reply, Request, TableLock, apply
+from lakewarden_services.timeline_lock.protocol import InvalidRequest, parse_request, refusal_for
+from lakewarden_services.timeline_lock.state import Grant, Reply, Request, TableLock, apply
 
 # (status, token, queue position): what a reply decides; deadlines and reasons are not compared.
 Decision = tuple[str, int | None, int | None]

@@ -10,11 +10,11 @@ A service is a package ``services/<name>/`` with::
 and one ``ServiceSpec`` line in ``lakewarden/devstack/services.py``.
 """
 
-from services._common.app import ServiceSettings, event_topic, make_app
-from services._common.dlq import DeadLetters
-from services._common.health import HealthServer
-from services._common.logs import setup_logging
-from services._common.runner import Lifecycle, run_service
+from lakewarden_services._common.app import ServiceSettings, event_topic, make_app
+from lakewarden_services._common.dlq import DeadLetters
+from lakewarden_services._common.health import HealthServer
+from lakewarden_services._common.logs import setup_logging
+from lakewarden_services._common.runner import Lifecycle, run_service
 
 __all__ = [
     "DeadLetters",

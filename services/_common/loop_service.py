@@ -3,7 +3,7 @@
 timeline-lock, heartbeat-monitor and cancel-manager are loops rather than faust apps because
 a client waits on their answers (or their judgement must not lag). Each owns one consumer in
 a group, committing offsets by hand, and one idempotent producer; each starts the same way
-(the dev stack's contract, ``services._common.runner``):
+(the dev stack's contract, ``lakewarden_services._common.runner``):
 
 1. logfmt logging; 2. its topics exist (else exit 2); 3. the loop runs until SIGTERM/SIGINT;
 4. once its first assignment and recovery completed, the health endpoint listens;
@@ -33,11 +33,11 @@ from lakewarden.events import EventCodec, EventConsumer, EventConsumerError
 from lakewarden.events.latency import LOW_LATENCY_CONSUMER, LOW_LATENCY_PRODUCER
 from lakewarden.events.topics import TopicSpec, ensure_topics
 from lakewarden.settings import Settings
-from services._common.app import ServiceSettings
-from services._common.health import HealthServer
-from services._common.logs import setup_logging
-from services._common.membership import Membership
-from services._common.runner import run_loop_until_signalled
+from lakewarden_services._common.app import ServiceSettings
+from lakewarden_services._common.health import HealthServer
+from lakewarden_services._common.logs import setup_logging
+from lakewarden_services._common.membership import Membership
+from lakewarden_services._common.runner import run_loop_until_signalled
 
 __all__ = ["LoopWorker", "loop_consumer", "loop_producer", "serve_loop"]
 

@@ -1,6 +1,6 @@
 """Run a service as its own process, as the dev stack does: for tests and benchmarks.
 
-    with ServiceProcess("services.timeline_lock", settings, home=tmp_path) as service:
+    with ServiceProcess("lakewarden_services.timeline_lock", settings, home=tmp_path) as service:
         ... clients talk to it through Kafka ...
         service.kill()       # kill -9 (the whole process group)
         service.start()      # a new process: same group, same state

@@ -27,9 +27,9 @@ from mode import BaseSignalT
 from lakewarden.errors import LakewardenError
 from lakewarden.events.topics import DLQ, TopicSpec, ensure_topics
 from lakewarden.settings import Settings
-from services._common.app import ServiceSettings
-from services._common.health import HealthServer
-from services._common.logs import setup_logging
+from lakewarden_services._common.app import ServiceSettings
+from lakewarden_services._common.health import HealthServer
+from lakewarden_services._common.logs import setup_logging
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""``python -m services.cancel_manager``: run cancel-manager until SIGTERM.
+"""``python -m lakewarden_services.cancel_manager``: run cancel-manager until SIGTERM.
 
 Environment: ``LAKEWARDEN_KAFKA__BOOTSTRAP_SERVERS`` (required), ``LAKEWARDEN_KAFKA__TOPIC_PREFIX``,
 ``LAKEWARDEN_S3__*`` (tables on S3), ``LAKEWARDEN_HEALTH_PORT`` (health and metrics on
@@ -21,9 +21,15 @@ from typing import Any, NoReturn
 
 from lakewarden.clients import KafkaCoordinator, LockClient
 from lakewarden.table import Coordinator, require_kafka
-from services._common.loop_service import serve_loop
-from services.cancel_manager.app import SERVICE, TOPICS, group_id, service_settings, settings
-from services.cancel_manager.loop import Loop
+from lakewarden_services._common.loop_service import serve_loop
+from lakewarden_services.cancel_manager.app import (
+    SERVICE,
+    TOPICS,
+    group_id,
+    service_settings,
+    settings,
+)
+from lakewarden_services.cancel_manager.loop import Loop
 
 log = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ from lakewarden.events.topics import (
     TopicSpec,
 )
 from lakewarden.settings import Settings
-from services._common import ServiceSettings
+from lakewarden_services._common import ServiceSettings
 
 SERVICE: Final = "cancel-manager"
 TABLES_CHANGELOG: Final = TopicSpec(

@@ -36,9 +36,9 @@ from faust.types import Message
 from lakewarden.clients.timeline_events import transition_record
 from lakewarden.events import Event, Undecodable
 from lakewarden.table.timeline import TimelineEntry
-from services._common.dlq import DeadLetterSink, dead_letter_failures
-from services.cancel_manager import metrics
-from services.cancel_manager.protocol import (
+from lakewarden_services._common.dlq import DeadLetterSink, dead_letter_failures
+from lakewarden_services.cancel_manager import metrics
+from lakewarden_services.cancel_manager.protocol import (
     CancelCommand,
     InvalidEvent,
     Outcome,
@@ -47,7 +47,7 @@ from services.cancel_manager.protocol import (
     refusal_for,
     result_record,
 )
-from services.cancel_manager.worker import CancelWorker
+from lakewarden_services.cancel_manager.worker import CancelWorker
 
 __all__ = ["ExpiryHandler", "RequestHandler"]
 

@@ -66,14 +66,14 @@ from lakewarden.events.topics import (
 )
 from lakewarden.settings import Settings
 from lakewarden.table import Coordinator
-from services._common.changelog import recover_changelog
-from services._common.dlq import DeadLetters
-from services._common.loop_service import loop_consumer, loop_producer
-from services._common.membership import Membership
-from services.cancel_manager.app import SERVICE, TABLES_CHANGELOG
-from services.cancel_manager.handler import ExpiryHandler, RequestHandler
-from services.cancel_manager.registry import TablesRegistry
-from services.cancel_manager.worker import CancelWorker
+from lakewarden_services._common.changelog import recover_changelog
+from lakewarden_services._common.dlq import DeadLetters
+from lakewarden_services._common.loop_service import loop_consumer, loop_producer
+from lakewarden_services._common.membership import Membership
+from lakewarden_services.cancel_manager.app import SERVICE, TABLES_CHANGELOG
+from lakewarden_services.cancel_manager.handler import ExpiryHandler, RequestHandler
+from lakewarden_services.cancel_manager.registry import TablesRegistry
+from lakewarden_services.cancel_manager.worker import CancelWorker
 
 __all__ = ["HandlerSuspendedError", "Loop"]
 

@@ -62,7 +62,7 @@ from lakewarden.tableservice import (
     PlanStillExecutingError,
     UnknownPlanError,
 )
-from services.cancel_manager.protocol import CancelCommand, Expiry, Outcome
+from lakewarden_services.cancel_manager.protocol import CancelCommand, Expiry, Outcome
 
 __all__ = ["ACTOR_PREFIX", "CancelWorker", "actor"]
 

@@ -1,18 +1,18 @@
-"""``python -m services.cleaner``: run the cleaner until SIGTERM.
+"""``python -m lakewarden_services.cleaner``: run the cleaner until SIGTERM.
 
 Environment: ``LAKEWARDEN_KAFKA__BOOTSTRAP_SERVERS`` (required), ``LAKEWARDEN_KAFKA__TOPIC_PREFIX``,
 ``LAKEWARDEN_S3__*`` (tables on S3), ``LAKEWARDEN_STATE_DIR``, ``LAKEWARDEN_HEALTH_PORT``
 (health and metrics on 127.0.0.1), ``LAKEWARDEN_INSTANCE_ID`` (static group membership),
 ``LAKEWARDEN_LOG_LEVEL``, ``LAKEWARDEN_CLEANER_SWEEP_INTERVAL_S`` (default 60) and the hooks of
-``services.cleaner.settings``. The table lock comes from timeline-lock and liveness from
+``lakewarden_services.cleaner.settings``. The table lock comes from timeline-lock and liveness from
 heartbeat-monitor, which must be running.
 """
 
 from __future__ import annotations
 
-from services._common import run_service
-from services.cleaner import agents  # noqa: F401  (declares the agents)
-from services.cleaner.app import TOPICS, app, lifecycle, service_settings, settings
+from lakewarden_services._common import run_service
+from lakewarden_services.cleaner import agents  # noqa: F401  (declares the agents)
+from lakewarden_services.cleaner.app import TOPICS, app, lifecycle, service_settings, settings
 
 
 def main() -> None:

@@ -17,8 +17,8 @@ from typing import Any
 import faust
 
 from lakewarden.table import Coordinator, connect
-from services.cleaner import metrics
-from services.cleaner.app import (
+from lakewarden_services.cleaner import metrics
+from lakewarden_services.cleaner.app import (
     app,
     clean_pool,
     cleaner_settings,
@@ -31,8 +31,8 @@ from services.cleaner.app import (
     tables,
     timeline_topic,
 )
-from services.cleaner.handler import EventHandler
-from services.cleaner.worker import CleanWorker
+from lakewarden_services.cleaner.handler import EventHandler
+from lakewarden_services.cleaner.worker import CleanWorker
 
 log = logging.getLogger(__name__)
 

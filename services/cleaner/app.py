@@ -14,10 +14,16 @@ import faust
 
 from lakewarden.events.topics import CLEAN_REQUESTS, DLQ, HEARTBEAT_EXPIRED, TIMELINE
 from lakewarden.settings import Settings
-from services._common import DeadLetters, Lifecycle, ServiceSettings, event_topic, make_app
-from services._common.acked_table import acked_table
-from services.cleaner.queue import CleanQueue
-from services.cleaner.settings import CleanerSettings
+from lakewarden_services._common import (
+    DeadLetters,
+    Lifecycle,
+    ServiceSettings,
+    event_topic,
+    make_app,
+)
+from lakewarden_services._common.acked_table import acked_table
+from lakewarden_services.cleaner.queue import CleanQueue
+from lakewarden_services.cleaner.settings import CleanerSettings
 
 SERVICE = "cleaner"
 TOPICS = (CLEAN_REQUESTS, TIMELINE, HEARTBEAT_EXPIRED)

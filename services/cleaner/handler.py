@@ -27,10 +27,10 @@ from typing import Any
 from faust.types import Message
 
 from lakewarden.events import Event, Undecodable
-from services._common.dlq import DeadLetterSink, dead_letter_failures
-from services.cleaner import metrics
-from services.cleaner.protocol import InvalidEvent, Trigger, parse_event
-from services.cleaner.queue import CleanQueue
+from lakewarden_services._common.dlq import DeadLetterSink, dead_letter_failures
+from lakewarden_services.cleaner import metrics
+from lakewarden_services.cleaner.protocol import InvalidEvent, Trigger, parse_event
+from lakewarden_services.cleaner.queue import CleanQueue
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from services.cleaner.protocol import Trigger
+from lakewarden_services.cleaner.protocol import Trigger
 
 
 @dataclass

@@ -15,9 +15,9 @@ from lakewarden.storage import Storage
 from lakewarden.storage.faults import FaultyStorage
 from lakewarden.table import CleanPolicy, CleanResult, Coordinator, Table, load_storage
 from lakewarden.table.config import load_config
-from services.cleaner import metrics
-from services.cleaner.queue import Work
-from services.cleaner.settings import CleanerSettings
+from lakewarden_services.cleaner import metrics
+from lakewarden_services.cleaner.queue import Work
+from lakewarden_services.cleaner.settings import CleanerSettings
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""``python -m services.error_sink``: run the error-table sink until SIGTERM.
+"""``python -m lakewarden_services.error_sink``: run the error-table sink until SIGTERM.
 
 Environment: ``LAKEWARDEN_KAFKA__BOOTSTRAP_SERVERS`` (required), ``LAKEWARDEN_KAFKA__TOPIC_PREFIX``,
 ``LAKEWARDEN_S3__*`` (tables on S3), ``LAKEWARDEN_ERROR_TABLE__NAME`` /
@@ -26,9 +26,9 @@ from lakewarden.errors import LakewardenError
 from lakewarden.events.topics import DLQ, ERRORS, ensure_topics
 from lakewarden.settings import Settings
 from lakewarden.table import Connection, connect
-from services._common import HealthServer, ServiceSettings, setup_logging
-from services._common.runner import run_loop_until_signalled
-from services.error_sink.sink import SERVICE, ErrorSink, SinkOptions
+from lakewarden_services._common import HealthServer, ServiceSettings, setup_logging
+from lakewarden_services._common.runner import run_loop_until_signalled
+from lakewarden_services.error_sink.sink import SERVICE, ErrorSink, SinkOptions
 
 log = logging.getLogger(__name__)
 

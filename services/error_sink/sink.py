@@ -15,7 +15,7 @@ The loop, each turn:
    timeline from storage (the truth) and, once it completed, its job's ``_SUCCESS``; take the
    partition's high watermark for each decided one (``lakewarden.errortable.acceptance``);
    a key whose instant stays unresolved (no such table, never on the timeline) past the
-   bounds of ``services.error_sink.poison`` is dead-lettered with its original bytes;
+   bounds of ``lakewarden_services.error_sink.poison`` is dead-lettered with its original bytes;
 3. commit the ready ones: per error table, one instant with the accepted records of every
    ready main instant (``commit_errors``: idempotent by source key);
 4. commit the offsets below everything still buffered.
@@ -56,9 +56,14 @@ from lakewarden.events.consumer import HeldMessage
 from lakewarden.settings import Settings
 from lakewarden.storage import open_storage
 from lakewarden.table import Coordinator, Table, Timeline
-from services._common.dlq import DEAD_LETTERS
-from services.error_sink import metrics
-from services.error_sink.poison import GIVE_UP_REASON, GiveUp, Unresolved, UnresolvedSources
+from lakewarden_services._common.dlq import DEAD_LETTERS
+from lakewarden_services.error_sink import metrics
+from lakewarden_services.error_sink.poison import (
+    GIVE_UP_REASON,
+    GiveUp,
+    Unresolved,
+    UnresolvedSources,
+)
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""``python -m services.heartbeat_monitor``: run heartbeat-monitor until SIGTERM.
+"""``python -m lakewarden_services.heartbeat_monitor``: run heartbeat-monitor until SIGTERM.
 
 Environment: ``LAKEWARDEN_KAFKA__BOOTSTRAP_SERVERS`` (required), ``LAKEWARDEN_KAFKA__TOPIC_PREFIX``,
 ``LAKEWARDEN_HEALTH_PORT`` (health and metrics on 127.0.0.1), ``LAKEWARDEN_INSTANCE_ID`` (static
@@ -21,8 +21,8 @@ from confluent_kafka.admin._config import ConfigResource
 
 from lakewarden.clients.liveness import SERVICE
 from lakewarden.events.topics import HEARTBEATS
-from services._common.loop_service import serve_loop
-from services.heartbeat_monitor.app import (
+from lakewarden_services._common.loop_service import serve_loop
+from lakewarden_services.heartbeat_monitor.app import (
     TOPICS,
     group_id,
     monitor,
@@ -31,7 +31,7 @@ from services.heartbeat_monitor.app import (
     topics,
     tracker,
 )
-from services.heartbeat_monitor.worker import Worker
+from lakewarden_services.heartbeat_monitor.worker import Worker
 
 log = logging.getLogger(__name__)
 

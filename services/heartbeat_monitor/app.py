@@ -19,11 +19,11 @@ from typing import Final
 from lakewarden.clients.liveness import LIVENESS_CHANGELOG, SERVICE
 from lakewarden.events.topics import DLQ, HEARTBEAT_EXPIRED, HEARTBEATS, TIMELINE
 from lakewarden.settings import Settings
-from services._common import ServiceSettings
-from services.heartbeat_monitor import metrics
-from services.heartbeat_monitor.monitor import Monitor, wall_clock_ms
-from services.heartbeat_monitor.tracker import Tracker
-from services.heartbeat_monitor.worker import Topics
+from lakewarden_services._common import ServiceSettings
+from lakewarden_services.heartbeat_monitor import metrics
+from lakewarden_services.heartbeat_monitor.monitor import Monitor, wall_clock_ms
+from lakewarden_services.heartbeat_monitor.tracker import Tracker
+from lakewarden_services.heartbeat_monitor.worker import Topics
 
 TOPICS: Final = (HEARTBEATS, HEARTBEAT_EXPIRED, TIMELINE, LIVENESS_CHANGELOG, DLQ)
 

@@ -34,8 +34,8 @@ from typing import Any, Final
 from lakewarden.clients.liveness import LivenessRecord, parse_key, record_key
 from lakewarden.events import EventCodec, EventDecodeError, default_codec, make_event
 from lakewarden.events.dlq import Rejection, dead_letter_record
-from services.heartbeat_monitor import metrics
-from services.heartbeat_monitor.tracker import Beat, Expiry, Key, Outcome, Tracker
+from lakewarden_services.heartbeat_monitor import metrics
+from lakewarden_services.heartbeat_monitor.tracker import Beat, Expiry, Key, Outcome, Tracker
 
 log = logging.getLogger(__name__)
 

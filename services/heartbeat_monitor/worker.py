@@ -10,7 +10,7 @@ keeps what a faust service would give: a consumer group whose members split the 
 (``range`` assignment keeps partition P of ``heartbeats`` and of ``timeline`` together), state
 recovered from a compacted changelog on assignment, at-least-once processing (offsets are
 committed only after everything the processed messages caused was flushed), the health and
-metrics endpoint and logging of ``services._common``.
+metrics endpoint and logging of ``lakewarden_services._common``.
 
 The loop, each turn:
 1. every ``tick_s``: send a tick to every partition of ``heartbeats``;
@@ -42,11 +42,11 @@ from confluent_kafka import (
 from lakewarden.clients.liveness import SERVICE
 from lakewarden.events import EventCodec, EventConsumerError, default_codec
 from lakewarden.settings import Settings
-from services._common.changelog import recover_changelog
-from services._common.dlq import DEAD_LETTERS
-from services._common.loop_service import loop_consumer, loop_producer
-from services._common.membership import Membership
-from services.heartbeat_monitor.monitor import Consumed, Effects, Monitor
+from lakewarden_services._common.changelog import recover_changelog
+from lakewarden_services._common.dlq import DEAD_LETTERS
+from lakewarden_services._common.loop_service import loop_consumer, loop_producer
+from lakewarden_services._common.membership import Membership
+from lakewarden_services.heartbeat_monitor.monitor import Consumed, Effects, Monitor
 
 log = logging.getLogger(__name__)
 

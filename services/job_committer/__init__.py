@@ -1,6 +1,6 @@
 """job-committer: the manifest committer protocol as a service, and the table commit after it.
 
-    python -m services.job_committer
+    python -m lakewarden_services.job_committer
 
 Spark drivers (``lakewarden.clients.CommitClient``) send ``JobCommitRequest`` events to
 ``job.requests`` keyed by table id; the service runs the job commit of the accepted task

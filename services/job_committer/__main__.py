@@ -1,17 +1,17 @@
-"""``python -m services.job_committer``: run job-committer until SIGTERM.
+"""``python -m lakewarden_services.job_committer``: run job-committer until SIGTERM.
 
 Environment: ``LAKEWARDEN_KAFKA__BOOTSTRAP_SERVERS`` (required), ``LAKEWARDEN_KAFKA__TOPIC_PREFIX``,
 ``LAKEWARDEN_S3__*`` (tables on S3), ``LAKEWARDEN_STATE_DIR``, ``LAKEWARDEN_HEALTH_PORT``
 (health and metrics on 127.0.0.1), ``LAKEWARDEN_INSTANCE_ID`` (static group membership),
-``LAKEWARDEN_LOG_LEVEL``; test hooks in ``services.job_committer.hooks``.
+``LAKEWARDEN_LOG_LEVEL``; test hooks in ``lakewarden_services.job_committer.hooks``.
 The table lock comes from the timeline-lock service, which must be running.
 """
 
 from __future__ import annotations
 
-from services._common import run_service
-from services.job_committer import agents  # noqa: F401  (declares the agents)
-from services.job_committer.app import TOPICS, app, lifecycle, service_settings, settings
+from lakewarden_services._common import run_service
+from lakewarden_services.job_committer import agents  # noqa: F401  (declares the agents)
+from lakewarden_services.job_committer.app import TOPICS, app, lifecycle, service_settings, settings
 
 
 def main() -> None:

@@ -18,7 +18,7 @@ import faust
 
 from lakewarden.events import Event
 from lakewarden.table import Coordinator, connect
-from services.job_committer.app import (
+from lakewarden_services.job_committer.app import (
     SERVICE,
     app,
     commit_pool,
@@ -30,9 +30,9 @@ from services.job_committer.app import (
     settings,
     timeline_topic,
 )
-from services.job_committer.handler import ManifestHandler, RequestHandler
-from services.job_committer.hooks import crash_hook_from_env
-from services.job_committer.worker import CommitWorker
+from lakewarden_services.job_committer.handler import ManifestHandler, RequestHandler
+from lakewarden_services.job_committer.hooks import crash_hook_from_env
+from lakewarden_services.job_committer.worker import CommitWorker
 
 
 def _on(pool: Executor) -> Callable[[Callable[[], Any]], Any]:

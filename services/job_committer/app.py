@@ -7,7 +7,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 from lakewarden.events.topics import DLQ, JOB_REQUESTS, JOB_RESULTS, TASK_MANIFESTS, TIMELINE
 from lakewarden.settings import Settings
-from services._common import DeadLetters, Lifecycle, ServiceSettings, event_topic, make_app
+from lakewarden_services._common import (
+    DeadLetters,
+    Lifecycle,
+    ServiceSettings,
+    event_topic,
+    make_app,
+)
 
 SERVICE = "job-committer"
 TOPICS = (JOB_REQUESTS, JOB_RESULTS, TASK_MANIFESTS, TIMELINE)

@@ -31,9 +31,9 @@ from lakewarden.clients.timeline_events import transition_record
 from lakewarden.events import Event, Undecodable
 from lakewarden.settings import Settings
 from lakewarden.storage import open_storage
-from services._common.dlq import DeadLetterSink, dead_letter_failures
-from services.job_committer import metrics
-from services.job_committer.protocol import (
+from lakewarden_services._common.dlq import DeadLetterSink, dead_letter_failures
+from lakewarden_services.job_committer import metrics
+from lakewarden_services.job_committer.protocol import (
     CommitJob,
     InvalidEvent,
     ManifestNotice,
@@ -43,7 +43,7 @@ from services.job_committer.protocol import (
     refusal_for,
     result_record,
 )
-from services.job_committer.worker import CommitWorker, check_manifest
+from lakewarden_services.job_committer.worker import CommitWorker, check_manifest
 
 log = logging.getLogger(__name__)
 

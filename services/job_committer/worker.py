@@ -41,7 +41,7 @@ from lakewarden.table.job_commit import (
 )
 from lakewarden.table.timeline import Timeline, TimelineEntry
 from lakewarden.table.transaction import WriteTransaction
-from services.job_committer.protocol import CommitJob, ManifestNotice, Outcome
+from lakewarden_services.job_committer.protocol import CommitJob, ManifestNotice, Outcome
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """timeline-lock: per-table leases with fencing tokens, served over Kafka.
 
-    python -m services.timeline_lock
+    python -m lakewarden_services.timeline_lock
 
 Clients (``lakewarden.clients.LockClient``) send ``LockRequest`` events to ``lock.requests``
 keyed by table id and read ``LockReply`` events from one partition of ``lock.replies``.

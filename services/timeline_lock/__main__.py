@@ -1,4 +1,4 @@
-"""``python -m services.timeline_lock``: run timeline-lock until SIGTERM.
+"""``python -m lakewarden_services.timeline_lock``: run timeline-lock until SIGTERM.
 
 Environment: ``LAKEWARDEN_KAFKA__BOOTSTRAP_SERVERS`` (required), ``LAKEWARDEN_KAFKA__TOPIC_PREFIX``,
 ``LAKEWARDEN_HEALTH_PORT`` (health and metrics on 127.0.0.1), ``LAKEWARDEN_INSTANCE_ID``
@@ -17,10 +17,16 @@ from __future__ import annotations
 import logging
 from typing import Any, NoReturn
 
-from services._common.loop_service import serve_loop
-from services.timeline_lock.app import TOPICS, group_id, service_settings, settings, topics
-from services.timeline_lock.handler import SERVICE
-from services.timeline_lock.worker import Worker
+from lakewarden_services._common.loop_service import serve_loop
+from lakewarden_services.timeline_lock.app import (
+    TOPICS,
+    group_id,
+    service_settings,
+    settings,
+    topics,
+)
+from lakewarden_services.timeline_lock.handler import SERVICE
+from lakewarden_services.timeline_lock.worker import Worker
 
 log = logging.getLogger(__name__)
 

@@ -19,9 +19,9 @@ from pydantic import Field
 
 from lakewarden.events.topics import DLQ, FOREVER, LOCK_REPLIES, LOCK_REQUESTS, TopicSpec
 from lakewarden.settings import Settings
-from services._common import ServiceSettings
-from services.timeline_lock.handler import SERVICE
-from services.timeline_lock.worker import CHANGELOG_INTERVAL_S, Topics
+from lakewarden_services._common import ServiceSettings
+from lakewarden_services.timeline_lock.handler import SERVICE
+from lakewarden_services.timeline_lock.worker import CHANGELOG_INTERVAL_S, Topics
 
 LOCKS_CHANGELOG: Final = TopicSpec(
     f"{SERVICE}-locks-changelog", LOCK_REQUESTS.partitions, FOREVER, cleanup_policy="compact"

@@ -34,22 +34,26 @@ from typing import Any
 from lakewarden.clients import lock_request
 from lakewarden.events import EventCodec, EventDecodeError, default_codec
 from lakewarden.events.dlq import Rejection, dead_letter_record
-from services._common.dlq import DEAD_LETTERS
-from services.timeline_lock import metrics
-from services.timeline_lock.protocol import (
+from lakewarden_services._common.dlq import DEAD_LETTERS
+from lakewarden_services.timeline_lock import metrics
+from lakewarden_services.timeline_lock.protocol import (
     InvalidRequest,
     parse_request,
     refusal_for,
     reply_record,
 )
-from services.timeline_lock.state import (
+from lakewarden_services.timeline_lock.state import (
     Outcome,
     Reply,
     Request,
     apply,
     expire_request,
 )
-from services.timeline_lock.state_json import due_expiry_json, lock_from_json, lock_to_json
+from lakewarden_services.timeline_lock.state_json import (
+    due_expiry_json,
+    lock_from_json,
+    lock_to_json,
+)
 
 log = logging.getLogger(__name__)
 

@@ -48,12 +48,12 @@ from confluent_kafka import KafkaError, Message, TopicPartition
 from lakewarden.clients import table_partition
 from lakewarden.events import EventCodec, EventConsumerError, default_codec
 from lakewarden.settings import Settings
-from services._common.changelog import recover_changelog
-from services._common.loop_service import loop_consumer, loop_producer
-from services._common.membership import Membership
-from services.timeline_lock import metrics
-from services.timeline_lock.deferred import Covered, DeferredChangelog
-from services.timeline_lock.handler import (
+from lakewarden_services._common.changelog import recover_changelog
+from lakewarden_services._common.loop_service import loop_consumer, loop_producer
+from lakewarden_services._common.membership import Membership
+from lakewarden_services.timeline_lock import metrics
+from lakewarden_services.timeline_lock.deferred import Covered, DeferredChangelog
+from lakewarden_services.timeline_lock.handler import (
     SERVICE,
     Consumed,
     Effects,
@@ -62,7 +62,7 @@ from services.timeline_lock.handler import (
     reply_value,
     wall_clock_ms,
 )
-from services.timeline_lock.offsets import CommitTracker
+from lakewarden_services.timeline_lock.offsets import CommitTracker
 
 log = logging.getLogger(__name__)
 

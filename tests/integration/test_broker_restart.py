@@ -22,9 +22,13 @@ from lakewarden.clients import LockClient
 from lakewarden.devstack import KafkaBroker, processes
 from lakewarden.settings import KafkaSettings, Settings
 from lakewarden.testing.kafka import round_trip_beat
-from services._common.process import ServiceProcess
+from lakewarden_services._common.process import ServiceProcess
 
-SERVICES = ("services.timeline_lock", "services.heartbeat_monitor", "services.error_sink")
+SERVICES = (
+    "lakewarden_services.timeline_lock",
+    "lakewarden_services.heartbeat_monitor",
+    "lakewarden_services.error_sink",
+)
 RECOVERY_BOUND_S = 120.0
 
 

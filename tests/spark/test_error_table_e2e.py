@@ -40,7 +40,7 @@ from lakewarden.table.bucket import render_partition_path
 from lakewarden.table.config import NotATableError
 from lakewarden.table.instant import INGESTION_ACTIONS, Transition
 from lakewarden.table.table import Table
-from services._common.process import ServiceProcess
+from lakewarden_services._common.process import ServiceProcess
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow]
 
@@ -65,7 +65,7 @@ COLUMNS = [
     "concat('row-', cast(id as string)) as note",
 ]
 BAD = sorted(n for n in range(ROWS) if n % 100 == 42)
-SINK = "services.error_sink"
+SINK = "lakewarden_services.error_sink"
 GLOBAL_NAME = "all_errors"
 
 

@@ -61,8 +61,8 @@ def test_settings_have_no_default_s3_credentials(monkeypatch: pytest.MonkeyPatch
 def test_former_raw_environment_reads_are_settings(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    from services.error_sink.__main__ import SinkSettings
-    from services.job_committer.hooks import HookSettings, crash_hook_from_env
+    from lakewarden_services.error_sink.__main__ import SinkSettings
+    from lakewarden_services.job_committer.hooks import HookSettings, crash_hook_from_env
 
     monkeypatch.setenv("LAKEWARDEN_SCHEMA_DIR", str(tmp_path / "schemas"))
     monkeypatch.setenv("LAKEWARDEN_SPARK_JARS", str(tmp_path / "jars"))

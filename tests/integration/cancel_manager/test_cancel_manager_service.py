@@ -27,7 +27,7 @@ from lakewarden.settings import Settings
 from lakewarden.table import Table, Transition
 from lakewarden.table.coordinator import EmbeddedCoordinator
 from lakewarden.testing import wait_until
-from services._common.process import ServiceProcess
+from lakewarden_services._common.process import ServiceProcess
 
 pytestmark = pytest.mark.kafka
 
@@ -63,9 +63,9 @@ def services(
     started: list[ServiceProcess] = []
     try:
         for module in (
-            "services.timeline_lock",
-            "services.heartbeat_monitor",
-            "services.cancel_manager",
+            "lakewarden_services.timeline_lock",
+            "lakewarden_services.heartbeat_monitor",
+            "lakewarden_services.cancel_manager",
         ):
             home = tmp_path_factory.mktemp(module.rsplit(".", 1)[-1])
             env = {**BEAT, **_s3_env(cm_settings)}
@@ -261,7 +261,7 @@ def test_a_restarted_service_still_acts_on_an_expiry(
     """The URI a request named survives the service: killed (kill -9, right after answering)
     and restarted, it aborts the plan when the executor dies, though nobody asks again."""
     cancel_manager = services[-1]
-    assert cancel_manager.module == "services.cancel_manager"
+    assert cancel_manager.module == "lakewarden_services.cancel_manager"
     table = _fragmented_table(str(tmp_path / "orders"))
     instant = _plan(table, cancellable=True)
     with _paused_executor(cm_settings, table, instant) as kill:

@@ -12,9 +12,9 @@ import pytest
 
 from lakewarden.events import ensure_topics
 from lakewarden.settings import Settings
-from services._common.process import ServiceProcess
+from lakewarden_services._common.process import ServiceProcess
 
-CLEANER = "services.cleaner"
+CLEANER = "lakewarden_services.cleaner"
 CLEANER_ENV = {"LAKEWARDEN_CLEANER_SWEEP_INTERVAL_S": "1"}
 # Deletes run 16 at a time: 2 s each leaves time to kill a cleaner in the middle of them.
 SLOW_DELETES = {"LAKEWARDEN_CLEANER_DELETE_DELAY_S": "2"}
@@ -50,7 +50,7 @@ def services(
 ) -> Iterator[list[ServiceProcess]]:
     """timeline-lock and heartbeat-monitor for the module."""
     started = []
-    for module in ("services.timeline_lock", "services.heartbeat_monitor"):
+    for module in ("lakewarden_services.timeline_lock", "lakewarden_services.heartbeat_monitor"):
         home = tmp_path_factory.mktemp(module.rsplit(".", 1)[-1])
         process = ServiceProcess(module, cl_settings, home=home, extra_env=HEARTBEAT_ENV)
         process.start()

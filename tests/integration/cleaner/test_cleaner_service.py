@@ -43,7 +43,7 @@ from lakewarden.table import (
 from lakewarden.table.plans import JobPlan
 from lakewarden.table.transaction import WriteTransaction
 from lakewarden.testing import wait_until
-from services._common.process import ServiceProcess
+from lakewarden_services._common.process import ServiceProcess
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("v", pa.string())])
 KEEP_ONE = CleanPolicy(commits_retained=1)

@@ -26,10 +26,10 @@ from lakewarden.events import EventConsumer, EventProducer, default_codec, ensur
 from lakewarden.events.topics import DLQ, ERRORS
 from lakewarden.settings import ErrorTableSettings, Settings
 from lakewarden.table import EmbeddedCoordinator, NotATableError, Table, Timeline
-from services._common.process import ServiceProcess
+from lakewarden_services._common.process import ServiceProcess
 
-MODULE = "services.error_sink"
-LOCK_MODULE = "services.timeline_lock"
+MODULE = "lakewarden_services.error_sink"
+LOCK_MODULE = "lakewarden_services.timeline_lock"
 SCHEMA = pa.schema([pa.field("id", pa.string(), nullable=False), pa.field("x", pa.int32())])
 
 

@@ -14,7 +14,7 @@ from hbtools import MODULE, Expiries, Writer, isolated
 from lakewarden.events import ensure_topics
 from lakewarden.events.topics import HEARTBEAT_EXPIRED, HEARTBEATS, TIMELINE
 from lakewarden.settings import Settings
-from services._common.process import ServiceProcess
+from lakewarden_services._common.process import ServiceProcess
 
 
 @pytest.fixture

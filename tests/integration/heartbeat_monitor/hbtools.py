@@ -22,7 +22,7 @@ from lakewarden.events import EventConsumer
 from lakewarden.events.topics import HEARTBEAT_EXPIRED
 from lakewarden.settings import Settings
 
-MODULE = "services.heartbeat_monitor"
+MODULE = "lakewarden_services.heartbeat_monitor"
 INTERVAL_S = 0.5
 MISSES = 3
 TOLERANCE_S = INTERVAL_S * MISSES

@@ -26,7 +26,7 @@ from hbtools import (
 from lakewarden.clients.liveness import Liveness
 from lakewarden.settings import Settings
 from lakewarden.table.coordinator import Liveness as Verdict
-from services._common.process import ServiceProcess
+from lakewarden_services._common.process import ServiceProcess
 
 TOL_MS = round(TOLERANCE_S * 1000)
 

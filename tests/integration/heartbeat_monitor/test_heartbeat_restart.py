@@ -11,7 +11,7 @@ from lakewarden.clients.liveness import Liveness
 from lakewarden.settings import Settings
 from lakewarden.table.coordinator import Liveness as Verdict
 from lakewarden.testing import wait_until
-from services._common.process import ServiceProcess
+from lakewarden_services._common.process import ServiceProcess
 
 
 def wait_alive(settings: Settings, instants: list[str]) -> None:

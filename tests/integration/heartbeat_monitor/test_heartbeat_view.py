@@ -13,7 +13,7 @@ from lakewarden.events.topics import DLQ, HEARTBEATS
 from lakewarden.settings import Settings
 from lakewarden.table.coordinator import Liveness as Verdict
 from lakewarden.testing import wait_until
-from services._common.process import ServiceProcess
+from lakewarden_services._common.process import ServiceProcess
 
 
 def wait_for_status(view: Liveness, instant: str, expected: Verdict, timeout_s: float) -> None:

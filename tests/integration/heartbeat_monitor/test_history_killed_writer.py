@@ -26,7 +26,7 @@ from lakewarden.table.stats import WorkloadProfile
 from lakewarden.table.table import Table
 from lakewarden.table.timeline_state import TimelineEntry
 from lakewarden.table.transaction import WriteTransaction
-from services._common.process import ServiceProcess
+from lakewarden_services._common.process import ServiceProcess
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False)])
 

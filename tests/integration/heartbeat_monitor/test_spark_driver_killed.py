@@ -29,7 +29,7 @@ from lakewarden.table.instant import Action, Transition
 from lakewarden.table.plans import RollbackPlan
 from lakewarden.table.table import Table
 from lakewarden.testing import wait_until
-from services._common.process import ServiceProcess
+from lakewarden_services._common.process import ServiceProcess
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -54,13 +54,17 @@ def cleaner(hb_settings: Settings, lock_service: ServiceProcess, tmp_path: Path)
         "LAKEWARDEN_HEARTBEAT__INTERVAL_S": str(INTERVAL_S),
         "LAKEWARDEN_HEARTBEAT__TOLERABLE_MISSES": str(MISSES),
     }
-    return ServiceProcess("services.cleaner", hb_settings, home=tmp_path / "cleaner", extra_env=env)
+    return ServiceProcess(
+        "lakewarden_services.cleaner", hb_settings, home=tmp_path / "cleaner", extra_env=env
+    )
 
 
 @pytest.fixture
 def lock_service(hb_settings: Settings, tmp_path: Path) -> Iterator[ServiceProcess]:
     ensure_topics(hb_settings)  # the lock's request and reply topics under the test's prefix
-    service = ServiceProcess("services.timeline_lock", hb_settings, home=tmp_path / "lock")
+    service = ServiceProcess(
+        "lakewarden_services.timeline_lock", hb_settings, home=tmp_path / "lock"
+    )
     service.home.mkdir()
     service.start()
     try:

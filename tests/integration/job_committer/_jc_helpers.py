@@ -31,8 +31,8 @@ from lakewarden.table.transaction import WriteTransaction
 from lakewarden.table.writer import merge, stamped
 
 SCHEMA = pa.schema([("id", pa.int64()), ("region", pa.string()), ("v", pa.string())])
-MODULE = "services.job_committer"
-LOCK_MODULE = "services.timeline_lock"
+MODULE = "lakewarden_services.job_committer"
+LOCK_MODULE = "lakewarden_services.timeline_lock"
 
 
 def isolated(settings: Settings) -> Settings:

@@ -15,7 +15,7 @@ from _jc_helpers import LOCK_MODULE, MODULE, isolated
 from lakewarden.clients import CommitClient
 from lakewarden.events import ensure_topics
 from lakewarden.settings import Settings
-from services._common.process import ServiceProcess
+from lakewarden_services._common.process import ServiceProcess
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,8 @@
 """kill -9 of job-committer mid-commit, then a restart: the redelivered request resumes and
 the table ends the same as without the crash (no file lost, none twice, one completion).
 
-The service kills itself with SIGKILL at the chosen point (``services.job_committer.hooks``:
+The service kills itself with SIGKILL at the chosen point
+(``lakewarden_services.job_committer.hooks``:
 no cleanup, exactly as ``kill -9``); a marker file makes the restarted process go past it.
 The client keeps waiting through the crash and gets its answer from the restarted service.
 """
@@ -20,8 +21,8 @@ from lakewarden.devstack import processes
 from lakewarden.settings import Settings
 from lakewarden.table.instant import Transition
 from lakewarden.table.table import Table
-from services._common.process import ServiceProcess
-from services.job_committer.hooks import CRASH_AT, CRASH_ONCE
+from lakewarden_services._common.process import ServiceProcess
+from lakewarden_services.job_committer.hooks import CRASH_AT, CRASH_ONCE
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.usefixtures("lock_service")]
 

@@ -14,7 +14,7 @@ from lakewarden.clients import CommitClient
 from lakewarden.settings import Settings
 from lakewarden.table.instant import Transition
 from lakewarden.table.table import Table
-from services._common.process import ServiceProcess
+from lakewarden_services._common.process import ServiceProcess
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.usefixtures("lock_service")]
 

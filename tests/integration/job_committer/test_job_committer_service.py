@@ -21,7 +21,7 @@ from lakewarden.events.topics import DLQ, JOB_REQUESTS, TASK_MANIFESTS, TIMELINE
 from lakewarden.settings import Settings
 from lakewarden.table.instant import Transition
 from lakewarden.table.table import Table
-from services._common.process import ServiceProcess
+from lakewarden_services._common.process import ServiceProcess
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.usefixtures("committer_service")]
 

@@ -25,7 +25,7 @@ from lakewarden.spark._transaction import BatchAlreadyCommittedError, BatchKey
 from lakewarden.table import Table, close_shared_connections
 from lakewarden.table.connection import connect
 from lakewarden.table.instant import Transition
-from services._common.process import ServiceProcess
+from lakewarden_services._common.process import ServiceProcess
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.usefixtures("committer_service")]
 

@@ -20,8 +20,8 @@ from lakewarden.settings import KafkaSettings, Settings
 from lakewarden.table import Table
 from lakewarden.table.connection import connect
 from lakewarden.table.instant import Transition
-from services._common.app import app_id
-from services._common.process import ServiceProcess
+from lakewarden_services._common.app import app_id
+from lakewarden_services._common.process import ServiceProcess
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.usefixtures("lock_service")]
 

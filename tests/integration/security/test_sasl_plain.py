@@ -25,7 +25,7 @@ from lakewarden.events.kafka_errors import KafkaAuthenticationError
 from lakewarden.events.topics import HEARTBEATS, ensure_topics
 from lakewarden.settings import KafkaSettings, Settings
 from lakewarden.testing.kafka import heartbeat_event, round_trip_beat
-from services._common.process import ServiceProcess
+from lakewarden_services._common.process import ServiceProcess
 
 USER = "lakewarden"
 PASSWORD = "sasl-pass-SENTINEL-7c1e90aa"
@@ -121,7 +121,9 @@ def test_a_service_with_a_wrong_sasl_password_says_so_and_exits(
         "LAKEWARDEN_KAFKA__SASL_PASSWORD": wrong,
         "LAKEWARDEN_KAFKA__REQUEST_TIMEOUT_S": "5",
     }
-    service = ServiceProcess("services.timeline_lock", settings, home=tmp_path, extra_env=env)
+    service = ServiceProcess(
+        "lakewarden_services.timeline_lock", settings, home=tmp_path, extra_env=env
+    )
     with pytest.raises(DevStackError, match="exited during start-up"):
         service.start(timeout_s=60)
     service.stop()

@@ -20,8 +20,8 @@ from lakewarden.cli import cli
 from lakewarden.events import ensure_topics
 from lakewarden.events.topics import HEARTBEAT_EXPIRED, HEARTBEATS, TIMELINE
 from lakewarden.settings import Settings
-from services._common.app import broker_credentials
-from services._common.process import ServiceProcess
+from lakewarden_services._common.app import broker_credentials
+from lakewarden_services._common.process import ServiceProcess
 
 S3_KEY_ID = "AKIASENTINEL7Q2Z9XKEY"
 S3_SECRET = "s3-secret-SENTINEL-9f3b1c7e"
@@ -50,7 +50,7 @@ def monitor(
     ensure_topics(settings, specs=[HEARTBEATS, HEARTBEAT_EXPIRED, TIMELINE])
     home = tmp_path_factory.mktemp("secrets")
     service = ServiceProcess(
-        "services.heartbeat_monitor",
+        "lakewarden_services.heartbeat_monitor",
         settings,
         home=home,
         log_level="DEBUG",

@@ -14,9 +14,9 @@ import pytest
 
 from lakewarden.clients import LockClient
 from lakewarden.settings import Settings
-from services._common.process import ServiceProcess
+from lakewarden_services._common.process import ServiceProcess
 
-MODULE = "services.timeline_lock"
+MODULE = "lakewarden_services.timeline_lock"
 
 
 def isolated(settings: Settings) -> Settings:

@@ -26,7 +26,7 @@ from lakewarden.table import (
     shared_connection,
 )
 from lakewarden.testing import wait_until
-from services._common.process import ServiceProcess
+from lakewarden_services._common.process import ServiceProcess
 
 pytestmark = pytest.mark.timeout(120)
 

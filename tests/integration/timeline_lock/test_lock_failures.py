@@ -23,7 +23,7 @@ from lakewarden.settings import Settings
 from lakewarden.table.instant import Transition
 from lakewarden.table.table import Table
 from lakewarden.testing import wait_until
-from services._common.process import ServiceProcess
+from lakewarden_services._common.process import ServiceProcess
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -111,7 +111,7 @@ def test_a_service_killed_with_leases_held_comes_back_with_them(
     # Offsets committed only every 300 s: what this test sends is delivered again after the
     # kill and must not be applied twice.
     service = ServiceProcess(
-        "services.timeline_lock",
+        "lakewarden_services.timeline_lock",
         lock_settings,
         home=tmp_path,
         extra_env={"LAKEWARDEN_COMMIT_INTERVAL_S": "300"},
@@ -172,7 +172,7 @@ def test_a_crash_between_grants_and_their_changelog_write_re_derives_them(
     interval is 300 s here): the restarted service applies the same requests again, from the
     last committed offset, to the same holder, token and queue."""
     service = ServiceProcess(
-        "services.timeline_lock",
+        "lakewarden_services.timeline_lock",
         lock_settings,
         home=tmp_path,
         extra_env={"LAKEWARDEN_LOCK_CHANGELOG_INTERVAL_S": "300"},
@@ -225,7 +225,7 @@ def _queued_acquire(
 
 def _changelog_records(settings: Settings) -> int:
     """How many records timeline-lock's changelog topic holds (over its partitions)."""
-    from services.timeline_lock.app import LOCKS_CHANGELOG
+    from lakewarden_services.timeline_lock.app import LOCKS_CHANGELOG
 
     consumer = EventConsumer(settings, group_id=None, dead_letters=False)
     topic, partitions = LOCKS_CHANGELOG.name(settings), range(LOCKS_CHANGELOG.partitions)

@@ -12,8 +12,8 @@ from confluent_kafka import Consumer
 from lakewarden.clients import LockClient
 from lakewarden.settings import Settings
 from lakewarden.testing import wait_until
-from services._common.process import ServiceProcess
-from services.timeline_lock.handler import SERVICE
+from lakewarden_services._common.process import ServiceProcess
+from lakewarden_services.timeline_lock.handler import SERVICE
 
 
 def test_a_fenced_loop_service_builds_its_loop_again_and_grants(

@@ -16,7 +16,7 @@ import pytest
 
 from lakewarden.clients import LockClient
 from lakewarden.settings import Settings
-from services._common.process import ServiceProcess
+from lakewarden_services._common.process import ServiceProcess
 
 pytestmark = pytest.mark.timeout(240)
 

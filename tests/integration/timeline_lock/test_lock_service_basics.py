@@ -15,7 +15,7 @@ from lakewarden.clients import LockClient, LockLease, LockTimeoutError
 from lakewarden.events import decode
 from lakewarden.events.topics import DLQ, LOCK_REPLIES, LOCK_REQUESTS
 from lakewarden.settings import Settings
-from services._common.process import ServiceProcess
+from lakewarden_services._common.process import ServiceProcess
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -27,9 +27,9 @@ from lakewarden.table.merge import stamped
 from lakewarden.table.stats import CommitStats, WorkloadProfile, WriteStat
 from lakewarden.table.table import Table
 from lakewarden.table.transaction import WriteTransaction
-from services._common.dlq import DeadLetters
-from services.cancel_manager.handler import ExpiryHandler, RequestHandler
-from services.cancel_manager.worker import CancelWorker
+from lakewarden_services._common.dlq import DeadLetters
+from lakewarden_services.cancel_manager.handler import ExpiryHandler, RequestHandler
+from lakewarden_services.cancel_manager.worker import CancelWorker
 
 SCHEMA = pa.schema([("id", pa.int64()), ("region", pa.string()), ("v", pa.string())])
 COORDINATOR = EmbeddedCoordinator()

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from services.cancel_manager.loop import HandlerSuspendedError, _run_to_end
+from lakewarden_services.cancel_manager.loop import HandlerSuspendedError, _run_to_end
 
 
 async def _awaits_coroutines(done: list[str]) -> None:

@@ -17,11 +17,11 @@ from lakewarden.cli import cli
 from lakewarden.events import Event, EventDecodeError, Undecodable, decode, encode, make_event
 from lakewarden.settings import Settings
 from lakewarden.table import EmbeddedCoordinator, Table, Transition
-from services._common.dlq import DeadLetters
-from services.cleaner.handler import EventHandler
-from services.cleaner.protocol import InvalidEvent, Trigger, parse_event
-from services.cleaner.queue import CleanQueue
-from services.cleaner.worker import CleanWorker
+from lakewarden_services._common.dlq import DeadLetters
+from lakewarden_services.cleaner.handler import EventHandler
+from lakewarden_services.cleaner.protocol import InvalidEvent, Trigger, parse_event
+from lakewarden_services.cleaner.queue import CleanQueue
+from lakewarden_services.cleaner.worker import CleanWorker
 
 TABLE = "6f1c9a53-8a4b-4c3e-9f7e-0d2b8f3e1a11"
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("v", pa.string())])

@@ -11,7 +11,7 @@ import faust
 import pytest
 from faust.transport.producer import ProducerBuffer
 
-from services._common.acked_table import AckedTable, acked_table
+from lakewarden_services._common.acked_table import AckedTable, acked_table
 
 
 class Boom(Exception):

@@ -8,8 +8,8 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from lakewarden.events import EventConsumerError
-from services._common.loop_service import RebuildingLoop
-from services._common.membership import Membership
+from lakewarden_services._common.loop_service import RebuildingLoop
+from lakewarden_services._common.membership import Membership
 
 
 class _Loop:

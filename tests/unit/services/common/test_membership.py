@@ -4,7 +4,7 @@ says why and for how long)."""
 
 from __future__ import annotations
 
-from services._common.membership import Membership
+from lakewarden_services._common.membership import Membership
 
 
 def test_health_says_why_it_is_not_ok_and_since_when() -> None:

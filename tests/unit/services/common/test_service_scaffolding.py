@@ -16,11 +16,11 @@ from prometheus_client import CollectorRegistry, Counter
 
 from lakewarden.events import Event, EventDecodeError, Undecodable
 from lakewarden.settings import KafkaSettings, Settings
-from services._common.app import ServiceSettings, app_id, broker_urls, make_app
-from services._common.dlq import DeadLetters
-from services._common.health import HealthServer
-from services._common.logs import setup_logging
-from services._common.runner import Lifecycle
+from lakewarden_services._common.app import ServiceSettings, app_id, broker_urls, make_app
+from lakewarden_services._common.dlq import DeadLetters
+from lakewarden_services._common.health import HealthServer
+from lakewarden_services._common.logs import setup_logging
+from lakewarden_services._common.runner import Lifecycle
 
 
 def _get(port: int, path: str) -> tuple[int, str]:

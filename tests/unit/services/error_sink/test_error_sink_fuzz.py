@@ -25,7 +25,7 @@ from lakewarden.events import Rejection, encode
 from lakewarden.events.strategies import damaged_messages
 from lakewarden.settings import KafkaSettings, Settings
 from lakewarden.table.coordinator import EmbeddedCoordinator
-from services.error_sink.sink import ErrorSink, SinkOptions
+from lakewarden_services.error_sink.sink import ErrorSink, SinkOptions
 
 pytestmark = pytest.mark.hypothesis
 

@@ -25,8 +25,8 @@ from lakewarden.events.consumer import HeldMessage
 from lakewarden.settings import KafkaSettings, Settings
 from lakewarden.table import EmbeddedCoordinator, Table
 from lakewarden.testing import ManualClock
-from services.error_sink.poison import GIVE_UP_REASON, UnresolvedSources
-from services.error_sink.sink import ErrorSink, SinkOptions
+from lakewarden_services.error_sink.poison import GIVE_UP_REASON, UnresolvedSources
+from lakewarden_services.error_sink.sink import ErrorSink, SinkOptions
 
 SCHEMA = pa.schema([pa.field("id", pa.string(), nullable=False)])
 KEY = SourceKey("t", "20260101000000000")

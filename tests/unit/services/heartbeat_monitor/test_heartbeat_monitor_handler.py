@@ -8,9 +8,9 @@ import pytest
 
 from lakewarden.clients.liveness import LivenessRecord, record_key
 from lakewarden.events import decode, encode, make_event
-from services.heartbeat_monitor import metrics
-from services.heartbeat_monitor.monitor import Consumed, Monitor, expiry_event_id
-from services.heartbeat_monitor.tracker import Tracker
+from lakewarden_services.heartbeat_monitor import metrics
+from lakewarden_services.heartbeat_monitor.monitor import Consumed, Monitor, expiry_event_id
+from lakewarden_services.heartbeat_monitor.tracker import Tracker
 
 ME = "monitor-test"
 INSTANT = "20250314092653589"
@@ -319,7 +319,7 @@ def test_a_closed_worker_gives_up_its_partitions_so_a_rebuilt_one_starts_clean(
     from confluent_kafka import TopicPartition
 
     from lakewarden.settings import KafkaSettings, Settings
-    from services.heartbeat_monitor.worker import Topics, Worker
+    from lakewarden_services.heartbeat_monitor.worker import Topics, Worker
 
     names = {k: k for k in ("heartbeats", "timeline", "expired", "dlq", "changelog")}
     topics = Topics(**names, partitions=2, expired_partitions=2)

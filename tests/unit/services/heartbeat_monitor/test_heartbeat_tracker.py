@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lakewarden.clients.liveness import LivenessRecord
-from services.heartbeat_monitor.tracker import Beat, Outcome, Tracker
+from lakewarden_services.heartbeat_monitor.tracker import Beat, Outcome, Tracker
 
 TOL = 1_500  # interval 500 ms x 3 misses
 ME = "monitor-1"

@@ -17,10 +17,10 @@ from lakewarden.clients import CommitRequest
 from lakewarden.clients.commit import request_record
 from lakewarden.events import Event, EventDecodeError, Undecodable, decode, encode, make_event
 from lakewarden.settings import Settings
-from services._common.dlq import DeadLetters
-from services.job_committer.handler import ManifestHandler, RequestHandler
-from services.job_committer.protocol import InvalidEvent, parse_request
-from services.job_committer.worker import CommitWorker
+from lakewarden_services._common.dlq import DeadLetters
+from lakewarden_services.job_committer.handler import ManifestHandler, RequestHandler
+from lakewarden_services.job_committer.protocol import InvalidEvent, parse_request
+from lakewarden_services.job_committer.worker import CommitWorker
 
 TOPIC = "lakewarden.job.requests"
 
@@ -190,7 +190,7 @@ def test_task_manifests_are_validated_early(job: Job) -> None:
         record = make_event("TaskManifest", table_id=job.table.table_id, producer_id="t", **fields)
         return encode("TaskManifest", record)
 
-    from services.job_committer import metrics
+    from lakewarden_services.job_committer import metrics
 
     def count(status: str) -> float:
         return metrics.MANIFESTS.labels(status)._value.get()  # type: ignore[no-any-return]

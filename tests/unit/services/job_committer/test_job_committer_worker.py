@@ -24,9 +24,14 @@ from lakewarden.table.job_commit import (
 from lakewarden.table.stats import CommitStats
 from lakewarden.table.table import Table
 from lakewarden.table.transaction import UnknownInstantError, WriteTransaction
-from services.job_committer.hooks import CRASH_AT, CRASH_ONCE, PAUSE_S, crash_hook_from_env
-from services.job_committer.protocol import CommitJob
-from services.job_committer.worker import ACTOR_PREFIX, CommitWorker
+from lakewarden_services.job_committer.hooks import (
+    CRASH_AT,
+    CRASH_ONCE,
+    PAUSE_S,
+    crash_hook_from_env,
+)
+from lakewarden_services.job_committer.protocol import CommitJob
+from lakewarden_services.job_committer.worker import ACTOR_PREFIX, CommitWorker
 
 
 def spec(job: Job, **changes: object) -> JobCommitSpec:

@@ -9,9 +9,9 @@ from typing import Any
 
 from test_lock_handler import Harness, req
 
-from services.timeline_lock.deferred import Covered, DeferredChangelog
-from services.timeline_lock.handler import ExpiryScanner
-from services.timeline_lock.offsets import CommitTracker
+from lakewarden_services.timeline_lock.deferred import Covered, DeferredChangelog
+from lakewarden_services.timeline_lock.handler import ExpiryScanner
+from lakewarden_services.timeline_lock.offsets import CommitTracker
 
 
 class Log:

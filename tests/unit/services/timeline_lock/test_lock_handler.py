@@ -9,12 +9,12 @@ import pytest
 
 from lakewarden.clients import lock_request, table_partition
 from lakewarden.events import encode, sample_events
-from services._common.dlq import DEAD_LETTERS
-from services.timeline_lock import metrics
-from services.timeline_lock.handler import Consumed, ExpiryScanner, RequestHandler
-from services.timeline_lock.metrics import REQUESTS
-from services.timeline_lock.state import Reply
-from services.timeline_lock.state_json import lock_from_json
+from lakewarden_services._common.dlq import DEAD_LETTERS
+from lakewarden_services.timeline_lock import metrics
+from lakewarden_services.timeline_lock.handler import Consumed, ExpiryScanner, RequestHandler
+from lakewarden_services.timeline_lock.metrics import REQUESTS
+from lakewarden_services.timeline_lock.state import Reply
+from lakewarden_services.timeline_lock.state_json import lock_from_json
 
 PARTITIONS = 6
 REPLIES = "lakewarden.lock.replies"

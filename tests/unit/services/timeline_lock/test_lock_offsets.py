@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from services.timeline_lock.offsets import CommitTracker
+from lakewarden_services.timeline_lock.offsets import CommitTracker
 
 
 def test_the_commit_waits_for_the_oldest_unacknowledged_write_of_its_partition() -> None:

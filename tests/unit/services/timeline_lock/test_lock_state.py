@@ -9,7 +9,7 @@ from _hypothesis_profiles import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.timeline_lock.state import (
+from lakewarden_services.timeline_lock.state import (
     FINISHED_MEMORY,
     Holder,
     Outcome,
@@ -22,7 +22,11 @@ from services.timeline_lock.state import (
     expire_request,
     validate,
 )
-from services.timeline_lock.state_json import due_expiry_json, lock_from_json, lock_to_json
+from lakewarden_services.timeline_lock.state_json import (
+    due_expiry_json,
+    lock_from_json,
+    lock_to_json,
+)
 
 ROUTE = Route(2, "client-a")
 
