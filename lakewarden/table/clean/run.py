@@ -29,11 +29,14 @@ from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
-from lakewarden.storage import NotFoundError
+from pydantic import ValidationError
+
+from lakewarden.storage import NotFoundError, StorageError
+from lakewarden.table.checkpoint import entry_key
 from lakewarden.table.clean.expiry import cancel_plan, expired_plans
 from lakewarden.table.clean.garbage import find_storage_garbage
 from lakewarden.table.clean.policy import CleanPolicy
-from lakewarden.table.clean.retention import cleaned_by, plan_retention
+from lakewarden.table.clean.retention import CompletionTime, cleaned_by, plan_retention
 from lakewarden.table.clean.rollback import (
     RollbackContext,
     failed_writes,
@@ -151,7 +154,7 @@ def _plan(
 ) -> tuple[CleanPlan, tuple[CleanFile, ...]]:
     now_ms = int(request.wall_clock() * 1000)
     policy = request.policy
-    retention = plan_retention(state, policy, now_ms=now_ms)
+    retention = plan_retention(state, policy, now_ms=now_ms, completed_ms=_completion_times(ctx))
     skip = set(cleaned_by(state)) | {f.path for f in retention.garbage}
     found = find_storage_garbage(
         ctx.storage, state, orphan_min_age_s=policy.orphan_min_age_s, now_ms=now_ms, skip=skip
@@ -165,6 +168,36 @@ def _plan(
         policy=policy.describe(),
     )
     return plan, found.orphans
+
+
+# A completion time that cannot be read counts as "just now": the file is kept this time.
+_UNKNOWN_COMPLETION_MS = 2**62
+
+
+def _completion_times(ctx: RollbackContext) -> CompletionTime:
+    """When a write completed: the wall time of its ``completed`` entry (read once per write,
+    and only for writes that superseded a file the policy would delete)."""
+    known: dict[str, int] = {}
+
+    def completed_ms(write: InstantState) -> int:
+        if write.instant not in known:
+            known[write.instant] = _completed_entry_ms(ctx, write)
+        return known[write.instant]
+
+    return completed_ms
+
+
+def _completed_entry_ms(ctx: RollbackContext, write: InstantState) -> int:
+    if write.completed_seq is None:
+        return _UNKNOWN_COMPLETION_MS
+    try:
+        data = ctx.storage.read(entry_key(write.completed_seq))
+        return TimelineEntry.model_validate_json(data).wall_time_ms
+    except (StorageError, ValidationError) as err:
+        log.warning(
+            "completion time of %s unknown, its superseded files stay: %s", write.instant, err
+        )
+        return _UNKNOWN_COMPLETION_MS
 
 
 def _plan_and_append(ctx: RollbackContext, request: CleanRequest) -> CleanResult:
