@@ -8,7 +8,8 @@ Protocol of ``clean_table``:
    plans past their cancellation policy with no live executor (``expiry``: RFC-79's
    ``request_cancel`` + ``execute_cancel``), which frees what they had pinned;
 3. plan: under the table lock, load the timeline, take the retention garbage of the policy
-   (``retention``) and the garbage one listing finds (``garbage``; orphans only when asked),
+   (``retention``) and the garbage one listing finds (``garbage``: also temporary files of
+   crashed writes and strays under ``.lakewarden/``; orphans only when asked),
    and append the ``clean`` instant ``requested`` with the ``CleanPlan``: exactly the files
    and why. The append is validated against the log it lands on: no other clean may be
    pending and nothing may have been appended since the plan was made (else re-plan), so two
@@ -31,7 +32,7 @@ from dataclasses import dataclass, field, replace
 
 from pydantic import ValidationError
 
-from lakewarden.storage import NotFoundError, StorageError
+from lakewarden.storage import NotFoundError, StorageError, is_temporary_key
 from lakewarden.table.checkpoint import entry_key
 from lakewarden.table.clean.expiry import cancel_plan, expired_plans
 from lakewarden.table.clean.garbage import find_storage_garbage
@@ -157,7 +158,12 @@ def _plan(
     retention = plan_retention(state, policy, now_ms=now_ms, completed_ms=_completion_times(ctx))
     skip = set(cleaned_by(state)) | {f.path for f in retention.garbage}
     found = find_storage_garbage(
-        ctx.storage, state, orphan_min_age_s=policy.orphan_min_age_s, now_ms=now_ms, skip=skip
+        ctx.storage,
+        state,
+        orphan_min_age_s=policy.orphan_min_age_s,
+        temp_min_age_s=policy.temp_min_age_s,
+        now_ms=now_ms,
+        skip=skip,
     )
     files = retention.garbage + found.files
     if request.delete_orphans:
@@ -302,6 +308,8 @@ def _delete_all(ctx: RollbackContext, files: Sequence[CleanFile]) -> list[Except
         try:
             if file.upload_id is not None:
                 storage.abort_multipart(file.path, file.upload_id)
+            elif is_temporary_key(file.path):
+                storage.delete_temporary(file.path)
             else:
                 storage.delete(file.path)
         except NotFoundError:
