@@ -113,7 +113,7 @@ def racing(store: Storage, **config: object) -> tuple[Table, Table, RaceStorage]
     return writer, reader, raced
 
 
-def test_hudi_5020_read_overtaken_by_a_clean_retries_on_the_new_snapshot(store: Storage) -> None:
+def test_read_overtaken_by_a_clean_retries_on_the_new_snapshot(store: Storage) -> None:
     writer, reader, raced = racing(store)
     writer.write(batch("v0"))
 
