@@ -48,7 +48,8 @@ from lakewarden_services.cleaner.worker import CleanWorker
 
 LATENCY_S = 0.005
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("v", pa.string())])
-KEEP_ONE = CleanPolicy(commits_retained=1)
+# No retention window: the benchmark cleans right after writing, and measures the deletes.
+KEEP_ONE = CleanPolicy(commits_retained=1, retention_window_s=0)
 
 
 def _scratch() -> Path:

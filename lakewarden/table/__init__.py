@@ -36,6 +36,7 @@ if TYPE_CHECKING:
         CleanResult,
         InstantCleanedError,
         InvalidCleanPolicyError,
+        MissingDataFileError,
     )
     from lakewarden.table.config import (
         InvalidTableConfigError,
@@ -114,6 +115,7 @@ _EXPORTS: dict[str, str] = {
     "CleanResult": "lakewarden.table.clean",
     "InstantCleanedError": "lakewarden.table.clean",
     "InvalidCleanPolicyError": "lakewarden.table.clean",
+    "MissingDataFileError": "lakewarden.table.clean",
     "InvalidTableConfigError": "lakewarden.table.config",
     "NotATableError": "lakewarden.table.config",
     "TableAlreadyExistsError": "lakewarden.table.config",
@@ -173,6 +175,7 @@ __all__ = [
     "CleaningPolicy",
     "InstantCleanedError",
     "InvalidCleanPolicyError",
+    "MissingDataFileError",
     "ColumnNotFoundError",
     "CommitResult",
     "CommitStats",
