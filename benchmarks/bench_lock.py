@@ -154,7 +154,7 @@ def _latency(settings: Settings, *, samples: int, warmup: int) -> Iterator[Resul
             value=quantile(ours, q),
             baseline=quantile(times["echo"], q),
             baseline_label="echo round trip (two hops through a do-nothing process)",
-            goal=goal,  # the 2x, reading "round-trip floor" as the echo round trip
+            goal=goal,  # 2x, reading "round-trip floor" as the echo round trip
             budget=budget,
             details=details,
         )

@@ -67,7 +67,7 @@ from lakewarden_services.timeline_lock.offsets import CommitTracker
 
 log = logging.getLogger(__name__)
 
-# Expiry is seen at most this late (plus a Kafka round trip); the issue asks for ttl + 1 s.
+# Expiry is seen at most this late (plus a Kafka round trip); the goal is within ttl + 1 s.
 EXPIRY_TICK_S: Final = 0.25
 # How often the changed locks are written to the changelog (``deferred``).
 CHANGELOG_INTERVAL_S: Final = 0.25
