@@ -21,7 +21,7 @@ errors                                   NotATableError, TableAlreadyExistsError
 # The names are imported on first use (PEP 562), not here: a Spark task worker imports
 # ``lakewarden.table.config`` and a few siblings, and paid for the whole table layer (the
 # cleaner, the reader with pyarrow.dataset and pandas, the pydantic plan models) on every
-# fresh worker when this package imported them eagerly (README, "Session 7 (sparkw7)").
+# fresh worker if this package imported them eagerly.
 
 from __future__ import annotations
 
