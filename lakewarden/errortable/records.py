@@ -18,11 +18,14 @@ import json
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-from lakewarden.events import EventProducer, make_event
+from lakewarden.events import make_event
 from lakewarden.events.topics import ERRORS
 from lakewarden.settings import Settings
+
+if TYPE_CHECKING:
+    from lakewarden.events import EventProducer
 
 EVENT: Final = "ErrorRecord"
 COMMIT_TIME: Final = "commitTime"
@@ -135,6 +138,9 @@ class ErrorPublisher:
 
     def _producer_client(self) -> EventProducer:
         if self._producer is None:
+            # Imported here: the error table itself (reading, committing) needs no Kafka.
+            from lakewarden.events import EventProducer
+
             self._producer = EventProducer(
                 self.settings, producer_id=self.producer_id, linger_ms=20
             )
