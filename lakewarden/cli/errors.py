@@ -10,7 +10,6 @@ The error table is found from the table and the ``error_table`` settings
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import click
@@ -22,7 +21,12 @@ from rich.text import Text
 
 from lakewarden.cli._params import instant_param
 from lakewarden.errortable import error_table_location
-from lakewarden.errortable.records import KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TOPIC
+from lakewarden.errortable.records import (
+    KAFKA_OFFSET,
+    KAFKA_PARTITION,
+    KAFKA_TOPIC,
+    failure_reason,
+)
 from lakewarden.settings import Settings
 from lakewarden.table.config import NotATableError
 from lakewarden.table.table import Table
@@ -117,23 +121,6 @@ def _source(context: dict[str, str], width: int) -> str:
     topic, _, rest = position.rpartition("/")
     room = width - len(rest) - 2  # "…/"
     return f"{topic[:room]}…/{rest}" if room > 0 else position
-
-
-# What a message says before its reason repeats the other columns (the record's Kafka
-# position, or its task's input row): ``lakewarden.spark._bad_rows`` writes these prefixes.
-_MESSAGE_PREFIXES = (
-    re.compile(r"bad Kafka record at \S+: "),
-    re.compile(r".*?, row \d+ of the task's input: "),
-)
-
-
-def failure_reason(message: str) -> str:
-    """``message`` without a prefix that repeats where the record came from."""
-    for prefix in _MESSAGE_PREFIXES:
-        found = prefix.match(message)
-        if found:
-            return message[found.end() :]
-    return message
 
 
 def kafka_position(context: dict[str, str]) -> str:

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from rich.console import Console
 
 from lakewarden.cli import cli
-from lakewarden.cli.errors import failure_reason, records_table
+from lakewarden.cli.errors import records_table
 from lakewarden.errortable import (
     SourceErrors,
     SourceKey,
@@ -22,6 +22,7 @@ from lakewarden.errortable import (
     open_error_table,
     parse_error_record,
 )
+from lakewarden.errortable.records import failure_reason, kafka_record_message, task_row_message
 from lakewarden.errortable.testing import FakeWrite
 from lakewarden.settings import ErrorTableSettings
 from lakewarden.table.table import Table
@@ -30,10 +31,10 @@ LONG = "x" * 300
 
 
 def _kafka_row(instant: str, offset: int, *, key: str = "") -> dict[str, Any]:
-    where = f"demo.orders-with-a-rather-long-topic-name/3@{offset}"
+    topic = "demo.orders-with-a-rather-long-topic-name"
     return {
         "source_instant": instant,
-        "message": f"bad Kafka record at {where}: missing record key 'order_id' {LONG}",
+        "message": kafka_record_message(topic, 3, offset, f"missing record key 'order_id' {LONG}"),
         "record": "RAW" * 100,
         "context": {
             "kafkaTopic": "demo.orders-with-a-rather-long-topic-name",
@@ -85,7 +86,7 @@ def test_the_source_position_fits_at_80_columns() -> None:
     rows = [
         {
             "source_instant": "20261128090000000",
-            "message": f"bad Kafka record at demo.orders/0@{n}: not JSON",
+            "message": kafka_record_message("demo.orders", 0, n, "not JSON"),
             "context": {"kafkaTopic": "demo.orders", "kafkaPartition": "0", "kafkaOffset": str(n)},
         }
         for n in (7, 12345)
@@ -101,11 +102,8 @@ def test_the_source_position_fits_at_80_columns() -> None:
 @pytest.mark.parametrize(
     ("message", "reason"),
     [
-        ("bad Kafka record at t/0@5: missing record key 'id'", "missing record key 'id'"),
-        (
-            "task attempt_1_0, row 7 of the task's input: amount: not an int",
-            "amount: not an int",
-        ),
+        (kafka_record_message("t.x", 0, 5, "missing record key 'id'"), "missing record key 'id'"),
+        (task_row_message("task 3 of job j", 7, "amount: not an int"), "amount: not an int"),
         ("bad record k1", "bad record k1"),
     ],
 )
