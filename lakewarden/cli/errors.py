@@ -85,8 +85,9 @@ def records_table(rows: list[dict[str, Any]], *, title: str, width: int) -> Rich
     that fits ``width`` columns (80 and up): where each record came from (its Kafka
     ``topic/partition@offset``, else its partition path), its record key, and why it failed,
     each cut with an ellipsis when too long (the reason takes the width the others leave).
-    The instant is a column only when the records span several (else the caption names it);
-    the raw record, the task attempt and the rest stay in the error table."""
+    The instant is a column only when the records span several (else the caption names it),
+    the record key only when one has a key (a Kafka record that could not be parsed has
+    none); the raw record, the task attempt and the rest stay in the error table."""
     kafka = any(KAFKA_TOPIC in row["context"] for row in rows)
     instants = sorted({row["source_instant"] for row in rows}, reverse=True)
     caption = f"instant {instants[0]}" if len(instants) == 1 else None
@@ -95,7 +96,9 @@ def records_table(rows: list[dict[str, Any]], *, title: str, width: int) -> Rich
     if caption is None:
         out.add_column("instant", no_wrap=True, min_width=17)
     out.add_column("source" if kafka else "partition", no_wrap=True, max_width=source_width)
-    out.add_column("record key", no_wrap=True, max_width=key_width)
+    keys = any(row["context"].get("recordKey") for row in rows)  # none for unparsed records
+    if keys:
+        out.add_column("record key", no_wrap=True, max_width=key_width)
     # Wrappable for rich's width calculation (so this column is the one narrowed to fit),
     # while each cell is one line cut with an ellipsis.
     out.add_column("reason")
@@ -103,7 +106,7 @@ def records_table(rows: list[dict[str, Any]], *, title: str, width: int) -> Rich
         context = row["context"]
         cells = [
             _source(context, source_width),
-            context.get("recordKey", ""),
+            *([context.get("recordKey", "")] if keys else []),
             Text(failure_reason(row["message"] or ""), no_wrap=True, overflow="ellipsis"),
         ]
         out.add_row(*([row["source_instant"], *cells] if caption is None else cells))

@@ -91,7 +91,9 @@ def test_the_source_position_fits_at_80_columns() -> None:
         }
         for n in (7, 12345)
     ]
-    body = _body(_rendered(rows, 80))
+    lines = _rendered(rows, 80)
+    body = _body(lines)
+    assert "record key" not in next(line for line in lines if line.startswith("┃"))  # no keys
     assert [line.split("│")[1].strip() for line in body] == [
         "demo.orders/0@7",
         "demo.orders/0@12345",
