@@ -4,11 +4,12 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup kafka-jars spark-jars spark-udf peers-deps deps up down demo test test-fast fuzz campaign lint typecheck bench clean
+.PHONY: setup kafka-jars spark-jars spark-udf peers-deps deps up down demo test test-fast fuzz campaign lint typecheck bench wheel clean
 
 # Idempotent and fast: reinstalls only when pyproject.toml changed since the last install.
 setup: $(STAMP) kafka-jars spark-jars spark-udf
 
+# `.[dev]`: every extra (lakewarden[all]) plus the test, lint and dev-stack tools.
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
@@ -103,5 +104,10 @@ campaign: setup
 bench: setup
 	$(BIN)/python -m benchmarks
 
+# The wheel users install (`pip install 'dist/lakewarden-<version>-py3-none-any.whl[s3]'`);
+# tests/packaging builds and installs it into fresh virtualenvs.
+wheel: setup
+	$(BIN)/python -m pip wheel --no-deps --quiet --wheel-dir dist .
+
 clean:
-	rm -rf $(VENV) infra/kafka/lib infra/spark/jars infra/peers/*/jars infra/peers/hudi/venv .lakewarden-state .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) dist build infra/kafka/lib infra/spark/jars infra/peers/*/jars infra/peers/hudi/venv .lakewarden-state .pytest_cache .mypy_cache .ruff_cache

@@ -45,3 +45,19 @@ class CommitStateUnknownError(LakewardenError):
 
 class ConfigurationError(NonRetryableError):
     """Settings or table configuration are invalid or inconsistent."""
+
+
+class MissingExtraError(NonRetryableError, ImportError):
+    """A feature needs an optional dependency that is not installed (``pip install lakewarden``
+    installs the library for local tables; Kafka, S3, Spark, the services and the charts come
+    with extras). Also an ``ImportError``, since that is what it replaces.
+
+    ``extra`` names the extra that installs it (``pip install 'lakewarden[<extra>]'``)."""
+
+    def __init__(self, extra: str, *, feature: str, module: str) -> None:
+        super().__init__(
+            f"{feature} needs the Python package {module!r}, which is not installed. "
+            f"Help: pip install 'lakewarden[{extra}]'"
+        )
+        self.extra = extra
+        self.name = module

@@ -204,7 +204,7 @@ class Settings(BaseSettings):
     )
     schema_dir: Path | None = Field(
         default=None,
-        description="the event schemas (*.avsc); None: schemas/ of the source tree "
+        description="the event schemas (*.avsc); None: the ones installed with the package "
         "(LAKEWARDEN_SCHEMA_DIR)",
     )
     spark_jars: Path | None = Field(

@@ -9,7 +9,9 @@ runs (or ``--help`` lists them), so ``lakewarden dev up`` never pays for importi
 Expected failures are handled here, once, for every subcommand: a :class:`LakewardenError`
 becomes one line on stderr, ``Error: <message>`` (the message says what to do, "Help: ..."),
 and exit status 1, without a traceback; click's usage errors keep exit status 2. Anything
-else is a bug and keeps its traceback.
+else is a bug and keeps its traceback. A subcommand whose module needs an extra that is not
+installed (``lakewarden history`` without ``[kafka]``) is still listed, and running it says
+which extra to install.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any
 import click
 
 from lakewarden.cli._logging import configure_logging
-from lakewarden.errors import LakewardenError
+from lakewarden.errors import LakewardenError, MissingExtraError
 
 
 def one_line(err: LakewardenError) -> str:
@@ -57,13 +59,34 @@ class _PackageGroup(click.Group):
             info.name for info in pkgutil.iter_modules(__path__)
         }:
             return None
-        module = importlib.import_module(f"{__name__}.{module_name}")
+        try:
+            module = importlib.import_module(f"{__name__}.{module_name}")
+        except MissingExtraError as err:
+            return _needs_extra(cmd_name, err)
         command = getattr(module, "command", None)
         if not isinstance(command, click.Command):
             raise click.ClickException(
                 f"lakewarden.cli.{module_name} defines no `command` (a click.Command)"
             )
         return command
+
+
+def _needs_extra(name: str, err: MissingExtraError) -> click.Command:
+    """A stand-in for a subcommand whose module needs an extra that is not installed: listed
+    by ``--help`` with the extra it needs; run (with any arguments, ``--help`` too), it
+    fails with ``err`` (one line, exit 1, through ``_PackageGroup.invoke``)."""
+
+    def fail(args: tuple[str, ...]) -> None:
+        raise err
+
+    return click.Command(
+        name,
+        callback=fail,
+        params=[click.Argument(["args"], nargs=-1, type=click.UNPROCESSED)],
+        short_help=f"Needs the {err.extra} extra: pip install 'lakewarden[{err.extra}]'",
+        add_help_option=False,
+        context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+    )
 
 
 @click.group(cls=_PackageGroup)

@@ -12,6 +12,7 @@ from typing import TypeVar
 
 import click
 
+from lakewarden.extras import require_extra
 from lakewarden.settings import Settings
 from lakewarden.table.table import Table
 from lakewarden.tableservice import ServiceRun
@@ -47,6 +48,7 @@ def service_runner(use_spark: bool, master: str, settings: Settings) -> Iterator
     if not use_spark:
         yield lambda table, instant: table.run_table_service(instant)
         return
+    require_extra("spark", "Running table services on Spark")
     from pyspark.sql import SparkSession
 
     import lakewarden.spark

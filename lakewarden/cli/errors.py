@@ -10,15 +10,23 @@ The error table is found from the table and the ``error_table`` settings
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 import pyarrow as pa
 import pyarrow.compute as pc
 from rich.console import Console
 from rich.table import Table as RichTable
+from rich.text import Text
 
 from lakewarden.cli._params import instant_param
 from lakewarden.errortable import error_table_location
-from lakewarden.errortable.records import KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TOPIC
+from lakewarden.errortable.records import (
+    KAFKA_OFFSET,
+    KAFKA_PARTITION,
+    KAFKA_TOPIC,
+    failure_reason,
+)
 from lakewarden.settings import Settings
 from lakewarden.table.config import NotATableError
 from lakewarden.table.table import Table
@@ -56,36 +64,66 @@ def command() -> None:
 @_INSTANT_OPTION
 @click.option("--limit", default=20, show_default=True, type=click.IntRange(min=1))
 def show(table_uri: str, instant: str | None, limit: int) -> None:
-    """Print the failed records of TABLE_URI, newest instant first."""
+    """Print the failed records of TABLE_URI, newest instant first, one line each."""
     where, rows = _errors(table_uri, instant)
     console = Console()
     if rows is None or rows.num_rows == 0:
         console.print(f"no failed records (error table {where})")
         return
     rows = rows.sort_by([("source_instant", "descending"), ("ts", "ascending")])
-    out = RichTable(title=f"failed records of {table_uri} ({rows.num_rows}, from {where})")
     shown = [
         dict(row, context=dict(row["context"] or [])) for row in rows.slice(0, limit).to_pylist()
     ]
-    # Records of an ingestion (``lakewarden ingest --bad-records error-table``) name their
-    # Kafka topic, partition and offset; a bad row of a Spark write its key and partition.
-    kafka = any(KAFKA_TOPIC in row["context"] for row in shown)
-    columns = ["instant", "kafka", "record key", "partition", "attempt", "message", "record"]
-    for column in columns if kafka else [c for c in columns if c != "kafka"]:
-        out.add_column(column, overflow="fold")
-    for row in shown:
+    title = f"failed records of {table_uri} ({rows.num_rows}, from {where})"
+    console.print(records_table(shown, title=title, width=console.width))
+    if rows.num_rows > limit:
+        console.print(f"{limit} of {rows.num_rows} shown; --limit {rows.num_rows} shows all")
+
+
+def records_table(rows: list[dict[str, Any]], *, title: str, width: int) -> RichTable:
+    """The error-table ``rows`` (``context`` as a dict) as a table of one line per record
+    that fits ``width`` columns (80 and up): where each record came from (its Kafka
+    ``topic/partition@offset``, else its partition path), its record key, and why it failed,
+    each cut with an ellipsis when too long (the reason takes the width the others leave).
+    The instant is a column only when the records span several (else the caption names it),
+    the record key only when one has a key (a Kafka record that could not be parsed has
+    none); the raw record, the task attempt and the rest stay in the error table."""
+    kafka = any(KAFKA_TOPIC in row["context"] for row in rows)
+    instants = sorted({row["source_instant"] for row in rows}, reverse=True)
+    caption = f"instant {instants[0]}" if len(instants) == 1 else None
+    source_width, key_width = max(20, width // 5), max(10, width // 8)
+    out = RichTable(title=title, caption=caption)
+    if caption is None:
+        out.add_column("instant", no_wrap=True, min_width=17)
+    out.add_column("source" if kafka else "partition", no_wrap=True, max_width=source_width)
+    keys = any(row["context"].get("recordKey") for row in rows)  # none for unparsed records
+    if keys:
+        out.add_column("record key", no_wrap=True, max_width=key_width)
+    # Wrappable for rich's width calculation (so this column is the one narrowed to fit),
+    # while each cell is one line cut with an ellipsis.
+    out.add_column("reason")
+    for row in rows:
         context = row["context"]
         cells = [
-            row["source_instant"],
-            kafka_position(context),
-            context.get("recordKey", ""),
-            context.get("partitionPath", ""),
-            context.get("taskAttempt", ""),
-            row["message"] or "",
-            row["record"] or "",
+            _source(context, source_width),
+            *([context.get("recordKey", "")] if keys else []),
+            Text(failure_reason(row["message"] or ""), no_wrap=True, overflow="ellipsis"),
         ]
-        out.add_row(*(cells if kafka else cells[:1] + cells[2:]))
-    console.print(out)
+        out.add_row(*([row["source_instant"], *cells] if caption is None else cells))
+    return out
+
+
+def _source(context: dict[str, str], width: int) -> str:
+    """Where the record came from in ``width`` characters: ``topic/partition@offset`` with
+    the topic cut short first (the offset is what finds the record), else its partition."""
+    position = kafka_position(context)
+    if not position:
+        return context.get("partitionPath", "")
+    if len(position) <= width:
+        return position
+    topic, _, rest = position.rpartition("/")
+    room = width - len(rest) - 2  # "…/"
+    return f"{topic[:room]}…/{rest}" if room > 0 else position
 
 
 def kafka_position(context: dict[str, str]) -> str:

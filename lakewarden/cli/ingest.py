@@ -23,6 +23,7 @@ import click
 from rich.console import Console
 
 from lakewarden.errors import RetryableError
+from lakewarden.extras import require_extra
 from lakewarden.names import InvalidNameError, check_topic_name
 from lakewarden.settings import Settings
 
@@ -54,6 +55,7 @@ def check_broker(settings: Settings, servers: str) -> None:
     unreachable broker is one line now instead of minutes of Spark retries and a Java trace.
 
     Raises: RetryableError (no answer), KafkaAuthenticationError (credentials refused)."""
+    require_extra("kafka", "Kafka support")
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 

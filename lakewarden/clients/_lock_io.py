@@ -42,13 +42,17 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Literal
 
-from confluent_kafka import KafkaError, Message, Producer
-
 from lakewarden.clients._lock_wire import lock_request, table_partition
 from lakewarden.clock import SYSTEM_CLOCK, Clock
 from lakewarden.events.codec import EventCodec, EventDecodeError
 from lakewarden.events.consumer import EventConsumer
+from lakewarden.extras import missing_extra
 from lakewarden.table.coordinator import Lease
+
+try:
+    from confluent_kafka import KafkaError, Message, Producer
+except ImportError as err:
+    raise missing_extra("kafka", "Kafka support", err) from err
 
 log = logging.getLogger(__name__)
 

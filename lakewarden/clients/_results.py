@@ -12,11 +12,15 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from confluent_kafka import TopicPartition
-
 from lakewarden.events import EventConsumer, EventConsumerError
 from lakewarden.events.topics import TopicSpec
+from lakewarden.extras import missing_extra
 from lakewarden.settings import Settings
+
+try:
+    from confluent_kafka import TopicPartition
+except ImportError as err:
+    raise missing_extra("kafka", "Kafka support", err) from err
 
 
 def listen_from_end(

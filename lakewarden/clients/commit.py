@@ -38,8 +38,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from confluent_kafka import Message
-
 from lakewarden.clients._results import listen_from_end
 from lakewarden.commit import JobLayout, SuccessData, TaskAttemptId
 from lakewarden.errors import CommitStateUnknownError, NonRetryableError, RetryableError
@@ -50,11 +48,17 @@ from lakewarden.events import (
     make_event,
 )
 from lakewarden.events.topics import JOB_RESULTS
+from lakewarden.extras import missing_extra
 from lakewarden.settings import Settings
 from lakewarden.storage import NotFoundError, open_storage
 from lakewarden.table.instant import Transition
 from lakewarden.table.stats import CommitStats
 from lakewarden.table.timeline import Timeline
+
+try:
+    from confluent_kafka import Message
+except ImportError as err:
+    raise missing_extra("kafka", "Kafka support", err) from err
 
 log = logging.getLogger(__name__)
 

@@ -25,11 +25,15 @@ import threading
 import time
 from collections.abc import Callable
 
-from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient
-
 from lakewarden.clients.commit import CommitServiceUnavailableError
+from lakewarden.extras import missing_extra
 from lakewarden.settings import Settings
+
+try:
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import AdminClient
+except ImportError as err:
+    raise missing_extra("kafka", "Kafka support", err) from err
 
 log = logging.getLogger(__name__)
 

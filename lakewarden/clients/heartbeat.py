@@ -36,14 +36,18 @@ from contextlib import contextmanager
 from types import TracebackType
 from typing import Any, Final, Literal
 
-from confluent_kafka import KafkaError, Message, Producer
-
 from lakewarden.clock import SYSTEM_CLOCK, Clock
 from lakewarden.errors import NonRetryableError
 from lakewarden.events.codec import EventCodec, default_codec
 from lakewarden.events.envelope import new_envelope
 from lakewarden.events.topics import HEARTBEATS
+from lakewarden.extras import missing_extra
 from lakewarden.settings import HeartbeatPolicy, Settings
+
+try:
+    from confluent_kafka import KafkaError, Message, Producer
+except ImportError as err:
+    raise missing_extra("kafka", "Kafka support", err) from err
 
 log = logging.getLogger(__name__)
 

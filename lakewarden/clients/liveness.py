@@ -38,13 +38,17 @@ from dataclasses import asdict, dataclass
 from types import TracebackType
 from typing import Final, Literal
 
-from confluent_kafka import OFFSET_BEGINNING, TopicPartition
-
 from lakewarden.errors import RetryableError
 from lakewarden.events.consumer import EventConsumer, EventConsumerError
 from lakewarden.events.topics import FOREVER, HEARTBEATS, TopicSpec
+from lakewarden.extras import missing_extra
 from lakewarden.settings import Settings
 from lakewarden.table.coordinator import Liveness as Verdict
+
+try:
+    from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+except ImportError as err:
+    raise missing_extra("kafka", "Kafka support", err) from err
 
 log = logging.getLogger(__name__)
 

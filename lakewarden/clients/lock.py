@@ -32,8 +32,6 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from confluent_kafka import KafkaException, Producer, TopicPartition
-
 from lakewarden.clients import _lock_shared
 from lakewarden.clients._lock_io import LockIO, LockLease, Pending
 from lakewarden.clients._lock_wire import client_partition, ttl_ms
@@ -43,8 +41,14 @@ from lakewarden.events.codec import default_codec
 from lakewarden.events.consumer import EventConsumer, EventConsumerError
 from lakewarden.events.latency import LOW_LATENCY_CONSUMER, LOW_LATENCY_PRODUCER
 from lakewarden.events.topics import LOCK_REPLIES, LOCK_REQUESTS
+from lakewarden.extras import missing_extra
 from lakewarden.settings import Settings
 from lakewarden.table.coordinator import LockTimeoutError
+
+try:
+    from confluent_kafka import KafkaException, Producer, TopicPartition
+except ImportError as err:
+    raise missing_extra("kafka", "Kafka support", err) from err
 
 log = logging.getLogger(__name__)
 

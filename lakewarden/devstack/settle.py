@@ -20,10 +20,14 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from confluent_kafka.admin import AdminClient
-
 from lakewarden.devstack.errors import DevStackError
+from lakewarden.extras import missing_extra
 from lakewarden.settings import Settings
+
+try:
+    from confluent_kafka.admin import AdminClient
+except ImportError as err:
+    raise missing_extra("dev", "The dev stack", err) from err
 
 log = logging.getLogger(__name__)
 

@@ -15,14 +15,18 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-from lakewarden.events import EventProducer, make_event
+from lakewarden.events import make_event
 from lakewarden.events.topics import ERRORS
 from lakewarden.settings import Settings
+
+if TYPE_CHECKING:
+    from lakewarden.events import EventProducer
 
 EVENT: Final = "ErrorRecord"
 COMMIT_TIME: Final = "commitTime"
@@ -37,6 +41,33 @@ KAFKA_TOPIC: Final = "kafkaTopic"
 KAFKA_PARTITION: Final = "kafkaPartition"
 KAFKA_OFFSET: Final = "kafkaOffset"
 REQUIRED_CONTEXT: Final = (COMMIT_TIME, TABLE_NAME, TABLE_ID, TABLE_URI, TASK_ATTEMPT)
+
+
+def kafka_record_message(topic: str, partition: object, offset: object, reason: str) -> str:
+    """The ``message`` of a bad Kafka record (``lakewarden ingest --bad-records error-table``)."""
+    return f"bad Kafka record at topic {topic} partition {partition} offset {offset}: {reason}"
+
+
+def task_row_message(where: str, row: int, reason: str) -> str:
+    """The ``message`` of a bad row of a Spark write (``where`` names the task)."""
+    return f"{where}, row {row} of the task's input: {reason}"
+
+
+# What ``kafka_record_message`` and ``task_row_message`` put before the reason: where the
+# record came from, which ``lakewarden errors show`` prints in columns of its own.
+MESSAGE_PREFIXES: Final = (
+    re.compile(r"bad Kafka record at topic \S+ partition \d+ offset \d+: "),
+    re.compile(r".*?, row \d+ of the task's input: "),
+)
+
+
+def failure_reason(message: str) -> str:
+    """``message`` without the prefix that says where its record came from."""
+    for prefix in MESSAGE_PREFIXES:
+        found = prefix.match(message)
+        if found:
+            return message[found.end() :]
+    return message
 
 
 class InvalidErrorRecord(ValueError):
@@ -135,6 +166,9 @@ class ErrorPublisher:
 
     def _producer_client(self) -> EventProducer:
         if self._producer is None:
+            # Imported here: the error table itself (reading, committing) needs no Kafka.
+            from lakewarden.events import EventProducer
+
             self._producer = EventProducer(
                 self.settings, producer_id=self.producer_id, linger_ms=20
             )

@@ -11,12 +11,16 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
-
 from lakewarden.errors import RetryableError
 from lakewarden.events.kafka_errors import AuthWatch, is_authentication_failure
 from lakewarden.events.topics import TopicSpec
+from lakewarden.extras import missing_extra
 from lakewarden.settings import Settings
+
+try:
+    from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+except ImportError as err:
+    raise missing_extra("kafka", "Kafka support", err) from err
 
 log = logging.getLogger("lakewarden.events.consumer")
 

@@ -62,18 +62,19 @@ class SchemaSet:
 
 
 def default_schema_dir() -> Path:
-    """``Settings().schema_dir`` (``$LAKEWARDEN_SCHEMA_DIR``) if set, else ``schemas/`` of the
-    source tree (the package is installed editable, so ``lakewarden/`` sits beside ``schemas/``).
+    """``Settings().schema_dir`` (``$LAKEWARDEN_SCHEMA_DIR``) if set, else the package's own
+    ``lakewarden/events/schemas``: in a source tree a link to the repository's ``schemas/``,
+    in an installed wheel a copy of it (package data).
 
     Raises:
         ConfigurationError: the directory does not exist.
     """
     override = Settings().schema_dir
-    path = override if override else Path(__file__).resolve().parents[2] / "schemas"
+    path = override if override else (Path(__file__).parent / "schemas").resolve()
     if not (path / ENVELOPE_FILE).is_file():
         raise ConfigurationError(
-            f"No event schemas at {path} (expected {ENVELOPE_FILE} there). Help: install "
-            f"lakewarden editable from its source tree or set {SCHEMA_DIR_ENV}."
+            f"No event schemas at {path} (expected {ENVELOPE_FILE} there). Help: reinstall "
+            f"lakewarden (the wheel ships them) or set {SCHEMA_DIR_ENV} to a schemas/ folder."
         )
     return path
 

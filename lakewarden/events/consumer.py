@@ -42,8 +42,6 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
-from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Message, TopicPartition
-
 from lakewarden.events._kafka_reader import (
     EventConsumerError,
     KafkaReader,
@@ -56,7 +54,13 @@ from lakewarden.events.codec import EventCodec, EventDecodeError, default_codec
 from lakewarden.events.dlq import Rejection, dead_letter_record
 from lakewarden.events.producer import EventProducer
 from lakewarden.events.topics import DLQ, TopicSpec
+from lakewarden.extras import missing_extra
 from lakewarden.settings import Settings
+
+try:
+    from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Message, TopicPartition
+except ImportError as err:
+    raise missing_extra("kafka", "Kafka support", err) from err
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,10 +15,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from faust.serializers import codecs
-
 from lakewarden.events.codec import Event, EventDecodeError, EventEncodeError, default_codec
 from lakewarden.events.dlq import Undecodable
+from lakewarden.extras import missing_extra
+
+try:
+    from faust.serializers import codecs
+except ImportError as err:
+    raise missing_extra("services", "The faust codec", err) from err
 
 CODEC_NAME = "lakewarden-avro"
 

@@ -18,10 +18,14 @@ import re
 from collections.abc import Callable
 from typing import Final
 
-from confluent_kafka import KafkaError
-
 from lakewarden.errors import ConfigurationError
+from lakewarden.extras import missing_extra
 from lakewarden.settings import KafkaSettings
+
+try:
+    from confluent_kafka import KafkaError
+except ImportError as err:
+    raise missing_extra("kafka", "Kafka support", err) from err
 
 __all__ = ["AuthWatch", "KafkaAuthenticationError", "is_authentication_failure"]
 

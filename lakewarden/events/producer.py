@@ -11,13 +11,17 @@ import logging
 from types import TracebackType
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, Message, Producer
-
 from lakewarden.errors import RetryableError
 from lakewarden.events.codec import EventCodec, default_codec
 from lakewarden.events.kafka_errors import AuthWatch
 from lakewarden.events.topics import TopicSpec, topic_for_event
+from lakewarden.extras import missing_extra
 from lakewarden.settings import Settings
+
+try:
+    from confluent_kafka import KafkaError, KafkaException, Message, Producer
+except ImportError as err:
+    raise missing_extra("kafka", "Kafka support", err) from err
 
 log = logging.getLogger(__name__)
 

@@ -10,9 +10,13 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from hypothesis import strategies as st
-
 from lakewarden.events._schemas import EventSchema
+from lakewarden.extras import missing_extra
+
+try:
+    from hypothesis import strategies as st
+except ImportError as err:
+    raise missing_extra("dev", "The hypothesis strategies", err) from err
 
 _INT32 = (-(2**31), 2**31 - 1)
 _INT64 = (-(2**63), 2**63 - 1)

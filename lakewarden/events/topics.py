@@ -12,12 +12,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient
-from confluent_kafka.cimpl import NewTopic
-
 from lakewarden.errors import ConfigurationError, RetryableError
-from lakewarden.events.kafka_errors import AuthWatch
+from lakewarden.extras import missing_extra
 from lakewarden.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -124,7 +120,17 @@ def ensure_topics(
         ConfigurationError: Kafka is not configured.
         KafkaAuthenticationError: the broker refused the credentials.
         RetryableError: the broker did not answer or refused a creation.
+        MissingExtraError: confluent-kafka is not installed (the ``kafka`` extra).
     """
+    # Imported here: the topic declarations above are pure and used without the kafka extra.
+    try:
+        from confluent_kafka import KafkaException
+        from confluent_kafka.admin import AdminClient
+        from confluent_kafka.cimpl import NewTopic
+    except ImportError as err:
+        raise missing_extra("kafka", "Kafka support", err) from err
+    from lakewarden.events.kafka_errors import AuthWatch
+
     timeout = settings.kafka.request_timeout_s if timeout_s is None else timeout_s
     watch = AuthWatch(settings.kafka)
     config = settings.kafka.librdkafka_config(logger=log)
@@ -154,6 +160,8 @@ def ensure_topics(
 
 def _created(name: str, future: Any, timeout: float) -> bool:
     """Wait for one creation; False if someone else created the topic first."""
+    from confluent_kafka import KafkaError, KafkaException
+
     try:
         future.result(timeout=timeout)
     except TimeoutError as err:

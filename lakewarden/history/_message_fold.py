@@ -35,16 +35,21 @@ from collections.abc import Callable, Iterable
 from io import BytesIO
 from typing import Any, Final
 
-from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, KafkaError, Message
 from pydantic import BaseModel
 
 from lakewarden.events.codec import HEADER_SIZE, EventCodec
+from lakewarden.extras import missing_extra
 from lakewarden.history._lean_fold import UNCHECKED, LeanEntry
 from lakewarden.history._validate import CHECKED
 from lakewarden.history.model import Recorded, Unreadable
 from lakewarden.history.reader import decode_message
 from lakewarden.history.replay import TopicReplay
 from lakewarden.table.instant import Action, Transition
+
+try:
+    from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, KafkaError, Message
+except ImportError as err:
+    raise missing_extra("kafka", "Kafka support", err) from err
 
 _EVENT: Final = "TimelineTransition"
 _ACTIONS: Final[dict[str, Action]] = {a.value: a for a in Action}

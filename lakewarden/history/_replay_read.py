@@ -33,11 +33,10 @@ import logging
 import time
 from collections import defaultdict
 
-from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Message, TopicPartition
-
 from lakewarden.events.codec import epoch_ms_codec
 from lakewarden.events.consumer import EventConsumer
 from lakewarden.events.topics import TIMELINE
+from lakewarden.extras import missing_extra
 from lakewarden.history._message_fold import MessageFold
 from lakewarden.history._validate import PayloadChecker
 from lakewarden.history.model import RetentionGap, Unreadable
@@ -50,6 +49,11 @@ from lakewarden.history.reader import (
 )
 from lakewarden.history.replay import TopicReplay
 from lakewarden.settings import Settings
+
+try:
+    from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Message, TopicPartition
+except ImportError as err:
+    raise missing_extra("kafka", "Kafka support", err) from err
 
 log = logging.getLogger(__name__)
 

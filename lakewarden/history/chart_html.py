@@ -12,8 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import plotly.graph_objects as go
-
+from lakewarden.extras import missing_extra
 from lakewarden.history.chart import (
     BANDS,
     BAR_COLOURS,
@@ -24,6 +23,11 @@ from lakewarden.history.chart import (
     Mark,
     MarkKind,
 )
+
+try:
+    import plotly.graph_objects as go
+except ImportError as err:
+    raise missing_extra("chart", "The HTML chart", err) from err
 
 # matplotlib marker -> plotly symbol, so both renderers draw one mark alike.
 _SYMBOLS = {"o": "circle", "x": "x-thin-open", "^": "triangle-up", "D": "diamond", "s": "square"}

@@ -11,13 +11,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
-from matplotlib.lines import Line2D
-from matplotlib.patches import Patch
-
+from lakewarden.extras import missing_extra
 from lakewarden.history.chart import BANDS, BAR_COLOURS, MARK_STYLES, Chart
 from lakewarden.history.explain import fmt_ms
+
+try:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+except ImportError as err:
+    raise missing_extra("chart", "The PNG chart", err) from err
 
 _LANE_IN = 0.5
 _DPI = 100

@@ -25,15 +25,19 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Final
 
-from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, TopicPartition
-
 from lakewarden.errors import RetryableError
 from lakewarden.events._kafka_reader import EARLIEST, LATEST
 from lakewarden.events.codec import EventCodec, EventDecodeError, epoch_ms_codec
 from lakewarden.events.consumer import EventConsumer, EventConsumerError
 from lakewarden.events.topics import TOPICS, TopicSpec
+from lakewarden.extras import missing_extra
 from lakewarden.history.model import Recorded, RetentionGap, Unreadable
 from lakewarden.settings import Settings
+
+try:
+    from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, TopicPartition
+except ImportError as err:
+    raise missing_extra("kafka", "Kafka support", err) from err
 
 log = logging.getLogger(__name__)
 

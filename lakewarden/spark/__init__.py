@@ -26,7 +26,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from lakewarden._lazy import lazy_exports
+from lakewarden.extras import require_extra
 from lakewarden.spark import _zip_cache
+
+# Before any module of this package imports pyspark: without the extra, one named error.
+require_extra("spark", "The Spark data source")
 
 if TYPE_CHECKING:
     from lakewarden.spark._create import TableOptionsMismatchError

@@ -221,10 +221,6 @@ class BadRows:
 
     def _publish_kafka(self, row: dict[str, Any]) -> None:
         config, spec = self.config, self.spec
-        where = (
-            f"topic {row[INGEST_TOPIC]} partition {row[INGEST_PARTITION]} "
-            f"offset {row[INGEST_OFFSET]}"
-        )
         context = {
             ctx.COMMIT_TIME: spec.instant,
             ctx.TABLE_NAME: config.name,
@@ -245,7 +241,9 @@ class BadRows:
                 producer_id=self.publisher.producer_id,
                 record={"key": row[INGEST_KEY], "value": row[INGEST_VALUE]},
                 schema=None,
-                message=f"bad Kafka record at {where}: {row[INGEST_REASON]}",
+                message=ctx.kafka_record_message(
+                    row[INGEST_TOPIC], row[INGEST_PARTITION], row[INGEST_OFFSET], row[INGEST_REASON]
+                ),
                 context=context,
             )
         )
@@ -280,7 +278,7 @@ class BadRows:
                 uid=ids[2 * n + 1],
                 ts_ms=ts_ms,
                 record=_RECORD_JSON.encode(record),
-                message=f"{self.where}, row {row_number} of the task's input: {bad[index]}",
+                message=ctx.task_row_message(self.where, row_number, bad[index]),
                 context={
                     ctx.PARTITION_PATH: self._partition_path(record),
                     ctx.RECORD_KEY: "" if key is None else str(key),

@@ -35,11 +35,9 @@ import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-import boto3
-from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import SecretStr
 
+from lakewarden.extras import missing_extra
 from lakewarden.settings import S3Settings
 from lakewarden.storage import (
     AlreadyExistsError,
@@ -56,6 +54,13 @@ from lakewarden.storage import (
 )
 from lakewarden.storage._keys import check_directory_prefix, check_key, check_prefix
 from lakewarden.storage._walk import LevelEntry, ordered_walk
+
+try:
+    import boto3
+    from botocore.config import Config
+    from botocore.exceptions import BotoCoreError, ClientError
+except ImportError as err:
+    raise missing_extra("s3", "S3 storage", err) from err
 
 # No rename or append on S3: task attempts hold back multipart uploads to their final keys.
 _CAPABILITIES = StorageCapabilities(multipart_uploads=True, conditional_put=True)

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
-from lakewarden.errors import ConfigurationError
+from lakewarden.errors import ConfigurationError, MissingExtraError
 from lakewarden.settings import Settings
 from lakewarden.storage import Storage, open_storage
 from lakewarden.table.coordinator import Coordinator, EmbeddedCoordinator
@@ -67,13 +67,21 @@ def load_coordinator(settings: Settings, *, require: bool = False) -> Coordinato
 
     Raises:
         ConfigurationError: ``require`` and Kafka is not configured (see ``require_kafka``).
+        MissingExtraError: Kafka is configured and confluent-kafka is not installed.
     """
     if require:
         require_kafka(settings)
     if not settings.kafka.enabled:
         return EmbeddedCoordinator()
     # Loaded only when chosen (see the module docstring); the clients build on this package.
-    from lakewarden.clients.kafka_coordinator import KafkaCoordinator
+    try:
+        from lakewarden.clients.kafka_coordinator import KafkaCoordinator
+    except MissingExtraError as err:
+        raise MissingExtraError(
+            err.extra,
+            feature="The Kafka coordinator (kafka.bootstrap_servers is set)",
+            module=err.name or "confluent_kafka",
+        ) from err
 
     return KafkaCoordinator(settings)
 

@@ -96,7 +96,7 @@ def test_demo_ingests_the_stream_shows_the_services_and_stops_what_it_started() 
     assert f"error-sink committed {len(MALFORMED)} bad records into the error table" in out
     assert "$ lakewarden errors show" in out and "failed records of" in out
     assert len(re.findall(r"demo\.orders/\d+@\d+", out)) == len(MALFORMED), out
-    messages = _column_cells(out, header="message")
+    messages = _column_cells(out, header="reason")
     assert len(messages) == len(MALFORMED), messages
     assert any("missing record key 'order_id'" in message for message in messages), messages
     # a writer killed mid-batch, declared dead by heartbeat-monitor
