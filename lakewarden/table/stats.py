@@ -31,6 +31,10 @@ class WorkloadProfile(BaseModel):
     file_groups: tuple[FileGroupId, ...] = ()
     # Overwrite replaces every file group of the table (or of the named partitions).
     replaces_all: bool = False
+    # Compaction and clustering: the executor attempt this ``inflight`` starts. A later
+    # ``inflight`` of the same plan (a retry) fences every earlier attempt: from then on only
+    # the attempt it names may complete the plan. None: an ingestion, or an older entry.
+    attempt: int | None = Field(default=None, ge=1)
 
 
 class WriteStat(BaseModel):
@@ -72,4 +76,7 @@ class CommitStats(BaseModel):
     # File groups whose every slice this instant makes invisible (overwrite, delete-all).
     replaced_file_groups: tuple[FileGroupId, ...] = ()
     failed_records: int = Field(default=0, ge=0)
+    # Compaction and clustering: the executor attempt that completes the plan; it must be the
+    # attempt the plan's latest ``inflight`` names (the state machine refuses a fenced one).
+    attempt: int | None = Field(default=None, ge=1)
     extra_metadata: dict[str, str] = Field(default_factory=dict)

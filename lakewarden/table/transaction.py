@@ -189,7 +189,7 @@ class WriteTransaction:
         Raises: IllegalTransitionError (not requested any more: rolled back, cancelled, or a
         rollback intent targets it), ConcurrentAppendError, CommitStateUnknownError.
         """
-        self._append(Transition.INFLIGHT, workload.model_dump(mode="json"))
+        self._append(Transition.INFLIGHT, entry_payload(workload))
 
     def complete(
         self,
@@ -225,7 +225,7 @@ class WriteTransaction:
             if validate is not None:
                 validate(state)
 
-        return self._append(Transition.COMPLETED, stats.model_dump(mode="json"), checks)
+        return self._append(Transition.COMPLETED, entry_payload(stats), checks)
 
     def rollback(
         self,
@@ -283,6 +283,15 @@ class WriteTransaction:
         if self._announce:
             self.coordinator.announce(self.table_id, entry)
         return entry
+
+
+def entry_payload(model: WorkloadProfile | CommitStats) -> dict[str, Any]:
+    """An ``inflight`` or ``completed`` payload as JSON; ``attempt`` only when it is set (an
+    ingestion's entries read as they did before plans named their attempts)."""
+    dumped = model.model_dump(mode="json")
+    if dumped.get("attempt") is None:
+        dumped.pop("attempt", None)
+    return dumped
 
 
 def requested_payload(

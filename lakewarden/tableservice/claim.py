@@ -23,18 +23,17 @@ claimer's: clocks apart by more than a fraction of the tolerance shorten or leng
 no other process's heartbeats) the mark is the only sign of another process's executor: a
 killed one's plan can be claimed again once its mark is a tolerance old (30 s by default).
 
-Heartbeats are a liveness signal, not a proof: a paused executor can be declared dead while it
-still runs. Safety does not rest on them: the rollback of an earlier attempt deletes files only
-under the lock and only while the plan is not completed, and an executor completes only if
-every file it wrote is still there (``precommit``), so a zombie never commits over a newer
-attempt's rollback, and only one ``completed`` is ever legal (the state machine).
+Heartbeats and marks are a liveness signal, not a proof: a paused executor can be judged dead
+while it still runs. Safety does not rest on them: a retried attempt first appends its own
+``inflight``, which fences every earlier attempt (the state machine refuses their
+``completed``), and only then deletes their files (``rollback``); an executor completes only
+if every file it wrote is still there (``precommit``), and only one ``completed`` is ever legal.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass
@@ -92,20 +91,17 @@ def read_claim(ctx: ServiceContext, instant: str) -> ClaimMark | None:
         return None
 
 
-def _wall_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 @contextmanager
 def claim(
-    ctx: ServiceContext, instant: str, *, wall_ms: Callable[[], int] = _wall_ms
+    ctx: ServiceContext, instant: str, *, wall_ms: Callable[[], int] | None = None
 ) -> Iterator[InstantState]:
     """Hold the plan's heartbeat (and claim mark) for the ``with`` block; yields the plan as
-    loaded under the lock.
+    loaded under the lock. ``wall_ms`` (default: the context's) dates the mark.
 
     Raises: PlanAlreadyExecutingError, InstantAlreadyCompletedError, UnknownPlanError,
     NotATableServicePlanError, LockTimeoutError, HeartbeatLostError (first beat not
     delivered), StorageError (the mark could not be read or written)."""
+    wall_ms = wall_ms or ctx.wall_ms
     with ExitStack() as beating:
         with ctx.coordinator.lock(ctx.table_id, ttl_s=ctx.lock_ttl_s, wait_s=ctx.lock_wait_s):
             plan = pending_plan(ctx, ctx.timeline.load(), instant)

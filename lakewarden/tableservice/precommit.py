@@ -3,16 +3,18 @@
 Under the table lock, against the reloaded timeline (re-run on every rebase):
 
 1. the plan has a cancel request: abort (RFC-79: a cancelled plan never completes);
-2. a conflict rule finds an instant that completed meanwhile on the plan's file groups:
+2. a newer attempt's ``inflight`` fenced this one (``AttemptFencedError``: nothing is
+   completed, the newer attempt may be deleting these files);
+3. a conflict rule finds an instant that completed meanwhile on the plan's file groups:
    a cancellable plan requests its own cancellation (reason: the conflict), then aborts
    (ingestion took precedence); a non-cancellable plan raises the named conflict (it cannot
    complete, nor abort: see ``WriteConflictError``'s Help);
-3. this executor's heartbeat was lost: ``HeartbeatLostError`` (it may have been declared dead
+4. this executor's heartbeat was lost: ``HeartbeatLostError`` (it may have been declared dead
    and rolled back);
-4. a file the statistics name is gone (another executor rolled this attempt back):
+5. a file the statistics name is gone (another executor rolled this attempt back):
    ``ExecutorOutputLostError``;
-5. otherwise append ``completed`` with the statistics (a replace: the old slices leave the
-   snapshot). The state machine re-checks 1 and 2.
+6. otherwise append ``completed`` with the statistics, which name this attempt (a replace:
+   the old slices leave the snapshot). The state machine re-checks 1-3.
 
 The abort itself (delete the files, then ``aborted``) happens after the lock is released, in
 ``lakewarden.tableservice.cancel.finish_abort``: the one place a plan's files are rolled back
@@ -29,8 +31,9 @@ from lakewarden.table.cancel import cancel_reason
 from lakewarden.table.instant import Transition
 from lakewarden.table.stats import CommitStats
 from lakewarden.table.timeline_state import EntryDraft, TimelineEntry, TimelineState
+from lakewarden.table.transaction import entry_payload
 from lakewarden.tableservice.context import ServiceContext
-from lakewarden.tableservice.errors import ExecutorOutputLostError
+from lakewarden.tableservice.errors import AttemptFencedError, ExecutorOutputLostError
 
 __all__ = ["Verdict", "complete_or_cancel"]
 
@@ -52,13 +55,14 @@ class _MustAbort(Exception):
 
 
 def complete_or_cancel(ctx: ServiceContext, instant: str, stats: CommitStats) -> Verdict:
-    """Steps 1-5 of the module docstring.
+    """Steps 1-6 of the module docstring.
 
-    Raises: WriteConflictError subclasses (non-cancellable plan), HeartbeatLostError,
+    Raises: AttemptFencedError, WriteConflictError subclasses (non-cancellable plan),
+    HeartbeatLostError,
     ExecutorOutputLostError, IllegalTransitionError, LockTimeoutError, ConcurrentAppendError,
     CommitStateUnknownError."""
     announced: list[TimelineEntry] = []
-    payload = stats.model_dump(mode="json")
+    payload = entry_payload(stats)
     try:
         with ctx.coordinator.lock(
             ctx.table_id, ttl_s=ctx.lock_ttl_s, wait_s=ctx.lock_wait_s
@@ -75,7 +79,7 @@ def complete_or_cancel(ctx: ServiceContext, instant: str, stats: CommitStats) ->
                 announced.append(entry)
                 return Verdict(completed=True)
             except _MustAbort as abort:
-                if abort.request:  # 2.: the plan cancels itself, still under the lock
+                if abort.request:  # 3.: the plan cancels itself, still under the lock
                     reason = cancel_reason(ctx.actor, abort.reason)
                     request = ctx.draft(
                         lease,
@@ -101,13 +105,23 @@ def _checks(
             return  # the state machine names what is wrong (terminal, unknown)
         if current.state is Transition.CANCEL_REQUESTED:  # 1.
             raise _MustAbort(current.reason or "cancel requested", request=False)
-        finding = conflicts.find_conflict(state, current, stats)  # 2.
+        if current.attempt is not None and current.attempt != stats.attempt:  # 2.
+            raise AttemptFencedError(
+                f"plan {instant} of table {ctx.table_id}: attempt {stats.attempt} was fenced "
+                f"by attempt {current.attempt} (a retry's inflight); nothing was completed. "
+                "Help: let that attempt finish the plan; this one's files are deleted.",
+                table=ctx.table_id,
+                instant=instant,
+                attempt=stats.attempt or 0,
+                fenced_by=current.attempt,
+            )
+        finding = conflicts.find_conflict(state, current, stats)  # 3.
         if finding is not None:
             if current.cancellable:
                 raise _MustAbort(finding.describe(), request=True)
             raise finding.error(ctx.table_id)
-        ctx.coordinator.check_heartbeat(ctx.table_id, instant)  # 3.
-        missing = [s.path for s in stats.write_stats if not ctx.storage.exists(s.path)]  # 4.
+        ctx.coordinator.check_heartbeat(ctx.table_id, instant)  # 4.
+        missing = [s.path for s in stats.write_stats if not ctx.storage.exists(s.path)]  # 5.
         if missing:
             raise ExecutorOutputLostError(
                 f"plan {instant} of table {ctx.table_id}: {len(missing)} file(s) this executor "
