@@ -32,14 +32,13 @@ if every file it wrote is still there (``precommit``), and only one ``completed`
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import asdict, dataclass
 
-from lakewarden.storage import NotFoundError, StorageError
-from lakewarden.table.coordinator import Liveness
+from lakewarden.storage import StorageError
+from lakewarden.table.claim_mark import CLAIMS_PREFIX, ClaimMark, claim_key, read_claim_mark
+from lakewarden.table.death import Evidence, judge, unknown_error
 from lakewarden.table.timeline_state import InstantState
 from lakewarden.tableservice.context import ServiceContext
 from lakewarden.tableservice.errors import PlanAlreadyExecutingError
@@ -49,46 +48,12 @@ __all__ = ["CLAIMS_PREFIX", "ClaimMark", "claim", "claim_key", "read_claim"]
 
 log = logging.getLogger(__name__)
 
-CLAIMS_PREFIX = ".lakewarden/claims/"
-
-
-def claim_key(instant: str) -> str:
-    return f"{CLAIMS_PREFIX}{instant}.json"
-
-
-@dataclass(frozen=True)
-class ClaimMark:
-    """Who claimed a plan, when (wall clock, epoch ms) and for how long the claim counts
-    without a heartbeat verdict (the claimer's heartbeat tolerance)."""
-
-    owner: str
-    claimed_ms: int
-    tolerance_ms: int
-
-    def fresh(self, now_ms: int) -> bool:
-        return now_ms - self.claimed_ms < self.tolerance_ms
-
-    def encode(self) -> bytes:
-        return json.dumps(asdict(self), sort_keys=True).encode()
-
 
 def read_claim(ctx: ServiceContext, instant: str) -> ClaimMark | None:
-    """The plan's claim mark; None when there is none or it cannot be parsed (a torn or
-    foreign file is not a claim).
+    """The plan's claim mark (``lakewarden.table.claim_mark``); None when there is none.
 
     Raises: StorageError (other than a missing mark)."""
-    try:
-        raw = ctx.storage.read(claim_key(instant))
-    except NotFoundError:
-        return None
-    try:
-        fields = json.loads(raw)
-        return ClaimMark(
-            str(fields["owner"]), int(fields["claimed_ms"]), int(fields["tolerance_ms"])
-        )
-    except (ValueError, KeyError, TypeError):
-        log.warning("ignoring an unreadable claim mark of plan %s", instant)
-        return None
+    return read_claim_mark(ctx.storage, instant)
 
 
 @contextmanager
@@ -120,23 +85,31 @@ def claim(
 
 
 def _refuse_if_executing(ctx: ServiceContext, instant: str, now_ms: int) -> None:
-    """Raises: PlanAlreadyExecutingError (a live heartbeat, or a fresh claim of another
-    executor the monitor has not judged yet)."""
-    liveness = ctx.coordinator.liveness(ctx.table_id, instant)
-    judged = ctx.coordinator.executor_of(ctx.table_id, instant)
-    if liveness is Liveness.ALIVE:
-        raise _executing(ctx, instant, judged, "its heartbeat is alive")
+    """Claim only where an earlier executor is known dead or never was
+    (``lakewarden.table.death``: the next attempt fences it and deletes its files).
+
+    Raises: PlanAlreadyExecutingError (a live heartbeat, or a fresh claim of another executor
+    the monitor has not judged yet), LivenessUnknownError (another executor's expired claim,
+    and heartbeat-monitor has no verdict on it)."""
     mark = read_claim(ctx, instant)
-    if mark is not None and mark.owner != ctx.actor and mark.owner != judged:
-        if mark.fresh(now_ms):
-            age_s = (now_ms - mark.claimed_ms) / 1000
-            raise _executing(
-                ctx,
-                instant,
-                mark.owner,
-                f"it claimed the plan {age_s:.1f} s ago and no heartbeat verdict on it exists "
-                f"yet; the claim counts for {mark.tolerance_ms / 1000:.1f} s",
-            )
+    if mark is not None and mark.owner == ctx.actor:
+        mark = None  # this executor's own mark, left by an earlier run: no other claimer
+    found = judge(
+        Evidence(
+            instant=instant,
+            liveness=ctx.coordinator.liveness(ctx.table_id, instant),
+            judged=ctx.coordinator.executor_of(ctx.table_id, instant),
+            monitored=ctx.coordinator.monitors_liveness(),
+            now_ms=now_ms,
+            plan=True,
+            mark=mark,
+        )
+    )
+    if found.dead:
+        return
+    if found.alive:
+        raise _executing(ctx, instant, found.owner, found.reason)
+    raise unknown_error(ctx.table_id, instant, found, "claiming the plan")
 
 
 def _executing(

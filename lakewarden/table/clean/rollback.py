@@ -34,6 +34,7 @@ from lakewarden.commit import ManifestCommitter
 from lakewarden.storage import Storage
 from lakewarden.table.abandon import abandon
 from lakewarden.table.coordinator import Coordinator, Liveness
+from lakewarden.table.death import Evidence, judge
 from lakewarden.table.instant import INGESTION_ACTIONS, Action, Instant, Transition
 from lakewarden.table.plans import RollbackPlan
 from lakewarden.table.stats import CommitStats
@@ -71,20 +72,33 @@ def failed_writes(
     *,
     now_ms: int | None = None,
 ) -> list[InstantState]:
-    """Pending ingestion instants to roll back: those with a rollback intent (resume), those
-    named in ``dead`` (``HeartbeatExpired``), those the coordinator says are dead and, given
-    ``now_ms``, those whose executor never beat (``never_beat``)."""
+    """Pending ingestion instants to roll back: those with a rollback intent (resume: the
+    intent already made them uncommittable), and those whose writer is known dead
+    (``lakewarden.table.death``: named in ``dead``, a ``HeartbeatExpired``; DEAD in the
+    coordinator's view; or, given ``now_ms``, never heard of by the monitor long after its
+    request, ``never_beat``). A writer nothing says is dead is left alone."""
     targets = []
     for inst in state.pending():
         if inst.action not in INGESTION_ACTIONS:
             continue
-        if inst.rollback_by is not None or inst.instant in dead:
+        if inst.rollback_by is not None:
             targets.append(inst)
             continue
-        liveness = coordinator.liveness(table_id, inst.instant)
-        if liveness is Liveness.DEAD or (
-            liveness is Liveness.UNKNOWN and never_beat(inst, coordinator, table_id, now_ms)
-        ):
+        expired = inst.instant in dead
+        liveness = Liveness.UNKNOWN if expired else coordinator.liveness(table_id, inst.instant)
+        found = judge(
+            Evidence(
+                instant=inst.instant,
+                liveness=liveness,
+                judged=None,
+                monitored=coordinator.monitors_liveness(),
+                now_ms=now_ms or 0,
+                expired=expired,
+                never_beat=liveness is Liveness.UNKNOWN
+                and never_beat(inst, coordinator, table_id, now_ms),
+            )
+        )
+        if found.dead:
             targets.append(inst)
     return targets
 

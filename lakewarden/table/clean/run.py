@@ -129,8 +129,10 @@ def clean_table(ctx: RollbackContext, request: CleanRequest) -> CleanResult:
         if request.dry_run or roll_back(ctx, target, "its executor is dead"):
             rolled_back.append(target.instant)
     cancelled = []
-    for plan, why in list(expired_plans(state, ctx.coordinator, ctx.table_id, now_ms=now_ms)):
-        if request.dry_run or cancel_plan(ctx, plan, why):
+    expired = expired_plans(ctx, state, now_ms=now_ms, dead=request.dead)
+    for plan, why in list(expired):
+        wall_ms = lambda: int(request.wall_clock() * 1000)  # noqa: E731
+        if request.dry_run or cancel_plan(ctx, plan, why, wall_ms=wall_ms):
             cancelled.append(plan.instant)
     result = _plan_and_append(ctx, request)  # 3.
     if result.instant is not None:
