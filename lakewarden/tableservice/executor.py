@@ -36,11 +36,12 @@ from enum import StrEnum
 from typing import Protocol
 
 from lakewarden.errors import CommitStateUnknownError
+from lakewarden.table.completion import CompletionOutcome, reconcile
 from lakewarden.table.instant import Transition
 from lakewarden.table.plans import ServicePlan
 from lakewarden.table.snapshot import Snapshot, snapshot_as_of_request
 from lakewarden.table.stats import CommitStats, WorkloadProfile
-from lakewarden.table.timeline import IllegalTransitionError
+from lakewarden.table.timeline import IllegalTransitionError, TimelineEntry
 from lakewarden.table.transaction import WriteTransaction
 from lakewarden.tableservice.cancel import finish_abort
 from lakewarden.tableservice.claim import claim
@@ -177,11 +178,11 @@ def run_table_service(
             stats = run.rewrite(strategy, plan, base).model_copy(update={"attempt": attempt})
             verdict = complete_or_cancel(ctx, instant, stats)  # 5., 6.
         except CommitStateUnknownError:
-            # The completion may have landed: the log decides, and the files stay either way
-            # (a later attempt fences this one before its rollback deletes them).
-            mine = ctx.timeline.load().get(instant)
-            done = mine is not None and mine.state is Transition.COMPLETED
-            if not done or mine is None or mine.commit is None or mine.commit.attempt != attempt:
+            # The completion may have landed: the log decides (the one completion protocol's
+            # step 4), and the files stay either way (a later attempt fences this one before
+            # its rollback deletes them).
+            outcome = reconcile(ctx.timeline, instant, lambda e: _names(e, attempt))
+            if outcome is not CompletionOutcome.COMPLETED:
                 raise
             verdict = Verdict(completed=True)
         except Exception:
@@ -203,6 +204,11 @@ def run_table_service(
             reason=verdict.reason,
             rolled_back_files=tuple(rolled.files),
         )
+
+
+def _names(entry: TimelineEntry, attempt: int) -> bool:
+    """Whether a ``completed`` entry is this attempt's."""
+    return entry.payload.get("attempt") == attempt
 
 
 def _cancel_requested_meanwhile(ctx: ServiceContext, instant: str) -> str | None:

@@ -14,7 +14,8 @@ instant uncommittable):
    refused when the target completed meanwhile: then nothing happens;
 2. ``abandon`` the target (the one rollback path): ``rolled_back``, then the job's abort
    (every file it placed or staged is deleted, its pending uploads aborted);
-3. complete the rollback instant.
+3. complete the rollback instant (``lakewarden.table.completion``: a rollback another
+   cleaner completed meanwhile is done, not an error).
 
 Resumable at every step: a target with an intent is rolled back by that rollback instant
 whatever its liveness, and a pending rollback instant whose target is already rolled back
@@ -33,6 +34,7 @@ from typing import TYPE_CHECKING
 from lakewarden.commit import ManifestCommitter
 from lakewarden.storage import Storage
 from lakewarden.table.abandon import abandon
+from lakewarden.table.completion import CompletionOutcome, complete
 from lakewarden.table.coordinator import Coordinator, Liveness
 from lakewarden.table.death import Evidence, judge
 from lakewarden.table.instant import INGESTION_ACTIONS, Action, Instant, Transition
@@ -192,9 +194,10 @@ def _finish(ctx: RollbackContext, target: InstantState, rollback_instant: str, w
     )
     current = rollback.status()
     if current is not None and current.state is Transition.REQUESTED:
-        rollback.complete(  # 3.
-            CommitStats(operation="rollback", extra_metadata={"target": target.instant})
-        )
+        stats = CommitStats(operation="rollback", extra_metadata={"target": target.instant})
+        completion = complete(rollback, stats)  # 3.
+        if completion is CompletionOutcome.ALREADY_COMPLETED:
+            log.info("rollback %s was completed by another cleaner", rollback_instant)
 
 
 __all__ = [
