@@ -101,20 +101,21 @@ def _checks(
 ) -> Callable[[TimelineState, EntryDraft], None]:
     def checks(state: TimelineState, _draft: EntryDraft) -> None:
         current = state.get(instant)
+        fenced_by = current.attempt if current is not None else None
+        if fenced_by is not None and fenced_by != stats.attempt:  # 2. (also once completed)
+            raise AttemptFencedError(
+                f"plan {instant} of table {ctx.table_id}: attempt {stats.attempt} was fenced "
+                f"by attempt {fenced_by} (a retry's inflight); nothing was completed. Help: "
+                "let that attempt finish the plan; this one's files are deleted.",
+                table=ctx.table_id,
+                instant=instant,
+                attempt=stats.attempt or 0,
+                fenced_by=fenced_by,
+            )
         if current is None or not current.is_pending:
             return  # the state machine names what is wrong (terminal, unknown)
         if current.state is Transition.CANCEL_REQUESTED:  # 1.
             raise _MustAbort(current.reason or "cancel requested", request=False)
-        if current.attempt is not None and current.attempt != stats.attempt:  # 2.
-            raise AttemptFencedError(
-                f"plan {instant} of table {ctx.table_id}: attempt {stats.attempt} was fenced "
-                f"by attempt {current.attempt} (a retry's inflight); nothing was completed. "
-                "Help: let that attempt finish the plan; this one's files are deleted.",
-                table=ctx.table_id,
-                instant=instant,
-                attempt=stats.attempt or 0,
-                fenced_by=current.attempt,
-            )
         finding = conflicts.find_conflict(state, current, stats)  # 3.
         if finding is not None:
             if current.cancellable:

@@ -87,7 +87,8 @@ def failed_writes(
             targets.append(inst)
             continue
         expired = inst.instant in dead
-        liveness = Liveness.UNKNOWN if expired else coordinator.liveness(table_id, inst.instant)
+        # Asked even when a HeartbeatExpired names it: a late beat (ALIVE) wins over it.
+        liveness = coordinator.liveness(table_id, inst.instant)
         found = judge(
             Evidence(
                 instant=inst.instant,

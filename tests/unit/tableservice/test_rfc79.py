@@ -18,9 +18,10 @@ from lakewarden.table.instant import Transition
 from lakewarden.table.plans import ServicePlan
 from lakewarden.table.stats import CommitStats, WorkloadProfile
 from lakewarden.table.table import Table
-from lakewarden.table.timeline import IllegalTransitionError, InstantState
+from lakewarden.table.timeline import InstantState
 from lakewarden.table.transaction import WriteTransaction
 from lakewarden.tableservice import (
+    AttemptFencedError,
     CancelNotRequestedError,
     ExecuteCancelOutcome,
     ExecutorOutputLostError,
@@ -344,9 +345,10 @@ def test_two_processes_on_one_plan_commit_exactly_once(make_table: MakeTable) ->
         results["newer"] = newer.run_table_service(instant)
 
     hook(instant, newer_runs_meanwhile)
-    # The zombie cannot commit: its job was aborted under it (staging stores), or its
-    # completion is refused (the plan completed), whichever it reaches first.
-    with pytest.raises((IllegalTransitionError, StageFailedError, ExecutorOutputLostError)):
+    # The zombie cannot commit: the newer attempt's inflight fenced it before deleting its
+    # files (AttemptFencedError at its pre-commit), or its job was aborted under it (staging
+    # stores), whichever it reaches first.
+    with pytest.raises((AttemptFencedError, StageFailedError, ExecutorOutputLostError)):
         zombie.run_table_service(instant)
     assert results["newer"].outcome is ServiceOutcome.COMPLETED
     mine = table.state().get(instant)
