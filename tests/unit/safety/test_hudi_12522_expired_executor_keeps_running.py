@@ -7,7 +7,7 @@ a commit is correct, and only positive knowledge of death licenses the deletion
 (``lakewarden.table.death``):
 
 1. a writer that beats again (a late beat: the coordinator says ALIVE) is not rolled back,
-   even though a ``HeartbeatExpired`` named it: it then completes normally;
+   even though a ``HeartbeatExpired`` named it; once its heartbeat ends for good it is;
 2. a writer whose expiry the cleaner acted on (rollback intent, ``rolled_back``, its files
    deleted) and that keeps running can never complete: its ``completed`` is refused against
    the rollback on the log, whatever its heartbeat does afterwards; nothing of it is visible.
@@ -18,7 +18,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from _fence_safety import Paused, by_id, entry_is, new_table, pending_ingestion, process, rows
+from _fence_safety import (
+    Before,
+    Paused,
+    by_id,
+    entry_is,
+    new_table,
+    pending_ingestion,
+    process,
+    rows,
+)
 
 from lakewarden.table.coordinator import EmbeddedCoordinator
 from lakewarden.table.instant import Transition
@@ -28,18 +37,27 @@ from lakewarden.table.timeline import IllegalTransitionError
 def test_hudi_12522_an_expired_writer_that_beats_again_is_left_alone(tmp_path: Path) -> None:
     table = new_table(tmp_path)
     table.write(rows("v1"))
-    shared = EmbeddedCoordinator()  # the cleaner sees this writer's heartbeat: it is beating
-    writer = Paused(table, entry_is("completed", "commit"), "writer")
-    writer.table = process(table, "writer", writer.table.storage, coordinator=shared)
-    writer.start(lambda t: t.write(rows("v2")))
+    shared = EmbeddedCoordinator()  # the cleaner sees this writer's heartbeat
+    writer = process(table, "writer", Before(table.storage, entry_is("completed"), _stall))
+    with pytest.raises(_Stalled):
+        writer.write(rows("v2"))  # it stalls before completing; its files are in place
     instant = pending_ingestion(table)
-    result = process(table, "cleaner", coordinator=shared).clean(dead={instant})  # 1.
-    assert result.rolled_back == ()
-    writer.resume()
-    assert writer.error is None
-    mine = table.state().get(instant)
-    assert mine is not None and mine.state is Transition.COMPLETED
-    assert set(by_id(table).values()) == {"v2"}
+    cleaner = process(table, "cleaner", coordinator=shared)
+    with shared.heartbeat(table.table_id, instant, "writer"):  # 1.: a late beat
+        assert cleaner.clean(dead={instant}).rolled_back == ()
+        mine = table.state().get(instant)
+        assert mine is not None and mine.is_pending and mine.rollback_by is None
+    # Its heartbeat ended for good: now it is known dead, and rolled back.
+    assert cleaner.clean().rolled_back == (instant,)
+    assert set(by_id(table).values()) == {"v1"}
+
+
+class _Stalled(BaseException):
+    """The writer stops before its completion (a stall that the test ends here)."""
+
+
+def _stall() -> None:
+    raise _Stalled()
 
 
 def test_hudi_12522_a_writer_rolled_back_on_its_expiry_can_never_commit(tmp_path: Path) -> None:
@@ -69,7 +87,7 @@ def test_hudi_12522_a_writer_without_a_verdict_is_never_rolled_back(tmp_path: Pa
     writer = Paused(table, entry_is("completed", "commit"), "writer").start(
         lambda t: t.write(rows("v1"))
     )
-    instant = pending_ingestion(table)
+    pending_ingestion(table)
     assert process(table, "cleaner").clean().rolled_back == ()
     writer.resume()
     assert writer.error is None
