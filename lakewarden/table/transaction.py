@@ -285,12 +285,18 @@ class WriteTransaction:
         return entry
 
 
+# Typed fields of one action only: left out of the JSON when unset, so an ingestion's entries
+# read as they did before the fields existed.
+_OPTIONAL_FIELDS = ("attempt", "rollback_target", "clean")
+
+
 def entry_payload(model: WorkloadProfile | CommitStats) -> dict[str, Any]:
-    """An ``inflight`` or ``completed`` payload as JSON; ``attempt`` only when it is set (an
-    ingestion's entries read as they did before plans named their attempts)."""
+    """An ``inflight`` or ``completed`` payload as JSON; the fields of one action
+    (``attempt``, ``rollback_target``, ``clean``) only when they are set."""
     dumped = model.model_dump(mode="json")
-    if dumped.get("attempt") is None:
-        dumped.pop("attempt", None)
+    for key in _OPTIONAL_FIELDS:
+        if key in dumped and dumped[key] is None:
+            del dumped[key]
     return dumped
 
 

@@ -195,7 +195,7 @@ def _finish(ctx: RollbackContext, target: InstantState, rollback_instant: str, w
     )
     current = rollback.status()
     if current is not None and current.state is Transition.REQUESTED:
-        stats = CommitStats(operation="rollback", extra_metadata={"target": target.instant})
+        stats = CommitStats(operation="rollback", rollback_target=target.instant)
         completion = complete(rollback, stats)  # 3.
         if completion is CompletionOutcome.ALREADY_COMPLETED:
             log.info("rollback %s was completed by another cleaner", rollback_instant)

@@ -15,7 +15,7 @@ Protocol of ``clean_table``:
    cleaners of one table never run two cleans at once even if the lock failed them. Nothing
    to delete: nothing is appended (a periodic sweep leaves no trace);
 4. execute: delete the files (abort the uploads) in parallel;
-5. append ``completed`` with the counts and bytes (``CommitStats.extra_metadata``) through the
+5. append ``completed`` with the counts and bytes (``CommitStats.clean``) through the
    one completion protocol (``lakewarden.table.completion``): a clean another cleaner
    completed meanwhile is reported done (``CleanResult.already_done``), not an error.
 
@@ -50,7 +50,7 @@ from lakewarden.table.completion import CompletionOutcome, complete
 from lakewarden.table.coordinator import Lease, LeaseLostError
 from lakewarden.table.instant import Action, Instant, Transition
 from lakewarden.table.plans import CleanFile, CleanPlan
-from lakewarden.table.stats import CommitStats
+from lakewarden.table.stats import CleanOutcome, CommitStats
 from lakewarden.table.timeline_state import (
     EntryDraft,
     InstantState,
@@ -266,14 +266,16 @@ def execute_clean(ctx: RollbackContext, clean: InstantState) -> dict[str, object
     txn = WriteTransaction.resume(
         ctx.timeline, ctx.coordinator, ctx.table_id, clean.instant, actor=ctx.actor
     )
-    metadata = {k: str(v) for k, v in counts.items()}
-    if plan.earliest_retained_instant:
-        metadata["earliest_retained_instant"] = plan.earliest_retained_instant
-    if plan.policy:
-        metadata["policy"] = plan.policy
-    stats = CommitStats(operation="clean", extra_metadata=metadata)
-    outcome = complete(txn, stats)  # 5.
-    done = () if outcome is CompletionOutcome.COMPLETED else (clean.instant,)
+    outcome = CleanOutcome(
+        files_deleted=counts["files_deleted"],
+        bytes_deleted=counts["bytes_deleted"],
+        uploads_aborted=counts["uploads_aborted"],
+        earliest_retained_instant=plan.earliest_retained_instant or None,
+        policy=plan.policy or None,
+    )
+    stats = CommitStats(operation="clean", clean=outcome)
+    completion = complete(txn, stats)  # 5.
+    done = () if completion is CompletionOutcome.COMPLETED else (clean.instant,)
     return {**counts, "instant": clean.instant, "already_done": done}
 
 
