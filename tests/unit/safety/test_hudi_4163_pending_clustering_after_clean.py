@@ -32,7 +32,7 @@ from lakewarden.table.plans import ServicePlan  # noqa: E402
 from lakewarden.table.table import Table  # noqa: E402
 from lakewarden.tableservice import ServiceOutcome  # noqa: E402
 
-AGGRESSIVE = CleanPolicy(commits_retained=1)
+AGGRESSIVE = CleanPolicy(commits_retained=1, retention_window_s=0)
 
 
 def _table(root: Path) -> Table:

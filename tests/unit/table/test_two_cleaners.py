@@ -19,7 +19,7 @@ from lakewarden.table.coordinator import EmbeddedCoordinator
 from lakewarden.table.instant import Action
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("v", pa.string())])
-POLICY = CleanPolicy(commits_retained=1)
+POLICY = CleanPolicy(commits_retained=1, retention_window_s=0)
 
 
 def test_a_cleaner_whose_clean_another_finished_reports_it_done() -> None:
