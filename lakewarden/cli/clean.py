@@ -66,10 +66,12 @@ def _report(table: Table, result: CleanResult, *, verbose: bool) -> None:
     would = "would " if result.dry_run else ""
     for instant in result.resumed:
         click.echo(f"finished the interrupted clean {instant}")
+    for instant in result.already_done:
+        click.echo(f"clean {instant} was completed by another cleaner meanwhile: already done")
     for instant in result.rolled_back:
         click.echo(f"{would}roll back {instant} (its writer is dead)")
     for instant in result.cancelled:
-        click.echo(f"{would}cancel plan {instant} (past its cancellation policy, no executor)")
+        click.echo(f"{would}cancel plan {instant} (past its cancellation policy, executor dead)")
     size = sum(f.size_bytes for f in result.files if f.upload_id is None)
     uploads = sum(1 for f in result.files if f.upload_id is not None)
     verb = "would delete" if result.dry_run else "deleted"

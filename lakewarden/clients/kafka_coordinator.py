@@ -176,6 +176,10 @@ class KafkaCoordinator(Coordinator):
             return None
         return None if record is None else record.owner
 
+    def monitors_liveness(self) -> bool:
+        """heartbeat-monitor judges every process's executors."""
+        return True
+
     def never_heard_of(self, table_id: str, instant: str) -> bool:
         """True when this process does not beat for the instant and heartbeat-monitor's
         changelog, read to its end, has no record of it; False when either knows it or the

@@ -502,7 +502,7 @@ def _built(instant: str, fast: _Fast, texts: PayloadTexts) -> InstantState:
     values["plan"] = plan
     values["plan_file_groups"] = _NO_GROUPS
     values["rollback_by"] = values["reason"] = values["failed_stage"] = None
-    values["failed_job_id"] = values["error_type"] = None
+    values["failed_job_id"] = values["error_type"] = values["attempt"] = None
     fields_set = _SET_COMPLETED if state is _COMPLETED else _SHARED_SET[state]  # most: completed
     _set(new, "__pydantic_fields_set__", fields_set)
     _set(new, "__pydantic_extra__", None)

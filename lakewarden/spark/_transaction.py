@@ -15,8 +15,8 @@ every batch exactly once:
   id), whether the driver or the job-committer service runs it: after the heartbeat check and
   the conflict rules, and again after every rebase, it refuses when an instant with the same
   query id and batch id completed already (``BatchAlreadyCommittedError``, an
-  ``AlreadyCommittedError``). ``complete_once`` is the same rule for a caller holding a
-  ``SparkTransaction``. A restarted run re-executes
+  ``AlreadyCommittedError``); there is no other way to complete a micro-batch's instant.
+  A restarted run re-executes
   the batches Spark had not recorded as committed; if lakewarden committed one of them before
   the crash, the rerun finds it and commits nothing.
 """
@@ -30,7 +30,6 @@ from lakewarden.table.coordinator import Coordinator, LeaseLostError
 from lakewarden.table.instant import Action, Instant, Transition
 from lakewarden.table.job_commit import AlreadyCommittedError
 from lakewarden.table.plans import JobPlan, MicroBatch
-from lakewarden.table.stats import CommitStats
 from lakewarden.table.timeline import InstantState, Timeline, TimelineState
 from lakewarden.table.timeline_state import EntryDraft
 from lakewarden.table.transaction import WriteTransaction, requested_payload
@@ -157,19 +156,6 @@ class SparkTransaction(WriteTransaction):
                 return found.instant, found.job_id
         coordinator.announce(table_id, entry)
         return entry.instant, job_id
-
-    def complete_once(self, stats: CommitStats, key: BatchKey | None) -> None:
-        """``complete``; for a micro-batch, refused if its batch completed already.
-
-        Raises: BatchAlreadyCommittedError and whatever ``complete`` raises."""
-        if key is None:
-            self.complete(stats)
-            return
-
-        def not_committed_yet(state: TimelineState) -> None:
-            _refuse_committed(state, key, self.instant)
-
-        self.complete(stats, validate=not_committed_yet)
 
 
 def pending_of_checkpoint(

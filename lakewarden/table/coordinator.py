@@ -142,6 +142,13 @@ class Coordinator(abc.ABC):
         "plan P is executed by X"); None when nobody is known."""
         return None
 
+    def monitors_liveness(self) -> bool:
+        """Whether a liveness monitor (heartbeat-monitor) judges the executors of other
+        processes for this coordinator. False for the embedded coordinator, which sees only
+        its own process's heartbeats: there a plan's claim mark is the only evidence about
+        another process's executor (``lakewarden.table.death``)."""
+        return False
+
     def never_heard_of(self, table_id: str, instant: str) -> bool:
         """True only when the liveness service answered and has no record of ``instant``: its
         executor never beat, or was judged so long ago that the record was forgotten. False

@@ -9,7 +9,9 @@ job-committer service (``services/job_committer``) when it is, and the error-tab
     txn = WriteTransaction.resume(timeline, coordinator, table_id, instant, actor=me)
     outcome = commit_instant(ManifestCommitter(storage, job_id), txn, JobCommitSpec(...))
 
-Protocol of ``commit_instant``:
+Protocol of ``commit_instant`` (the one completion protocol of ``lakewarden.table.completion``
+for an ingestion: the instant's files are placed while invisible, so its fence is the
+``rolled_back`` of step 5, written before any of them is deleted):
 
 0. where the instant stands: completed by this job (its ``_SUCCESS`` summary lists the files
    the instant's statistics name) -> its recorded outcome (a duplicate
@@ -24,9 +26,10 @@ Protocol of ``commit_instant``:
    conflict rules, the ``once`` rule (no other completed instant carries the same
    ``extra_metadata`` values, e.g. a streaming query's batch id) and the caller's
    ``validate``; re-checked after every rebase;
-4. a lost reply (``CommitStateUnknownError``): the log decides. Completed is success;
-   otherwise the error is raised and nothing is deleted (the instant stays pending; only a
-   ``rolled_back`` entry makes its files garbage);
+4. a lost reply (``CommitStateUnknownError``): the log decides
+   (``lakewarden.table.completion.complete``, the step every action shares). This job's
+   ``completed`` on the log is success; otherwise the error is raised and nothing is deleted
+   (the instant stays pending; only a ``rolled_back`` entry makes its files garbage);
 5. any other failure: ``abandon``: append ``rolled_back`` first (it makes the instant
    uncommittable, and is refused if it completed), only then abort the job (every file it
    placed or staged is deleted), and raise the original error;
@@ -61,6 +64,7 @@ from lakewarden.commit import (
 from lakewarden.errors import CommitStateUnknownError, NonRetryableError
 from lakewarden.table.abandon import abandon as abandon
 from lakewarden.table.cancel import cancel_overtaken_plans
+from lakewarden.table.completion import complete
 from lakewarden.table.instant import INGESTION_ACTIONS, Transition
 from lakewarden.table.stats import CommitStats
 from lakewarden.table.timeline import InstantState, TimelineState
@@ -211,13 +215,8 @@ def _commit(
     stats = spec.stats
     rules = _rules(txn.instant, spec.once, validate)
     progress.enter(STAGE_COMPLETE)
-    try:
-        txn.complete(stats, validate=rules)  # 3.
-    except CommitStateUnknownError:  # 4.
-        mine = txn.status()
-        if mine is None or mine.state is not Transition.COMPLETED:
-            raise
-        stats = mine.commit or stats
+    # 3., 4.: the one completion protocol; only this job's completion counts (same_work=False).
+    complete(txn, stats, validate=rules, same_work=False)
     return InstantCommit(
         spec.instant, spec.job_id, stats, False, summary_key, placed=placed, resumed=resumed
     )

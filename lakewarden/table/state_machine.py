@@ -20,9 +20,15 @@ compaction, clustering):
   compaction or clustering names its file groups (``ServicePlan``). A rollback names a pending
   ingestion instant (``RollbackPlan``) that has no rollback yet; appending it is the rollback
   *intent*: the target can then only be rolled back (no inflight, no completed).
-- inflight: only from requested (for every action).
+- inflight: from requested (for every action). A compaction or clustering also from
+  inflight: a retried executor attempt's ``inflight`` names its attempt
+  (``WorkloadProfile.attempt``) and *fences* every earlier one: from then on only the attempt
+  the latest ``inflight`` names may complete the plan, so the retry may delete the earlier
+  attempts' files after this entry (and only after it).
 - completed: from inflight; clean and rollback (no workload phase) also from requested.
-  Never for a cancel-requested instant (invariant 3) or one with a rollback intent. A
+  Never for a cancel-requested instant (invariant 3), one with a rollback intent, or by a
+  fenced attempt (a plan whose latest inflight names an attempt completes only with
+  ``CommitStats.attempt`` equal to it). A
   rollback completes only after its target's rolled_back entry. The conflict rules of
   ``lakewarden.table.conflicts`` must find nothing. The completed state keeps the write
   statistics and drops the workload profile (unless it ``replaces_all``).
@@ -290,7 +296,8 @@ def _rollback_intent(
 def _inflight(
     view: StateView, current: InstantState, entry: TimelineEntry, parse: PayloadParser
 ) -> Updates | Rejected:
-    if current.state is not Transition.REQUESTED:
+    retry = current.state is Transition.INFLIGHT and entry.action in TABLE_SERVICE_ACTIONS
+    if current.state is not Transition.REQUESTED and not retry:
         return Rejected(
             f"instant {entry.instant} is {current.state}: inflight only follows requested"
         )
@@ -299,6 +306,18 @@ def _inflight(
     workload = parse(WorkloadProfile, entry)
     if isinstance(workload, Rejected):
         return workload
+    if retry:  # the fence: every attempt but the one named here becomes uncommittable
+        if workload.attempt is None:
+            return Rejected(
+                f"plan {entry.instant} is inflight: a retried attempt's inflight must name its "
+                "executor attempt (it fences the earlier ones)"
+            )
+        if workload.attempt == current.attempt:
+            return Rejected(
+                f"plan {entry.instant}: attempt {workload.attempt} is already its attempt"
+            )
+    if entry.action in TABLE_SERVICE_ACTIONS:
+        return (_advance(current, entry, workload=workload, attempt=workload.attempt),)
     return (_advance(current, entry, workload=workload),)
 
 
@@ -325,6 +344,11 @@ def _completed(
     stats = parse(CommitStats, entry)
     if isinstance(stats, Rejected):
         return stats
+    if current.attempt is not None and stats.attempt != current.attempt:
+        return Rejected(
+            f"attempt {stats.attempt} of plan {entry.instant} is fenced: only attempt "
+            f"{current.attempt}, named by its latest inflight, may complete it"
+        )
     if entry.action is Action.ROLLBACK:
         plan = current.plan
         target = view.get(plan.target) if isinstance(plan, RollbackPlan) else None

@@ -444,16 +444,21 @@ class Table:
             actor=self.actor,
         )
 
-    def execute_cancel(self, instant: str | Instant) -> ExecuteCancelOutcome:
+    def execute_cancel(
+        self, instant: str | Instant, *, expired: bool = False
+    ) -> ExecuteCancelOutcome:
         """Delete the files of the cancel-requested plan ``instant`` and append ``aborted``
-        (RFC-79); idempotent, and finishes after a crash at any step.
+        (RFC-79); idempotent, and finishes after a crash at any step. Only positive knowledge
+        of the executor's death goes on (``lakewarden.table.death``); ``expired``: the caller
+        holds heartbeat-monitor's ``HeartbeatExpired`` for the plan.
 
-        Raises: PlanStillExecutingError (naming the owner), CancelNotRequestedError,
+        Raises: PlanStillExecutingError (naming the owner), LivenessUnknownError (nothing says
+        the executor is dead: heartbeat-monitor down or behind), CancelNotRequestedError,
         InstantAlreadyCompletedError, PlanNotCancellableError, UnknownPlanError,
         LockTimeoutError."""
         from lakewarden.tableservice import execute_cancel
 
-        return execute_cancel(self.service_context(), str(instant))
+        return execute_cancel(self.service_context(), str(instant), expired=expired)
 
 
 def _coordinator_for(settings: Settings | None) -> Coordinator:

@@ -137,6 +137,9 @@ class InstantState(BaseModel):
     failed_stage: str | None = None
     failed_job_id: str | None = None
     error_type: str | None = None
+    # Compaction/clustering: the executor attempt named by the latest ``inflight``, the only
+    # one that may complete the plan (every earlier attempt is fenced). None: none named.
+    attempt: int | None = None
 
     @property
     def is_pending(self) -> bool:

@@ -205,7 +205,7 @@ class WriteTransaction:
                 declared = current.model_copy(update={"workload": workload})
                 conflicts.check_completion(state, declared, None, table=self.table_id)
 
-        self._append(Transition.INFLIGHT, workload.model_dump(mode="json"), step_two)
+        self._append(Transition.INFLIGHT, entry_payload(workload), step_two)
 
     def complete(
         self,
@@ -241,7 +241,7 @@ class WriteTransaction:
             if validate is not None:
                 validate(state)
 
-        return self._append(Transition.COMPLETED, stats.model_dump(mode="json"), checks)
+        return self._append(Transition.COMPLETED, entry_payload(stats), checks)
 
     def rollback(
         self,
@@ -299,6 +299,21 @@ class WriteTransaction:
         if self._announce:
             self.coordinator.announce(self.table_id, entry)
         return entry
+
+
+# Typed fields of one action only: left out of the JSON when unset, so an ingestion's entries
+# read as they did before the fields existed.
+_OPTIONAL_FIELDS = ("attempt", "rollback_target", "clean")
+
+
+def entry_payload(model: WorkloadProfile | CommitStats) -> dict[str, Any]:
+    """An ``inflight`` or ``completed`` payload as JSON; the fields of one action
+    (``attempt``, ``rollback_target``, ``clean``) only when they are set."""
+    dumped = model.model_dump(mode="json")
+    for key in _OPTIONAL_FIELDS:
+        if key in dumped and dumped[key] is None:
+            del dumped[key]
+    return dumped
 
 
 def requested_payload(

@@ -19,6 +19,7 @@ from lakewarden.tableservice.clustering import CLUSTERING_STRATEGY, ClusteringSt
 from lakewarden.tableservice.compaction import COMPACTION_STRATEGY, CompactionStrategy
 from lakewarden.tableservice.context import ServiceContext
 from lakewarden.tableservice.errors import (
+    AttemptFencedError,
     CancelNotRequestedError,
     ExecutorOutputLostError,
     InstantAlreadyCompletedError,
@@ -27,6 +28,7 @@ from lakewarden.tableservice.errors import (
     PlanAlreadyExecutingError,
     PlanNotCancellableError,
     PlanStillExecutingError,
+    RollbackNotFencedError,
     UnknownPlanError,
     UnknownStrategyError,
 )
@@ -56,6 +58,7 @@ from lakewarden.tableservice.strategy import (
 __all__ = [
     "CLUSTERING_STRATEGY",
     "COMPACTION_STRATEGY",
+    "AttemptFencedError",
     "AttemptOutput",
     "CancelNotRequestedError",
     "CancelRequestOutcome",
@@ -75,6 +78,7 @@ __all__ = [
     "PlanNotCancellableError",
     "PlanStillExecutingError",
     "PlanningInput",
+    "RollbackNotFencedError",
     "RewriteJob",
     "RewriteUnit",
     "ServiceContext",

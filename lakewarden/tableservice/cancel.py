@@ -7,7 +7,11 @@ and ``execute_cancel``, and ``finish_abort``, the one place a plan ends ``aborte
 2. reload the active timeline;
 3. the instant is aborted already: exit without an error (the RFC then deletes the file under
    ``.cancel``; in log terms the ``aborted`` entry supersedes the request, nothing to delete);
-4. the instant has an active heartbeat: abort (``PlanStillExecutingError`` naming the owner);
+4. the instant has an active heartbeat: abort (``PlanStillExecutingError`` naming the owner).
+   Stricter than the RFC: only positive knowledge of the executor's death goes on
+   (``lakewarden.table.death``): a fresh claim of an executor not judged yet is alive too,
+   and no verdict at all (heartbeat-monitor down, its view unreadable) refuses with
+   ``LivenessUnknownError`` instead of counting as dead;
 5. end the transaction;
 6. roll back the target instant without deleting the plan (``rollback.roll_back_attempts``);
 7. start a transaction;
@@ -28,7 +32,7 @@ from __future__ import annotations
 from enum import StrEnum
 
 from lakewarden.table.cancel import CancelRequestOutcome, request_cancel
-from lakewarden.table.coordinator import Liveness
+from lakewarden.table.death import DeathVerdict, unknown_error, verdict
 from lakewarden.table.instant import Transition
 from lakewarden.table.timeline import IllegalTransitionError
 from lakewarden.table.timeline_state import EntryDraft, TimelineState
@@ -55,12 +59,16 @@ class ExecuteCancelOutcome(StrEnum):
     ALREADY_ABORTED = "already_aborted"
 
 
-def execute_cancel(ctx: ServiceContext, instant: str) -> ExecuteCancelOutcome:
-    """Abort the cancel-requested plan ``instant`` and delete its files (module docstring).
+def execute_cancel(
+    ctx: ServiceContext, instant: str, *, expired: bool = False
+) -> ExecuteCancelOutcome:
+    """Abort the cancel-requested plan ``instant`` and delete its files (module docstring);
+    ``expired``: the caller holds heartbeat-monitor's ``HeartbeatExpired`` for the plan
+    (positive knowledge of its executor's death, ahead of the liveness view).
 
     Raises: UnknownPlanError, NotATableServicePlanError, InstantAlreadyCompletedError,
     PlanNotCancellableError, CancelNotRequestedError, PlanStillExecutingError,
-    LockTimeoutError, StorageError (rerun: it resumes)."""
+    LivenessUnknownError, LockTimeoutError, StorageError (rerun: it resumes)."""
     with ctx.coordinator.lock(ctx.table_id, ttl_s=ctx.lock_ttl_s, wait_s=ctx.lock_wait_s):  # 1.
         current = pending_plan(ctx, ctx.timeline.load(), instant)  # 2.
         if current.state is Transition.ABORTED:  # 3.
@@ -80,19 +88,41 @@ def execute_cancel(ctx: ServiceContext, instant: str) -> ExecuteCancelOutcome:
                 table=ctx.table_id,
                 instant=instant,
             )
-        if ctx.coordinator.liveness(ctx.table_id, instant) is Liveness.ALIVE:  # 4.
-            owner = ctx.coordinator.executor_of(ctx.table_id, instant)
-            raise PlanStillExecutingError(
-                f"plan {instant} of table {ctx.table_id} is still being executed by "
-                f"{owner or 'another executor'} (its heartbeat is alive): its files cannot be "
-                "deleted yet. The cancel request stands: the executor aborts at its "
-                "pre-commit. Help: retry execute_cancel after its heartbeat stops or expires.",
-                table=ctx.table_id,
-                instant=instant,
-                owner=owner,
-            )
+        require_dead(ctx, instant, what="execute_cancel", expired=expired)  # 4.
     # 5. (the lock is released above)
     return finish_abort(ctx, instant, reason=current.reason or "cancel requested")
+
+
+def require_dead(
+    ctx: ServiceContext, instant: str, *, what: str, expired: bool = False
+) -> DeathVerdict:
+    """Return when only positive knowledge says the plan's executor is dead
+    (``lakewarden.table.death``): its files may then be deleted.
+
+    Raises: PlanStillExecutingError (alive, or a fresh claim), LivenessUnknownError (no
+    evidence either way: heartbeat-monitor down or behind)."""
+    found = verdict(
+        ctx.coordinator,
+        ctx.storage,
+        ctx.table_id,
+        instant,
+        now_ms=ctx.wall_ms(),
+        plan=True,
+        expired=expired,
+    )
+    if found.dead:
+        return found
+    if found.alive:
+        raise PlanStillExecutingError(
+            f"plan {instant} of table {ctx.table_id} is still being executed by "
+            f"{found.owner or 'another executor'} ({found.reason}): its files cannot be "
+            "deleted yet. The cancel request stands: the executor aborts at its "
+            f"pre-commit. Help: retry {what} after its heartbeat stops or expires.",
+            table=ctx.table_id,
+            instant=instant,
+            owner=found.owner,
+        )
+    raise unknown_error(ctx.table_id, instant, found, what)
 
 
 def finish_abort(ctx: ServiceContext, instant: str, *, reason: str) -> ExecuteCancelOutcome:

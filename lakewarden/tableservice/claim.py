@@ -23,24 +23,22 @@ claimer's: clocks apart by more than a fraction of the tolerance shorten or leng
 no other process's heartbeats) the mark is the only sign of another process's executor: a
 killed one's plan can be claimed again once its mark is a tolerance old (30 s by default).
 
-Heartbeats are a liveness signal, not a proof: a paused executor can be declared dead while it
-still runs. Safety does not rest on them: the rollback of an earlier attempt deletes files only
-under the lock and only while the plan is not completed, and an executor completes only if
-every file it wrote is still there (``precommit``), so a zombie never commits over a newer
-attempt's rollback, and only one ``completed`` is ever legal (the state machine).
+Heartbeats and marks are a liveness signal, not a proof: a paused executor can be judged dead
+while it still runs. Safety does not rest on them: a retried attempt first appends its own
+``inflight``, which fences every earlier attempt (the state machine refuses their
+``completed``), and only then deletes their files (``rollback``); an executor completes only
+if every file it wrote is still there (``precommit``), and only one ``completed`` is ever legal.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import asdict, dataclass
 
-from lakewarden.storage import NotFoundError, StorageError
-from lakewarden.table.coordinator import Liveness
+from lakewarden.storage import StorageError
+from lakewarden.table.claim_mark import CLAIMS_PREFIX, ClaimMark, claim_key, read_claim_mark
+from lakewarden.table.death import Evidence, judge, unknown_error
 from lakewarden.table.timeline_state import InstantState
 from lakewarden.tableservice.context import ServiceContext
 from lakewarden.tableservice.errors import PlanAlreadyExecutingError
@@ -50,62 +48,25 @@ __all__ = ["CLAIMS_PREFIX", "ClaimMark", "claim", "claim_key", "read_claim"]
 
 log = logging.getLogger(__name__)
 
-CLAIMS_PREFIX = ".lakewarden/claims/"
-
-
-def claim_key(instant: str) -> str:
-    return f"{CLAIMS_PREFIX}{instant}.json"
-
-
-@dataclass(frozen=True)
-class ClaimMark:
-    """Who claimed a plan, when (wall clock, epoch ms) and for how long the claim counts
-    without a heartbeat verdict (the claimer's heartbeat tolerance)."""
-
-    owner: str
-    claimed_ms: int
-    tolerance_ms: int
-
-    def fresh(self, now_ms: int) -> bool:
-        return now_ms - self.claimed_ms < self.tolerance_ms
-
-    def encode(self) -> bytes:
-        return json.dumps(asdict(self), sort_keys=True).encode()
-
 
 def read_claim(ctx: ServiceContext, instant: str) -> ClaimMark | None:
-    """The plan's claim mark; None when there is none or it cannot be parsed (a torn or
-    foreign file is not a claim).
+    """The plan's claim mark (``lakewarden.table.claim_mark``); None when there is none.
 
     Raises: StorageError (other than a missing mark)."""
-    try:
-        raw = ctx.storage.read(claim_key(instant))
-    except NotFoundError:
-        return None
-    try:
-        fields = json.loads(raw)
-        return ClaimMark(
-            str(fields["owner"]), int(fields["claimed_ms"]), int(fields["tolerance_ms"])
-        )
-    except (ValueError, KeyError, TypeError):
-        log.warning("ignoring an unreadable claim mark of plan %s", instant)
-        return None
-
-
-def _wall_ms() -> int:
-    return time.time_ns() // 1_000_000
+    return read_claim_mark(ctx.storage, instant)
 
 
 @contextmanager
 def claim(
-    ctx: ServiceContext, instant: str, *, wall_ms: Callable[[], int] = _wall_ms
+    ctx: ServiceContext, instant: str, *, wall_ms: Callable[[], int] | None = None
 ) -> Iterator[InstantState]:
     """Hold the plan's heartbeat (and claim mark) for the ``with`` block; yields the plan as
-    loaded under the lock.
+    loaded under the lock. ``wall_ms`` (default: the context's) dates the mark.
 
     Raises: PlanAlreadyExecutingError, InstantAlreadyCompletedError, UnknownPlanError,
     NotATableServicePlanError, LockTimeoutError, HeartbeatLostError (first beat not
     delivered), StorageError (the mark could not be read or written)."""
+    wall_ms = wall_ms or ctx.wall_ms
     with ExitStack() as beating:
         with ctx.coordinator.lock(ctx.table_id, ttl_s=ctx.lock_ttl_s, wait_s=ctx.lock_wait_s):
             plan = pending_plan(ctx, ctx.timeline.load(), instant)
@@ -124,23 +85,31 @@ def claim(
 
 
 def _refuse_if_executing(ctx: ServiceContext, instant: str, now_ms: int) -> None:
-    """Raises: PlanAlreadyExecutingError (a live heartbeat, or a fresh claim of another
-    executor the monitor has not judged yet)."""
-    liveness = ctx.coordinator.liveness(ctx.table_id, instant)
-    judged = ctx.coordinator.executor_of(ctx.table_id, instant)
-    if liveness is Liveness.ALIVE:
-        raise _executing(ctx, instant, judged, "its heartbeat is alive")
+    """Claim only where an earlier executor is known dead or never was
+    (``lakewarden.table.death``: the next attempt fences it and deletes its files).
+
+    Raises: PlanAlreadyExecutingError (a live heartbeat, or a fresh claim of another executor
+    the monitor has not judged yet), LivenessUnknownError (another executor's expired claim,
+    and heartbeat-monitor has no verdict on it)."""
     mark = read_claim(ctx, instant)
-    if mark is not None and mark.owner != ctx.actor and mark.owner != judged:
-        if mark.fresh(now_ms):
-            age_s = (now_ms - mark.claimed_ms) / 1000
-            raise _executing(
-                ctx,
-                instant,
-                mark.owner,
-                f"it claimed the plan {age_s:.1f} s ago and no heartbeat verdict on it exists "
-                f"yet; the claim counts for {mark.tolerance_ms / 1000:.1f} s",
-            )
+    if mark is not None and mark.owner == ctx.actor:
+        mark = None  # this executor's own mark, left by an earlier run: no other claimer
+    found = judge(
+        Evidence(
+            instant=instant,
+            liveness=ctx.coordinator.liveness(ctx.table_id, instant),
+            judged=ctx.coordinator.executor_of(ctx.table_id, instant),
+            monitored=ctx.coordinator.monitors_liveness(),
+            now_ms=now_ms,
+            plan=True,
+            mark=mark,
+        )
+    )
+    if found.dead:
+        return
+    if found.alive:
+        raise _executing(ctx, instant, found.owner, found.reason)
+    raise unknown_error(ctx.table_id, instant, found, "claiming the plan")
 
 
 def _executing(

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from lakewarden.storage import Storage
 from lakewarden.table.config import TableConfig
@@ -17,8 +18,8 @@ __all__ = ["ServiceContext"]
 
 @dataclass(frozen=True)
 class ServiceContext:
-    """A table's storage, config, timeline and coordinator, and who acts (the actor id is
-    written into every entry and heartbeat)."""
+    """A table's storage, config, timeline and coordinator, who acts (the actor id is
+    written into every entry and heartbeat) and the wall clock claim marks are judged by."""
 
     storage: Storage
     config: TableConfig
@@ -27,6 +28,8 @@ class ServiceContext:
     actor: str
     lock_ttl_s: float = 30.0
     lock_wait_s: float = 30.0
+    # Wall time (epoch ms) for claim marks and their age: tests pass a clock they move.
+    wall_ms: Callable[[], int] = field(default=lambda: time.time_ns() // 1_000_000)
 
     @property
     def table_id(self) -> str:

@@ -14,6 +14,7 @@ from lakewarden.table.cancel import (
 )
 
 __all__ = [
+    "AttemptFencedError",
     "CancelNotRequestedError",
     "ExecutorOutputLostError",
     "InstantAlreadyCompletedError",
@@ -22,6 +23,7 @@ __all__ = [
     "PlanAlreadyExecutingError",
     "PlanNotCancellableError",
     "PlanStillExecutingError",
+    "RollbackNotFencedError",
     "UnknownPlanError",
     "UnknownStrategyError",
 ]
@@ -65,3 +67,21 @@ class InvalidPlanOptionsError(NonRetryableError):
 class ExecutorOutputLostError(NonRetryableError):
     """At pre-commit a file this executor wrote is gone: another executor, believing this
     one dead, rolled the attempt back. Nothing was completed; the plan stays pending."""
+
+
+class AttemptFencedError(NonRetryableError):
+    """At pre-commit the plan's latest ``inflight`` names another executor attempt: a retry
+    fenced this one (and may delete its files). Nothing was completed; ``attempt`` is this
+    one, ``fenced_by`` the attempt that alone may complete the plan now."""
+
+    def __init__(
+        self, message: str, *, table: str, instant: str, attempt: int, fenced_by: int
+    ) -> None:
+        super().__init__(message, table=table, instant=instant, attempt=str(attempt))
+        self.fenced_by = fenced_by
+
+
+class RollbackNotFencedError(NonRetryableError):
+    """A plan's attempts' files were to be deleted while no timeline entry made those attempts
+    uncommittable (no cancel request, no ``inflight`` of the attempt that keeps its files):
+    refused, nothing deleted (invariant 10)."""

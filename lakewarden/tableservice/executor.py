@@ -8,8 +8,12 @@ Protocol (RFC-79's table-service flow, with at most one executor per plan):
 2. the plan has a cancel request: short-circuit (RFC-79 "short circuit"): roll back every
    attempt's files and append ``aborted``, rewriting nothing (also when the request lands
    between the claim and step 4, whose ``inflight`` it makes illegal);
-3. roll back the partial files of earlier attempts, the plan kept (``rollback``);
-4. append ``inflight`` (the plan's file groups as the workload) unless an earlier attempt did;
+3. append ``inflight`` naming this attempt (the plan's file groups as the workload): the
+   *fence*. From requested it starts the plan; from inflight (a retry) it makes every earlier
+   attempt uncommittable, however late a stalled one wakes up (the state machine refuses a
+   ``completed`` that names a fenced attempt);
+4. only then roll back the partial files of earlier attempts, the plan kept (``rollback``,
+   which checks the fence on the log first);
 5. the strategy rewrites the plan's input slices into this attempt's files, which are put in
    place, still invisible: in this process (``InProcessExecution``: ``output``), or, from
    ``lakewarden.spark.run_table_service``, as a Spark job of one task per file group whose
@@ -18,7 +22,7 @@ Protocol (RFC-79's table-service flow, with at most one executor per plan):
    a conflicting ingestion completed meanwhile -> delete the files and append ``aborted``;
    else ``completed`` (a replace: the old slices leave the snapshot).
 
-A failure in 4-6 deletes this attempt's files (best effort) and re-raises; the plan stays
+A failure in 5-6 deletes this attempt's files (best effort) and re-raises; the plan stays
 pending for the next attempt (a non-cancellable plan is executed to completion; a cancellable
 one may also be cancelled).
 """
@@ -32,11 +36,12 @@ from enum import StrEnum
 from typing import Protocol
 
 from lakewarden.errors import CommitStateUnknownError
+from lakewarden.table.completion import CompletionOutcome, reconcile
 from lakewarden.table.instant import Transition
 from lakewarden.table.plans import ServicePlan
 from lakewarden.table.snapshot import Snapshot, snapshot_as_of_request
 from lakewarden.table.stats import CommitStats, WorkloadProfile
-from lakewarden.table.timeline import IllegalTransitionError
+from lakewarden.table.timeline import IllegalTransitionError, TimelineEntry
 from lakewarden.table.transaction import WriteTransaction
 from lakewarden.tableservice.cancel import finish_abort
 from lakewarden.tableservice.claim import claim
@@ -126,7 +131,8 @@ def run_table_service(
     (default: in this process).
 
     Raises: UnknownPlanError, NotATableServicePlanError, InstantAlreadyCompletedError,
-    PlanAlreadyExecutingError, UnknownStrategyError, WriteConflictError subclasses (a
+    PlanAlreadyExecutingError, AttemptFencedError (a newer attempt fenced this one: nothing
+    completed), UnknownStrategyError, WriteConflictError subclasses (a
     non-cancellable plan that lost to another plan), ExecutorOutputLostError,
     HeartbeatLostError, LockTimeoutError, StorageError, CommitStateUnknownError."""
     attempt = new_attempt()
@@ -144,38 +150,39 @@ def run_table_service(
             return ServiceRun(
                 instant, ServiceOutcome.ABORTED, attempt, reason=reason, short_circuited=True
             )
-        rolled = roll_back_attempts(ctx, instant, keep_attempt=attempt)  # 3.
         plan = service_plan(current)
         txn = WriteTransaction.resume(
             ctx.timeline, ctx.coordinator, ctx.table_id, instant, actor=ctx.actor
         )
-        if current.state is Transition.REQUESTED:  # 4.
-            try:
-                txn.inflight(
-                    WorkloadProfile(operation=current.operation or "", file_groups=plan.file_groups)
-                )
-            except IllegalTransitionError:
-                # The claim's lock was released before ``inflight``: a cancel request that
-                # landed in between ends the plan here as step 2 would have.
-                why = _cancel_requested_meanwhile(ctx, instant)
-                if why is None:
-                    raise
-                finish_abort(ctx, instant, reason=why)
-                return ServiceRun(
-                    instant, ServiceOutcome.ABORTED, attempt, reason=why, short_circuited=True
-                )
+        workload = WorkloadProfile(
+            operation=current.operation or "", file_groups=plan.file_groups, attempt=attempt
+        )
+        try:
+            txn.inflight(workload)  # 3.
+        except IllegalTransitionError:
+            # The claim's lock was released before ``inflight``: a cancel request that
+            # landed in between ends the plan here as step 2 would have.
+            why = _cancel_requested_meanwhile(ctx, instant)
+            if why is None:
+                raise
+            finish_abort(ctx, instant, reason=why)
+            return ServiceRun(
+                instant, ServiceOutcome.ABORTED, attempt, reason=why, short_circuited=True
+            )
+        rolled = roll_back_attempts(ctx, instant, keep_attempt=attempt)  # 4.
         strategy = strategy_for(plan, table=ctx.table_id, instant=instant)
         run = execution(ctx, instant, attempt)
         try:
             state = ctx.timeline.load()
             base = snapshot_as_of_request(state, instant, table=ctx.config.name)
-            stats = run.rewrite(strategy, plan, base)  # 5.
-            verdict = complete_or_cancel(ctx, instant, stats)  # 6.
+            stats = run.rewrite(strategy, plan, base).model_copy(update={"attempt": attempt})
+            verdict = complete_or_cancel(ctx, instant, stats)  # 5., 6.
         except CommitStateUnknownError:
-            # The completion may have landed: the log decides, and the files stay either way
-            # (a later attempt's rollback deletes them only if the plan did not complete).
-            mine = ctx.timeline.load().get(instant)
-            if mine is None or mine.state is not Transition.COMPLETED:
+            # The completion may have landed: the log decides (the one completion protocol's
+            # step 4), and the files stay either way (a later attempt fences this one before
+            # its rollback deletes them).
+            outcome = reconcile(ctx.timeline, instant, lambda e: _names(e, attempt))
+            if outcome is not CompletionOutcome.COMPLETED:
                 raise
             verdict = Verdict(completed=True)
         except Exception:
@@ -197,6 +204,11 @@ def run_table_service(
             reason=verdict.reason,
             rolled_back_files=tuple(rolled.files),
         )
+
+
+def _names(entry: TimelineEntry, attempt: int) -> bool:
+    """Whether a ``completed`` entry is this attempt's."""
+    return entry.payload.get("attempt") == attempt
 
 
 def _cancel_requested_meanwhile(ctx: ServiceContext, instant: str) -> str | None:

@@ -1,6 +1,22 @@
 """Rolling back a plan's partial files, plan kept (RFC-79: "rollback target instant without
 deleting plan").
 
+A destructive step, so it runs only after a timeline entry has made every attempt whose files
+it deletes uncommittable (ARCHITECTURE, invariant 10), and it checks that entry on the log
+before deleting anything:
+
+- the plan has a cancel request (or is aborted): no attempt can ever complete it, every
+  attempt's files may go;
+- the plan's latest ``inflight`` names ``keep_attempt``: that entry fenced every earlier
+  attempt (the state machine refuses their ``completed``), so their files may go and
+  ``keep_attempt``'s stay.
+
+Anything else (the plan completed, or another attempt's ``inflight`` is the latest) raises and
+deletes nothing. The check needs no lock: the fence is on the log, and a zombie executor
+(paused past its claim, in another process, with a lease that expired) can no longer complete
+the plan whatever the timing. A completion that landed before the fence makes the fence's
+append fail instead, and the caller never gets here.
+
 The files of a plan's attempts are found two ways, so a crash at any point leaves nothing
 behind:
 
@@ -8,10 +24,6 @@ behind:
    each is aborted, which deletes what it staged, uploaded or already placed;
 2. the base files named ``*_<instant>.parquet`` in the partitions of the plan's file groups
    (placed by a job whose directory is gone, or written without staging).
-
-The deletions happen under the table lock, after checking that the plan is not completed: a
-zombie executor completing the plan needs the lock too, so no completed plan ever loses a
-file (invariant 1). ``keep_attempt`` spares the caller's own attempt.
 """
 
 from __future__ import annotations
@@ -24,7 +36,12 @@ from lakewarden.table.files import BaseFileName, MalformedFileNameError, split_k
 from lakewarden.table.instant import Transition
 from lakewarden.table.timeline_state import InstantState
 from lakewarden.tableservice.context import ServiceContext
-from lakewarden.tableservice.errors import InstantAlreadyCompletedError, UnknownPlanError
+from lakewarden.tableservice.errors import (
+    AttemptFencedError,
+    InstantAlreadyCompletedError,
+    RollbackNotFencedError,
+    UnknownPlanError,
+)
 from lakewarden.tableservice.output import service_job_id, service_job_prefix
 
 __all__ = ["RolledBack", "roll_back_attempts"]
@@ -45,24 +62,24 @@ class RolledBack:
 def roll_back_attempts(
     ctx: ServiceContext, instant: str, *, keep_attempt: int | None = None
 ) -> RolledBack:
-    """Delete every file of the plan's attempts but ``keep_attempt``'s (steps in the module
-    docstring); the plan stays on the timeline.
+    """Delete every file of the plan's attempts but ``keep_attempt``'s (the module
+    docstring's fence check first, then steps 1 and 2); the plan stays on the timeline.
 
-    Raises: InstantAlreadyCompletedError (nothing deleted), UnknownPlanError, StorageError,
-    LockTimeoutError."""
+    Raises: InstantAlreadyCompletedError, AttemptFencedError (``keep_attempt`` is fenced:
+    nothing deleted), RollbackNotFencedError (no entry fences the attempts: nothing deleted),
+    UnknownPlanError, StorageError."""
     done = RolledBack()
     keep_job = service_job_id(instant, keep_attempt) if keep_attempt is not None else None
-    with ctx.coordinator.lock(ctx.table_id, ttl_s=ctx.lock_ttl_s, wait_s=ctx.lock_wait_s):
-        plan = _not_completed(ctx, instant)
-        for job_id in _attempt_jobs(ctx, instant):  # 1.
-            if job_id != keep_job:
-                ManifestCommitter(ctx.storage, job_id).abort_job(
-                    force=True, reason=f"rollback of plan {instant}'s earlier attempt"
-                )
-                done.jobs.append(job_id)
-        for key in _attempt_files(ctx, plan, keep_attempt):  # 2.
-            ctx.storage.delete(key)
-            done.files.append(key)
+    plan = _fenced(ctx, instant, keep_attempt)
+    for job_id in _attempt_jobs(ctx, instant):  # 1.
+        if job_id != keep_job:
+            ManifestCommitter(ctx.storage, job_id).abort_job(
+                force=True, reason=f"rollback of plan {instant}'s earlier attempt"
+            )
+            done.jobs.append(job_id)
+    for key in _attempt_files(ctx, plan, keep_attempt):  # 2.
+        ctx.storage.delete(key)
+        done.files.append(key)
     if done.jobs or done.files:
         log.info(
             "plan %s: rolled back %d jobs, %d files",
@@ -74,22 +91,48 @@ def roll_back_attempts(
     return done
 
 
-def _not_completed(ctx: ServiceContext, instant: str) -> InstantState:
+def _fenced(ctx: ServiceContext, instant: str, keep_attempt: int | None) -> InstantState:
+    """The plan, when the log has the entry that makes the attempts to delete uncommittable.
+
+    Raises: InstantAlreadyCompletedError, AttemptFencedError, RollbackNotFencedError,
+    UnknownPlanError."""
     plan = ctx.timeline.load().get(instant)
-    if plan is not None and plan.state is Transition.COMPLETED:
-        raise InstantAlreadyCompletedError(
-            f"plan {instant} of table {ctx.table_id} completed: its files are the table's now; "
-            "nothing was rolled back.",
-            table=ctx.table_id,
-            instant=instant,
-        )
     if plan is None:
         raise UnknownPlanError(
             f"instant {instant} is not on the timeline of table {ctx.table_id}.",
             table=ctx.table_id,
             instant=instant,
         )
-    return plan
+    if plan.state is Transition.COMPLETED:
+        raise InstantAlreadyCompletedError(
+            f"plan {instant} of table {ctx.table_id} completed: its files are the table's now; "
+            "nothing was rolled back.",
+            table=ctx.table_id,
+            instant=instant,
+        )
+    if plan.state in (Transition.CANCEL_REQUESTED, Transition.ABORTED):
+        return plan  # no attempt can complete it any more
+    if keep_attempt is not None and plan.attempt == keep_attempt:
+        return plan  # this attempt's inflight fenced every other one
+    if keep_attempt is not None and plan.attempt is not None:
+        raise AttemptFencedError(
+            f"plan {instant} of table {ctx.table_id}: attempt {keep_attempt} was fenced by "
+            f"attempt {plan.attempt} (its inflight is the latest); nothing was rolled back. "
+            "Help: let that attempt finish the plan.",
+            table=ctx.table_id,
+            instant=instant,
+            attempt=keep_attempt,
+            fenced_by=plan.attempt,
+        )
+    raise RollbackNotFencedError(
+        f"plan {instant} of table {ctx.table_id} is {plan.state} and no timeline entry fences "
+        "its attempts (a cancel request, or an inflight naming the attempt that keeps its "
+        "files): deleting their files could delete a completion's. Nothing was rolled back. "
+        "Help: request the plan's cancellation first, or run it (the executor fences the "
+        "earlier attempts itself).",
+        table=ctx.table_id,
+        instant=instant,
+    )
 
 
 def _attempt_jobs(ctx: ServiceContext, instant: str) -> list[str]:

@@ -10,7 +10,10 @@
    load of ``table.json`` and the log;
 2. ``request``: ``Table.request_cancel`` (accepted, already_requested, already_aborted;
    refused_completed, not_cancellable, unknown_instant); ``execute``:
-   ``Table.execute_cancel`` (aborted, already_aborted; refused_executing, not_requested, ...);
+   ``Table.execute_cancel`` (aborted, already_aborted; refused_executing,
+   refused_liveness_unknown, not_requested, ...). ``execute_cancel`` deletes a plan's files
+   only on positive knowledge of its executor's death (``lakewarden.table.death``): with
+   heartbeat-monitor down it waits (the retries of 3.) and then refuses, saying why;
 3. a retryable failure (lock timeout, a store fault) is tried again, up to ``attempts``
    times, then reported ``failed``;
 4. the entries the service appended are returned, to be published as
@@ -33,8 +36,8 @@ plan's files (RFC-79), and any later acquire of this worker releases what it sti
 first, so it never waits for itself.
 
 ``CancelWorker.expired(expiry)``: heartbeat-monitor declared the executor of a plan dead; if
-the plan has a cancel request, run ``execute_cancel`` by itself (nobody else may ever come
-back for its files).
+the plan has a cancel request, run ``execute_cancel`` by itself, the expiry being the positive
+knowledge of death it needs (nobody else may ever come back for its files).
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ from lakewarden.settings import Settings
 from lakewarden.table import NotATableError, Table
 from lakewarden.table.cancel import LOCK_TTL_S
 from lakewarden.table.coordinator import Coordinator, Lease, Liveness
+from lakewarden.table.death import LivenessUnknownError
 from lakewarden.table.instant import TABLE_SERVICE_ACTIONS, Transition
 from lakewarden.table.timeline import TimelineEntry
 from lakewarden.tableservice import (
@@ -73,6 +77,7 @@ ACTOR_PREFIX = "cancel-manager@"
 _REFUSALS: tuple[tuple[type[LakewardenError], str], ...] = (
     (InstantAlreadyCompletedError, "refused_completed"),
     (PlanStillExecutingError, "refused_executing"),
+    (LivenessUnknownError, "refused_liveness_unknown"),
     (PlanNotCancellableError, "not_cancellable"),
     (NotATableServicePlanError, "not_cancellable"),
     (CancelNotRequestedError, "not_requested"),
@@ -169,7 +174,7 @@ class CancelWorker:
         # moment: wait for it, as for any retryable failure, instead of refusing for good.
         return self._apply(
             uri,
-            lambda: _outcome_of(table.execute_cancel(expiry.instant)),
+            lambda: _outcome_of(table.execute_cancel(expiry.instant, expired=True)),
             recorder,
             wait_for_liveness=True,
         )
@@ -332,6 +337,12 @@ class _Recorder(Coordinator):
 
     def executor_of(self, table_id: str, instant: str) -> str | None:
         return self.inner.executor_of(table_id, instant)
+
+    def monitors_liveness(self) -> bool:
+        return self.inner.monitors_liveness()
+
+    def never_heard_of(self, table_id: str, instant: str) -> bool:
+        return self.inner.never_heard_of(table_id, instant)
 
     def heartbeat_tolerance_s(self, table_id: str) -> float:
         return self.inner.heartbeat_tolerance_s(table_id)

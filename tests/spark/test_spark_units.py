@@ -24,6 +24,8 @@ from lakewarden.spark._options import (
 )
 from lakewarden.spark._task import TaskIdentity, write_task
 from lakewarden.spark._transaction import (
+    BATCH_ID,
+    QUERY_ID,
     BatchAlreadyCommittedError,
     BatchKey,
     SparkTransaction,
@@ -31,6 +33,7 @@ from lakewarden.spark._transaction import (
 )
 from lakewarden.table.bucket import bucket_prefix
 from lakewarden.table.instant import Transition
+from lakewarden.table.job_commit import AlreadyCommittedError, JobCommitSpec, commit_instant
 from lakewarden.table.stats import CommitStats, WorkloadProfile
 from lakewarden.table.writer import InvalidRecordError, SchemaMismatchError
 
@@ -129,12 +132,14 @@ def test_one_instant_per_batch_and_one_completion_per_query_batch(tmp_path: Path
         spec = _job.WriteSpec(str(tmp_path), instant, "job", "insert")
         txn = table.transaction(spec)
         txn.inflight(WorkloadProfile(operation="insert"))
-        txn.complete_once(CommitStats(operation="insert", extra_metadata=batch_key.metadata()),
-                          batch_key)  # fmt: skip
+        stats = CommitStats(operation="insert", extra_metadata=batch_key.metadata())
+        once = {QUERY_ID: batch_key.query_id, BATCH_ID: str(batch_key.batch_id)}
+        commit_instant(None, txn, JobCommitSpec(instant, "job", (), stats, once=once))
 
     complete(first[0], key)
-    with pytest.raises(BatchAlreadyCommittedError, match=f"committed by instant {first[0]}"):
+    with pytest.raises(AlreadyCommittedError, match=f"instant {first[0]} completed with") as no:
         complete(second[0], restarted)
+    assert no.value.committed_by == first[0]
     with pytest.raises(BatchAlreadyCommittedError):
         begin(BatchKey("query", "run-3", 4), "job-d")
 

@@ -2,13 +2,15 @@
 
 A compaction or clustering scheduled ``cancellable`` with a ``cancellation_policy`` that has
 outlived it (``max_age_s`` since it was scheduled, or ``max_completed_instants`` writes
-completed since) and whose executor has no live heartbeat is cancelled by the clean exactly
-as RFC-79 says clean must: ``request_cancel`` (irrevocable: the plan can never complete), then
-``execute_cancel`` (the heartbeat is checked again under the lock; its files are deleted, the
+completed since) and whose executor is known dead or absent is cancelled by the clean as
+RFC-79 says clean must: ``request_cancel`` (irrevocable: the plan can never complete), then
+``execute_cancel`` (the executor is judged again under the lock; its files are deleted, the
 plan kept, ``aborted`` appended). A plan whose cancellation someone else requested and whose
 executor is gone is aborted the same way, whatever its policy: its partial files must not stay
-forever. A live executor is never interrupted: ``execute_cancel`` refuses, and the next clean
-tries again (the cancel request stands; the executor aborts at its own pre-commit).
+forever. Only positive knowledge of the executor's death licenses it
+(``lakewarden.table.death``): a live executor, a fresh claim not judged yet, and an executor
+nobody has a verdict on (heartbeat-monitor down) are never interrupted; the next clean tries
+again (a cancel request already made stands; the executor aborts at its own pre-commit).
 
 Once a plan is aborted its file groups are no longer protected, so the clean that follows
 frees what the plan had pinned.
@@ -17,12 +19,13 @@ frees what the plan had pinned.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Collection, Iterator
+from dataclasses import replace
 
 from lakewarden.errors import LakewardenError
 from lakewarden.table.clean.retention import data_writes
 from lakewarden.table.clean.rollback import RollbackContext
-from lakewarden.table.coordinator import Coordinator, Liveness
+from lakewarden.table.death import LivenessUnknownError, verdict
 from lakewarden.table.instant import Instant, Transition
 from lakewarden.table.plans import CancellationPolicy, ServicePlan
 from lakewarden.table.timeline_state import InstantState, TimelineState
@@ -31,9 +34,15 @@ log = logging.getLogger(__name__)
 
 
 def expired_plans(
-    state: TimelineState, coordinator: Coordinator, table_id: str, *, now_ms: int
+    ctx: RollbackContext,
+    state: TimelineState,
+    *,
+    now_ms: int,
+    dead: Collection[str] = (),
 ) -> Iterator[tuple[InstantState, str]]:
-    """The pending cancellable plans to cancel now, with why; none whose executor is alive."""
+    """The pending cancellable plans to cancel now, with why: only those whose executor is
+    known dead or absent (``lakewarden.table.death``; ``dead``: instants named by a
+    ``HeartbeatExpired``). Any other is left for the next clean, with a log line saying why."""
     for plan in state.pending_plans():
         if not plan.cancellable:
             continue
@@ -45,8 +54,23 @@ def expired_plans(
             why = None
         if why is None:
             continue
-        if coordinator.liveness(table_id, plan.instant) is Liveness.ALIVE:
-            log.info("plan %s is due for cancellation but its executor is alive", plan.instant)
+        found = verdict(
+            ctx.coordinator,
+            ctx.storage,
+            ctx.table_id,
+            plan.instant,
+            now_ms=now_ms,
+            plan=True,
+            expired=plan.instant in dead,
+        )
+        if not found.dead:
+            log.info(
+                "plan %s is due for cancellation (%s) but is left alone: %s",
+                plan.instant,
+                why,
+                found.reason,
+                extra={"table": ctx.table_id, "instant": plan.instant},
+            )
             continue
         yield plan, why
 
@@ -71,9 +95,12 @@ def _past_policy(
     return None
 
 
-def cancel_plan(ctx: RollbackContext, plan: InstantState, why: str) -> bool:
+def cancel_plan(
+    ctx: RollbackContext, plan: InstantState, why: str, *, wall_ms: Callable[[], int] | None = None
+) -> bool:
     """``request_cancel`` (unless requested already), then ``execute_cancel``; False when the
-    executor turned out alive (the request stands; the next clean tries again).
+    executor turned out alive, or nothing says it is dead any more (``execute_cancel`` judges
+    again under the lock; the request stands; the next clean tries again).
 
     Raises: LockTimeoutError, StorageError, and the cancel APIs' errors other than a live
     executor (the clean stops; its next run resumes: both steps are idempotent)."""
@@ -95,9 +122,11 @@ def cancel_plan(ctx: RollbackContext, plan: InstantState, why: str) -> bool:
             actor=ctx.actor,
         )
     service = ServiceContext(ctx.storage, ctx.config, ctx.timeline, ctx.coordinator, ctx.actor)
+    if wall_ms is not None:  # the clean's clock dates claim marks too
+        service = replace(service, wall_ms=wall_ms)
     try:
         execute_cancel(service, plan.instant)
-    except PlanStillExecutingError as err:
+    except (PlanStillExecutingError, LivenessUnknownError) as err:
         log.info("plan %s: %s", plan.instant, err)
         return False
     return True

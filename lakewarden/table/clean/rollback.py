@@ -14,7 +14,8 @@ instant uncommittable):
    refused when the target completed meanwhile: then nothing happens;
 2. ``abandon`` the target (the one rollback path): ``rolled_back``, then the job's abort
    (every file it placed or staged is deleted, its pending uploads aborted);
-3. complete the rollback instant.
+3. complete the rollback instant (``lakewarden.table.completion``: a rollback another
+   cleaner completed meanwhile is done, not an error).
 
 Resumable at every step: a target with an intent is rolled back by that rollback instant
 whatever its liveness, and a pending rollback instant whose target is already rolled back
@@ -33,7 +34,9 @@ from typing import TYPE_CHECKING
 from lakewarden.commit import ManifestCommitter
 from lakewarden.storage import Storage
 from lakewarden.table.abandon import abandon
+from lakewarden.table.completion import CompletionOutcome, complete
 from lakewarden.table.coordinator import Coordinator, Liveness
+from lakewarden.table.death import Evidence, judge
 from lakewarden.table.instant import INGESTION_ACTIONS, Action, Instant, Transition
 from lakewarden.table.plans import RollbackPlan
 from lakewarden.table.stats import CommitStats
@@ -71,20 +74,34 @@ def failed_writes(
     *,
     now_ms: int | None = None,
 ) -> list[InstantState]:
-    """Pending ingestion instants to roll back: those with a rollback intent (resume), those
-    named in ``dead`` (``HeartbeatExpired``), those the coordinator says are dead and, given
-    ``now_ms``, those whose executor never beat (``never_beat``)."""
+    """Pending ingestion instants to roll back: those with a rollback intent (resume: the
+    intent already made them uncommittable), and those whose writer is known dead
+    (``lakewarden.table.death``: named in ``dead``, a ``HeartbeatExpired``; DEAD in the
+    coordinator's view; or, given ``now_ms``, never heard of by the monitor long after its
+    request, ``never_beat``). A writer nothing says is dead is left alone."""
     targets = []
     for inst in state.pending():
         if inst.action not in INGESTION_ACTIONS:
             continue
-        if inst.rollback_by is not None or inst.instant in dead:
+        if inst.rollback_by is not None:
             targets.append(inst)
             continue
+        expired = inst.instant in dead
+        # Asked even when a HeartbeatExpired names it: a late beat (ALIVE) wins over it.
         liveness = coordinator.liveness(table_id, inst.instant)
-        if liveness is Liveness.DEAD or (
-            liveness is Liveness.UNKNOWN and never_beat(inst, coordinator, table_id, now_ms)
-        ):
+        found = judge(
+            Evidence(
+                instant=inst.instant,
+                liveness=liveness,
+                judged=None,
+                monitored=coordinator.monitors_liveness(),
+                now_ms=now_ms or 0,
+                expired=expired,
+                never_beat=liveness is Liveness.UNKNOWN
+                and never_beat(inst, coordinator, table_id, now_ms),
+            )
+        )
+        if found.dead:
             targets.append(inst)
     return targets
 
@@ -178,9 +195,10 @@ def _finish(ctx: RollbackContext, target: InstantState, rollback_instant: str, w
     )
     current = rollback.status()
     if current is not None and current.state is Transition.REQUESTED:
-        rollback.complete(  # 3.
-            CommitStats(operation="rollback", extra_metadata={"target": target.instant})
-        )
+        stats = CommitStats(operation="rollback", rollback_target=target.instant)
+        completion = complete(rollback, stats)  # 3.
+        if completion is CompletionOutcome.ALREADY_COMPLETED:
+            log.info("rollback %s was completed by another cleaner", rollback_instant)
 
 
 __all__ = [

@@ -16,7 +16,12 @@ Protocol of ``clean_table``:
    cleaners of one table never run two cleans at once even if the lock failed them. Nothing
    to delete: nothing is appended (a periodic sweep leaves no trace);
 4. execute: delete the files (abort the uploads) in parallel;
-5. append ``completed`` with the counts and bytes (``CommitStats.extra_metadata``).
+5. append ``completed`` with the counts and bytes (``CommitStats.clean``) through the
+   one completion protocol (``lakewarden.table.completion``): a clean another cleaner
+   completed meanwhile is reported done (``CleanResult.already_done``), not an error.
+
+Steps 3-5 are that protocol's: the ``requested`` plan is the fence (it names exactly the files
+to delete, each garbage by the retention rules), the deletes come after it, then ``completed``.
 
 ``dry_run`` does 1-3 without writing anything: it reports what would be rolled back and
 deleted, and the orphans found.
@@ -45,10 +50,11 @@ from lakewarden.table.clean.rollback import (
     roll_back,
     unfinished_rollbacks,
 )
+from lakewarden.table.completion import CompletionOutcome, complete
 from lakewarden.table.coordinator import Lease, LeaseLostError
 from lakewarden.table.instant import Action, Instant, Transition
 from lakewarden.table.plans import CleanFile, CleanPlan
-from lakewarden.table.stats import CommitStats
+from lakewarden.table.stats import CleanOutcome, CommitStats
 from lakewarden.table.timeline_state import (
     EntryDraft,
     InstantState,
@@ -75,7 +81,8 @@ class CleanResult:
     ``files``: the plan's files (deleted unless ``dry_run``); ``orphans``: orphan files found
     (in ``files`` too when orphans were asked for); ``rolled_back``: ingestion instants rolled
     back and ``cancelled``: plans aborted (would be, in a dry run); ``resumed``: interrupted
-    cleans finished first."""
+    cleans finished first; ``already_done``: cleans of this run that another cleaner
+    completed first (success: their files are gone, their ``completed`` is on the log)."""
 
     table: str
     policy: CleanPolicy
@@ -86,6 +93,7 @@ class CleanResult:
     rolled_back: tuple[str, ...] = ()
     cancelled: tuple[str, ...] = ()
     resumed: tuple[str, ...] = ()
+    already_done: tuple[str, ...] = ()
     earliest_retained_instant: str | None = None
     files_deleted: int = 0
     bytes_deleted: int = 0
@@ -119,10 +127,12 @@ def clean_table(ctx: RollbackContext, request: CleanRequest) -> CleanResult:
     (a rerun resumes where this one stopped)."""
     state = ctx.timeline.load()
     resumed: list[str] = []
+    already: list[str] = []
     if not request.dry_run:  # 1.
         for pending in _pending_cleans(state):
-            execute_clean(ctx, pending)
+            finished = execute_clean(ctx, pending)
             resumed.append(pending.instant)
+            already.extend(finished["already_done"])  # type: ignore[arg-type]
         for rollback in unfinished_rollbacks(state):
             finish_rollback(ctx, rollback)
     rolled_back = []
@@ -133,17 +143,20 @@ def clean_table(ctx: RollbackContext, request: CleanRequest) -> CleanResult:
         if request.dry_run or roll_back(ctx, target, "its executor is dead"):
             rolled_back.append(target.instant)
     cancelled = []
-    for plan, why in list(expired_plans(state, ctx.coordinator, ctx.table_id, now_ms=now_ms)):
-        if request.dry_run or cancel_plan(ctx, plan, why):
+    expired = expired_plans(ctx, state, now_ms=now_ms, dead=request.dead)
+    for plan, why in list(expired):
+        wall_ms = lambda: int(request.wall_clock() * 1000)  # noqa: E731
+        if request.dry_run or cancel_plan(ctx, plan, why, wall_ms=wall_ms):
             cancelled.append(plan.instant)
     result = _plan_and_append(ctx, request)  # 3.
     if result.instant is not None:
         inst = ctx.timeline.load().get(result.instant)
         assert inst is not None
         done = execute_clean(ctx, inst)  # 4. and 5.
+        already.extend(done.pop("already_done"))  # type: ignore[arg-type]
         result = _with(result, done)
     done = {"rolled_back": tuple(rolled_back), "cancelled": tuple(cancelled)}
-    return _with(result, {**done, "resumed": tuple(resumed)})
+    return _with(result, {**done, "resumed": tuple(resumed), "already_done": tuple(already)})
 
 
 def _pending_cleans(state: TimelineState) -> list[InstantState]:
@@ -273,7 +286,9 @@ def _append_plan(
 
 def execute_clean(ctx: RollbackContext, clean: InstantState) -> dict[str, object]:
     """Steps 4 and 5 for the clean instant ``clean`` (resumable: deleting a missing file and
-    aborting a finished upload are no-ops). Returns the counts for ``CleanResult``.
+    aborting a finished upload are no-ops). Returns the counts for ``CleanResult``; a clean
+    another cleaner completed meanwhile (it found this one pending and finished it) is
+    named in ``already_done``: the work is done, nothing is raised.
 
     Raises: StorageError (the clean stays pending; the next run finishes it),
     LockTimeoutError, ConcurrentAppendError, CommitStateUnknownError."""
@@ -290,15 +305,17 @@ def execute_clean(ctx: RollbackContext, clean: InstantState) -> dict[str, object
     txn = WriteTransaction.resume(
         ctx.timeline, ctx.coordinator, ctx.table_id, clean.instant, actor=ctx.actor
     )
-    current = txn.status()
-    if current is not None and current.state is Transition.REQUESTED:
-        metadata = {k: str(v) for k, v in counts.items()}
-        if plan.earliest_retained_instant:
-            metadata["earliest_retained_instant"] = plan.earliest_retained_instant
-        if plan.policy:
-            metadata["policy"] = plan.policy
-        txn.complete(CommitStats(operation="clean", extra_metadata=metadata))  # 5.
-    return {**counts, "instant": clean.instant}
+    outcome = CleanOutcome(
+        files_deleted=counts["files_deleted"],
+        bytes_deleted=counts["bytes_deleted"],
+        uploads_aborted=counts["uploads_aborted"],
+        earliest_retained_instant=plan.earliest_retained_instant or None,
+        policy=plan.policy or None,
+    )
+    stats = CommitStats(operation="clean", clean=outcome)
+    completion = complete(txn, stats)  # 5.
+    done = () if completion is CompletionOutcome.COMPLETED else (clean.instant,)
+    return {**counts, "instant": clean.instant, "already_done": done}
 
 
 def _delete_all(ctx: RollbackContext, files: Sequence[CleanFile]) -> list[Exception]:

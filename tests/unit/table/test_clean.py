@@ -90,7 +90,9 @@ def test_keep_latest_commits_time_travel_inside_and_outside() -> None:
     assert "keep-latest-commits=2" in str(err.value) and instants[3] in str(err.value)
     clean = table.state().get(result.instant)
     assert clean is not None and clean.state is Transition.COMPLETED
-    assert clean.commit is not None and clean.commit.extra_metadata["files_deleted"] == "3"
+    assert clean.commit is not None and clean.commit.clean is not None
+    assert clean.commit.clean_outcome() == clean.commit.clean
+    assert clean.commit.clean.files_deleted == 3
     # Nothing left to do: a second clean appends nothing.
     tail = table.state().tail_seq
     again = table.clean(CleanPolicy(commits_retained=2, retention_window_s=0))

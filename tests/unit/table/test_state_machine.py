@@ -31,6 +31,7 @@ REASONS = {
     "terminal": "(terminal)",
     "no-cancel": "is not a cancellable plan",
     "only-req": "inflight only follows requested",
+    "unnamed": "a retried attempt's inflight must name its executor attempt",
     "cancelled": "has a cancel request: it can never complete",
     "from-infl": "completes only from inflight",
     "pend-plan": "only a pending plan can be cancelled",
@@ -59,13 +60,13 @@ GRIDS = {
     "plan": """
         absent            ok     never    never     never     never     never
         requested         exists ok       from-infl no-cancel no-cancel ingest
-        inflight          exists only-req ok        no-cancel no-cancel ingest
+        inflight          exists unnamed  ok        no-cancel no-cancel ingest
         cancel_requested  exists only-req cancelled no-cancel no-cancel ingest
     """,
     "cancellable-plan": """
         absent            ok     never    never     never     never     never
         requested         exists ok       from-infl ok        after-cr  ingest
-        inflight          exists only-req ok        ok        after-cr  ingest
+        inflight          exists unnamed  ok        ok        after-cr  ingest
         cancel_requested  exists only-req cancelled pend-plan ok        ingest
     """,
     "no-workload": """
@@ -248,6 +249,58 @@ def test_an_overwrite_keeps_its_claim_on_every_file_group() -> None:
     assert isinstance(after, TimelineState)
     done = after.get(T1)
     assert done is not None and done.workload == everything
+
+
+# -- the fence: a retried plan attempt's inflight ------------------------------------------------
+
+# (kind, state, the attempt its latest inflight named, the entry, the attempt the entry names,
+# verdict: "ok" or a fragment of the rejection). A retry's inflight fences every earlier
+# attempt; a completion must then name the attempt the latest inflight names.
+FENCE_ROWS = [
+    ("plan", "requested", None, Transition.INFLIGHT, 5, "ok"),
+    ("plan", "requested", None, Transition.INFLIGHT, None, "ok"),  # entries before attempts
+    ("plan", "inflight", None, Transition.INFLIGHT, 6, "ok"),  # fences an unnamed attempt
+    ("plan", "inflight", 5, Transition.INFLIGHT, 6, "ok"),
+    ("plan", "inflight", 5, Transition.INFLIGHT, 5, "is already its attempt"),
+    ("plan", "inflight", 5, Transition.INFLIGHT, None, "must name its executor attempt"),
+    ("plan", "cancel_requested", 5, Transition.INFLIGHT, 6, "inflight only follows requested"),
+    ("plan", "inflight", 6, Transition.COMPLETED, 5, "is fenced: only attempt 6"),
+    ("plan", "inflight", 6, Transition.COMPLETED, None, "is fenced: only attempt 6"),
+    ("plan", "inflight", 6, Transition.COMPLETED, 6, "ok"),
+    ("plan", "inflight", None, Transition.COMPLETED, 5, "ok"),
+    ("plan", "inflight", None, Transition.COMPLETED, None, "ok"),
+    ("commit", "inflight", None, Transition.INFLIGHT, 6, "inflight only follows requested"),
+]
+
+
+@pytest.mark.parametrize(
+    ("kind", "state", "current", "transition", "named", "verdict"),
+    FENCE_ROWS,
+    ids=[f"{k}-{s}-{c}-{t}-{n}" for k, s, c, t, n, _ in FENCE_ROWS],
+)
+def test_a_retry_fences_earlier_attempts(
+    kind: str,
+    state: str,
+    current: int | None,
+    transition: Transition,
+    named: int | None,
+    verdict: str,
+) -> None:
+    action = Action.CLUSTERING if kind == "plan" else Action.COMMIT
+    before = _fixture(action, False, state)
+    fixture = before.instants[T1].model_copy(update={"attempt": current})
+    before = before.model_copy(update={"instants": {**before.instants, T1: fixture}})
+    model = WORKLOAD if transition is Transition.INFLIGHT else STATS
+    payload = model.model_copy(update={"attempt": named}).model_dump(mode="json")
+    after = apply(before, _entry(4, T1, action, transition, payload))
+    if verdict != "ok":
+        assert isinstance(after, Rejected) and verdict in after.reason, after
+        return
+    assert isinstance(after, TimelineState), after
+    moved = after.get(T1)
+    assert moved is not None and moved.state is transition
+    if transition is Transition.INFLIGHT:
+        assert moved.attempt == named  # only the attempt named last may complete the plan
 
 
 # -- requested ---------------------------------------------------------------------------------

@@ -15,11 +15,13 @@ from lakewarden.table.cancel import CancelRequestOutcome
 from lakewarden.table.conflicts import OverlappingCommitConflict
 from lakewarden.table.coordinator import EmbeddedCoordinator
 from lakewarden.table.instant import Transition
+from lakewarden.table.plans import ServicePlan
 from lakewarden.table.stats import WorkloadProfile
 from lakewarden.table.table import Table
-from lakewarden.table.timeline import IllegalTransitionError
+from lakewarden.table.timeline import InstantState
 from lakewarden.table.transaction import WriteTransaction
 from lakewarden.tableservice import (
+    AttemptFencedError,
     CancelNotRequestedError,
     ExecuteCancelOutcome,
     ExecutorOutputLostError,
@@ -266,12 +268,13 @@ def test_a_cancel_landing_between_the_claim_and_inflight_short_circuits(
     rewrites: list[str] = []
     hook(instant, lambda job: rewrites.append(job.instant))
 
-    def then_a_cancel(*args: object, **kwargs: object) -> object:
-        rolled = roll_back_attempts(*args, **kwargs)  # type: ignore[arg-type]
-        table.request_cancel(instant, reason="cancelled meanwhile")
-        return rolled
+    plan_of = executor_module.service_plan
 
-    monkeypatch.setattr(executor_module, "roll_back_attempts", then_a_cancel)
+    def then_a_cancel(current: InstantState) -> ServicePlan:
+        table.request_cancel(instant, reason="cancelled meanwhile")  # after the claim
+        return plan_of(current)
+
+    monkeypatch.setattr(executor_module, "service_plan", then_a_cancel)
     run = table.run_table_service(instant)
     assert run.outcome is ServiceOutcome.ABORTED and run.short_circuited
     assert run.reason is not None and run.reason.endswith("cancelled meanwhile")
@@ -342,9 +345,10 @@ def test_two_processes_on_one_plan_commit_exactly_once(make_table: MakeTable) ->
         results["newer"] = newer.run_table_service(instant)
 
     hook(instant, newer_runs_meanwhile)
-    # The zombie cannot commit: its job was aborted under it (staging stores), or its
-    # completion is refused (the plan completed), whichever it reaches first.
-    with pytest.raises((IllegalTransitionError, StageFailedError, ExecutorOutputLostError)):
+    # The zombie cannot commit: the newer attempt's inflight fenced it before deleting its
+    # files (AttemptFencedError at its pre-commit), or its job was aborted under it (staging
+    # stores), whichever it reaches first.
+    with pytest.raises((AttemptFencedError, StageFailedError, ExecutorOutputLostError)):
         zombie.run_table_service(instant)
     assert results["newer"].outcome is ServiceOutcome.COMPLETED
     mine = table.state().get(instant)

@@ -19,6 +19,7 @@ from faust.types import Message
 from lakewarden.events import Event, EventDecodeError, Undecodable, decode, encode, make_event
 from lakewarden.settings import Settings
 from lakewarden.table.bucket import append_group, route
+from lakewarden.table.claim_mark import ClaimMark, claim_key
 from lakewarden.table.config import META_FILE_NAME
 from lakewarden.table.coordinator import Coordinator, EmbeddedCoordinator, Liveness
 from lakewarden.table.files import BaseFileName, WriteToken, file_key
@@ -370,3 +371,29 @@ def test_the_worker_keeps_opened_tables_and_reopens_a_replaced_one(
     third = str(replaced.schedule_clustering(cancellable=True))
     assert h.ask(replaced, third, "request").record["status"] == "accepted"
     assert opened == [table.uri, table.uri]
+
+
+class MonitorDown(EmbeddedCoordinator):
+    """A service whose heartbeat-monitor is down: it monitors, but has no verdict."""
+
+    def monitors_liveness(self) -> bool:
+        return True
+
+
+def test_with_no_liveness_verdict_execute_waits_then_refuses_saying_why(tmp_path: Path) -> None:
+    coordinator = MonitorDown()
+    table = fragmented_table(tmp_path, coordinator)
+    h = Harness(coordinator)
+    instant = str(table.schedule_clustering(cancellable=True))
+    # An executor of another process claimed the plan long ago; nobody has a verdict on it.
+    table.storage.write(claim_key(instant), ClaimMark("executor-9", 0, 30_000).encode())
+    h.ask(table, instant, "request")
+    result = h.ask(table, instant, "execute")
+    assert result.record["status"] == "refused_liveness_unknown"
+    assert result.record["error_type"] == "LivenessUnknownError"
+    assert "heartbeat-monitor has no verdict on executor-9" in result.record["reason"]
+    mine = table.state().get(instant)
+    assert mine is not None and mine.state is Transition.CANCEL_REQUESTED
+    h.expire(table, instant)  # heartbeat-monitor's expiry record: positive knowledge
+    mine = table.state().get(instant)
+    assert mine is not None and mine.state is Transition.ABORTED
