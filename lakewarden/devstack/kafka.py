@@ -185,7 +185,7 @@ class KafkaBroker:
         ]
 
     def _jvm(self, main: str, *, heap: str, extra: list[str]) -> list[str]:
-        log4j = (self.infra_dir / "kafka" / "log4j.properties").resolve()
+        log4j = (self.infra_dir / "kafka" / "log4j2.yaml").resolve()
         return [
             self.java,
             "-Xms64m",
@@ -195,7 +195,7 @@ class KafkaBroker:
             # Plain IPv4 sockets: bound to 127.0.0.1 either way, but without this the JVM opens
             # IPv6 sockets bound to ::ffff:127.0.0.1, which confuses port audits.
             "-Djava.net.preferIPv4Stack=true",
-            f"-Dlog4j.configuration=file:{log4j}",
+            f"-Dlog4j2.configurationFile={log4j}",
             *extra,
             "-cp",
             f"{self.lib_dir.resolve()}/*",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import uuid
@@ -86,6 +87,14 @@ def test_fixture_broker_round_trip_on_loopback(
     assert pid is not None
     ports = {kafka_broker.port, kafka_broker.controller_port}
     assert_loopback_only(processes.group_members(pid), ports)
+
+
+def test_broker_is_kafka_4_and_logs_through_log4j2(kafka_broker: KafkaBroker) -> None:
+    """Kafka 4 logs through Log4j 2. Without the slf4j binding (log4j-slf4j-impl) slf4j falls
+    back to its no-op logger, and without ``infra/kafka/log4j2.yaml`` Log4j 2 keeps only errors:
+    either way the broker's INFO lines, its version among them, never reach its log file."""
+    log = kafka_broker.log_file.read_text()
+    assert re.search(r"INFO Kafka version: 4\.\d+\.\d+ ", log), log[-2000:]
 
 
 def test_fixture_s3_bucket_with_credentials(s3_settings: Settings, s3_bucket: str) -> None:

@@ -1,7 +1,8 @@
 """A faust agent reading lakewarden events from the real broker through "lakewarden-avro".
 
-Proves faust-streaming 0.15.3 with aiokafka 0.12.0 consumes from this Kafka, and that a
-poison message reaches the agent as ``Undecodable`` (to dead-letter) instead of crashing it.
+Proves faust-streaming 0.15.3 with the pinned aiokafka (0.14.0) starts against this Kafka (4.x:
+aiokafka 0.12 cannot, its CreateTopics v1 was removed by KIP-896) and consumes from it, and that
+a poison message reaches the agent as ``Undecodable`` (to dead-letter) instead of crashing it.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The codec registered for faust, driven through a real faust agent with test_context.
 
-This also proves faust-streaming 0.15.3 runs with aiokafka 0.12.0 in this environment.
+This also proves faust-streaming 0.15.3 runs with the pinned aiokafka (0.14.0) in this environment.
 """
 
 from __future__ import annotations
