@@ -12,6 +12,7 @@ completed instant, so engines that read Delta (delta-rs, Polars, DuckDB, Spark, 
 
 from __future__ import annotations
 
+from .enable import attach, enable
 from .log import DeltaLogCorruptError, last_version, version_key
 from .publisher import DeltaPublisher, PublishResult, PublishStatus
 from .schema import UnpublishableSchemaError, schema_string
@@ -25,6 +26,8 @@ __all__ = [
     "PublishStatus",
     "UnpublishableSchemaError",
     "VersionPlan",
+    "attach",
+    "enable",
     "last_version",
     "plan_versions",
     "published_instants",

@@ -90,6 +90,7 @@ def complete_or_cancel(ctx: ServiceContext, instant: str, stats: CommitStats) ->
     finally:
         for entry in announced:
             ctx.coordinator.announce(ctx.table_id, entry)
+            ctx.timeline.appended(entry)  # the Delta publisher, when publishing is on
 
 
 def _checks(
