@@ -276,8 +276,10 @@ def execute_clean(ctx: RollbackContext, clean: InstantState) -> dict[str, object
     aborting a finished upload are no-ops). Returns the counts for ``CleanResult``.
 
     Raises: StorageError (the clean stays pending; the next run finishes it),
+    RemoveNotPublishedError (likewise: the Delta log does not yet remove a file to delete),
     LockTimeoutError, ConcurrentAppendError, CommitStateUnknownError."""
     plan = clean.plan if isinstance(clean.plan, CleanPlan) else CleanPlan()
+    _check_published(ctx, plan.files)
     failures = _delete_all(ctx, plan.files)  # 4.
     if failures:
         raise failures[0]
@@ -299,6 +301,14 @@ def execute_clean(ctx: RollbackContext, clean: InstantState) -> dict[str, object
             metadata["policy"] = plan.policy
         txn.complete(CommitStats(operation="clean", extra_metadata=metadata))  # 5.
     return {**counts, "instant": clean.instant}
+
+
+def _check_published(ctx: RollbackContext, files: Sequence[CleanFile]) -> None:
+    """A table that publishes a Delta log: delete nothing the published log still names
+    (``lakewarden.publish.gate``). Raises: RemoveNotPublishedError."""
+    from lakewarden.publish.gate import check_removes_published  # publish imports table
+
+    check_removes_published(ctx.storage, ctx.timeline, [f.path for f in files])
 
 
 def _delete_all(ctx: RollbackContext, files: Sequence[CleanFile]) -> list[Exception]:
