@@ -169,7 +169,11 @@ def test_a_rolled_back_write_is_never_published(tmp_path: Path) -> None:
 def test_publishing_off_writes_no_delta_log(tmp_path: Path, table_type: str) -> None:
     root = tmp_path / "t"
     table = Table.create(
-        str(root), name="t", record_key="id", schema=SCHEMA, table_type=table_type  # type: ignore[arg-type]
+        str(root),
+        name="t",
+        record_key="id",
+        schema=SCHEMA,
+        table_type=table_type,  # type: ignore[arg-type]
     )
     table.write(rows((1, "eu", 1, "a")), "insert")
     assert not (root / "_delta_log").exists()
