@@ -12,8 +12,10 @@ Protocol of ``DeltaPublisher.sync``:
      name the same timeline seq (the content is a function of the timeline, so the bytes are
      the same); go on with ``v + 1``.
    - Outcome unknown (``StorageIOError``): read ``v`` back; absent, write it again.
-4. When ``v`` is a multiple of the checkpoint interval, write its checkpoint
-   (``checkpoint.write_checkpoint``, best effort: a checkpoint only speeds readers up).
+4. Write the checkpoint of the newest published version that is a multiple of the
+   checkpoint interval, unless ``_last_checkpoint`` names it already
+   (``checkpoint.write_checkpoint``, best effort: a checkpoint only speeds readers up; a
+   publisher killed before it leaves it to the next ``sync``).
 
 A publisher killed at any point leaves a log that ends at some version ``L`` with nothing after
 it; the next ``sync`` starts at ``L + 1`` (step 1). Version ``v`` is never written before
@@ -33,6 +35,7 @@ from lakewarden.table.instant import Transition
 from lakewarden.table.timeline import Timeline
 from lakewarden.table.timeline_state import TimelineEntry, TimelineState
 
+from .checkpoint import due_checkpoint, write_checkpoint
 from .log import DeltaLogCorruptError, last_version, read_txn_version, version_key
 from .versions import VersionPlan, plan_versions, published_instants, render_version
 
@@ -101,8 +104,6 @@ class DeltaPublisher:
         """Publish every version the timeline has and the log lacks (steps 1-4).
 
         Raises: DeltaLogCorruptError, UnpublishableSchemaError, StorageError."""
-        from .checkpoint import checkpoint_due, write_checkpoint
-
         started = time.perf_counter()
         state = self.timeline.load()  # 1.
         published = last_version(self.storage)
@@ -115,8 +116,10 @@ class DeltaPublisher:
                 # A racing ``publish enable`` wrote version 0 from another tail: its word holds.
                 again = self.sync()
                 return PublishResult((*written, *again.written), again.status, again.seconds)
-            if checkpoint_due(self.config, plan.version):  # 4.
-                write_checkpoint(self.storage, self.config, plan.version)
+            published = plan.version
+        due = due_checkpoint(self.storage, self.config, published)  # 4.
+        if due is not None:
+            write_checkpoint(self.storage, self.config, due)
         status = self.status(state)
         return PublishResult(tuple(written), status, time.perf_counter() - started)
 

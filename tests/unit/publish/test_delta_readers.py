@@ -5,6 +5,8 @@ clean, on copy-on-write and merge-on-read tables."""
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 import deltalake
@@ -177,3 +179,27 @@ def test_publishing_off_writes_no_delta_log(tmp_path: Path, table_type: str) -> 
     )
     table.write(rows((1, "eu", 1, "a")), "insert")
     assert not (root / "_delta_log").exists()
+
+
+def test_checkpoints_every_ten_versions_are_read_by_deltalake_without_the_json_before(
+    tmp_path: Path,
+) -> None:
+    table, root = make(tmp_path, "cow")
+    for i in range(21):
+        table.write(rows(*[(k, "eu" if k % 2 else "us", i, f"v{i}") for k in range(i, i + 3)]))
+    log = root / "_delta_log"
+    assert (log / f"{10:020d}.checkpoint.parquet").exists()
+    assert (log / f"{20:020d}.checkpoint.parquet").exists()
+    assert json.loads((log / "_last_checkpoint").read_text())["version"] == 20
+    # A copy whose JSON versions up to the checkpoint are gone reads the same: the reader
+    # took the checkpoint.
+    copy = tmp_path / "copy"
+    shutil.copytree(root, copy)
+    for v in range(21):
+        (copy / "_delta_log" / f"{v:020d}.json").unlink()
+    columns = SCHEMA.names
+    expected = row_set(lakewarden.read(str(root)), columns)
+    delta = deltalake.DeltaTable(str(copy))
+    assert delta.version() == 21
+    assert row_set(delta.to_pyarrow_table(), columns) == expected
+    assert_latest_matches(table, root)
