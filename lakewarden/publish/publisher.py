@@ -32,6 +32,7 @@ from lakewarden.errors import LakewardenError
 from lakewarden.storage import AlreadyExistsError, NotFoundError, Storage, StorageIOError
 from lakewarden.table.config import TableConfig
 from lakewarden.table.instant import Transition
+from lakewarden.table.snapshot import SnapshotBuilder
 from lakewarden.table.timeline import Timeline
 from lakewarden.table.timeline_state import TimelineEntry, TimelineState
 
@@ -78,18 +79,26 @@ class DeltaPublisher:
         self.storage = storage
         self.config = config
         self.timeline = timeline
+        self._since: int | None = None  # version 0's word, once read (it never changes)
+        # The snapshots as of the published instants, kept so a sync applies only new ones.
+        self._builder = SnapshotBuilder()
 
     def since_seq(self, published: int) -> int:
         """What version 0 holds: its ``txn`` when it is published, else the config's."""
-        if published >= 0:
+        if published < 0:
+            return self.config.publish.since_seq
+        if self._since is None:
             recorded = read_txn_version(self.storage, 0)
-            return recorded if recorded is not None else -1
-        return self.config.publish.since_seq
+            self._since = recorded if recorded is not None else -1
+        return self._since
 
-    def status(self, state: TimelineState | None = None) -> PublishStatus:
-        """Where publishing stands (reads the log's listing and the timeline)."""
+    def status(
+        self, state: TimelineState | None = None, *, published: int | None = None
+    ) -> PublishStatus:
+        """Where publishing stands (lists the log unless ``published`` is given)."""
         state = state if state is not None else self.timeline.load()
-        published = last_version(self.storage)
+        if published is None:
+            published = last_version(self.storage)
         since = self.since_seq(published)
         instants = published_instants(state, since)
         return PublishStatus(
@@ -109,7 +118,7 @@ class DeltaPublisher:
         published = last_version(self.storage)
         since = self.since_seq(published)  # 2.
         written: list[int] = []
-        for plan in plan_versions(state, since, start=published + 1):  # 3.
+        for plan in plan_versions(state, since, start=published + 1, builder=self._builder):  # 3.
             if self._publish(plan):
                 written.append(plan.version)
             if plan.version == 0 and self.since_seq(0) != since:
@@ -120,7 +129,7 @@ class DeltaPublisher:
         due = due_checkpoint(self.storage, self.config, published)  # 4.
         if due is not None:
             write_checkpoint(self.storage, self.config, due)
-        status = self.status(state)
+        status = self.status(state, published=published)
         return PublishResult(tuple(written), status, time.perf_counter() - started)
 
     def after_completed(self, entry: TimelineEntry) -> None:

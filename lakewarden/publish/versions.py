@@ -32,7 +32,7 @@ from typing import Any
 from lakewarden.storage import Storage
 from lakewarden.table.config import TableConfig
 from lakewarden.table.instant import Action, Instant
-from lakewarden.table.snapshot import Snapshot, snapshot_steps
+from lakewarden.table.snapshot import Snapshot, SnapshotBuilder
 from lakewarden.table.stats import WriteStat
 from lakewarden.table.timeline_state import InstantState, TimelineState
 
@@ -78,25 +78,33 @@ def published_instants(state: TimelineState, since_seq: int) -> list[InstantStat
     return [i for i in state.completed() if (i.completed_seq or 0) > since_seq]
 
 
-def plan_versions(state: TimelineState, since_seq: int, *, start: int = 0) -> Iterator[VersionPlan]:
-    """The plans of versions ``start``, ``start + 1``, ... up to the last completed instant."""
+def plan_versions(
+    state: TimelineState,
+    since_seq: int,
+    *,
+    start: int = 0,
+    builder: SnapshotBuilder | None = None,
+) -> Iterator[VersionPlan]:
+    """The plans of versions ``start``, ``start + 1``, ... up to the last completed instant.
+    A ``builder`` kept between calls spares re-applying the instants it applied before."""
+    completed = state.completed()
+    # Completion order is seq order: the instants version 0 holds are a prefix.
+    base = sum(1 for i in completed if (i.completed_seq or 0) <= since_seq)
+    # The index of the snapshot before the first version to yield (-1: the empty table).
+    before_index = base + max(start, 1) - 2
+    pending_first = start == 0
+    if pending_first and before_index < 0:
+        yield _first(since_seq, {})
+        pending_first = False
     before: dict[str, VisibleFile] = {}
-    version = 0
-    for snapshot, instant in zip(snapshot_steps(state.completed()), state.completed(), strict=True):
+    builder = builder if builder is not None else SnapshotBuilder()
+    for index, snapshot in builder.steps(completed, start=max(before_index, 0)):
         files = visible_files(snapshot)
-        if (instant.completed_seq or 0) <= since_seq:
-            before = files
-            continue
-        if version == 0:
-            if start == 0:
-                yield _first(since_seq, before)
-            version = 1
-        if version >= start:
-            yield _diff(version, instant, since_seq, before, files)
+        if index > before_index:
+            yield _diff(index - base + 1, completed[index], since_seq, before, files)
+        elif pending_first:
+            yield _first(since_seq, files)
         before = files
-        version += 1
-    if version == 0 and start == 0:
-        yield _first(since_seq, before)
 
 
 def _first(since_seq: int, files: Mapping[str, VisibleFile]) -> VersionPlan:
