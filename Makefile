@@ -4,10 +4,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup kafka-jars spark-jars spark-udf peers-deps deps up down demo test test-fast fuzz campaign lint typecheck bench clean
+.PHONY: setup kafka-jars spark-jars delta-jars spark-udf peers-deps deps up down demo test test-fast fuzz campaign lint typecheck bench clean
 
 # Idempotent and fast: reinstalls only when pyproject.toml changed since the last install.
-setup: $(STAMP) kafka-jars spark-jars spark-udf
+setup: $(STAMP) kafka-jars spark-jars delta-jars spark-udf
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -36,6 +36,14 @@ spark-jars: infra/spark/jars/.fetched
 infra/spark/jars/.fetched: infra/spark/pom.xml
 	rm -rf infra/spark/jars
 	mvn -B -q -Dstyle.color=never -f infra/spark/pom.xml dependency:copy-dependencies -DoutputDirectory=jars
+	touch $@
+
+# Delta Lake's Spark reader, for the tests that read a published table with Spark's own reader.
+delta-jars: infra/spark/delta-jars/.fetched
+
+infra/spark/delta-jars/.fetched: infra/spark/delta/pom.xml
+	rm -rf infra/spark/delta-jars
+	mvn -B -q -Dstyle.color=never -f infra/spark/delta/pom.xml dependency:copy-dependencies -DoutputDirectory=../delta-jars
 	touch $@
 
 # lakewarden's Java UDFs (record key bucket, partition value escaping; lakewarden/spark/java),
@@ -104,4 +112,4 @@ bench: setup
 	$(BIN)/python -m benchmarks
 
 clean:
-	rm -rf $(VENV) infra/kafka/lib infra/spark/jars infra/peers/*/jars infra/peers/hudi/venv .lakewarden-state .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) infra/kafka/lib infra/spark/jars infra/spark/delta-jars infra/peers/*/jars infra/peers/hudi/venv .lakewarden-state .pytest_cache .mypy_cache .ruff_cache
