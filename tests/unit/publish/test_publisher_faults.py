@@ -193,3 +193,31 @@ def test_a_clean_deletes_no_file_whose_remove_is_not_published(
     clean = table.state().get(pending[0].instant)
     assert clean is not None and clean.state is Transition.COMPLETED
     assert_latest_matches(table, root)
+
+
+def test_publishing_after_every_commit_writes_the_bytes_of_one_sync_at_the_end(
+    tmp_path: Path,
+) -> None:
+    """The publisher a process keeps across commits (its snapshots carried from one sync to
+    the next) writes what a fresh publisher writes for the whole timeline at once."""
+    root = tmp_path / "t"
+    table = Table.create(
+        str(root),
+        name="t",
+        record_key="id",
+        schema=SCHEMA,
+        partition_by=["region"],
+        buckets=2,
+        publish_delta=True,
+    )
+    for i in range(COMMITS):
+        table.write(rows(*[(k, "eu" if k % 3 else "us", i, f"v{i}") for k in range(i, i + 5)]))
+        if i == COMMITS // 2:
+            table.write(rows((i, "eu" if i % 3 else "us", 0, None)), "delete")
+    clustering = table.schedule_clustering(sort_by=["ts"])
+    assert clustering is not None
+    table.run_table_service(clustering)
+    assert log_versions(root) == list(range(len(table.state().completed()) + 1))
+    assert {v: _version_bytes(root, v) for v in log_versions(root)} == clean_run_bytes(
+        root, tmp_path
+    )
