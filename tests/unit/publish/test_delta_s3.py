@@ -70,3 +70,34 @@ def test_published_table_on_s3_reads_the_same_in_deltalake_and_polars(
             break
     else:
         raise AssertionError("no version names the clustering")
+
+
+def test_merge_on_read_table_on_s3_publishes_its_compacted_state(
+    seaweed_s3: SeaweedS3, s3_settings: Settings, s3_bucket: str, tmp_path: Path
+) -> None:
+    uri = f"s3://{s3_bucket}/{tmp_path.name}/mor"
+    table = Table.create(
+        uri,
+        name="mor",
+        record_key="id",
+        schema=SCHEMA,
+        partition_by=["region"],
+        ordering_field="ts",
+        buckets=2,
+        table_type="mor",
+        publish_delta=True,
+        settings=s3_settings,
+        coordinator=EmbeddedCoordinator(),
+    )
+    ingest(table)
+    compaction = table.schedule_compaction()
+    assert compaction is not None
+    table.run_table_service(compaction)
+    table.clean(CleanPolicy(commits_retained=1))
+    options = storage_options(seaweed_s3)
+    columns = SCHEMA.names
+    delta = deltalake.DeltaTable(uri, storage_options=options)
+    assert row_set(delta.to_pyarrow_table(), columns) == row_set(table.read(), columns)
+    assert polars_rows(pl.scan_delta(uri, storage_options=options).collect(), columns) == row_set(
+        table.read(), columns
+    )
