@@ -182,7 +182,7 @@ def _operation(instant: InstantState) -> str:
     if instant.action is Action.CLEAN:
         return "VACUUM END"
     if instant.action is Action.ROLLBACK:
-        return "RESTORE"
+        return "ROLLBACK"
     return "MERGE" if (instant.operation or "") in ("upsert", "delete") else "WRITE"
 
 
