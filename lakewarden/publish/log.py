@@ -9,10 +9,11 @@ import json
 import re
 from collections.abc import Iterator
 
+from lakewarden.commit.layout import DELTA_LOG_DIR
 from lakewarden.errors import NonRetryableError
 from lakewarden.storage import NotFoundError, Storage
 
-LOG_PREFIX = "_delta_log/"
+LOG_PREFIX = DELTA_LOG_DIR
 LAST_CHECKPOINT_KEY = f"{LOG_PREFIX}_last_checkpoint"
 _VERSION_RE = re.compile(r"_delta_log/(\d{20})\.json")
 

@@ -95,7 +95,7 @@ def test_copy_on_write_table_reads_the_same_through_every_operation(tmp_path: Pa
     table.run_table_service(clustering)
     assert_latest_matches(table, root)
     table.write(rows((7, "eu", 9, "after clustering")), "upsert")
-    cleaned = table.clean(CleanPolicy(commits_retained=2))
+    cleaned = table.clean(CleanPolicy(commits_retained=2, retention_window_s=0))
     assert cleaned.files_deleted > 0
     assert_latest_matches(table, root)
     # One version per completed instant, in completion order; nothing else.
@@ -125,7 +125,7 @@ def test_merge_on_read_table_publishes_its_read_optimized_view(tmp_path: Path) -
         lakewarden.read(str(root), as_of=str(compaction)), columns
     )
     assert delta.version() == len(table.state().completed())
-    table.clean(CleanPolicy(commits_retained=1))
+    table.clean(CleanPolicy(commits_retained=1, retention_window_s=0))
     assert assert_every_version_matches(table, root, read_optimized=True) >= 2
 
 

@@ -49,7 +49,7 @@ def test_published_table_on_s3_reads_the_same_in_deltalake_and_polars(
     assert clustering is not None
     table.run_table_service(clustering)
     table.write(rows((7, "eu", 9, "late")), "upsert")
-    cleaned = table.clean(CleanPolicy(commits_retained=2))
+    cleaned = table.clean(CleanPolicy(commits_retained=2, retention_window_s=0))
     assert cleaned.files_deleted > 0
     options = storage_options(seaweed_s3)
     columns = SCHEMA.names
@@ -93,7 +93,7 @@ def test_merge_on_read_table_on_s3_publishes_its_compacted_state(
     compaction = table.schedule_compaction()
     assert compaction is not None
     table.run_table_service(compaction)
-    table.clean(CleanPolicy(commits_retained=1))
+    table.clean(CleanPolicy(commits_retained=1, retention_window_s=0))
     options = storage_options(seaweed_s3)
     columns = SCHEMA.names
     delta = deltalake.DeltaTable(uri, storage_options=options)

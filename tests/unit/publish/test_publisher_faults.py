@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from pathlib import Path
 
 import deltalake
@@ -179,7 +180,7 @@ def test_a_clean_deletes_no_file_whose_remove_is_not_published(
 
     monkeypatch.setattr(DeltaPublisher, "sync", down)
     with pytest.raises(RemoveNotPublishedError, match="not published yet"):
-        table.clean(CleanPolicy(commits_retained=1))
+        table.clean(CleanPolicy(commits_retained=1, retention_window_s=0))
     pending = [i for i in table.state().pending() if str(i.action) == "clean"]
     assert pending, "the clean stays pending"
     plan_files = [f.path for f in pending[0].plan.files]  # type: ignore[union-attr]
@@ -188,7 +189,9 @@ def test_a_clean_deletes_no_file_whose_remove_is_not_published(
     assert row_set(deltalake.DeltaTable(str(root)).to_pyarrow_table(), columns) == published
 
     monkeypatch.undo()
-    table.clean(CleanPolicy(commits_retained=1))  # publishes, then the pending clean resumes
+    table.clean(
+        CleanPolicy(commits_retained=1, retention_window_s=0)
+    )  # publishes, then the pending clean resumes
     assert not any((root / p).exists() for p in plan_files)
     clean = table.state().get(pending[0].instant)
     assert clean is not None and clean.state is Transition.COMPLETED
@@ -221,3 +224,22 @@ def test_publishing_after_every_commit_writes_the_bytes_of_one_sync_at_the_end(
     assert {v: _version_bytes(root, v) for v in log_versions(root)} == clean_run_bytes(
         root, tmp_path
     )
+
+
+def test_a_clean_with_orphans_never_takes_the_delta_log_for_garbage(tmp_path: Path) -> None:
+    root = tmp_path / "t"
+    table = unpublished_table(root)
+    publisher(root).sync()
+    log = {p.name: p.read_bytes() for p in (root / "_delta_log").iterdir()}
+    assert len(log) > COMMITS
+    ten_days_later = time.time() + 10 * 86400
+    result = table.clean(
+        CleanPolicy(commits_retained=1, retention_window_s=0),
+        delete_orphans=True,
+        wall_clock=lambda: ten_days_later,
+    )
+    assert result.files_deleted > 0
+    assert not any(f.path.startswith("_delta_log/") for f in (*result.files, *result.orphans))
+    kept = {p.name: p.read_bytes() for p in (root / "_delta_log").iterdir()}
+    assert {k: v for k, v in kept.items() if k in log} == log
+    assert_latest_matches(table, root)
