@@ -4,10 +4,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup kafka-jars spark-jars spark-udf peers-deps deps up down demo test test-fast fuzz campaign lint typecheck bench wheel clean
+.PHONY: setup kafka-jars spark-jars delta-jars spark-udf peers-deps deps up down demo test test-fast fuzz campaign lint typecheck bench wheel clean
 
 # Idempotent and fast: reinstalls only when pyproject.toml changed since the last install.
-setup: $(STAMP) kafka-jars spark-jars spark-udf
+setup: $(STAMP) kafka-jars spark-jars delta-jars spark-udf
 
 # `.[dev]`: every extra (lakewarden[all]) plus the test, lint and dev-stack tools.
 $(STAMP): pyproject.toml
@@ -37,6 +37,14 @@ spark-jars: infra/spark/jars/.fetched
 infra/spark/jars/.fetched: infra/spark/pom.xml
 	rm -rf infra/spark/jars
 	mvn -B -q -Dstyle.color=never -f infra/spark/pom.xml dependency:copy-dependencies -DoutputDirectory=jars
+	touch $@
+
+# Delta Lake's Spark reader, for the tests that read a published table with Spark's own reader.
+delta-jars: infra/spark/delta-jars/.fetched
+
+infra/spark/delta-jars/.fetched: infra/spark/delta/pom.xml
+	rm -rf infra/spark/delta-jars
+	mvn -B -q -Dstyle.color=never -f infra/spark/delta/pom.xml dependency:copy-dependencies -DoutputDirectory=../delta-jars
 	touch $@
 
 # lakewarden's Java UDFs (record key bucket, partition value escaping; lakewarden/spark/java),
@@ -110,4 +118,4 @@ wheel: setup
 	$(BIN)/python -m pip wheel --no-deps --quiet --wheel-dir dist .
 
 clean:
-	rm -rf $(VENV) dist build infra/kafka/lib infra/spark/jars infra/peers/*/jars infra/peers/hudi/venv .lakewarden-state .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) dist build infra/kafka/lib infra/spark/jars infra/spark/delta-jars infra/peers/*/jars infra/peers/hudi/venv .lakewarden-state .pytest_cache .mypy_cache .ruff_cache

@@ -23,7 +23,7 @@ import pyarrow as pa
 
 from lakewarden.settings import Settings
 from lakewarden.table.table import Table
-from lakewarden.table.timeline_state import InstantState, TimelineEntry
+from lakewarden.table.timeline_state import InstantState, TimelineEntry, TimelineState
 
 _LAST_INSTANTS = 10
 _PAYLOAD_WIDTH = 100
@@ -71,6 +71,12 @@ def command() -> None:
 @click.option("--buckets", default=1, show_default=True, type=click.IntRange(min=1))
 @click.option("--table-type", type=click.Choice(["cow", "mor"]), default="cow", show_default=True)
 @click.option("--name", default=None, help="The table's name (default: the URI's last segment).")
+@click.option(
+    "--publish-delta",
+    is_flag=True,
+    default=False,
+    help="Publish every commit as a Delta Lake version in _delta_log/.",
+)
 def create(
     uri: str,
     record_key: str,
@@ -80,6 +86,7 @@ def create(
     buckets: int,
     table_type: str,
     name: str | None,
+    publish_delta: bool,
 ) -> None:
     """Create a table at URI (fails if one exists)."""
     table = Table.create(
@@ -91,6 +98,7 @@ def create(
         ordering_field=ordering_field,
         table_type=cast(Literal["cow", "mor"], table_type),
         buckets=buckets,
+        publish_delta=publish_delta,
         settings=Settings(),
     )
     click.echo(f"created table {table.name} ({table.table_id}) at {table.uri}")
@@ -134,6 +142,7 @@ def show_lines(table: Table, last: int) -> list[str]:
         f"{len(snapshot.slices)} file groups, {len(partitions)} partitions, "
         f"{snapshot.num_records} rows"
         + (" (in base files; log files not counted)" if config.table_type == "mor" else ""),
+        _publish_line(table, state),
         f"timeline   {state.tail_seq + 1} entries, {len(state.instants)} instants, "
         f"{len(state.pending())} pending, {len(state.rejected)} ignored entries",
         f"last {min(last, len(state.instants))} instants",
@@ -141,6 +150,20 @@ def show_lines(table: Table, last: int) -> list[str]:
     ordered = sorted(state.instants.values(), key=lambda s: s.requested_seq)
     lines += [f"  {_instant_line(s)}" for s in ordered[-last:]]
     return lines
+
+
+def _publish_line(table: Table, state: TimelineState) -> str:
+    if not table.config.publish.delta:
+        return "delta      off (lakewarden publish enable URI turns it on)"
+    from lakewarden.publish import DeltaPublisher
+
+    status = DeltaPublisher(table.storage, table.config, table.timeline_log).status(state)
+    behind = f"{status.lag} versions behind" if status.lag else "up to date"
+    return (
+        f"delta      published version {status.published_version} "
+        f"(instant {status.published_instant or '-'}), timeline at version "
+        f"{status.target_version}: {behind}"
+    )
 
 
 def _instant_line(s: InstantState) -> str:

@@ -41,7 +41,9 @@ from lakewarden.storage._keys import check_key
 
 TEMPORARY_DIR = "_temporary/"
 METADATA_DIR = ".lakewarden/"
-RESERVED_PREFIXES = (TEMPORARY_DIR, METADATA_DIR)
+# The published Delta Lake log (lakewarden.publish): no data file goes there, no clean lists it.
+DELTA_LOG_DIR = "_delta_log/"
+RESERVED_PREFIXES = (TEMPORARY_DIR, METADATA_DIR, DELTA_LOG_DIR)
 _JOB_ID = r"[A-Za-z0-9][A-Za-z0-9-]{0,127}"
 _JOB_ID_RE = re.compile(_JOB_ID)
 _TASK_RE = re.compile(rf"task_(?P<job>{_JOB_ID})_(?P<task>\d{{6,}})")
@@ -216,4 +218,4 @@ def destination_of(attempt_file: str) -> str:
 
 def is_reserved(key: str) -> bool:
     """Whether ``key`` lies in an area data files may never be committed to."""
-    return key.startswith(RESERVED_PREFIXES) or key in ("_temporary", ".lakewarden")
+    return key.startswith(RESERVED_PREFIXES) or key in ("_temporary", ".lakewarden", "_delta_log")

@@ -47,4 +47,5 @@ SERVICES: list[ServiceSpec] = [
     ServiceSpec(
         name="cancel-manager", module="lakewarden_services.cancel_manager", health_port=8106
     ),
+    ServiceSpec(name="publisher", module="lakewarden_services.publisher", health_port=8107),
 ]

@@ -17,6 +17,7 @@ later writes need none of them.
 ``buckets``            file groups per partition (default 1)
 ``table_type``         ``cow`` (default) or ``mor``
 ``table_name``         the table's name (default: the last segment of the URI)
+``publish.delta``      ``true``: publish every commit as a Delta Lake version (default false)
 =====================  =========================================================================
 
 Two first writers racing to create the table are settled by the config's put-if-absent write:
@@ -51,6 +52,7 @@ OPT_ORDERING_FIELD = "ordering_field"
 OPT_BUCKETS = "buckets"
 OPT_TABLE_TYPE = "table_type"
 OPT_TABLE_NAME = "table_name"
+OPT_PUBLISH_DELTA = "publish.delta"
 TABLE_OPTIONS = (
     OPT_RECORD_KEY,
     OPT_PARTITION_BY,
@@ -58,6 +60,7 @@ TABLE_OPTIONS = (
     OPT_BUCKETS,
     OPT_TABLE_TYPE,
     OPT_TABLE_NAME,
+    OPT_PUBLISH_DELTA,
 )
 _TABLE_TYPES = ("cow", "mor")
 log = logging.getLogger("lakewarden.spark")
@@ -84,6 +87,7 @@ class TableOptions:
     buckets: int | None = None
     table_type: Literal["cow", "mor"] | None = None
     name: str | None = None
+    publish_delta: bool | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> TableOptions:
@@ -101,6 +105,7 @@ class TableOptions:
             buckets=_buckets(get_option(options, OPT_BUCKETS)),
             table_type=_table_type(get_option(options, OPT_TABLE_TYPE)),
             name=_text(get_option(options, OPT_TABLE_NAME)),
+            publish_delta=_flag(OPT_PUBLISH_DELTA, get_option(options, OPT_PUBLISH_DELTA)),
         )
 
     def differences(self, config: TableConfig) -> tuple[str, ...]:
@@ -112,6 +117,7 @@ class TableOptions:
             (OPT_ORDERING_FIELD, self.ordering_field, config.ordering_field),
             (OPT_BUCKETS, self.buckets, config.buckets),
             (OPT_TABLE_TYPE, self.table_type, config.table_type),
+            (OPT_PUBLISH_DELTA, self.publish_delta, config.publish.delta),
         ]
         return tuple(
             f"{name}: given {_show(given)}, the table has {_show(actual)}"
@@ -142,6 +148,7 @@ class TableOptions:
             ordering_field=self.ordering_field,
             table_type=self.table_type or "cow",
             buckets=self.buckets or 1,
+            publish_delta=bool(self.publish_delta),
         )
 
 
@@ -203,6 +210,18 @@ def check_matches(config: TableConfig, options: TableOptions, uri: str) -> None:
 
 def _text(value: str | None) -> str | None:
     return value.strip() or None if value is not None else None
+
+
+def _flag(option: str, value: str | None) -> bool | None:
+    if value is None:
+        return None
+    text = value.strip().lower()
+    if text not in ("true", "false"):
+        raise InvalidOptionError(
+            f"option {option!r} is {value!r}; it must be 'true' or 'false'. "
+            f"Help: .option('{option}', 'true')."
+        )
+    return text == "true"
 
 
 def _buckets(value: str | None) -> int | None:

@@ -53,6 +53,7 @@ from lakewarden.clients.commit import DEFAULT_TIMEOUT_S
 from lakewarden.clients.committer_presence import CommitterPresence
 from lakewarden.commit import ManifestCommitter, new_job_id
 from lakewarden.errors import CommitStateUnknownError, NonRetryableError
+from lakewarden.publish import attach
 from lakewarden.settings import Settings
 from lakewarden.spark._messages import TaskCommitMessage, accepted_messages
 from lakewarden.spark._options import OVERWRITE, WriteSpec, load_settings
@@ -115,7 +116,9 @@ class TableHandle:
         # coordinator: it takes the process's shared one for these settings (the factory).
         coordinator = shared_connection(settings).coordinator
         coordinator.register_table(config.table_id, storage.uri)
-        return cls(uri, storage, config, Timeline(storage, table=config.name), coordinator)
+        timeline = Timeline(storage, table=config.name)
+        attach(storage, config, timeline)  # publishing on: the commit publishes its version
+        return cls(uri, storage, config, timeline, coordinator)
 
     def transaction(self, spec: WriteSpec) -> SparkTransaction:
         """A handle on the instant ``spec`` opened (in this or another process)."""

@@ -123,6 +123,21 @@ def normalize_table_type(value: str) -> str:
     return TABLE_TYPE_ALIASES.get(lowered, lowered)
 
 
+class PublishConfig(BaseModel):
+    """Whether the table is published as a Delta Lake log (``lakewarden.publish``).
+
+    ``since_seq``: the timeline seq whose snapshot Delta version 0 holds (-1: the table was
+    created with publishing on, so version 0 is the empty table); version ``k >= 1`` is the
+    ``k``-th instant completed after it. ``checkpoint_interval``: a Parquet checkpoint every
+    that many versions (0: none)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    delta: bool = False
+    since_seq: int = Field(default=-1, ge=-1)
+    checkpoint_interval: int = Field(default=10, ge=0)
+
+
 class TableConfig(BaseModel):
     """What a table is: persisted once by ``Table.create``, never rewritten by writers."""
 
@@ -140,6 +155,8 @@ class TableConfig(BaseModel):
     fields: tuple[SchemaField, ...] = Field(description="readable copy of arrow_schema")
     # How cleans retain old file versions (tables created before it clean with the defaults).
     clean_policy: CleanPolicy = Field(default_factory=CleanPolicy)
+    # Publishing as a Delta Lake log; the one setting ``lakewarden publish enable`` rewrites.
+    publish: PublishConfig = Field(default_factory=PublishConfig)
 
     @model_validator(mode="after")
     def _check(self) -> TableConfig:
@@ -171,9 +188,11 @@ class TableConfig(BaseModel):
         table_type: str = "cow",
         buckets: int = 1,
         clean_policy: CleanPolicy | None = None,
+        publish_delta: bool = False,
     ) -> TableConfig:
         """A config with a fresh table id; ``table_type`` is ``cow``/``copy_on_write`` or
-        ``mor``/``merge_on_read``. Raises: InvalidTableConfigError."""
+        ``mor``/``merge_on_read``; ``publish_delta`` publishes every completed instant as a
+        Delta Lake version from the start. Raises: InvalidTableConfigError."""
         try:
             if name:  # empty: the field's own rule says so, with the other field errors
                 check_table_name(name)
@@ -181,6 +200,7 @@ class TableConfig(BaseModel):
             raise InvalidTableConfigError(f"invalid table config: name: {err}") from err
         return _validated(
             clean_policy=clean_policy or CleanPolicy(),
+            publish=PublishConfig(delta=publish_delta),
             table_id=str(uuid.uuid4()),
             name=name,
             table_type=normalize_table_type(table_type),

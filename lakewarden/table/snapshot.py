@@ -20,7 +20,7 @@ latest slices they wrote (see ``lakewarden.table.reader``).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
@@ -117,6 +117,52 @@ def build_snapshot(completed: Sequence[CompletedInstant], as_of: str | None = No
             _apply(slices, state.instant, state.commit)
     last = completed[end - 1].instant if end else None
     return Snapshot(as_of=last, slices=slices)
+
+
+class SnapshotBuilder:
+    """Builds snapshots instant by instant, in completion order, and can be kept between
+    calls: a caller that sees the same completed instants plus new ones at the end (the
+    timeline only grows) applies only the new ones."""
+
+    def __init__(self) -> None:
+        self._slices: dict[FileGroupId, FileSlice] = {}
+        self._applied: list[str] = []
+        self._last: Snapshot | None = None  # as of the last applied instant, if yielded
+
+    def steps(
+        self, completed: Sequence[CompletedInstant], *, start: int = 0
+    ) -> Iterator[tuple[int, Snapshot]]:
+        """``(i, snapshot as of completed[i])`` for each ``i >= start``: what
+        ``build_snapshot(completed, as_of=completed[i].instant)`` gives. The instants before
+        ``start`` are applied but not yielded (those applied by an earlier call are not applied
+        again, when ``completed`` still begins with them)."""
+        done = len(self._applied)
+        resumable = done <= start or (done == start + 1 and self._last is not None)
+        if (
+            not resumable
+            or done > len(completed)
+            or (done and completed[done - 1].instant != self._applied[-1])
+        ):
+            self._slices, self._applied, self._last, done = {}, [], None, 0
+        if done == start + 1 and self._last is not None:
+            yield start, self._last
+        for i in range(done, len(completed)):
+            state = completed[i]
+            if state.commit is not None:
+                _apply(self._slices, state.instant, state.commit)
+            self._applied.append(state.instant)
+            self._last = None
+            if i >= start:
+                self._last = Snapshot(as_of=state.instant, slices=dict(self._slices))
+                yield i, self._last
+
+
+def snapshot_steps(
+    completed: Sequence[CompletedInstant], *, start: int = 0
+) -> Iterator[tuple[int, Snapshot]]:
+    """``(i, snapshot as of completed[i])`` for each ``i >= start``, in one pass (see
+    ``SnapshotBuilder.steps``)."""
+    return SnapshotBuilder().steps(completed, start=start)
 
 
 def snapshot_as_of_request(

@@ -79,6 +79,10 @@ class Table:
         self.coordinator = coordinator
         self.actor = actor or f"python-writer@{socket.gethostname()}:{os.getpid()}"
         self.timeline_log = Timeline(storage, table=config.name)
+        if config.publish.delta:
+            from lakewarden.publish import attach
+
+            attach(storage, config, self.timeline_log)
         # Merge-on-read: log files this table's reads scanned, reused by later reads.
         self.log_cache = LogCache()
         # Where the table lives, for the cleaner's registration (see Coordinator.register_table).
@@ -97,13 +101,17 @@ class Table:
         table_type: Literal["cow", "mor", "copy_on_write", "merge_on_read"] = "cow",
         buckets: int = 1,
         clean_policy: CleanPolicy | None = None,
+        publish_delta: bool = False,
         coordinator: Coordinator | None = None,
         settings: Settings | None = None,
     ) -> Table:
         """Create a table at ``uri`` (a path, ``file://`` or ``s3://bucket/prefix``). Without a
         ``coordinator``, the shared one ``settings`` call for (see the module docstring).
+        ``publish_delta``: publish every completed instant as a Delta Lake version
+        (``lakewarden.publish``); version 0, the empty table, is written here.
 
-        Raises: InvalidTableConfigError, TableAlreadyExistsError, ConfigurationError."""
+        Raises: InvalidTableConfigError, TableAlreadyExistsError, ConfigurationError,
+        UnpublishableSchemaError."""
         config = TableConfig.new(
             name=name,
             record_key=record_key,
@@ -113,10 +121,20 @@ class Table:
             table_type=table_type,
             buckets=buckets,
             clean_policy=clean_policy,
+            publish_delta=publish_delta,
         )
+        if publish_delta:
+            from lakewarden.publish import schema_string
+
+            schema_string(config.pa_schema)  # a schema Delta cannot express: refused up front
         storage = load_storage(uri, settings)
         save_new_config(storage, config)
-        return cls(storage, config, coordinator=coordinator or _coordinator_for(settings))
+        table = cls(storage, config, coordinator=coordinator or _coordinator_for(settings))
+        if publish_delta:
+            from lakewarden.publish import DeltaPublisher
+
+            DeltaPublisher(storage, config, table.timeline_log).sync()
+        return table
 
     @classmethod
     def open(

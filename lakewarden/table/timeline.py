@@ -42,6 +42,7 @@ from lakewarden.table.checkpoint import (
     gc_paused,
     seq_of,
 )
+from lakewarden.table.instant import Transition
 from lakewarden.table.state_machine import Rejected, Replayer, apply
 from lakewarden.table.timeline_gaps import (
     TimelineCorruptError,
@@ -102,6 +103,20 @@ class Timeline:
         self._read_ahead = max(1, read_ahead if read_ahead is not None else 1 if local else 16)
         self._lock = threading.Lock()
         self._cached: TimelineState | None = None
+        # Called (best effort) with each ``completed`` entry this process appended, after the
+        # table lock is released: the Delta publisher of a table with publishing on.
+        self.after_completed: Callable[[TimelineEntry], None] | None = None
+
+    def appended(self, entry: TimelineEntry) -> None:
+        """Tell ``after_completed`` that ``entry`` (appended here, lock released) landed; the
+        caller announces it too. Never raises."""
+        hook = self.after_completed
+        if hook is None or entry.transition is not Transition.COMPLETED:
+            return
+        try:
+            hook(entry)
+        except Exception:  # noqa: BLE001 - best effort, like announcing: storage is the truth
+            log.exception("table %s: after-completed hook failed", self.table)
 
     # -- reading --------------------------------------------------------------------------------
 

@@ -298,6 +298,7 @@ class WriteTransaction:
             entry, _ = self.timeline.append(draft, validate=validate)
         if self._announce:
             self.coordinator.announce(self.table_id, entry)
+        self.timeline.appended(entry)  # the Delta publisher, when publishing is on
         return entry
 
 

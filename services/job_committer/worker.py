@@ -26,6 +26,7 @@ from lakewarden.commit import CommitError, JobLayout, ManifestCommitter
 from lakewarden.commit.layout import is_reserved
 from lakewarden.commit.manifest import parse_manifest
 from lakewarden.errors import CommitStateUnknownError, LakewardenError, RetryableError
+from lakewarden.publish import attach
 from lakewarden.settings import Settings
 from lakewarden.storage import NotFoundError, Storage, open_storage
 from lakewarden.table.config import load_config
@@ -114,7 +115,9 @@ class CommitWorker:
                 table=job.table_id,
                 instant=job.instant,
             )
-        return storage, Timeline(storage, table=config.name)
+        timeline = Timeline(storage, table=config.name)
+        attach(storage, config, timeline)  # publishing on: the commit publishes its version
+        return storage, timeline
 
     def _commit(
         self, job: CommitJob, storage: Storage, timeline: Timeline, progress: CommitProgress

@@ -50,6 +50,17 @@ def test_options_parse_and_create_a_config_with_a_non_null_key(storage: Storage)
     assert not config.pa_schema.field("id").nullable
 
 
+def test_the_publish_delta_option_creates_a_publishing_table_and_is_checked_after(
+    storage: Storage,
+) -> None:
+    config = ensure_table(storage, TableOptions.parse({**CREATE, "publish.delta": "true"}), SCHEMA)
+    assert config.publish.delta and config.publish.since_seq == -1
+    with pytest.raises(TableOptionsMismatchError, match="publish.delta: given False"):
+        ensure_table(storage, TableOptions.parse({"publish.delta": "false"}), SCHEMA)
+    with pytest.raises(InvalidOptionError, match="'true' or 'false'"):
+        TableOptions.parse({"publish.delta": "yes"})
+
+
 def test_existing_table_refuses_disagreeing_options_naming_each(
     storage: Storage,
 ) -> None:

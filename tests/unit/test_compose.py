@@ -20,7 +20,7 @@ from lakewarden.devstack import SERVICES
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
-SCALED = {"cleaner"}
+SCALED = {"cleaner", "publisher"}
 
 
 def compose_command() -> tuple[list[str] | None, str]:

@@ -86,6 +86,7 @@ def test_former_raw_environment_reads_are_settings(
         "heartbeat_monitor",
         "cleaner",
         "cancel_manager",
+        "publisher",
     ],
 )
 def test_every_service_refuses_to_start_without_kafka(tmp_path: Path, service: str) -> None:

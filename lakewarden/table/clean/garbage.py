@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 from pydantic import ValidationError
 
-from lakewarden.commit.layout import METADATA_DIR, TEMPORARY_DIR
+from lakewarden.commit.layout import DELTA_LOG_DIR, METADATA_DIR, TEMPORARY_DIR
 from lakewarden.commit.uploads import UploadRecord
 from lakewarden.storage import NotFoundError, ObjectInfo, Storage
 from lakewarden.table.clean.policy import DEFAULT_TEMP_MIN_AGE_S
@@ -96,6 +96,8 @@ def find_storage_garbage(
     orphans: list[CleanFile] = []
     min_age_ms = int(orphan_min_age_s * 1000)
     for info in storage.list(""):
+        if info.key.startswith(DELTA_LOG_DIR):
+            continue  # the published Delta log: never garbage (lakewarden.publish)
         if info.key.startswith(METADATA_DIR):
             old = now_ms - info.mtime_ms >= min_age_ms and info.key not in skip
             if old and not METADATA_LAYOUT.fullmatch(info.key):

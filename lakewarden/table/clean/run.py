@@ -291,8 +291,10 @@ def execute_clean(ctx: RollbackContext, clean: InstantState) -> dict[str, object
     named in ``already_done``: the work is done, nothing is raised.
 
     Raises: StorageError (the clean stays pending; the next run finishes it),
+    RemoveNotPublishedError (likewise: the Delta log does not yet remove a file to delete),
     LockTimeoutError, ConcurrentAppendError, CommitStateUnknownError."""
     plan = clean.plan if isinstance(clean.plan, CleanPlan) else CleanPlan()
+    _check_published(ctx, plan.files)
     failures = _delete_all(ctx, plan.files)  # 4.
     if failures:
         raise failures[0]
@@ -316,6 +318,14 @@ def execute_clean(ctx: RollbackContext, clean: InstantState) -> dict[str, object
     completion = complete(txn, stats)  # 5.
     done = () if completion is CompletionOutcome.COMPLETED else (clean.instant,)
     return {**counts, "instant": clean.instant, "already_done": done}
+
+
+def _check_published(ctx: RollbackContext, files: Sequence[CleanFile]) -> None:
+    """A table that publishes a Delta log: delete nothing the published log still names
+    (``lakewarden.publish.gate``). Raises: RemoveNotPublishedError."""
+    from lakewarden.publish.gate import check_removes_published  # publish imports table
+
+    check_removes_published(ctx.storage, ctx.timeline, [f.path for f in files])
 
 
 def _delete_all(ctx: RollbackContext, files: Sequence[CleanFile]) -> list[Exception]:

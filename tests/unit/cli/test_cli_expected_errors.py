@@ -99,6 +99,17 @@ CASES: list[tuple[str, list[str], dict[str, str], int, str]] = [
     ("table create", ["x", "--record-key", "id", "--column", "id"], {}, 2, "is not NAME:TYPE"),
     ("table create", ["x", "--record-key", "id", "--column", "id:int65"], {}, 2, "Arrow type"),
     ("table show", [NOT_A_TABLE], {}, 1, "is not a lakewarden table"),
+    ("publish enable", [NOT_A_TABLE], {}, 1, "is not a lakewarden table"),
+    ("publish sync", [NOT_A_TABLE], {}, 1, "is not a lakewarden table"),
+    ("publish sync", ["{table}"], {}, 1, "does not publish a Delta log"),
+    ("publish status", [NOT_A_TABLE], {}, 1, "is not a lakewarden table"),
+    (
+        "table create",
+        ["x", "--record-key", "id", "--column", "id:uint8", "--publish-delta"],
+        {},
+        1,
+        "Delta Lake has no type for",
+    ),
     ("table timeline", [NOT_A_TABLE], {}, 1, "is not a lakewarden table"),
 ]
 

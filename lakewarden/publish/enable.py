@@ -1,0 +1,46 @@
+"""Turning publishing on: at create (``TableConfig.publish.delta``) or for an existing table.
+
+``enable`` for an existing table:
+
+1. check that the schema has a Delta counterpart (``UnpublishableSchemaError`` otherwise);
+2. load the timeline: its tail seq is ``since_seq``, what version 0 will hold;
+3. rewrite ``table.json`` with ``publish.delta`` on (the one setting lakewarden ever
+   rewrites: processes that opened the table before it publish nothing until reopened; the
+   next ``sync`` catches up for them);
+4. publish: version 0 with the snapshot as of ``since_seq`` (it records ``since_seq`` in its
+   ``txn``, which is the word every publisher goes by), then any instant completed since.
+
+Enabling a table that publishes already only syncs.
+"""
+
+from __future__ import annotations
+
+from lakewarden.storage import Storage
+from lakewarden.table.config import CONFIG_KEY, PublishConfig, TableConfig
+from lakewarden.table.timeline import Timeline
+
+from .publisher import DeltaPublisher, PublishResult
+from .schema import protocol_action, schema_string
+
+
+def enable(storage: Storage, config: TableConfig, timeline: Timeline) -> PublishResult:
+    """Steps 1-4 of the module docstring; returns the first sync's result.
+
+    Raises: UnpublishableSchemaError, DeltaLogCorruptError, StorageError."""
+    if not config.publish.delta:
+        schema_string(config.pa_schema)  # 1.
+        protocol_action(config.pa_schema)
+        tail = timeline.load().tail_seq  # 2.
+        publish = PublishConfig(
+            delta=True, since_seq=tail, checkpoint_interval=config.publish.checkpoint_interval
+        )
+        config = config.model_copy(update={"publish": publish})
+        storage.write(CONFIG_KEY, config.to_json())  # 3.
+    return DeltaPublisher(storage, config, timeline).sync()  # 4.
+
+
+def attach(storage: Storage, config: TableConfig, timeline: Timeline) -> None:
+    """Make ``timeline`` publish after each ``completed`` entry this process appends, when the
+    table publishes (``Timeline.after_completed``); otherwise leave it alone."""
+    if config.publish.delta:
+        timeline.after_completed = DeltaPublisher(storage, config, timeline).after_completed

@@ -1,0 +1,18 @@
+"""publisher: publishes the Delta Lake log of the tables it owns (``lakewarden.publish``), a
+faust service shaped like the cleaner.
+
+Tables are split between the instances of one consumer group by table id. A table's URI is
+learned from the registrations writers send on ``clean.requests`` (a ``CleanRequest`` names
+it; writers register every table they write to) and kept in the changelogged ``tables``
+registry, partitioned like that topic, so the instance owning the partition owns the table.
+What makes an instance publish a table:
+
+- a ``TimelineTransition`` whose transition is ``completed`` (a new Delta version is due);
+- a registration (the table may have versions to catch up);
+- the periodic sweep of every table the instance owns (a lost event costs one sweep).
+
+Work is queued per table (events for a queued table merge into its one entry) and run one
+table at a time on a worker thread: ``DeltaPublisher.sync``, which writes versions
+create-if-absent and in order, so an event delivered twice, a rebalance, or two instances
+publishing one table at once write one log. Tables with publishing off are skipped.
+"""
