@@ -5,9 +5,10 @@ marker line, ``<!-- generated: settings -->`` or ``<!-- generated: cli -->``; at
 (``mkdocs build``, ``make docs``) :func:`on_page_markdown` replaces each marker with tables
 made from the code itself: the pydantic-settings models (every field, its environment variable,
 type, default and description) and the click commands of ``lakewarden.cli`` (every command,
-its usage, arguments and options). So the pages cannot fall behind the code: a new setting or
-option appears on the next build, and ``tests/docs/test_reference_pages.py`` fails when a setting
-has no description.
+its usage, arguments and options) and, on ``docs/reference/events.md`` (``<!-- generated:
+events -->``), the topics and the Avro schemas in ``schemas/``. So the pages cannot fall
+behind the code: a new setting or option appears on the next build, and
+``tests/docs/test_reference_pages.py`` fails when a setting has no description.
 
 mkdocs.yml loads this file with ``hooks:``; it is not part of the installed package.
 """
@@ -31,6 +32,8 @@ from pydantic_settings import BaseSettings
 
 SETTINGS_MARKER = "<!-- generated: settings -->"
 CLI_MARKER = "<!-- generated: cli -->"
+EVENTS_MARKER = "<!-- generated: events -->"
+SCHEMAS = Path(__file__).resolve().parents[1] / "schemas"
 
 
 @dataclass(frozen=True, slots=True)
@@ -298,9 +301,78 @@ def _param_row(param: click.Parameter, ctx: click.Context) -> str | None:
     return f"| {names} | {kind} | {shown} | {description} |"
 
 
+# -- the events ----------------------------------------------------------------------------
+
+
+def events_markdown(schemas: Path = SCHEMAS) -> str:
+    """The events page's generated part: the topics, then every event's schema and fields."""
+    from lakewarden.events import TOPICS
+    from lakewarden.settings import Settings
+
+    settings = Settings()
+    parts = [
+        "## Topics\n",
+        "| topic | partitions | retention | cleanup | events |",
+        "|---|---|---|---|---|",
+    ]
+    for spec in TOPICS:
+        events = ", ".join(f"`{event}`" for event in spec.events)
+        parts.append(
+            f"| `{spec.name(settings)}` | {spec.partitions} | {_retention(spec.retention_ms)} "
+            f"| {spec.cleanup_policy} | {events} |"
+        )
+    parts.append("")
+    for path in sorted(schemas.glob("*.avsc")):
+        schema = json.loads(path.read_text())
+        parts.append(f"## {schema['name']}\n")
+        parts.append(
+            f"{_md(schema.get('doc', ''))} (`schemas/{path.name}`, version "
+            f"{schema.get('version', '?')})\n"
+        )
+        parts.append("| field | type | description |")
+        parts.append("|---|---|---|")
+        for field in schema.get("fields", []):
+            kind, doc = _md(_avro_type(field["type"])), _md(field.get("doc", ""))
+            parts.append(f"| `{field['name']}` | {kind} | {doc} |")
+        parts.append("")
+    return "\n".join(parts)
+
+
+def _retention(ms: int) -> str:
+    if ms < 0:
+        return "forever"
+    hours = ms / 3_600_000
+    return f"{hours:g} h" if hours < 24 else f"{hours / 24:g} days"
+
+
+def _avro_type(avro: Any) -> str:
+    if isinstance(avro, str):
+        return avro.removeprefix("lakewarden.")
+    if isinstance(avro, list):
+        return " | ".join(_avro_type(branch) for branch in avro)
+    kind = avro.get("type")
+    if kind == "enum":
+        return "enum " + " / ".join(avro.get("symbols", []))
+    if kind == "array":
+        return f"array<{_avro_type(avro['items'])}>"
+    if kind == "map":
+        return f"map<{_avro_type(avro['values'])}>"
+    if kind == "record":
+        return f"record {avro.get('name', '')}"
+    return _avro_type(kind) + (f" ({avro['logicalType']})" if "logicalType" in avro else "")
+
+
+def _md(text: str) -> str:
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
 # -- the MkDocs hook ------------------------------------------------------------------------
 
-_GENERATORS = {SETTINGS_MARKER: settings_markdown, CLI_MARKER: cli_markdown}
+_GENERATORS = {
+    SETTINGS_MARKER: settings_markdown,
+    CLI_MARKER: cli_markdown,
+    EVENTS_MARKER: events_markdown,
+}
 
 
 def fill(markdown: str) -> str:

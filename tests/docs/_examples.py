@@ -10,9 +10,11 @@ Two HTML comments, invisible on the site, say what a test cannot do by itself:
 - ``<!-- no-test: why -->`` right before a fence (blank lines between are allowed): the block
   is not run (Docker, ``make demo``, a server that runs until stopped). The test reports how
   many blocks it skipped; keep them rare.
-- ``<!-- docs-test: spark -->`` or ``<!-- docs-test: stack -->`` anywhere in a page: its
-  examples need a local Spark session (the page starts its own) or the local stack (Kafka and
-  the services, which the test starts and names in ``LAKEWARDEN_KAFKA__BOOTSTRAP_SERVERS``).
+- ``<!-- docs-test: spark -->``, ``<!-- docs-test: stack -->`` or ``<!-- docs-test: s3 -->``
+  anywhere in a page (several: ``spark, stack``): its examples need a local Spark session (the
+  page starts its own), the local stack (Kafka and the services, which the test starts and
+  names in ``LAKEWARDEN_KAFKA__BOOTSTRAP_SERVERS``) or an S3 endpoint (SeaweedFS with a bucket
+  ``lakewarden``, named in ``LAKEWARDEN_S3__*``, as ``lakewarden dev up --s3`` prints them).
   Such pages run with the slow tests.
 
 Other fences (``text``, ``console``, ``yaml`` ...) are shown, never run.
@@ -30,8 +32,8 @@ from pathlib import Path
 RUN_LANGUAGES = ("python", "bash")
 _FENCE = re.compile(r"^(?P<indent> {0,3})(?P<fence>`{3,}|~{3,})\s*(?P<info>[^`\s]*)[^`]*$")
 _NO_TEST = re.compile(r"^\s*<!--\s*no-test:\s*(?P<why>.+?)\s*-->\s*$")
-_NEEDS = re.compile(r"<!--\s*docs-test:\s*(?P<needs>[a-z, ]+?)\s*-->")
-KNOWN_NEEDS = frozenset({"spark", "stack"})
+_NEEDS = re.compile(r"<!--\s*docs-test:\s*(?P<needs>[^>]*?)\s*-->")
+KNOWN_NEEDS = frozenset({"spark", "stack", "s3"})
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,6 +32,8 @@ def _param(page: Page) -> object:
         marks.append(pytest.mark.spark)
     if "stack" in page.needs:
         marks.append(pytest.mark.kafka)
+    if "s3" in page.needs:
+        marks.append(pytest.mark.s3)
     return pytest.param(page, id=page.path, marks=marks)
 
 
@@ -68,11 +70,30 @@ def local_stack(state_dir: Path) -> Iterator[dict[str, str]]:
         stack.down()
 
 
+def s3_env(request: pytest.FixtureRequest) -> dict[str, str]:
+    """The session's SeaweedFS with a bucket ``lakewarden``, as ``dev up --s3`` exports it."""
+    endpoint = request.getfixturevalue("seaweed_s3")
+    endpoint.create_bucket(DOCS_BUCKET)  # idempotent
+    return {
+        "LAKEWARDEN_S3__ENDPOINT_URL": endpoint.endpoint_url,
+        "LAKEWARDEN_S3__REGION": endpoint.region,
+        "LAKEWARDEN_S3__ACCESS_KEY_ID": endpoint.access_key,
+        "LAKEWARDEN_S3__SECRET_ACCESS_KEY": endpoint.secret_key,
+    }
+
+
+DOCS_BUCKET = "lakewarden"
+
+
 @pytest.mark.parametrize("page", [_param(page) for page in PAGES])
-def test_examples_run(page: Page, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_examples_run(
+    page: Page, tmp_path: Path, request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str]
+) -> None:
     work = tmp_path / "work"
     work.mkdir()
     env = page_env(work)
+    if "s3" in page.needs:
+        env.update(s3_env(request))
     with contextlib.ExitStack() as stack:
         if "stack" in page.needs:
             env.update(stack.enter_context(local_stack(tmp_path / "stack")))
@@ -119,3 +140,4 @@ def test_stray_markers_are_errors() -> None:
         parse_page("```python\nx = 1\n", page="p.md")
     with pytest.raises(ValueError, match="unknown docs-test need"):
         parse_page("<!-- docs-test: docker -->\n", page="p.md")
+    assert parse_page("<!-- docs-test: spark, s3 -->\n", page="p.md").needs == {"spark", "s3"}
