@@ -6,7 +6,9 @@ marker line, ``<!-- generated: settings -->`` or ``<!-- generated: cli -->``; at
 made from the code itself: the pydantic-settings models (every field, its environment variable,
 type, default and description) and the click commands of ``lakewarden.cli`` (every command,
 its usage, arguments and options) and, on ``docs/reference/events.md`` (``<!-- generated:
-events -->``), the topics and the Avro schemas in ``schemas/``. So the pages cannot fall
+events -->``), the topics and the Avro schemas in ``schemas/``; on
+``docs/reference/services.md`` (``<!-- generated: metrics -->``), every service's Prometheus
+metrics. So the pages cannot fall
 behind the code: a new setting or option appears on the next build, and
 ``tests/docs/test_reference_pages.py`` fails when a setting has no description.
 
@@ -33,6 +35,7 @@ from pydantic_settings import BaseSettings
 SETTINGS_MARKER = "<!-- generated: settings -->"
 CLI_MARKER = "<!-- generated: cli -->"
 EVENTS_MARKER = "<!-- generated: events -->"
+METRICS_MARKER = "<!-- generated: metrics -->"
 SCHEMAS = Path(__file__).resolve().parents[1] / "schemas"
 
 
@@ -366,12 +369,51 @@ def _md(text: str) -> str:
     return " ".join(str(text).split()).replace("|", "\\|")
 
 
+# -- the services' metrics -------------------------------------------------------------------
+
+SERVICES = (
+    "timeline_lock",
+    "heartbeat_monitor",
+    "job_committer",
+    "error_sink",
+    "cleaner",
+    "cancel_manager",
+)
+
+
+def metrics_markdown() -> str:
+    """Every Prometheus metric each service's ``metrics`` module declares."""
+    import importlib
+
+    from prometheus_client.metrics import MetricWrapperBase
+
+    parts = []
+    for service in SERVICES:
+        module = importlib.import_module(f"lakewarden_services.{service}.metrics")
+        rows = []
+        for value in vars(module).values():
+            if not isinstance(value, MetricWrapperBase):
+                continue
+            for family in value.describe():
+                name = family.name + ("_total" if family.type == "counter" else "")
+                labels = ", ".join(getattr(value, "_labelnames", ()))
+                shown = f"`{name}{{{labels}}}`" if labels else f"`{name}`"
+                rows.append(f"| {shown} | {family.type} | {_md(family.documentation)} |")
+        parts.append(f"### {service.replace('_', '-')}\n")
+        parts.append("| metric | type | meaning |")
+        parts.append("|---|---|---|")
+        parts.extend(sorted(set(rows), key=rows.index))
+        parts.append("")
+    return "\n".join(parts)
+
+
 # -- the MkDocs hook ------------------------------------------------------------------------
 
 _GENERATORS = {
     SETTINGS_MARKER: settings_markdown,
     CLI_MARKER: cli_markdown,
     EVENTS_MARKER: events_markdown,
+    METRICS_MARKER: metrics_markdown,
 }
 
 
