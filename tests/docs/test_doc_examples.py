@@ -1,4 +1,6 @@
-"""Every ```python and ```bash example of the documentation runs (tests/docs/_examples.py).
+"""Every ```python and ```bash example of the documentation (docs/ and the README) runs.
+
+The runner and the comments that mark what a test cannot run are in tests/docs/_examples.py.
 
 One test per page: its examples run in order in a fresh working directory, with no
 ``LAKEWARDEN_*`` setting from the environment, this checkout's ``lakewarden`` on the path and
@@ -21,7 +23,8 @@ from _examples import Page, discover, parse_page, run_page
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = REPO / "docs"
-PAGES = discover(DOCS)
+# The README's examples are the first a reader runs: they are checked like the site's.
+PAGES = [parse_page((REPO / "README.md").read_text(), page="README.md"), *discover(DOCS)]
 
 
 def _param(page: Page) -> object:
@@ -96,7 +99,9 @@ def test_examples_run(
         env.update(s3_env(request))
     with contextlib.ExitStack() as stack:
         if "stack" in page.needs:
-            env.update(stack.enter_context(local_stack(tmp_path / "stack")))
+            # In the page's state folder, as `make up` does: `lakewarden dev status` finds it.
+            state_dir = Path(env["LAKEWARDEN_STATE_DIR"])
+            env.update(stack.enter_context(local_stack(state_dir)))
         done = run_page(page, cwd=work, env=env, timeout_s=900 if page.needs else 300)
     with capsys.disabled():
         skipped = ", ".join(f"{b.where} ({b.skip_reason})" for b in page.skipped)
