@@ -30,7 +30,8 @@ PAGES = [parse_page((REPO / "README.md").read_text(), page="README.md"), *discov
 def _param(page: Page) -> object:
     marks = []
     if page.needs:
-        marks.append(pytest.mark.slow)
+        # A local stack and a Spark session start in a minute or two on a loaded machine.
+        marks += [pytest.mark.slow, pytest.mark.timeout(1200)]
     if "spark" in page.needs:
         marks.append(pytest.mark.spark)
     if "stack" in page.needs:
@@ -102,7 +103,7 @@ def test_examples_run(
             # In the page's state folder, as `make up` does: `lakewarden dev status` finds it.
             state_dir = Path(env["LAKEWARDEN_STATE_DIR"])
             env.update(stack.enter_context(local_stack(state_dir)))
-        done = run_page(page, cwd=work, env=env, timeout_s=900 if page.needs else 300)
+        done = run_page(page, cwd=work, env=env, timeout_s=1000 if page.needs else 250)
     with capsys.disabled():
         skipped = ", ".join(f"{b.where} ({b.skip_reason})" for b in page.skipped)
         print(
