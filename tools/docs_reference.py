@@ -230,10 +230,9 @@ def settings_markdown() -> str:
 
 
 def _cell(text: str, *, code: bool = False) -> str:
-    text = text.replace("|", "\\|")
     if code and text not in ("unset", "required", "(secret)", ""):
-        return f"`{text}`"
-    return text
+        return "`" + text.replace("|", "\\|") + "`"
+    return _md(text)
 
 
 # -- the command line -----------------------------------------------------------------------
@@ -281,7 +280,7 @@ def _help_paragraphs(text: str) -> str:
             lines = [line for line in block.splitlines()[1:] if line.strip()]
             blocks.append("\n".join(f"    {line.strip()}" for line in lines))
         else:
-            blocks.append(" ".join(block.split()))
+            blocks.append(_md(block))
     return "\n\n".join(blocks)
 
 
@@ -300,8 +299,7 @@ def _param_row(param: click.Parameter, ctx: click.Context) -> str | None:
     default = param.get_default(ctx, call=True)
     unset = default in (None, (), False) or repr(default).startswith("Sentinel.")
     shown = "" if unset or isinstance(param, click.Argument) else f"`{default}`"
-    description = " ".join(description.split()).replace("|", "\\|")
-    return f"| {names} | {kind} | {shown} | {description} |"
+    return f"| {names} | {kind} | {shown} | {_md(description)} |"
 
 
 # -- the events ----------------------------------------------------------------------------
@@ -366,7 +364,9 @@ def _avro_type(avro: Any) -> str:
 
 
 def _md(text: str) -> str:
-    return " ".join(str(text).split()).replace("|", "\\|")
+    """``text`` as one table cell: one line, pipes escaped, ``<name>`` shown, not taken as HTML."""
+    text = " ".join(str(text).split()).replace("|", "\\|")
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 # -- the services' metrics -------------------------------------------------------------------
