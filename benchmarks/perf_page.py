@@ -83,7 +83,8 @@ def render(figures: dict[tuple[str, str], Figure], registered: dict[str, str]) -
         "machine (the ratio is value / baseline), so a ratio means something even on a busy",
         "machine where absolute times do not. A goal bounds the ratio (`≤` when lower is",
         "better, `≥` when higher is) or the value itself. The table keeps the latest figure of",
-        "each benchmark and metric; the commit, date and machine say which run it came from.",
+        "each benchmark and metric; the commit, date and machine say which run it came from,",
+        "and the load (the machine's 1-minute load average as that run ended) how busy it was.",
         "How to run the benchmarks and add one: [Benchmarks](contributing/benchmarks.md).",
         "",
         "## Figures with a goal",
@@ -107,7 +108,7 @@ def render(figures: dict[tuple[str, str], Figure], registered: dict[str, str]) -
 def _table(figures: list[Figure], *, goal_column: bool) -> list[str]:
     header = ["benchmark", "what is measured", "baseline (same run)"]
     header += ["goal", "figure", "ratio", "met"] if goal_column else ["figure", "ratio"]
-    header += ["commit", "date", "machine"]
+    header += ["commit", "date", "machine", "load"]
     rows = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for figure in figures:
         result = figure.result
@@ -123,6 +124,7 @@ def _table(figures: list[Figure], *, goal_column: bool) -> list[str]:
             f"`{environment.get('commit') or '?'}`",
             figure.started[:10] or "?",
             _machine(environment),
+            _load(environment),
         ]
         rows.append("| " + " | ".join(cells) + " |")
     return rows
@@ -144,6 +146,11 @@ def _value(value: float, result: dict[str, Any]) -> str:
 
 def _machine(environment: dict[str, Any]) -> str:
     return f"{environment.get('cpus', '?')} CPUs, Python {environment.get('python', '?')}"
+
+
+def _load(environment: dict[str, Any]) -> str:
+    load = environment.get("load_1m")
+    return "?" if load is None else f"{load:g}"
 
 
 def _machines(figures: list[Figure]) -> list[str]:

@@ -31,7 +31,13 @@ def _run(directory: Path, name: str, started: str, commit: str, results: list[An
     document = {
         "started": started,
         "quick": False,
-        "environment": {"commit": commit, "cpus": 2, "python": "3.11.7", "platform": "Linux"},
+        "environment": {
+            "commit": commit,
+            "cpus": 2,
+            "python": "3.11.7",
+            "platform": "Linux",
+            "load_1m": 1.5,
+        },
         "results": results,
         "errors": {},
         **kw,
@@ -102,6 +108,7 @@ def test_the_page_has_a_row_per_goal_and_names_what_has_no_figure(tmp_path: Path
     assert "≤ 0.05 s" in lock and "**no**" in lock and "`aaa1111`" in lock
     read = next(row for row in rows if row.startswith("| `read`"))
     assert "pyarrow \\| alone: 2 s" in read and "≤ 1.2x" in read and "2026-01-01" in read
+    assert read.endswith("| 2 CPUs, Python 3.11.7 | 1.5 |")
     report_only = page.split("## Figures reported without a goal")[1].split("## Benchmarks")[0]
     assert "cold read" in report_only
     missing = page.split("## Benchmarks with no current figure")[1]
