@@ -95,7 +95,10 @@ def render(figures: dict[tuple[str, str], Figure], registered: dict[str, str]) -
     lines += _table(report_only, goal_column=False) if report_only else ["None."]
     lines += ["", "## Benchmarks with no current figure", ""]
     if missing:
-        lines.append("Not run on this page's machines yet (`python -m benchmarks NAME`):")
+        lines.append(
+            "No figure in the results this page was generated from "
+            "(run `python -m benchmarks NAME`, then `make perf-page`):"
+        )
         lines.append("")
         lines += [f"- `{name}`: {_text(registered[name])}" for name in missing]
     else:
