@@ -29,7 +29,7 @@ class Result:
 
     ``goal`` bounds the ratio value/baseline: at most ``goal`` when lower is better (times),
     at least ``goal`` when higher is better (throughputs); ``None`` means report only.
-    ``budget`` bounds the value itself, for an issue's absolute goal ("under 1 s"): it is
+    ``budget`` bounds the value itself, for an absolute goal ("under 1 s"): it is
     checked beside the ratio, never used as the baseline (a hard-coded number measured in no
     run would make the ratio meaningless on a slower or faster machine).
     """

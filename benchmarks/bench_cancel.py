@@ -9,8 +9,8 @@ with the requests, the order rotated: one raw confluent-kafka produce->consume h
 echo round trip (request -> a do-nothing echo process -> reply). A cancel request is two echo
 round trips at least: its own (request, result) and, inside it, the table lock's acquire
 (request, grant); four hops. So its ratio to one hop cannot be under 4 with nothing else
-done (the issue's goal, p50 <= 3x "the Kafka round-trip floor", is met only if that floor is
-read as the echo round trip: <= 1.5x two echo round trips), and to the echo round trip not
+done (the goal, p50 <= 3x "the Kafka round-trip floor", can be met only with that floor read
+as the echo round trip: <= 1.5x two echo round trips), and to the echo round trip not
 under 2.
 
 Beside the latencies, the CPU each process spends per request (``cpu_ms_per_request_*``:

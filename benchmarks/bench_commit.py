@@ -590,7 +590,7 @@ def bench_commit(ctx: BenchContext) -> Iterable[Result]:
         slow["parallel_complete_s"],
         slow["sequential_complete_s"],
         "the same number completed one by one, same latency",
-        goal=0.125,  # issue 16: parallelism must show >= 8x when requests have latency
+        goal=0.125,  # parallelism must show >= 8x when requests have latency
         details=slow,
     )
     memory = measure_memory(ctx.scale(100, 10), 10_000)

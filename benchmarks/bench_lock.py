@@ -10,14 +10,14 @@ broker, with a topic prefix of its own.
   one raw produce->consume hop, and the echo round trip (request -> a do-nothing echo
   process -> reply: the same two hops with no work). Each figure is reported against both.
   Reported beside it (details): cycles whose release is also waited for (four hops). The
-  issue's goal: p50 within 2x one hop (= the echo round trip with nothing added), p99 < 20 ms.
+  goal: p50 within 2x one hop (= the echo round trip with nothing added), p99 < 20 ms.
 - throughput: 8 client threads (one ``LockClient`` each) cycling on random tables of 50 for a
   fixed time, against 8 threads of raw hops and 8 threads of echo round trips (each thread
   on its own partition) for as long, in two rounds with the order rotated. Measured twice:
   with one timeline-lock instance, then with a second instance started in the same consumer
   group (the service's scaling: the 6 partitions of ``lock.requests``, and so the tables,
   split between them; rows marked "2 instances"). The floors have one echo process either
-  way. The issue's goal, >= 1,500 cycles/s, is the row's ``budget`` (checked beside the
+  way. The goal, >= 1,500 cycles/s, is the row's ``budget`` (checked beside the
   ratio, not a baseline).
 - memory: RSS of the service process idle, then holding 10,000 tables' locks (each granted
   once and held, with a waiter queued on every 10th).
@@ -50,8 +50,8 @@ from lakewarden_services._common.process import ServiceProcess
 
 _TIMEOUT_S = 10.0
 _THREADS = 8
-P99_BUDGET_MS = 20.0  # issue 16's absolute goal for the p99 cycle
-THROUGHPUT_BUDGET = 1_500.0  # cycles/s, issue 16's absolute goal (a bound, not a baseline)
+P99_BUDGET_MS = 20.0  # the absolute goal for the p99 cycle
+THROUGHPUT_BUDGET = 1_500.0  # cycles/s, an absolute goal (a bound, not a baseline)
 
 
 @benchmark("lock", "timeline-lock acquire+release vs the Kafka floor; 8x50 throughput; memory")
@@ -154,7 +154,7 @@ def _latency(settings: Settings, *, samples: int, warmup: int) -> Iterator[Resul
             value=quantile(ours, q),
             baseline=quantile(times["echo"], q),
             baseline_label="echo round trip (two hops through a do-nothing process)",
-            goal=goal,  # the issue's 2x, reading "round-trip floor" as the echo round trip
+            goal=goal,  # 2x, reading "round-trip floor" as the echo round trip
             budget=budget,
             details=details,
         )
@@ -217,7 +217,7 @@ def _throughput(settings: Settings, *, seconds: float, instances: int) -> Iterat
             baseline=_rate(rounds[name]),
             baseline_label=label,
             lower_is_better=False,
-            budget=THROUGHPUT_BUDGET,  # the issue's goal is absolute: >= 1,500 cycles/s
+            budget=THROUGHPUT_BUDGET,  # the goal is absolute: >= 1,500 cycles/s
             details=details,
         )
 

@@ -366,9 +366,9 @@ def _label(ours: str) -> str:
 
 
 def _goal(ours: str, operation: str, peer: str) -> float | None:
-    """The issue's goals: ahead of both on insert and read (the copy-on-write table), and on
-    upsert once merge-on-read landed (so the merge-on-read table's upsert against both; the
-    copy-on-write upsert keeps its old goal against Hudi only)."""
+    """The goals: ahead of both on insert and read (the copy-on-write table), and on upsert
+    the merge-on-read table against both; the copy-on-write upsert's goal is against Hudi
+    only."""
     if ours == "lakewarden_mor":
         return 1.0 if operation == "upsert" else None
     return 1.0 if operation != "upsert" or peer == "hudi" else None

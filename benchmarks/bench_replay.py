@@ -11,9 +11,9 @@ and folded by the lean fold and the state machine while the topic is read, in
 payload texts of a write that repeat (what the payload cache shares), with payloads that
 never repeat (each instant writes its own file group: every payload is validated), and as a
 streaming ingestion's history (every payload its own, the ``requested`` one too: it names
-the Spark job and the micro-batch, as ``lakewarden.spark`` writes it). Issue
-14's goals: at least 100k events/s (the row's ``budget``) and at most 1.3x the floor's time
-(throughput ratio >= 1/1.3). Peak memory: the RSS growth over the call, sampled every 20 ms.
+the Spark job and the micro-batch, as ``lakewarden.spark`` writes it). The goals: at least
+100k events/s (the row's ``budget``) and at most 1.3x the floor's time (throughput ratio
+>= 1/1.3). Peak memory: the RSS growth over the call, sampled every 20 ms.
 The diff against storage is left out: it reads N timeline files, which the timeline
 benchmark measures.
 
@@ -21,8 +21,8 @@ benchmark measures.
 events on a topic of their own, one instant a minute, each event stamped with its time as a
 real one would be): read every topic of the table in the instant's window (from
 ``EXPLAIN_LEAD_MS`` before the instant to ``EXPLAIN_TRAIL_MS`` after its terminal entry),
-fold the history, explain the instant; for the newest instant and for the oldest (whose
-window used to run to the end of the topic), against the bare consume + decode loop over the
+fold the history, explain the instant; for the newest instant and for the oldest (its
+window must stop well before the end of the topic), against the bare consume + decode loop over the
 whole topic; budget 2 s. ``explain in memory`` is the fold and
 ``explain`` alone over the decoded events, against decoding them: the part of the time that
 is the history's own.

@@ -1,6 +1,6 @@
 """What a table's layout costs Spark's own Parquet writer: the floor under any insert goal.
 
-Issue 15 sets the Spark insert against ``df.write.parquet`` of the same rows (goal 1.15x). A
+The Spark insert's goal is set against ``df.write.parquet`` of the same rows (1.15x). A
 lakewarden file holds more than those rows: four meta columns per row (commit time, record
 key as text, partition path, file name: what Hudi writes too) and one file per task and file
 group (bucket) instead of one per task. This benchmark prices each part *with Spark's own

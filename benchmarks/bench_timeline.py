@@ -11,7 +11,7 @@ entries, as in steady state. Measured on a fresh ``Timeline`` (no cache) each ti
 - baseline: ``Timeline.load(full_replay=True)`` (every entry through the state machine);
 - reference (details): listing and reading the same N entry files, nothing parsed.
 
-Each size gets a second row against the reference (the file I/O floor). The goal of issue 3
+Each size gets a second row against the reference (the file I/O floor). The load goal
 is absolute, 100k entries in under 1 s with checkpoints: it is that row's ``budget``, checked
 beside the ratio, not a baseline. The three loads run in rounds, their order rotated.
 
@@ -50,7 +50,7 @@ from lakewarden.table.timeline import EntryDraft, Timeline, TimelineEntry, Timel
 from lakewarden.table.transaction import WriteTransaction
 
 K = 100
-LOAD_BUDGET_S = 1.0  # issue 3: 100k entries load in under 1 s (a bound, not a baseline)
+LOAD_BUDGET_S = 1.0  # 100k entries load in under 1 s (a bound, not a baseline)
 APPEND_ROUNDS = 4
 BUCKETS = 64
 PARTITIONS = ("region=eu", "region=us", "region=apac", "region=latam")
@@ -247,7 +247,7 @@ def bench_timeline(ctx: BenchContext) -> Iterable[Result]:
             value=numbers["checkpoint_s"],
             baseline=numbers["raw_read_s"],
             baseline_label="listing and reading every entry file, nothing parsed",
-            # issue 3's goal is absolute: 100k entries loaded in under 1 s
+            # the goal is absolute: 100k entries loaded in under 1 s
             budget=LOAD_BUDGET_S if n == 100_000 else None,
             details=numbers,
         )

@@ -48,6 +48,7 @@ from rich.table import Table as RichTable
 
 from lakewarden.devstack import SERVICES, DevSettings, DevStack
 from lakewarden.settings import ErrorTableSettings, KafkaSettings, Settings
+from lakewarden.table.clean.policy import CleanPolicy
 from lakewarden.table.connection import close_shared_connections
 from lakewarden.table.table import Table
 
@@ -166,6 +167,8 @@ def create_table(root: Path) -> Table:
         ordering_field="updated_at",
         buckets=2,
         schema=ORDERS_SCHEMA,
+        # No reader runs across the demo's clean: it may delete superseded files at once.
+        clean_policy=CleanPolicy(retention_window_s=0),
     )
     console.print(
         f"table [bold]orders[/] at {root} (record key order_id, partitioned by region, 2 buckets)"

@@ -3,8 +3,8 @@
 A transport (``LockIO``) is one confluent-kafka producer, one consumer of one partition of
 ``lock.replies`` and one IO thread. Giving each client its own cost a process with 8 clients
 16 librdkafka clients (each with its own broker threads and fetch loop), 8 IO threads and 8
-caller threads contending for one GIL: ``python -m benchmarks lock`` measured 277 cycles/s
-against 1,452 raw round trips per second on the same 8 threads. Shared, requests of all clients
+caller threads contending for one GIL, which reached a fraction of the raw round trips the
+same 8 threads make (``python -m benchmarks lock``). Shared, requests of all clients
 leave through one producer (librdkafka batches what accumulates while a request is in flight)
 and the replies of all of them arrive on one partition, read by one thread that completes each
 caller's future by request id.

@@ -79,8 +79,8 @@ class LockClient:
     delivery reports of this client's requests too), which this client's transport sends its
     requests through instead of a producer of its own: a service that answers its callers
     after taking a table lock (cancel-manager) sends its answers and its lock requests on one
-    connection and one librdkafka thread, not two (measured: its answer reached the client
-    0.15-0.45 ms sooner with the release beside it). Such a client has a transport of its own.
+    connection and one librdkafka thread, not two, so its answer is not held up behind the
+    lock's traffic on a second connection. Such a client has a transport of its own.
     """
 
     def __init__(

@@ -1,7 +1,7 @@
 """Local filesystem primitives for the job commit's fast path.
 
 Why not ``LocalStorage.rename``: it links, unlinks and fsyncs the destination directory per
-file (about 0.7 ms on this project's ext4 disks, 70 times an ``os.rename``). A job commit renames
+file, which costs far more than the ``os.rename`` itself. A job commit renames
 thousands of files into a few directories, so it renames without syncing and then fsyncs each
 touched directory once, before the ``_SUCCESS`` summary (the job's durability point) is
 written. A crash before that loses at most renames, which a resumed commit redoes.

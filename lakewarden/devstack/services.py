@@ -1,4 +1,4 @@
-"""The services ``lakewarden dev up`` runs, one process each. Later issues append here.
+"""The services ``lakewarden dev up`` runs, one process each.
 
 To add a service, append one line to :data:`SERVICES`::
 

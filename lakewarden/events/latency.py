@@ -14,15 +14,11 @@ services' own work and never a setting one side has and the other has not.
 
 Nagle's algorithm stays on (librdkafka's default, ``socket.nagle.disable`` false), though
 with it a small request written while an earlier one on the same connection is not yet
-acknowledged waits for that acknowledgement. Switched off on every client of the path and
-the floors together (round 7, load 14-31 on the shared 2-core box, alternated with it on):
-cancel-manager's handling of one request (its lock round trip included, median of 400 back
-to back) 4.2 / 3.8 ms against 7.7 / 5.7 ms, and ``python -m benchmarks lock``'s
-acquire+release p50 1.30x / 1.52x the echo round trip against 1.67x / 1.73x; but the lock's
-throughput with one timeline-lock instance fell to 403 / 553 cycles/s from 605 / 713 (one
-segment per request where Nagle coalesced the replies of 8 clients), and the cancel
-benchmark's ratio did not move beyond its noise. The lock benchmark must not get worse, so
-it stays on; a quiet A/B of both benchmarks would settle it.
+acknowledged waits for that acknowledgement. Switching it off shortens a single request's
+round trip (cancel-manager's handling, the lock's acquire+release), but it costs the lock's
+throughput under many clients: timeline-lock then sends one segment per reply where Nagle
+coalesces the replies of several clients. The lock's throughput goal matters more, so it
+stays on; ``python -m benchmarks lock`` and ``cancel`` measure both sides of the trade.
 
 They are keyword arguments in the form ``KafkaSettings.librdkafka_config`` and our wrappers
 take (underscores for dots).

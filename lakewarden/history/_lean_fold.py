@@ -46,7 +46,7 @@ from pydantic import BaseModel, ValidationError
 from lakewarden.history._validate import fast_requested, plain_ingestion
 from lakewarden.table._frozen import construct
 from lakewarden.table._payloads import SHARED_PAYLOADS_LIMIT, Rejected, SharedPayloads
-from lakewarden.table.instant import TABLE_SERVICE_ACTIONS, Action, Transition
+from lakewarden.table.instant import INGESTION_ACTIONS, TABLE_SERVICE_ACTIONS, Action, Transition
 from lakewarden.table.state_machine import judge
 from lakewarden.table.stats import CommitStats, WorkloadProfile
 from lakewarden.table.timeline_state import (
@@ -233,6 +233,7 @@ class LeanFold:
         # (completed_seq, instant) in log order: completed_since and the fast conflict test.
         self._completions: list[tuple[int, str]] = []
         self._pending_plans: set[str] = set()
+        self._inflight_ingestions: set[str] = set()
         self._parse = SharedPayloads()
         # The fast path by transition: each takes the entry (True) or leaves it untouched.
         self.fast: dict[Transition, Callable[[LeanEntry], bool]] = {
@@ -264,6 +265,10 @@ class LeanFold:
 
     def pending_plans(self) -> Iterable[InstantState]:
         return [self._instants[name] for name in sorted(self._pending_plans)]  # type: ignore[misc]
+
+    def inflight_ingestions(self) -> Iterable[InstantState]:
+        found = (self.get(name) for name in sorted(self._inflight_ingestions))
+        return [i for i in found if i is not None]
 
     # -- folding --------------------------------------------------------------------------------
 
@@ -335,6 +340,7 @@ class LeanFold:
         fast[_LAST_SEQ] = seq
         fast[_TOKEN] = entry[LOCK_TOKEN]
         fast[_WORKLOAD] = entry
+        self._inflight_ingestions.add(entry[INSTANT])  # fast instants are ingestions
         self._tail_seq = seq
         return True
 
@@ -360,6 +366,7 @@ class LeanFold:
         fast[_LAST_SEQ] = fast[_COMPLETED_SEQ] = seq
         fast[_TOKEN] = entry[LOCK_TOKEN]
         fast[_COMMIT] = entry  # the workload it keeps (if it replaces_all): ``_built``
+        self._inflight_ingestions.discard(instant)
         completions.append((seq, instant))
         self._tail_seq = seq
         return True
@@ -394,6 +401,11 @@ class LeanFold:
                     self._pending_plans.add(update.instant)
                 else:
                     self._pending_plans.discard(update.instant)
+            elif update.action in INGESTION_ACTIONS:
+                if update.state is _INFLIGHT:
+                    self._inflight_ingestions.add(update.instant)
+                else:
+                    self._inflight_ingestions.discard(update.instant)
         if entry.transition is _REQUESTED:
             self._last_requested_time = entry.instant
 

@@ -1,9 +1,9 @@
 """Replay's payload validation in a second process: the fold's thread only forwards texts.
 
 A real table's ``inflight`` (``WorkloadProfile``) and ``completed`` (``CommitStats``)
-payloads never repeat, so pydantic validates two texts an instant: in round 8 that was
-almost all of what replay spent beyond reading and decoding the topic (2.1x the bare loop
-instead of 1.2x). Validation must still happen in the read (an invalid payload is a
+payloads never repeat, so pydantic validates two texts an instant, and that validation
+would be most of what replay spends beyond reading and decoding the topic if the fold did
+it inline. Validation must still happen in the read (an invalid payload is a
 rejection and changes the fold), but the fold only needs each verdict at the end: it folds
 those payloads *optimistically* (``LeanEntry.payload_model`` is ``UNCHECKED``) and this
 module checks them in a child process, on the machine's other core:

@@ -117,7 +117,7 @@ def plan_read(
 ) -> list[PartitionRead]:
     """Steps 1 and 2 in a few requests: one for the metadata of every topic, one each for the
     low and high watermarks and the offsets by time of every partition (a request per topic
-    and per partition cost more than reading the events of a table, under load 0.1 s each).
+    and per partition would cost more than reading the events of a table).
     When a partition answers with an error, every partition is asked on its own (retried)."""
     try:
         found = consumer.partitions_of(names, timeout_s=timeout)

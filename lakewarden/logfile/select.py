@@ -1,4 +1,4 @@
-"""Which blocks of a file slice's log files count (ARCHITECTURE.md, "Log files and block
+"""Which blocks of a file slice's log files count (docs/architecture.md, "Log files and block
 sequence numbers"; invariant 7).
 
 **The statistics rule** (``select_committed``), for every log file a completed instant names.

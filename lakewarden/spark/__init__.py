@@ -43,7 +43,8 @@ _zip_cache.install()
 
 # Imported on first use (PEP 562): every Python worker Spark starts (a task, the planner,
 # the commit) imports this package to unpickle the writer, and needs only its own modules,
-# not the helper, the reader, the table services (README, "Session 7 (sparkw7)").
+# not the helper, the reader, the table services: importing those on every fresh worker
+# would add their import time to every task.
 _EXPORTS: dict[str, str] = {
     "TableOptionsMismatchError": "lakewarden.spark._create",
     "S3AUnavailableError": "lakewarden.spark._fast_read",

@@ -23,8 +23,8 @@ owns the instant from first to last entry:
 with option ``writer``: ``python`` (default: the Python Data Source), ``spark`` (Spark's own
 Parquet writer, ``_native``: no row goes through Python, the bucket is computed by a Java UDF;
 refused with the reason where it cannot run) or ``auto`` (``spark`` where it can run, else
-``python``). ``python`` is the default because it measured faster: 2M rows x 10 columns on a
-quiet machine, 1.57x ``df.write.parquet`` against 2.72x for ``spark`` (CPU 5.4 s vs 9.3 s).
+``python``). ``python`` is the default because it is the faster of the two, in wall time
+and in CPU (``python -m benchmarks spark`` measures both against ``df.write.parquet``).
 """
 
 from __future__ import annotations

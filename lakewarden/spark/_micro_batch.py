@@ -86,10 +86,9 @@ _QUERY_ID = "sql.streaming.queryId"
 _RUN_ID = "spark.jobGroup.id"  # Structured Streaming runs a run's jobs in a group named by it
 # Batches of at most this many records are written by one task (module docstring); 0 (the
 # default): never. One task writes one file per file group instead of one per task and file
-# group, but on local[2] it measured no faster (``python -m benchmarks ingest --quick``,
-# session 7: 2k-record batches 0.49 s to write as one task vs 0.50 s as two, quiet runs) and
-# made the end-to-end latency at 10k events/s worse in 3 loaded runs of 3 (the query fell
-# behind: 4-6 batches instead of 5-9), so it is a setting, not a default.
+# group, but on local[2] it writes no faster (``python -m benchmarks ingest --quick``) and
+# under load the query falls behind, which makes the end-to-end latency worse; so it is a
+# setting, not a default.
 SINGLE_TASK_ROWS = 0
 
 

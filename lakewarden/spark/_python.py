@@ -16,7 +16,7 @@ So, when ``PYSPARK_PYTHON`` is unset:
   and how to point it at this interpreter. The setting must be made before the session starts
   (the JVM reads it then), so this can only say so, not fix it;
 - a cluster: the executors' machines cannot be checked from here; a warning says what they
-  need (see the README's "Spark on a cluster").
+  need (see docs/operations/deploying.md, "A Spark cluster").
 """
 
 from __future__ import annotations
@@ -76,7 +76,8 @@ def check_worker_python(spark: Any) -> None:
     if not is_local_master(master):
         log.warning(
             "%s / %s are unset: Spark's executors run %r from their PATH, which must have "
-            "lakewarden and pyarrow installed (see the README, 'Spark on a cluster')%s",
+            "lakewarden and pyarrow installed (see the docs: operations/deploying.md, "
+            "'A Spark cluster')%s",
             PYTHON_CONF,
             PYTHON_ENV,
             SPARK_DEFAULT_PYTHON,

@@ -46,12 +46,13 @@ def plan_read(
 
     Raises: InstantNotCompletedError (``as_of``, ``since`` or ``until`` is not a completed
     instant of the table), InstantCleanedError (a clean deleted files of the ``as_of``
-    snapshot), TimelineError."""
+    snapshot, or of the changes up to ``until``), TimelineError."""
     state = Timeline(storage, table=config.name).load()
     completed = state.completed()
     instants: tuple[str, ...] | None
     if since is not None:
         changes = changes_since(completed, since, until)
+        check_not_cleaned(state, changes.snapshot, table=config.name, slices=changes.slices())
         slices, instants, last = changes.slices(), changes.instants, changes.snapshot.as_of
     else:
         snapshot = build_snapshot(completed, as_of)

@@ -12,7 +12,8 @@ in the ``lakewarden.instant`` / ``lakewarden.job`` options and is joined instead
 
 Each Spark task unpickles the writer in a Python worker, which imports this module: so it
 imports at the top only what ``write`` needs (``_task``), and the driver's side (the job, the
-table's creation, the commit) inside the methods that run there (README, "Session 7").
+table's creation, the commit) inside the methods that run there: a fresh worker then pays
+only for the modules a task uses.
 """
 
 from __future__ import annotations

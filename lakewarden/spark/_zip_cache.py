@@ -7,8 +7,7 @@ that files added with ``addPyFile`` are found. On Python 3.11 that makes every c
 ``zipimport.zipimporter`` re-read its archive's whole central directory, in Python. A worker
 holds about sixteen: one per package imported from ``pyspark.zip`` (Spark puts it on
 ``PYTHONPATH`` ahead of site-packages), py4j's zip, and Spark 4's ``spark-core`` jar (also on
-``PYTHONPATH``, thousands of entries). Measured in a local worker: 0.2-0.5 s of CPU per task
-on a write whose Python side costs about 1 s of CPU per task.
+``PYTHONPATH``, thousands of entries): a large share of a write task's CPU in Python.
 
 ``install()`` makes ``zipimporter.invalidate_caches`` of this process re-read an archive only
 when the file changed: a changed size, modification time or inode (a zip replaced in place,

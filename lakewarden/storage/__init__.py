@@ -35,6 +35,12 @@ gives:
    Wrappers (faults, metering) forward the capabilities of the storage they wrap, except
    ``direct_file_access``, which they clear: their calls must not be bypassed.
 
+6. **Temporary files.** A backend that writes through temporary files (local: ``.lw-tmp-*``
+   beside the key, see ``lakewarden.storage.local``) leaves one behind when a write is
+   interrupted by a crash. Listings skip them; ``list_temporary`` finds them (the cleaner
+   deletes the old ones with ``delete_temporary``). Backends whose writes are atomic puts
+   (S3) have none.
+
 Not portable: a key that is also a "directory" of other keys (``a`` beside ``a/b``). S3 holds
 both; the local backend refuses the second with ``InvalidKeyError``. Lakewarden's layout never
 needs it.
@@ -216,6 +222,26 @@ class Storage(abc.ABC):
         """A filesystem path for the key when the backend is local (pyarrow reads it directly),
         else None."""
 
+    # -- temporary files (local); a backend without them has none ---------------------------
+
+    def list_temporary(self, prefix: str = "") -> Iterator[ObjectInfo]:
+        """The temporary files (a ``.lw-tmp-*`` last segment, a name no key has) under the
+        directory ``prefix`` (``""`` or ending in ``/``), in no particular order. A write in
+        progress has one too: judge by ``mtime_ms`` before deleting.
+
+        Raises: InvalidKeyError (``prefix`` is not a directory prefix)."""
+        from lakewarden.storage._keys import check_directory_prefix
+
+        if prefix:
+            check_directory_prefix(prefix)
+        return iter(())
+
+    def delete_temporary(self, key: str) -> None:
+        """Remove a temporary file ``list_temporary`` found; a missing one is not an error.
+
+        Raises: InvalidKeyError (``key`` is not a temporary file's)."""
+        check_temporary_key(key)
+
     # -- multipart uploads (S3); local raises UnsupportedOperationError ------------------------
 
     def create_multipart(self, key: str) -> str:
@@ -246,6 +272,27 @@ class Storage(abc.ABC):
         )
 
 
+def is_temporary_key(key: str) -> bool:
+    """Whether ``key`` names a temporary file (no valid key does)."""
+    from lakewarden.storage._keys import TEMP_PREFIX
+
+    return key.rpartition("/")[2].startswith(TEMP_PREFIX)
+
+
+def check_temporary_key(key: str) -> str:
+    """Return ``key`` if it is a temporary file's: a valid key but for its last segment.
+
+    Raises: InvalidKeyError."""
+    from lakewarden.storage._keys import check_key
+
+    directory, _, name = key.rpartition("/")
+    if not is_temporary_key(key) or "/" in name:
+        raise InvalidKeyError(f"{key!r} is not a temporary file's key", key=key)
+    if directory:
+        check_key(directory)
+    return key
+
+
 def open_storage(uri: str, settings: Settings | None = None) -> Storage:
     """The backend for ``uri``: a plain path or ``file://`` URI (local), ``s3://bucket/prefix``
     (S3, endpoint and credentials from ``settings.s3`` or the environment).
@@ -269,5 +316,7 @@ __all__ = [
     "StorageIOError",
     "UnsupportedOperationError",
     "UploadedPart",
+    "check_temporary_key",
+    "is_temporary_key",
     "open_storage",
 ]

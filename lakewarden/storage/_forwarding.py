@@ -31,6 +31,8 @@ Operation = Literal[
     "complete_multipart",
     "abort_multipart",
     "list_multipart_uploads",
+    "list_temporary",
+    "delete_temporary",
 ]
 OPERATIONS: tuple[Operation, ...] = (
     "read",
@@ -48,6 +50,8 @@ OPERATIONS: tuple[Operation, ...] = (
     "complete_multipart",
     "abort_multipart",
     "list_multipart_uploads",
+    "list_temporary",
+    "delete_temporary",
 )
 
 T = TypeVar("T")
@@ -132,3 +136,12 @@ class ForwardingStorage(Storage):
             return builtins.list(self.inner.list_multipart_uploads(prefix))
 
         return iter(self._invoke("list_multipart_uploads", prefix, listing))
+
+    def list_temporary(self, prefix: str = "") -> Iterator[ObjectInfo]:
+        def listing() -> builtins.list[ObjectInfo]:
+            return builtins.list(self.inner.list_temporary(prefix))
+
+        return iter(self._invoke("list_temporary", prefix, listing))
+
+    def delete_temporary(self, key: str) -> None:
+        self._invoke("delete_temporary", key, lambda: self.inner.delete_temporary(key))

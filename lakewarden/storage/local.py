@@ -12,7 +12,8 @@ How each guarantee of the contract is met:
   replaced. A crash between the two leaves both names on one inode; repeating the rename
   finishes it.
 - Temporary files are named ``.lw-tmp-<uuid>``; keys may not have such segments, so listings
-  skip them without ambiguity.
+  skip them without ambiguity. A crash between creating one and unlinking it leaves it
+  behind: ``list_temporary`` finds those, ``delete_temporary`` removes them (the cleaner).
 
 Directories are not objects: they are created on demand and never listed; a key whose path
 is a directory (because longer keys exist under it) is reported as absent on read and
@@ -37,8 +38,14 @@ from lakewarden.storage import (
     Storage,
     StorageCapabilities,
     StorageIOError,
+    check_temporary_key,
 )
-from lakewarden.storage._keys import TEMP_PREFIX, check_key, check_prefix
+from lakewarden.storage._keys import (
+    TEMP_PREFIX,
+    check_directory_prefix,
+    check_key,
+    check_prefix,
+)
 from lakewarden.storage._walk import LevelEntry, ordered_walk
 
 _CAPABILITIES = StorageCapabilities(
@@ -141,6 +148,36 @@ class LocalStorage(Storage):
 
     def _list_level(self, base: str, partial: str, hint: str | None) -> Iterable[LevelEntry]:
         return _scan_level(self._directory(base), base, partial, hint)
+
+    def list_temporary(self, prefix: str = "") -> Iterator[ObjectInfo]:
+        """See ``Storage.list_temporary``: one walk of the directories under ``prefix``.
+
+        Raises: InvalidKeyError (bad prefix)."""
+        if prefix:
+            check_directory_prefix(prefix)
+        top = self._directory(prefix)
+        for directory, _dirs, names in os.walk(top):
+            base = os.path.relpath(directory, self._root).replace(os.sep, "/")
+            for name in names:
+                if not name.startswith(TEMP_PREFIX):
+                    continue
+                try:
+                    st = os.lstat(os.path.join(directory, name))
+                except FileNotFoundError:
+                    continue  # its write finished (or it was deleted) meanwhile
+                if stat.S_ISREG(st.st_mode):
+                    key = name if base == "." else f"{base}/{name}"
+                    yield ObjectInfo(key=key, size=st.st_size, mtime_ms=st.st_mtime_ns // 10**6)
+
+    def delete_temporary(self, key: str) -> None:
+        """See ``Storage.delete_temporary``."""
+        check_temporary_key(key)
+        try:
+            os.unlink(f"{self._root}/{key}")
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        except OSError as err:
+            raise _io_error(err, "delete", key) from err
 
     # -- writes -------------------------------------------------------------------------------
 

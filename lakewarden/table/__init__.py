@@ -21,7 +21,7 @@ errors                                   NotATableError, TableAlreadyExistsError
 # The names are imported on first use (PEP 562), not here: a Spark task worker imports
 # ``lakewarden.table.config`` and a few siblings, and paid for the whole table layer (the
 # cleaner, the reader with pyarrow.dataset and pandas, the pydantic plan models) on every
-# fresh worker when this package imported them eagerly (README, "Session 7 (sparkw7)").
+# fresh worker if this package imported them eagerly.
 
 from __future__ import annotations
 
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
         CleanResult,
         InstantCleanedError,
         InvalidCleanPolicyError,
+        MissingDataFileError,
     )
     from lakewarden.table.config import (
         InvalidTableConfigError,
@@ -114,6 +115,7 @@ _EXPORTS: dict[str, str] = {
     "CleanResult": "lakewarden.table.clean",
     "InstantCleanedError": "lakewarden.table.clean",
     "InvalidCleanPolicyError": "lakewarden.table.clean",
+    "MissingDataFileError": "lakewarden.table.clean",
     "InvalidTableConfigError": "lakewarden.table.config",
     "NotATableError": "lakewarden.table.config",
     "TableAlreadyExistsError": "lakewarden.table.config",
@@ -173,6 +175,7 @@ __all__ = [
     "CleaningPolicy",
     "InstantCleanedError",
     "InvalidCleanPolicyError",
+    "MissingDataFileError",
     "ColumnNotFoundError",
     "CommitResult",
     "CommitStats",

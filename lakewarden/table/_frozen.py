@@ -1,10 +1,10 @@
 """Building frozen pydantic models from values that are already valid, without re-validating.
 
-The state machine folds one entry after another, and every fold step used to pay pydantic
-twice for values it had just validated: ``model_copy(update=...)`` for the instant's next
-state (pydantic's generic copy: a ``__copy__`` plus bookkeeping, about as costly as the
+The state machine folds one entry after another, and with pydantic's own API every fold step
+would pay twice for values it had just validated: ``model_copy(update=...)`` for the instant's
+next state (pydantic's generic copy: a ``__copy__`` plus bookkeeping, about as costly as the
 validation itself) and the validating constructor for a new instant. On a long log (a replay
-of a million events, a timeline load) that was most of the time.
+of a million events, a timeline load) that would be most of the time.
 
 ``evolve`` and ``construct`` do the same with plain dict operations and **structural
 sharing**: the new model's ``__dict__`` is a shallow copy, so every unchanged value (frozen

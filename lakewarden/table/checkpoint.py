@@ -66,9 +66,9 @@ def gc_paused() -> Iterator[None]:
     """Pause CPython's cyclic garbage collector for the block, then age what it built.
 
     Parsing a checkpoint or replaying a log creates a million long-lived objects in one go.
-    With the collector on, it rescans them again and again as they pile up (3x the parse time
-    at 10k entries); re-enabled after the block, its next young collection would still scan
-    them all (another 40% at 100k). So on the way out every tracked object is moved to the
+    With the collector on, it rescans them again and again as they pile up (the scans then
+    cost more than the parse itself); re-enabled after the block, its next young collection
+    would still scan them all once more. So on the way out every tracked object is moved to the
     oldest generation without a scan (``gc.freeze()`` then ``gc.unfreeze()``, which is what
     that pair does when nothing else is frozen); a full collection still visits them later.
     These objects form no cycles, so nothing is lost. Skipped when the application froze

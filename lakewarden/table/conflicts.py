@@ -21,10 +21,20 @@ Rules, in the order they are checked:
    pending plans (two overlapping plans would otherwise wait for each other forever); the
    first to complete wins by rule 1.
 
-Cancellable plans never block ingestion (RFC-79 goal A: ingestion takes precedence).
-``cancellable_plans_in_the_way`` is the hook for the next round: the ingestion writer requests
-their cancellation; the plan then cannot complete (a completed plan would conflict with the
-ingestion by rule 1 anyway).
+3. ``IngestionPrecedenceConflict``: for a *cancellable* compaction or clustering plan only,
+   an ingestion that went inflight (RFC-79 step 2: its workload names the file groups it
+   targets), or a pending non-cancellable plan, targets one of the plan's file groups: the
+   plan must not complete, pending or not the other one (RFC-79: the plan "should abort if it
+   detects that any ingestion write or table service plan (without cancellable config flag)
+   is targeting the same file groups").
+
+Cancellable plans never block ingestion (RFC-79 goal A: ingestion takes precedence), and the
+ingestion wins unless the plan completed before the ingestion went inflight: rule 3 keeps the
+plan from completing once the ingestion is inflight, and an ingestion that goes inflight
+after the plan completed meets it by rule 1 then, at its step 2 (``WriteTransaction.inflight``
+runs the rules for the workload it declares), before it writes anything. After an ingestion
+completes, ``cancellable_plans_in_the_way`` names the plans it overtook (the writer requests
+their cancellation, so they abort without executing).
 
 ``clean`` and ``rollback`` instants write no data: they neither conflict nor are conflicted.
 """
@@ -35,7 +45,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from lakewarden.errors import NonRetryableError
-from lakewarden.table.instant import INGESTION_ACTIONS, NO_WORKLOAD_ACTIONS, Transition
+from lakewarden.table.instant import (
+    INGESTION_ACTIONS,
+    NO_WORKLOAD_ACTIONS,
+    TABLE_SERVICE_ACTIONS,
+    Transition,
+)
 from lakewarden.table.stats import CommitStats, FileGroupId
 from lakewarden.table.timeline_state import InstantState, StateView
 
@@ -69,6 +84,11 @@ class OverlappingCommitConflict(WriteConflictError):
 
 class PendingPlanConflict(WriteConflictError):
     """A pending non-cancellable compaction/clustering plan covers one of our file groups."""
+
+
+class IngestionPrecedenceConflict(WriteConflictError):
+    """An inflight ingestion (or a pending non-cancellable plan) targets a file group of the
+    cancellable plan completing: the plan aborts (RFC-79 goal A)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,7 +208,41 @@ def pending_plan(
     return None
 
 
-RULES: tuple[Rule, ...] = (overlapping_commit, pending_plan)
+def ingestion_precedence(
+    view: StateView, candidate: InstantState, stats: CommitStats | None
+) -> ConflictFinding | None:
+    """Rule 3: an inflight ingestion or a pending non-cancellable plan targets a file group of
+    the cancellable plan ``candidate``."""
+    if candidate.action not in TABLE_SERVICE_ACTIONS or not candidate.cancellable:
+        return None
+    mine: Footprint | None = None  # built on first need: usually nothing else is pending
+    for other in (*view.inflight_ingestions(), *view.pending_plans()):
+        if other.instant == candidate.instant or other.rollback_by is not None:
+            continue  # an ingestion with a rollback intent can never complete
+        if other.action in TABLE_SERVICE_ACTIONS and (
+            other.cancellable or other.state is Transition.CANCEL_REQUESTED
+        ):
+            continue  # of two cancellable plans the first to complete wins (rule 1)
+        mine = mine or Footprint.of(candidate, stats)
+        file_group = mine.overlap(Footprint.of(other))
+        if file_group is None:
+            continue
+        what = "ingestion" if other.action in INGESTION_ACTIONS else "non-cancellable plan"
+        return ConflictFinding(
+            IngestionPrecedenceConflict,
+            candidate.instant,
+            other.instant,
+            file_group,
+            f"cancellable {candidate.action} plan {candidate.instant} cannot complete: the "
+            f"pending {what} {other.instant} ({other.action}, {other.operation}, "
+            f"{other.state}) targets file group {file_group}, and takes precedence (RFC-79). "
+            f"Help: nothing to do: the plan aborts; schedule it again once {other.instant} "
+            "is finished.",
+        )
+    return None
+
+
+RULES: tuple[Rule, ...] = (overlapping_commit, pending_plan, ingestion_precedence)
 
 
 def find_conflict(
@@ -207,7 +261,7 @@ def check_completion(
 ) -> None:
     """Raise the named conflict for ``candidate`` completing with ``stats``, if any.
 
-    Raises: OverlappingCommitConflict, PendingPlanConflict.
+    Raises: OverlappingCommitConflict, PendingPlanConflict, IngestionPrecedenceConflict.
     """
     finding = find_conflict(view, candidate, stats)
     if finding is not None:

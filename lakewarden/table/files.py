@@ -1,4 +1,4 @@
-"""File ids, write tokens and data file names (the layout in ARCHITECTURE.md, "Table layout").
+"""File ids, write tokens and data file names (the layout in docs/architecture.md, "Table layout").
 
 - **File ids.** With a bucket index the file id is a function of the bucket alone,
   ``<bucket:08d>-0000`` (``bucket_file_id``): every writer that touches a bucket of a partition

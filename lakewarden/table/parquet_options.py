@@ -1,11 +1,9 @@
 """How lakewarden writes Parquet: one set of writer options for every data file (base files of
 writes, table services and the error table, and the files Spark tasks write with pyarrow).
 
-Measured on 2M rows x 10 columns (+ the four ``_lw_*`` meta columns), partitioned by region
-into 16 file groups, after an upsert of 10% of the keys (24 files on disk: the new slices and
-the ones they superseded): pyarrow's defaults took 107.9 MB, these options 30.2 MB, and writing
-was not slower (`python -m benchmarks spark_read` reports the bytes beside Spark's own files).
-Two causes, neither inherent to copy-on-write:
+With pyarrow's defaults a copy-on-write table's files are several times larger than with
+these options, and writing with these is not slower (`python -m benchmarks spark_read` reports
+the bytes beside Spark's own files). Two causes, neither inherent to copy-on-write:
 
 - **Dictionary pages up to 1 MB.** pyarrow dictionary-encodes every column and falls back to
   plain encoding only once a column's dictionary page passes ``dictionary_pagesize_limit``

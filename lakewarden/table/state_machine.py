@@ -133,6 +133,7 @@ class Replayer:
         # Completions fed to this replayer, in log order; older ones are found in ``start``.
         self._completion_order: list[str] = []
         self._pending_plans = {i.instant for i in start.pending_plans()}
+        self._inflight_ingestions = {i.instant for i in start.inflight_ingestions()}
 
     # -- StateView ------------------------------------------------------------------------------
 
@@ -155,6 +156,9 @@ class Replayer:
 
     def pending_plans(self) -> Iterable[InstantState]:
         return [self._instants[name] for name in sorted(self._pending_plans)]
+
+    def inflight_ingestions(self) -> Iterable[InstantState]:
+        return [self._instants[name] for name in sorted(self._inflight_ingestions)]
 
     # -- folding --------------------------------------------------------------------------------
 
@@ -183,6 +187,11 @@ class Replayer:
                     self._pending_plans.add(update.instant)
                 else:
                     self._pending_plans.discard(update.instant)
+            elif update.action in INGESTION_ACTIONS:
+                if update.state is Transition.INFLIGHT:
+                    self._inflight_ingestions.add(update.instant)
+                else:
+                    self._inflight_ingestions.discard(update.instant)
         if entry.transition is Transition.REQUESTED:
             self._last_requested_time = entry.instant
         return None

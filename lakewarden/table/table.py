@@ -39,6 +39,7 @@ from lakewarden.table.clean import (
     RollbackContext,
     check_not_cleaned,
     clean_table,
+    read_past_cleans,
 )
 from lakewarden.table.config import TableConfig, load_config, save_new_config
 from lakewarden.table.connection import load_storage, shared_connection
@@ -50,7 +51,7 @@ from lakewarden.table.reader import (
     read_changes,
     read_snapshot,
 )
-from lakewarden.table.snapshot import Snapshot, build_snapshot, changes_since
+from lakewarden.table.snapshot import Changes, Snapshot, build_snapshot, changes_since
 from lakewarden.table.timeline import InstantState, Timeline, TimelineState
 from lakewarden.table.writer import CommitResult, Operation, WriteContext, write
 
@@ -194,31 +195,51 @@ class Table:
     ) -> pa.Table:
         """The records as of ``as_of`` (default: the latest completed instant).
 
+        A read of the latest snapshot that a write and a clean overtake before it opened
+        its files (possible only when the clean's retention window is shorter than the read)
+        reloads the timeline and reads the new latest snapshot, once.
+
         Raises: InstantNotCompletedError, InstantCleanedError (a clean deleted files of that
-        snapshot: outside the table's retention), ColumnNotFoundError."""
-        state = self.state()
-        snapshot = build_snapshot(state.completed(), as_of)
-        if as_of is not None:
-            check_not_cleaned(state, snapshot, table=self.name)
-        return read_snapshot(
-            self.storage,
-            self.config,
-            snapshot,
-            columns=columns,
-            filter=filter,
-            with_meta=with_meta,
-            log_cache=self.log_cache,
+        snapshot: outside the table's retention), MissingDataFileError (a file is gone that
+        no clean deleted), ColumnNotFoundError."""
+
+        def pick(state: TimelineState) -> Snapshot:
+            snapshot = build_snapshot(state.completed(), as_of)
+            if as_of is not None:
+                check_not_cleaned(state, snapshot, table=self.name)
+            return snapshot
+
+        def scan(snapshot: Snapshot) -> pa.Table:
+            return read_snapshot(
+                self.storage,
+                self.config,
+                snapshot,
+                columns=columns,
+                filter=filter,
+                with_meta=with_meta,
+                log_cache=self.log_cache,
+            )
+
+        return read_past_cleans(
+            self.state,
+            pick,
+            scan,
+            lambda snapshot: snapshot.slices.values(),
+            as_of=lambda snapshot: snapshot.as_of,
+            table=self.name,
         )
 
     def to_arrow_dataset(self, as_of: str | None = None) -> ds.Dataset:
         """A ``pyarrow.dataset`` over exactly the files of the snapshot as of ``as_of``
         (default: the latest), with the table's columns: what DuckDB, Polars and pandas read
         without Spark. The file list is fixed when it is made (a later commit does not change
-        it); filters on partition columns skip whole files.
+        it); filters on partition columns skip whole files. Read it within the table's
+        retention window (``CleanPolicy.retention_window_s``): a clean may delete its files
+        once they have been superseded for that long.
 
-        Raises: InstantNotCompletedError, UnsupportedSliceError (a merge-on-read table: its
-        records are base files merged with log files, which a plain Parquet dataset cannot
-        express)."""
+        Raises: InstantNotCompletedError, InstantCleanedError (a clean deleted files of that
+        snapshot), UnsupportedSliceError (a merge-on-read table: its records are base files
+        merged with log files, which a plain Parquet dataset cannot express)."""
         if self.config.table_type == "mor":
             raise UnsupportedSliceError(
                 f"table {self.name!r} is merge-on-read: its snapshot is base files merged with "
@@ -226,7 +247,10 @@ class Table:
                 "Table.read(as_of=...) (a pyarrow.Table) or Spark's format('lakewarden').",
                 table=self.name,
             )
-        snapshot = self.snapshot(as_of)
+        state = self.state()
+        snapshot = build_snapshot(state.completed(), as_of)
+        if as_of is not None:
+            check_not_cleaned(state, snapshot, table=self.name)
         return files_dataset(
             self.storage, self.config, snapshot.base_files(), self.config.pa_schema
         )
@@ -241,18 +265,35 @@ class Table:
         with_meta: bool = False,
     ) -> pa.Table:
         """Records written by the instants completed after ``since_instant`` (a completed
-        instant; None: from the start) up to ``until``, each in its latest version.
+        instant; None: from the start) up to ``until``, each in its latest version. Overtaken
+        by a clean, it retries once as ``read`` does.
 
-        Raises: InstantNotCompletedError, ColumnNotFoundError."""
-        changes = changes_since(self.state().completed(), since_instant, until)
-        return read_changes(
-            self.storage,
-            self.config,
-            changes,
-            columns=columns,
-            filter=filter,
-            with_meta=with_meta,
-            log_cache=self.log_cache,
+        Raises: InstantNotCompletedError, InstantCleanedError (a clean deleted files the
+        changes up to ``until`` are in), MissingDataFileError, ColumnNotFoundError."""
+
+        def pick(state: TimelineState) -> Changes:
+            changes = changes_since(state.completed(), since_instant, until)
+            check_not_cleaned(state, changes.snapshot, table=self.name, slices=changes.slices())
+            return changes
+
+        def scan(changes: Changes) -> pa.Table:
+            return read_changes(
+                self.storage,
+                self.config,
+                changes,
+                columns=columns,
+                filter=filter,
+                with_meta=with_meta,
+                log_cache=self.log_cache,
+            )
+
+        return read_past_cleans(
+            self.state,
+            pick,
+            scan,
+            lambda changes: changes.slices(),
+            as_of=lambda changes: changes.snapshot.as_of,
+            table=self.name,
         )
 
     # -- cleaning -----------------------------------------------------------------------------

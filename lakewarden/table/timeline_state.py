@@ -26,6 +26,7 @@ from typing import Any, Final, Literal, Protocol
 from pydantic import BaseModel, ConfigDict, Field
 
 from lakewarden.table.instant import (
+    INGESTION_ACTIONS,
     PENDING_STATES,
     TABLE_SERVICE_ACTIONS,
     Action,
@@ -204,6 +205,17 @@ class TimelineState(BaseModel):
         plans.sort(key=lambda i: i.requested_seq)
         return plans
 
+    def inflight_ingestions(self) -> Iterable[InstantState]:
+        """Ingestion instants that are inflight (their workload names the file groups they
+        target: RFC-79 step 2), in requested order."""
+        found = [
+            i
+            for i in self.instants.values()
+            if i.action in INGESTION_ACTIONS and i.state is Transition.INFLIGHT
+        ]
+        found.sort(key=lambda i: i.requested_seq)
+        return found
+
 
 class StateView(Protocol):
     """What judging one entry needs to know about its prefix. ``TimelineState`` implements it
@@ -217,3 +229,5 @@ class StateView(Protocol):
     def completed_since(self, seq: int) -> Iterable[InstantState]: ...
 
     def pending_plans(self) -> Iterable[InstantState]: ...
+
+    def inflight_ingestions(self) -> Iterable[InstantState]: ...

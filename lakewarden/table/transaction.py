@@ -35,7 +35,7 @@ from typing import Any
 from lakewarden.errors import NonRetryableError
 from lakewarden.table import conflicts
 from lakewarden.table.coordinator import Coordinator, Lease, LeaseLostError
-from lakewarden.table.instant import Action, Instant, Transition
+from lakewarden.table.instant import INGESTION_ACTIONS, Action, Instant, Transition
 from lakewarden.table.plans import Plan
 from lakewarden.table.stats import CommitStats, WorkloadProfile
 from lakewarden.table.timeline import (
@@ -186,10 +186,26 @@ class WriteTransaction:
     def inflight(self, workload: WorkloadProfile) -> None:
         """Record the workload profile (the file groups the write will touch).
 
-        Raises: IllegalTransitionError (not requested any more: rolled back, cancelled, or a
-        rollback intent targets it), ConcurrentAppendError, CommitStateUnknownError.
+        For an ingestion this is RFC-79's step 2: the conflict rules run for the declared
+        file groups first, so an ingestion that a completed instant (a cancellable plan that
+        completed before this step, say) or a pending non-cancellable plan already beats
+        stops here, before it writes anything, instead of at completion.
+
+        Raises: OverlappingCommitConflict, PendingPlanConflict (an ingestion: nothing
+        appended, roll it back), IllegalTransitionError (not requested any more: rolled back,
+        cancelled, or a rollback intent targets it), ConcurrentAppendError,
+        CommitStateUnknownError.
         """
-        self._append(Transition.INFLIGHT, workload.model_dump(mode="json"))
+
+        def step_two(state: TimelineState, draft: EntryDraft) -> None:
+            current = state.get(self.instant)
+            if current is None or current.state is not Transition.REQUESTED:
+                return  # the state machine names what is wrong
+            if current.action in INGESTION_ACTIONS:
+                declared = current.model_copy(update={"workload": workload})
+                conflicts.check_completion(state, declared, None, table=self.table_id)
+
+        self._append(Transition.INFLIGHT, workload.model_dump(mode="json"), step_two)
 
     def complete(
         self,

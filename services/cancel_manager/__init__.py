@@ -1,4 +1,4 @@
-"""cancel-manager: RFC-79's cancel APIs as a service (ARCHITECTURE.md, "cancel-manager").
+"""cancel-manager: RFC-79's cancel APIs as a service (docs/architecture.md, "cancel-manager").
 
 A plain confluent-kafka loop (``loop``; its module doc says why not faust), its work
 partitioned by table id (the key of ``cancel.requests``):

@@ -1,15 +1,14 @@
 """cancel-manager's Kafka loop: one consumer, one producer, one thread.
 
-Why a plain confluent-kafka loop rather than a faust agent: a ``CancelClient`` waits for
-every answer, so the service's latency is the product, and RFC-79's transaction puts a table
-lock round trip (to timeline-lock) inside every request. Through faust a request crossed
-aiokafka's fetcher, the agent's queue, a worker thread and aiokafka's sender, and the lock's
-round trip competed with faust's event loop: measured per stage (load ~14, echo round trip
-1.96 ms), request -> agent 1.95 ms where one hop is ~1 ms, the lock acquire 2.8 ms, the
-result's way back 1.3 ms, 8.3 ms in all (4.2x the echo round trip; 5.7-5.9x at a quiet
-moment, the goal being 3x). Here a request is read by librdkafka, applied on the same thread
-(``CancelWorker``, which takes the table lock through the lock client) and its transitions
-and result are handed to librdkafka at once.
+Why a plain confluent-kafka loop rather than a faust agent: a ``CancelClient`` waits for every
+answer, so the service's latency is the product, and RFC-79's transaction puts a table lock
+round trip (to timeline-lock) inside every request. Through faust a request crossed aiokafka's
+fetcher, the agent's queue, a worker thread and aiokafka's sender, and the lock's round trip
+competed with faust's event loop: each of those hops added about as much as a whole Kafka
+round trip, so a request cost several echo round trips where its goal is a small multiple of
+one (``python -m benchmarks cancel``). Here a request is read by librdkafka, applied on the
+same thread (``CancelWorker``, which takes the table lock through the lock client) and its
+transitions and result are handed to librdkafka at once.
 
 It keeps what faust gave: a consumer group whose members split the partitions (static
 membership with ``LAKEWARDEN_INSTANCE_ID``; ``range`` assignment keeps partition P of

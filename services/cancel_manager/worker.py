@@ -27,10 +27,10 @@ malformed or failed before its lock).
 
 A ``request`` holds the table lock a little longer than ``request_cancel`` does: its release
 is sent by ``release_held``, which the handler calls once the result is out, so the client's
-wait does not include the release (a produce to timeline-lock: 0.1-0.8 ms on a loaded
-machine). Only ``request`` defers it: it has one lock section, where ``execute_cancel`` must
-give the lock up while it deletes the plan's files (RFC-79), and any later acquire of this
-worker releases what it still holds first, so it never waits for itself.
+wait does not include the release (a produce to timeline-lock). Only ``request`` defers it: it
+has one lock section, where ``execute_cancel`` must give the lock up while it deletes the
+plan's files (RFC-79), and any later acquire of this worker releases what it still holds
+first, so it never waits for itself.
 
 ``CancelWorker.expired(expiry)``: heartbeat-monitor declared the executor of a plan dead; if
 the plan has a cancel request, run ``execute_cancel`` by itself (nobody else may ever come

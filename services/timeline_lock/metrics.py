@@ -2,7 +2,7 @@
 
 ``requests(kind, status)`` and ``ended(how)`` are the labelled children of ``REQUESTS`` and
 ``ENDED``, resolved once per label set: ``.labels(...)`` validates and locks on every call,
-and with the histograms it was an eighth of a request's handling (round 8's profile).
+which with the histograms is a noticeable share of a request's handling.
 """
 
 from __future__ import annotations

@@ -2,8 +2,9 @@
 
 Why a plain confluent-kafka loop rather than a faust agent: a lock client waits for every
 answer, so the service's own latency is the product. Through faust, a request crossed
-aiokafka's consumer thread, the agent's queue and aiokafka's producer: about 0.7 ms per hop
-on top of the broker, which put acquire+release at 4-8x a raw Kafka round trip. Here the
+aiokafka's consumer thread, the agent's queue and aiokafka's producer, each hop adding its
+own delay on top of the broker's, so an acquire+release cost several raw Kafka round trips
+instead of about one. Here the
 request is read by librdkafka, applied (``RequestHandler``) and its reply handed back to
 librdkafka on the same thread, with nothing in between.
 
@@ -66,7 +67,7 @@ from lakewarden_services.timeline_lock.offsets import CommitTracker
 
 log = logging.getLogger(__name__)
 
-# Expiry is seen at most this late (plus a Kafka round trip); the issue asks for ttl + 1 s.
+# Expiry is seen at most this late (plus a Kafka round trip); the goal is within ttl + 1 s.
 EXPIRY_TICK_S: Final = 0.25
 # How often the changed locks are written to the changelog (``deferred``).
 CHANGELOG_INTERVAL_S: Final = 0.25

@@ -8,7 +8,7 @@ storage keys). The one thing taken from the code under test is the set of entrie
 machine rejected (``rejected``), needed to tell an ignored zombie ``completed`` entry from a
 real one.
 
-Invariants checked (ARCHITECTURE.md "Invariants" 1 and 2, and the rules of the writer API):
+Invariants checked (docs/architecture.md "Invariants" 1 and 2, and the rules of the writer API):
 
 - ``duplicate_key``: no key is visible twice (exactly once);
 - ``acknowledged_insert_missing``: every row of an acknowledged insert is visible, as written;

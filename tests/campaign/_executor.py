@@ -5,7 +5,7 @@
 ``SPEC_JSON`` names the table URI, the process and its incarnation, its seed, whether it
 cancels through cancel-manager, the history file and the stop file (like ``_writer.py``).
 Every table with table services gets two of these processes, so they race for the same
-plans: at most one of them may be told "completed" for a plan (ARCHITECTURE.md invariant 4).
+plans: at most one of them may be told "completed" for a plan (docs/architecture.md invariant 4).
 
 Each round it does one of:
 

@@ -4,7 +4,7 @@ visible files and the storage keys of a table to a list of violations.
 
 Like ``_checkers.py`` they share no code with what they check (the timeline entries are plain
 JSON; only the set of entries the state machine rejected comes from the code under test).
-ARCHITECTURE.md invariants 3 and 4, and the RFC-79 rules:
+docs/architecture.md invariants 3 and 4, and the RFC-79 rules:
 
 - ``plan_completed_twice``: at most one executor is told "completed" per plan, and the
   timeline holds at most one (non-rejected) ``completed`` entry per plan;

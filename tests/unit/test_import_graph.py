@@ -190,8 +190,7 @@ def test_every_name_of_a_lazy_surface_resolves(package: str) -> None:
 
 def test_a_spark_task_worker_imports_no_reader_cleaner_or_event_layer() -> None:
     """What a fresh PySpark worker imports to unpickle the writer (``lakewarden.spark._writer``)
-    leaves out what a task does not run: each of these cost fresh workers CPU (README,
-    "Session 7 (sparkw7)")."""
+    leaves out what a task does not run: each of these would cost every fresh worker CPU."""
     heavy = [
         "pandas",
         "pyarrow.dataset",

@@ -9,7 +9,8 @@ find_storage_garbage              rolled-back files, finished jobs' leftovers, o
 failed_writes, roll_back          rollback of writes whose executor is dead (``rollback``)
 clean_table, CleanRequest,        the clean instant: plan, delete, completed (``run``)
 CleanResult
-InstantCleanedError               time travel to a snapshot a clean deleted files of (``cleaned``)
+InstantCleanedError,              a read of a snapshot a clean deleted files of; a read a clean
+read_past_cleans                  overtook (``cleaned``)
 """
 
 # Imported on first use (``lakewarden._lazy``): ``lakewarden.table.config`` imports
@@ -22,10 +23,16 @@ from typing import TYPE_CHECKING
 from lakewarden._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from lakewarden.table.clean.cleaned import InstantCleanedError, check_not_cleaned
+    from lakewarden.table.clean.cleaned import (
+        InstantCleanedError,
+        MissingDataFileError,
+        check_not_cleaned,
+        read_past_cleans,
+    )
     from lakewarden.table.clean.garbage import StorageGarbage, find_storage_garbage
     from lakewarden.table.clean.policy import (
         DEFAULT_ORPHAN_MIN_AGE_S,
+        DEFAULT_RETENTION_WINDOW_S,
         CleaningPolicy,
         CleanPolicy,
         InvalidCleanPolicyError,
@@ -37,9 +44,12 @@ if TYPE_CHECKING:
 _EXPORTS: dict[str, str] = {
     "InstantCleanedError": "lakewarden.table.clean.cleaned",
     "check_not_cleaned": "lakewarden.table.clean.cleaned",
+    "MissingDataFileError": "lakewarden.table.clean.cleaned",
+    "read_past_cleans": "lakewarden.table.clean.cleaned",
     "StorageGarbage": "lakewarden.table.clean.garbage",
     "find_storage_garbage": "lakewarden.table.clean.garbage",
     "DEFAULT_ORPHAN_MIN_AGE_S": "lakewarden.table.clean.policy",
+    "DEFAULT_RETENTION_WINDOW_S": "lakewarden.table.clean.policy",
     "CleaningPolicy": "lakewarden.table.clean.policy",
     "CleanPolicy": "lakewarden.table.clean.policy",
     "InvalidCleanPolicyError": "lakewarden.table.clean.policy",
@@ -57,12 +67,14 @@ __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 __all__ = [
     "DEFAULT_ORPHAN_MIN_AGE_S",
+    "DEFAULT_RETENTION_WINDOW_S",
     "CleanPolicy",
     "CleanRequest",
     "CleanResult",
     "CleaningPolicy",
     "InstantCleanedError",
     "InvalidCleanPolicyError",
+    "MissingDataFileError",
     "RetentionPlan",
     "RollbackContext",
     "StorageGarbage",
@@ -72,5 +84,6 @@ __all__ = [
     "failed_writes",
     "find_storage_garbage",
     "plan_retention",
+    "read_past_cleans",
     "roll_back",
 ]

@@ -16,11 +16,22 @@
    never one: its writer is (or may be) still at work. Orphans are reported always and deleted
    only when asked.
 
-The timeline (``.lakewarden/``) is never touched.
+4. **Temporary files** a crashed write left (``.lw-tmp-*``, which listings skip; found by
+   ``Storage.list_temporary``), untouched for ``temp_min_age_s``: a live write finishes its
+   temporary file long before that. On S3 there are none (a put is atomic).
+5. **Strays under** ``.lakewarden/``: names no lakewarden component writes. What is legitimate
+   there (``METADATA_LAYOUT``): ``table.json``; timeline entries ``timeline/<seq:020d>.json``
+   (every one, even a malformed one: removing it would make a gap); checkpoints
+   ``timeline/_checkpoints/<seq:020d>.json``; job summaries ``jobs/<jobId>/_SUCCESS``; claim
+   marks ``claims/<instant>.json``. Any other name in ``timeline/``, ``jobs/`` or ``claims/``
+   (a half-written copy, a tool's backup: apache/hudi#19649's leftover manifest broke every
+   later archive) is garbage once untouched for ``orphan_min_age_s``; any other name
+   elsewhere under ``.lakewarden/`` is only an orphan candidate (a newer component's file).
 """
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Iterable, Set
 from dataclasses import dataclass
@@ -30,12 +41,22 @@ from pydantic import ValidationError
 from lakewarden.commit.layout import METADATA_DIR, TEMPORARY_DIR
 from lakewarden.commit.uploads import UploadRecord
 from lakewarden.storage import NotFoundError, ObjectInfo, Storage
+from lakewarden.table.clean.policy import DEFAULT_TEMP_MIN_AGE_S
 from lakewarden.table.files import split_key, written_by
 from lakewarden.table.instant import Transition
 from lakewarden.table.plans import CleanFile
 from lakewarden.table.timeline_state import InstantState, TimelineState
 
 _JOB_DIR_PREFIX = TEMPORARY_DIR + "manifest_"
+# Every name lakewarden writes under .lakewarden/ (step 5 of the module docstring).
+METADATA_LAYOUT = re.compile(
+    r"\.lakewarden/(?:table\.json"
+    r"|timeline/\d{20}\.json"
+    r"|timeline/_checkpoints/\d{20}\.json"
+    r"|jobs/[^/]+/_SUCCESS"
+    r"|claims/[^/]+\.json)"
+)
+_METADATA_DIRS = tuple(METADATA_DIR + d for d in ("timeline/", "jobs/", "claims/"))
 _GIVEN_UP = frozenset({Transition.ROLLED_BACK, Transition.ABORTED})
 
 
@@ -63,17 +84,23 @@ def find_storage_garbage(
     *,
     orphan_min_age_s: float,
     now_ms: int,
+    temp_min_age_s: float = DEFAULT_TEMP_MIN_AGE_S,
     skip: Set[str] = frozenset(),
 ) -> StorageGarbage:
     """List the table once and sort what no instant needs (see the module docstring).
     ``skip``: files already planned (by retention or an earlier clean)."""
     referenced = referenced_paths(state)
     jobs: dict[str, list[ObjectInfo]] = defaultdict(list)
-    files: list[CleanFile] = []
+    temp_age_ms = int(temp_min_age_s * 1000)
+    files = [f for f in _temporary_files(storage, temp_age_ms, now_ms) if f.path not in skip]  # 4.
     orphans: list[CleanFile] = []
     min_age_ms = int(orphan_min_age_s * 1000)
     for info in storage.list(""):
         if info.key.startswith(METADATA_DIR):
+            old = now_ms - info.mtime_ms >= min_age_ms and info.key not in skip
+            if old and not METADATA_LAYOUT.fullmatch(info.key):
+                stray = _metadata_stray(info)  # 5.
+                (files if info.key.startswith(_METADATA_DIRS) else orphans).append(stray)
             continue
         if info.key.startswith(_JOB_DIR_PREFIX):
             jobs[info.key[len(_JOB_DIR_PREFIX) :].split("/", 1)[0]].append(info)
@@ -105,6 +132,27 @@ def find_storage_garbage(
         files.extend(_job_files(infos, reason))
         files.extend(_job_uploads(storage, infos, inst, referenced))
     return StorageGarbage(tuple(files), tuple(orphans))
+
+
+def _temporary_files(storage: Storage, min_age_ms: int, now_ms: int) -> list[CleanFile]:
+    return [
+        CleanFile(
+            path=info.key,
+            reason=f"temporary file of an interrupted write, untouched for "
+            f"{(now_ms - info.mtime_ms) / 3_600_000:.1f} h",
+            size_bytes=info.size,
+        )
+        for info in storage.list_temporary()
+        if now_ms - info.mtime_ms >= min_age_ms
+    ]
+
+
+def _metadata_stray(info: ObjectInfo) -> CleanFile:
+    return CleanFile(
+        path=info.key,
+        reason="a name lakewarden does not write under .lakewarden/ (stray)",
+        size_bytes=info.size,
+    )
 
 
 def _instant_prefix(state: TimelineState, job_id: str) -> InstantState | None:
@@ -168,4 +216,4 @@ def _job_uploads(
     return uploads
 
 
-__all__ = ["StorageGarbage", "find_storage_garbage", "referenced_paths"]
+__all__ = ["METADATA_LAYOUT", "StorageGarbage", "find_storage_garbage", "referenced_paths"]

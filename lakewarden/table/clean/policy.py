@@ -11,9 +11,17 @@ override it (``Table.clean(policy=...)``, ``lakewarden clean --policy keep-lates
 Whatever the policy, invariant 6 holds: nothing the latest snapshot, a pending instant or a
 pending plan needs is deleted (``lakewarden.table.clean.retention``).
 
+``retention_window_s`` (1 hour, like Delta Lake's ``deletedFileRetentionDuration``) is how long
+a superseded file stays after the write that superseded it completed, whatever the policy says:
+a reader that planned its files before that write (a Spark job lists its files when it plans,
+and its tasks open them for as long as the job runs) is not cut off while it runs. Set it above
+the longest read of the table; 0 lets a policy delete a file the moment it is superseded.
+
 ``orphan_min_age_s`` (3 days, like Iceberg's remove-orphan-files) is how old a file that no
 instant names must be before it counts as an orphan: a younger one may belong to a write whose
-``requested`` entry this clean has not read yet.
+``requested`` entry this clean has not read yet. ``temp_min_age_s`` (1 day) is how long a
+temporary file a crashed write left (``.lw-tmp-*``) stays untouched before a clean deletes it:
+a live write finishes its temporary file in seconds, or minutes for a large data file.
 """
 
 from __future__ import annotations
@@ -26,6 +34,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from lakewarden.errors import ConfigurationError
 
 DEFAULT_ORPHAN_MIN_AGE_S: Final = 3 * 24 * 3600.0
+DEFAULT_RETENTION_WINDOW_S: Final = 3600.0
+DEFAULT_TEMP_MIN_AGE_S: Final = 24 * 3600.0
 
 
 class CleaningPolicy(StrEnum):
@@ -50,6 +60,8 @@ class CleanPolicy(BaseModel):
     file_versions_retained: int = Field(default=3, ge=1)
     hours_retained: float = Field(default=24.0, gt=0)
     orphan_min_age_s: float = Field(default=DEFAULT_ORPHAN_MIN_AGE_S, ge=0)
+    retention_window_s: float = Field(default=DEFAULT_RETENTION_WINDOW_S, ge=0)
+    temp_min_age_s: float = Field(default=DEFAULT_TEMP_MIN_AGE_S, ge=0)
 
     @property
     def retained(self) -> float:
@@ -98,6 +110,8 @@ class CleanPolicy(BaseModel):
 
 __all__ = [
     "DEFAULT_ORPHAN_MIN_AGE_S",
+    "DEFAULT_RETENTION_WINDOW_S",
+    "DEFAULT_TEMP_MIN_AGE_S",
     "CleanPolicy",
     "CleaningPolicy",
     "InvalidCleanPolicyError",

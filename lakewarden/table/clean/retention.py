@@ -19,7 +19,10 @@ A file is kept (invariant 6) when
 4. a pending compaction or clustering plan rewrites its file group (whatever slice: the plan's
    executor reads them);
 5. an earlier clean already lists it (it is gone or going; listing it again would make every
-   sweep append a clean).
+   sweep append a clean);
+6. it was superseded less than ``retention_window_s`` ago (the completion of the write that
+   superseded it, by that write's ``completed`` entry), whatever the policy: a reader that
+   planned its files before that write is not cut off while it reads (invariant 11).
 
 Everything else a completed write named is garbage, with the rule that made it so. The clean's
 ``earliest_retained_instant`` is the oldest write from which on every snapshot is intact.
@@ -27,7 +30,7 @@ Everything else a completed write named is garbage, with the rule that made it s
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from lakewarden.table.clean.policy import CleaningPolicy, CleanPolicy
@@ -144,8 +147,24 @@ def cleaned_by(state: TimelineState) -> dict[str, InstantState]:
     return cleaned
 
 
-def plan_retention(state: TimelineState, policy: CleanPolicy, *, now_ms: int) -> RetentionPlan:
-    """The garbage of completed writes under ``policy`` at wall time ``now_ms``."""
+CompletionTime = Callable[[InstantState], int]
+
+
+def instant_time_ms(write: InstantState) -> int:
+    """When ``write`` started (its instant time): a lower bound of when it completed."""
+    return Instant(write.instant).epoch_ms
+
+
+def plan_retention(
+    state: TimelineState,
+    policy: CleanPolicy,
+    *,
+    now_ms: int,
+    completed_ms: CompletionTime = instant_time_ms,
+) -> RetentionPlan:
+    """The garbage of completed writes under ``policy`` at wall time ``now_ms``.
+    ``completed_ms``: when a write completed (epoch ms), asked only of writes that superseded
+    a file the policy would delete (rule 6); the clean reads their ``completed`` entries."""
     writes = data_writes(state)
     if not writes:
         return RetentionPlan((), None)
@@ -181,6 +200,8 @@ def plan_retention(state: TimelineState, policy: CleanPolicy, *, now_ms: int) ->
             )
         if any(life.alive_at(i) for i in protected) or life.file_group in protected_groups:
             continue  # 3. and 4.
+        if _superseded_recently(writes[life.removed], policy, now_ms, completed_ms):
+            continue  # 6.
         garbage.append((life, reason))
     earliest = max((life.removed or 0 for life, _ in garbage), default=None)
     return RetentionPlan(
@@ -199,6 +220,15 @@ def _boundary(writes: Sequence[InstantState], policy: CleanPolicy, now_ms: int) 
         before = [i for i, w in enumerate(writes) if Instant(w.instant).epoch_ms <= cutoff]
         return before[-1] if before else 0
     return 0
+
+
+def _superseded_recently(
+    by: InstantState, policy: CleanPolicy, now_ms: int, completed_ms: CompletionTime
+) -> bool:
+    if policy.retention_window_s <= 0:
+        return False
+    superseded_ms = max(completed_ms(by), instant_time_ms(by))
+    return now_ms - superseded_ms < policy.retention_window_s * 1000
 
 
 def _slices_per_group(lives: Sequence[FileLife]) -> dict[FileGroupId, int]:
@@ -223,10 +253,12 @@ def _pending_bases(state: TimelineState, writes: Sequence[InstantState]) -> set[
 
 __all__ = [
     "DATA_ACTIONS",
+    "CompletionTime",
     "FileLife",
     "RetentionPlan",
     "cleaned_by",
     "data_writes",
     "file_lives",
+    "instant_time_ms",
     "plan_retention",
 ]

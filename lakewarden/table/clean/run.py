@@ -8,7 +8,8 @@ Protocol of ``clean_table``:
    plans past their cancellation policy with no live executor (``expiry``: RFC-79's
    ``request_cancel`` + ``execute_cancel``), which frees what they had pinned;
 3. plan: under the table lock, load the timeline, take the retention garbage of the policy
-   (``retention``) and the garbage one listing finds (``garbage``; orphans only when asked),
+   (``retention``) and the garbage one listing finds (``garbage``: also temporary files of
+   crashed writes and strays under ``.lakewarden/``; orphans only when asked),
    and append the ``clean`` instant ``requested`` with the ``CleanPlan``: exactly the files
    and why. The append is validated against the log it lands on: no other clean may be
    pending and nothing may have been appended since the plan was made (else re-plan), so two
@@ -29,11 +30,14 @@ from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
-from lakewarden.storage import NotFoundError
+from pydantic import ValidationError
+
+from lakewarden.storage import NotFoundError, StorageError, is_temporary_key
+from lakewarden.table.checkpoint import entry_key
 from lakewarden.table.clean.expiry import cancel_plan, expired_plans
 from lakewarden.table.clean.garbage import find_storage_garbage
 from lakewarden.table.clean.policy import CleanPolicy
-from lakewarden.table.clean.retention import cleaned_by, plan_retention
+from lakewarden.table.clean.retention import CompletionTime, cleaned_by, plan_retention
 from lakewarden.table.clean.rollback import (
     RollbackContext,
     failed_writes,
@@ -151,10 +155,15 @@ def _plan(
 ) -> tuple[CleanPlan, tuple[CleanFile, ...]]:
     now_ms = int(request.wall_clock() * 1000)
     policy = request.policy
-    retention = plan_retention(state, policy, now_ms=now_ms)
+    retention = plan_retention(state, policy, now_ms=now_ms, completed_ms=_completion_times(ctx))
     skip = set(cleaned_by(state)) | {f.path for f in retention.garbage}
     found = find_storage_garbage(
-        ctx.storage, state, orphan_min_age_s=policy.orphan_min_age_s, now_ms=now_ms, skip=skip
+        ctx.storage,
+        state,
+        orphan_min_age_s=policy.orphan_min_age_s,
+        temp_min_age_s=policy.temp_min_age_s,
+        now_ms=now_ms,
+        skip=skip,
     )
     files = retention.garbage + found.files
     if request.delete_orphans:
@@ -165,6 +174,36 @@ def _plan(
         policy=policy.describe(),
     )
     return plan, found.orphans
+
+
+# A completion time that cannot be read counts as "just now": the file is kept this time.
+_UNKNOWN_COMPLETION_MS = 2**62
+
+
+def _completion_times(ctx: RollbackContext) -> CompletionTime:
+    """When a write completed: the wall time of its ``completed`` entry (read once per write,
+    and only for writes that superseded a file the policy would delete)."""
+    known: dict[str, int] = {}
+
+    def completed_ms(write: InstantState) -> int:
+        if write.instant not in known:
+            known[write.instant] = _completed_entry_ms(ctx, write)
+        return known[write.instant]
+
+    return completed_ms
+
+
+def _completed_entry_ms(ctx: RollbackContext, write: InstantState) -> int:
+    if write.completed_seq is None:
+        return _UNKNOWN_COMPLETION_MS
+    try:
+        data = ctx.storage.read(entry_key(write.completed_seq))
+        return TimelineEntry.model_validate_json(data).wall_time_ms
+    except (StorageError, ValidationError) as err:
+        log.warning(
+            "completion time of %s unknown, its superseded files stay: %s", write.instant, err
+        )
+        return _UNKNOWN_COMPLETION_MS
 
 
 def _plan_and_append(ctx: RollbackContext, request: CleanRequest) -> CleanResult:
@@ -269,6 +308,8 @@ def _delete_all(ctx: RollbackContext, files: Sequence[CleanFile]) -> list[Except
         try:
             if file.upload_id is not None:
                 storage.abort_multipart(file.path, file.upload_id)
+            elif is_temporary_key(file.path):
+                storage.delete_temporary(file.path)
             else:
                 storage.delete(file.path)
         except NotFoundError:

@@ -46,7 +46,7 @@ from lakewarden.testing import wait_until
 from lakewarden_services._common.process import ServiceProcess
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("v", pa.string())])
-KEEP_ONE = CleanPolicy(commits_retained=1)
+KEEP_ONE = CleanPolicy(commits_retained=1, retention_window_s=0)  # deletes at once
 Cleaners = Callable[..., ServiceProcess]
 
 

@@ -75,7 +75,7 @@ def test_keep_latest_commits_time_travel_inside_and_outside() -> None:
     table = mem_table()
     instants = versions(table, 5)
     before = data_keys(table)
-    result = table.clean(CleanPolicy(commits_retained=2))
+    result = table.clean(CleanPolicy(commits_retained=2, retention_window_s=0))
 
     assert result.instant is not None and len(result.files) == 3
     assert result.files_deleted == 3 and result.bytes_deleted == result.planned_bytes > 0
@@ -93,14 +93,18 @@ def test_keep_latest_commits_time_travel_inside_and_outside() -> None:
     assert clean.commit is not None and clean.commit.extra_metadata["files_deleted"] == "3"
     # Nothing left to do: a second clean appends nothing.
     tail = table.state().tail_seq
-    again = table.clean(CleanPolicy(commits_retained=2))
+    again = table.clean(CleanPolicy(commits_retained=2, retention_window_s=0))
     assert again.instant is None and again.files == () and table.state().tail_seq == tail
 
 
 def test_keep_latest_file_versions() -> None:
     table = mem_table()
     instants = versions(table, 4)
-    policy = CleanPolicy(policy=CleaningPolicy.KEEP_LATEST_FILE_VERSIONS, file_versions_retained=2)
+    policy = CleanPolicy(
+        policy=CleaningPolicy.KEEP_LATEST_FILE_VERSIONS,
+        file_versions_retained=2,
+        retention_window_s=0,
+    )
     result = table.clean(policy)
     assert len(result.files) == 2
     assert all("outside keep-latest-file-versions=2" in f.reason for f in result.files)
@@ -126,7 +130,7 @@ def test_keep_latest_by_hours_inside_and_outside_the_window() -> None:
 
 
 def test_policy_in_table_json_and_overridden(tmp_path: Path) -> None:
-    policy = CleanPolicy(commits_retained=4)
+    policy = CleanPolicy(commits_retained=4, retention_window_s=0)
     table = Table.create(
         str(tmp_path / "t"), name="t", record_key="id", schema=SCHEMA, clean_policy=policy
     )
@@ -201,7 +205,7 @@ def test_pending_clustering_plan_files_survive() -> None:
     )
     for version in ("b0", "b1", "b2"):  # region b only: the plan is not overtaken
         put("b", version)
-    result = table.clean(CleanPolicy(commits_retained=1))
+    result = table.clean(CleanPolicy(commits_retained=1, retention_window_s=0))
     assert result.cancelled == ()
     assert {f.path.split("/")[0] for f in result.files} == {"region=b"}  # a0 is kept
     assert set(table.read(as_of=first).column("v").to_pylist()) == {"a0"}
@@ -214,7 +218,7 @@ def test_snapshot_a_pending_write_builds_on_survives() -> None:
         table.timeline_log, table.coordinator, table.table_id, operation="upsert", actor="slow"
     )  # requested after `first`: it builds on that snapshot (liveness unknown: not rolled back)
     later = versions(table, 3)
-    result = table.clean(CleanPolicy(commits_retained=1))
+    result = table.clean(CleanPolicy(commits_retained=1, retention_window_s=0))
     assert values(table, first) == {"v0"}  # kept for the pending writer
     assert len(result.files) == 2  # the versions of later[0] and later[1]
     with pytest.raises(InstantCleanedError):
@@ -230,12 +234,14 @@ def test_interrupted_clean_is_finished_as_planned() -> None:
     versions(table, 4)
     faulty.fail("delete", nth=faulty.calls("delete") + 2)
     with pytest.raises(InjectedFaultError):
-        table.clean(CleanPolicy(commits_retained=2))
+        table.clean(CleanPolicy(commits_retained=2, retention_window_s=0))
     pending = [i for i in table.state().pending() if i.action is Action.CLEAN]
     assert len(pending) == 1
     planned = pending[0].plan
     versions(table, 2)  # more garbage meanwhile; the resumed clean does not grow
-    result = table.clean(CleanPolicy(commits_retained=3))  # another policy: not re-planned
+    result = table.clean(
+        CleanPolicy(commits_retained=3, retention_window_s=0)
+    )  # another policy: not re-planned
     assert result.resumed == (pending[0].instant,)
     done = table.state().get(pending[0].instant)
     assert done is not None and done.state is Transition.COMPLETED and done.plan == planned
@@ -250,10 +256,10 @@ def test_two_cleans_never_pending_at_once() -> None:
     other = Table(faulty.inner, table.config, coordinator=EmbeddedCoordinator(), actor="other")
 
     def other_cleaner_plans_first() -> None:
-        other.clean(CleanPolicy(commits_retained=1))
+        other.clean(CleanPolicy(commits_retained=1, retention_window_s=0))
 
     faulty.before("write_if_absent", other_cleaner_plans_first)
-    table.clean(CleanPolicy(commits_retained=1))
+    table.clean(CleanPolicy(commits_retained=1, retention_window_s=0))
     cleans = [i for i in table.timeline() if i.action is Action.CLEAN]
     assert len(cleans) == 1 and cleans[0].state is Transition.COMPLETED
 

@@ -23,7 +23,7 @@ SCHEMA = pa.schema(
     ]
 )
 HOUR = 3600.0
-KEEP_ONE = CleanPolicy(commits_retained=1)
+KEEP_ONE = CleanPolicy(commits_retained=1, retention_window_s=0)
 
 
 def table_with_plan(policy: CancellationPolicy) -> tuple[Table, str, str]:

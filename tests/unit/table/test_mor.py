@@ -23,6 +23,7 @@ from lakewarden.settings import Settings
 from lakewarden.storage import NotFoundError
 from lakewarden.table import mor as mor_module
 from lakewarden.table.bucket import route
+from lakewarden.table.clean import MissingDataFileError
 from lakewarden.table.config import TableConfig, save_new_config
 from lakewarden.table.coordinator import EmbeddedCoordinator
 from lakewarden.table.files import LogFileName, WriteToken, is_log_file, split_key
@@ -335,7 +336,7 @@ def test_an_error_preparing_a_slices_logs_is_raised_by_the_read_and_stops_its_wo
     paths = sorted({s.path for sl in table.snapshot().slices.values() for s in sl.log_files})
     assert len(paths) >= 2
     table.storage.delete(paths[-1])
-    with pytest.raises(NotFoundError):
+    with pytest.raises(MissingDataFileError):
         table.read()
     assert not [t for t in threading.enumerate() if t.name.startswith("lakewarden-logs")]
 
@@ -346,8 +347,9 @@ def test_a_memory_mapped_log_file_that_is_gone_is_a_named_error(tmp_path: Path) 
     table.write(rows((1, "eu", 2, "a2")), "upsert")
     (path,) = {s.path for sl in table.snapshot().slices.values() for s in sl.log_files}
     table.storage.delete(path)
-    with pytest.raises(NotFoundError):
+    with pytest.raises(MissingDataFileError) as err:
         table.read()
+    assert err.value.path == path and isinstance(err.value.__cause__, NotFoundError)
 
 
 # -- the property: merge-on-read reads as copy-on-write -------------------------------------

@@ -34,7 +34,11 @@ from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, invar
 from lakewarden.storage import AlreadyExistsError
 from lakewarden.storage.faults import FaultyStorage
 from lakewarden.table.checkpoint import entry_key
-from lakewarden.table.conflicts import Footprint, WriteConflictError
+from lakewarden.table.conflicts import (
+    Footprint,
+    IngestionPrecedenceConflict,
+    WriteConflictError,
+)
 from lakewarden.table.coordinator import EmbeddedCoordinator
 from lakewarden.table.instant import NO_WORKLOAD_ACTIONS, Action, Instant, Transition
 from lakewarden.table.plans import ServicePlan
@@ -165,12 +169,22 @@ class TimelineModel(RuleBasedStateMachine):
         )
         try:
             write.tx.inflight(workload)
+        except WriteConflictError:  # RFC-79 step 2: beaten before it wrote anything
+            self.conflicted.add(write.tx.instant)
         except IllegalTransitionError:
             pass  # cancelled or rolled back meanwhile
 
     def _complete(self, write: Write) -> None:
         try:
             write.tx.complete(stats(write.tx, write.groups))
+        except IngestionPrecedenceConflict:
+            # A pending ingestion is in the way: the plan requests its own cancellation, as
+            # the executor's pre-commit does, and that is what makes the verdict final.
+            try:
+                self._cancel(write)
+                self.conflicted.add(write.tx.instant)
+            except IllegalTransitionError:
+                pass
         except WriteConflictError:
             self.conflicted.add(write.tx.instant)
         except IllegalTransitionError:
@@ -215,6 +229,11 @@ class TimelineModel(RuleBasedStateMachine):
                 )
         except IllegalTransitionError:
             pass
+
+    def _cancel(self, write: Write) -> None:
+        write.tx.timeline.append(
+            draft(write.tx.instant, write.tx.action, Transition.CANCEL_REQUESTED, {"reason": "x"})
+        )
 
     @rule(write=writes, proc=st.integers(0, 2), then_abort=st.booleans())
     def cancel(self, write: Write, proc: int, then_abort: bool) -> None:

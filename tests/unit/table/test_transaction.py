@@ -179,13 +179,14 @@ def test_pending_plan_blocks_ingestion_and_a_completed_plan_beats_it(timeline: T
     plan = ServicePlan(file_groups=(FG,))
     compaction = begin(timeline, coord, "svc", action=Action.COMPACTION, plan=plan)
     tx = begin(timeline, coord)
-    tx.inflight(WorkloadProfile(operation="upsert", file_groups=(FG,)))
+    # RFC-79 step 2: the rules run when the ingestion declares its file groups (nothing is
+    # appended, the ingestion stays requested), before it writes anything.
     with pytest.raises(PendingPlanConflict, match="pending non-cancellable compaction plan"):
-        tx.complete(stats_for(tx, FG))
+        tx.inflight(WorkloadProfile(operation="upsert", file_groups=(FG,)))
     compaction.inflight(WorkloadProfile(operation="compact", file_groups=(FG,)))
     compaction.complete(stats_for(compaction, FG))
     with pytest.raises(OverlappingCommitConflict, match=f"{compaction.instant} \\(compaction"):
-        tx.complete(stats_for(tx, FG))
+        tx.inflight(WorkloadProfile(operation="upsert", file_groups=(FG,)))
     later = begin(timeline, coord)  # requested after the plan completed: ordered, no conflict
     later.inflight(WorkloadProfile(operation="upsert", file_groups=(FG,)))
     later.complete(stats_for(later, FG))

@@ -26,6 +26,7 @@ from lakewarden.settings import Settings
 from lakewarden.storage import ObjectInfo, Storage, StorageIOError
 from lakewarden.storage.faults import FaultyStorage
 from lakewarden.table.bucket import append_group, bucket_of, route
+from lakewarden.table.clean import MissingDataFileError
 from lakewarden.table.config import (
     META_COLUMNS,
     META_FILE_NAME,
@@ -190,7 +191,7 @@ def test_partition_filter_skips_other_partitions_files(local_table: Table) -> No
     assert len(us) == 1
     local_table.storage.delete(us[0].path)  # only a read that opens it can fail
     assert as_set(local_table.read(filter=pc.field("region") == "eu")) == {(1, "eu", 1, "a")}
-    with pytest.raises(OSError, match="region=us"):
+    with pytest.raises(MissingDataFileError, match="region=us"):
         local_table.read()
 
 

@@ -15,7 +15,7 @@ from lakewarden.table.cancel import CancelRequestOutcome
 from lakewarden.table.conflicts import OverlappingCommitConflict
 from lakewarden.table.coordinator import EmbeddedCoordinator
 from lakewarden.table.instant import Transition
-from lakewarden.table.stats import CommitStats, WorkloadProfile
+from lakewarden.table.stats import WorkloadProfile
 from lakewarden.table.table import Table
 from lakewarden.table.timeline import IllegalTransitionError
 from lakewarden.table.transaction import WriteTransaction
@@ -127,9 +127,9 @@ def test_a_plan_completed_before_the_ingestion_beats_it(make_table: MakeTable) -
     )
     assert table.run_table_service(instant).outcome is ServiceOutcome.COMPLETED
     groups = table.snapshot().slices
-    txn.inflight(WorkloadProfile(operation="upsert", file_groups=tuple(groups)))
+    # ... but went inflight (RFC-79 step 2) after it: the plan wins, found at step 2.
     with pytest.raises(OverlappingCommitConflict, match=instant):
-        txn.complete(CommitStats(operation="upsert"))
+        txn.inflight(WorkloadProfile(operation="upsert", file_groups=tuple(groups)))
     assert _state(table, instant) is Transition.COMPLETED
 
 

@@ -4,7 +4,7 @@ find another process's executor running the same plan), cancel requests and exec
 one in-memory table seen by three "processes" (each its own coordinator, so heartbeats are
 invisible across them, as without Kafka).
 
-Invariants after every step (ARCHITECTURE.md 1-5):
+Invariants after every step (docs/architecture.md 1-5):
 
 1. every file a snapshot names exists (no executor, rollback or cancel deleted a committed
    file), and table services never change what a read returns;

@@ -16,7 +16,7 @@ from faust.types import Message
 from lakewarden.cli import cli
 from lakewarden.events import Event, EventDecodeError, Undecodable, decode, encode, make_event
 from lakewarden.settings import Settings
-from lakewarden.table import EmbeddedCoordinator, Table, Transition
+from lakewarden.table import CleanPolicy, EmbeddedCoordinator, Table, Transition
 from lakewarden_services._common.dlq import DeadLetters
 from lakewarden_services.cleaner.handler import EventHandler
 from lakewarden_services.cleaner.protocol import InvalidEvent, Trigger, parse_event
@@ -183,7 +183,12 @@ def test_the_wrong_event_is_dead_lettered() -> None:
 def test_worker_cleans_with_the_requested_policy(tmp_path: Path) -> None:
     coordinator = EmbeddedCoordinator()
     table = Table.create(
-        str(tmp_path / "t"), name="t", record_key="id", schema=SCHEMA, coordinator=coordinator
+        str(tmp_path / "t"),
+        name="t",
+        record_key="id",
+        schema=SCHEMA,
+        coordinator=coordinator,
+        clean_policy=CleanPolicy(retention_window_s=0),  # superseded files go at once
     )
     for version in range(3):
         table.write(pa.Table.from_pylist([{"id": 1, "v": str(version)}], schema=SCHEMA))
@@ -201,7 +206,8 @@ def test_cli_clean_dry_run_and_policy(tmp_path: Path, monkeypatch: pytest.Monkey
     for key in [k for k in os.environ if k.startswith("LAKEWARDEN_KAFKA")]:
         monkeypatch.delenv(key)
     uri = str(tmp_path / "t")
-    table = Table.create(uri, name="orders", record_key="id", schema=SCHEMA)
+    no_window = CleanPolicy(retention_window_s=0)  # superseded files go at once
+    table = Table.create(uri, name="orders", record_key="id", schema=SCHEMA, clean_policy=no_window)
     for version in range(3):
         table.write(pa.Table.from_pylist([{"id": 1, "v": str(version)}], schema=SCHEMA))
     runner = CliRunner()
