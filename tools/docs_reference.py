@@ -378,6 +378,7 @@ SERVICES = (
     "error_sink",
     "cleaner",
     "cancel_manager",
+    "publisher",
 )
 
 
