@@ -83,6 +83,9 @@ CASES: list[tuple[str, list[str], dict[str, str], int, str]] = [
     ("compact schedule", [NOT_A_TABLE], {}, 1, "is not a lakewarden table"),
     ("compact schedule", ["{table}"], {}, 1, "is copy-on-write"),
     ("compact schedule", ["{table}", "--max-file-groups", "0"], {}, 2, "--max-file-groups"),
+    ("compact schedule", ["{table}", "--max-age", "soon"], {}, 2, "is not a duration"),
+    ("compact schedule", ["{table}", "--max-instants", "3"], {}, 2, "need --cancellable"),
+    ("compact schedule", ["{table}", "--cancellable", "--max-instants", "0"], {}, 2, "x>=1"),
     ("compact run", [NOT_A_TABLE], {}, 1, "is not a lakewarden table"),
     ("compact run", [NOT_A_TABLE, "notaninstant"], {}, 2, "Invalid value for '[INSTANT]'"),
     # issue 11 (RFC-79): clustering plans and cancels
