@@ -187,6 +187,46 @@ class ErrorTableSettings(BaseModel):
         return self.name is not None or self.base_path is not None
 
 
+class CommitterSettings(BaseModel):
+    """The manifest committer's options a user sets (Hadoop's ``io.threads``,
+    ``validate.output`` and ``cleanup.skipped``); None leaves the committer's default.
+
+    The same value travels in a Spark write's options (``committer.threads``, ...) and in
+    ``JobCommitRequest`` to job-committer, where a value the request sets wins over the
+    service's own settings (``merged``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    threads: int | None = Field(
+        default=None,
+        ge=1,
+        le=256,
+        description="store I/O threads of a job commit, its cleanup and abort; None: 32 on an "
+        "object store, 4 on the local filesystem's fast path",
+    )
+    validate_output: bool | None = Field(
+        default=None,
+        description="after placing the files, check every committed file's size, and its "
+        "etag where the store reports one (S3); a mismatch fails the job commit. "
+        "None: off (one stat per file)",
+    )
+    cleanup: bool | None = Field(
+        default=None,
+        description="delete the job's _temporary/manifest_<job> directory after the commit; "
+        "false keeps it (manifests, commit plan) for diagnosis. None: on",
+    )
+
+    def merged(self, override: CommitterSettings | None) -> CommitterSettings:
+        """These settings with every value ``override`` sets replacing this one's."""
+        if override is None:
+            return self
+        return self.model_copy(update=override.model_dump(exclude_none=True))
+
+    @property
+    def is_default(self) -> bool:
+        return self.threads is None and self.validate_output is None and self.cleanup is None
+
+
 class Settings(BaseSettings):
     """Everything a lakewarden client, service or tool can be configured with."""
 
@@ -198,6 +238,7 @@ class Settings(BaseSettings):
     s3: S3Settings = S3Settings()
     heartbeat: HeartbeatSettings = HeartbeatSettings()
     error_table: ErrorTableSettings = ErrorTableSettings()
+    committer: CommitterSettings = CommitterSettings()
     state_dir: Path = Field(
         default=Path(".lakewarden-state"),
         description="where the local stack keeps broker data, pid files and logs",

@@ -185,8 +185,11 @@ class ManifestCommitter:
             CreateDirectoriesStage(config).run(plan)
             place = CompleteUploadsStage if loaded.upload_mode else RenameFilesStage
             placed = place(config).run(plan)
+            diagnostics = {"resumed": str(plan.resumed)}
             if self.options.validate_output:
-                ValidateOutputStage(config).run(plan)
+                report = ValidateOutputStage(config).run(plan)
+                diagnostics["validated_files"] = str(report.checked)
+                diagnostics["validated_etags"] = str(report.etags_checked)
             committed = _committed_files(loaded)
             summary = build_summary(
                 job_id=self.job_id,
@@ -194,7 +197,7 @@ class ManifestCommitter:
                 stage=None,
                 committed=committed,
                 iostatistics=self.statistics.snapshot(),
-                diagnostics={"resumed": str(plan.resumed)},
+                diagnostics=diagnostics,
                 description=description,
             )
             key = SaveSuccessStage(config).run(summary)
@@ -251,11 +254,12 @@ class ManifestCommitter:
             return self._clean_up(self._config(pool), result)
 
     def _clean_up(self, config: StageConfig, result: JobCommitResult) -> JobCommitResult:
-        if not self.options.cleanup:
+        keep = not self.options.cleanup
+        if keep and self.store.can_rename:  # nothing pending to abort: keep it all
             return result
         committed = frozenset(f.attempt for f in result.files)
         try:
-            CleanupStage(config).run(CleanupArgs(committed))
+            CleanupStage(config).run(CleanupArgs(committed, keep_directory=keep))
         except StageFailedError as err:
             log.warning("job %s committed, but its cleanup failed: %s", self.job_id, err)
             return _replace_cleanup_error(result, str(err))

@@ -90,6 +90,7 @@ def _fields(table_id: str) -> dict[str, dict[str, Any]]:
             "metadata": json.dumps({"streaming_batch_id": 17}),
             "table_uri": "s3://lake/trips",
             "commit_stats": json.dumps({"operation": "upsert", "write_stats": stats}),
+            "committer_options": {"threads": 64, "validate_output": True, "cleanup": None},
         },
         "JobCommitResult": {
             "instant": _INSTANT,

@@ -29,6 +29,7 @@ quiet machine, 1.57x ``df.write.parquet`` against 2.72x for ``spark`` (CPU 5.4 s
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -57,6 +58,7 @@ from lakewarden.spark._options import (
     InvalidOptionError,
     WriteSpec,
     check_table_type,
+    committer_options,
     encode_settings,
     get_option,
     load_settings,
@@ -129,9 +131,11 @@ def write(
     merge = operation != "bulk_insert"
     native = not merge and _native_writer(options or {}, table, encoded)
     hooks = test_hooks(options or {})
+    committer = committer_options(options or {})
     spec, txn = _job.open_write(  # 1.
         table, operation, settings_json=encoded, merge=merge, profiled=merge, test_hooks=hooks
     )
+    spec = dataclasses.replace(spec, committer=committer)
     keyed: DataFrame | None = None
     failure: Exception | None = None
     adopted: TaskCommitMessage | None = None

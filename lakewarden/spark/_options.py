@@ -27,6 +27,12 @@ Options (case-insensitive):
 ``lakewarden.until`` / ``lakewarden.slices`` set by ``lakewarden.spark.read``: pin a ``since``
                                            read's last instant; ``merged`` reads only the
                                            merge-on-read slices with log blocks
+``committer.threads``                      the job commit's store I/O threads (1-256)
+``committer.validate_output``              ``true``: check every committed file's size, and its
+                                           etag where the store has one
+``committer.cleanup``                      ``false``: keep the job's ``_temporary`` directory
+                                           for diagnosis (``Settings.committer`` otherwise;
+                                           see ``committer_options``)
 ``lakewarden.test.*``                      fault injection for tests (see ``_faults``)
 =========================================  =====================================================
 """
@@ -38,8 +44,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from pydantic import ValidationError
+
 from lakewarden.errors import ConfigurationError
-from lakewarden.settings import Settings
+from lakewarden.settings import CommitterSettings, Settings
 from lakewarden.table.config import TableConfig, normalize_table_type
 
 WriteOperation = Literal["insert", "bulk_insert", "upsert", "delete", "insert_overwrite_table"]
@@ -70,6 +78,7 @@ OPT_SLICES = "lakewarden.slices"
 SLICES_MERGED = "merged"
 OPT_FILTERS = "filters"
 TEST_PREFIX = "lakewarden.test."
+COMMITTER_PREFIX = "committer."
 
 
 class InvalidOptionError(ConfigurationError):
@@ -161,6 +170,31 @@ def ingest_errors(options: Mapping[str, str]) -> bool:
     return (get_option(options, OPT_INGEST_ERRORS) or "").lower() == "true"
 
 
+def committer_options(options: Mapping[str, str]) -> CommitterSettings | None:
+    """The ``committer.*`` options (``threads``, ``validate_output``, ``cleanup``) as
+    ``CommitterSettings``; each one set wins over ``Settings.committer`` for this write, in
+    the driver's job commit and in job-committer's. None when none is set.
+
+    Raises: InvalidOptionError (an unknown ``committer.*`` option or a bad value)."""
+    raw = {
+        key.lower()[len(COMMITTER_PREFIX) :]: value
+        for key, value in options.items()
+        if key.lower().startswith(COMMITTER_PREFIX)
+    }
+    if not raw:
+        return None
+    try:
+        return CommitterSettings.model_validate(raw)
+    except ValidationError as err:
+        problems = "; ".join(
+            f"committer.{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in err.errors()
+        )
+        raise InvalidOptionError(
+            f"bad committer option: {problems}. Help: committer.threads takes 1-256, "
+            "committer.validate_output and committer.cleanup take true or false."
+        ) from err
+
+
 def test_hooks(options: Mapping[str, str]) -> dict[str, str]:
     """The ``lakewarden.test.*`` options, without the prefix."""
     return {
@@ -186,6 +220,8 @@ class WriteSpec:
     test_hooks: dict[str, str] = field(default_factory=dict)
     # Rows carry the ingestion's bad-record columns (``_bad_rows.INGEST_COLUMNS``).
     ingest_errors: bool = False
+    # The write's ``committer.*`` options (``committer_options``).
+    committer: CommitterSettings | None = None
 
     def settings(self) -> Settings:
         return load_settings(self.settings_json)

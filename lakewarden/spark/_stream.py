@@ -28,6 +28,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from lakewarden.settings import CommitterSettings
 from lakewarden.spark import _faults, _job
 from lakewarden.spark._arrow import check_write_schema
 from lakewarden.spark._bad_rows import INGEST_COLUMNS
@@ -71,12 +72,14 @@ class LakewardenStreamWriter(DataSourceStreamWriter, DataSourceArrowWriter):
         test_hooks: dict[str, str],
         checkpoint: str = "",
         ingest_errors: bool = False,
+        committer: CommitterSettings | None = None,
     ) -> None:
         self.uri = uri
         self.settings_json = settings_json
         self.test_hooks = test_hooks
         self.checkpoint = checkpoint
         self.ingest_errors = ingest_errors
+        self.committer = committer
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
         """One task attempt of one micro-batch (on an executor)."""
@@ -123,6 +126,7 @@ class LakewardenStreamWriter(DataSourceStreamWriter, DataSourceArrowWriter):
             self.settings_json,
             test_hooks=self.test_hooks,
             ingest_errors=self.ingest_errors,
+            committer=self.committer,
         )
 
     def commit(  # type: ignore[override]  # streaming signature (DataSourceStreamWriter)
@@ -180,6 +184,7 @@ class LakewardenStreamWriter(DataSourceStreamWriter, DataSourceArrowWriter):
             OPERATION,
             self.settings_json,
             test_hooks=self.test_hooks,
+            committer=self.committer,
         )
         return spec, first.batch
 

@@ -33,6 +33,7 @@ from lakewarden.spark._options import (
     OPT_PROFILED,
     WriteSpec,
     check_table_type,
+    committer_options,
     get_option,
     ingest_errors,
     settings_json,
@@ -96,6 +97,7 @@ def create_writer(
     check_table_type(options, table.config)
     check_write_schema(schema, table.config, operation, ignore=ignore)
     hooks = test_hooks(options)
+    committer = committer_options(options)
     instant, job_id = get_option(options, OPT_INSTANT), get_option(options, OPT_JOB)
     if instant is not None and job_id is not None:
         spec = WriteSpec(
@@ -108,10 +110,11 @@ def create_writer(
             profiled=get_option(options, OPT_PROFILED) == "true",
             test_hooks=hooks,
             ingest_errors=diverts,
+            committer=committer,
         )
         return LakewardenWriter(spec, parse_batch_option(get_option(options, OPT_BATCH)))
     spec, txn = _job.open_write(table, operation, settings_json=encoded, test_hooks=hooks)
-    spec = dataclasses.replace(spec, ingest_errors=diverts)
+    spec = dataclasses.replace(spec, ingest_errors=diverts, committer=committer)
     keep_alive(
         Timeline(table.storage, table=table.config.name),
         table.coordinator,

@@ -30,6 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
+from lakewarden.commit import CommitterOptions
 from lakewarden.settings import Settings
 from lakewarden.storage import Storage
 from lakewarden.table.clean import (
@@ -72,10 +73,13 @@ class Table:
         *,
         coordinator: Coordinator,
         actor: str | None = None,
+        settings: Settings | None = None,
     ) -> None:
         self.storage = storage
         self.config = config
         self.coordinator = coordinator
+        # What this process was configured with (the committer's options, the error table).
+        self.settings = settings if settings is not None else Settings()
         self.actor = actor or f"python-writer@{socket.gethostname()}:{os.getpid()}"
         self.timeline_log = Timeline(storage, table=config.name)
         # Merge-on-read: log files this table's reads scanned, reused by later reads.
@@ -115,7 +119,12 @@ class Table:
         )
         storage = load_storage(uri, settings)
         save_new_config(storage, config)
-        return cls(storage, config, coordinator=coordinator or _coordinator_for(settings))
+        return cls(
+            storage,
+            config,
+            coordinator=coordinator or _coordinator_for(settings),
+            settings=settings,
+        )
 
     @classmethod
     def open(
@@ -128,7 +137,12 @@ class Table:
         ConfigurationError."""
         storage = load_storage(uri, settings)
         config = load_config(storage)
-        return cls(storage, config, coordinator=coordinator or _coordinator_for(settings))
+        return cls(
+            storage,
+            config,
+            coordinator=coordinator or _coordinator_for(settings),
+            settings=settings,
+        )
 
     @property
     def uri(self) -> str:
@@ -180,7 +194,12 @@ class Table:
         if isinstance(data, pa.RecordBatch):
             data = pa.Table.from_batches([data])
         ctx = WriteContext(
-            self.storage, self.config, self.timeline_log, self.coordinator, self.actor
+            self.storage,
+            self.config,
+            self.timeline_log,
+            self.coordinator,
+            self.actor,
+            committer=CommitterOptions.from_settings(self.settings.committer),
         )
         return write(ctx, data, operation)
 

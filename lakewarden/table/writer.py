@@ -59,7 +59,7 @@ from __future__ import annotations
 import io
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import pyarrow as pa
@@ -106,9 +106,6 @@ __all__ = [
 
 Operation = Literal["insert", "upsert", "delete"]
 # A write's job is small (one attempt, a file per bucket touched): the defaults suit it.
-_OPTIONS = CommitterOptions()
-
-
 # -- the write protocol ---------------------------------------------------------------------
 
 
@@ -130,6 +127,8 @@ class WriteContext:
     coordinator: Coordinator
     actor: str
     max_threads: int = 8
+    # The job commit's options (``Settings.committer``; the service applies its own and these).
+    committer: CommitterOptions = field(default_factory=CommitterOptions)
 
 
 def write(ctx: WriteContext, data: pa.Table, operation: Operation) -> CommitResult:
@@ -153,7 +152,7 @@ def write(ctx: WriteContext, data: pa.Table, operation: Operation) -> CommitResu
     written: list[str] = []
     service = ctx.coordinator.job_commits()
     try:
-        job = _job(ctx.storage, txn.instant)
+        job = _job(ctx.storage, txn.instant, ctx.committer)
         with txn.heartbeat():
             state = ctx.timeline.load()
             base = snapshot_as_of_request(state, txn.instant, table=ctx.config.name)
@@ -181,11 +180,11 @@ def write(ctx: WriteContext, data: pa.Table, operation: Operation) -> CommitResu
         raise
 
 
-def _job(storage: Storage, instant: str) -> ManifestCommitter | None:
+def _job(storage: Storage, instant: str, options: CommitterOptions) -> ManifestCommitter | None:
     """The write's committer job, set up; None on a store without private staging."""
     if not storage.capabilities.private_staging:
         return None
-    job = ManifestCommitter(storage, new_job_id(prefix=instant), options=_OPTIONS)
+    job = ManifestCommitter(storage, new_job_id(prefix=instant), options=options)
     job.setup_job()
     return job
 

@@ -1,0 +1,159 @@
+"""The committer options a user sets (``Settings.committer``): output validation (size, and
+etag where the store tags objects), cleanup off (the job directory kept for diagnosis), the
+thread count; and that ``Table.write`` and the environment reach them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from _commit_helpers import Table, job_files, run_task
+
+from lakewarden.commit import (
+    CommitterOptions,
+    NonRetryableStageFailedError,
+    SizeMismatchError,
+)
+from lakewarden.commit.errors import EtagMismatchError
+from lakewarden.commit.layout import TEMPORARY_DIR
+from lakewarden.settings import CommitterSettings, Settings
+from lakewarden.table.table import Table as LakeTable
+
+VALIDATE = "job_stage_optional_validate_output"
+
+
+def _commit(table: Table, options: CommitterOptions, **kwargs: object) -> tuple[object, object]:
+    committer = table.committer(options=options, **kwargs)
+    committer.setup_job()
+    files = job_files(2, 3)
+    attempts = [run_task(committer, t, 0, f) for t, f in files.items()]
+    return committer, attempts
+
+
+def test_validate_output_checks_every_file_and_on_s3_its_etag(table: Table) -> None:
+    committer, attempts = _commit(table, CommitterOptions(validate_output=True))
+    committer.commit_job([a.attempt_id for a in attempts])  # type: ignore[attr-defined]
+    summary = committer.summary()  # type: ignore[attr-defined]
+    assert summary is not None and summary.state == "COMMITTED"
+    assert summary.diagnostics["validated_files"] == "6"
+    # SeaweedFS, like S3, tags a completed multipart upload with the MD5 of its parts' MD5s.
+    assert summary.diagnostics["validated_etags"] == ("6" if table.is_s3 else "0")
+
+
+def test_validation_is_off_by_default(table: Table) -> None:
+    committer, attempts = _commit(table, CommitterOptions())
+    committer.commit_job([a.attempt_id for a in attempts])  # type: ignore[attr-defined]
+    summary = committer.summary()  # type: ignore[attr-defined]
+    assert summary is not None and "validated_files" not in summary.diagnostics
+
+
+def _replace_at_validation(
+    table: Table, key: str, data: bytes, *, multipart: bool
+) -> Callable[[str, str], None]:
+    def hook(event: str, stage: str) -> None:
+        if (event, stage) != ("start", VALIDATE):
+            return
+        table.storage.delete(key)
+        if multipart:  # same size, other bytes, and an etag of the multipart form
+            upload = table.storage.create_multipart(key)
+            part = table.storage.upload_part(key, upload, 1, data)
+            table.storage.complete_multipart(key, upload, [part])
+        else:
+            table.storage.write(key, data)
+
+    return hook
+
+
+def test_validate_output_refuses_a_file_of_another_size(table: Table) -> None:
+    files = job_files(2, 3)
+    victim = next(iter(files[0]))
+    hook = _replace_at_validation(table, victim, b"short", multipart=False)
+    committer, attempts = _commit(table, CommitterOptions(validate_output=True), stage_hook=hook)
+    with pytest.raises(NonRetryableStageFailedError) as info:
+        committer.commit_job([a.attempt_id for a in attempts])  # type: ignore[attr-defined]
+    assert info.value.stage == VALIDATE
+    assert isinstance(info.value.__cause__, SizeMismatchError)
+    assert victim in str(info.value.__cause__)
+
+
+@pytest.mark.s3
+def test_validate_output_refuses_an_object_of_the_same_size_with_other_bytes(
+    s3_table: Table,
+) -> None:
+    files = job_files(2, 3)
+    victim, content = next(iter(files[0].items()))
+    forged = bytes(reversed(content)) if content != content[::-1] else b"x" * len(content)
+    assert len(forged) == len(content) and forged != content
+    hook = _replace_at_validation(s3_table, victim, forged, multipart=True)
+    options = CommitterOptions(validate_output=True)
+    committer, attempts = _commit(s3_table, options, stage_hook=hook)
+    with pytest.raises(NonRetryableStageFailedError) as info:
+        committer.commit_job([a.attempt_id for a in attempts])  # type: ignore[attr-defined]
+    assert info.value.stage == VALIDATE
+    cause = info.value.__cause__
+    assert isinstance(cause, EtagMismatchError), cause
+    assert victim in str(cause) and "Help:" in str(cause)
+
+
+def test_cleanup_off_keeps_the_job_directory_and_aborts_losers_uploads(table: Table) -> None:
+    committer = table.committer(options=CommitterOptions(cleanup=False))
+    committer.setup_job()
+    files = job_files(2, 2)
+    winners = [run_task(committer, t, 0, f) for t, f in files.items()]
+    run_task(committer, 0, 1, job_files(1, 2, attempt=1)[0])  # a losing attempt of task 0
+    committer.commit_job([a.attempt_id for a in winners])
+    kept = [k for k in table.all_keys() if k.startswith(committer.layout.job_dir)]
+    assert any(k.startswith(committer.layout.manifests_dir) for k in kept), kept
+    assert committer.summary() is not None
+    assert table.pending_uploads() == []  # a kept directory never leaves billed uploads
+
+
+def test_cleanup_on_removes_the_job_directory(table: Table) -> None:
+    committer, attempts = _commit(table, CommitterOptions())
+    committer.commit_job([a.attempt_id for a in attempts])  # type: ignore[attr-defined]
+    job_dir = committer.layout.job_dir  # type: ignore[attr-defined]
+    assert [k for k in table.all_keys() if k.startswith(job_dir)] == []
+
+
+def test_committer_settings_layer_over_the_defaults() -> None:
+    service = CommitterSettings(threads=16, validate_output=False)
+    request = CommitterSettings(validate_output=True, cleanup=False)
+    options = CommitterOptions.from_settings(service, request)
+    assert (options.threads, options.local_threads) == (16, 16)
+    assert options.validate_output is True and options.cleanup is False
+    assert CommitterOptions.from_settings(None, CommitterSettings()) == CommitterOptions()
+    assert service.merged(request) == CommitterSettings(
+        threads=16, validate_output=True, cleanup=False
+    )
+
+
+def test_environment_reaches_the_committer_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LAKEWARDEN_COMMITTER__THREADS", "7")
+    monkeypatch.setenv("LAKEWARDEN_COMMITTER__VALIDATE_OUTPUT", "true")
+    monkeypatch.setenv("LAKEWARDEN_COMMITTER__CLEANUP", "false")
+    assert Settings().committer == CommitterSettings(threads=7, validate_output=True, cleanup=False)
+    monkeypatch.setenv("LAKEWARDEN_COMMITTER__THREADS", "0")
+    with pytest.raises(ValueError, match="threads"):
+        Settings()
+
+
+def test_table_write_uses_the_settings_committer_options(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("LAKEWARDEN_KAFKA__BOOTSTRAP_SERVERS", raising=False)
+    settings = Settings(committer=CommitterSettings(validate_output=True, cleanup=False))
+    schema = pa.schema([("id", pa.int64()), ("v", pa.string())])
+    table = LakeTable.create(
+        str(tmp_path / "t"), name="t", record_key="id", schema=schema, settings=settings
+    )
+    table.write(pa.table({"id": [1, 2], "v": ["a", "b"]}, schema=schema), "insert")
+    kept = [i.key for i in table.storage.list(TEMPORARY_DIR)]
+    assert any("/manifests/" in k for k in kept), kept
+    [summary] = [i.key for i in table.storage.list(".lakewarden/jobs/")]
+    assert b'"validated_files":"1"' in table.storage.read(summary).replace(b" ", b"")
+    reopened = LakeTable.open(table.uri, settings=Settings())
+    reopened.write(pa.table({"id": [3], "v": ["c"]}, schema=schema), "insert")
+    job_dirs = {k.split("/")[1] for k in (i.key for i in table.storage.list(TEMPORARY_DIR))}
+    assert len(job_dirs) == 1  # the default (cleanup on) removed the second write's directory
