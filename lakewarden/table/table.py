@@ -53,13 +53,18 @@ from lakewarden.table.reader import (
 )
 from lakewarden.table.snapshot import Snapshot, build_snapshot, changes_since
 from lakewarden.table.timeline import InstantState, Timeline, TimelineState
-from lakewarden.table.writer import CommitResult, Operation, WriteContext, write
+from lakewarden.table.write_input import BadRecords
+from lakewarden.table.writer import CommitResult, Divert, Operation, WriteContext, write
 
 if TYPE_CHECKING:  # the table services import this package: imported in the methods
     from lakewarden.table.cancel import CancelRequestOutcome
     from lakewarden.table.instant import Instant
     from lakewarden.table.plans import CancellationPolicy
     from lakewarden.tableservice import ExecuteCancelOutcome, ServiceContext, ServiceRun
+
+
+BadRecordsChoice = Literal["fail", "skip", "error-table"]
+BAD_RECORDS: tuple[BadRecordsChoice, ...] = ("fail", "skip", "error-table")
 
 
 class Table:
@@ -183,16 +188,33 @@ class Table:
     # -- write and read -----------------------------------------------------------------------
 
     def write(
-        self, data: pa.Table | pa.RecordBatch, operation: Operation = "upsert"
+        self,
+        data: pa.Table | pa.RecordBatch,
+        operation: Operation = "upsert",
+        *,
+        bad_records: BadRecordsChoice = "fail",
     ) -> CommitResult:
         """Write ``data`` as one commit (``insert``, ``upsert`` or ``delete``); see
         ``lakewarden.table.writer`` for the protocol and the merge rules.
 
+        ``bad_records`` (records with a null record key or a null in a required field), as
+        Spark writes and ``lakewarden ingest`` take it: ``fail`` (the default: the write
+        fails naming the first, nothing committed), ``skip`` (left out, counted in the
+        statistics' ``failed_records``), ``error-table`` (left out, counted, and committed
+        into the table's error table exactly once with this instant:
+        ``lakewarden.errortable.divert``).
+
         Raises: SchemaMismatchError, InvalidRecordError (nothing committed),
         OverlappingCommitConflict / PendingPlanConflict (rolled back), LockTimeoutError,
-        CommitStateUnknownError."""
+        CommitStateUnknownError, ValueError (an unknown ``bad_records``); with
+        ``error-table``, what committing the errors raises (the spool stays: the next write
+        or ``settle_errors`` commits it)."""
+        if bad_records not in BAD_RECORDS:
+            raise ValueError(f"bad_records must be one of {', '.join(BAD_RECORDS)}")
         if isinstance(data, pa.RecordBatch):
             data = pa.Table.from_batches([data])
+        if bad_records == "error-table":
+            self.settle_errors()  # spools a crashed write left (steps 2-3 of divert)
         ctx = WriteContext(
             self.storage,
             self.config,
@@ -201,7 +223,32 @@ class Table:
             self.actor,
             committer=CommitterOptions.from_settings(self.settings.committer),
         )
-        return write(ctx, data, operation)
+        if bad_records == "fail":
+            return write(ctx, data, operation)
+        result = write(ctx, data, operation, divert=self._divert(operation, bad_records))
+        if bad_records == "error-table" and result.stats.failed_records:
+            self.settle_errors()
+        return result
+
+    def settle_errors(self) -> list[str]:
+        """Commit into the error table the bad records that ``write(...,
+        bad_records="error-table")`` spooled for instants that completed; drop those of
+        instants rolled back. Returns the instants whose records were committed.
+
+        Raises: LockTimeoutError, CommitStateUnknownError, StorageError."""
+        from lakewarden.errortable.divert import settle
+
+        return settle(self).committed
+
+    def _divert(self, operation: str, choice: BadRecordsChoice) -> Divert:
+        def divert(instant: str, job_id: str, attempt: str, bad: BadRecords) -> None:
+            if choice == "skip":
+                return
+            from lakewarden.errortable.divert import error_rows, spool
+
+            spool(self, instant, error_rows(self, instant, job_id, attempt, operation, bad))
+
+        return divert
 
     def read(
         self,

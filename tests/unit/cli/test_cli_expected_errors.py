@@ -30,6 +30,7 @@ CASES: list[tuple[str, list[str], dict[str, str], int, str]] = [
     ("errors show", [NOT_A_TABLE], {}, 1, "is not a lakewarden table"),
     ("errors show", [NOT_A_TABLE, "--instant", "notaninstant"], {}, 2, "'notaninstant' is not"),
     ("errors count", [NOT_A_TABLE], {}, 1, "is not a lakewarden table"),
+    ("errors settle", [NOT_A_TABLE], {}, 1, "is not a lakewarden table"),
     ("errors count", [NOT_A_TABLE, "--instant", "2024"], {}, 2, "Invalid value for '--instant'"),
     ("dev up", ["--kafka-port", "99999"], {}, 2, "Invalid value for '--kafka-port'"),
     ("dev up", ["--state-dir", "{corrupt}"], {}, 1, "is not a stack record"),
