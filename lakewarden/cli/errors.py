@@ -28,7 +28,9 @@ from lakewarden.table.table import Table
 def _errors(uri: str, instant: str | None) -> tuple[str, pa.Table | None]:
     settings = Settings()
     source = Table.open(uri, settings=settings)
-    location = error_table_location(source.uri, source.name, settings.error_table)
+    location = error_table_location(
+        source.uri, source.name, settings.error_table, source.config.error_table
+    )
     try:
         errors = Table.open(location.uri, settings=settings)
     except NotATableError:

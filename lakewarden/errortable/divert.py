@@ -31,7 +31,7 @@ from typing import Any, Final
 from lakewarden.errortable import records as ctx
 from lakewarden.errortable.acceptance import SourceKey
 from lakewarden.errortable.commit import commit_errors
-from lakewarden.errortable.location import error_table_location
+from lakewarden.errortable.location import chosen_location, error_table_location
 from lakewarden.errortable.records import ErrorRow
 from lakewarden.errortable.table import (
     SourceErrors,
@@ -94,6 +94,7 @@ def error_rows(
                     ctx.JOB_ID: job_id,
                     "operation": operation,
                     "rowIndex": str(index),
+                    **chosen_location(table.uri, config, table.settings),
                 },
             )
         )
@@ -144,7 +145,9 @@ def _commit(table: Table, instant: str, key: str) -> None:
     except NotFoundError:  # a concurrent settle took it
         return
     rows = tuple(ErrorRow(**_row(json.loads(line))) for line in lines if line)
-    location = error_table_location(table.uri, table.name, table.settings.error_table)
+    location = error_table_location(
+        table.uri, table.name, table.settings.error_table, table.config.error_table
+    )
     errors = open_error_table(location, coordinator=table.coordinator, settings=table.settings)
     source = SourceErrors(SourceKey(table.table_id, instant), rows)
     try:

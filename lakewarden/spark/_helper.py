@@ -60,6 +60,7 @@ from lakewarden.spark._options import (
     check_table_type,
     committer_options,
     encode_settings,
+    error_table_choice,
     get_option,
     load_settings,
     test_hooks,
@@ -135,7 +136,9 @@ def write(
     spec, txn = _job.open_write(  # 1.
         table, operation, settings_json=encoded, merge=merge, profiled=merge, test_hooks=hooks
     )
-    spec = dataclasses.replace(spec, committer=committer)
+    spec = dataclasses.replace(
+        spec, committer=committer, error_table=error_table_choice(options or {})
+    )
     keyed: DataFrame | None = None
     failure: Exception | None = None
     adopted: TaskCommitMessage | None = None

@@ -19,6 +19,7 @@ from pyspark.sql.types import StructType
 from lakewarden.spark._options import (
     ReadSpec,
     committer_options,
+    error_table_choice,
     get_option,
     ingest_errors,
     settings_json,
@@ -69,4 +70,5 @@ class LakewardenDataSource(DataSource):
             checkpoint,
             ingest_errors=diverts,
             committer=committer_options(self.options),
+            error_table=error_table_choice(self.options),
         )

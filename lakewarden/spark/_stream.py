@@ -44,6 +44,7 @@ from lakewarden.spark._transaction import (
     completed_batch,
     pending_of_checkpoint,
 )
+from lakewarden.table.config import ErrorTableChoice
 
 OPERATION = "insert"
 
@@ -73,6 +74,7 @@ class LakewardenStreamWriter(DataSourceStreamWriter, DataSourceArrowWriter):
         checkpoint: str = "",
         ingest_errors: bool = False,
         committer: CommitterSettings | None = None,
+        error_table: ErrorTableChoice | None = None,
     ) -> None:
         self.uri = uri
         self.settings_json = settings_json
@@ -80,6 +82,7 @@ class LakewardenStreamWriter(DataSourceStreamWriter, DataSourceArrowWriter):
         self.checkpoint = checkpoint
         self.ingest_errors = ingest_errors
         self.committer = committer
+        self.error_table = error_table
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
         """One task attempt of one micro-batch (on an executor)."""
@@ -127,6 +130,7 @@ class LakewardenStreamWriter(DataSourceStreamWriter, DataSourceArrowWriter):
             test_hooks=self.test_hooks,
             ingest_errors=self.ingest_errors,
             committer=self.committer,
+            error_table=self.error_table,
         )
 
     def commit(  # type: ignore[override]  # streaming signature (DataSourceStreamWriter)
@@ -185,6 +189,7 @@ class LakewardenStreamWriter(DataSourceStreamWriter, DataSourceArrowWriter):
             self.settings_json,
             test_hooks=self.test_hooks,
             committer=self.committer,
+            error_table=self.error_table,
         )
         return spec, first.batch
 

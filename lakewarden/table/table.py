@@ -41,7 +41,7 @@ from lakewarden.table.clean import (
     check_not_cleaned,
     clean_table,
 )
-from lakewarden.table.config import TableConfig, load_config, save_new_config
+from lakewarden.table.config import ErrorTableChoice, TableConfig, load_config, save_new_config
 from lakewarden.table.connection import load_storage, shared_connection
 from lakewarden.table.coordinator import Coordinator
 from lakewarden.table.log_cache import LogCache
@@ -107,9 +107,13 @@ class Table:
         clean_policy: CleanPolicy | None = None,
         coordinator: Coordinator | None = None,
         settings: Settings | None = None,
+        error_table: ErrorTableChoice | Literal["local", "global"] | None = None,
     ) -> Table:
         """Create a table at ``uri`` (a path, ``file://`` or ``s3://bucket/prefix``). Without a
         ``coordinator``, the shared one ``settings`` call for (see the module docstring).
+        ``error_table``: where its failed records go, recorded in its config (``"local"``,
+        ``"global"``, or an ``ErrorTableChoice`` naming the suffix, or the global name and
+        base path); None leaves it to the settings of each writer and of the error-sink.
 
         Raises: InvalidTableConfigError, TableAlreadyExistsError, ConfigurationError."""
         config = TableConfig.new(
@@ -121,6 +125,9 @@ class Table:
             table_type=table_type,
             buckets=buckets,
             clean_policy=clean_policy,
+            error_table=ErrorTableChoice(kind=error_table)
+            if isinstance(error_table, str)
+            else error_table,
         )
         storage = load_storage(uri, settings)
         save_new_config(storage, config)

@@ -49,7 +49,13 @@ from lakewarden.errortable import (
     parse_error_record,
 )
 from lakewarden.errortable.acceptance import Discarded, Outcome, ReadyErrors
-from lakewarden.errortable.records import TABLE_NAME, TABLE_URI, InvalidErrorRecord
+from lakewarden.errortable.records import (
+    ERROR_TABLE_NAME,
+    ERROR_TABLE_URI,
+    TABLE_NAME,
+    TABLE_URI,
+    InvalidErrorRecord,
+)
 from lakewarden.errortable.table import SourcesAlreadyCommittedError
 from lakewarden.events import EventCodec, EventConsumer, Rejection, default_codec
 from lakewarden.events.consumer import HeldMessage
@@ -295,7 +301,11 @@ class ErrorSink:
         return marks
 
     def _location(self, item: ReadyErrors) -> ErrorTableLocation:
+        """The error table the writer chose (in the context), else the sink's settings'."""
         context = item.sample.context
+        uri, name = context.get(ERROR_TABLE_URI), context.get(ERROR_TABLE_NAME)
+        if uri and name:
+            return ErrorTableLocation(uri, name)
         return error_table_location(
             context[TABLE_URI], context[TABLE_NAME], self.settings.error_table
         )

@@ -20,6 +20,7 @@ from lakewarden.spark._options import (
     ReadSpec,
     committer_options,
     encode_settings,
+    error_table_choice,
     load_settings,
     write_operation,
 )
@@ -217,3 +218,20 @@ def test_committer_options_parse_case_insensitively_and_refuse_bad_values() -> N
         committer_options({"committer.threads": "0"})
     with pytest.raises(InvalidOptionError, match=r"committer\.cleanp"):
         committer_options({"committer.cleanp": "false"})
+
+
+def test_error_table_options_parse_into_a_choice() -> None:
+    from lakewarden.table.config import ErrorTableChoice
+
+    assert error_table_choice({}) is None
+    assert error_table_choice({"error_table": "Local"}) == ErrorTableChoice(kind="local")
+    chosen = error_table_choice(
+        {"error_table": "global", "error_table.name": "all", "error_table.base_path": "/lake"}
+    )
+    assert chosen == ErrorTableChoice(kind="global", name="all", base_path="/lake")
+    with pytest.raises(InvalidOptionError, match="need option error_table"):
+        error_table_choice({"error_table.name": "all"})
+    with pytest.raises(InvalidOptionError, match="no suffix.*Help:"):
+        error_table_choice({"error_table": "global", "error_table.suffix": "_x"})
+    with pytest.raises(InvalidOptionError, match="bad error_table options"):
+        error_table_choice({"error_table": "elsewhere"})

@@ -44,6 +44,13 @@ CASES: list[tuple[str, list[str], dict[str, str], int, str]] = [
         "is not a lakewarden table",
     ),
     ("ingest", ["--topic", "t", "--table", NOT_A_TABLE], {}, 2, "no Kafka to read from"),
+    (
+        "ingest",
+        ["--topic", "t", "--table", NOT_A_TABLE, "--error-table", "elsewhere"],
+        {},
+        2,
+        "Invalid value for '--error-table'",
+    ),
     # issue 17: an unreachable broker fails within the client's timeout, in one line
     (
         "ingest",
