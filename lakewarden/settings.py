@@ -216,6 +216,18 @@ class CommitterSettings(BaseModel):
         "false keeps it (manifests, commit plan) for diagnosis. None: on",
     )
 
+    summary_report_directory: str | None = Field(
+        default=None,
+        description="a directory (path or URI) that also receives every job's _SUCCESS "
+        "summary, committed or failed, as summary-<jobId>.json. Not carried to job-committer: "
+        "the service writes where its own settings say",
+    )
+    diagnostics_manifest_directory: str | None = Field(
+        default=None,
+        description="a directory (path or URI) that receives a copy of the manifests each job "
+        "commit loads, under <jobId>/. Not carried to job-committer either",
+    )
+
     def merged(self, override: CommitterSettings | None) -> CommitterSettings:
         """These settings with every value ``override`` sets replacing this one's."""
         if override is None:
@@ -224,7 +236,14 @@ class CommitterSettings(BaseModel):
 
     @property
     def is_default(self) -> bool:
-        return self.threads is None and self.validate_output is None and self.cleanup is None
+        return all(value is None for value in self.model_dump().values())
+
+    def for_request(self) -> dict[str, object] | None:
+        """The values a ``JobCommitRequest`` carries to job-committer (never the report
+        directories: a request must not make the service write where it names); None when
+        none is set."""
+        carried = self.model_dump(include={"threads", "validate_output", "cleanup"})
+        return carried if any(v is not None for v in carried.values()) else None
 
 
 class Settings(BaseSettings):

@@ -260,9 +260,7 @@ def request_record(request: CommitRequest, producer_id: str) -> dict[str, Any]:
 
 
 def _committer_record(committer: CommitterSettings | None) -> dict[str, Any] | None:
-    if committer is None or committer.is_default:
-        return None
-    return committer.model_dump()
+    return None if committer is None else committer.for_request()
 
 
 def manifest_record(

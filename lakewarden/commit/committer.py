@@ -33,6 +33,7 @@ from lakewarden.commit.errors import (
 )
 from lakewarden.commit.layout import JobLayout, TaskAttemptId
 from lakewarden.commit.options import CommitterOptions
+from lakewarden.commit.reports import ReportWriter
 from lakewarden.commit.stages import (
     CleanupArgs,
     CleanupStage,
@@ -54,7 +55,7 @@ from lakewarden.commit.stages import (
     ValidateOutputStage,
     read_summary,
 )
-from lakewarden.commit.statistics import CommitStatistics
+from lakewarden.commit.statistics import CommitStatistics, aggregate_iostatistics
 from lakewarden.commit.success import SuccessData, build_summary
 from lakewarden.storage import Storage
 
@@ -101,6 +102,7 @@ class ManifestCommitter:
         self.layout = JobLayout(job_id, job_attempt)
         self.options = options or CommitterOptions()
         self.store = CommitStore(storage)
+        self.reports = ReportWriter(self.options.summary_report_directory, None, self.store.stats)
         self._stage_hook = stage_hook
         self._nonce = uuid.uuid4().hex
 
@@ -191,16 +193,20 @@ class ManifestCommitter:
                 diagnostics["validated_files"] = str(report.checked)
                 diagnostics["validated_etags"] = str(report.etags_checked)
             committed = _committed_files(loaded)
+            tasks = [m.iostatistics for m in loaded.manifests]
             summary = build_summary(
                 job_id=self.job_id,
                 state="COMMITTED",
                 stage=None,
                 committed=committed,
-                iostatistics=self.statistics.snapshot(),
+                # The job's own statistics with every accepted task attempt's (Hadoop's
+                # aggregation: the summary accounts for the whole job's IO).
+                iostatistics=aggregate_iostatistics(self.statistics.snapshot(), *tasks),
                 diagnostics=diagnostics,
                 description=description,
             )
             key = SaveSuccessStage(config).run(summary)
+            self.reports.summary(self.job_id, summary.to_bytes())
         return JobCommitResult(
             job_id=self.job_id,
             files=_flatten(committed),
@@ -290,6 +296,7 @@ class ManifestCommitter:
             SaveSuccessStage(config).run(summary)
         except StageFailedError as save_err:  # the original failure matters more
             log.warning("job %s: could not save its failure summary: %s", self.job_id, save_err)
+        self.reports.summary(self.job_id, summary.to_bytes())
 
     def abort_job(self, *, force: bool = False, reason: str = "") -> JobAbortResult:
         """Job abort: no file of the job stays in the table, no upload stays pending.

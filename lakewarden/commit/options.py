@@ -54,6 +54,16 @@ class CommitterOptions(BaseModel):
         ge=1,
         description="multipart part size in upload mode (S3 needs >= 5 MiB but the last)",
     )
+    summary_report_directory: str | None = Field(
+        default=None,
+        description="also write each job's _SUCCESS summary (committed or failed) to "
+        "<directory>/summary-<jobId>.json (a path or URI; Hadoop's summary.report.directory)",
+    )
+    diagnostics_manifest_directory: str | None = Field(
+        default=None,
+        description="copy the manifests a job commit loads to <directory>/<jobId>/ "
+        "(Hadoop's diagnostics.manifest.directory)",
+    )
     max_loaded_manifests: int = Field(
         default=8,
         ge=1,
@@ -73,6 +83,10 @@ class CommitterOptions(BaseModel):
             update["validate_output"] = settings.validate_output
         if settings.cleanup is not None:
             update["cleanup"] = settings.cleanup
+        if settings.summary_report_directory is not None:
+            update["summary_report_directory"] = settings.summary_report_directory
+        if settings.diagnostics_manifest_directory is not None:
+            update["diagnostics_manifest_directory"] = settings.diagnostics_manifest_directory
         return self.model_copy(update=update)
 
     @classmethod

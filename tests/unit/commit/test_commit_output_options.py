@@ -4,6 +4,7 @@ thread count; and that ``Table.write`` and the environment reach them."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from lakewarden.commit import (
 )
 from lakewarden.commit.errors import EtagMismatchError
 from lakewarden.commit.layout import TEMPORARY_DIR
+from lakewarden.commit.statistics import aggregate_iostatistics
 from lakewarden.settings import CommitterSettings, Settings
 from lakewarden.table.table import Table as LakeTable
 
@@ -157,3 +159,81 @@ def test_table_write_uses_the_settings_committer_options(
     reopened.write(pa.table({"id": [3], "v": ["c"]}, schema=schema), "insert")
     job_dirs = {k.split("/")[1] for k in (i.key for i in table.storage.list(TEMPORARY_DIR))}
     assert len(job_dirs) == 1  # the default (cleanup on) removed the second write's directory
+
+
+def test_summary_reports_and_manifest_copies_go_where_the_options_say(
+    table: Table, tmp_path: Path
+) -> None:
+    """Hadoop's summary.report.directory and diagnostics.manifest.directory: every job's
+    summary (committed or failed) and the manifests it loaded, copied for people."""
+    reports, manifests = tmp_path / "reports", tmp_path / "manifests"
+    options = CommitterOptions(
+        summary_report_directory=str(reports), diagnostics_manifest_directory=str(manifests)
+    )
+    committer, attempts = _commit(table, options)
+    committer.commit_job([a.attempt_id for a in attempts])  # type: ignore[attr-defined]
+    job = committer.job_id  # type: ignore[attr-defined]
+    report = json.loads((reports / f"summary-{job}.json").read_text())
+    assert report["state"] == "COMMITTED" and report["jobId"] == job
+    copied = sorted(p.name for p in (manifests / job).iterdir())
+    assert copied == sorted(f"{a.attempt_id}-manifest.json" for a in attempts)  # type: ignore[attr-defined]
+
+
+def test_a_failed_jobs_summary_is_reported_too(table: Table, tmp_path: Path) -> None:
+    reports = tmp_path / "reports"
+    files = job_files(2, 3)
+    victim = next(iter(files[0]))
+    hook = _replace_at_validation(table, victim, b"short", multipart=False)
+    failing = CommitterOptions(summary_report_directory=str(reports), validate_output=True)
+    committer, attempts = _commit(table, failing, stage_hook=hook)
+    with pytest.raises(NonRetryableStageFailedError):
+        committer.commit_job([a.attempt_id for a in attempts])  # type: ignore[attr-defined]
+    failed = json.loads((reports / f"summary-{committer.job_id}.json").read_text())  # type: ignore[attr-defined]
+    assert failed["state"] == "FAILED" and failed["stage"] == VALIDATE
+
+
+def test_an_unwritable_report_directory_never_fails_the_commit(
+    table: Table, tmp_path: Path
+) -> None:
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("x")
+    options = CommitterOptions(summary_report_directory=str(blocker))
+    committer, attempts = _commit(table, options)
+    result = committer.commit_job([a.attempt_id for a in attempts])  # type: ignore[attr-defined]
+    assert result.files and committer.statistics.counter("report.failures") == 1  # type: ignore[attr-defined]
+
+
+def test_the_summary_aggregates_the_task_attempts_iostatistics(table: Table) -> None:
+    committer, attempts = _commit(table, CommitterOptions())
+    committer.commit_job([a.attempt_id for a in attempts])  # type: ignore[attr-defined]
+    summary = committer.summary()  # type: ignore[attr-defined]
+    assert summary is not None
+    counters = summary.iostatistics["counters"]
+    # the task attempts' own statistics (from their manifests) and the job's, in one summary
+    assert counters["task_stage_setup"] == 2, counters
+    assert counters["job_stage_load_manifests"] == 1
+    assert summary.iostatistics["meanstatistics"]["task_stage_setup.mean"]["samples"] == 2
+
+
+def test_aggregation_adds_counters_and_means_and_keeps_extremes() -> None:
+    a = {
+        "counters": {"x": 1},
+        "gauges": {},
+        "minimums": {"x.min": 2.0},
+        "maximums": {"x.max": 5.0},
+        "meanstatistics": {"x.mean": {"samples": 1, "sum": 5.0}},
+    }
+    b = {
+        "counters": {"x": 2, "y": 1},
+        "gauges": {},
+        "minimums": {"x.min": 1.0},
+        "maximums": {"x.max": 3.0},
+        "meanstatistics": {"x.mean": {"samples": 2, "sum": 4.0}},
+    }
+    assert aggregate_iostatistics(a, b) == {
+        "counters": {"x": 3, "y": 1},
+        "gauges": {},
+        "minimums": {"x.min": 1.0},
+        "maximums": {"x.max": 5.0},
+        "meanstatistics": {"x.mean": {"samples": 3, "sum": 9.0}},
+    }

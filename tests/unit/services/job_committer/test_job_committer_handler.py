@@ -247,3 +247,13 @@ def test_bad_committer_options_are_dead_lettered(job: Job) -> None:
     h.feed(encode("JobCommitRequest", record), key=job.table.table_id.encode())
     assert h.reasons() == ["invalid_request"]
     assert "threads" in h.dlq.sent[0][1].record["detail"]
+
+
+def test_a_request_never_carries_report_directories(job: Job) -> None:
+    """A request must not make the service write where it names: the report directories
+    stay with the writer's own commits; job-committer uses its own settings."""
+    reports = CommitterSettings(summary_report_directory="/anywhere")
+    assert request_record(commit_request(job, committer=reports), "t")["committer_options"] is None
+    both = CommitterSettings(cleanup=False, diagnostics_manifest_directory="/anywhere")
+    carried = request_record(commit_request(job, committer=both), "t")["committer_options"]
+    assert carried == {"threads": None, "validate_output": None, "cleanup": False}
