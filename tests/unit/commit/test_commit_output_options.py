@@ -237,3 +237,15 @@ def test_aggregation_adds_counters_and_means_and_keeps_extremes() -> None:
         "maximums": {"x.max": 5.0},
         "meanstatistics": {"x.mean": {"samples": 3, "sum": 9.0}},
     }
+
+
+@pytest.mark.s3
+def test_manifests_record_each_uploads_etag_as_the_store_gives_it(s3_table: Table) -> None:
+    committer, attempts = _commit(s3_table, CommitterOptions())
+    manifest = json.loads(
+        s3_table.storage.read(committer.layout.manifest_key(attempts[0].attempt_id))  # type: ignore[attr-defined]
+    )
+    committer.commit_job([a.attempt_id for a in attempts])  # type: ignore[attr-defined]
+    for entry in manifest["files"]:
+        assert entry["e"] is not None
+        assert s3_table.storage.stat(entry["d"]).etag == entry["e"]
