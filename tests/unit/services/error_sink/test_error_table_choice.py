@@ -131,7 +131,9 @@ class _Sink:
             state_dir=state_dir,
             error_table=ErrorTableSettings(enabled=True, name="sink_errors"),
         )
-        options = SinkOptions(errors_topic=TOPIC, dlq_topic="lakewarden.dlq", group_id="g")
+        options = SinkOptions(
+            errors_topic=TOPIC, dlq_topic="lakewarden.dlq", group_id="g", hints=False
+        )
         self.sink = ErrorSink(settings, options, coordinator=EmbeddedCoordinator())
         self.sink._assigned = {0}
         consumer: Any = self.sink.consumer
