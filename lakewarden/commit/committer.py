@@ -32,6 +32,7 @@ from lakewarden.commit.errors import (
     StageFailedError,
 )
 from lakewarden.commit.layout import JobLayout, TaskAttemptId
+from lakewarden.commit.manifest import DIR_CREATED, DIR_EXISTS
 from lakewarden.commit.options import CommitterOptions
 from lakewarden.commit.reports import ReportWriter
 from lakewarden.commit.stages import (
@@ -184,10 +185,14 @@ class ManifestCommitter:
         with EntrySpill() as spill:
             loaded = LoadManifestsStage(config).run(LoadArgs(attempts, spill))
             plan = ValidateManifestsStage(config).run(loaded)
-            CreateDirectoriesStage(config).run(plan)
+            dirs = CreateDirectoriesStage(config).run(plan)
             place = CompleteUploadsStage if loaded.upload_mode else RenameFilesStage
             placed = place(config).run(plan)
-            diagnostics = {"resumed": str(plan.resumed)}
+            diagnostics = {
+                "resumed": str(plan.resumed),
+                "directories_created": str(dirs.count(DIR_CREATED)),
+                "directories_existing": str(dirs.count(DIR_EXISTS)),
+            }
             if self.options.validate_output:
                 report = ValidateOutputStage(config).run(plan)
                 diagnostics["validated_files"] = str(report.checked)

@@ -249,3 +249,22 @@ def test_manifests_record_each_uploads_etag_as_the_store_gives_it(s3_table: Tabl
     for entry in manifest["files"]:
         assert entry["e"] is not None
         assert s3_table.storage.stat(entry["d"]).etag == entry["e"]
+
+
+def test_the_summary_records_each_directorys_status(table: Table) -> None:
+    """Leaf directories the commit created, and those that were there already (Hadoop's
+    EntryStatus); an object store has none."""
+    committer, attempts = _commit(table, CommitterOptions())
+    committer.commit_job([a.attempt_id for a in attempts])  # type: ignore[attr-defined]
+    first = committer.summary().diagnostics  # type: ignore[attr-defined]
+    second_job = table.committer(options=CommitterOptions())
+    second_job.setup_job()
+    again = [run_task(second_job, t, 0, f) for t, f in job_files(2, 3, attempt=1).items()]
+    second_job.commit_job([a.attempt_id for a in again])
+    second = second_job.summary().diagnostics  # type: ignore[union-attr]
+    made = (first["directories_created"], first["directories_existing"])
+    found = (second["directories_created"], second["directories_existing"])
+    if table.is_s3:
+        assert made == found == ("0", "0")
+    else:
+        assert (made, found) == (("3", "0"), ("0", "3"))
