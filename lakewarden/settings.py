@@ -227,6 +227,65 @@ class ErrorTableSettings(BaseModel):
         return self.name is not None or self.base_path is not None
 
 
+class CommitterSettings(BaseModel):
+    """The manifest committer's options a user sets (Hadoop's ``io.threads``,
+    ``validate.output`` and ``cleanup.skipped``); None leaves the committer's default.
+
+    The same value travels in a Spark write's options (``committer.threads``, ...) and in
+    ``JobCommitRequest`` to job-committer, where a value the request sets wins over the
+    service's own settings (``merged``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    threads: int | None = Field(
+        default=None,
+        ge=1,
+        le=256,
+        description="store I/O threads of a job commit, its cleanup and abort; None: 32 on an "
+        "object store, 4 on the local filesystem's fast path",
+    )
+    validate_output: bool | None = Field(
+        default=None,
+        description="after placing the files, check every committed file's size, and its "
+        "etag where the store reports one (S3); a mismatch fails the job commit. "
+        "None: off (one stat per file)",
+    )
+    cleanup: bool | None = Field(
+        default=None,
+        description="delete the job's _temporary/manifest_<job> directory after the commit; "
+        "false keeps it (manifests, commit plan) for diagnosis. None: on",
+    )
+
+    summary_report_directory: str | None = Field(
+        default=None,
+        description="a directory (path or URI) that also receives every job's _SUCCESS "
+        "summary, committed or failed, as summary-<jobId>.json. Not carried to job-committer: "
+        "the service writes where its own settings say",
+    )
+    diagnostics_manifest_directory: str | None = Field(
+        default=None,
+        description="a directory (path or URI) that receives a copy of the manifests each job "
+        "commit loads, under <jobId>/. Not carried to job-committer either",
+    )
+
+    def merged(self, override: CommitterSettings | None) -> CommitterSettings:
+        """These settings with every value ``override`` sets replacing this one's."""
+        if override is None:
+            return self
+        return self.model_copy(update=override.model_dump(exclude_none=True))
+
+    @property
+    def is_default(self) -> bool:
+        return all(value is None for value in self.model_dump().values())
+
+    def for_request(self) -> dict[str, object] | None:
+        """The values a ``JobCommitRequest`` carries to job-committer (never the report
+        directories: a request must not make the service write where it names); None when
+        none is set."""
+        carried = self.model_dump(include={"threads", "validate_output", "cleanup"})
+        return carried if any(v is not None for v in carried.values()) else None
+
+
 class Settings(BaseSettings):
     """Everything a lakewarden client, service or tool can be configured with."""
 
@@ -238,6 +297,7 @@ class Settings(BaseSettings):
     s3: S3Settings = S3Settings()
     heartbeat: HeartbeatSettings = HeartbeatSettings()
     error_table: ErrorTableSettings = ErrorTableSettings()
+    committer: CommitterSettings = CommitterSettings()
     state_dir: Path = Field(
         default=Path(".lakewarden-state"),
         description="where the local stack keeps broker data, pid files and logs",

@@ -67,6 +67,7 @@ class ServiceJobCommits:
             stats=spec.stats,
             once=spec.once,
             description=spec.description,
+            committer=self.settings.committer,
         )
         manifests = [
             AttemptManifest(str(t.attempt), t.manifest_key, t.files, t.bytes) for t in tasks

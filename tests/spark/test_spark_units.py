@@ -12,13 +12,15 @@ from pydantic import SecretStr
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 import lakewarden
-from lakewarden.settings import S3Settings, Settings
+from lakewarden.settings import CommitterSettings, S3Settings, Settings
 from lakewarden.spark import _job
 from lakewarden.spark._arrow import check_write_schema, conform
 from lakewarden.spark._options import (
     InvalidOptionError,
     ReadSpec,
+    committer_options,
     encode_settings,
+    error_table_choice,
     load_settings,
     write_operation,
 )
@@ -205,3 +207,36 @@ def test_python_upsert_after_a_spark_append_replaces_the_appended_records(
     delete = pa.table({"id": [7, 8], "region": ["eu", "eu"]})  # rows(): id % 3 -> "eu"
     table.write(delete, operation="delete")
     assert sorted(r["id"] for r in table.read().to_pylist()) == [0, 1, 2, 3, 4, 5, 6, 9, 10, 11]
+
+
+def test_committer_options_parse_case_insensitively_and_refuse_bad_values() -> None:
+    assert committer_options({"path": "/t"}) is None
+    parsed = committer_options(
+        {
+            "committer.Threads": "12",
+            "COMMITTER.validate_output": "true",
+            "committer.cleanup": "false",
+        }
+    )
+    assert parsed == CommitterSettings(threads=12, validate_output=True, cleanup=False)
+    with pytest.raises(InvalidOptionError, match=r"committer\.threads.*Help:"):
+        committer_options({"committer.threads": "0"})
+    with pytest.raises(InvalidOptionError, match=r"committer\.cleanp"):
+        committer_options({"committer.cleanp": "false"})
+
+
+def test_error_table_options_parse_into_a_choice() -> None:
+    from lakewarden.table.config import ErrorTableChoice
+
+    assert error_table_choice({}) is None
+    assert error_table_choice({"error_table": "Local"}) == ErrorTableChoice(kind="local")
+    chosen = error_table_choice(
+        {"error_table": "global", "error_table.name": "all", "error_table.base_path": "/lake"}
+    )
+    assert chosen == ErrorTableChoice(kind="global", name="all", base_path="/lake")
+    with pytest.raises(InvalidOptionError, match="need option error_table"):
+        error_table_choice({"error_table.name": "all"})
+    with pytest.raises(InvalidOptionError, match="no suffix.*Help:"):
+        error_table_choice({"error_table": "global", "error_table.suffix": "_x"})
+    with pytest.raises(InvalidOptionError, match="bad error_table options"):
+        error_table_choice({"error_table": "elsewhere"})
