@@ -23,12 +23,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
+import os
 import statistics
 import tempfile
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -129,29 +132,67 @@ def bench_publish(ctx: BenchContext) -> Iterator[Result]:
 # --- The publisher service's lag -----------------------------------------------------------
 
 
-@dataclass
+_LAG_SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("v", pa.int64())])
+
+
+@dataclass(frozen=True)
 class _Commit:
     table_id: str
     seq: int
-    key: Path  # the Delta version file that publishes it
+    key: str  # the Delta version file that publishes it
     at: float  # wall time the ``completed`` entry was appended (after the write returned)
 
 
-def _lag_tables(root: Path, count: int) -> list[Table]:
-    schema = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("v", pa.int64())])
-    tables = []
-    for i in range(count):
+def _create_tables(root: str, names: list[str]) -> list[tuple[str, str]]:
+    """Create the tables ``names`` under ``root`` (in a writer process): (table_id, uri)."""
+    made = []
+    for name in names:
         table = Table.create(
-            str(root / f"t{i:05d}"),
-            name=f"t{i:05d}",
+            f"{root}/{name}",
+            name=name,
             record_key="id",
-            schema=schema,
+            schema=_LAG_SCHEMA,
             publish_delta=True,
             coordinator=EmbeddedCoordinator(),
         )
-        table.timeline_log.after_completed = None  # the service publishes, not the writer
-        tables.append(table)
-    return tables
+        made.append((table.table_id, f"{root}/{name}"))
+    return made
+
+
+def _commit_at_rate(
+    settings_json: str, uris: list[str], rate: float, count: int, start_at: float
+) -> list[_Commit]:
+    """One writer process: ``count`` commits at ``rate`` per second round robin over ``uris``
+    from wall time ``start_at``, each ``completed`` entry announced on the timeline topic. The
+    writer does not publish: the service does."""
+    settings = Settings.model_validate_json(settings_json)
+    tables = [Table.open(uri, coordinator=EmbeddedCoordinator()) for uri in uris]
+    for table in tables:
+        table.timeline_log.after_completed = None
+    announcer = TimelinePublisher(settings)
+    versions = [0] * len(tables)
+    commits = []
+    try:
+        for k in range(count):
+            delay = start_at + k / rate - time.time()
+            if delay > 0:
+                time.sleep(delay)
+            i = k % len(tables)
+            table = tables[i]
+            table.write(pa.table({"id": [0], "v": [k]}, schema=_LAG_SCHEMA), "upsert")
+            at = time.time()
+            entry = next(
+                e
+                for e in reversed(list(table.timeline_log.entries()))
+                if e.transition is Transition.COMPLETED
+            )
+            versions[i] += 1
+            key = f"{uris[i]}/_delta_log/{versions[i]:020d}.json"
+            commits.append(_Commit(table.table_id, entry.seq, key, at))
+            announcer.publish(table.table_id, entry)
+    finally:
+        announcer.close()
+    return commits
 
 
 def _metric(service: ServiceProcess, name: str) -> float:
@@ -188,7 +229,7 @@ class _Deliveries:
             now = time.time()
             record = decode(message.value()).record
             if record.get("transition") == "completed":
-                self.arrived[(record["table_id"], record["seq"])] = now
+                self.arrived[(record["envelope"]["table_id"], record["seq"])] = now
 
     def close(self) -> None:
         self._stop.set()
@@ -209,7 +250,7 @@ def _published_at(commits: list[_Commit]) -> list[float | None]:
     times: list[float | None] = []
     for commit in commits:
         try:
-            times.append(commit.key.stat().st_mtime)
+            times.append(os.stat(commit.key).st_mtime)
         except FileNotFoundError:
             times.append(None)
     return times
@@ -221,19 +262,29 @@ def _quantiles(values: list[float]) -> dict[str, float]:
     return {"p50": pick(0.5), "p99": pick(0.99), "max": ordered[-1]}
 
 
-def measure_lag(settings: Settings, *, tables: int, rate: float, seconds: float) -> dict[str, Any]:
-    """Commits at ``rate`` per second round robin over ``tables`` tables for ``seconds``, each
-    announced on the timeline topic; the publisher service publishes them. Returns the lag of
-    each commit to its Delta version and to a plain consumer of its event (p50/p99/max)."""
+def measure_lag(
+    settings: Settings, *, tables: int, rate: float, seconds: float, writers: int = 2
+) -> dict[str, Any]:
+    """Commits at ``rate`` per second over ``tables`` tables for ``seconds`` by ``writers``
+    processes (each its share of the tables and of the rate), each announced on the timeline
+    topic; the publisher service publishes them. Returns the lag of each commit to its Delta
+    version and to a plain consumer of its event in this (otherwise idle) process."""
     prefix = f"bench-pub-{uuid.uuid4().hex[:8]}."
     settings = settings.model_copy(
         update={"kafka": settings.kafka.model_copy(update={"topic_prefix": prefix})}
     )
     ensure_topics(settings)
-    with tempfile.TemporaryDirectory(prefix="lw-bench-publisher-") as tmp:
+    writers = max(1, min(writers, tables))
+    names = [f"t{i:05d}" for i in range(tables)]
+    shares = [names[w::writers] for w in range(writers)]
+    per_writer = max(1, round(rate * seconds / writers))
+    with (
+        tempfile.TemporaryDirectory(prefix="lw-bench-publisher-") as tmp,
+        ProcessPoolExecutor(writers, mp_context=multiprocessing.get_context("spawn")) as pool,
+    ):
         root = Path(tmp)
         made = time.perf_counter()
-        lakes = _lag_tables(root / "tables", tables)
+        created = list(pool.map(_create_tables, [str(root / "tables")] * writers, shares))
         create_s = time.perf_counter() - made
         service = ServiceProcess(
             "lakewarden_services.publisher",
@@ -244,45 +295,27 @@ def measure_lag(settings: Settings, *, tables: int, rate: float, seconds: float)
         )
         service.start()
         producer = EventProducer(settings, producer_id="bench-registrations")
-        announcer = TimelinePublisher(settings)
         deliveries = _Deliveries(settings)
         try:
-            for table in lakes:
-                request_clean(
-                    settings,
-                    table_id=table.table_id,
-                    table_uri=table.storage.uri,
-                    producer=producer,
-                )
+            for table_id, uri in (t for share in created for t in share):
+                request_clean(settings, table_id=table_id, table_uri=uri, producer=producer)
             _wait(
                 lambda: _metric(service, "lakewarden_publisher_tables_owned") == tables,
                 300,
                 "the publisher to learn every table",
             )
-            commits: list[_Commit] = []
-            versions = [0] * tables
-            batch = pa.table({"id": [0], "v": [0]}, schema=lakes[0].schema)
-            total = max(1, round(rate * seconds))
-            started = time.monotonic()
-            for k in range(total):
-                delay = started + k / rate - time.monotonic()
-                if delay > 0:
-                    time.sleep(delay)
-                i = k % tables
-                table = lakes[i]
-                table.write(batch.set_column(1, "v", pa.array([k], pa.int64())), "upsert")
-                at = time.time()
-                entry = next(
-                    e
-                    for e in reversed(list(table.timeline_log.entries()))
-                    if e.transition is Transition.COMPLETED
-                )
-                versions[i] += 1
-                key = root / "tables" / f"t{i:05d}" / "_delta_log" / f"{versions[i]:020d}.json"
-                commits.append(_Commit(table.table_id, entry.seq, key, at))
-                announcer.publish(table.table_id, entry)
-            generated_s = time.monotonic() - started
-            _wait(lambda: None not in _published_at(commits), 300, "every commit to be published")
+            start_at = time.time() + 2.0
+            runs = pool.map(
+                _commit_at_rate,
+                [settings.model_dump_json()] * writers,
+                [[uri for _, uri in share] for share in created],
+                [rate / writers] * writers,
+                [per_writer] * writers,
+                [start_at] * writers,
+            )
+            commits = [c for run in runs for c in run]
+            generated_s = max(c.at for c in commits) - start_at
+            _wait(lambda: None not in _published_at(commits), 600, "every commit to be published")
             _wait(
                 lambda: all((c.table_id, c.seq) in deliveries.arrived for c in commits),
                 60,
@@ -293,14 +326,14 @@ def measure_lag(settings: Settings, *, tables: int, rate: float, seconds: float)
             delivered = [deliveries.arrived[(c.table_id, c.seq)] - c.at for c in commits]
         finally:
             deliveries.close()
-            announcer.close()
             producer.close()
             service.stop()
     return {
         "tables": tables,
+        "writers": writers,
         "target_rate_per_s": rate,
-        "achieved_rate_per_s": total / generated_s,
-        "commits": total,
+        "achieved_rate_per_s": len(commits) / generated_s,
+        "commits": len(commits),
         "seconds": generated_s,
         "create_tables_s": create_s,
         "publish_lag_s": _quantiles(lag),
@@ -312,8 +345,8 @@ def measure_lag(settings: Settings, *, tables: int, rate: float, seconds: float)
 def bench_publisher_lag(ctx: BenchContext) -> Iterator[Result]:
     n = measure_lag(
         ctx.kafka_settings(),
-        tables=ctx.scale(1000, 100),
-        rate=ctx.scale(100, 20),
+        tables=ctx.scale(200, 50),
+        rate=ctx.scale(20, 10),
         seconds=ctx.scale(60, 15),
     )
     yield from _lag_results(n)
@@ -342,9 +375,10 @@ def main() -> None:
     parser.add_argument(
         "--lag", action="store_true", help="the publisher service's lag instead of the write"
     )
-    parser.add_argument("--tables", type=int, default=1000, help="--lag: tables (1000)")
-    parser.add_argument("--rate", type=float, default=100.0, help="--lag: commits/s (100)")
+    parser.add_argument("--tables", type=int, default=200, help="--lag: tables (200)")
+    parser.add_argument("--rate", type=float, default=20.0, help="--lag: commits/s (20)")
     parser.add_argument("--seconds", type=float, default=60.0, help="--lag: how long (60)")
+    parser.add_argument("--writers", type=int, default=2, help="--lag: writer processes (2)")
     args = parser.parse_args()
     if not args.lag:
         for result in bench_publish(BenchContext(quick=args.quick)):
@@ -353,7 +387,11 @@ def main() -> None:
     ctx = BenchContext()
     try:
         n = measure_lag(
-            ctx.kafka_settings(), tables=args.tables, rate=args.rate, seconds=args.seconds
+            ctx.kafka_settings(),
+            tables=args.tables,
+            rate=args.rate,
+            seconds=args.seconds,
+            writers=args.writers,
         )
         for result in _lag_results(n):
             print(json.dumps(result.as_json(), indent=2))
