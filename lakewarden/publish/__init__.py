@@ -7,7 +7,8 @@ completed instant, so engines that read Delta (delta-rs, Polars, DuckDB, Spark, 
 - ``log``: reading the ``_delta_log/`` directory;
 - ``publisher``: ``DeltaPublisher.sync``, exactly once and in order;
 - ``enable``: turning publishing on for an existing table;
-- ``gate``: what a clean may delete (only files whose ``remove`` is published).
+- ``gate``: what a clean may delete (only files whose ``remove`` is published);
+- ``retention``: the log trimmed after a clean, as far as lakewarden's retention went.
 """
 
 from __future__ import annotations

@@ -118,7 +118,7 @@ def _unmaps(value: Any) -> Any:
     return value
 
 
-def _from_checkpoint(storage: Storage, version: int) -> dict[str, Any] | None:
+def checkpoint_state(storage: Storage, version: int) -> dict[str, Any] | None:
     """The state a checkpoint of ``version`` holds, None when there is none."""
     try:
         table = pq.read_table(pa.BufferReader(storage.read(checkpoint_key(version))))
@@ -138,7 +138,7 @@ def _from_checkpoint(storage: Storage, version: int) -> dict[str, Any] | None:
 def _state_as_of(storage: Storage, version: int, previous: int | None) -> dict[str, Any]:
     """The reconciled actions of versions 0..``version``: the checkpoint of ``previous``
     when it exists, then the JSON versions after it."""
-    state = _from_checkpoint(storage, previous) if previous is not None else None
+    state = checkpoint_state(storage, previous) if previous is not None else None
     start = (previous or 0) + 1 if state is not None else 0
     if state is None:
         state = {"adds": {}, "removes": {}}
@@ -202,8 +202,14 @@ def write_checkpoint(storage: Storage, config: TableConfig, version: int) -> Non
     """Write the checkpoint of ``version`` if absent and point ``_last_checkpoint`` at it.
     Best effort: a failure is logged."""
     try:
+        # Built on the newest checkpoint before it: never deleted by ``retention``, whereas
+        # the JSON versions before it may be.
+        current = last_checkpoint(storage)
         interval = config.publish.checkpoint_interval
-        previous = version - interval if version - interval > 0 else None
+        if current is not None and current < version:
+            previous: int | None = current
+        else:
+            previous = version - interval if version - interval > 0 else None
         data, size = checkpoint_bytes(storage, version, previous=previous)
         try:
             storage.write_if_absent(checkpoint_key(version), data)

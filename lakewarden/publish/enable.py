@@ -15,6 +15,8 @@ Enabling a table that publishes already only syncs.
 
 from __future__ import annotations
 
+import os
+
 from lakewarden.storage import Storage
 from lakewarden.table.config import CONFIG_KEY, PublishConfig, TableConfig
 from lakewarden.table.timeline import Timeline
@@ -39,8 +41,20 @@ def enable(storage: Storage, config: TableConfig, timeline: Timeline) -> Publish
     return DeltaPublisher(storage, config, timeline).sync()  # 4.
 
 
+PUBLISH_ON_COMMIT_ENV = "LAKEWARDEN_PUBLISH_ON_COMMIT"
+
+
+def publishes_on_commit() -> bool:
+    """Whether this process's commits publish their versions: yes unless
+    ``LAKEWARDEN_PUBLISH_ON_COMMIT`` is ``false``/``0``/``no``/``off`` (writers that leave
+    publishing to the publisher service, and spend nothing on it in the commit)."""
+    value = os.environ.get(PUBLISH_ON_COMMIT_ENV, "true").strip().lower()
+    return value not in ("false", "0", "no", "off")
+
+
 def attach(storage: Storage, config: TableConfig, timeline: Timeline) -> None:
     """Make ``timeline`` publish after each ``completed`` entry this process appends, when the
-    table publishes (``Timeline.after_completed``); otherwise leave it alone."""
-    if config.publish.delta:
+    table publishes (``Timeline.after_completed``) and the process publishes on commit
+    (``publishes_on_commit``); otherwise leave it alone."""
+    if config.publish.delta and publishes_on_commit():
         timeline.after_completed = DeltaPublisher(storage, config, timeline).after_completed

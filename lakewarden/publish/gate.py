@@ -43,8 +43,8 @@ def unpublished_removals(storage: Storage, timeline: Timeline) -> frozenset[str]
     except LakewardenError as err:
         log.warning("table %s: publishing before a clean failed (%s)", config.name, err)
     published = last_version(storage)
-    since = publisher.since_seq(published)
     state = timeline.load()
+    since = publisher.since_seq(published, state)
     held: set[str] = set()
     for plan in plan_versions(state, since, start=published + 1):
         held.update(f.stat.path for f in plan.removes)

@@ -51,13 +51,17 @@ def last_checkpoint(storage: Storage) -> int | None:
 
 
 def last_version(storage: Storage) -> int:
-    """The newest published version (-1: none), listing from the last checkpoint on.
+    """The newest published version (-1: none), listing from the last checkpoint on (or,
+    without ``_last_checkpoint``, from the first version listed: 0, or the checkpoint a
+    trimmed log starts at).
 
     Raises: DeltaLogCorruptError (a version is missing below a later one)."""
     start = last_checkpoint(storage)
     after = version_key(start - 1) if start else None
     expected = start or 0
     for version in _listed_versions(storage, after):
+        if version > expected == 0 and storage.exists(checkpoint_key(version)):
+            expected = version  # a trimmed log (``retention``) starts at a checkpoint
         if version != expected:
             raise DeltaLogCorruptError(
                 f"{storage.uri}: Delta version {expected} is missing while version {version} "

@@ -36,8 +36,14 @@ from lakewarden.table.snapshot import SnapshotBuilder
 from lakewarden.table.timeline import Timeline
 from lakewarden.table.timeline_state import TimelineEntry, TimelineState
 
-from .checkpoint import due_checkpoint, write_checkpoint
-from .log import DeltaLogCorruptError, last_version, read_txn_version, version_key
+from .checkpoint import checkpoint_state, due_checkpoint, write_checkpoint
+from .log import (
+    DeltaLogCorruptError,
+    last_checkpoint,
+    last_version,
+    read_txn_version,
+    version_key,
+)
 from .versions import VersionPlan, plan_versions, published_instants, render_version
 
 log = logging.getLogger(__name__)
@@ -83,14 +89,38 @@ class DeltaPublisher:
         # The snapshots as of the published instants, kept so a sync applies only new ones.
         self._builder = SnapshotBuilder()
 
-    def since_seq(self, published: int) -> int:
-        """What version 0 holds: its ``txn`` when it is published, else the config's."""
+    def since_seq(self, published: int, state: TimelineState | None = None) -> int:
+        """What version 0 holds: its ``txn`` when it is published, else the config's. When
+        the log was trimmed (``retention``: version 0 is gone), the checkpoint it starts at
+        says it: the checkpoint's ``txn`` is the seq of its version's instant, so the
+        instants completed before it, less its version, are those version 0 held.
+
+        Raises: DeltaLogCorruptError, StorageError."""
         if published < 0:
             return self.config.publish.since_seq
         if self._since is None:
-            recorded = read_txn_version(self.storage, 0)
+            try:
+                recorded = read_txn_version(self.storage, 0)
+            except NotFoundError:
+                state = state if state is not None else self.timeline.load()
+                recorded = self._since_from_checkpoint(state)
             self._since = recorded if recorded is not None else -1
         return self._since
+
+    def _since_from_checkpoint(self, state: TimelineState) -> int:
+        start = last_checkpoint(self.storage)
+        snapshot = checkpoint_state(self.storage, start) if start is not None else None
+        txn = snapshot.get("txn") if snapshot is not None else None
+        seq = txn.get("version") if isinstance(txn, dict) else None
+        completed = [i.completed_seq or 0 for i in state.completed()]
+        if start is None or not isinstance(seq, int) or seq not in completed:
+            raise DeltaLogCorruptError(
+                f"{self.storage.uri}: Delta version 0 is gone and no checkpoint says which "
+                "timeline seq the log starts from. Help: move _delta_log/ aside and run "
+                "`lakewarden publish sync` to write it anew."
+            )
+        base = completed.index(seq) + 1 - start  # instants version 0 held
+        return completed[base - 1] if base > 0 else -1
 
     def status(
         self, state: TimelineState | None = None, *, published: int | None = None
@@ -99,7 +129,7 @@ class DeltaPublisher:
         state = state if state is not None else self.timeline.load()
         if published is None:
             published = last_version(self.storage)
-        since = self.since_seq(published)
+        since = self.since_seq(published, state)
         instants = published_instants(state, since)
         return PublishStatus(
             enabled=self.config.publish.delta,
@@ -116,7 +146,7 @@ class DeltaPublisher:
         started = time.perf_counter()
         state = self.timeline.load()  # 1.
         published = last_version(self.storage)
-        since = self.since_seq(published)  # 2.
+        since = self.since_seq(published, state)  # 2.
         written: list[int] = []
         for plan in plan_versions(state, since, start=published + 1, builder=self._builder):  # 3.
             if self._publish(plan):

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import datetime
 import decimal
+import io
 import json
 import math
 from collections.abc import Sequence
@@ -33,13 +34,49 @@ _UNIT_PER_MS = {"MILLIS": 1, "MICROS": 1_000, "NANOS": 1_000_000}
 _EPOCH = datetime.datetime(1970, 1, 1)
 
 
+class _RangedObject(io.RawIOBase):
+    """An object of a Storage as a read-only seekable file: each read is one ranged read
+    (``Storage.read_range``), so pyarrow reads a footer without the whole file."""
+
+    def __init__(self, storage: Storage, key: str, size: int) -> None:
+        super().__init__()
+        self._storage = storage
+        self._key = key
+        self._size = size
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
+        self._pos = max(base + offset, 0)
+        return self._pos
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        data = self._storage.read_range(self._key, self._pos, min(len(view), self._size))
+        view[: len(data)] = data
+        self._pos += len(data)
+        return len(data)
+
+
 def read_footer(storage: Storage, key: str) -> pq.FileMetaData:
-    """The Parquet footer of the data file at ``key`` (a local file is read in place; other
-    stores read the object)."""
+    """The Parquet footer of the data file at ``key``: a local file is read in place; on other
+    stores a size lookup and ranged reads of the file's end (pyarrow reads the last 64 KiB,
+    then the rest of a larger footer), never the whole file."""
     path = storage.local_path(key)
     if path is not None:
         return pq.read_metadata(path)
-    return pq.read_metadata(pa.BufferReader(storage.read(key)))
+    size = storage.stat(key).size
+    with pa.PythonFile(_RangedObject(storage, key, size), mode="r") as file:
+        return pq.read_metadata(file)
 
 
 def file_stats(config: TableConfig, footer: pq.FileMetaData) -> str:

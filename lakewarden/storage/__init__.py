@@ -178,6 +178,15 @@ class Storage(abc.ABC):
     def read(self, key: str) -> bytes:
         """Return the whole object. Raises: NotFoundError."""
 
+    def read_range(self, key: str, offset: int, length: int) -> bytes:
+        """Up to ``length`` bytes of the object from byte ``offset`` (fewer at its end, none
+        from or past it): a Parquet footer without the whole file. Backends read only the
+        range (a ranged ``GetObject`` on S3, a seek locally); this default reads the whole
+        object. Raises: NotFoundError, ValueError (a negative offset or length)."""
+        if offset < 0 or length < 0:
+            raise ValueError(f"read_range of {key!r}: offset {offset} and length {length}")
+        return self.read(key)[offset : offset + length]
+
     @abc.abstractmethod
     def write(self, key: str, data: bytes) -> None:
         """Create or replace the object atomically."""

@@ -17,6 +17,7 @@ from lakewarden.storage import (
 
 Operation = Literal[
     "read",
+    "read_range",
     "write",
     "write_if_absent",
     "list",
@@ -36,6 +37,7 @@ Operation = Literal[
 ]
 OPERATIONS: tuple[Operation, ...] = (
     "read",
+    "read_range",
     "write",
     "write_if_absent",
     "list",
@@ -80,6 +82,9 @@ class ForwardingStorage(Storage):
 
     def read(self, key: str) -> bytes:
         return self._invoke("read", key, lambda: self.inner.read(key))
+
+    def read_range(self, key: str, offset: int, length: int) -> bytes:
+        return self._invoke("read_range", key, lambda: self.inner.read_range(key, offset, length))
 
     def write(self, key: str, data: bytes) -> None:
         self._invoke("write", key, lambda: self.inner.write(key, data))

@@ -107,6 +107,19 @@ class LocalStorage(Storage):
         except OSError as err:
             raise _io_error(err, "read", key) from err
 
+    def read_range(self, key: str, offset: int, length: int) -> bytes:
+        if offset < 0 or length < 0:
+            raise ValueError(f"read_range of {key!r}: offset {offset} and length {length}")
+        path = self._file(key)
+        try:
+            with open(path, "rb") as file:
+                file.seek(offset)
+                return file.read(length)
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError) as err:
+            raise NotFoundError(f"no object {key!r} in {self.uri}", key=key) from err
+        except OSError as err:
+            raise _io_error(err, "read", key) from err
+
     def stat(self, key: str) -> ObjectInfo:
         path = self._path(key)
         try:

@@ -316,6 +316,7 @@ def execute_clean(ctx: RollbackContext, clean: InstantState) -> dict[str, object
     )
     stats = CommitStats(operation="clean", clean=outcome)
     completion = complete(txn, stats)  # 5.
+    _trim_published_log(ctx)
     done = () if completion is CompletionOutcome.COMPLETED else (clean.instant,)
     return {**counts, "instant": clean.instant, "already_done": done}
 
@@ -326,6 +327,14 @@ def _check_published(ctx: RollbackContext, files: Sequence[CleanFile]) -> None:
     from lakewarden.publish.gate import check_removes_published  # publish imports table
 
     check_removes_published(ctx.storage, ctx.timeline, [f.path for f in files])
+
+
+def _trim_published_log(ctx: RollbackContext) -> None:
+    """A table that publishes a Delta log: its log retention follows the clean
+    (``lakewarden.publish.retention``; best effort, a failure is logged)."""
+    from lakewarden.publish.retention import trim_after_clean  # publish imports table
+
+    trim_after_clean(ctx.storage, ctx.timeline)
 
 
 def _delete_all(ctx: RollbackContext, files: Sequence[CleanFile]) -> list[Exception]:

@@ -52,6 +52,21 @@ def test_object_larger_than_a_chunk(storage: Storage) -> None:
     assert storage.read("big") == data
 
 
+def test_read_range_reads_only_the_range_and_stops_at_the_end(storage: Storage) -> None:
+    data = bytes(range(256)) * 40
+    storage.write("ranged", data)
+    assert storage.read_range("ranged", 0, 10) == data[:10]
+    assert storage.read_range("ranged", 1000, 300) == data[1000:1300]
+    assert storage.read_range("ranged", len(data) - 8, 100) == data[-8:]  # fewer at the end
+    assert storage.read_range("ranged", len(data), 5) == b""  # none from the end
+    assert storage.read_range("ranged", len(data) + 10, 5) == b""
+    assert storage.read_range("ranged", 3, 0) == b""
+    with pytest.raises(NotFoundError):
+        storage.read_range("missing", 0, 10)
+    with pytest.raises(ValueError, match="offset"):
+        storage.read_range("ranged", -1, 10)
+
+
 def test_write_if_absent_creates_once(storage: Storage) -> None:
     storage.write_if_absent("timeline/00000000000000000001.json", b'{"seq":1}')
     with pytest.raises(AlreadyExistsError, match="already exists") as info:
