@@ -380,7 +380,10 @@ def step_delta(demo: Demo) -> None:
     )
     delta = deltalake.DeltaTable(table.uri)
     columns = table.schema.names
-    via_delta = delta.to_pyarrow_table().select(columns)
+    # delta-rs's own query engine, not to_pyarrow_table(): a pyarrow dataset over delta-rs's
+    # filesystem can abort the interpreter at exit (delta-io/delta-rs#2184), after the demo.
+    query = deltalake.QueryBuilder().register("demo", delta).execute("SELECT * FROM demo")
+    via_delta = pa.table(query).select(columns)
     own = table.read().select(columns)
     same = sorted(map(str, via_delta.to_pylist())) == sorted(map(str, own.to_pylist()))
     console.print(
