@@ -34,21 +34,21 @@ from typing import Any
 from lakewarden.clients import lock_request
 from lakewarden.events import EventCodec, EventDecodeError, default_codec
 from lakewarden.events.dlq import Rejection, dead_letter_record
-from lakewarden_services._common.dlq import DEAD_LETTERS
-from lakewarden_services.timeline_lock import metrics
-from lakewarden_services.timeline_lock.protocol import (
+from lakewarden.lock.protocol import (
     InvalidRequest,
     parse_request,
     refusal_for,
     reply_record,
 )
-from lakewarden_services.timeline_lock.state import (
+from lakewarden.lock.state import (
     Outcome,
     Reply,
     Request,
     apply,
     expire_request,
 )
+from lakewarden_services._common.dlq import DEAD_LETTERS
+from lakewarden_services.timeline_lock import metrics
 from lakewarden_services.timeline_lock.state_json import (
     due_expiry_json,
     lock_from_json,

@@ -10,7 +10,7 @@ from typing import Any
 
 from lakewarden.clients import table_partition
 from lakewarden.events import make_event
-from lakewarden_services.timeline_lock.state import REQUEST_KINDS, Reply, Request, Route, validate
+from lakewarden.lock.state import REQUEST_KINDS, Reply, Request, Route, validate
 
 
 class InvalidRequest(Exception):
