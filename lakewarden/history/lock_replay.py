@@ -28,9 +28,10 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
+from lakewarden.events import InvalidEvent
 from lakewarden.events.topics import LOCK_REPLIES, LOCK_REQUESTS
 from lakewarden.history.model import Recorded, RetentionGap
-from lakewarden.lock.protocol import InvalidRequest, parse_request, refusal_for
+from lakewarden.lock.protocol import parse_request, refusal_for
 from lakewarden.lock.state import Grant, Reply, Request, TableLock, apply
 from lakewarden.settings import Settings
 
@@ -143,7 +144,7 @@ def _recompute(
                 reply_topic=str(record["reply_topic"]) or replies_topic,
                 reply_partitions=1 << 30,
             )
-        except InvalidRequest as err:
+        except InvalidEvent as err:
             refusal = refusal_for(record, err.detail)
             if refusal is not None:
                 decided[refusal.request_id].add(_decision(refusal))

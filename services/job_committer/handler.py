@@ -28,14 +28,13 @@ from typing import Any
 from faust.types import Message
 
 from lakewarden.clients.timeline_events import transition_record
-from lakewarden.events import Event, Undecodable
+from lakewarden.events import Event, InvalidEvent, Undecodable
 from lakewarden.settings import Settings
 from lakewarden.storage import open_storage
 from lakewarden_services._common.dlq import DeadLetterSink, dead_letter_failures
 from lakewarden_services.job_committer import metrics
 from lakewarden_services.job_committer.protocol import (
     CommitJob,
-    InvalidEvent,
     ManifestNotice,
     Outcome,
     parse_manifest_event,

@@ -15,18 +15,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from lakewarden.commit import InvalidIdError, JobLayout, TaskAttemptId, TaskId
-from lakewarden.events import make_event
+from lakewarden.events import InvalidEvent, make_event
 from lakewarden.table.stats import CommitStats
 from lakewarden.table.timeline import TimelineEntry
-
-
-class InvalidEvent(Exception):
-    """An event the service cannot use; ``reason`` is the dead-letter reason code."""
-
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(detail)
-        self.reason = reason
-        self.detail = detail
 
 
 @dataclass(frozen=True)
