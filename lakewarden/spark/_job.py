@@ -38,7 +38,7 @@ import os
 import socket
 from collections.abc import Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pyspark.sql.datasource import WriterCommitMessage
@@ -46,7 +46,6 @@ from pyspark.sql.datasource import WriterCommitMessage
 from lakewarden.clients import (
     AttemptManifest,
     CommitClient,
-    CommitRequest,
     JobCommitFailedError,
 )
 from lakewarden.clients.commit import DEFAULT_TIMEOUT_S
@@ -74,7 +73,7 @@ from lakewarden.table.job_commit import (
     STAGE_PREPARE,
     STAGE_REQUEST_COMMIT,
     AlreadyCommittedError,
-    JobCommitSpec,
+    CommitRequest,
     commit_instant,
 )
 from lakewarden.table.job_commit import abandon as abandon_instant
@@ -243,7 +242,7 @@ def commit_write(
             stats = commit_stats(table, spec, accepted, batch)  # 1.
             if not spec.profiled:  # 2.
                 txn.inflight(workload(spec, stats))
-            job = JobCommitSpec(
+            job = CommitRequest(
                 spec.instant,
                 spec.job_id,
                 tuple(m.attempt_id for m in accepted),
@@ -279,7 +278,7 @@ def _once(batch: BatchKey | None) -> dict[str, str]:
 def _commit_by_service(
     table: TableHandle,
     spec: WriteSpec,
-    job: JobCommitSpec,
+    job: CommitRequest,
     settings: Settings,
     accepted: Sequence[TaskCommitMessage],
     client: CommitClient | None = None,
@@ -300,15 +299,10 @@ def _commit_by_service(
         for m in accepted
         if not m.manifest_published
     ]
-    request = CommitRequest(
+    request = replace(
+        job,
         table_uri=table.storage.uri,  # absolute: the service runs elsewhere
         table_id=table.config.table_id,
-        instant=spec.instant,
-        job_id=spec.job_id,
-        accepted=job.accepted,
-        stats=job.stats,
-        once=job.once,
-        description=job.description,
     )
     timeout_s = float(spec.test_hooks.get("commit_timeout_s", DEFAULT_TIMEOUT_S))
     if client is not None:

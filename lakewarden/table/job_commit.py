@@ -7,7 +7,7 @@ job-committer service (``services/job_committer``) when it is, and the error-tab
 (``lakewarden.errortable``); table services will too::
 
     txn = WriteTransaction.resume(timeline, coordinator, table_id, instant, actor=me)
-    outcome = commit_instant(ManifestCommitter(storage, job_id), txn, JobCommitSpec(...))
+    outcome = commit_instant(ManifestCommitter(storage, job_id), txn, CommitRequest(...))
 
 Protocol of ``commit_instant`` (the one completion protocol of ``lakewarden.table.completion``
 for an ingestion: the instant's files are placed while invisible, so its fence is the
@@ -119,16 +119,29 @@ class AlreadyCommittedError(NonRetryableError):
 
 
 @dataclass(frozen=True)
-class JobCommitSpec:
-    """What to commit: the accepted attempts of ``job_id`` as instant ``instant``."""
+class CommitRequest:
+    """A job commit: the accepted attempts of ``job_id`` (attempt ``job_attempt``), completing
+    ``instant`` with ``stats``. ``once``: ``extra_metadata`` values no other completed instant
+    may share (all of them together).
+
+    The one value of a job commit wherever it runs: ``commit_instant`` in this process, a
+    ``JobCommitRequest`` event that ``CommitClient`` sends, and what job-committer parses from
+    one. Where the table is (``table_uri``, ``table_id``), the lock ``lock_token`` and the
+    sender (``producer_id``) matter only to the service and its clients; ``commit_instant``
+    is handed the table's transaction instead.
+    """
 
     instant: str
     job_id: str
-    accepted: tuple[str, ...]
+    accepted: Sequence[str]
     stats: CommitStats
-    # extra_metadata values no other completed instant may share (all of them together).
     once: Mapping[str, str] = field(default_factory=dict)
     description: str = ""
+    table_uri: str = ""
+    table_id: str = ""
+    job_attempt: int = 0
+    lock_token: int | None = None
+    producer_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -161,7 +174,7 @@ class CommitProgress:
 def commit_instant(
     committer: ManifestCommitter | None,
     txn: WriteTransaction,
-    spec: JobCommitSpec,
+    spec: CommitRequest,
     *,
     validate: Callable[[TimelineState], None] | None = None,
     progress: CommitProgress | None = None,
@@ -199,7 +212,7 @@ def commit_instant(
 def _commit(
     committer: ManifestCommitter | None,
     txn: WriteTransaction,
-    spec: JobCommitSpec,
+    spec: CommitRequest,
     validate: Callable[[TimelineState], None] | None,
     progress: CommitProgress,
     job_retries: int,

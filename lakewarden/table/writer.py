@@ -72,7 +72,7 @@ from lakewarden.table.bucket import BucketSlices, route
 from lakewarden.table.config import META_FILE_NAME, TableConfig
 from lakewarden.table.coordinator import Coordinator, JobCommits
 from lakewarden.table.files import BaseFileName, WriteToken, file_key
-from lakewarden.table.job_commit import STAGE_WRITE_FILES, JobCommitSpec, abandon, commit_instant
+from lakewarden.table.job_commit import STAGE_WRITE_FILES, CommitRequest, abandon, commit_instant
 from lakewarden.table.merge import BucketMerge, Merged, merge, merge_bucket, stamped
 from lakewarden.table.mor import ingestion_action, log_slice, write_blocks
 from lakewarden.table.parquet_options import write_parquet
@@ -164,7 +164,7 @@ def write(ctx: WriteContext, data: pa.Table, operation: Operation) -> CommitResu
             stats = _write_groups(ctx, txn.instant, buckets, groups, operation, attempt, written)
             committed = _commit_attempt(attempt)  # 5
             accepted = tuple(str(c.attempt) for c in committed)
-            spec = JobCommitSpec(txn.instant, _job_id(job, txn.instant), accepted, stats)
+            spec = CommitRequest(txn.instant, _job_id(job, txn.instant), accepted, stats)
             if service is not None and job is not None:  # 6, by job-committer
                 done = _by_service(ctx, service, spec, committed)
                 return CommitResult(txn.instant, done)
@@ -211,7 +211,7 @@ def _commit_attempt(attempt: TaskAttempt | None) -> tuple[TaskCommitResult, ...]
 
 
 def _by_service(
-    ctx: WriteContext, service: JobCommits, spec: JobCommitSpec, tasks: Sequence[TaskCommitResult]
+    ctx: WriteContext, service: JobCommits, spec: CommitRequest, tasks: Sequence[TaskCommitResult]
 ) -> CommitStats:
     """Step 6 by job-committer (``kafka.job_commits == "service"``): the same
     ``commit_instant``, run by the service. Raises: JobCommitterUnavailableError (none runs:

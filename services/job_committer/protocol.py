@@ -3,38 +3,22 @@ building results and timeline transitions.
 
 Parsing is where a decodable but unusable event is caught: ``InvalidEvent`` carries the
 dead-letter reason (``unexpected_event``, ``key_mismatch``, ``invalid_request``); the worker
-only ever sees a well-formed ``CommitJob``.
+only ever sees a well-formed ``CommitRequest``.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
 
 from lakewarden.commit import InvalidIdError, JobLayout, TaskAttemptId, TaskId
 from lakewarden.events import InvalidEvent, make_event
+from lakewarden.table.job_commit import CommitRequest
 from lakewarden.table.stats import CommitStats
 from lakewarden.table.timeline import TimelineEntry
-
-
-@dataclass(frozen=True)
-class CommitJob:
-    """A valid ``JobCommitRequest``."""
-
-    table_id: str
-    table_uri: str
-    instant: str
-    job_id: str
-    job_attempt: int
-    accepted: tuple[str, ...]
-    stats: CommitStats
-    once: dict[str, str] = field(default_factory=dict)
-    description: str = ""
-    lock_token: int | None = None
-    producer_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -80,7 +64,7 @@ def _check_envelope(name: str, expected: str, record: dict[str, Any], key: bytes
     return table_id
 
 
-def parse_request(name: str, record: dict[str, Any], *, key: bytes | None) -> CommitJob:
+def parse_request(name: str, record: dict[str, Any], *, key: bytes | None) -> CommitRequest:
     """The job a decoded ``JobCommitRequest`` asks to commit.
 
     Raises: InvalidEvent (``unexpected_event``, ``key_mismatch``, ``invalid_request``)."""
@@ -96,7 +80,7 @@ def parse_request(name: str, record: dict[str, Any], *, key: bytes | None) -> Co
     once = metadata.get("once", {}) if isinstance(metadata, dict) else None
     if not isinstance(once, dict) or not all(isinstance(v, str) for v in once.values()):
         raise InvalidEvent("invalid_request", "metadata.once must map strings to strings")
-    return CommitJob(
+    return CommitRequest(
         table_id=table_id,
         table_uri=record["table_uri"],
         instant=record["instant"],
@@ -157,7 +141,7 @@ def parse_manifest_event(name: str, record: dict[str, Any], *, key: bytes | None
     )
 
 
-def result_record(job: CommitJob, outcome: Outcome, *, producer_id: str) -> dict[str, Any]:
+def result_record(job: CommitRequest, outcome: Outcome, *, producer_id: str) -> dict[str, Any]:
     """The ``JobCommitResult`` event that answers ``job``."""
     return result_for(
         table_id=job.table_id,

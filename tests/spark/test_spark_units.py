@@ -33,7 +33,7 @@ from lakewarden.spark._transaction import (
 )
 from lakewarden.table.bucket import bucket_prefix
 from lakewarden.table.instant import Transition
-from lakewarden.table.job_commit import AlreadyCommittedError, JobCommitSpec, commit_instant
+from lakewarden.table.job_commit import AlreadyCommittedError, CommitRequest, commit_instant
 from lakewarden.table.stats import CommitStats, WorkloadProfile
 from lakewarden.table.writer import InvalidRecordError, SchemaMismatchError
 
@@ -134,7 +134,7 @@ def test_one_instant_per_batch_and_one_completion_per_query_batch(tmp_path: Path
         txn.inflight(WorkloadProfile(operation="insert"))
         stats = CommitStats(operation="insert", extra_metadata=batch_key.metadata())
         once = {QUERY_ID: batch_key.query_id, BATCH_ID: str(batch_key.batch_id)}
-        commit_instant(None, txn, JobCommitSpec(instant, "job", (), stats, once=once))
+        commit_instant(None, txn, CommitRequest(instant, "job", (), stats, once=once))
 
     complete(first[0], key)
     with pytest.raises(AlreadyCommittedError, match=f"instant {first[0]} completed with") as no:
