@@ -89,10 +89,6 @@ class JobCommitFailedError(NonRetryableError):
         self.reason = reason
 
 
-class UnaddressedCommitRequestError(NonRetryableError):
-    """A ``CommitRequest`` handed to ``CommitClient`` without ``table_uri`` and ``table_id``."""
-
-
 class CommitServiceUnavailableError(RetryableError):
     """The job-committer's topics cannot be reached; nothing was sent."""
 
@@ -156,20 +152,11 @@ class CommitClient:
         ``TaskManifest`` event each, delivered with the request).
 
         Raises:
-            UnaddressedCommitRequestError: ``request`` names no table (nothing was sent).
             CommitServiceUnavailableError: the topics cannot be reached (nothing was sent).
             JobCommitFailedError: the service failed the commit (rolled back, job aborted).
             CommitStateUnknownError: no answer in time, the request's delivery is unknown, or
                 the service could not settle the outcome. Check with ``check_commit``.
         """
-        if not request.table_uri or not request.table_id:
-            raise UnaddressedCommitRequestError(
-                f"the job commit of instant {request.instant} names no table (table_uri "
-                f"{request.table_uri!r}, table_id {request.table_id!r}): job-committer opens the "
-                "table from them. Nothing was sent. Help: build the CommitRequest with "
-                "table_uri=<the table's absolute URI> and table_id=<its id>.",
-                instant=request.instant,
-            )
         with self._guard:
             deadline = time.monotonic() + timeout_s
             consumer = self._listen()  # 1.
