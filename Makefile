@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup kafka-jars spark-jars delta-jars spark-udf peers-deps deps up down demo test test-fast fuzz campaign lint typecheck bench wheel clean
+.PHONY: setup kafka-jars spark-jars delta-jars spark-udf peers-deps deps up down demo test test-fast fuzz campaign lint docs typecheck bench perf-page wheel clean
 
 # Idempotent and fast: reinstalls only when pyproject.toml changed since the last install.
 setup: $(STAMP) kafka-jars spark-jars delta-jars spark-udf
@@ -70,9 +70,16 @@ down:
 demo: setup
 	$(BIN)/python -m lakewarden.demo
 
+# The documentation site is built strictly: a broken link, a missing page or a page outside the
+# navigation fails lint (and so `make test`). Built into site/ (gitignored).
 lint: setup
-	$(BIN)/ruff check lakewarden services tests benchmarks
-	$(BIN)/ruff format --check lakewarden services tests benchmarks
+	$(BIN)/ruff check lakewarden services tests benchmarks tools
+	$(BIN)/ruff format --check lakewarden services tests benchmarks tools
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir site
+
+# Serve the documentation site at http://127.0.0.1:8000, rebuilt on every change.
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve -a 127.0.0.1:8000
 
 typecheck: setup
 	$(BIN)/mypy
@@ -117,5 +124,10 @@ bench: setup
 wheel: setup
 	$(BIN)/python -m pip wheel --no-deps --quiet --wheel-dir dist .
 
+# docs/performance.md from the JSON results in benchmarks/results/ (the latest figure of each
+# benchmark and metric): run after `make bench` (or a subset: python -m benchmarks NAME ...).
+perf-page: setup
+	$(BIN)/python -m benchmarks.perf_page
+
 clean:
-	rm -rf $(VENV) dist build infra/kafka/lib infra/spark/jars infra/spark/delta-jars infra/peers/*/jars infra/peers/hudi/venv .lakewarden-state .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) dist build site infra/kafka/lib infra/spark/jars infra/spark/delta-jars infra/peers/*/jars infra/peers/hudi/venv .lakewarden-state .pytest_cache .mypy_cache .ruff_cache

@@ -31,6 +31,9 @@ def environment() -> dict[str, Any]:
         "python": platform.python_version(),
         "platform": platform.platform(),
         "cpus": os.cpu_count(),
+        # How busy the machine was (1-minute load average as the run ended): ratios are
+        # same-run, but a loaded machine still widens them.
+        "load_1m": round(os.getloadavg()[0], 1),
         "librdkafka": confluent_kafka.libversion()[0],
         "commit": _git_commit(),
         **versions,

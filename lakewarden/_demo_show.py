@@ -78,7 +78,9 @@ def show_errors(console: Console, settings: Settings, table: Table, expected: in
     from lakewarden.cli import main
     from lakewarden.errortable import error_table_location
 
-    location = error_table_location(table.uri, table.name, settings.error_table)
+    location = error_table_location(
+        table.uri, table.name, settings.error_table, table.config.error_table
+    )
 
     def count() -> int:
         try:

@@ -24,16 +24,27 @@ class KafkaSettings(BaseModel):
         default=None,
         description="host:port list; None means no Kafka: tables use the embedded coordinator",
     )
-    client_id: str = "lakewarden"
-    topic_prefix: str = "lakewarden."
-    request_timeout_s: float = 10.0
+    client_id: str = Field(default="lakewarden", description="Kafka client.id of every client")
+    topic_prefix: str = Field(
+        default="lakewarden.",
+        description="prefix of every topic and consumer group; one prefix per deployment",
+    )
+    request_timeout_s: float = Field(
+        default=10.0, description="how long a client waits for a broker's answer"
+    )
     # Authentication and encryption, passed to every confluent-kafka client and faust app
     # (LAKEWARDEN_KAFKA__SECURITY_PROTOCOL=SASL_PLAINTEXT, ..._SASL_MECHANISM=PLAIN, ...).
     # The password is a SecretStr: it never appears in a repr, a log, /health or an error.
-    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
-    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = None
-    sasl_username: str | None = None
-    sasl_password: SecretStr | None = None
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
+        default="PLAINTEXT", description="how clients connect to the brokers"
+    )
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = Field(
+        default=None, description="SASL mechanism, with a SASL_* security protocol"
+    )
+    sasl_username: str | None = Field(default=None, description="SASL user name")
+    sasl_password: SecretStr | None = Field(
+        default=None, description="SASL password; never shown in a repr, log, /health or error"
+    )
     ssl_ca_location: str | None = Field(default=None, description="CA bundle (PEM) path")
     job_commits: Literal["service", "embedded"] = Field(
         default="service",
@@ -120,10 +131,17 @@ class S3Settings(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    endpoint_url: str | None = None
-    region: str = "us-east-1"
-    access_key_id: SecretStr | None = None
-    secret_access_key: SecretStr | None = None
+    endpoint_url: str | None = Field(
+        default=None,
+        description="S3 endpoint (SeaweedFS, MinIO ...); unset: AWS S3's endpoint for the region",
+    )
+    region: str = Field(default="us-east-1", description="S3 region")
+    access_key_id: SecretStr | None = Field(
+        default=None, description="access key; unset: boto3's credential chain"
+    )
+    secret_access_key: SecretStr | None = Field(
+        default=None, description="secret key; unset: boto3's credential chain"
+    )
 
     @property
     def has_credentials(self) -> bool:
@@ -136,8 +154,12 @@ class HeartbeatPolicy(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    interval_s: float = Field(default=10.0, gt=0)
-    tolerable_misses: int = Field(default=3, ge=1)
+    interval_s: float = Field(default=10.0, gt=0, description="seconds between two beats")
+    tolerable_misses: int = Field(
+        default=3,
+        ge=1,
+        description="beats that may be missed before the instant is declared dead",
+    )
 
     @property
     def tolerance_s(self) -> float:
@@ -152,7 +174,11 @@ class HeartbeatSettings(HeartbeatPolicy):
     Each beat carries its policy, so the monitor judges an instant by its writer's settings.
     """
 
-    tables: dict[str, HeartbeatPolicy] = Field(default_factory=dict)
+    tables: dict[str, HeartbeatPolicy] = Field(
+        default_factory=dict,
+        description="per-table policies as JSON, e.g. "
+        '{"orders": {"interval_s": 2, "tolerable_misses": 5}}',
+    )
     monitor_tick_s: float = Field(
         default=0.2,
         gt=0,
@@ -186,14 +212,87 @@ class ErrorTableSettings(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    enabled: bool = False
-    suffix: str = Field(default="_errors", min_length=1)
-    name: str | None = None
-    base_path: str | None = None
+    enabled: bool = Field(
+        default=False,
+        description="set bad rows aside in the error table instead of failing the write",
+    )
+    suffix: str = Field(
+        default="_errors",
+        min_length=1,
+        description="a table's own error table is <table root><suffix> (local mode)",
+    )
+    name: str | None = Field(
+        default=None,
+        description="one global error table of this name for every table "
+        "(default name when base_path is set: lakewarden_errors)",
+    )
+    base_path: str | None = Field(
+        default=None,
+        description="where the global error table lives (default: the directory holding the table)",
+    )
 
     @property
     def is_global(self) -> bool:
         return self.name is not None or self.base_path is not None
+
+
+class CommitterSettings(BaseModel):
+    """The manifest committer's options a user sets (Hadoop's ``io.threads``,
+    ``validate.output`` and ``cleanup.skipped``); None leaves the committer's default.
+
+    The same value travels in a Spark write's options (``committer.threads``, ...) and in
+    ``JobCommitRequest`` to job-committer, where a value the request sets wins over the
+    service's own settings (``merged``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    threads: int | None = Field(
+        default=None,
+        ge=1,
+        le=256,
+        description="store I/O threads of a job commit, its cleanup and abort; None: 32 on an "
+        "object store, 4 on the local filesystem's fast path",
+    )
+    validate_output: bool | None = Field(
+        default=None,
+        description="after placing the files, check every committed file's size, and its "
+        "etag where the store reports one (S3); a mismatch fails the job commit. "
+        "None: off (one stat per file)",
+    )
+    cleanup: bool | None = Field(
+        default=None,
+        description="delete the job's _temporary/manifest_<job> directory after the commit; "
+        "false keeps it (manifests, commit plan) for diagnosis. None: on",
+    )
+
+    summary_report_directory: str | None = Field(
+        default=None,
+        description="a directory (path or URI) that also receives every job's _SUCCESS "
+        "summary, committed or failed, as summary-<jobId>.json. Not carried to job-committer: "
+        "the service writes where its own settings say",
+    )
+    diagnostics_manifest_directory: str | None = Field(
+        default=None,
+        description="a directory (path or URI) that receives a copy of the manifests each job "
+        "commit loads, under <jobId>/. Not carried to job-committer either",
+    )
+
+    def merged(self, override: CommitterSettings | None) -> CommitterSettings:
+        """These settings with every value ``override`` sets replacing this one's."""
+        if override is None:
+            return self
+        return self.model_copy(update=override.model_dump(exclude_none=True))
+
+    @property
+    def is_default(self) -> bool:
+        return all(value is None for value in self.model_dump().values())
+
+    def for_request(self) -> dict[str, object] | None:
+        """The values a ``JobCommitRequest`` carries to job-committer (never the report
+        directories: a request must not make the service write where it names); None when
+        none is set."""
+        carried = self.model_dump(include={"threads", "validate_output", "cleanup"})
+        return carried if any(v is not None for v in carried.values()) else None
 
 
 class Settings(BaseSettings):
@@ -207,6 +306,7 @@ class Settings(BaseSettings):
     s3: S3Settings = S3Settings()
     heartbeat: HeartbeatSettings = HeartbeatSettings()
     error_table: ErrorTableSettings = ErrorTableSettings()
+    committer: CommitterSettings = CommitterSettings()
     state_dir: Path = Field(
         default=Path(".lakewarden-state"),
         description="where the local stack keeps broker data, pid files and logs",

@@ -48,12 +48,17 @@ def cancel_manager() -> None:
     run("cancel_manager")
 
 
+def publisher() -> None:
+    run("publisher")
+
+
 __all__ = [
     "cancel_manager",
     "cleaner",
     "error_sink",
     "heartbeat_monitor",
     "job_committer",
+    "publisher",
     "run",
     "timeline_lock",
 ]

@@ -10,29 +10,12 @@ Kafka is configured, else the in-process one).
 
 from __future__ import annotations
 
-import re
-
 import click
 
-from lakewarden.cli._params import instant_param
+from lakewarden.cli._params import cancellation_options, cancellation_policy, instant_param
 from lakewarden.cli._service_runner import service_runner, spark_options
 from lakewarden.settings import Settings
 from lakewarden.table import Table
-
-_DURATION = re.compile(r"^(?P<n>\d+(?:\.\d+)?)(?P<unit>s|m|h|d)$")
-_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
-def duration_param(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
-    """``90s``, ``15m``, ``2h``, ``1d`` in seconds.
-
-    Raises: click.BadParameter (exit status 2)."""
-    if value is None:
-        return None
-    m = _DURATION.match(value.strip())
-    if m is None or float(m["n"]) <= 0:
-        raise click.BadParameter(f"{value!r} is not a duration like 90s, 15m, 2h or 1d")
-    return float(m["n"]) * _SECONDS[m["unit"]]
 
 
 @click.group()
@@ -42,17 +25,7 @@ def command() -> None:
 
 @command.command()
 @click.argument("table_uri")
-@click.option("--cancellable", is_flag=True, help="Ingestion takes precedence over the plan.")
-@click.option(
-    "--max-age",
-    callback=duration_param,
-    help="Cancellation policy: the cleaner cancels the plan after this long (e.g. 2h).",
-)
-@click.option(
-    "--max-instants",
-    type=click.IntRange(min=1),
-    help="Cancellation policy: cancel after this many instants completed since scheduling.",
-)
+@cancellation_options
 @click.option("--partition", "partitions", multiple=True, help="Only these partition paths.")
 @click.option("--max-file-groups", type=click.IntRange(min=1), help="Cap the plan's input.")
 @click.option("--sort-by", multiple=True, help="Sort each rewritten bucket by these columns.")
@@ -66,15 +39,7 @@ def schedule(
     sort_by: tuple[str, ...],
 ) -> None:
     """Append a clustering plan to TABLE_URI's timeline and print its instant."""
-    policy: dict[str, float] | None = None
-    if max_age is not None or max_instants is not None:
-        if not cancellable:
-            raise click.UsageError("--max-age / --max-instants need --cancellable")
-        policy = {}
-        if max_age is not None:
-            policy["max_age_s"] = max_age
-        if max_instants is not None:
-            policy["max_completed_instants"] = max_instants
+    policy = cancellation_policy(cancellable, max_age, max_instants)
     table = Table.open(table_uri, settings=Settings())
     instant = table.schedule_clustering(
         partitions=list(partitions) or None,

@@ -2,6 +2,7 @@
 
     lakewarden compact schedule /data/orders                  # prints the plan's instant
     lakewarden compact schedule /data/orders --cancellable    # ingestion takes precedence
+    lakewarden compact schedule /data/orders --cancellable --max-age 2h   # cleaner cancels it
     lakewarden compact run /data/orders 20250314092653589     # claim, merge, complete
     lakewarden compact run /data/orders --spark               # every pending plan, on Spark
 
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import click
 
-from lakewarden.cli._params import instant_param
+from lakewarden.cli._params import cancellation_options, cancellation_policy, instant_param
 from lakewarden.cli._service_runner import service_runner, spark_options
 from lakewarden.errors import NonRetryableError
 from lakewarden.settings import Settings
@@ -46,15 +47,29 @@ def command() -> None:
 
 @command.command()
 @click.argument("uri")
-@click.option("--cancellable", is_flag=True, help="Let ingestion take precedence (RFC-79).")
+@cancellation_options
+@click.option("--partition", "partitions", multiple=True, help="Only these partition paths.")
 @click.option("--max-file-groups", type=click.IntRange(min=1), default=None)
 @click.option("--min-log-files", type=click.IntRange(min=1), default=1, show_default=True)
-def schedule(uri: str, cancellable: bool, max_file_groups: int | None, min_log_files: int) -> None:
+def schedule(
+    uri: str,
+    cancellable: bool,
+    max_age: float | None,
+    max_instants: int | None,
+    partitions: tuple[str, ...],
+    max_file_groups: int | None,
+    min_log_files: int,
+) -> None:
     """Append a compaction plan for the table at URI (prints its instant, or says there is
     nothing to compact)."""
+    policy = cancellation_policy(cancellable, max_age, max_instants)
     table = _open(uri)
     instant = table.schedule_compaction(
-        cancellable=cancellable, max_file_groups=max_file_groups, min_log_files=min_log_files
+        partitions=list(partitions) or None,
+        max_file_groups=max_file_groups,
+        min_log_files=min_log_files,
+        cancellable=cancellable,
+        cancellation_policy=policy,
     )
     click.echo(str(instant) if instant is not None else "nothing to compact")
 

@@ -2,6 +2,7 @@
 
     lakewarden errors show /data/orders [--instant 20240101120000000] [--limit 20]
     lakewarden errors count /data/orders
+    lakewarden errors settle /data/orders    # commit what Table.write spooled (bad_records)
 
 The error table is found from the table and the ``error_table`` settings
 (``LAKEWARDEN_ERROR_TABLE__*``):
@@ -35,7 +36,9 @@ from lakewarden.table.table import Table
 def _errors(uri: str, instant: str | None) -> tuple[str, pa.Table | None]:
     settings = Settings()
     source = Table.open(uri, settings=settings)
-    location = error_table_location(source.uri, source.name, settings.error_table)
+    location = error_table_location(
+        source.uri, source.name, settings.error_table, source.config.error_table
+    )
     try:
         errors = Table.open(location.uri, settings=settings)
     except NotATableError:
@@ -141,3 +144,18 @@ def count(table_uri: str, instant: str | None) -> None:
     """Print how many failed records TABLE_URI has."""
     _, rows = _errors(table_uri, instant)
     click.echo(0 if rows is None else rows.num_rows)
+
+
+@command.command()
+@click.argument("table_uri")
+def settle(table_uri: str) -> None:
+    """Commit into the error table the bad records that Table.write(bad_records="error-table")
+    spooled for completed instants of TABLE_URI (a writer that died before committing them),
+    and drop those of rolled-back instants."""
+    from lakewarden.errortable.divert import settle as settle_spools
+
+    done = settle_spools(Table.open(table_uri, settings=Settings()))
+    click.echo(
+        f"committed {len(done.committed)}, dropped {len(done.dropped)}, "
+        f"pending {len(done.pending)} spooled error batch(es)"
+    )

@@ -196,6 +196,15 @@ def topic_param(ctx: click.Context, param: click.Parameter, value: str) -> str:
     "micro-batch. [default: error-table when LAKEWARDEN_ERROR_TABLE__ENABLED, else fail]",
 )
 @click.option(
+    "--error-table",
+    "error_table",
+    type=click.Choice(["local", "global"]),
+    default=None,
+    help="With --bad-records error-table: the table's own <table>_errors (local) or the global "
+    "one of LAKEWARDEN_ERROR_TABLE__NAME / __BASE_PATH (global). [default: the table's "
+    "config, else the settings]",
+)
+@click.option(
     "--starting-offsets",
     type=click.Choice(["earliest", "latest"]),
     default="earliest",
@@ -220,6 +229,7 @@ def command(
     bootstrap: str | None,
     checkpoint: Path | None,
     bad_records: str | None,
+    error_table: str | None,
     starting_offsets: str,
     single_task_rows: int | None,
     master: str,
@@ -227,7 +237,7 @@ def command(
     """Stream a Kafka topic into a lakewarden table: one instant per micro-batch."""
     from lakewarden.spark.ingest import IngestJob, IngestSpec, default_checkpoint, ingest_session
     from lakewarden.storage import open_storage
-    from lakewarden.table.config import load_config
+    from lakewarden.table.config import ErrorTableChoice, load_config
 
     trigger_s = parse_trigger(trigger)
     settings = Settings()
@@ -250,6 +260,7 @@ def command(
         bad_records=bad_records_policy(bad_records, settings),
         starting_offsets=starting_offsets,
         value_format="avro" if value_format == "avro" else "json",
+        error_table=None if error_table is None else ErrorTableChoice(kind=error_table),
     )
     if single_task_rows is not None:
         spec = dataclasses.replace(spec, single_task_rows=single_task_rows)

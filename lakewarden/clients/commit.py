@@ -49,7 +49,7 @@ from lakewarden.events import (
 )
 from lakewarden.events.topics import JOB_RESULTS
 from lakewarden.extras import missing_extra
-from lakewarden.settings import Settings
+from lakewarden.settings import CommitterSettings, Settings
 from lakewarden.storage import NotFoundError, open_storage
 from lakewarden.table.instant import Transition
 from lakewarden.table.job_commit import CommitRequest
@@ -241,7 +241,12 @@ def request_record(request: CommitRequest, producer_id: str) -> dict[str, Any]:
         metadata=json.dumps(metadata, sort_keys=True),
         table_uri=request.table_uri,
         commit_stats=request.stats.model_dump_json(),
+        committer_options=_committer_record(request.committer),
     )
+
+
+def _committer_record(committer: CommitterSettings | None) -> dict[str, Any] | None:
+    return None if committer is None else committer.for_request()
 
 
 def manifest_record(

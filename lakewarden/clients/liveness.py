@@ -14,10 +14,22 @@ service's table transaction. ``fresh=False`` answers from what was read so far, 
 
 The record format (this module is its one definition; the monitor writes with it):
 
-- key: UTF-8 JSON ``["<table id>", "<instant>"]``;
-- value: UTF-8 JSON ``{"status": "alive"|"dead"|"ended", "owner", "partition",
-  "last_seen_ms", "tolerance_ms", "since_ms"}``; a tombstone (null value) when the monitor
-  forgets the instant (it reached a terminal state, or was dead or ended for ``forget_after_s``).
+- key: UTF-8 JSON ``["<table id>", "<instant>"]`` (an identifier, as every topic's key is;
+  compaction keeps the latest value per key);
+- value: the ``LivenessRecord`` event (``schemas/LivenessRecord.avsc``, Avro single-object
+  encoded like every event): the envelope (its ``table_id`` is the key's), ``instant``,
+  ``status`` (``alive`` | ``dead`` | ``ended``), ``owner``, ``partition``, ``last_seen_ms``,
+  ``tolerance_ms``, ``since_ms``; a tombstone (null value) when the monitor forgets the
+  instant (it reached a terminal state, or was dead or ended for ``forget_after_s``).
+
+A value the view cannot decode (another schema, a status it does not know, a key that does not
+match) is refused: dead-lettered with the reason and not applied, so that instant reads
+UNKNOWN rather than a guess. Values of the JSON format written before the Avro schema
+(``{"status": ...}``) are refused too, counted in ``legacy`` and not dead-lettered: after an
+upgrade heartbeat-monitor rewrites every record it recovers in Avro (``decode_legacy`` is for
+it alone), behind the JSON one in the same partition, so a view that caught up has the Avro
+record. A reader still on the JSON format skips the Avro records (keeping the verdict it had);
+either way UNKNOWN or a stale ALIVE only delays a rollback, never licenses one.
 
 ``alive`` means the monitor has not declared the executor dead (it may be in the tolerance
 window after its last beat, or in the grace window after a monitor restart); ``dead`` means a
@@ -39,14 +51,17 @@ from types import TracebackType
 from typing import Final, Literal
 
 from lakewarden.errors import RetryableError
+from lakewarden.events.codec import EventCodec, EventDecodeError, default_codec
 from lakewarden.events.consumer import EventConsumer, EventConsumerError
-from lakewarden.events.topics import FOREVER, HEARTBEATS, TopicSpec
+from lakewarden.events.dlq import Rejection
+from lakewarden.events.envelope import make_event
+from lakewarden.events.topics import LIVENESS_CHANGELOG as LIVENESS_CHANGELOG
 from lakewarden.extras import missing_extra
 from lakewarden.settings import Settings
 from lakewarden.table.coordinator import Liveness as Verdict
 
 try:
-    from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+    from confluent_kafka import OFFSET_BEGINNING, Message, TopicPartition
 except ImportError as err:
     raise missing_extra("kafka", "Kafka support", err) from err
 
@@ -54,6 +69,7 @@ log = logging.getLogger(__name__)
 
 SERVICE: Final = "heartbeat-monitor"
 TABLE_NAME: Final = "liveness"
+EVENT: Final = "LivenessRecord"
 RecordStatus = Literal["alive", "dead", "ended"]
 _VERDICTS: Final[dict[str, Verdict]] = {
     "alive": Verdict.ALIVE,
@@ -64,6 +80,15 @@ _VERDICTS: Final[dict[str, Verdict]] = {
 
 class LivenessUnavailableError(RetryableError):
     """The view could not catch up with the monitor's changelog (broker unreachable)."""
+
+
+class LivenessDecodeError(ValueError):
+    """A changelog value is not a ``LivenessRecord`` this reader can use; ``reason`` is the
+    dead letter's reason (``legacy_json`` for the JSON format before the schema)."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(f"{reason}: {message}")
+        self.reason = reason
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,12 +106,61 @@ class LivenessRecord:
     def verdict(self) -> Verdict:
         return _VERDICTS[self.status]
 
-    def encode(self) -> bytes:
-        return json.dumps(asdict(self), separators=(",", ":")).encode()
+    def encode(
+        self,
+        table_id: str,
+        instant: str,
+        *,
+        producer_id: str = SERVICE,
+        codec: EventCodec | None = None,
+    ) -> bytes:
+        """The ``LivenessRecord`` event of this record for ``(table_id, instant)``."""
+        codec = codec or default_codec()
+        event = make_event(
+            EVENT,
+            table_id=table_id,
+            producer_id=producer_id,
+            codec=codec,
+            instant=instant,
+            **asdict(self),
+        )
+        return codec.encode(EVENT, event)
 
     @classmethod
-    def decode(cls, data: bytes) -> LivenessRecord:
-        """Raises: ValueError, KeyError or TypeError when ``data`` is not a record."""
+    def decode(
+        cls, data: bytes, *, key: tuple[str, str] | None = None, codec: EventCodec | None = None
+    ) -> LivenessRecord:
+        """The record in a changelog value; with ``key``, it must be that instant's.
+
+        Raises: LivenessDecodeError (``legacy_json``, ``key_mismatch``,
+        ``unexpected_event``, or the codec's reason: ``bad_magic``, ``unknown_fingerprint``,
+        ``corrupt_body``, ...)."""
+        if data[:1] == b"{":
+            raise LivenessDecodeError("legacy_json", "a JSON liveness record (before the schema)")
+        try:
+            name, event = (codec or default_codec()).decode(data)
+        except EventDecodeError as err:
+            raise LivenessDecodeError(err.reason, str(err)) from err
+        if name != EVENT:
+            raise LivenessDecodeError("unexpected_event", f"a {name} event, not {EVENT}")
+        ident = (str(event["envelope"]["table_id"]), str(event["instant"]))
+        if key is not None and ident != key:
+            raise LivenessDecodeError("key_mismatch", f"record of {ident} under key {key}")
+        return cls(
+            status=event["status"],
+            owner=event["owner"],
+            partition=event["partition"],
+            last_seen_ms=event["last_seen_ms"],
+            tolerance_ms=event["tolerance_ms"],
+            since_ms=event["since_ms"],
+        )
+
+    @classmethod
+    def decode_legacy(cls, data: bytes) -> LivenessRecord:
+        """A record of the JSON format written before the schema, for heartbeat-monitor's
+        migration alone (readers refuse it).
+
+        Raises: ValueError, KeyError or TypeError when ``data`` is not such a record."""
         raw = json.loads(data)
         if not isinstance(raw, dict) or raw.get("status") not in _VERDICTS:
             raise ValueError(f"not a liveness record: {data[:200]!r}")
@@ -116,13 +190,6 @@ def parse_key(key: bytes) -> tuple[str, str]:
     return raw[0], raw[1]
 
 
-# The monitor's changelog: compacted (the latest record per instant), partitioned like
-# heartbeats (an instant's record lives in the partition of its beats).
-LIVENESS_CHANGELOG: Final = TopicSpec(
-    f"{SERVICE}-{TABLE_NAME}-changelog", HEARTBEATS.partitions, FOREVER, cleanup_policy="compact"
-)
-
-
 def liveness_topic(settings: Settings) -> str:
     """The monitor's changelog topic under the settings' prefix."""
     return LIVENESS_CHANGELOG.name(settings)
@@ -143,7 +210,8 @@ class Liveness:
         self._offsets: EventConsumer | None = None
         self._partitions: list[int] = []
         self._records: dict[tuple[str, str], LivenessRecord] = {}
-        self.skipped = 0  # changelog messages that were not records (counted, not fatal)
+        self.skipped = 0  # changelog messages refused (dead-lettered, or legacy JSON)
+        self.legacy = 0  # of which JSON records of the format before the schema
 
     def status(
         self, table_id: str, instant: str, *, fresh: bool = True, timeout_s: float | None = None
@@ -219,13 +287,13 @@ class Liveness:
         return self._consumer
 
     def _new_consumer(self) -> EventConsumer:
-        # assign() only: the private group id is never joined nor committed to. The records
-        # are JSON, read as raw messages: nothing is decoded or dead-lettered.
+        # assign() only: the private group id is never joined nor committed to. Messages are
+        # read raw and decoded here (``_apply``): a refused one is dead-lettered through it.
         return EventConsumer(
             self.settings,
             group_id=f"{SERVICE}-view-{uuid.uuid4().hex[:8]}",
             auto_commit=False,
-            dead_letters=False,
+            dead_letters=True,
             logger=log,
         )
 
@@ -290,15 +358,37 @@ class Liveness:
         except EventConsumerError as err:
             raise LivenessUnavailableError(f"liveness view consumer failed: {err}") from err
         for msg in batch:
-            self._apply(msg.key(), msg.value())
+            self._apply(consumer, msg)
 
-    def _apply(self, key: bytes | None, value: bytes | None) -> None:
+    def _apply(self, consumer: EventConsumer, msg: Message) -> None:
+        """Apply one changelog message, or refuse it: a value that does not decode is
+        dead-lettered and not applied (the instant keeps its earlier record, or none)."""
+        key, value = msg.key(), msg.value()
         try:
             ident = parse_key(key or b"")
-            if value is None:
-                self._records.pop(ident, None)
-            else:
-                self._records[ident] = LivenessRecord.decode(value)
-        except (ValueError, KeyError, TypeError) as err:
-            self.skipped += 1
-            log.warning("skipped a liveness changelog message: %s", err)
+        except ValueError as err:
+            self._refuse(consumer, msg, LivenessDecodeError("invalid_key", str(err)))
+            return
+        if value is None:
+            self._records.pop(ident, None)
+            return
+        try:
+            self._records[ident] = LivenessRecord.decode(value, key=ident)
+        except LivenessDecodeError as err:
+            self._refuse(consumer, msg, err)
+
+    def _refuse(self, consumer: EventConsumer, msg: Message, err: LivenessDecodeError) -> None:
+        self.skipped += 1
+        if err.reason == "legacy_json":
+            self.legacy += 1
+            if self.legacy == 1:
+                log.warning(
+                    "refused JSON liveness records of the format before the schema: "
+                    "heartbeat-monitor rewrites them in Avro when it recovers them"
+                )
+            return
+        log.warning("refused a liveness changelog message: %s", err)
+        try:
+            consumer.dead_letter(msg, Rejection(err.reason, str(err), type(err).__name__))
+        except Exception as dlq_err:  # noqa: BLE001 - refused either way; the view keeps serving
+            log.warning("could not dead-letter the refused liveness message: %s", dlq_err)

@@ -59,7 +59,9 @@ class ServiceJobCommits:
         JobCommitFailedError, CommitStateUnknownError, CommitServiceUnavailableError.
         """
         self.presence.require(table=table_id, instant=spec.instant)
-        request = replace(spec, table_uri=table_uri, table_id=table_id)
+        # The writer's committer options: those the request carries, else this process's.
+        committer = self.settings.committer if spec.committer is None else spec.committer
+        request = replace(spec, table_uri=table_uri, table_id=table_id, committer=committer)
         manifests = [
             AttemptManifest(str(t.attempt), t.manifest_key, t.files, t.bytes) for t in tasks
         ]

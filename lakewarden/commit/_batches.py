@@ -41,6 +41,27 @@ def sizes(
     return out
 
 
+def sizes_and_etags(
+    store: CommitStore, keys: Sequence[str], stop: threading.Event | None = None
+) -> list[tuple[int, str | None] | None]:
+    """(size, etag) of ``keys`` (None when absent; the etag None where the store has none),
+    stopping early when ``stop`` is set.
+
+    Raises: NotARegularFileError (local: a symlink or directory), StorageError."""
+    if store.fast:
+        return [None if size is None else (size, None) for size in sizes(store, keys, stop)]
+    start = time.perf_counter()
+    out: list[tuple[int, str | None] | None] = []
+    try:
+        for key in keys:
+            if stop is not None and stop.is_set():
+                break
+            out.append(store.stat_of(key))
+    finally:
+        store.metered.record("stat", time.perf_counter() - start, samples=max(len(out), 1))
+    return out
+
+
 def renames(
     store: CommitStore, pairs: Sequence[tuple[str, str]], stop: threading.Event | None = None
 ) -> list[int]:

@@ -121,6 +121,22 @@ class CommitStore:
             _localfs.regular_file_size(self.path(key))  # refuses a symlink the stat followed
         return size
 
+    def stat_of(self, key: str) -> tuple[int, str | None] | None:
+        """(size, etag) without metering (a batch meters itself); None when absent. The local
+        fast path has no etags.
+
+        Raises: NotARegularFileError (local: a symlink or directory), StorageError."""
+        if self.fast:
+            size = _localfs.regular_file_size(self.path(key))
+            return None if size is None else (size, None)
+        try:
+            info = self.storage.stat(key)
+        except NotFoundError:
+            return None
+        if self.local_root is not None:
+            _localfs.regular_file_size(self.path(key))  # refuses a symlink the stat followed
+        return info.size, info.etag
+
     def delete(self, key: str) -> None:
         self.metered.delete(key)
 
@@ -163,6 +179,12 @@ class CommitStore:
 
         Raises: NotARegularFileError (local: a symlink or directory), StorageError."""
         return _batches.sizes(self, keys, stop)
+
+    def sizes_and_etags(
+        self, keys: Sequence[str], stop: threading.Event | None = None
+    ) -> builtins.list[tuple[int, str | None] | None]:
+        """(size, etag) of ``keys``, None when absent (``_batches.sizes_and_etags``)."""
+        return _batches.sizes_and_etags(self, keys, stop)
 
     def renames(
         self, pairs: Sequence[tuple[str, str]], stop: threading.Event | None = None

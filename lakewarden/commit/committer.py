@@ -32,7 +32,9 @@ from lakewarden.commit.errors import (
     StageFailedError,
 )
 from lakewarden.commit.layout import JobLayout, TaskAttemptId
+from lakewarden.commit.manifest import DIR_CREATED, DIR_EXISTS
 from lakewarden.commit.options import CommitterOptions
+from lakewarden.commit.reports import ReportWriter
 from lakewarden.commit.stages import (
     CleanupArgs,
     CleanupStage,
@@ -54,7 +56,7 @@ from lakewarden.commit.stages import (
     ValidateOutputStage,
     read_summary,
 )
-from lakewarden.commit.statistics import CommitStatistics
+from lakewarden.commit.statistics import CommitStatistics, aggregate_iostatistics
 from lakewarden.commit.success import SuccessData, build_summary
 from lakewarden.storage import Storage
 
@@ -101,6 +103,7 @@ class ManifestCommitter:
         self.layout = JobLayout(job_id, job_attempt)
         self.options = options or CommitterOptions()
         self.store = CommitStore(storage)
+        self.reports = ReportWriter(self.options.summary_report_directory, None, self.store.stats)
         self._stage_hook = stage_hook
         self._nonce = uuid.uuid4().hex
 
@@ -182,22 +185,33 @@ class ManifestCommitter:
         with EntrySpill() as spill:
             loaded = LoadManifestsStage(config).run(LoadArgs(attempts, spill))
             plan = ValidateManifestsStage(config).run(loaded)
-            CreateDirectoriesStage(config).run(plan)
+            dirs = CreateDirectoriesStage(config).run(plan)
             place = CompleteUploadsStage if loaded.upload_mode else RenameFilesStage
             placed = place(config).run(plan)
+            diagnostics = {
+                "resumed": str(plan.resumed),
+                "directories_created": str(dirs.count(DIR_CREATED)),
+                "directories_existing": str(dirs.count(DIR_EXISTS)),
+            }
             if self.options.validate_output:
-                ValidateOutputStage(config).run(plan)
+                report = ValidateOutputStage(config).run(plan)
+                diagnostics["validated_files"] = str(report.checked)
+                diagnostics["validated_etags"] = str(report.etags_checked)
             committed = _committed_files(loaded)
+            tasks = [m.iostatistics for m in loaded.manifests]
             summary = build_summary(
                 job_id=self.job_id,
                 state="COMMITTED",
                 stage=None,
                 committed=committed,
-                iostatistics=self.statistics.snapshot(),
-                diagnostics={"resumed": str(plan.resumed)},
+                # The job's own statistics with every accepted task attempt's (Hadoop's
+                # aggregation: the summary accounts for the whole job's IO).
+                iostatistics=aggregate_iostatistics(self.statistics.snapshot(), *tasks),
+                diagnostics=diagnostics,
                 description=description,
             )
             key = SaveSuccessStage(config).run(summary)
+            self.reports.summary(self.job_id, summary.to_bytes())
         return JobCommitResult(
             job_id=self.job_id,
             files=_flatten(committed),
@@ -251,11 +265,12 @@ class ManifestCommitter:
             return self._clean_up(self._config(pool), result)
 
     def _clean_up(self, config: StageConfig, result: JobCommitResult) -> JobCommitResult:
-        if not self.options.cleanup:
+        keep = not self.options.cleanup
+        if keep and self.store.can_rename:  # nothing pending to abort: keep it all
             return result
         committed = frozenset(f.attempt for f in result.files)
         try:
-            CleanupStage(config).run(CleanupArgs(committed))
+            CleanupStage(config).run(CleanupArgs(committed, keep_directory=keep))
         except StageFailedError as err:
             log.warning("job %s committed, but its cleanup failed: %s", self.job_id, err)
             return _replace_cleanup_error(result, str(err))
@@ -286,6 +301,7 @@ class ManifestCommitter:
             SaveSuccessStage(config).run(summary)
         except StageFailedError as save_err:  # the original failure matters more
             log.warning("job %s: could not save its failure summary: %s", self.job_id, save_err)
+        self.reports.summary(self.job_id, summary.to_bytes())
 
     def abort_job(self, *, force: bool = False, reason: str = "") -> JobAbortResult:
         """Job abort: no file of the job stays in the table, no upload stays pending.

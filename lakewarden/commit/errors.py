@@ -96,6 +96,11 @@ class SizeMismatchError(ManifestValidationError):
     """A file on storage does not have the size its manifest entry records."""
 
 
+class EtagMismatchError(ManifestValidationError):
+    """A committed object's etag is not the one its recorded upload parts make: the object at
+    the destination is not the data the task attempt uploaded."""
+
+
 class DestinationExistsError(ManifestValidationError):
     """A destination is occupied by a file this job did not put there."""
 

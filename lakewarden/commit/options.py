@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from lakewarden.settings import CommitterSettings
+
 
 class CommitterOptions(BaseModel):
     """Options of one committer (not persisted)."""
@@ -38,19 +40,62 @@ class CommitterOptions(BaseModel):
         "file at its source, which is how abort and resume tell it apart)",
     )
     validate_output: bool = Field(
-        default=False, description="after renaming, stat every destination (Hadoop's option)"
+        default=False,
+        description="after placing the files, stat every destination: its size, and its etag "
+        "where the store has one (Hadoop's option)",
     )
-    cleanup: bool = Field(default=True, description="delete the job directory after commit")
+    cleanup: bool = Field(
+        default=True,
+        description="delete the job directory after commit; False keeps _temporary's "
+        "manifests for diagnosis",
+    )
     part_size: int = Field(
         default=8 * 1024 * 1024,
         ge=1,
         description="multipart part size in upload mode (S3 needs >= 5 MiB but the last)",
+    )
+    summary_report_directory: str | None = Field(
+        default=None,
+        description="also write each job's _SUCCESS summary (committed or failed) to "
+        "<directory>/summary-<jobId>.json (a path or URI; Hadoop's summary.report.directory)",
+    )
+    diagnostics_manifest_directory: str | None = Field(
+        default=None,
+        description="copy the manifests a job commit loads to <directory>/<jobId>/ "
+        "(Hadoop's diagnostics.manifest.directory)",
     )
     max_loaded_manifests: int = Field(
         default=8,
         ge=1,
         description="manifests parsed at once while loading: bounds the committer's memory",
     )
+
+    def with_settings(self, settings: CommitterSettings | None) -> CommitterOptions:
+        """These options with the values ``settings`` sets (its ``threads`` sets both pools:
+        a user names one thread count, as Hadoop's ``io.threads`` is one)."""
+        if settings is None or settings.is_default:
+            return self
+        update: dict[str, object] = {}
+        if settings.threads is not None:
+            update["threads"] = settings.threads
+            update["local_threads"] = settings.threads
+        if settings.validate_output is not None:
+            update["validate_output"] = settings.validate_output
+        if settings.cleanup is not None:
+            update["cleanup"] = settings.cleanup
+        if settings.summary_report_directory is not None:
+            update["summary_report_directory"] = settings.summary_report_directory
+        if settings.diagnostics_manifest_directory is not None:
+            update["diagnostics_manifest_directory"] = settings.diagnostics_manifest_directory
+        return self.model_copy(update=update)
+
+    @classmethod
+    def from_settings(cls, *layers: CommitterSettings | None) -> CommitterOptions:
+        """The defaults with each of ``layers`` applied in order (a later one wins)."""
+        options = cls()
+        for layer in layers:
+            options = options.with_settings(layer)
+        return options
 
     def checks_destinations(self, *, upload_mode: bool) -> bool:
         return upload_mode if self.check_destinations is None else self.check_destinations

@@ -76,3 +76,27 @@ class CommitStatistics:
 
 def empty_iostatistics() -> IOStatisticsJson:
     return {"counters": {}, "gauges": {}, "minimums": {}, "maximums": {}, "meanstatistics": {}}
+
+
+def aggregate_iostatistics(*parts: IOStatisticsJson) -> IOStatisticsJson:
+    """Hadoop's aggregation of IOStatistics snapshots: counters and mean statistics (samples,
+    sum) add up, minimums take the least, maximums the greatest; gauges add up."""
+    out = empty_iostatistics()
+    for part in parts:
+        for name, value in part.get("counters", {}).items():
+            out["counters"][name] = out["counters"].get(name, 0) + int(value)
+        for name, value in part.get("gauges", {}).items():
+            out["gauges"][name] = out["gauges"].get(name, 0) + value
+        for name, value in part.get("minimums", {}).items():
+            known = out["minimums"].get(name)
+            out["minimums"][name] = value if known is None else min(known, value)
+        for name, value in part.get("maximums", {}).items():
+            known = out["maximums"].get(name)
+            out["maximums"][name] = value if known is None else max(known, value)
+        for name, mean in part.get("meanstatistics", {}).items():
+            known = out["meanstatistics"].get(name, {"samples": 0, "sum": 0.0})
+            out["meanstatistics"][name] = {
+                "samples": known["samples"] + int(mean.get("samples", 0)),
+                "sum": round(known["sum"] + float(mean.get("sum", 0.0)), 3),
+            }
+    return {kind: dict(sorted(values.items())) for kind, values in out.items()}

@@ -24,8 +24,10 @@ again; the same lifecycle rule is the backstop.
 
 from __future__ import annotations
 
+import hashlib
+import re
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -49,6 +51,30 @@ class UploadRecord(BaseModel):
 
     def to_bytes(self) -> bytes:
         return self.model_dump_json(by_alias=True).encode()
+
+
+_MD5_HEX = re.compile(r"^[0-9a-f]{32}$")
+_MULTIPART_ETAG = re.compile(r"^[0-9a-f]{32}-[0-9]+$")
+
+
+def multipart_etag(part_etags: Sequence[str]) -> str | None:
+    """The etag S3 gives the object a multipart upload of these parts completes into: the MD5
+    of the parts' binary MD5s, then ``-<part count>``. None when a part's etag is not an MD5
+    (SSE-KMS and some stores use other values): the object's etag then proves nothing."""
+    digests = [etag.strip('"').lower() for etag in part_etags]
+    if not digests or not all(_MD5_HEX.match(d) for d in digests):
+        return None
+    joined = hashlib.md5(b"".join(bytes.fromhex(d) for d in digests), usedforsecurity=False)
+    return f"{joined.hexdigest()}-{len(digests)}"
+
+
+def comparable_etag(stored: str | None) -> str | None:
+    """``stored`` when it has the multipart form ``multipart_etag`` computes, else None (a
+    store that tags objects otherwise cannot be checked this way)."""
+    if stored is None:
+        return None
+    etag = stored.strip('"').lower()
+    return etag if _MULTIPART_ETAG.match(etag) else None
 
 
 def object_location(storage: Storage) -> tuple[str, str]:

@@ -17,12 +17,24 @@ class DevSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="LAKEWARDEN_DEV__", frozen=True, extra="ignore")
 
-    kafka_port: int = Field(default=9092, ge=0, le=65535)
-    kafka_controller_port: int = Field(default=9093, ge=0, le=65535)
-    kafka_heap: str = Field(default="512m", pattern=r"^\d+[kmgKMG]$")
-    s3_port: int = Field(default=8333, ge=0, le=65535)
-    bucket: str = "lakewarden"
-    startup_timeout_s: float = Field(default=90.0, gt=0)
-    # 3: a KRaft cluster of three broker+controller nodes (topics replicated 3 times,
-    # min.insync.replicas=2), the extra nodes on free ports.
-    brokers: int = Field(default=1, ge=1, le=5)
+    kafka_port: int = Field(default=9092, ge=0, le=65535, description="the broker's port")
+    kafka_controller_port: int = Field(
+        default=9093, ge=0, le=65535, description="the KRaft controller's port"
+    )
+    kafka_heap: str = Field(
+        default="512m", pattern=r"^\d+[kmgKMG]$", description="the broker JVM's heap (-Xmx)"
+    )
+    s3_port: int = Field(
+        default=8333, ge=0, le=65535, description="SeaweedFS's S3 port (with --s3)"
+    )
+    bucket: str = Field(default="lakewarden", description="the bucket created on S3")
+    startup_timeout_s: float = Field(
+        default=90.0, gt=0, description="how long each part may take to become healthy"
+    )
+    brokers: int = Field(
+        default=1,
+        ge=1,
+        le=5,
+        description="Kafka nodes; 3 runs a KRaft cluster of three broker+controller nodes "
+        "(topics replicated 3 times, min.insync.replicas=2), the extra nodes on free ports",
+    )

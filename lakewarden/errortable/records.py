@@ -10,6 +10,9 @@
     operation     insert, upsert, ...               rowIndex      row number in the task input
     kafkaTopic, kafkaPartition, kafkaOffset         where a bad record of ``lakewarden ingest``
                                                     was read (``--bad-records error-table``)
+    errorTableUri, errorTableName                   the error table the writer chose (local or
+                                                    global, ``lakewarden.errortable.location``);
+                                                    absent: the sink's settings place it
 """
 
 from __future__ import annotations
@@ -40,6 +43,8 @@ JOB_ID: Final = "jobId"
 KAFKA_TOPIC: Final = "kafkaTopic"
 KAFKA_PARTITION: Final = "kafkaPartition"
 KAFKA_OFFSET: Final = "kafkaOffset"
+ERROR_TABLE_URI: Final = "errorTableUri"
+ERROR_TABLE_NAME: Final = "errorTableName"
 REQUIRED_CONTEXT: Final = (COMMIT_TIME, TABLE_NAME, TABLE_ID, TABLE_URI, TASK_ATTEMPT)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from lakewarden.commit import ManifestCommitter, new_job_id
+from lakewarden.errortable.location import chosen_location
 from lakewarden.errortable.records import (
     COMMIT_TIME,
     JOB_ID,
@@ -73,6 +74,7 @@ class FakeWrite:
                     TASK_ATTEMPT: attempt_id,
                     JOB_ID: self.job_id,
                     "partitionPath": "",
+                    **chosen_location(self.table.uri, self.table.config, self.table.settings),
                 },
             )
             for key in keys

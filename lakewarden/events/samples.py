@@ -57,6 +57,15 @@ def _fields(table_id: str) -> dict[str, dict[str, Any]]:
             "tolerance_ms": 30_000,
             "frontier_ms": 1_741_944_443_595,
         },
+        "LivenessRecord": {
+            "instant": _INSTANT,
+            "status": "dead",
+            "owner": "spark-driver-1",
+            "partition": 3,
+            "last_seen_ms": 1_741_944_413_589,
+            "tolerance_ms": 30_000,
+            "since_ms": 1_741_944_443_595,
+        },
         "TimelineTransition": {
             "seq": 118,
             "instant": _INSTANT,
@@ -90,6 +99,7 @@ def _fields(table_id: str) -> dict[str, dict[str, Any]]:
             "metadata": json.dumps({"streaming_batch_id": 17}),
             "table_uri": "s3://lake/trips",
             "commit_stats": json.dumps({"operation": "upsert", "write_stats": stats}),
+            "committer_options": {"threads": 64, "validate_output": True, "cleanup": None},
         },
         "JobCommitResult": {
             "instant": _INSTANT,

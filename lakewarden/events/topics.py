@@ -89,7 +89,20 @@ TOPICS: Final[tuple[TopicSpec, ...]] = (
     DLQ,
 )
 
-_BY_EVENT: Final[dict[str, TopicSpec]] = {event: spec for spec in TOPICS for event in spec.events}
+# heartbeat-monitor's liveness view: compacted (the latest record per instant), partitioned
+# like heartbeats (an instant's record lives in the partition of its beats). The monitor
+# creates it; readers are ``lakewarden.clients.liveness.Liveness`` views.
+LIVENESS_CHANGELOG: Final = TopicSpec(
+    "heartbeat-monitor-liveness-changelog",
+    HEARTBEATS.partitions,
+    FOREVER,
+    cleanup_policy="compact",
+    events=("LivenessRecord",),
+)
+
+_BY_EVENT: Final[dict[str, TopicSpec]] = {
+    event: spec for spec in (*TOPICS, LIVENESS_CHANGELOG) for event in spec.events
+}
 
 
 def topic_for_event(event: str) -> TopicSpec:

@@ -38,6 +38,7 @@ import pyarrow.compute as pc
 from lakewarden.errortable import ErrorPublisher, error_record
 from lakewarden.errortable import records as ctx
 from lakewarden.errortable.encoder import ErrorRecordEncoder, new_uuids, now_ms
+from lakewarden.errortable.location import chosen_location
 from lakewarden.spark._arrow import conform
 from lakewarden.spark._options import WriteSpec
 from lakewarden.table.bucket import render_partition_path
@@ -193,8 +194,10 @@ class BadRows:
         self.config = config
         self.attempt_id = attempt_id
         self.where = where
-        self.publisher = ErrorPublisher(spec.settings(), producer_id=f"spark-task:{attempt_id}")
+        settings = spec.settings()
+        self.publisher = ErrorPublisher(settings, producer_id=f"spark-task:{attempt_id}")
         self.count = 0
+        self.location = chosen_location(spec.uri, config, settings, spec.error_table)
 
     def conform(self, batch: pa.Table, first_row: int) -> pa.Table:
         """The good rows of ``batch`` conformed; the bad ones published. Raises:
@@ -234,6 +237,7 @@ class BadRows:
             ctx.KAFKA_TOPIC: str(row[INGEST_TOPIC]),
             ctx.KAFKA_PARTITION: str(row[INGEST_PARTITION]),
             ctx.KAFKA_OFFSET: str(row[INGEST_OFFSET]),
+            **self.location,
         }
         self.publisher.publish(
             error_record(
@@ -266,6 +270,7 @@ class BadRows:
                 ctx.TASK_ATTEMPT: self.attempt_id,
                 ctx.JOB_ID: spec.job_id,
                 "operation": spec.operation,
+                **self.location,
             },
         )
         ids = new_uuids(2 * len(indices))

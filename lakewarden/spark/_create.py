@@ -35,9 +35,15 @@ import pyarrow as pa
 from pyspark.sql.types import StructType
 
 from lakewarden.spark._arrow import spark_arrow_schema
-from lakewarden.spark._options import InvalidOptionError, get_option, load_settings
+from lakewarden.spark._options import (
+    InvalidOptionError,
+    error_table_choice,
+    get_option,
+    load_settings,
+)
 from lakewarden.storage import Storage, open_storage
 from lakewarden.table.config import (
+    ErrorTableChoice,
     NotATableError,
     TableAlreadyExistsError,
     TableConfig,
@@ -88,6 +94,9 @@ class TableOptions:
     table_type: Literal["cow", "mor"] | None = None
     name: str | None = None
     publish_delta: bool | None = None
+    # Recorded in the config of a table the write creates (not compared with an existing
+    # table's: a write may send its errors elsewhere than the table's default).
+    error_table: ErrorTableChoice | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> TableOptions:
@@ -106,6 +115,7 @@ class TableOptions:
             table_type=_table_type(get_option(options, OPT_TABLE_TYPE)),
             name=_text(get_option(options, OPT_TABLE_NAME)),
             publish_delta=_flag(OPT_PUBLISH_DELTA, get_option(options, OPT_PUBLISH_DELTA)),
+            error_table=error_table_choice(options),
         )
 
     def differences(self, config: TableConfig) -> tuple[str, ...]:
@@ -149,6 +159,7 @@ class TableOptions:
             table_type=self.table_type or "cow",
             buckets=self.buckets or 1,
             publish_delta=bool(self.publish_delta),
+            error_table=self.error_table,
         )
 
 

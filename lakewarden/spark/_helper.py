@@ -29,6 +29,7 @@ and in CPU (``python -m benchmarks spark`` measures both against ``df.write.parq
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -57,7 +58,9 @@ from lakewarden.spark._options import (
     InvalidOptionError,
     WriteSpec,
     check_table_type,
+    committer_options,
     encode_settings,
+    error_table_choice,
     get_option,
     load_settings,
     test_hooks,
@@ -129,8 +132,12 @@ def write(
     merge = operation != "bulk_insert"
     native = not merge and _native_writer(options or {}, table, encoded)
     hooks = test_hooks(options or {})
+    committer = committer_options(options or {})
     spec, txn = _job.open_write(  # 1.
         table, operation, settings_json=encoded, merge=merge, profiled=merge, test_hooks=hooks
+    )
+    spec = dataclasses.replace(
+        spec, committer=committer, error_table=error_table_choice(options or {})
     )
     keyed: DataFrame | None = None
     failure: Exception | None = None

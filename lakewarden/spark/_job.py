@@ -51,7 +51,7 @@ from lakewarden.clients import (
     JobCommitFailedError,
 )
 from lakewarden.clients.committer_presence import CommitterPresence
-from lakewarden.commit import ManifestCommitter, new_job_id
+from lakewarden.commit import CommitterOptions, ManifestCommitter, new_job_id
 from lakewarden.errors import CommitStateUnknownError, NonRetryableError
 from lakewarden.publish import attach
 from lakewarden.settings import Settings
@@ -255,7 +255,12 @@ def commit_write(
                 stage = STAGE_REQUEST_COMMIT
                 done = _commit_by_service(table, spec, job, settings, accepted, client)
             else:
-                done = commit_instant(ManifestCommitter(table.storage, spec.job_id), txn, job).stats
+                committer = ManifestCommitter(
+                    table.storage,
+                    spec.job_id,
+                    options=CommitterOptions.from_settings(settings.committer, spec.committer),
+                )
+                done = commit_instant(committer, txn, job).stats
             return CommitResult(spec.instant, done)
         except CommitStateUnknownError as err:
             err.add_note(_where(spec, "outcome unknown: reconcile with the timeline"))
@@ -304,6 +309,7 @@ def _commit_by_service(
         job,
         table_uri=table.storage.uri,  # absolute: the service runs elsewhere
         table_id=table.config.table_id,
+        committer=settings.committer.merged(spec.committer),
     )
     timeout_s = settings.kafka.job_commit_timeout_s
     if client is not None:

@@ -76,6 +76,7 @@ from lakewarden.spark._transaction import (
     SparkTransaction,
     completed_batch,
 )
+from lakewarden.table.config import ErrorTableChoice
 from lakewarden.table.instant import Transition
 
 log = logging.getLogger("lakewarden.spark")
@@ -159,6 +160,9 @@ class MicroBatchWriter:
     # (the query's ``maxOffsetsPerTrigger``, or ``maxFilesPerTrigger`` x rows per file).
     single_task_rows: int = SINGLE_TASK_ROWS
     max_batch_rows: int | None = None
+    # Where the batches' bad records go (``lakewarden ingest --error-table``); None: the
+    # table's config, else the settings.
+    error_table: ErrorTableChoice | None = None
     outcomes: deque[BatchOutcome] = field(default_factory=lambda: deque(maxlen=1000))
     _native_reason: str | None = field(default=None, init=False, repr=False)
     _columns: MetaColumns | None = field(default=None, init=False, repr=False)
@@ -281,6 +285,7 @@ class MicroBatchWriter:
             self.settings_json,
             test_hooks=dict(self.test_hooks),
             ingest_errors=self.ingest_errors,
+            error_table=self.error_table,
         )
         return spec, table.transaction(spec)
 

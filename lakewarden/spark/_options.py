@@ -27,6 +27,18 @@ Options (case-insensitive):
 ``lakewarden.until`` / ``lakewarden.slices`` set by ``lakewarden.spark.read``: pin a ``since``
                                            read's last instant; ``merged`` reads only the
                                            merge-on-read slices with log blocks
+``error_table``                            ``local`` or ``global``: where this write's bad
+                                           rows go (recorded in the config of a table the
+                                           write creates); ``error_table.suffix`` (local),
+                                           ``error_table.name`` and ``error_table.base_path``
+                                           (global); unset: the table's config, else
+                                           ``Settings.error_table``
+``committer.threads``                      the job commit's store I/O threads (1-256)
+``committer.validate_output``              ``true``: check every committed file's size, and its
+                                           etag where the store has one
+``committer.cleanup``                      ``false``: keep the job's ``_temporary`` directory
+                                           for diagnosis (``Settings.committer`` otherwise;
+                                           see ``committer_options``)
 ``lakewarden.test.*``                      fault injection for tests (see ``_faults``)
 =========================================  =====================================================
 """
@@ -38,9 +50,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from pydantic import ValidationError
+
 from lakewarden.errors import ConfigurationError
-from lakewarden.settings import Settings
-from lakewarden.table.config import TableConfig, normalize_table_type
+from lakewarden.settings import CommitterSettings, Settings
+from lakewarden.table.config import ErrorTableChoice, TableConfig, normalize_table_type
 
 WriteOperation = Literal["insert", "bulk_insert", "upsert", "delete", "insert_overwrite_table"]
 # Operations the plain format accepts; upsert and delete need the shuffle of the helper.
@@ -70,6 +84,8 @@ OPT_SLICES = "lakewarden.slices"
 SLICES_MERGED = "merged"
 OPT_FILTERS = "filters"
 TEST_PREFIX = "lakewarden.test."
+COMMITTER_PREFIX = "committer."
+OPT_ERROR_TABLE = "error_table"
 
 
 class InvalidOptionError(ConfigurationError):
@@ -161,6 +177,63 @@ def ingest_errors(options: Mapping[str, str]) -> bool:
     return (get_option(options, OPT_INGEST_ERRORS) or "").lower() == "true"
 
 
+def error_table_choice(options: Mapping[str, str]) -> ErrorTableChoice | None:
+    """The ``error_table`` options (``local`` / ``global``, with ``error_table.suffix``,
+    ``error_table.name``, ``error_table.base_path``) as an ``ErrorTableChoice``; None when
+    ``error_table`` is not given.
+
+    Raises: InvalidOptionError (a bad kind, a field of the other kind, or a field without
+    ``error_table``)."""
+    prefix = OPT_ERROR_TABLE + "."
+    fields = {
+        key.lower()[len(prefix) :]: value.strip()
+        for key, value in options.items()
+        if key.lower().startswith(prefix)
+    }
+    kind = get_option(options, OPT_ERROR_TABLE)
+    if kind is None:
+        if fields:
+            raise InvalidOptionError(
+                f"options {sorted(prefix + f for f in fields)} need option {OPT_ERROR_TABLE} "
+                "(local or global)"
+            )
+        return None
+    try:
+        return ErrorTableChoice.model_validate({"kind": kind.strip().lower(), **fields})
+    except ValidationError as err:
+        problems = "; ".join(e["msg"] for e in err.errors())
+        raise InvalidOptionError(
+            f"bad error_table options: {problems}. Help: error_table=local (with "
+            "error_table.suffix) or error_table=global (with error_table.name, "
+            "error_table.base_path)."
+        ) from err
+
+
+def committer_options(options: Mapping[str, str]) -> CommitterSettings | None:
+    """The ``committer.*`` options (``threads``, ``validate_output``, ``cleanup``) as
+    ``CommitterSettings``; each one set wins over ``Settings.committer`` for this write, in
+    the driver's job commit and in job-committer's. None when none is set.
+
+    Raises: InvalidOptionError (an unknown ``committer.*`` option or a bad value)."""
+    raw = {
+        key.lower()[len(COMMITTER_PREFIX) :]: value
+        for key, value in options.items()
+        if key.lower().startswith(COMMITTER_PREFIX)
+    }
+    if not raw:
+        return None
+    try:
+        return CommitterSettings.model_validate(raw)
+    except ValidationError as err:
+        problems = "; ".join(
+            f"committer.{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in err.errors()
+        )
+        raise InvalidOptionError(
+            f"bad committer option: {problems}. Help: committer.threads takes 1-256, "
+            "committer.validate_output and committer.cleanup take true or false."
+        ) from err
+
+
 def test_hooks(options: Mapping[str, str]) -> dict[str, str]:
     """The ``lakewarden.test.*`` options, without the prefix."""
     return {
@@ -186,6 +259,10 @@ class WriteSpec:
     test_hooks: dict[str, str] = field(default_factory=dict)
     # Rows carry the ingestion's bad-record columns (``_bad_rows.INGEST_COLUMNS``).
     ingest_errors: bool = False
+    # The write's ``committer.*`` options (``committer_options``).
+    committer: CommitterSettings | None = None
+    # The write's ``error_table`` options (``error_table_choice``).
+    error_table: ErrorTableChoice | None = None
 
     def settings(self) -> Settings:
         return load_settings(self.settings_json)

@@ -18,6 +18,8 @@ from pyspark.sql.types import StructType
 
 from lakewarden.spark._options import (
     ReadSpec,
+    committer_options,
+    error_table_choice,
     get_option,
     ingest_errors,
     settings_json,
@@ -62,5 +64,11 @@ class LakewardenDataSource(DataSource):
         check_stream_target(uri, encoded, schema, overwrite, self.options, ingest_errors=diverts)
         checkpoint = get_option(self.options, "checkpointlocation") or ""
         return LakewardenStreamWriter(
-            uri, encoded, test_hooks(self.options), checkpoint, ingest_errors=diverts
+            uri,
+            encoded,
+            test_hooks(self.options),
+            checkpoint,
+            ingest_errors=diverts,
+            committer=committer_options(self.options),
+            error_table=error_table_choice(self.options),
         )

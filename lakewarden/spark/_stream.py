@@ -28,6 +28,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from lakewarden.settings import CommitterSettings
 from lakewarden.spark import _faults, _job
 from lakewarden.spark._arrow import check_write_schema
 from lakewarden.spark._bad_rows import INGEST_COLUMNS
@@ -43,6 +44,7 @@ from lakewarden.spark._transaction import (
     completed_batch,
     pending_of_checkpoint,
 )
+from lakewarden.table.config import ErrorTableChoice
 
 OPERATION = "insert"
 
@@ -71,12 +73,16 @@ class LakewardenStreamWriter(DataSourceStreamWriter, DataSourceArrowWriter):
         test_hooks: dict[str, str],
         checkpoint: str = "",
         ingest_errors: bool = False,
+        committer: CommitterSettings | None = None,
+        error_table: ErrorTableChoice | None = None,
     ) -> None:
         self.uri = uri
         self.settings_json = settings_json
         self.test_hooks = test_hooks
         self.checkpoint = checkpoint
         self.ingest_errors = ingest_errors
+        self.committer = committer
+        self.error_table = error_table
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
         """One task attempt of one micro-batch (on an executor)."""
@@ -123,6 +129,8 @@ class LakewardenStreamWriter(DataSourceStreamWriter, DataSourceArrowWriter):
             self.settings_json,
             test_hooks=self.test_hooks,
             ingest_errors=self.ingest_errors,
+            committer=self.committer,
+            error_table=self.error_table,
         )
 
     def commit(  # type: ignore[override]  # streaming signature (DataSourceStreamWriter)
@@ -180,6 +188,8 @@ class LakewardenStreamWriter(DataSourceStreamWriter, DataSourceArrowWriter):
             OPERATION,
             self.settings_json,
             test_hooks=self.test_hooks,
+            committer=self.committer,
+            error_table=self.error_table,
         )
         return spec, first.batch
 

@@ -34,6 +34,8 @@ from lakewarden.spark._options import (
     OPT_PROFILED,
     WriteSpec,
     check_table_type,
+    committer_options,
+    error_table_choice,
     get_option,
     ingest_errors,
     settings_json,
@@ -97,6 +99,8 @@ def create_writer(
     check_table_type(options, table.config)
     check_write_schema(schema, table.config, operation, ignore=ignore)
     hooks = test_hooks(options)
+    committer = committer_options(options)
+    errors_to = error_table_choice(options)
     instant, job_id = get_option(options, OPT_INSTANT), get_option(options, OPT_JOB)
     if instant is not None and job_id is not None:
         spec = WriteSpec(
@@ -109,10 +113,14 @@ def create_writer(
             profiled=get_option(options, OPT_PROFILED) == "true",
             test_hooks=hooks,
             ingest_errors=diverts,
+            committer=committer,
+            error_table=errors_to,
         )
         return LakewardenWriter(spec, parse_batch_option(get_option(options, OPT_BATCH)))
     spec, txn = _job.open_write(table, operation, settings_json=encoded, test_hooks=hooks)
-    spec = dataclasses.replace(spec, ingest_errors=diverts)
+    spec = dataclasses.replace(
+        spec, ingest_errors=diverts, committer=committer, error_table=errors_to
+    )
     keep_alive(
         Timeline(table.storage, table=table.config.name),
         table.coordinator,

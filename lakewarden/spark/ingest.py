@@ -77,7 +77,7 @@ from lakewarden.spark._micro_batch import SINGLE_TASK_ROWS, MicroBatchWriter, Mi
 from lakewarden.spark._options import encode_settings
 from lakewarden.spark._transaction import BATCH_ID, QUERY_ID, BatchKey, completed_batch
 from lakewarden.storage import Storage, open_storage
-from lakewarden.table.config import TableConfig, load_config
+from lakewarden.table.config import ErrorTableChoice, TableConfig, load_config
 from lakewarden.table.stats import CommitStats
 from lakewarden.table.timeline import Timeline
 
@@ -197,6 +197,9 @@ class IngestSpec:
     writer: MicroBatchWriterKind = "auto"  # who writes the rows (``_micro_batch``)
     # A micro-batch of at most this many records is written by one Spark task (``_micro_batch``)
     single_task_rows: int = SINGLE_TASK_ROWS
+    # Where bad records go with ``error-table`` (local or global); None: the table's config,
+    # else the settings (``lakewarden.errortable.location``).
+    error_table: ErrorTableChoice | None = None
 
     def __post_init__(self) -> None:
         check_topic_name(self.topic)  # an illegal topic would make the Kafka source wait forever
@@ -319,6 +322,7 @@ class IngestJob:
             writer=spec.writer,
             single_task_rows=spec.single_task_rows,
             max_batch_rows=spec.max_records_per_batch,
+            error_table=spec.error_table,
         )
         writer = (
             good.writeStream.foreachBatch(batches)

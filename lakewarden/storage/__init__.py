@@ -143,6 +143,8 @@ class ObjectInfo:
     key: str
     size: int
     mtime_ms: int
+    # The store's entity tag, unquoted, where it has one (S3's ETag; None on a filesystem).
+    etag: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -188,6 +188,7 @@ class S3Storage(Storage):
             key=key,
             size=int(head["ContentLength"]),
             mtime_ms=int(head["LastModified"].timestamp() * 1000),
+            etag=str(head["ETag"]).strip('"') if head.get("ETag") else None,
         )
 
     def exists(self, key: str) -> bool:

@@ -138,6 +138,28 @@ class PublishConfig(BaseModel):
     checkpoint_interval: int = Field(default=10, ge=0)
 
 
+class ErrorTableChoice(BaseModel):
+    """Where a table's failed records go (Hudi RFC-20 lets each table choose): ``local``, the
+    table ``<table root><suffix>`` beside it, or ``global``, one table ``<base_path>/<name>``
+    shared by many. A field left None takes the process's ``error_table`` settings
+    (``lakewarden.errortable.location``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: Literal["local", "global"]
+    suffix: str | None = Field(default=None, min_length=1, description="local only")
+    name: str | None = Field(default=None, min_length=1, description="global only")
+    base_path: str | None = Field(default=None, min_length=1, description="global only")
+
+    @model_validator(mode="after")
+    def _fits_kind(self) -> ErrorTableChoice:
+        if self.kind == "local" and (self.name is not None or self.base_path is not None):
+            raise ValueError("a local error table has no name or base_path (only a suffix)")
+        if self.kind == "global" and self.suffix is not None:
+            raise ValueError("a global error table has no suffix (only a name and base_path)")
+        return self
+
+
 class TableConfig(BaseModel):
     """What a table is: persisted once by ``Table.create``, never rewritten by writers."""
 
@@ -157,6 +179,8 @@ class TableConfig(BaseModel):
     clean_policy: CleanPolicy = Field(default_factory=CleanPolicy)
     # Publishing as a Delta Lake log; the one setting ``lakewarden publish enable`` rewrites.
     publish: PublishConfig = Field(default_factory=PublishConfig)
+    # Where its failed records go; None: the writer's and the error-sink's settings decide.
+    error_table: ErrorTableChoice | None = None
 
     @model_validator(mode="after")
     def _check(self) -> TableConfig:
@@ -189,6 +213,7 @@ class TableConfig(BaseModel):
         buckets: int = 1,
         clean_policy: CleanPolicy | None = None,
         publish_delta: bool = False,
+        error_table: ErrorTableChoice | None = None,
     ) -> TableConfig:
         """A config with a fresh table id; ``table_type`` is ``cow``/``copy_on_write`` or
         ``mor``/``merge_on_read``; ``publish_delta`` publishes every completed instant as a
@@ -201,6 +226,7 @@ class TableConfig(BaseModel):
         return _validated(
             clean_policy=clean_policy or CleanPolicy(),
             publish=PublishConfig(delta=publish_delta),
+            error_table=error_table,
             table_id=str(uuid.uuid4()),
             name=name,
             table_type=normalize_table_type(table_type),
@@ -223,7 +249,10 @@ class TableConfig(BaseModel):
         return self.table_type == "mor"
 
     def to_json(self) -> bytes:
-        return self.model_dump_json(indent=2).encode("utf-8")
+        # A table without an error-table choice is written as before the field existed, so
+        # a reader that predates it still opens the table.
+        unset = {"error_table"} if self.error_table is None else None
+        return self.model_dump_json(indent=2, exclude=unset).encode("utf-8")
 
 
 def _check_columns(

@@ -62,6 +62,7 @@ from lakewarden.commit import (
     StageFailedError,
 )
 from lakewarden.errors import CommitStateUnknownError, NonRetryableError
+from lakewarden.settings import CommitterSettings
 from lakewarden.table.abandon import abandon as abandon
 from lakewarden.table.cancel import cancel_overtaken_plans
 from lakewarden.table.completion import complete
@@ -128,7 +129,10 @@ class CommitRequest:
     ``JobCommitRequest`` event that ``CommitClient`` sends, and what job-committer parses from
     one. Where the table is (``table_uri``, ``table_id``), the lock ``lock_token`` and the
     sender (``producer_id``) matter only to the service and its clients; ``commit_instant``
-    is handed the table's transaction instead.
+    is handed the table's transaction instead. ``committer``: the committer options the
+    writer set (``JobCommitRequest.committer_options``); each one set wins over the
+    job-committer service's own settings; None leaves them alone. Whoever builds the
+    ``ManifestCommitter`` applies them; ``commit_instant`` runs the committer it is given.
     """
 
     instant: str
@@ -142,6 +146,7 @@ class CommitRequest:
     job_attempt: int = 0
     lock_token: int | None = None
     producer_id: str = ""
+    committer: CommitterSettings | None = None
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
+from lakewarden.commit import CommitterOptions
 from lakewarden.settings import Settings
 from lakewarden.storage import Storage
 from lakewarden.table.clean import (
@@ -41,7 +42,7 @@ from lakewarden.table.clean import (
     clean_table,
     read_past_cleans,
 )
-from lakewarden.table.config import TableConfig, load_config, save_new_config
+from lakewarden.table.config import ErrorTableChoice, TableConfig, load_config, save_new_config
 from lakewarden.table.connection import load_storage, shared_connection
 from lakewarden.table.coordinator import Coordinator
 from lakewarden.table.log_cache import LogCache
@@ -53,13 +54,18 @@ from lakewarden.table.reader import (
 )
 from lakewarden.table.snapshot import Changes, Snapshot, build_snapshot, changes_since
 from lakewarden.table.timeline import InstantState, Timeline, TimelineState
-from lakewarden.table.writer import CommitResult, Operation, WriteContext, write
+from lakewarden.table.write_input import BadRecords
+from lakewarden.table.writer import CommitResult, Divert, Operation, WriteContext, write
 
 if TYPE_CHECKING:  # the table services import this package: imported in the methods
     from lakewarden.table.cancel import CancelRequestOutcome
     from lakewarden.table.instant import Instant
     from lakewarden.table.plans import CancellationPolicy
     from lakewarden.tableservice import ExecuteCancelOutcome, ServiceContext, ServiceRun
+
+
+BadRecordsChoice = Literal["fail", "skip", "error-table"]
+BAD_RECORDS: tuple[BadRecordsChoice, ...] = ("fail", "skip", "error-table")
 
 
 class Table:
@@ -73,10 +79,13 @@ class Table:
         *,
         coordinator: Coordinator,
         actor: str | None = None,
+        settings: Settings | None = None,
     ) -> None:
         self.storage = storage
         self.config = config
         self.coordinator = coordinator
+        # What this process was configured with (the committer's options, the error table).
+        self.settings = settings if settings is not None else Settings()
         self.actor = actor or f"python-writer@{socket.gethostname()}:{os.getpid()}"
         self.timeline_log = Timeline(storage, table=config.name)
         if config.publish.delta:
@@ -104,11 +113,15 @@ class Table:
         publish_delta: bool = False,
         coordinator: Coordinator | None = None,
         settings: Settings | None = None,
+        error_table: ErrorTableChoice | Literal["local", "global"] | None = None,
     ) -> Table:
         """Create a table at ``uri`` (a path, ``file://`` or ``s3://bucket/prefix``). Without a
         ``coordinator``, the shared one ``settings`` call for (see the module docstring).
         ``publish_delta``: publish every completed instant as a Delta Lake version
         (``lakewarden.publish``); version 0, the empty table, is written here.
+        ``error_table``: where its failed records go, recorded in its config (``"local"``,
+        ``"global"``, or an ``ErrorTableChoice`` naming the suffix, or the global name and
+        base path); None leaves it to the settings of each writer and of the error-sink.
 
         Raises: InvalidTableConfigError, TableAlreadyExistsError, ConfigurationError,
         UnpublishableSchemaError."""
@@ -122,6 +135,9 @@ class Table:
             buckets=buckets,
             clean_policy=clean_policy,
             publish_delta=publish_delta,
+            error_table=ErrorTableChoice(kind=error_table)
+            if isinstance(error_table, str)
+            else error_table,
         )
         if publish_delta:
             from lakewarden.publish import schema_string
@@ -129,7 +145,12 @@ class Table:
             schema_string(config.pa_schema)  # a schema Delta cannot express: refused up front
         storage = load_storage(uri, settings)
         save_new_config(storage, config)
-        table = cls(storage, config, coordinator=coordinator or _coordinator_for(settings))
+        table = cls(
+            storage,
+            config,
+            coordinator=coordinator or _coordinator_for(settings),
+            settings=settings,
+        )
         if publish_delta:
             from lakewarden.publish import DeltaPublisher
 
@@ -147,7 +168,12 @@ class Table:
         ConfigurationError."""
         storage = load_storage(uri, settings)
         config = load_config(storage)
-        return cls(storage, config, coordinator=coordinator or _coordinator_for(settings))
+        return cls(
+            storage,
+            config,
+            coordinator=coordinator or _coordinator_for(settings),
+            settings=settings,
+        )
 
     @property
     def uri(self) -> str:
@@ -188,20 +214,67 @@ class Table:
     # -- write and read -----------------------------------------------------------------------
 
     def write(
-        self, data: pa.Table | pa.RecordBatch, operation: Operation = "upsert"
+        self,
+        data: pa.Table | pa.RecordBatch,
+        operation: Operation = "upsert",
+        *,
+        bad_records: BadRecordsChoice = "fail",
     ) -> CommitResult:
         """Write ``data`` as one commit (``insert``, ``upsert`` or ``delete``); see
         ``lakewarden.table.writer`` for the protocol and the merge rules.
 
+        ``bad_records`` (records with a null record key or a null in a required field), as
+        Spark writes and ``lakewarden ingest`` take it: ``fail`` (the default: the write
+        fails naming the first, nothing committed), ``skip`` (left out, counted in the
+        statistics' ``failed_records``), ``error-table`` (left out, counted, and committed
+        into the table's error table exactly once with this instant:
+        ``lakewarden.errortable.divert``).
+
         Raises: SchemaMismatchError, InvalidRecordError (nothing committed),
         OverlappingCommitConflict / PendingPlanConflict (rolled back), LockTimeoutError,
-        CommitStateUnknownError."""
+        CommitStateUnknownError, ValueError (an unknown ``bad_records``); with
+        ``error-table``, what committing the errors raises (the spool stays: the next write
+        or ``settle_errors`` commits it)."""
+        if bad_records not in BAD_RECORDS:
+            raise ValueError(f"bad_records must be one of {', '.join(BAD_RECORDS)}")
         if isinstance(data, pa.RecordBatch):
             data = pa.Table.from_batches([data])
+        if bad_records == "error-table":
+            self.settle_errors()  # spools a crashed write left (steps 2-3 of divert)
         ctx = WriteContext(
-            self.storage, self.config, self.timeline_log, self.coordinator, self.actor
+            self.storage,
+            self.config,
+            self.timeline_log,
+            self.coordinator,
+            self.actor,
+            committer=CommitterOptions.from_settings(self.settings.committer),
         )
-        return write(ctx, data, operation)
+        if bad_records == "fail":
+            return write(ctx, data, operation)
+        result = write(ctx, data, operation, divert=self._divert(operation, bad_records))
+        if bad_records == "error-table" and result.stats.failed_records:
+            self.settle_errors()
+        return result
+
+    def settle_errors(self) -> list[str]:
+        """Commit into the error table the bad records that ``write(...,
+        bad_records="error-table")`` spooled for instants that completed; drop those of
+        instants rolled back. Returns the instants whose records were committed.
+
+        Raises: LockTimeoutError, CommitStateUnknownError, StorageError."""
+        from lakewarden.errortable.divert import settle
+
+        return settle(self).committed
+
+    def _divert(self, operation: str, choice: BadRecordsChoice) -> Divert:
+        def divert(instant: str, job_id: str, attempt: str, bad: BadRecords) -> None:
+            if choice == "skip":
+                return
+            from lakewarden.errortable.divert import error_rows, spool
+
+            spool(self, instant, error_rows(self, instant, job_id, attempt, operation, bad))
+
+        return divert
 
     def read(
         self,

@@ -4,10 +4,13 @@
 needs, no extra ones, equal types (``lakewarden.table.schema_check``, mode ``exact``); every
 record has a non-null record key and non-null values in required fields. A mismatch is
 ``SchemaMismatchError``, a bad record ``InvalidRecordError`` naming it; either way nothing was
-written.
+written. ``split_bad_records`` checks the same and returns the bad records instead of raising
+(``Table.write(bad_records="skip" | "error-table")``); a schema mismatch still raises.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -17,7 +20,14 @@ from lakewarden.table.config import TableConfig
 from lakewarden.table.python_rows import python_rows
 from lakewarden.table.schema_check import SchemaMismatchError, check_input_schema, needed_columns
 
-__all__ = ["OPERATIONS", "InvalidRecordError", "SchemaMismatchError", "validate_input"]
+__all__ = [
+    "OPERATIONS",
+    "BadRecords",
+    "InvalidRecordError",
+    "SchemaMismatchError",
+    "split_bad_records",
+    "validate_input",
+]
 
 OPERATIONS: tuple[str, ...] = ("insert", "upsert", "delete")
 _MAX_REPR = 300
@@ -70,3 +80,50 @@ def _check_not_null(data: pa.Table, column: str, problem: str, config: TableConf
         record_index=index,
         record=record,
     )
+
+
+@dataclass(frozen=True)
+class BadRecords:
+    """The records of an input a write cannot take: their row numbers in the input, why, and
+    the records themselves (the input's columns)."""
+
+    indices: tuple[int, ...]
+    reasons: tuple[str, ...]
+    records: pa.Table
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+
+def split_bad_records(
+    data: pa.Table, config: TableConfig, operation: str
+) -> tuple[pa.Table, BadRecords]:
+    """``validate_input`` that sets the bad records apart instead of failing on the first:
+    the conformed good records, and the bad ones (a null record key, or a null in a required
+    field; the first problem of a record names it).
+
+    Raises: SchemaMismatchError, ValueError (unknown operation): the input as a whole is
+    wrong, so no record is written."""
+    if operation not in OPERATIONS:
+        raise ValueError(f"operation must be one of {', '.join(OPERATIONS)}, got {operation!r}")
+    check_input_schema(data.schema, config, operation, mode="exact")
+    data = data.select(needed_columns(config, operation))
+    checks = [(config.record_key, "has a null record key")]
+    checks += [
+        (f.name, f"has a null in required field {f.name!r}")
+        for f in config.pa_schema
+        if not f.nullable and f.name in data.column_names and f.name != config.record_key
+    ]
+    why: dict[int, str] = {}
+    for column, problem in checks:
+        values = data.column(column)
+        if values.null_count:
+            nulls = pc.indices_nonzero(pc.is_null(values)).to_pylist()
+            for index in nulls:
+                why.setdefault(index, problem)
+    indices = tuple(sorted(why))
+    if not indices:
+        return validate_input(data, config, operation), BadRecords((), (), data.slice(0, 0))
+    bad = BadRecords(indices, tuple(why[i] for i in indices), data.take(list(indices)))
+    keep = pc.invert(pa.array([i in why for i in range(len(data))], pa.bool_()))
+    return validate_input(data.filter(keep), config, operation), bad

@@ -57,9 +57,9 @@ with append groups beside the canonical one, are merged and written as base file
 from __future__ import annotations
 
 import io
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import pyarrow as pa
@@ -82,8 +82,10 @@ from lakewarden.table.timeline import Timeline
 from lakewarden.table.transaction import WriteTransaction
 from lakewarden.table.write_input import (
     OPERATIONS,
+    BadRecords,
     InvalidRecordError,
     SchemaMismatchError,
+    split_bad_records,
     validate_input,
 )
 
@@ -105,11 +107,11 @@ __all__ = [
 ]
 
 Operation = Literal["insert", "upsert", "delete"]
-# A write's job is small (one attempt, a file per bucket touched): the defaults suit it.
-_OPTIONS = CommitterOptions()
-
-
 # -- the write protocol ---------------------------------------------------------------------
+
+# Where a write's bad records go: (instant, job id, task attempt id, the records), called
+# before the job commit (``Table.write(bad_records="error-table")`` spools them).
+Divert = Callable[[str, str, str, BadRecords], None]
 
 
 @dataclass(frozen=True)
@@ -130,15 +132,25 @@ class WriteContext:
     coordinator: Coordinator
     actor: str
     max_threads: int = 8
+    # The job commit's options (``Settings.committer``; the service applies its own and these).
+    committer: CommitterOptions = field(default_factory=CommitterOptions)
 
 
-def write(ctx: WriteContext, data: pa.Table, operation: Operation) -> CommitResult:
-    """Write ``data`` as one instant (steps in the module docstring).
+def write(
+    ctx: WriteContext, data: pa.Table, operation: Operation, *, divert: Divert | None = None
+) -> CommitResult:
+    """Write ``data`` as one instant (steps in the module docstring). With ``divert``, the bad
+    records are set apart in step 1 instead of failing the write, counted in the statistics'
+    ``failed_records``, and handed to ``divert`` once the task attempt is committed, before
+    step 6 (a failure there abandons the write like any other).
 
     Raises: SchemaMismatchError, InvalidRecordError (nothing written); WriteConflictError
     subclasses (files deleted, instant rolled back); CommitStateUnknownError (the outcome could
     not be established; the files stay for the cleaner)."""
-    data = validate_input(data, ctx.config, operation)  # 1
+    if divert is None:
+        data, bad = validate_input(data, ctx.config, operation), None  # 1
+    else:
+        data, bad = split_bad_records(data, ctx.config, operation)  # 1
     groups = route(data, ctx.config)  # 2
     action = ingestion_action(ctx.config)
     txn = WriteTransaction.begin(  # 3
@@ -153,7 +165,7 @@ def write(ctx: WriteContext, data: pa.Table, operation: Operation) -> CommitResu
     written: list[str] = []
     service = ctx.coordinator.job_commits()
     try:
-        job = _job(ctx.storage, txn.instant)
+        job = _job(ctx.storage, txn.instant, ctx.committer)
         with txn.heartbeat():
             state = ctx.timeline.load()
             base = snapshot_as_of_request(state, txn.instant, table=ctx.config.name)
@@ -164,6 +176,10 @@ def write(ctx: WriteContext, data: pa.Table, operation: Operation) -> CommitResu
             stats = _write_groups(ctx, txn.instant, buckets, groups, operation, attempt, written)
             committed = _commit_attempt(attempt)  # 5
             accepted = tuple(str(c.attempt) for c in committed)
+            if divert is not None and bad:
+                stats = stats.model_copy(update={"failed_records": len(bad)})
+                attempt_id = accepted[0] if accepted else f"{txn.instant}-direct"
+                divert(txn.instant, _job_id(job, txn.instant), attempt_id, bad)
             spec = CommitRequest(txn.instant, _job_id(job, txn.instant), accepted, stats)
             if service is not None and job is not None:  # 6, by job-committer
                 done = _by_service(ctx, service, spec, committed)
@@ -181,11 +197,11 @@ def write(ctx: WriteContext, data: pa.Table, operation: Operation) -> CommitResu
         raise
 
 
-def _job(storage: Storage, instant: str) -> ManifestCommitter | None:
+def _job(storage: Storage, instant: str, options: CommitterOptions) -> ManifestCommitter | None:
     """The write's committer job, set up; None on a store without private staging."""
     if not storage.capabilities.private_staging:
         return None
-    job = ManifestCommitter(storage, new_job_id(prefix=instant), options=_OPTIONS)
+    job = ManifestCommitter(storage, new_job_id(prefix=instant), options=options)
     job.setup_job()
     return job
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import faust
+from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from lakewarden.events.faust_codec import CODEC_NAME  # importing it registers the codec
@@ -40,12 +41,20 @@ class ServiceSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="LAKEWARDEN_", frozen=True, extra="ignore")
 
-    health_port: int = 0
-    instance_id: str | None = None
-    log_level: str = "INFO"
+    health_port: int = Field(
+        default=0, description="port of /health and /metrics on 127.0.0.1; 0: a free port"
+    )
+    instance_id: str | None = Field(
+        default=None,
+        description="static group membership: a restarted instance takes its partitions back "
+        "at once",
+    )
+    log_level: str = Field(default="INFO", description="threshold of the logfmt log on stderr")
     # Longer: less commit traffic, more redelivered events after a crash (handlers are
     # idempotent either way).
-    commit_interval_s: float = 1.0
+    commit_interval_s: float = Field(
+        default=1.0, description="how often consumed offsets are committed"
+    )
 
 
 def app_id(service: str, settings: Settings) -> str:

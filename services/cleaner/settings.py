@@ -11,9 +11,19 @@ class CleanerSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="LAKEWARDEN_CLEANER_", frozen=True, extra="ignore")
 
-    # Every owned table is cleaned at least this often (events clean sooner).
-    sweep_interval_s: float = Field(default=60.0, gt=0)
-    # Benchmark: a store this slow per call (a remote object store).
-    store_latency_ms: float = Field(default=0.0, ge=0)
-    # Tests: each delete takes this long, so a process can be killed in the middle of a clean.
-    delete_delay_s: float = Field(default=0.0, ge=0)
+    sweep_interval_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="every owned table is cleaned at least this often (events clean sooner)",
+    )
+    store_latency_ms: float = Field(
+        default=0.0,
+        ge=0,
+        description="benchmarks only: a store this slow per call (a remote object store)",
+    )
+    delete_delay_s: float = Field(
+        default=0.0,
+        ge=0,
+        description="tests only: each delete takes this long, so a process can be killed "
+        "in the middle of a clean",
+    )

@@ -52,6 +52,12 @@ class SinkSettings(BaseSettings):
     give_up_after_checks: int = Field(
         default=30, ge=1, description="see give_up_after_s (both bounds must pass)"
     )
+    fallback_check_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="a buffered instant that no timeline or job.results event said ended is "
+        "read from storage this often (an ended one is read at the next check)",
+    )
     pause_before_complete_s: float = Field(
         default=0.0,
         ge=0,
@@ -91,6 +97,7 @@ def main() -> NoReturn:
         check_interval_s=sink_settings.check_interval_s,
         give_up_after_s=sink_settings.give_up_after_s,
         give_up_after_checks=sink_settings.give_up_after_checks,
+        fallback_check_s=sink_settings.fallback_check_s,
         before_complete=pause if pause_s > 0 else None,
     )
     started = time.monotonic()

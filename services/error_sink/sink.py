@@ -11,9 +11,11 @@ redelivered records of settled instants no-ops.
 The loop, each turn:
 1. consume a batch; decode each message; undecodable, foreign or context-less events go to the
    dead-letter topic; the others are buffered per (table id, instant);
-2. every ``check_interval_s``: for each pending (table, instant), read the main table's
-   timeline from storage (the truth) and, once it completed, its job's ``_SUCCESS``; take the
-   partition's high watermark for each decided one (``lakewarden.errortable.acceptance``);
+2. every ``check_interval_s``: for each pending (table, instant) that an event says ended
+   (a ``TimelineTransition`` ending it or a ``JobCommitResult``: ``hints``), that is new, or
+   that was not read for ``fallback_check_s``, read the main table's timeline from storage
+   (the truth) and, once it completed, its job's ``_SUCCESS``; take the partition's high
+   watermark for each decided one (``lakewarden.errortable.acceptance``);
    a key whose instant stays unresolved (no such table, never on the timeline) past the
    bounds of ``lakewarden_services.error_sink.poison`` is dead-lettered with its original bytes;
 3. commit the ready ones: per error table, one instant with the accepted records of every
@@ -49,7 +51,13 @@ from lakewarden.errortable import (
     parse_error_record,
 )
 from lakewarden.errortable.acceptance import Discarded, Outcome, ReadyErrors
-from lakewarden.errortable.records import TABLE_NAME, TABLE_URI, InvalidErrorRecord
+from lakewarden.errortable.records import (
+    ERROR_TABLE_NAME,
+    ERROR_TABLE_URI,
+    TABLE_NAME,
+    TABLE_URI,
+    InvalidErrorRecord,
+)
 from lakewarden.errortable.table import SourcesAlreadyCommittedError
 from lakewarden.events import EventCodec, EventConsumer, Rejection, default_codec
 from lakewarden.events.consumer import HeldMessage
@@ -58,6 +66,7 @@ from lakewarden.storage import open_storage
 from lakewarden.table import Coordinator, Table, Timeline
 from lakewarden_services._common.dlq import DEAD_LETTERS
 from lakewarden_services.error_sink import metrics
+from lakewarden_services.error_sink.hints import TimelineHints
 from lakewarden_services.error_sink.poison import (
     GIVE_UP_REASON,
     GiveUp,
@@ -83,6 +92,10 @@ class SinkOptions:
     # A key whose instant cannot be found is dead-lettered after both (``poison``).
     give_up_after_s: float = 900.0
     give_up_after_checks: int = 30
+    # A pending key no event named is read from storage this often (events can be missed).
+    fallback_check_s: float = 10.0
+    # Read timeline / job.results for ended instants (off: poll storage every check).
+    hints: bool = True
     # Tests: called with the error-table instant after its files are written.
     before_complete: Callable[[str], None] | None = None
 
@@ -119,6 +132,12 @@ class ErrorSink:
         self._assigned: set[int] = set()
         self._timelines: dict[str, Timeline] = {}
         self._error_tables: dict[str, Table] = {}
+        self.clock = clock
+        self.hints = TimelineHints(settings) if options.hints else None
+        # Pending keys: when storage last said "still pending" (hints or the fallback say
+        # when to read again).
+        self._pending_read: dict[SourceKey, float] = {}
+        self.storage_reads = 0
         config: dict[str, Any] = {
             "auto_offset_reset": "earliest",
             "session_timeout_ms": 6_000,
@@ -160,6 +179,8 @@ class ErrorSink:
                 self._commit_offsets()
             finally:
                 self.consumer.close()  # and its DLQ producer, flushed
+                if self.hints is not None:
+                    self.hints.close()
 
     # -- 1. consume ----------------------------------------------------------------------------
 
@@ -191,10 +212,28 @@ class ErrorSink:
 
     # -- 2. decide, 3. commit -------------------------------------------------------------------
 
-    def check(self) -> None:
-        """Decide the pending instants from storage, then commit the ready ones."""
+    def check(self, ended: set[SourceKey] | None = None) -> None:
+        """Decide the pending instants from storage, then commit the ready ones. ``ended``:
+        keys an event said ended (default: drained from ``hints``)."""
+        if ended is None:
+            ended = self.hints.drain() if self.hints is not None else set()
+        now = self.clock.monotonic()
         for key in self.buffer.keys():
+            last = self._pending_read.get(key)
+            if (
+                last is not None
+                and key not in ended
+                and now - last < self.options.fallback_check_s
+                and self.hints is not None
+                and not self.hints.failed
+            ):
+                continue  # storage said pending, and nothing says it ended since
+            self.storage_reads += 1
             outcome = self._outcome(key)
+            if isinstance(outcome, Pending):
+                self._pending_read[key] = now
+            else:
+                self._pending_read.pop(key, None)
             if isinstance(outcome, Unresolved):
                 verdict = self.unresolved.note(key, outcome.reason)
                 if verdict is not None:
@@ -224,6 +263,8 @@ class ErrorSink:
             self._commit(location, items)
         live = self.buffer.keys(pending_only=False)
         self.unresolved.keep(live)
+        for gone in self._pending_read.keys() - set(live):
+            del self._pending_read[gone]
         for gone in self._held.keys() - set(live):
             del self._held[gone]
 
@@ -295,7 +336,11 @@ class ErrorSink:
         return marks
 
     def _location(self, item: ReadyErrors) -> ErrorTableLocation:
+        """The error table the writer chose (in the context), else the sink's settings'."""
         context = item.sample.context
+        uri, name = context.get(ERROR_TABLE_URI), context.get(ERROR_TABLE_NAME)
+        if uri and name:
+            return ErrorTableLocation(uri, name)
         return error_table_location(
             context[TABLE_URI], context[TABLE_NAME], self.settings.error_table
         )

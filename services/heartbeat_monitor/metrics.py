@@ -30,6 +30,10 @@ FORGOTTEN = Counter(
     "lakewarden_heartbeat_forgotten_total",
     "Instant records deleted (terminal timeline transition, or the forget window passed)",
 )
+MIGRATED = Counter(
+    "lakewarden_heartbeat_liveness_migrated_total",
+    "Liveness records of the JSON format before the schema, rewritten in Avro on recovery",
+)
 TERMINAL = Counter(
     "lakewarden_heartbeat_terminal_transitions_total",
     "Terminal timeline transitions seen (completed, aborted, rolled_back)",

@@ -183,7 +183,20 @@ class Monitor:
 
     def assigned(self, partitions: list[int], records: dict[bytes, bytes]) -> None:
         """Partitions of ``heartbeats`` newly assigned, with their changelog ``records``:
-        each in grace until its floor."""
+        each in grace until its floor. A record of the JSON format before the schema is
+        rewritten in Avro (a changelog write), so readers, which refuse JSON, see it."""
+        for key, value in records.items():
+            if value[:1] != b"{":
+                continue
+            try:
+                legacy = LivenessRecord.decode_legacy(value)
+                ident = parse_key(key)
+            except (ValueError, KeyError, TypeError) as err:
+                log.warning("dropped an unreadable legacy liveness record: %s", err)
+                continue
+            records[key] = self._encode(ident, legacy)
+            self.effects.changelog.append(ChangelogWrite(legacy.partition, key, records[key]))
+            metrics.MIGRATED.inc()
         self.table.update(records)
         self.tracker.assign(partitions, wall_ms=self.clock())
 
@@ -232,14 +245,14 @@ class Monitor:
         for change in outcome.changes:
             key = record_key(*change.key)
             if change.record is not None:
-                value = change.record.encode()
+                value = self._encode(change.key, change.record)
                 self.table[key] = value
                 self.effects.changelog.append(ChangelogWrite(change.record.partition, key, value))
             else:
                 old = self.table.pop(key, None)
                 if old is not None:
                     metrics.FORGOTTEN.inc()
-                    partition = LivenessRecord.decode(old).partition
+                    partition = self._decode_record(old).partition
                     self.effects.changelog.append(ChangelogWrite(partition, key, None))
 
     def _expired_record(self, expiry: Expiry, now_ms: int) -> dict[str, Any]:
@@ -295,9 +308,16 @@ class Monitor:
     def _records(self) -> Iterator[tuple[Key, LivenessRecord]]:
         for key, value in list(self.table.items()):
             try:
-                yield parse_key(key), LivenessRecord.decode(value)
+                yield parse_key(key), self._decode_record(value)
             except (ValueError, KeyError, TypeError) as err:
                 log.warning("skipped a liveness table entry: %s", err)
+
+    def _encode(self, key: Key, record: LivenessRecord) -> bytes:
+        return record.encode(*key, producer_id=self.producer_id, codec=self.codec)
+
+    def _decode_record(self, value: bytes) -> LivenessRecord:
+        """Raises: LivenessDecodeError (a ValueError)."""
+        return LivenessRecord.decode(value, codec=self.codec)
 
     def _decode(self, message: Consumed) -> dict[str, Any]:
         """Raises: InvalidHeartbeat (undecodable, or not a Heartbeat)."""

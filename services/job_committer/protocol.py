@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from lakewarden.commit import InvalidIdError, JobLayout, TaskAttemptId, TaskId
 from lakewarden.events import InvalidEvent, make_event
+from lakewarden.settings import CommitterSettings
 from lakewarden.table.job_commit import CommitRequest
 from lakewarden.table.stats import CommitStats
 from lakewarden.table.timeline import TimelineEntry
@@ -80,6 +81,11 @@ def parse_request(name: str, record: dict[str, Any], *, key: bytes | None) -> Co
     once = metadata.get("once", {}) if isinstance(metadata, dict) else None
     if not isinstance(once, dict) or not all(isinstance(v, str) for v in once.values()):
         raise InvalidEvent("invalid_request", "metadata.once must map strings to strings")
+    try:
+        raw = record.get("committer_options")
+        committer = None if raw is None else CommitterSettings.model_validate(raw)
+    except ValidationError as err:
+        raise InvalidEvent("invalid_request", f"committer_options: {err}") from err
     return CommitRequest(
         table_id=table_id,
         table_uri=record["table_uri"],
@@ -92,6 +98,7 @@ def parse_request(name: str, record: dict[str, Any], *, key: bytes | None) -> Co
         description=str(metadata.get("description") or ""),
         lock_token=record["lock_token"],
         producer_id=str(record["envelope"]["producer_id"]),
+        committer=committer,
     )
 
 

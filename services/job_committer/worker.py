@@ -22,7 +22,7 @@ import socket
 import time
 from collections.abc import Callable
 
-from lakewarden.commit import CommitError, JobLayout, ManifestCommitter
+from lakewarden.commit import CommitError, CommitterOptions, JobLayout, ManifestCommitter
 from lakewarden.commit.layout import is_reserved
 from lakewarden.commit.manifest import parse_manifest
 from lakewarden.errors import CommitStateUnknownError, LakewardenError, RetryableError
@@ -135,7 +135,11 @@ class CommitWorker:
         )
         _check_plan(txn, job)
         committer = ManifestCommitter(
-            storage, job.job_id, job_attempt=job.job_attempt, stage_hook=self.hook
+            storage,
+            job.job_id,
+            job_attempt=job.job_attempt,
+            options=CommitterOptions.from_settings(self.settings.committer, job.committer),
+            stage_hook=self.hook,
         )
         done = commit_instant(committer, txn, job, progress=progress)  # 3.
         return Outcome(

@@ -33,7 +33,11 @@ class LockServiceSettings(ServiceSettings):
     """timeline-lock's process settings: the shared ones and how long a changed lock may wait
     for its changelog record (``LAKEWARDEN_LOCK_CHANGELOG_INTERVAL_S``, see ``deferred``)."""
 
-    lock_changelog_interval_s: float = Field(default=CHANGELOG_INTERVAL_S, gt=0)
+    lock_changelog_interval_s: float = Field(
+        default=CHANGELOG_INTERVAL_S,
+        gt=0,
+        description="how often changed locks are written to the changelog, off the request path",
+    )
 
 
 settings = Settings()

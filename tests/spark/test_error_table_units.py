@@ -179,6 +179,32 @@ def test_each_bad_row_is_published_once_with_its_context_and_the_rest_is_written
     assert [e["context"]["rowIndex"] for e in events] == ["41", "42", "44"]
 
 
+def test_a_chosen_error_table_is_named_in_every_records_context(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The write's ``error_table`` option (else the table's config) travels in the context:
+    the sink commits the record there, whatever its own settings."""
+    from lakewarden.table.config import ErrorTableChoice
+
+    config = _config(pa.field("q", pa.int32()), pa.field("r", pa.string()), partition_by=("r",))
+    choice = ErrorTableChoice(kind="global", name="shared", base_path="/lake")
+    spec = WriteSpec(
+        uri="/t", instant="20240101000000000", job_id="j", operation="insert", error_table=choice
+    )
+    rows = BadRows(spec, config, "attempt_j_0001_0", where="task 3")
+    events: list[dict[str, Any]] = []
+    monkeypatch.setattr(
+        rows.publisher,
+        "publish_encoded",
+        lambda value, *, key: events.append(default_codec().decode(value).record),
+    )
+    batch = pa.table({"id": pa.array([None], pa.int64()), "q": [1], "r": ["eu"]})
+    rows.conform(batch, first_row=0)
+    [event] = events
+    assert event["context"]["errorTableUri"] == "/lake/shared"
+    assert event["context"]["errorTableName"] == "shared"
+
+
 def test_a_bad_row_with_a_timestamp_python_cannot_hold_is_published_with_its_arrow_text(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

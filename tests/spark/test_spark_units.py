@@ -14,13 +14,15 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 import lakewarden
 from lakewarden.errors import CommitStateUnknownError
-from lakewarden.settings import KafkaSettings, S3Settings, Settings
+from lakewarden.settings import CommitterSettings, KafkaSettings, S3Settings, Settings
 from lakewarden.spark import _job
 from lakewarden.spark._arrow import check_write_schema, conform
 from lakewarden.spark._options import (
     InvalidOptionError,
     ReadSpec,
+    committer_options,
     encode_settings,
+    error_table_choice,
     load_settings,
     write_operation,
 )
@@ -210,13 +212,15 @@ def test_python_upsert_after_a_spark_append_replaces_the_appended_records(
 
 
 class _RecordingClient:
-    """A CommitClient stand-in: records the timeout it is given, answers nothing."""
+    """A CommitClient stand-in: records the request and timeout it is given, answers nothing."""
 
     def __init__(self) -> None:
         self.timeouts: list[float] = []
+        self.requests: list[CommitRequest] = []
 
     def commit(self, request: CommitRequest, *, timeout_s: float, manifests: object) -> None:
         self.timeouts.append(timeout_s)
+        self.requests.append(request)
         raise CommitStateUnknownError("no answer (test)")
 
 
@@ -224,7 +228,8 @@ class _RecordingClient:
 def test_the_driver_takes_the_route_table_write_takes(tmp_path: Path, job_commits: str) -> None:
     """With Kafka configured, ``kafka.job_commits`` decides for the Spark driver as it does
     for ``Table.write``: embedded commits in the driver, service asks job-committer and waits
-    ``kafka.job_commit_timeout_s`` (the setting, not a test option)."""
+    ``kafka.job_commit_timeout_s`` (the setting, not a test option), sending the write's
+    committer options over the driver's committer settings."""
     table = make_table(tmp_path)
     handle = _job.TableHandle.open(str(tmp_path), None)
     spec, _ = _job.open_write(handle, "insert", settings_json=None)
@@ -232,7 +237,12 @@ def test_the_driver_takes_the_route_table_write_takes(tmp_path: Path, job_commit
     kafka = KafkaSettings(
         bootstrap_servers="127.0.0.1:1", job_commits=job_commits, job_commit_timeout_s=7
     )
-    spec = replace(spec, settings_json=Settings(kafka=kafka).model_dump_json())
+    settings = Settings(kafka=kafka, committer=CommitterSettings(threads=5, cleanup=False))
+    spec = replace(
+        spec,
+        settings_json=settings.model_dump_json(),
+        committer=CommitterSettings(threads=3, validate_output=True),
+    )
     client = _RecordingClient()
     if job_commits == "embedded":
         _job.commit_write(spec, [message], table=handle, client=client)  # type: ignore[arg-type]
@@ -241,3 +251,40 @@ def test_the_driver_takes_the_route_table_write_takes(tmp_path: Path, job_commit
         with pytest.raises(CommitStateUnknownError):
             _job.commit_write(spec, [message], table=handle, client=client)  # type: ignore[arg-type]
         assert client.timeouts == [7]
+        # The write's committer.* options win over the driver's settings, the rest carried.
+        assert client.requests[0].committer == CommitterSettings(
+            threads=3, validate_output=True, cleanup=False
+        )
+
+
+def test_committer_options_parse_case_insensitively_and_refuse_bad_values() -> None:
+    assert committer_options({"path": "/t"}) is None
+    parsed = committer_options(
+        {
+            "committer.Threads": "12",
+            "COMMITTER.validate_output": "true",
+            "committer.cleanup": "false",
+        }
+    )
+    assert parsed == CommitterSettings(threads=12, validate_output=True, cleanup=False)
+    with pytest.raises(InvalidOptionError, match=r"committer\.threads.*Help:"):
+        committer_options({"committer.threads": "0"})
+    with pytest.raises(InvalidOptionError, match=r"committer\.cleanp"):
+        committer_options({"committer.cleanp": "false"})
+
+
+def test_error_table_options_parse_into_a_choice() -> None:
+    from lakewarden.table.config import ErrorTableChoice
+
+    assert error_table_choice({}) is None
+    assert error_table_choice({"error_table": "Local"}) == ErrorTableChoice(kind="local")
+    chosen = error_table_choice(
+        {"error_table": "global", "error_table.name": "all", "error_table.base_path": "/lake"}
+    )
+    assert chosen == ErrorTableChoice(kind="global", name="all", base_path="/lake")
+    with pytest.raises(InvalidOptionError, match="need option error_table"):
+        error_table_choice({"error_table.name": "all"})
+    with pytest.raises(InvalidOptionError, match="no suffix.*Help:"):
+        error_table_choice({"error_table": "global", "error_table.suffix": "_x"})
+    with pytest.raises(InvalidOptionError, match="bad error_table options"):
+        error_table_choice({"error_table": "elsewhere"})

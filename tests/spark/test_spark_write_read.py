@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,21 @@ def test_insert_then_read_back_equal(spark: Any, table_dir: Path) -> None:
     assert sorted_rows(lakewarden.read(str(table_dir))) == sorted_rows(data)
     # Only committed files are in the table; the committer's work area is gone.
     assert files_on_disk(table_dir) == committed_files(table)
+
+
+def test_committer_write_options_reach_the_job_commit(spark: Any, table_dir: Path) -> None:
+    """``committer.validate_output`` and ``committer.cleanup`` as write options: the job's
+    summary records the validation, and its ``_temporary`` directory stays for diagnosis."""
+    table = make_table(table_dir)
+    writer = spark_df(spark, rows(range(20)), partitions=2).write.format("lakewarden")
+    writer = writer.option("committer.validate_output", "true").option("committer.cleanup", "false")
+    writer.option("committer.threads", "2").mode("append").save(str(table_dir))
+    assert states(table) == [Transition.COMPLETED]
+    kept = list((table_dir / "_temporary").rglob("*-manifest.json"))
+    assert len(kept) == 2, kept
+    [summary] = (table_dir / ".lakewarden" / "jobs").rglob("_SUCCESS")
+    validated = json.loads(summary.read_text())["diagnostics"]["validated_files"]
+    assert validated == str(len(committed_files(table)))
 
 
 def test_bulk_insert_appends_and_overwrite_replaces_in_one_instant(

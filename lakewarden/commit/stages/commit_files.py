@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from dataclasses import dataclass
 
@@ -11,7 +12,7 @@ from lakewarden.commit.errors import (
     DirectoryConflictError,
     MissingFileError,
 )
-from lakewarden.commit.manifest import FileEntry
+from lakewarden.commit.manifest import DIR_CREATED, DIR_EXISTS, DIR_UNKNOWN, FileEntry
 from lakewarden.commit.stages._base import Stage
 from lakewarden.commit.stages.validate import ValidatedPlan
 from lakewarden.storage import AlreadyExistsError, NotFoundError, UploadedPart
@@ -27,11 +28,24 @@ def leaf_directories(directories: frozenset[str]) -> list[str]:
     ]
 
 
-class CreateDirectoriesStage(Stage[ValidatedPlan, int]):
+@dataclass(frozen=True)
+class CreatedDirectories:
+    """The leaf directories the job commit needed, each with its status (Hadoop's
+    ``EntryStatus``: ``DIR_EXISTS`` when it was there already, ``DIR_CREATED`` when this run
+    made it)."""
+
+    status: dict[str, int]
+
+    def count(self, status: int) -> int:
+        return sum(1 for s in self.status.values() if s == status)
+
+
+class CreateDirectoriesStage(Stage[ValidatedPlan, CreatedDirectories]):
     """Create the destination directories (filesystems only; object stores have none).
 
     1. merge the directories of all manifests and keep the leaves;
-    2. create them in parallel (``mkdir -p``); returns how many leaves.
+    2. create them in parallel (``mkdir -p``), noting which existed already; returns each
+       leaf with its status.
 
     Hadoop deletes a file found where a directory must go; we refuse instead, since that file
     may be another commit's data.
@@ -41,14 +55,15 @@ class CreateDirectoriesStage(Stage[ValidatedPlan, int]):
 
     name = "job_stage_create_target_dirs"
 
-    def _execute(self, args: ValidatedPlan) -> int:
+    def _execute(self, args: ValidatedPlan) -> CreatedDirectories:
         if args.loaded.upload_mode or self.store.local_root is None:
-            return 0
+            return CreatedDirectories({})
         leaves = leaf_directories(args.loaded.directories)  # 1.
 
-        def create(directory: str, stop: threading.Event) -> None:
+        def create(directory: str, stop: threading.Event) -> tuple[str, int]:
             if stop.is_set():
-                return
+                return directory, DIR_UNKNOWN
+            existed = os.path.isdir(self.store.path(directory))
             try:
                 self.store.make_dirs(directory)
             except (FileExistsError, NotADirectoryError) as err:
@@ -58,9 +73,9 @@ class CreateDirectoriesStage(Stage[ValidatedPlan, int]):
                     job_id=self.layout.job_id,
                     path=directory,
                 ) from err
+            return directory, DIR_EXISTS if existed else DIR_CREATED
 
-        self.parallel(leaves, create)  # 2.
-        return len(leaves)
+        return CreatedDirectories(dict(self.parallel(leaves, create)))  # 2.
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,9 @@ class CleanupArgs:
     # Attempts whose uploads were completed (their records need no abort); all others' pending
     # uploads are aborted. Empty for a job abort: every pending upload goes.
     committed_attempts: frozenset[str] = frozenset()
+    # Cleanup off (``CommitterOptions.cleanup``): step 1 only; the directory stays for
+    # diagnosis (a pending upload is billed and invisible, so it is aborted all the same).
+    keep_directory: bool = False
 
 
 @dataclass(frozen=True)
@@ -58,7 +61,8 @@ class CleanupStage(Stage[CleanupArgs, CleanupResult]):
     3. delete what remains of the job directory (manifests, job and plan records, other job
        attempts).
 
-    Idempotent: each step tolerates what an interrupted run already removed.
+    With ``keep_directory`` only step 1 runs. Idempotent: each step tolerates what an
+    interrupted run already removed.
     """
 
     name = "job_stage_cleanup"
@@ -68,6 +72,8 @@ class CleanupStage(Stage[CleanupArgs, CleanupResult]):
         aborted = unresolved = 0
         if not self.store.can_rename:  # 1.
             aborted, unresolved = self._abort_uploads(args.committed_attempts)
+        if args.keep_directory:
+            return CleanupResult(0, aborted, unresolved)
         attempts = self.store.child_dirs(tasks_dir)
 
         def delete(name: str, stop: threading.Event) -> None:

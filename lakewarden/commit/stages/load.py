@@ -7,7 +7,7 @@ import hashlib
 import threading
 from array import array
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from lakewarden.commit._spill import EntrySpill
 from lakewarden.commit.errors import (
@@ -18,7 +18,9 @@ from lakewarden.commit.errors import (
 )
 from lakewarden.commit.layout import RESERVED_PREFIXES, JobLayout, TaskAttemptId
 from lakewarden.commit.manifest import ManifestHeader, Row, UploadRef, parse_manifest_rows
+from lakewarden.commit.reports import ReportWriter
 from lakewarden.commit.stages._base import Stage
+from lakewarden.commit.statistics import IOStatisticsJson, empty_iostatistics
 from lakewarden.commit.uploads import object_location
 from lakewarden.storage import InvalidKeyError, NotFoundError
 from lakewarden.storage._keys import check_key
@@ -37,6 +39,8 @@ class LoadedManifest:
     bytes: int
     chunks: tuple[int, ...]
     source_dirs: frozenset[str]
+    # The task attempt's own IOStatistics (aggregated into the job's summary).
+    iostatistics: IOStatisticsJson = field(default_factory=empty_iostatistics)
 
 
 @dataclass(frozen=True)
@@ -212,7 +216,8 @@ class LoadManifestsStage(Stage[LoadArgs, LoadedManifests]):
     1. read ``manifests/<taskAttemptId>-manifest.json`` (absent: the attempt never committed);
     2. parse it and check that it names this job, job attempt, task and task attempt;
     3. check every entry's paths (``EntryRules``);
-    4. spill its entries in chunks, keep its checksum, totals, directories, destination hashes.
+    4. spill its entries in chunks, keep its checksum, totals, directories, destination hashes
+       and IOStatistics; with ``diagnostics_manifest_directory``, copy its bytes there.
 
     Raises: MissingManifestError, MalformedManifestError, PathOutsideTableError,
     SourceOutsideAttemptError.
@@ -225,6 +230,8 @@ class LoadManifestsStage(Stage[LoadArgs, LoadedManifests]):
         bucket, prefix = object_location(self.store.storage)
         rules = EntryRules(self.layout, upload_mode=upload_mode, bucket=bucket, prefix=prefix)
         spill = args.spill
+        options = self.config.options
+        self._reports = ReportWriter(None, options.diagnostics_manifest_directory, self.store.stats)
         digests: array[int] = array("q")
         directories: set[str] = set()
         lock = threading.Lock()
@@ -260,6 +267,7 @@ class LoadManifestsStage(Stage[LoadArgs, LoadedManifests]):
                 path=key,
             ) from err
         sha256 = hashlib.sha256(data).hexdigest()
+        self._reports.manifest(self.layout.job_id, key, data)
         header, rows = parse_manifest_rows(data, key=key)  # 2.
         del data
         self._check_header(header, attempt, key)
@@ -268,7 +276,14 @@ class LoadManifestsStage(Stage[LoadArgs, LoadedManifests]):
         chunks = tuple(spill.add(rows[i : i + batch]) for i in range(0, len(rows), batch))
         total = sum(row[2] for row in rows)
         loaded = LoadedManifest(
-            attempt, key, sha256, len(rows), total, chunks, frozenset(digest.source_dirs)
+            attempt,
+            key,
+            sha256,
+            len(rows),
+            total,
+            chunks,
+            frozenset(digest.source_dirs),
+            header.iostatistics,
         )
         return loaded, digest.hashes, digest.directories
 

@@ -16,7 +16,13 @@ from lakewarden.commit.manifest import (
 )
 from lakewarden.commit.stages._base import Stage
 from lakewarden.commit.stages.setup import require_active_job
-from lakewarden.commit.uploads import UploadRecord, abort_recorded, object_location, read_records
+from lakewarden.commit.uploads import (
+    UploadRecord,
+    abort_recorded,
+    multipart_etag,
+    object_location,
+    read_records,
+)
 from lakewarden.storage import AlreadyExistsError, InvalidKeyError, NotFoundError
 from lakewarden.storage._keys import check_key
 
@@ -125,7 +131,10 @@ class TaskCommitStage(Stage[TaskCommitArgs, TaskCommitResult]):
             ref = UploadRef(
                 bucket, prefix + record.key, record.upload_id, record.etags, record.length
             )
-            entries.append(FileEntry(record.key, record.key, record.length, None, ref))
+            # The object's etag once completed, as the store will give it (Hadoop records each
+            # file's etag in the manifest); None when the parts' etags are not MD5s.
+            etag = multipart_etag(record.etags)
+            entries.append(FileEntry(record.key, record.key, record.length, etag, ref))
         return entries
 
 

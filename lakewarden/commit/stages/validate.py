@@ -16,6 +16,7 @@ from lakewarden.commit.errors import (
     ConflictingCommitRequestError,
     DestinationExistsError,
     DuplicateDestinationError,
+    EtagMismatchError,
     ManifestChangedError,
     MissingFileError,
     PathOutsideTableError,
@@ -26,6 +27,7 @@ from lakewarden.commit.layout import METADATA_DIR, TEMPORARY_DIR
 from lakewarden.commit.manifest import FileEntry
 from lakewarden.commit.stages._base import Stage
 from lakewarden.commit.stages.load import LoadedManifest, LoadedManifests
+from lakewarden.commit.uploads import comparable_etag, multipart_etag
 from lakewarden.storage import AlreadyExistsError, NotFoundError
 
 
@@ -304,12 +306,16 @@ def _check_duplicates(loaded: LoadedManifests, job_id: str) -> None:
 @dataclass(frozen=True)
 class OutputReport:
     checked: int
+    etags_checked: int = 0
 
 
 class ValidateOutputStage(Stage[ValidatedPlan, OutputReport]):
-    """Optional: after the renames, every destination exists with its recorded size.
+    """Optional: after the files are placed, every destination exists with its recorded
+    size, and, where the store tags objects (S3) and the entry is a completed upload, with
+    the etag its recorded parts make (``multipart_etag``). A store whose etags have another
+    form (SSE-KMS) is checked by size alone.
 
-    Raises: MissingFileError, SizeMismatchError.
+    Raises: MissingFileError, SizeMismatchError, EtagMismatchError.
     """
 
     name = "job_stage_optional_validate_output"
@@ -317,23 +323,44 @@ class ValidateOutputStage(Stage[ValidatedPlan, OutputReport]):
     def _execute(self, args: ValidatedPlan) -> OutputReport:
         spill = args.loaded.spill
 
-        def check(chunk: int, stop: threading.Event) -> int:
+        def check(chunk: int, stop: threading.Event) -> tuple[int, int]:
             entries = spill.read(chunk)
-            for entry, size in zip(
-                entries, self.store.sizes([e.dst for e in entries], stop), strict=False
+            etags = 0
+            for entry, found in zip(
+                entries, self.store.sizes_and_etags([e.dst for e in entries], stop), strict=False
             ):
-                if size is None:
-                    raise MissingFileError(
-                        f"committed file {entry.dst} is missing",
-                        job_id=self.layout.job_id,
-                        path=entry.dst,
-                    )
-                if size != entry.size:
-                    raise SizeMismatchError(
-                        f"committed file {entry.dst} has {size} bytes, expected {entry.size}",
-                        job_id=self.layout.job_id,
-                        path=entry.dst,
-                    )
-            return len(entries)
+                etags += self._check(entry, found)
+            return len(entries), etags
 
-        return OutputReport(sum(self.parallel(range(spill.chunks), check)))
+        done = self.parallel(range(spill.chunks), check)
+        return OutputReport(sum(n for n, _ in done), sum(e for _, e in done))
+
+    def _check(self, entry: FileEntry, found: tuple[int, str | None] | None) -> int:
+        """1 when the etag was compared too. Raises: MissingFileError, SizeMismatchError,
+        EtagMismatchError."""
+        job_id = self.layout.job_id
+        if found is None:
+            raise MissingFileError(
+                f"committed file {entry.dst} is missing", job_id=job_id, path=entry.dst
+            )
+        size, stored = found
+        if size != entry.size:
+            raise SizeMismatchError(
+                f"committed file {entry.dst} has {size} bytes, expected {entry.size}",
+                job_id=job_id,
+                path=entry.dst,
+            )
+        actual = comparable_etag(stored)
+        expected = multipart_etag(entry.upload.etags) if entry.upload is not None else None
+        if actual is None or expected is None:
+            return 0
+        if actual != expected:
+            raise EtagMismatchError(
+                f"committed object {entry.dst} has etag {actual}, but the parts its task "
+                f"attempt uploaded make {expected}. Help: another writer replaced the object "
+                "after the commit placed it; the job's manifests are kept under _temporary "
+                "when cleanup is off.",
+                job_id=job_id,
+                path=entry.dst,
+            )
+        return 1

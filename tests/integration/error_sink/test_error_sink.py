@@ -22,8 +22,14 @@ import lakewarden
 from lakewarden.clients import LockClient
 from lakewarden.errortable import SOURCES_KEY, error_table_location, open_error_table
 from lakewarden.errortable.testing import FakeWrite
-from lakewarden.events import EventConsumer, EventProducer, default_codec, ensure_topics
-from lakewarden.events.topics import DLQ, ERRORS
+from lakewarden.events import (
+    EventConsumer,
+    EventProducer,
+    default_codec,
+    ensure_topics,
+    make_event,
+)
+from lakewarden.events.topics import DLQ, ERRORS, JOB_RESULTS, TIMELINE
 from lakewarden.settings import ErrorTableSettings, Settings
 from lakewarden.table import EmbeddedCoordinator, NotATableError, Table, Timeline
 from lakewarden_services._common.process import ServiceProcess
@@ -307,3 +313,47 @@ def committed_offset(settings: Settings, group: str, spot: TopicPartition) -> in
         return int(found.offset)
     finally:
         consumer.close()
+
+
+def test_a_timeline_event_gets_the_instant_read_at_once_not_at_the_fallback(
+    sink_settings: Settings, producer: EventProducer, tmp_path: Path
+) -> None:
+    """With the fallback at 10 minutes, only the ``TimelineTransition`` that says the
+    instant completed can get its errors committed within the wait: the sink is driven by the
+    event, and reads storage (the truth) when it comes."""
+    ensure_topics(sink_settings, specs=[TIMELINE, JOB_RESULTS])
+    service = _sink(sink_settings, tmp_path / "sink", LAKEWARDEN_ERROR_SINK_FALLBACK_CHECK_S="600")
+    orders = table(tmp_path, "orders")
+    errors_uri = error_table_location(orders.uri, "orders", ErrorTableSettings()).uri
+    write = FakeWrite(orders)
+    attempt = write.attempt(0)
+    service.start()
+    try:
+        buffered = metric(service, "lakewarden_error_sink_buffered_records")
+        publish(producer, write.errors(attempt, ["h1", "h2"]))
+        wait_for(
+            lambda: metric(service, "lakewarden_error_sink_buffered_records") >= buffered + 2,
+            "the sink to buffer the records",
+        )
+        time.sleep(1.0)  # the first read (a new key) said pending
+        write.complete([attempt])  # embedded coordinator: no event of its own
+        time.sleep(2.0)
+        assert rows(errors_uri) == 0, "no event yet, and the fallback is 10 minutes away"
+        event = make_event(
+            "TimelineTransition",
+            table_id=orders.table_id,
+            producer_id="test-writer",
+            seq=3,  # the sink reads the instant and the transition only
+            instant=write.instant,
+            action="commit",
+            transition="completed",
+            actor="test-writer",
+            lock_token=None,
+            wall_time=0,
+            payload="{}",
+        )
+        producer.send("TimelineTransition", event, topic=TIMELINE)
+        producer.flush(10)
+        wait_for(lambda: rows(errors_uri) >= 2, "the errors after the timeline event", 20.0)
+    finally:
+        service.stop()

@@ -30,6 +30,7 @@ CASES: list[tuple[str, list[str], dict[str, str], int, str]] = [
     ("errors show", [NOT_A_TABLE], {}, 1, "is not a lakewarden table"),
     ("errors show", [NOT_A_TABLE, "--instant", "notaninstant"], {}, 2, "'notaninstant' is not"),
     ("errors count", [NOT_A_TABLE], {}, 1, "is not a lakewarden table"),
+    ("errors settle", [NOT_A_TABLE], {}, 1, "is not a lakewarden table"),
     ("errors count", [NOT_A_TABLE, "--instant", "2024"], {}, 2, "Invalid value for '--instant'"),
     ("dev up", ["--kafka-port", "99999"], {}, 2, "Invalid value for '--kafka-port'"),
     ("dev up", ["--state-dir", "{corrupt}"], {}, 1, "is not a stack record"),
@@ -43,6 +44,13 @@ CASES: list[tuple[str, list[str], dict[str, str], int, str]] = [
         "is not a lakewarden table",
     ),
     ("ingest", ["--topic", "t", "--table", NOT_A_TABLE], {}, 2, "no Kafka to read from"),
+    (
+        "ingest",
+        ["--topic", "t", "--table", NOT_A_TABLE, "--error-table", "elsewhere"],
+        {},
+        2,
+        "Invalid value for '--error-table'",
+    ),
     # issue 17: an unreachable broker fails within the client's timeout, in one line
     (
         "ingest",
@@ -83,6 +91,9 @@ CASES: list[tuple[str, list[str], dict[str, str], int, str]] = [
     ("compact schedule", [NOT_A_TABLE], {}, 1, "is not a lakewarden table"),
     ("compact schedule", ["{table}"], {}, 1, "is copy-on-write"),
     ("compact schedule", ["{table}", "--max-file-groups", "0"], {}, 2, "--max-file-groups"),
+    ("compact schedule", ["{table}", "--max-age", "soon"], {}, 2, "is not a duration"),
+    ("compact schedule", ["{table}", "--max-instants", "3"], {}, 2, "need --cancellable"),
+    ("compact schedule", ["{table}", "--cancellable", "--max-instants", "0"], {}, 2, "x>=1"),
     ("compact run", [NOT_A_TABLE], {}, 1, "is not a lakewarden table"),
     ("compact run", [NOT_A_TABLE, "notaninstant"], {}, 2, "Invalid value for '[INSTANT]'"),
     # issue 11 (RFC-79): clustering plans and cancels

@@ -45,6 +45,7 @@ EXPECTED_EVENTS = {
     "CancelResult",
     "CleanRequest",
     "DeadLetter",
+    "LivenessRecord",
 }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Callable
 
@@ -94,6 +95,17 @@ def test_stat_reports_size_and_recent_mtime(storage: Storage) -> None:
     assert (info.key, info.size) == ("s/obj", 5)
     # S3 keeps whole seconds; allow that and a little clock skew.
     assert before_ms - 2_000 <= info.mtime_ms <= int(time.time() * 1000) + 2_000
+
+
+def test_stat_reports_the_etag_where_the_store_has_one(storage: Storage) -> None:
+    """S3 tags an object put whole with the MD5 of its bytes (output validation compares
+    etags); a filesystem has none."""
+    storage.write("s/tagged", b"12345")
+    etag = storage.stat("s/tagged").etag
+    if storage.capabilities.multipart_uploads:
+        assert etag == hashlib.md5(b"12345", usedforsecurity=False).hexdigest()
+    else:
+        assert etag is None
 
 
 def test_stat_missing_is_not_found(storage: Storage) -> None:

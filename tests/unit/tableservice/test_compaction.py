@@ -172,6 +172,36 @@ def test_lakewarden_compact_schedule_and_run(tmp_path: Any) -> None:
     assert refused.exit_code == 1 and "copy-on-write" in refused.output
 
 
+def test_compact_schedule_takes_the_cancellation_policy_that_cluster_schedule_takes(
+    tmp_path: Any,
+) -> None:
+    """RFC-79's options are the same on both ``schedule`` commands: a compaction plan carries
+    ``cancellable`` and the policy the cleaner honours, limited to the partitions named."""
+    uri = str(tmp_path / "t")
+    table = Table.create(
+        uri,
+        name="orders",
+        record_key="id",
+        schema=rows().schema,
+        partition_by=["region"],
+        ordering_field="ts",
+        table_type="merge_on_read",
+    )
+    table.write(rows((1, "eu", 1, "a"), (2, "us", 1, "b")), "insert")
+    table.write(rows((1, "eu", 2, "a2"), (2, "us", 2, "b2")))
+    args = ["compact", "schedule", uri, "--cancellable", "--max-age", "2h", "--max-instants", "5"]
+    scheduled = CliRunner().invoke(cli, [*args, "--partition", "region=eu"])
+    assert scheduled.exit_code == 0, scheduled.output
+    mine = table.state().get(scheduled.output.strip())
+    assert mine is not None and mine.cancellable
+    plan = mine.plan
+    assert isinstance(plan, ServicePlan)
+    assert plan.cancellation_policy is not None
+    assert plan.cancellation_policy.max_age_s == 7200
+    assert plan.cancellation_policy.max_completed_instants == 5
+    assert {s.file_group.partition_path for s in plan.input_slices} == {"region=eu"}
+
+
 # -- the property, after compaction ---------------------------------------------------------
 
 _RECORD = st.tuples(

@@ -35,7 +35,9 @@ class Harness:
         settings_ = Settings(
             kafka=KafkaSettings(bootstrap_servers="127.0.0.1:1"), state_dir=state_dir
         )
-        options = SinkOptions(errors_topic=TOPIC, dlq_topic="lakewarden.dlq", group_id="g")
+        options = SinkOptions(
+            errors_topic=TOPIC, dlq_topic="lakewarden.dlq", group_id="g", hints=False
+        )
         self.sink = ErrorSink(settings_, options, coordinator=EmbeddedCoordinator())
         self.letters: list[Rejection] = []
         consumer: Any = self.sink.consumer

@@ -46,6 +46,7 @@ class Harness:
             group_id="g",
             give_up_after_s=60.0,
             give_up_after_checks=3,
+            hints=False,
         )
         self.sink = ErrorSink(
             settings, options, coordinator=EmbeddedCoordinator(), clock=self.clock

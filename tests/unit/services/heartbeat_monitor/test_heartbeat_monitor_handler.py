@@ -115,7 +115,7 @@ class Harness:
 
     def record(self, instant: str = INSTANT) -> LivenessRecord | None:
         raw = self.table.get(record_key("t1", instant))
-        return None if raw is None else LivenessRecord.decode(raw)
+        return None if raw is None else LivenessRecord.decode(raw, key=("t1", instant))
 
 
 def heartbeat(
@@ -186,8 +186,8 @@ def test_records_in_the_table_are_judged_after_a_restart() -> None:
     h.monitor.assigned(
         [0],
         {
-            record_key("t1", INSTANT): alive.encode(),
-            record_key("t1", "20250314092653590"): dead.encode(),
+            record_key("t1", INSTANT): alive.encode("t1", INSTANT),
+            record_key("t1", "20250314092653590"): dead.encode("t1", "20250314092653590"),
             b"not json": b"neither",
         },
     )
@@ -197,6 +197,29 @@ def test_records_in_the_table_are_judged_after_a_restart() -> None:
     assert h.sent == []
     h.tick(101_501)
     assert [e["instant"] for e in h.sent] == [INSTANT]
+
+
+def test_json_records_of_the_format_before_the_schema_are_rewritten_in_avro() -> None:
+    """An upgrade: the changelog holds JSON records; the monitor judges them as before and
+    rewrites each in Avro (behind the JSON one), so readers, which refuse JSON, see it."""
+    h = Harness()
+    legacy = (
+        b'{"status":"alive","owner":"w1","partition":0,"last_seen_ms":1000,'
+        b'"tolerance_ms":1500,"since_ms":1000}'
+    )
+    key = record_key("t1", INSTANT)
+    before = metrics.MIGRATED._value.get()
+    h.monitor.assigned([0], {key: legacy})
+    rewritten = h.table[key]
+    assert rewritten[:2] == b"\xc3\x01"  # Avro single-object encoding
+    assert LivenessRecord.decode(rewritten, key=("t1", INSTANT)) == LivenessRecord(
+        "alive", "w1", 0, 1_000, 1_500, 1_000
+    )
+    assert metrics.MIGRATED._value.get() == before + 1
+    h.tick(100_000)
+    h.tick(101_501)  # judged from the migrated record: declared dead
+    assert [e["instant"] for e in h.sent] == [INSTANT]
+    assert (0, key, False) in [(p, k, v is None) for p, k, v in h.changelog]
 
 
 def test_final_beat_ends_the_instant_without_expiry(h: Harness) -> None:

@@ -24,7 +24,7 @@ from lakewarden.events import (
     encode,
     make_event,
 )
-from lakewarden.settings import Settings
+from lakewarden.settings import CommitterSettings, Settings
 from lakewarden_services._common.dlq import DeadLetters
 from lakewarden_services.job_committer.handler import ManifestHandler, RequestHandler
 from lakewarden_services.job_committer.protocol import parse_request
@@ -213,3 +213,55 @@ def test_task_manifests_are_validated_early(job: Job) -> None:
     after = {s: count(s) - before[s] for s in before}
     assert after == {"valid": 1, "mismatch": 1, "missing": 0, "invalid": 1, "audit_only": 1}
     assert h.reasons() == ["invalid_request"]  # the attempt is not one of that task
+
+
+def _job_dir_kept(job: Job) -> bool:
+    return any(o.key.startswith("_temporary/") for o in job.table.storage.list("_temporary/"))
+
+
+def _summary(job: Job) -> dict[str, Any]:
+    data = job.table.storage.read(f".lakewarden/jobs/{job.job_id}/_SUCCESS")
+    return json.loads(data)  # type: ignore[no-any-return]
+
+
+def test_the_request_carries_the_writers_committer_options(job: Job) -> None:
+    h = Harness()
+    options = CommitterSettings(validate_output=True, cleanup=False)
+    h.feed(encoded(commit_request(job, committer=options)), key=job.table.table_id.encode())
+    [(_, result)] = h.results
+    assert result.record["status"] == "committed", result.record
+    assert _job_dir_kept(job)  # cleanup off: the manifests stay for diagnosis
+    assert _summary(job)["diagnostics"]["validated_files"] == "1"
+
+
+def test_the_services_settings_apply_and_the_request_wins(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LAKEWARDEN_COMMITTER__CLEANUP", "false")
+    h = Harness()
+    kept = open_job(make_table(str(tmp_path / "kept")), rows((1, "eu", "a")))
+    h.feed(encoded(commit_request(kept)), key=kept.table.table_id.encode())
+    cleaned = open_job(make_table(str(tmp_path / "cleaned")), rows((1, "eu", "a")))
+    asked = commit_request(cleaned, committer=CommitterSettings(cleanup=True))
+    h.feed(encoded(asked), key=cleaned.table.table_id.encode())
+    assert [r.record["status"] for _, r in h.results] == ["committed", "committed"]
+    assert _job_dir_kept(kept) and not _job_dir_kept(cleaned)
+
+
+def test_bad_committer_options_are_dead_lettered(job: Job) -> None:
+    h = Harness()
+    record = request_record(commit_request(job), "test")
+    record["committer_options"] = {"threads": 0, "validate_output": None, "cleanup": None}
+    h.feed(encode("JobCommitRequest", record), key=job.table.table_id.encode())
+    assert h.reasons() == ["invalid_request"]
+    assert "threads" in h.dlq.sent[0][1].record["detail"]
+
+
+def test_a_request_never_carries_report_directories(job: Job) -> None:
+    """A request must not make the service write where it names: the report directories
+    stay with the writer's own commits; job-committer uses its own settings."""
+    reports = CommitterSettings(summary_report_directory="/anywhere")
+    assert request_record(commit_request(job, committer=reports), "t")["committer_options"] is None
+    both = CommitterSettings(cleanup=False, diagnostics_manifest_directory="/anywhere")
+    carried = request_record(commit_request(job, committer=both), "t")["committer_options"]
+    assert carried == {"threads": None, "validate_output": None, "cleanup": False}
