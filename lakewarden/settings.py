@@ -48,21 +48,23 @@ class KafkaSettings(BaseModel):
     ssl_ca_location: str | None = Field(default=None, description="CA bundle (PEM) path")
     job_commits: Literal["service", "embedded"] = Field(
         default="service",
-        description="who runs the job commit of Table.write with Kafka configured: "
-        "job-committer (service, the default, as the Spark driver always does), or the writing "
-        "process itself (embedded; 'writer' is accepted as its former name)",
+        description="who runs the job commit of a write (Table.write and the Spark driver alike) "
+        "with Kafka configured: job-committer (service, the default), or the writing process "
+        "itself (embedded; 'writer' is accepted as its former name)",
     )
     job_commit_timeout_s: float = Field(
         default=300.0,
         gt=0,
-        description="how long Table.write waits for job-committer's answer before raising "
-        "CommitStateUnknownError (the request is durable and may still complete)",
+        description="how long a writer (Table.write, a Spark driver) waits for job-committer's "
+        "answer before raising CommitStateUnknownError (the request is durable and may still "
+        "complete)",
     )
     job_committer_wait_s: float = Field(
         default=10.0,
         ge=0,
-        description="how long Table.write waits for a job-committer to be a member of its "
-        "consumer group before raising JobCommitterUnavailableError (nothing sent, rolled back)",
+        description="how long a writer (Table.write, a one-shot Spark write) waits for a "
+        "job-committer to be a member of its consumer group before raising "
+        "JobCommitterUnavailableError (nothing sent, rolled back)",
     )
 
     @field_validator("job_commits", mode="before")
@@ -74,6 +76,13 @@ class KafkaSettings(BaseModel):
     @property
     def enabled(self) -> bool:
         return self.bootstrap_servers is not None
+
+    @property
+    def commits_by_service(self) -> bool:
+        """Whether job-committer runs a write's job commit: Kafka is configured and
+        ``job_commits`` is ``service``. The one decision of the route, for ``Table.write``
+        (``KafkaCoordinator.job_commits``) and the Spark driver alike."""
+        return self.enabled and self.job_commits == "service"
 
     def librdkafka_config(self, **overrides: Any) -> dict[str, Any]:
         """The confluent-kafka client configuration; ``overrides`` use librdkafka key names

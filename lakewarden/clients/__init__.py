@@ -22,7 +22,6 @@ from lakewarden.clients.commit import (
     AttemptManifest,
     CommitClient,
     CommitReply,
-    CommitRequest,
     CommitServiceUnavailableError,
     CommitState,
     JobCommitFailedError,
@@ -38,6 +37,9 @@ from lakewarden.clients.lock import (
     LockRefusedError,
     LockServiceUnavailableError,
     LockTimeoutError,
+)
+from lakewarden.table.job_commit import (
+    CommitRequest,  # the one job-commit value, sent by CommitClient
 )
 
 __all__ = [

@@ -35,7 +35,7 @@ import socket
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from lakewarden.clients._results import listen_from_end
@@ -52,6 +52,7 @@ from lakewarden.extras import missing_extra
 from lakewarden.settings import CommitterSettings, Settings
 from lakewarden.storage import NotFoundError, open_storage
 from lakewarden.table.instant import Transition
+from lakewarden.table.job_commit import CommitRequest
 from lakewarden.table.stats import CommitStats
 from lakewarden.table.timeline import Timeline
 
@@ -90,25 +91,6 @@ class JobCommitFailedError(NonRetryableError):
 
 class CommitServiceUnavailableError(RetryableError):
     """The job-committer's topics cannot be reached; nothing was sent."""
-
-
-@dataclass(frozen=True)
-class CommitRequest:
-    """A job commit to ask for: the accepted attempts of ``job_id``, completing ``instant``
-    with ``stats``. ``once``: ``extra_metadata`` values no other completed instant may share."""
-
-    table_uri: str
-    table_id: str
-    instant: str
-    job_id: str
-    accepted: Sequence[str]
-    stats: CommitStats
-    job_attempt: int = 0
-    lock_token: int | None = None
-    once: Mapping[str, str] = field(default_factory=dict)
-    description: str = ""
-    # The committer options the writer set; each one set wins over the service's settings.
-    committer: CommitterSettings | None = None
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ from lakewarden.clock import SYSTEM_CLOCK, Clock
 from lakewarden.errors import NonRetryableError
 from lakewarden.events.codec import EventCodec, default_codec
 from lakewarden.events.envelope import new_envelope
+from lakewarden.events.producer import kafka_producer, producer_config
 from lakewarden.events.topics import HEARTBEATS
 from lakewarden.extras import missing_extra
 from lakewarden.settings import HeartbeatPolicy, Settings
@@ -133,7 +134,7 @@ class Heartbeat:
         """
         if self._thread is not None:
             raise RuntimeError("this Heartbeat was started already")
-        self._producer = Producer(self._librdkafka_config())
+        self._producer = kafka_producer(self.settings, logger=log, **self._producer_options())
         self._started_at = self._clock.monotonic()
         self._thread = threading.Thread(
             target=self._run, name=f"heartbeat-{self.table_id}-{self.instant}", daemon=True
@@ -325,19 +326,21 @@ class Heartbeat:
                 log.exception("on_lost callback failed")
 
     def _librdkafka_config(self) -> dict[str, Any]:
+        return producer_config(self.settings, logger=log, **self._producer_options())
+
+    def _producer_options(self) -> dict[str, Any]:
         # A beat that cannot be delivered within an interval (at least 1 s, so that a busy
-        # broker does not fail every beat) is dropped rather than sent late.
+        # broker does not fail every beat) is dropped rather than sent late. Not idempotent
+        # (librdkafka's default).
         timeout_ms = max(round(self.policy.interval_s * 1000), 1000)
-        config: dict[str, Any] = {
-            "acks": "all",
+        return {
+            "enable_idempotence": False,
             "linger_ms": 0,
             "message_timeout_ms": timeout_ms,
             "request_timeout_ms": timeout_ms,
             "client_id": f"heartbeat-{uuid.uuid4().hex[:8]}",
-            "logger": log,
             **self._producer_config,
         }
-        return self.settings.kafka.librdkafka_config(**config)
 
 
 class Heartbeats:

@@ -86,7 +86,7 @@ class KafkaCoordinator(Coordinator):
         self._held: dict[tuple[str, int], LockLease] = {}
         self._ahead: dict[str, Pending] = {}  # by table: an acquire sent by lock_ahead
         self._job_commits: ServiceJobCommits | None = None
-        if settings.kafka.job_commits == "service":
+        if settings.kafka.commits_by_service:
             self._job_commits = ServiceJobCommits(
                 settings, producer_id=f"writer:{self.client.owner}"
             )

@@ -30,7 +30,6 @@ import threading
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
 
 from lakewarden.clients import _lock_shared
 from lakewarden.clients._lock_io import LockIO, LockLease, Pending
@@ -40,6 +39,7 @@ from lakewarden.errors import NonRetryableError, RetryableError
 from lakewarden.events.codec import default_codec
 from lakewarden.events.consumer import EventConsumer, EventConsumerError
 from lakewarden.events.latency import LOW_LATENCY_CONSUMER, LOW_LATENCY_PRODUCER
+from lakewarden.events.producer import kafka_producer
 from lakewarden.events.topics import LOCK_REPLIES, LOCK_REQUESTS
 from lakewarden.extras import missing_extra
 from lakewarden.settings import Settings
@@ -51,13 +51,6 @@ except ImportError as err:
     raise missing_extra("kafka", "Kafka support", err) from err
 
 log = logging.getLogger(__name__)
-
-_PRODUCER_CONFIG: dict[str, Any] = {
-    "acks": "all",
-    "enable_idempotence": True,
-    **LOW_LATENCY_PRODUCER,  # a waiting caller, not throughput, is what matters here
-    "logger": log,
-}
 
 
 class LockRefusedError(NonRetryableError):
@@ -309,7 +302,10 @@ class LockClient:
         timeout = kafka.request_timeout_s
         requests, replies = LOCK_REQUESTS.name(self.settings), LOCK_REPLIES.name(self.settings)
         transport_id = f"lock-client-{uuid.uuid4().hex[:16]}"
-        producer = self.producer or Producer(kafka.librdkafka_config(**_PRODUCER_CONFIG))
+        # A waiting caller, not throughput, is what matters here: the low-latency producer.
+        producer = self.producer or kafka_producer(
+            self.settings, logger=log, **LOW_LATENCY_PRODUCER
+        )
         counts = _partition_counts(producer, (requests, replies), timeout)
         reply_partition = client_partition(transport_id, counts[replies])
         # Replies meant for this client only: nothing is dead-lettered or committed.

@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
+from dataclasses import replace
 
-from lakewarden.clients.commit import AttemptManifest, CommitClient, CommitRequest
+from lakewarden.clients.commit import AttemptManifest, CommitClient
 from lakewarden.clients.committer_presence import CommitterPresence
 from lakewarden.commit.stages.task import TaskCommitResult
 from lakewarden.errors import CommitStateUnknownError
 from lakewarden.settings import Settings
-from lakewarden.table.job_commit import JobCommitSpec
+from lakewarden.table.job_commit import CommitRequest
 from lakewarden.table.stats import CommitStats
 
 
@@ -49,7 +50,7 @@ class ServiceJobCommits:
         *,
         table_uri: str,
         table_id: str,
-        spec: JobCommitSpec,
+        spec: CommitRequest,
         tasks: Sequence[TaskCommitResult],
     ) -> CommitStats:
         """See ``JobCommits.commit_job``.
@@ -58,17 +59,9 @@ class ServiceJobCommits:
         JobCommitFailedError, CommitStateUnknownError, CommitServiceUnavailableError.
         """
         self.presence.require(table=table_id, instant=spec.instant)
-        request = CommitRequest(
-            table_uri=table_uri,
-            table_id=table_id,
-            instant=spec.instant,
-            job_id=spec.job_id,
-            accepted=spec.accepted,
-            stats=spec.stats,
-            once=spec.once,
-            description=spec.description,
-            committer=self.settings.committer,
-        )
+        # The writer's committer options: those the request carries, else this process's.
+        committer = self.settings.committer if spec.committer is None else spec.committer
+        request = replace(spec, table_uri=table_uri, table_id=table_id, committer=committer)
         manifests = [
             AttemptManifest(str(t.attempt), t.manifest_key, t.files, t.bytes) for t in tasks
         ]

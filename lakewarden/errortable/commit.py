@@ -58,7 +58,7 @@ from lakewarden.table.job_commit import (
     STAGE_COMPLETE,
     STAGE_WRITE_FILES,
     CommitProgress,
-    JobCommitSpec,
+    CommitRequest,
     abandon,
     commit_instant,
 )
@@ -105,7 +105,7 @@ def commit_errors(
         except Exception as err:
             abandon(committer, txn, err, stage=STAGE_WRITE_FILES)
             raise
-        spec = JobCommitSpec(
+        spec = CommitRequest(
             txn.instant,
             committer.job_id,
             (str(work.attempt),),

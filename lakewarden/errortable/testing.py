@@ -23,7 +23,7 @@ from lakewarden.errortable.records import (
     error_record,
 )
 from lakewarden.table.instant import Action
-from lakewarden.table.job_commit import STAGE_ABORT, JobCommitSpec, abandon, commit_instant
+from lakewarden.table.job_commit import STAGE_ABORT, CommitRequest, abandon, commit_instant
 from lakewarden.table.plans import JobPlan
 from lakewarden.table.stats import CommitStats, WorkloadProfile
 from lakewarden.table.table import Table
@@ -89,7 +89,7 @@ class FakeWrite:
         )
         with self.txn.heartbeat():
             self.txn.inflight(WorkloadProfile(operation="insert"))
-            spec = JobCommitSpec(self.instant, self.job_id, tuple(accepted), stats)
+            spec = CommitRequest(self.instant, self.job_id, tuple(accepted), stats)
             commit_instant(self.committer, self.txn, spec)
 
     def roll_back(self, reason: str = "test") -> None:

@@ -9,6 +9,7 @@ Public surface (import from here)::
     EventProducer, EventDeliveryError                     keyed, encoding producer
     EventConsumer, ConsumedEvent, EventConsumerError      the one consumer (events or messages)
     dead_letter_record, Rejection, Undecodable            the dead-letter contract
+    InvalidEvent                                          a decodable event a service rejects
     sample_events                                         one realistic record per event
 
 The faust codec lives in ``lakewarden.events.faust_codec`` (importing it registers
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
         encode,
     )
     from lakewarden.events.consumer import ConsumedEvent, EventConsumer, EventConsumerError
-    from lakewarden.events.dlq import Rejection, Undecodable, dead_letter_record
+    from lakewarden.events.dlq import InvalidEvent, Rejection, Undecodable, dead_letter_record
     from lakewarden.events.envelope import make_event, new_envelope, now_ms
     from lakewarden.events.producer import EventDeliveryError, EventProducer
     from lakewarden.events.samples import sample_events
@@ -55,6 +56,7 @@ _EXPORTS: dict[str, str] = {
     "ConsumedEvent": "lakewarden.events.consumer",
     "EventConsumer": "lakewarden.events.consumer",
     "EventConsumerError": "lakewarden.events.consumer",
+    "InvalidEvent": "lakewarden.events.dlq",
     "Rejection": "lakewarden.events.dlq",
     "Undecodable": "lakewarden.events.dlq",
     "dead_letter_record": "lakewarden.events.dlq",
@@ -86,6 +88,7 @@ __all__ = [
     "EventDeliveryError",
     "EventEncodeError",
     "EventProducer",
+    "InvalidEvent",
     "Rejection",
     "TopicSpec",
     "Undecodable",

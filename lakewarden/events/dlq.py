@@ -8,7 +8,8 @@ going. Two kinds of bad messages, one constructor, ``dead_letter_record``:
 - undecodable bytes: pass the codec's ``EventDecodeError`` (its ``reason``: ``too_short``,
   ``bad_magic``, ``unknown_fingerprint``, ...);
 - decodable but unusable (the wrong event type on the topic, a missing field, a key that does
-  not match the table): pass a ``Rejection`` naming the reason.
+  not match the table): pass a ``Rejection`` naming the reason (a service's parsing raises
+  ``InvalidEvent``, which carries it).
 
 ``Undecodable`` is what the faust codec hands an agent instead of raising (faust would
 otherwise crash the agent on a decode error).
@@ -19,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from lakewarden.errors import NonRetryableError
 from lakewarden.events.codec import EventCodec, EventDecodeError
 from lakewarden.events.envelope import make_event
 
@@ -45,6 +47,18 @@ class Rejection:
         if isinstance(why, Rejection):
             return why
         return cls(why.reason, str(why), type(why).__name__)
+
+
+class InvalidEvent(NonRetryableError):
+    """A decodable event a service cannot use; ``reason`` is the dead-letter reason code
+    (``unexpected_event``, ``key_mismatch``, ``misrouted``, ``invalid_request``, ...) and
+    ``detail`` says what was wrong. Handling the same event again fails the same way, so the
+    service dead-letters it and goes on."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+        self.detail = detail
 
 
 def dead_letter_record(

@@ -1,5 +1,9 @@
 """EventProducer: encode an event, key it by table id, produce it with confluent-kafka.
 
+``kafka_producer`` is the one place a confluent-kafka ``Producer`` is built from settings:
+``EventProducer``, the lock client, heartbeats and the plain-loop services all use it, each
+with its own overrides of the durable defaults.
+
 No network IO happens until the first ``send``; the librdkafka client is created lazily.
 Delivery is asynchronous: ``flush`` waits for outstanding messages and raises if any of them
 (or any earlier one) failed, so a caller that needs durability flushes before acting on it.
@@ -8,6 +12,7 @@ Delivery is asynchronous: ``flush`` waits for outstanding messages and raises if
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
@@ -28,6 +33,38 @@ log = logging.getLogger(__name__)
 # Durable by default: every in-sync replica has the message, and retries cannot duplicate it.
 # librdkafka's own log lines go to this module's logger instead of stderr.
 _DEFAULT_CONFIG: dict[str, Any] = {"acks": "all", "enable_idempotence": True, "logger": log}
+
+
+def producer_config(
+    settings: Settings, *, logger: logging.Logger = log, **config: Any
+) -> dict[str, Any]:
+    """The librdkafka configuration of a producer for ``settings``: durable by default
+    (``acks=all``, idempotent), librdkafka's log lines to ``logger``; ``config`` overrides
+    with underscores for dots (``linger_ms=0``).
+
+    Raises:
+        ConfigurationError: Kafka is not configured.
+    """
+    return settings.kafka.librdkafka_config(**{**_DEFAULT_CONFIG, "logger": logger, **config})
+
+
+def kafka_producer(
+    settings: Settings,
+    *,
+    logger: logging.Logger = log,
+    error_cb: Callable[[KafkaError], None] | None = None,
+    **config: Any,
+) -> Producer:
+    """A confluent-kafka ``Producer`` configured by ``producer_config``, with ``error_cb``
+    (librdkafka's key has an underscore) when given. No network IO yet.
+
+    Raises:
+        ConfigurationError: Kafka is not configured.
+    """
+    built = producer_config(settings, logger=logger, **config)
+    if error_cb is not None:
+        built["error_cb"] = error_cb
+    return Producer(built)
 
 
 class EventDeliveryError(RetryableError):
@@ -62,7 +99,7 @@ class EventProducer:
         self.settings = settings
         self.producer_id = producer_id
         self._codec = codec
-        self._config = {**_DEFAULT_CONFIG, **config}
+        self._config = config
         self._producer: Producer | None = None
         self._failures: list[tuple[str, str]] = []
         # librdkafka's own log lines (to ``log``) still say what failed; the watch only
@@ -168,9 +205,7 @@ class EventProducer:
 
     def _client(self) -> Producer:
         if self._producer is None:
-            config = self.settings.kafka.librdkafka_config(**self._config)
-            config["error_cb"] = self._auth
-            self._producer = Producer(config)
+            self._producer = kafka_producer(self.settings, **self._config, error_cb=self._auth)
         return self._producer
 
     def _on_delivery(self, err: KafkaError | None, msg: Message) -> None:

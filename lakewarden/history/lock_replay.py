@@ -1,8 +1,7 @@
 """Re-driving timeline-lock's pure state module over a table's recorded lock requests.
 
 Every decision of timeline-lock is a function of the table's request sequence
-(``lakewarden_services.timeline_lock.state``): so folding the recorded ``LockRequest``
-events, in their
+(``lakewarden.lock.state``): so folding the recorded ``LockRequest`` events, in their
 partition's order, through the same ``apply`` must give the replies that were recorded on
 ``lock.replies``. ``redrive_locks`` does that and names every request whose recomputed
 answers (a status, a token, a queue position) differ from the recorded answers to it: one
@@ -18,8 +17,9 @@ table's oldest requests (retention), the state they built is unknown and nothing
 Requests the service would dead-letter (``parse_request`` refuses them) are compared with the
 refusal it sends, when it sends one.
 
-This is the one library module that imports a service's module: the point is to run
-timeline-lock's own decision function, not a copy of it. Only the CLI imports it.
+The point is to run timeline-lock's own decision function, not a copy of it: the state
+machine and request parsing live in the library (``lakewarden.lock``) and the service imports
+them from there. Only the CLI imports this module.
 """
 
 from __future__ import annotations
@@ -28,11 +28,12 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
+from lakewarden.events import InvalidEvent
 from lakewarden.events.topics import LOCK_REPLIES, LOCK_REQUESTS
 from lakewarden.history.model import Recorded, RetentionGap
+from lakewarden.lock.protocol import parse_request, refusal_for
+from lakewarden.lock.state import Grant, Reply, Request, TableLock, apply
 from lakewarden.settings import Settings
-from lakewarden_services.timeline_lock.protocol import InvalidRequest, parse_request, refusal_for
-from lakewarden_services.timeline_lock.state import Grant, Reply, Request, TableLock, apply
 
 # (status, token, queue position): what a reply decides; deadlines and reasons are not compared.
 Decision = tuple[str, int | None, int | None]
@@ -143,7 +144,7 @@ def _recompute(
                 reply_topic=str(record["reply_topic"]) or replies_topic,
                 reply_partitions=1 << 30,
             )
-        except InvalidRequest as err:
+        except InvalidEvent as err:
             refusal = refusal_for(record, err.detail)
             if refusal is not None:
                 decided[refusal.request_id].add(_decision(refusal))

@@ -55,8 +55,9 @@ def announce_manifest(
     total_bytes: int,
 ) -> bool:
     """Publish the attempt's ``TaskManifest`` and wait for its acknowledgement. True when it
-    was delivered; False when Kafka is not configured or the delivery failed (logged)."""
-    if not settings.kafka.enabled:
+    was delivered; False when job-committer does not commit the job (no Kafka, or
+    ``kafka.job_commits = "embedded"``) or the delivery failed (logged)."""
+    if not settings.kafka.commits_by_service:
         return False
     from lakewarden.events.envelope import make_event
 

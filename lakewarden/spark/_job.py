@@ -14,10 +14,12 @@ One write is one instant and one manifest-committer job:
      tasks ran;
   3. job commit of exactly the accepted attempts, then ``completed`` with the statistics after
      the conflict rules (and, for a streaming micro-batch, the rule that no instant completed
-     that batch already): ``lakewarden.table.job_commit.commit_instant``. Without Kafka it
-     runs here, in the driver; with Kafka configured the driver sends the job-committer a
-     ``JobCommitRequest`` (``lakewarden.clients.CommitClient``) and waits for its answer: the
-     service runs the very same function. Either way, the files of every other attempt are
+     that batch already): ``lakewarden.table.job_commit.commit_instant``. Where it runs is
+     decided as for ``Table.write`` (``KafkaSettings.commits_by_service``): without Kafka, or
+     with ``kafka.job_commits = "embedded"``, here in the driver; else the driver sends the
+     job-committer a ``JobCommitRequest`` (``lakewarden.clients.CommitClient``) and waits up
+     to ``kafka.job_commit_timeout_s`` for its answer: the service runs the very same
+     function. Either way, the files of every other attempt are
      deleted by the job's cleanup;
   4. on any failure: ``lakewarden.table.job_commit.abandon`` (``rolled_back`` with the reason
      and the failed stage, making the instant uncommittable, then job abort: no file of it
@@ -38,7 +40,7 @@ import os
 import socket
 from collections.abc import Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pyspark.sql.datasource import WriterCommitMessage
@@ -46,10 +48,8 @@ from pyspark.sql.datasource import WriterCommitMessage
 from lakewarden.clients import (
     AttemptManifest,
     CommitClient,
-    CommitRequest,
     JobCommitFailedError,
 )
-from lakewarden.clients.commit import DEFAULT_TIMEOUT_S
 from lakewarden.clients.committer_presence import CommitterPresence
 from lakewarden.commit import CommitterOptions, ManifestCommitter, new_job_id
 from lakewarden.errors import CommitStateUnknownError, NonRetryableError
@@ -74,7 +74,7 @@ from lakewarden.table.job_commit import (
     STAGE_PREPARE,
     STAGE_REQUEST_COMMIT,
     AlreadyCommittedError,
-    JobCommitSpec,
+    CommitRequest,
     commit_instant,
 )
 from lakewarden.table.job_commit import abandon as abandon_instant
@@ -243,7 +243,7 @@ def commit_write(
             stats = commit_stats(table, spec, accepted, batch)  # 1.
             if not spec.profiled:  # 2.
                 txn.inflight(workload(spec, stats))
-            job = JobCommitSpec(
+            job = CommitRequest(
                 spec.instant,
                 spec.job_id,
                 tuple(m.attempt_id for m in accepted),
@@ -251,7 +251,7 @@ def commit_write(
                 once=_once(batch),
                 description=f"instant {spec.instant}",
             )
-            if settings.kafka.enabled:  # 3.
+            if settings.kafka.commits_by_service:  # 3.
                 stage = STAGE_REQUEST_COMMIT
                 done = _commit_by_service(table, spec, job, settings, accepted, client)
             else:
@@ -284,7 +284,7 @@ def _once(batch: BatchKey | None) -> dict[str, str]:
 def _commit_by_service(
     table: TableHandle,
     spec: WriteSpec,
-    job: JobCommitSpec,
+    job: CommitRequest,
     settings: Settings,
     accepted: Sequence[TaskCommitMessage],
     client: CommitClient | None = None,
@@ -305,18 +305,13 @@ def _commit_by_service(
         for m in accepted
         if not m.manifest_published
     ]
-    request = CommitRequest(
+    request = replace(
+        job,
         table_uri=table.storage.uri,  # absolute: the service runs elsewhere
         table_id=table.config.table_id,
-        instant=spec.instant,
-        job_id=spec.job_id,
-        accepted=job.accepted,
-        stats=job.stats,
-        once=job.once,
-        description=job.description,
         committer=settings.committer.merged(spec.committer),
     )
-    timeout_s = float(spec.test_hooks.get("commit_timeout_s", DEFAULT_TIMEOUT_S))
+    timeout_s = settings.kafka.job_commit_timeout_s
     if client is not None:
         return client.commit(request, timeout_s=timeout_s, manifests=manifests).stats
     # As Table.write does: with no job-committer running the request would wait in Kafka and

@@ -167,7 +167,7 @@ class MicroBatchWriter:
     _native_reason: str | None = field(default=None, init=False, repr=False)
     _columns: MetaColumns | None = field(default=None, init=False, repr=False)
     _decided: bool = field(default=False, init=False, repr=False)
-    _kafka: bool = field(default=False, init=False, repr=False)
+    _by_service: bool = field(default=False, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.writer not in ("auto", "spark", "python"):
@@ -241,7 +241,7 @@ class MicroBatchWriter:
                         _native.write_files(rows, table.config, spec, table.storage, self._columns)
                     with clock.stage("adopt"):
                         messages = [_native.adopt_files(table.storage, spec)]
-                    client = session.commit_client() if self._kafka else None
+                    client = session.commit_client() if self._by_service else None
                     with clock.stage("commit"):
                         _job.commit_write(
                             spec, messages, batch=key, table=table, client=client, beating=True
@@ -295,7 +295,7 @@ class MicroBatchWriter:
         Raises: InvalidOptionError (``writer="spark"`` where it cannot run)."""
         if not self._decided:
             settings = load_settings(self.settings_json)
-            self._kafka = settings.kafka.enabled
+            self._by_service = settings.kafka.commits_by_service
             reason = _native.unsupported_reason(table.config, settings, table.storage)
             if reason is None and self.ingest_errors:
                 reason = "bad records go to the error table (routed in Python)"

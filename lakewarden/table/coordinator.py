@@ -28,7 +28,7 @@ from lakewarden.table.timeline_state import TimelineEntry
 
 if TYPE_CHECKING:
     from lakewarden.commit.stages.task import TaskCommitResult
-    from lakewarden.table.job_commit import JobCommitSpec
+    from lakewarden.table.job_commit import CommitRequest
     from lakewarden.table.stats import CommitStats
 
 
@@ -82,7 +82,7 @@ class JobCommits(Protocol):
         *,
         table_uri: str,
         table_id: str,
-        spec: JobCommitSpec,
+        spec: CommitRequest,
         tasks: Sequence[TaskCommitResult],
     ) -> CommitStats:
         """Announce the ``tasks``' manifests, ask for the commit of ``spec``, wait for it.

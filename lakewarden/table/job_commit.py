@@ -7,7 +7,7 @@ job-committer service (``services/job_committer``) when it is, and the error-tab
 (``lakewarden.errortable``); table services will too::
 
     txn = WriteTransaction.resume(timeline, coordinator, table_id, instant, actor=me)
-    outcome = commit_instant(ManifestCommitter(storage, job_id), txn, JobCommitSpec(...))
+    outcome = commit_instant(ManifestCommitter(storage, job_id), txn, CommitRequest(...))
 
 Protocol of ``commit_instant`` (the one completion protocol of ``lakewarden.table.completion``
 for an ingestion: the instant's files are placed while invisible, so its fence is the
@@ -62,6 +62,7 @@ from lakewarden.commit import (
     StageFailedError,
 )
 from lakewarden.errors import CommitStateUnknownError, NonRetryableError
+from lakewarden.settings import CommitterSettings
 from lakewarden.table.abandon import abandon as abandon
 from lakewarden.table.cancel import cancel_overtaken_plans
 from lakewarden.table.completion import complete
@@ -119,16 +120,33 @@ class AlreadyCommittedError(NonRetryableError):
 
 
 @dataclass(frozen=True)
-class JobCommitSpec:
-    """What to commit: the accepted attempts of ``job_id`` as instant ``instant``."""
+class CommitRequest:
+    """A job commit: the accepted attempts of ``job_id`` (attempt ``job_attempt``), completing
+    ``instant`` with ``stats``. ``once``: ``extra_metadata`` values no other completed instant
+    may share (all of them together).
+
+    The one value of a job commit wherever it runs: ``commit_instant`` in this process, a
+    ``JobCommitRequest`` event that ``CommitClient`` sends, and what job-committer parses from
+    one. Where the table is (``table_uri``, ``table_id``), the lock ``lock_token`` and the
+    sender (``producer_id``) matter only to the service and its clients; ``commit_instant``
+    is handed the table's transaction instead. ``committer``: the committer options the
+    writer set (``JobCommitRequest.committer_options``); each one set wins over the
+    job-committer service's own settings; None leaves them alone. Whoever builds the
+    ``ManifestCommitter`` applies them; ``commit_instant`` runs the committer it is given.
+    """
 
     instant: str
     job_id: str
-    accepted: tuple[str, ...]
+    accepted: Sequence[str]
     stats: CommitStats
-    # extra_metadata values no other completed instant may share (all of them together).
     once: Mapping[str, str] = field(default_factory=dict)
     description: str = ""
+    table_uri: str = ""
+    table_id: str = ""
+    job_attempt: int = 0
+    lock_token: int | None = None
+    producer_id: str = ""
+    committer: CommitterSettings | None = None
 
 
 @dataclass(frozen=True)
@@ -161,7 +179,7 @@ class CommitProgress:
 def commit_instant(
     committer: ManifestCommitter | None,
     txn: WriteTransaction,
-    spec: JobCommitSpec,
+    spec: CommitRequest,
     *,
     validate: Callable[[TimelineState], None] | None = None,
     progress: CommitProgress | None = None,
@@ -199,7 +217,7 @@ def commit_instant(
 def _commit(
     committer: ManifestCommitter | None,
     txn: WriteTransaction,
-    spec: JobCommitSpec,
+    spec: CommitRequest,
     validate: Callable[[TimelineState], None] | None,
     progress: CommitProgress,
     job_retries: int,

@@ -72,7 +72,7 @@ from lakewarden.table.bucket import BucketSlices, route
 from lakewarden.table.config import META_FILE_NAME, TableConfig
 from lakewarden.table.coordinator import Coordinator, JobCommits
 from lakewarden.table.files import BaseFileName, WriteToken, file_key
-from lakewarden.table.job_commit import STAGE_WRITE_FILES, JobCommitSpec, abandon, commit_instant
+from lakewarden.table.job_commit import STAGE_WRITE_FILES, CommitRequest, abandon, commit_instant
 from lakewarden.table.merge import BucketMerge, Merged, merge, merge_bucket, stamped
 from lakewarden.table.mor import ingestion_action, log_slice, write_blocks
 from lakewarden.table.parquet_options import write_parquet
@@ -180,7 +180,7 @@ def write(
                 stats = stats.model_copy(update={"failed_records": len(bad)})
                 attempt_id = accepted[0] if accepted else f"{txn.instant}-direct"
                 divert(txn.instant, _job_id(job, txn.instant), attempt_id, bad)
-            spec = JobCommitSpec(txn.instant, _job_id(job, txn.instant), accepted, stats)
+            spec = CommitRequest(txn.instant, _job_id(job, txn.instant), accepted, stats)
             if service is not None and job is not None:  # 6, by job-committer
                 done = _by_service(ctx, service, spec, committed)
                 return CommitResult(txn.instant, done)
@@ -227,7 +227,7 @@ def _commit_attempt(attempt: TaskAttempt | None) -> tuple[TaskCommitResult, ...]
 
 
 def _by_service(
-    ctx: WriteContext, service: JobCommits, spec: JobCommitSpec, tasks: Sequence[TaskCommitResult]
+    ctx: WriteContext, service: JobCommits, spec: CommitRequest, tasks: Sequence[TaskCommitResult]
 ) -> CommitStats:
     """Step 6 by job-committer (``kafka.job_commits == "service"``): the same
     ``commit_instant``, run by the service. Raises: JobCommitterUnavailableError (none runs:

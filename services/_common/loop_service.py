@@ -31,6 +31,7 @@ from confluent_kafka import Producer
 from lakewarden.errors import LakewardenError
 from lakewarden.events import EventCodec, EventConsumer, EventConsumerError
 from lakewarden.events.latency import LOW_LATENCY_CONSUMER, LOW_LATENCY_PRODUCER
+from lakewarden.events.producer import kafka_producer
 from lakewarden.events.topics import TopicSpec, ensure_topics
 from lakewarden.settings import Settings
 from lakewarden_services._common.app import ServiceSettings
@@ -80,11 +81,8 @@ def loop_producer(settings: Settings, *, linger_ms: int, logger: logging.Logger)
     """The service's producer: idempotent, every send acknowledged by all in-sync replicas.
     ``linger_ms`` 0 where a client waits for each answer (librdkafka still batches what
     accumulates while a request to the broker is in flight; ``lakewarden.events.latency``)."""
-    config = {**LOW_LATENCY_PRODUCER, "linger_ms": linger_ms}
-    return Producer(
-        settings.kafka.librdkafka_config(
-            acks="all", enable_idempotence=True, **config, logger=logger
-        )
+    return kafka_producer(
+        settings, logger=logger, **{**LOW_LATENCY_PRODUCER, "linger_ms": linger_ms}
     )
 
 

@@ -34,13 +34,12 @@ from typing import Any
 from faust.types import Message
 
 from lakewarden.clients.timeline_events import transition_record
-from lakewarden.events import Event, Undecodable
+from lakewarden.events import Event, InvalidEvent, Undecodable
 from lakewarden.table.timeline import TimelineEntry
 from lakewarden_services._common.dlq import DeadLetterSink, dead_letter_failures
 from lakewarden_services.cancel_manager import metrics
 from lakewarden_services.cancel_manager.protocol import (
     CancelCommand,
-    InvalidEvent,
     Outcome,
     parse_expiry,
     parse_request,

@@ -10,14 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from lakewarden.events import make_event
+from lakewarden.events import InvalidEvent, make_event
 from lakewarden.table.instant import Instant, InvalidInstantError
 from lakewarden.table.timeline import TimelineEntry
 
 __all__ = [
     "CancelCommand",
     "Expiry",
-    "InvalidEvent",
     "Outcome",
     "parse_expiry",
     "parse_request",
@@ -33,15 +32,6 @@ _COARSE: dict[str, str] = {
     "aborted": "aborted",
     "already_aborted": "noop",
 }
-
-
-class InvalidEvent(Exception):
-    """An event the service cannot use; ``reason`` is the dead-letter reason code."""
-
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(detail)
-        self.reason = reason
-        self.detail = detail
 
 
 @dataclass(frozen=True)

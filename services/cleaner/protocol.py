@@ -9,21 +9,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Final
 
+from lakewarden.events import InvalidEvent
 from lakewarden.table import CleanPolicy, InvalidCleanPolicyError
 
 # Transitions after which a table has garbage (or a failed write) to clean. Requested and
 # inflight entries leave none; the cleaner's own clean and rollback entries neither.
 GARBAGE_TRANSITIONS: Final = frozenset({"completed", "rolled_back", "aborted", "cancel_requested"})
 _OWN_ACTIONS: Final = frozenset({"clean", "rollback"})
-
-
-class InvalidEvent(Exception):
-    """An event the service cannot use; ``reason`` is the dead-letter reason code."""
-
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(detail)
-        self.reason = reason
-        self.detail = detail
 
 
 @dataclass(frozen=True)

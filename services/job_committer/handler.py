@@ -28,14 +28,13 @@ from typing import Any
 from faust.types import Message
 
 from lakewarden.clients.timeline_events import transition_record
-from lakewarden.events import Event, Undecodable
+from lakewarden.events import Event, InvalidEvent, Undecodable
 from lakewarden.settings import Settings
 from lakewarden.storage import open_storage
+from lakewarden.table.job_commit import CommitRequest
 from lakewarden_services._common.dlq import DeadLetterSink, dead_letter_failures
 from lakewarden_services.job_committer import metrics
 from lakewarden_services.job_committer.protocol import (
-    CommitJob,
-    InvalidEvent,
     ManifestNotice,
     Outcome,
     parse_manifest_event,
@@ -104,7 +103,7 @@ class RequestHandler:
         _count(outcome, time.monotonic() - started)
         _log(job, outcome)
 
-    async def _publish(self, job: CommitJob, outcome: Outcome) -> None:
+    async def _publish(self, job: CommitRequest, outcome: Outcome) -> None:
         hook = self.worker.hook
         if hook is not None:
             await self.run_blocking(lambda: hook("start", STAGE_PUBLISH))
@@ -127,7 +126,7 @@ def _count(outcome: Outcome, elapsed_s: float) -> None:
         metrics.FAILURES.labels(stage, error).inc()
 
 
-def _log(job: CommitJob, outcome: Outcome) -> None:
+def _log(job: CommitRequest, outcome: Outcome) -> None:
     extra = {
         "table": job.table_id,
         "instant": job.instant,

@@ -3,50 +3,23 @@ building results and timeline transitions.
 
 Parsing is where a decodable but unusable event is caught: ``InvalidEvent`` carries the
 dead-letter reason (``unexpected_event``, ``key_mismatch``, ``invalid_request``); the worker
-only ever sees a well-formed ``CommitJob``.
+only ever sees a well-formed ``CommitRequest``.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
 
 from lakewarden.commit import InvalidIdError, JobLayout, TaskAttemptId, TaskId
-from lakewarden.events import make_event
+from lakewarden.events import InvalidEvent, make_event
 from lakewarden.settings import CommitterSettings
+from lakewarden.table.job_commit import CommitRequest
 from lakewarden.table.stats import CommitStats
 from lakewarden.table.timeline import TimelineEntry
-
-
-class InvalidEvent(Exception):
-    """An event the service cannot use; ``reason`` is the dead-letter reason code."""
-
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(detail)
-        self.reason = reason
-        self.detail = detail
-
-
-@dataclass(frozen=True)
-class CommitJob:
-    """A valid ``JobCommitRequest``."""
-
-    table_id: str
-    table_uri: str
-    instant: str
-    job_id: str
-    job_attempt: int
-    accepted: tuple[str, ...]
-    stats: CommitStats
-    once: dict[str, str] = field(default_factory=dict)
-    description: str = ""
-    lock_token: int | None = None
-    producer_id: str = ""
-    # The committer options the writer set (None: the service's settings alone).
-    committer: CommitterSettings | None = None
 
 
 @dataclass(frozen=True)
@@ -92,7 +65,7 @@ def _check_envelope(name: str, expected: str, record: dict[str, Any], key: bytes
     return table_id
 
 
-def parse_request(name: str, record: dict[str, Any], *, key: bytes | None) -> CommitJob:
+def parse_request(name: str, record: dict[str, Any], *, key: bytes | None) -> CommitRequest:
     """The job a decoded ``JobCommitRequest`` asks to commit.
 
     Raises: InvalidEvent (``unexpected_event``, ``key_mismatch``, ``invalid_request``)."""
@@ -113,7 +86,7 @@ def parse_request(name: str, record: dict[str, Any], *, key: bytes | None) -> Co
         committer = None if raw is None else CommitterSettings.model_validate(raw)
     except ValidationError as err:
         raise InvalidEvent("invalid_request", f"committer_options: {err}") from err
-    return CommitJob(
+    return CommitRequest(
         table_id=table_id,
         table_uri=record["table_uri"],
         instant=record["instant"],
@@ -175,7 +148,7 @@ def parse_manifest_event(name: str, record: dict[str, Any], *, key: bytes | None
     )
 
 
-def result_record(job: CommitJob, outcome: Outcome, *, producer_id: str) -> dict[str, Any]:
+def result_record(job: CommitRequest, outcome: Outcome, *, producer_id: str) -> dict[str, Any]:
     """The ``JobCommitResult`` event that answers ``job``."""
     return result_for(
         table_id=job.table_id,

@@ -35,14 +35,14 @@ from lakewarden.table.instant import Transition
 from lakewarden.table.job_commit import (
     STAGE_CHECK_INSTANT,
     CommitProgress,
+    CommitRequest,
     InstantFinishedError,
-    JobCommitSpec,
     commit_instant,
     failed_stage,
 )
 from lakewarden.table.timeline import Timeline, TimelineEntry
 from lakewarden.table.transaction import WriteTransaction
-from lakewarden_services.job_committer.protocol import CommitJob, ManifestNotice, Outcome
+from lakewarden_services.job_committer.protocol import ManifestNotice, Outcome
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +78,7 @@ class CommitWorker:
         self.retry_delay_s = retry_delay_s
         self.actor = actor()
 
-    def run(self, job: CommitJob) -> Outcome:
+    def run(self, job: CommitRequest) -> Outcome:
         """Steps 1-5 of the module docstring; never raises for a failed commit."""
         progress = CommitProgress(stage=STAGE_OPEN_TABLE, hook=self.hook)
         try:
@@ -105,7 +105,7 @@ class CommitWorker:
                 return self._failed(err, progress, timeline, job)
         raise AssertionError("unreachable")
 
-    def _open(self, job: CommitJob) -> tuple[Storage, Timeline]:
+    def _open(self, job: CommitRequest) -> tuple[Storage, Timeline]:
         storage = open_storage(job.table_uri, self.settings)
         config = load_config(storage)
         if config.table_id != job.table_id:
@@ -120,7 +120,7 @@ class CommitWorker:
         return storage, timeline
 
     def _commit(
-        self, job: CommitJob, storage: Storage, timeline: Timeline, progress: CommitProgress
+        self, job: CommitRequest, storage: Storage, timeline: Timeline, progress: CommitProgress
     ) -> Outcome:
         progress.enter(STAGE_CHECK_INSTANT)
         # The handler publishes the entries the service appends (before the result, and again
@@ -141,10 +141,7 @@ class CommitWorker:
             options=CommitterOptions.from_settings(self.settings.committer, job.committer),
             stage_hook=self.hook,
         )
-        spec = JobCommitSpec(
-            job.instant, job.job_id, job.accepted, job.stats, job.once, job.description
-        )
-        done = commit_instant(committer, txn, spec, progress=progress)  # 3.
+        done = commit_instant(committer, txn, job, progress=progress)  # 3.
         return Outcome(
             status="committed",
             stats=done.stats,
@@ -156,7 +153,7 @@ class CommitWorker:
         )
 
     def _failed(
-        self, err: Exception, progress: CommitProgress, timeline: Timeline, job: CommitJob
+        self, err: Exception, progress: CommitProgress, timeline: Timeline, job: CommitRequest
     ) -> Outcome:
         outcome = _failed(err, failed_stage(err, progress))
         entries = _appended(timeline, job.instant)
@@ -169,7 +166,7 @@ class CommitWorker:
         )
 
 
-def _check_plan(txn: WriteTransaction, job: CommitJob) -> None:
+def _check_plan(txn: WriteTransaction, job: CommitRequest) -> None:
     """A ``requested`` plan that names a job (a ``JobPlan``) must name this one: a request
     cannot commit one job's files as another job's instant."""
     mine = txn.status()
@@ -214,7 +211,7 @@ def _failed(err: BaseException, stage: str) -> Outcome:
     )
 
 
-def _finished(err: InstantFinishedError, timeline: Timeline, job: CommitJob) -> Outcome:
+def _finished(err: InstantFinishedError, timeline: Timeline, job: CommitRequest) -> Outcome:
     """A request for an instant that ended without this job's completion: the recorded
     failure when it was rolled back (by this job's commit, or by anyone: the stage and error
     type are fields of its ``rolled_back`` entry), else a refusal."""

@@ -22,10 +22,10 @@ from typing import Any
 
 from faust.types import Message
 
-from lakewarden.events import Event, Undecodable
+from lakewarden.events import Event, InvalidEvent, Undecodable
 from lakewarden_services._common.dlq import DeadLetterSink, dead_letter_failures
 from lakewarden_services.publisher import metrics
-from lakewarden_services.publisher.protocol import InvalidEvent, Trigger, parse_event
+from lakewarden_services.publisher.protocol import Trigger, parse_event
 
 log = logging.getLogger(__name__)
 

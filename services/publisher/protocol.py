@@ -6,14 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-
-class InvalidEvent(Exception):
-    """An event the service cannot use; ``reason`` is the dead-letter reason code."""
-
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(detail)
-        self.reason = reason
-        self.detail = detail
+from lakewarden.events import InvalidEvent
 
 
 @dataclass(frozen=True)

@@ -32,23 +32,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lakewarden.clients import lock_request
-from lakewarden.events import EventCodec, EventDecodeError, default_codec
+from lakewarden.events import EventCodec, EventDecodeError, InvalidEvent, default_codec
 from lakewarden.events.dlq import Rejection, dead_letter_record
-from lakewarden_services._common.dlq import DEAD_LETTERS
-from lakewarden_services.timeline_lock import metrics
-from lakewarden_services.timeline_lock.protocol import (
-    InvalidRequest,
-    parse_request,
-    refusal_for,
-    reply_record,
-)
-from lakewarden_services.timeline_lock.state import (
+from lakewarden.lock.protocol import parse_request, refusal_for, reply_record
+from lakewarden.lock.state import (
     Outcome,
     Reply,
     Request,
     apply,
     expire_request,
 )
+from lakewarden_services._common.dlq import DEAD_LETTERS
+from lakewarden_services.timeline_lock import metrics
 from lakewarden_services.timeline_lock.state_json import (
     due_expiry_json,
     lock_from_json,
@@ -160,7 +155,7 @@ class RequestHandler:
                 reply_topic=self.reply_topic,
                 reply_partitions=self.reply_partitions(),
             )
-        except InvalidRequest as err:
+        except InvalidEvent as err:
             self._reject(message, record, err, effects)
             return
         state = lock_from_json(self.table.get(table_id))  # 2.
@@ -175,9 +170,7 @@ class RequestHandler:
                 effects.replies.append((table_id, reply))
         effects.applied = (request, outcome)
 
-    def _reject(
-        self, message: Consumed, record: Any, err: InvalidRequest, effects: Effects
-    ) -> None:
+    def _reject(self, message: Consumed, record: Any, err: InvalidEvent, effects: Effects) -> None:
         effects.dead_letters.append(self._dead_letter(message, Rejection(err.reason, err.detail)))
         if err.reason != "invalid_request" or not isinstance(record, dict):
             return

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from lakewarden_services.timeline_lock.state import Holder, Route, TableLock, Waiter
+from lakewarden.lock.state import Holder, Route, TableLock, Waiter
 
 
 def lock_to_json(lock: TableLock) -> dict[str, Any]:

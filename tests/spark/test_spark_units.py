@@ -3,6 +3,7 @@ exactly-once micro-batches, abandoning an instant, and Python writes after a Spa
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pyarrow as pa
@@ -12,7 +13,8 @@ from pydantic import SecretStr
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 import lakewarden
-from lakewarden.settings import CommitterSettings, S3Settings, Settings
+from lakewarden.errors import CommitStateUnknownError
+from lakewarden.settings import CommitterSettings, KafkaSettings, S3Settings, Settings
 from lakewarden.spark import _job
 from lakewarden.spark._arrow import check_write_schema, conform
 from lakewarden.spark._options import (
@@ -35,7 +37,7 @@ from lakewarden.spark._transaction import (
 )
 from lakewarden.table.bucket import bucket_prefix
 from lakewarden.table.instant import Transition
-from lakewarden.table.job_commit import AlreadyCommittedError, JobCommitSpec, commit_instant
+from lakewarden.table.job_commit import AlreadyCommittedError, CommitRequest, commit_instant
 from lakewarden.table.stats import CommitStats, WorkloadProfile
 from lakewarden.table.writer import InvalidRecordError, SchemaMismatchError
 
@@ -136,7 +138,7 @@ def test_one_instant_per_batch_and_one_completion_per_query_batch(tmp_path: Path
         txn.inflight(WorkloadProfile(operation="insert"))
         stats = CommitStats(operation="insert", extra_metadata=batch_key.metadata())
         once = {QUERY_ID: batch_key.query_id, BATCH_ID: str(batch_key.batch_id)}
-        commit_instant(None, txn, JobCommitSpec(instant, "job", (), stats, once=once))
+        commit_instant(None, txn, CommitRequest(instant, "job", (), stats, once=once))
 
     complete(first[0], key)
     with pytest.raises(AlreadyCommittedError, match=f"instant {first[0]} completed with") as no:
@@ -207,6 +209,52 @@ def test_python_upsert_after_a_spark_append_replaces_the_appended_records(
     delete = pa.table({"id": [7, 8], "region": ["eu", "eu"]})  # rows(): id % 3 -> "eu"
     table.write(delete, operation="delete")
     assert sorted(r["id"] for r in table.read().to_pylist()) == [0, 1, 2, 3, 4, 5, 6, 9, 10, 11]
+
+
+class _RecordingClient:
+    """A CommitClient stand-in: records the request and timeout it is given, answers nothing."""
+
+    def __init__(self) -> None:
+        self.timeouts: list[float] = []
+        self.requests: list[CommitRequest] = []
+
+    def commit(self, request: CommitRequest, *, timeout_s: float, manifests: object) -> None:
+        self.timeouts.append(timeout_s)
+        self.requests.append(request)
+        raise CommitStateUnknownError("no answer (test)")
+
+
+@pytest.mark.parametrize("job_commits", ["service", "embedded"])
+def test_the_driver_takes_the_route_table_write_takes(tmp_path: Path, job_commits: str) -> None:
+    """With Kafka configured, ``kafka.job_commits`` decides for the Spark driver as it does
+    for ``Table.write``: embedded commits in the driver, service asks job-committer and waits
+    ``kafka.job_commit_timeout_s`` (the setting, not a test option), sending the write's
+    committer options over the driver's committer settings."""
+    table = make_table(tmp_path)
+    handle = _job.TableHandle.open(str(tmp_path), None)
+    spec, _ = _job.open_write(handle, "insert", settings_json=None)
+    message = write_task(spec, TaskIdentity(0, 0, 1), iter(rows(range(10)).to_batches()))
+    kafka = KafkaSettings(
+        bootstrap_servers="127.0.0.1:1", job_commits=job_commits, job_commit_timeout_s=7
+    )
+    settings = Settings(kafka=kafka, committer=CommitterSettings(threads=5, cleanup=False))
+    spec = replace(
+        spec,
+        settings_json=settings.model_dump_json(),
+        committer=CommitterSettings(threads=3, validate_output=True),
+    )
+    client = _RecordingClient()
+    if job_commits == "embedded":
+        _job.commit_write(spec, [message], table=handle, client=client)  # type: ignore[arg-type]
+        assert states(table) == [Transition.COMPLETED] and client.timeouts == []
+    else:
+        with pytest.raises(CommitStateUnknownError):
+            _job.commit_write(spec, [message], table=handle, client=client)  # type: ignore[arg-type]
+        assert client.timeouts == [7]
+        # The write's committer.* options win over the driver's settings, the rest carried.
+        assert client.requests[0].committer == CommitterSettings(
+            threads=3, validate_output=True, cleanup=False
+        )
 
 
 def test_committer_options_parse_case_insensitively_and_refuse_bad_values() -> None:

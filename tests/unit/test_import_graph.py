@@ -148,6 +148,43 @@ def test_lakewarden_has_no_import_cycle() -> None:
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
 
 
+def _every_imported_name(path: Path) -> Iterator[tuple[int, str]]:
+    """Every module name ``path`` imports, anywhere (functions and ``TYPE_CHECKING`` included)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            yield node.lineno, node.module
+
+
+def services_imports(root: Path) -> list[str]:
+    """Where a module under ``root`` imports the services package, as ``path:line name``."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for lineno, name in _every_imported_name(path):
+            if name.split(".")[0] in ("lakewarden_services", "services"):
+                found.append(f"{path.relative_to(root.parent)}:{lineno} {name}")
+    return found
+
+
+def test_the_services_walk_sees_a_function_level_import(tmp_path: Path) -> None:
+    package = tmp_path / "lib"
+    package.mkdir()
+    (package / "a.py").write_text(
+        "def later() -> None:\n    from lakewarden_services.x.state import apply\n"
+    )
+    (package / "b.py").write_text("import lakewarden.lock\n")
+    assert services_imports(package) == ["lib/a.py:2 lakewarden_services.x.state"]
+
+
+def test_the_library_never_imports_the_services_package() -> None:
+    """Services build on the library, never the reverse: no module of ``lakewarden/`` imports
+    ``lakewarden_services`` (or ``services``), at module level or inside a function."""
+    assert services_imports(ROOT) == []
+
+
 def test_services_import_only_public_library_modules() -> None:
     """A private module (``_name``) of the library is its own business: services use what the
     library exports (``lakewarden.clients``, ``lakewarden.logfmt``, ...)."""

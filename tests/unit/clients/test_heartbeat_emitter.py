@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from lakewarden.clients import heartbeat as heartbeat_module
+import lakewarden.events.producer as producer_module
 from lakewarden.clients.heartbeat import Heartbeat, HeartbeatLostError, Heartbeats
 from lakewarden.events import decode
 from lakewarden.settings import HeartbeatPolicy, HeartbeatSettings, KafkaSettings, Settings
@@ -59,7 +59,7 @@ PRODUCERS: list[FakeProducer] = []
 @pytest.fixture(autouse=True)
 def fake_producer(monkeypatch: pytest.MonkeyPatch) -> None:
     PRODUCERS.clear()
-    monkeypatch.setattr(heartbeat_module, "Producer", FakeProducer)
+    monkeypatch.setattr(producer_module, "Producer", FakeProducer)
 
 
 @pytest.fixture
@@ -198,7 +198,7 @@ def test_first_beat_not_acknowledged_refuses_to_start_after_the_tolerance(
             super().__init__(config)
             self.acks = False
 
-    heartbeat_module.Producer = Mute  # type: ignore[misc]  (undone by monkeypatch)
+    producer_module.Producer = Mute  # type: ignore[misc]  (undone by monkeypatch)
     beat = Heartbeat(settings, "t1", INSTANT, "w1", clock=clock, **FAST)  # type: ignore[arg-type]
     refused: list[HeartbeatLostError] = []
 

@@ -12,6 +12,8 @@ import pytest
 import lakewarden.spark._job as spark_job
 from lakewarden.clients.committer_presence import JobCommitterUnavailableError
 from lakewarden.settings import Settings
+from lakewarden.table.job_commit import CommitRequest
+from lakewarden.table.stats import CommitStats
 
 
 class _NoCommitter:
@@ -43,7 +45,7 @@ def test_a_spark_write_with_no_job_committer_fails_named_and_sends_nothing(
     spec = SimpleNamespace(
         instant="20261124040000000", job_id="job-1", test_hooks={}, committer=None
     )
-    job = SimpleNamespace(accepted=(), stats=None, once={}, description="instant")
+    job = CommitRequest("20261124040000000", "job-1", (), CommitStats(operation="insert"))
     with pytest.raises(JobCommitterUnavailableError, match="no job-committer for t-1"):
         spark_job._commit_by_service(table, spec, job, Settings(), [])  # type: ignore[arg-type]
     assert _NoCommitter.closed

@@ -98,7 +98,7 @@ def test_racing_publishers_write_one_log(tmp_path: Path) -> None:
 
 _SLOW_PUBLISHER = textwrap.dedent(
     """
-    import sys, time
+    import sys
     from lakewarden.publish import DeltaPublisher
     from lakewarden.table.table import Table
 
@@ -109,7 +109,7 @@ _SLOW_PUBLISHER = textwrap.dedent(
         write(key, data)
         if key.startswith("_delta_log/"):
             print(key, flush=True)
-            time.sleep(0.5)
+            sys.stdin.readline()  # the test says go on, or kills this process here
 
     table.storage.write_if_absent = slow
     DeltaPublisher(table.storage, table.config, table.timeline_log).sync()
@@ -125,13 +125,19 @@ def test_a_publisher_killed_between_versions_resumes_with_no_gap_or_duplicate(
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     with subprocess.Popen(
         [sys.executable, "-c", _SLOW_PUBLISHER, str(root)],
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
         env=env,
     ) as proc:
-        assert proc.stdout is not None
-        written = [proc.stdout.readline() for _ in range(3)]
-        os.kill(proc.pid, signal.SIGKILL)
+        assert proc.stdin is not None and proc.stdout is not None
+        written = []
+        for n in range(3):
+            written.append(proc.stdout.readline())
+            if n < 2:
+                proc.stdin.write("go\n")
+                proc.stdin.flush()
+        os.kill(proc.pid, signal.SIGKILL)  # between the third version and the fourth
         proc.wait()
     assert all(w.startswith("_delta_log/") for w in written)
     published = log_versions(root)

@@ -27,6 +27,7 @@ from lakewarden.table.timeline import (
     TimelineState,
 )
 from lakewarden.table.transaction import WriteTransaction
+from lakewarden.testing import wait_until
 
 FG = FileGroupId(partition_path="", file_id="bucket-0")
 
@@ -230,12 +231,15 @@ def test_lock_is_exclusive_fifo_with_increasing_tokens() -> None:
     coord = EmbeddedCoordinator()
     order: list[tuple[int, int]] = []
     inside = threading.Lock()
+    arrived: list[int] = []
 
     def worker(i: int) -> None:
+        arrived.append(i)
         with coord.lock("t", wait_s=10) as lease:
             assert inside.acquire(blocking=False), "two holders at once"
             order.append((i, lease.token))
-            time.sleep(0.002)
+            # The first holder keeps the lock until every worker has come to take it.
+            wait_until(lambda: len(arrived) == 8, what="every worker at the lock")
             inside.release()
 
     threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]

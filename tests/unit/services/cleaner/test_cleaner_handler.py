@@ -14,12 +14,20 @@ from click.testing import CliRunner
 from faust.types import Message
 
 from lakewarden.cli import cli
-from lakewarden.events import Event, EventDecodeError, Undecodable, decode, encode, make_event
+from lakewarden.events import (
+    Event,
+    EventDecodeError,
+    InvalidEvent,
+    Undecodable,
+    decode,
+    encode,
+    make_event,
+)
 from lakewarden.settings import Settings
 from lakewarden.table import CleanPolicy, EmbeddedCoordinator, Table, Transition
 from lakewarden_services._common.dlq import DeadLetters
 from lakewarden_services.cleaner.handler import EventHandler
-from lakewarden_services.cleaner.protocol import InvalidEvent, Trigger, parse_event
+from lakewarden_services.cleaner.protocol import Trigger, parse_event
 from lakewarden_services.cleaner.queue import CleanQueue
 from lakewarden_services.cleaner.worker import CleanWorker
 

@@ -15,11 +15,19 @@ from faust.types import Message
 
 from lakewarden.clients import CommitRequest
 from lakewarden.clients.commit import request_record
-from lakewarden.events import Event, EventDecodeError, Undecodable, decode, encode, make_event
+from lakewarden.events import (
+    Event,
+    EventDecodeError,
+    InvalidEvent,
+    Undecodable,
+    decode,
+    encode,
+    make_event,
+)
 from lakewarden.settings import CommitterSettings, Settings
 from lakewarden_services._common.dlq import DeadLetters
 from lakewarden_services.job_committer.handler import ManifestHandler, RequestHandler
-from lakewarden_services.job_committer.protocol import InvalidEvent, parse_request
+from lakewarden_services.job_committer.protocol import parse_request
 from lakewarden_services.job_committer.worker import CommitWorker
 
 TOPIC = "lakewarden.job.requests"

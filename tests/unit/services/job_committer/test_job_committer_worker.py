@@ -16,8 +16,8 @@ from lakewarden.table.conflicts import OverlappingCommitConflict
 from lakewarden.table.instant import Transition
 from lakewarden.table.job_commit import (
     AlreadyCommittedError,
+    CommitRequest,
     InstantFinishedError,
-    JobCommitSpec,
     StatisticsMismatchError,
     commit_instant,
 )
@@ -30,11 +30,10 @@ from lakewarden_services.job_committer.hooks import (
     PAUSE_S,
     crash_hook_from_env,
 )
-from lakewarden_services.job_committer.protocol import CommitJob
 from lakewarden_services.job_committer.worker import ACTOR_PREFIX, CommitWorker
 
 
-def spec(job: Job, **changes: object) -> JobCommitSpec:
+def spec(job: Job, **changes: object) -> CommitRequest:
     values: dict[str, object] = {
         "instant": job.instant,
         "job_id": job.job_id,
@@ -42,10 +41,10 @@ def spec(job: Job, **changes: object) -> JobCommitSpec:
         "stats": job.stats,
     }
     values.update(changes)
-    return JobCommitSpec(**values)  # type: ignore[arg-type]
+    return CommitRequest(**values)  # type: ignore[arg-type]
 
 
-def request(job: Job, **changes: object) -> CommitJob:
+def request(job: Job, **changes: object) -> CommitRequest:
     values: dict[str, object] = {
         "table_id": job.table.table_id,
         "table_uri": job.table.uri,
@@ -56,7 +55,7 @@ def request(job: Job, **changes: object) -> CommitJob:
         "stats": job.stats,
     }
     values.update(changes)
-    return CommitJob(**values)  # type: ignore[arg-type]
+    return CommitRequest(**values)  # type: ignore[arg-type]
 
 
 @pytest.fixture

@@ -9,11 +9,11 @@ import pytest
 
 from lakewarden.clients import lock_request, table_partition
 from lakewarden.events import encode, sample_events
+from lakewarden.lock.state import Reply
 from lakewarden_services._common.dlq import DEAD_LETTERS
 from lakewarden_services.timeline_lock import metrics
 from lakewarden_services.timeline_lock.handler import Consumed, ExpiryScanner, RequestHandler
 from lakewarden_services.timeline_lock.metrics import REQUESTS
-from lakewarden_services.timeline_lock.state import Reply
 from lakewarden_services.timeline_lock.state_json import lock_from_json
 
 PARTITIONS = 6

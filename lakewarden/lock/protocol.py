@@ -1,6 +1,6 @@
 """Between Avro records and the lock state's values: parsing requests, building replies.
 
-Parsing is where a decodable but unusable request is caught (``InvalidRequest`` carries the
+Parsing is where a decodable but unusable request is caught (``InvalidEvent`` carries the
 dead-letter reason); ``state.apply`` only ever sees valid requests.
 """
 
@@ -9,17 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from lakewarden.clients import table_partition
-from lakewarden.events import make_event
-from lakewarden_services.timeline_lock.state import REQUEST_KINDS, Reply, Request, Route, validate
-
-
-class InvalidRequest(Exception):
-    """A request the service cannot apply; ``reason`` is the dead-letter reason code."""
-
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(detail)
-        self.reason = reason
-        self.detail = detail
+from lakewarden.events import InvalidEvent, make_event
+from lakewarden.lock.state import REQUEST_KINDS, Reply, Request, Route, validate
 
 
 def parse_request(
@@ -35,20 +26,18 @@ def parse_request(
     """The table id and the request in a decoded event read from ``partition``.
 
     Raises:
-        InvalidRequest: not a LockRequest (``unexpected_event``), a key that is not the table
+        InvalidEvent: not a LockRequest (``unexpected_event``), a key that is not the table
             id (``key_mismatch``), the wrong partition for the table (``misrouted``), or
             fields that do not make a request (``invalid_request``).
     """
     if name != "LockRequest":
-        raise InvalidRequest("unexpected_event", f"a {name} event on the lock requests topic")
+        raise InvalidEvent("unexpected_event", f"a {name} event on the lock requests topic")
     table_id = str(record["envelope"]["table_id"])
     if not table_id or key != table_id.encode():
-        raise InvalidRequest(
-            "key_mismatch", f"message key {key!r} is not the table id {table_id!r}"
-        )
+        raise InvalidEvent("key_mismatch", f"message key {key!r} is not the table id {table_id!r}")
     expected = table_partition(table_id, partitions)
     if partition != expected:
-        raise InvalidRequest(
+        raise InvalidEvent(
             "misrouted",
             f"request for table {table_id} on partition {partition}, expected {expected} "
             "(crc32 of the table id modulo the partition count)",
@@ -56,7 +45,7 @@ def parse_request(
     request = _request(record)
     problem = validate(request) or _route_problem(record, reply_topic, reply_partitions)
     if problem is not None:
-        raise InvalidRequest("invalid_request", problem)
+        raise InvalidEvent("invalid_request", problem)
     return table_id, request
 
 
@@ -89,7 +78,7 @@ def refusal_for(record: dict[str, Any], reason: str) -> Reply | None:
 def _request(record: dict[str, Any]) -> Request:
     kind = record["kind"]
     if kind not in REQUEST_KINDS:  # the Avro enum already guarantees it; keeps mypy honest
-        raise InvalidRequest("invalid_request", f"unknown kind {kind!r}")
+        raise InvalidEvent("invalid_request", f"unknown kind {kind!r}")
     return Request(
         kind=kind,
         request_id=str(record["request_id"]),

@@ -9,7 +9,7 @@ from _hypothesis_profiles import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lakewarden_services.timeline_lock.state import (
+from lakewarden.lock.state import (
     FINISHED_MEMORY,
     Holder,
     Outcome,

@@ -1,6 +1,6 @@
 """The lock of one table and the pure function that applies one request to it.
 
-timeline-lock keeps one ``TableLock`` per table in a faust table (changelog-backed) and folds
+timeline-lock keeps one ``TableLock`` per table (changelog-backed) and folds
 the table's requests, in the order of their partition of ``lock.requests``, through
 :func:`apply`. Everything that decides *who* holds the lock is a function of that request
 sequence alone:
