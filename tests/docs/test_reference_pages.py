@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 import pytest
+from pydantic import BaseModel
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
@@ -33,14 +34,12 @@ def test_nested_settings_are_flattened_with_their_environment_names() -> None:
     assert rows["LAKEWARDEN_KAFKA__SECURITY_PROTOCOL"].type.startswith('"PLAINTEXT" | "SSL"')
     assert rows["LAKEWARDEN_ERROR_TABLE__ENABLED"].default == "false"
     # Every leaf of the model is listed: count them independently of the generator.
+    settings = Settings()
+    nested = [getattr(settings, name) for name in Settings.model_fields]
     leaves = sum(
-        len(type(getattr(Settings(), name)).model_fields) if name in NESTED else 1
-        for name in Settings.model_fields
+        len(type(value).model_fields) if isinstance(value, BaseModel) else 1 for value in nested
     )
     assert len(rows) == leaves
-
-
-NESTED = ("kafka", "s3", "heartbeat", "error_table")
 
 
 def test_an_inherited_model_lists_only_its_own_settings() -> None:
