@@ -13,7 +13,8 @@ A run (:func:`run_embedded`): create the tables, start every process, play the k
 stop the processes, read everything back and check it with the campaign's checkers, plus the
 reader's and the cleaners' (``_checkers.check_reader``, ``check_cleaners``). Unlike the Kafka
 mode, a killed writer's instant may stay pending (nothing positively says a writer of another
-process died), so ``pending_left_behind`` is not checked.
+process died), so ``pending_left_behind`` is not checked; files of rolled-back instants are
+checked after one last clean (the Kafka mode waits for its cleaner service instead).
 """
 
 from __future__ import annotations
@@ -111,7 +112,7 @@ def run_embedded(stack: EmbeddedStack, plan: RunPlan, home: Path) -> RunResult:
                 reader.join(60)
         finally:
             found += run.workload.stop()
-        tables = {name: observe_table(t) for name, t in run.open_tables(connection).items()}
+        tables = {name: _settle(t) for name, t in run.open_tables(connection).items()}
     findings = Findings(stack, run.workload, run.uris, run.result)  # type: ignore[arg-type]
     ops = findings.ops_by_table()
     found += check_run(ops, tables, reads=reader.reads, settled=False)
@@ -126,6 +127,16 @@ def run_embedded(stack: EmbeddedStack, plan: RunPlan, home: Path) -> RunResult:
     run.result.seconds = time.monotonic() - started
     run.result.settle(found, home)
     return run.result
+
+
+def _settle(table: Any) -> Any:
+    """One last clean with every process stopped, then the observation: a write that gave
+    its instant up leaves its files to the cleaner (``rolled_back`` first, then its files are
+    garbage), as the Kafka mode waits for its cleaner service to settle."""
+    from lakewarden.table.clean.policy import CleanPolicy
+
+    table.clean(CleanPolicy(retention_window_s=0.0))
+    return observe_table(table)
 
 
 def _check_actors(run: _Run, ops: dict[str, Any], counts: Counter[str]) -> list[Violation]:
