@@ -178,11 +178,13 @@ def test_two_cleaners_at_every_delete(tmp_path: Path) -> None:
         _check(uri, rows, None)
 
 
-def test_a_reader_at_every_read_during_a_write_and_a_clean(tmp_path: Path) -> None:
+@pytest.mark.parametrize("op", ["read", "list", "local_path"])
+def test_a_reader_at_every_call_during_a_write_and_a_clean(tmp_path: Path, op: str) -> None:
     """A write and a clean (keeping one commit, no retention window) land just before each
-    storage read of a reader: it returns the snapshot before the write or after it, or a
-    named error; never a mix, never a raw error."""
-    total = _calls(tmp_path / "count", "read", lambda t: t.read(), plan=False)
+    storage call of a reader (``read``, ``list``: its timeline; ``local_path``: a data file it
+    is about to open): it returns the snapshot before the write or after it, or a named
+    error; never a mix, never a raw error."""
+    total = _calls(tmp_path / "count", op, lambda t: t.read(), plan=False)
     assert total > 0
     cut_off = 0
     for k in range(1, total + 1):
@@ -194,7 +196,7 @@ def test_a_reader_at_every_read_during_a_write_and_a_clean(tmp_path: Path) -> No
             other.write(_rows(4, range(0, 20)), "upsert")  # every key superseded
             _clean(other)
 
-        faulty.before("read", overtake, nth=k)
+        faulty.before(op, overtake, nth=k)  # type: ignore[arg-type]
         try:
             seen = sorted(reader.read(columns=["key", "ts"]).to_pylist(), key=lambda r: r["key"])
         except LakewardenError as err:
