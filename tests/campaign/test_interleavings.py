@@ -61,10 +61,26 @@ def _table(root: Path, *, plan: bool = True) -> tuple[str, list[dict[str, Any]]]
     return str(root), _visible(table)
 
 
-def _process(uri: str, actor: str) -> tuple[Table, FaultyStorage]:
+class _Killed(BaseException):
+    """The process dies here (no handler of the code under test runs)."""
+
+
+class _KilledBeforeCompleting(FaultyStorage):
+    """A process killed just before it appends a ``completed`` entry (after its fence and
+    its deletes): what it leaves is a fenced plan and no completion."""
+
+    def write_if_absent(self, key: str, data: bytes) -> None:
+        if key.startswith(".lakewarden/timeline/") and b'"transition":"completed"' in data:
+            raise _Killed()
+        super().write_if_absent(key, data)
+
+
+def _process(
+    uri: str, actor: str, storage: type[FaultyStorage] = FaultyStorage
+) -> tuple[Table, FaultyStorage]:
     """The table as another process opens it, on a storage whose calls can be interleaved."""
     plain = Table.open(uri, coordinator=EmbeddedCoordinator(INSTANT_EXPIRY))
-    faulty = FaultyStorage(plain.storage)
+    faulty = storage(plain.storage)
     return Table(faulty, plain.config, coordinator=plain.coordinator, actor=actor), faulty
 
 
@@ -84,7 +100,10 @@ def _recorded(told: dict[str, str], name: str, step: Callable[[], object]) -> Ca
     """An action that runs ``step`` and records what it was told under ``name``."""
 
     def action() -> None:
-        told[name] = _outcome(step)
+        try:
+            told[name] = _outcome(step)
+        except _Killed:
+            told[name] = "killed"
 
     return action
 
@@ -118,17 +137,24 @@ def _run(table: Table, plan: str | None = None) -> object:
     return table.run_table_service(plan or _plan(table)).outcome
 
 
+@pytest.mark.parametrize("b_completes", [True, False], ids=["b-completes", "b-killed"])
 @pytest.mark.parametrize("op", ["write_if_absent", "delete"])
-def test_a_rival_executor_at_every_step_of_a_plan_run(tmp_path: Path, op: str) -> None:
+def test_a_rival_executor_at_every_step_of_a_plan_run(
+    tmp_path: Path, op: str, b_completes: bool
+) -> None:
     """Executor B runs the plan just before each ``op`` call of executor A's run (A's
     fence, its files, its completion; its deletes of earlier attempts): one of them
-    completes it, the other is fenced or refused, and the rows stay."""
+    completes it, the other is fenced or refused, and the rows stay. With ``b-killed`` B
+    dies just before its own completion, after fencing A and deleting A's files: A's
+    completion must then be refused (the fence), or the plan would name deleted files."""
     total = _calls(tmp_path / "count", op, _run)
     assert total > 0
     for k in range(1, total + 1):
         uri, rows = _table(tmp_path / f"{op}-{k}")
         a, faulty = _process(uri, "executor-a")
-        b, _ = _process(uri, "executor-b")
+        b, _ = _process(
+            uri, "executor-b", FaultyStorage if b_completes else _KilledBeforeCompleting
+        )
         plan = _plan(a)
         told: dict[str, str] = {}
         faulty.before(op, _recorded(told, "b", partial(_run, b, plan)), nth=k)  # type: ignore[arg-type]
