@@ -232,3 +232,30 @@ def test_a_reader_at_every_call_during_a_write_and_a_clean(tmp_path: Path, op: s
         after = _visible(Table.open(uri, coordinator=EmbeddedCoordinator()))
         assert seen in (before, after), f"read {k}: neither snapshot"
         assert after != before
+
+
+def test_an_executor_whose_inputs_a_clean_removed_after_a_rival_completed_is_told_so(
+    tmp_path: Path,
+) -> None:
+    """Campaign seed 32 (embedded, 6 s): executor A, fenced by executor B, was still reading
+    the plan's input files when B completed the plan and a clean removed the inputs it had
+    superseded; A got pyarrow's raw ``FileNotFoundError``. Before each data file A opens
+    (``local_path``), B completes the plan and a clean runs: A is told by a named error
+    (``InstantAlreadyCompletedError``, or its stage's error when the file was opened inside a
+    job's task), and the rows stay."""
+    total = _calls(tmp_path / "count", "local_path", _run)
+    assert total > 0
+    for k in range(1, total + 1):
+        uri, rows = _table(tmp_path / f"inputs-{k}")
+        a, faulty = _process(uri, "executor-a")
+        b, _ = _process(uri, "executor-b")
+        plan = _plan(a)
+
+        def overtake(b: Table = b, plan: str = plan) -> None:
+            assert _outcome(partial(_run, b, plan)) == "completed"
+            _clean(b)
+
+        faulty.before("local_path", overtake, nth=k)  # type: ignore[arg-type]
+        told = _outcome(partial(_run, a, plan))  # a raw error fails the test here
+        assert told != "completed", k
+        _check(uri, rows, plan)
