@@ -33,6 +33,8 @@ SCHEMA = pa.schema([("key", pa.string()), ("part", pa.string()), ("ts", pa.int64
 # A claim mark counts 1 ms: a rival finds it expired at once (a stalled executor's case).
 INSTANT_EXPIRY = HeartbeatSettings(interval_s=0.001, tolerable_misses=1)
 ALLOWED_READ_ERRORS = {"InstantCleanedError", "MissingDataFileError"}
+# A fresh table per call number: about a minute and a half for the module on this machine.
+pytestmark = pytest.mark.slow
 
 
 def _rows(version: int, keys: range) -> pa.Table:
