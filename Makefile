@@ -112,9 +112,12 @@ SEED ?= 1
 DURATION ?= 20
 SPARK ?= 0.15
 TABLE_SERVICES ?= 0.5
+# MODE=embedded: no Kafka; writers, executors, cleaners, cancels and a reader in processes.
+MODE ?= kafka
 campaign: setup
 	PYTHONPATH=. $(BIN)/python tests/campaign/campaign.py --runs $(RUNS) --seed $(SEED) \
-	  --duration $(DURATION) --spark $(SPARK) --table-services $(TABLE_SERVICES) $(CAMPAIGN_ARGS)
+	  --duration $(DURATION) --spark $(SPARK) --table-services $(TABLE_SERVICES) \
+	  --mode $(MODE) $(CAMPAIGN_ARGS)
 
 bench: setup
 	$(BIN)/python -m benchmarks

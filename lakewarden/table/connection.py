@@ -72,7 +72,7 @@ def load_coordinator(settings: Settings, *, require: bool = False) -> Coordinato
     if require:
         require_kafka(settings)
     if not settings.kafka.enabled:
-        return EmbeddedCoordinator()
+        return EmbeddedCoordinator(settings.heartbeat)
     # Loaded only when chosen (see the module docstring); the clients build on this package.
     try:
         from lakewarden.clients.kafka_coordinator import KafkaCoordinator

@@ -28,6 +28,7 @@ from lakewarden.table.timeline_state import TimelineEntry
 
 if TYPE_CHECKING:
     from lakewarden.commit.stages.task import TaskCommitResult
+    from lakewarden.settings import HeartbeatSettings
     from lakewarden.table.job_commit import CommitRequest
     from lakewarden.table.stats import CommitStats
 
@@ -213,14 +214,24 @@ class EmbeddedCoordinator(Coordinator):
     """In-process coordinator: a FIFO lock per table and liveness from the heartbeats of this
     process. A lease whose ``ttl_s`` passed may be taken over by a waiter; its holder sees
     ``lease.lost``. Liveness is ``UNKNOWN`` for instants this process never heard of (another
-    process may be executing them)."""
+    process may be executing them). ``heartbeat``: the configured heartbeat policies, whose
+    tolerance a plan's claim mark counts (``heartbeat_tolerance_s``; default: the default
+    policy's 30 s)."""
 
-    def __init__(self) -> None:
+    def __init__(self, heartbeat: HeartbeatSettings | None = None) -> None:
+        self._heartbeat = heartbeat
         self._guard = threading.Lock()
         self._tables: dict[str, _TableLock] = {}
         self._beating: dict[tuple[str, str], int] = {}
         self._ended: set[tuple[str, str]] = set()
         self._owners: dict[tuple[str, str], str] = {}
+
+    def heartbeat_tolerance_s(self, table_id: str) -> float:
+        """The table's configured heartbeat policy's tolerance: how long another process's
+        claim mark holds a plan (``lakewarden.tableservice.claim``)."""
+        if self._heartbeat is None:
+            return super().heartbeat_tolerance_s(table_id)
+        return self._heartbeat.policy_for(table_id).tolerance_s
 
     @contextmanager
     def lock(self, table_id: str, *, ttl_s: float = 30.0, wait_s: float = 30.0) -> Iterator[Lease]:

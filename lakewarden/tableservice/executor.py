@@ -35,7 +35,10 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
 
-from lakewarden.errors import CommitStateUnknownError
+from lakewarden.errors import CommitStateUnknownError, LakewardenError
+from lakewarden.storage import NotFoundError
+from lakewarden.table.cancel import InstantAlreadyCompletedError
+from lakewarden.table.clean.cleaned import MissingDataFileError
 from lakewarden.table.completion import CompletionOutcome, reconcile
 from lakewarden.table.instant import Transition
 from lakewarden.table.plans import ServicePlan
@@ -46,6 +49,7 @@ from lakewarden.table.transaction import WriteTransaction
 from lakewarden.tableservice.cancel import finish_abort
 from lakewarden.tableservice.claim import claim
 from lakewarden.tableservice.context import ServiceContext
+from lakewarden.tableservice.errors import AttemptFencedError
 from lakewarden.tableservice.output import AttemptOutput, new_attempt
 from lakewarden.tableservice.plan_state import find_plan, service_plan
 from lakewarden.tableservice.precommit import Verdict, complete_or_cancel
@@ -132,7 +136,9 @@ def run_table_service(
 
     Raises: UnknownPlanError, NotATableServicePlanError, InstantAlreadyCompletedError,
     PlanAlreadyExecutingError, AttemptFencedError (a newer attempt fenced this one: nothing
-    completed), UnknownStrategyError, WriteConflictError subclasses (a
+    completed), InstantAlreadyCompletedError also when another attempt completed the plan
+    and a clean removed its inputs mid-run, MissingDataFileError (an input of the pending
+    plan is gone: lost outside the protocol), UnknownStrategyError, WriteConflictError subclasses (a
     non-cancellable plan that lost to another plan), ExecutorOutputLostError,
     HeartbeatLostError, LockTimeoutError, StorageError, CommitStateUnknownError."""
     attempt = new_attempt()
@@ -185,6 +191,9 @@ def run_table_service(
             if outcome is not CompletionOutcome.COMPLETED:
                 raise
             verdict = Verdict(completed=True)
+        except (FileNotFoundError, NotFoundError) as err:
+            _discard(run, instant, attempt)
+            raise _input_gone(ctx, instant, attempt, err) from err
         except Exception:
             _discard(run, instant, attempt)
             raise
@@ -204,6 +213,41 @@ def run_table_service(
             reason=verdict.reason,
             rolled_back_files=tuple(rolled.files),
         )
+
+
+def _input_gone(ctx: ServiceContext, instant: str, attempt: int, err: Exception) -> LakewardenError:
+    """The named error for an input file of the plan gone while this attempt read it. The
+    clean keeps a pending plan's inputs, so they go only once a newer attempt completed the
+    plan (its inputs are then superseded), or outside lakewarden's protocol."""
+    plan = ctx.timeline.load().get(instant)
+    if plan is not None and plan.state is Transition.COMPLETED:
+        return InstantAlreadyCompletedError(
+            f"plan {instant} of table {ctx.table_id} was completed by another attempt while "
+            f"attempt {attempt} ran, and a clean has since removed the input files it "
+            f"superseded ({err}); this attempt's output was discarded. Help: nothing to do: "
+            "the plan is done.",
+            table=ctx.table_id,
+            instant=instant,
+        )
+    if plan is not None and plan.attempt is not None and plan.attempt != attempt:
+        return AttemptFencedError(
+            f"plan {instant} of table {ctx.table_id}: attempt {attempt} was fenced by attempt "
+            f"{plan.attempt} and an input file is gone ({err}); this attempt's output was "
+            "discarded. Help: let that attempt finish the plan.",
+            table=ctx.table_id,
+            instant=instant,
+            attempt=attempt,
+            fenced_by=plan.attempt,
+        )
+    return MissingDataFileError(
+        f"an input file of plan {instant} of table {ctx.table_id} is missing while the plan "
+        f"is pending ({err}): no clean deletes a pending plan's inputs, so the table lost "
+        "data outside lakewarden. Help: restore the file from a backup or the store's "
+        "versioning; `lakewarden replay <uri>` shows which instant wrote it.",
+        table=ctx.table_id,
+        instant=instant,
+        path=str(err),
+    )
 
 
 def _names(entry: TimelineEntry, attempt: int) -> bool:

@@ -27,7 +27,14 @@ Invariants checked (docs/architecture.md "Invariants" 1 and 2, and the rules of 
 - ``rolled_back_files_left``: no data file of a rolled-back instant is left in storage;
 - ``raw_error``: a writer never gets an error outside ``LakewardenError``;
 - ``read_duplicate_key`` / ``read_saw_failed_write`` / ``read_phantom_row``: the same for
-  every read made while the faults played (a snapshot of committed writes only).
+  every read made while the faults played (a snapshot of committed writes only);
+- ``read_partial_write`` (reader processes, embedded mode): a read shows an insert's keys all
+  or none, as a snapshot of whole commits does;
+- ``read_unnamed_error`` / ``read_raw_error``: a read that fails raises
+  ``InstantCleanedError`` or ``MissingDataFileError`` (a clean or a loss, named), never
+  another error, never one outside ``LakewardenError``;
+- ``clean_raw_error`` / ``clean_lost_race``: a cleaner never gets a raw error, and one that
+  loses a race to another cleaner is told so as success, not ``IllegalTransitionError``.
 """
 
 from __future__ import annotations
@@ -41,7 +48,10 @@ __all__ = [
     "Op",
     "TableObservation",
     "Violation",
+    "ALLOWED_READ_ERRORS",
+    "check_cleaners",
     "check_error_table",
+    "check_reader",
     "check_run",
     "ops_from_history",
 ]
@@ -172,9 +182,13 @@ def check_run(
     tables: dict[str, TableObservation],
     *,
     reads: dict[str, list[list[dict[str, Any]]]] | None = None,
+    settled: bool = True,
 ) -> list[Violation]:
     """Every violation of the invariants in one run (empty: the run passed); ``reads`` are
-    the rows of the reads made while the faults played, per table."""
+    the rows of the reads made while the faults played, per table. ``settled``: a cleaner
+    could roll back every dead writer's instant (not in the embedded mode, where nothing
+    positively says a writer of another process died: ``lakewarden.table.death``), so none
+    may be left pending."""
     violations: list[Violation] = []
     for name, table_reads in (reads or {}).items():
         found = _check_reads(ops_by_table.get(name, []), table_reads)
@@ -184,6 +198,10 @@ def check_run(
             ops_by_table.get(name, []), key=lambda op: (op.writer, op.incarnation, op.number)
         )
         found = _check_table(ops, observation)
+        if not settled:
+            found = [
+                v for v in found if v.name not in ("pending_left_behind", "requested_left_behind")
+            ]
         violations += [Violation(v.name, f"table {name}: {v.detail}") for v in found]
     return violations
 
@@ -364,3 +382,55 @@ def _check_leftovers(obs: TableObservation) -> list[Violation]:
         if any(instant in key for instant in rolled_back)
     ]
     return found
+
+
+# What a read may raise while cleans run: the named errors for a snapshot a clean removed.
+ALLOWED_READ_ERRORS = frozenset({"InstantCleanedError", "MissingDataFileError"})
+
+
+def check_reader(ops: list[Op], lines: list[dict[str, Any]]) -> list[Violation]:
+    """The reads of a reader process (``_actors.py``): each one's rows a snapshot of whole
+    committed writes (``_check_reads``, and an insert all or none), each failure a named
+    error of ``ALLOWED_READ_ERRORS`` (one violation of each kind at most)."""
+    reads = [line["rows"] for line in lines if line.get("phase") == "read"]
+    found = {v.name: v for v in _check_reads(ops, reads)}
+    inserts = {op.value: op for op in ops if op.operation == "insert"}
+    for number, rows in enumerate(reads):
+        seen: Counter[str] = Counter(row["v"] for row in rows if row["v"] in inserts)
+        for value, count in sorted(seen.items()):
+            op = inserts[value]
+            if count != len(op.rows):
+                found.setdefault(
+                    "read_partial_write",
+                    Violation(
+                        "read_partial_write",
+                        f"read {number} shows {count} of the {len(op.rows)} rows of {op.op_id}",
+                    ),
+                )
+    for line in lines:
+        if line.get("phase") != "read_error" or line["error"] in ALLOWED_READ_ERRORS:
+            continue
+        name = "read_unnamed_error" if line.get("named") else "read_raw_error"
+        found.setdefault(
+            name,
+            Violation(name, f"read as of {line.get('as_of')}: {line['error']}: {line['message']}"),
+        )
+    return list(found.values())
+
+
+def check_cleaners(lines: list[dict[str, Any]]) -> list[Violation]:
+    """The cleans of the cleaner processes: never a raw error; a clean that finds its work
+    done by another cleaner reports success, not ``IllegalTransitionError`` (one each)."""
+    found: dict[str, Violation] = {}
+    for line in lines:
+        if line.get("step") != "clean":
+            continue
+        if line.get("raw"):
+            found.setdefault(
+                "clean_raw_error", Violation("clean_raw_error", f"{line['op']}: {line['message']}")
+            )
+        elif line.get("error") == "IllegalTransitionError":
+            found.setdefault(
+                "clean_lost_race", Violation("clean_lost_race", f"{line['op']}: {line['message']}")
+            )
+    return list(found.values())

@@ -34,23 +34,25 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _writer import History
+from _writer import History, arm_faults
 
 ACTOR_PREFIX = "executor-"
 
 
 def _open_table(spec: dict[str, Any]) -> Any:
     from lakewarden.settings import Settings
+    from lakewarden.storage.faults import FaultyStorage
     from lakewarden.table.config import load_config
     from lakewarden.table.connection import connect, load_storage
     from lakewarden.table.table import Table
 
     settings = Settings()
     storage = load_storage(spec["uri"], settings)
+    config = load_config(storage)
+    # Stalls at destructive steps (embedded mode); none in the Kafka mode's plans.
+    faulty = arm_faults(FaultyStorage(storage), spec.get("storage_faults", []))
     actor = f"{ACTOR_PREFIX}{spec['writer']}-{spec['incarnation']}"
-    return Table(
-        storage, load_config(storage), coordinator=connect(settings).coordinator, actor=actor
-    )
+    return Table(faulty, config, coordinator=connect(settings).coordinator, actor=actor)
 
 
 def _pending_plans(table: Any) -> list[Any]:

@@ -31,6 +31,9 @@ SCRIPTS = {
     "writer": Path(__file__).with_name("_writer.py"),
     "executor": Path(__file__).with_name("_executor.py"),
     "spark": Path(__file__).with_name("_spark_writer.py"),
+    "cleaner": Path(__file__).with_name("_actors.py"),
+    "canceller": Path(__file__).with_name("_actors.py"),
+    "reader": Path(__file__).with_name("_actors.py"),
 }
 REPO_ROOT = Path(__file__).resolve().parents[2]
 WRITER_START_S = 120.0  # importing pyarrow and confluent-kafka on a loaded 2-core machine
@@ -51,7 +54,13 @@ class WorkloadProcess:
     killed: set[int] = field(default_factory=set)  # incarnations ended by SIGKILL
 
     def actor(self, incarnation: int) -> str:
-        prefix = {"writer": "campaign-", "executor": "executor-"}.get(self.plan.role, "spark-")
+        prefix = {
+            "writer": "campaign-",
+            "executor": "executor-",
+            "cleaner": "cleaner-",
+            "canceller": "canceller-",
+            "reader": "reader-",
+        }.get(self.plan.role, "spark-")
         return f"{prefix}{self.plan.name}-{incarnation}"
 
 
@@ -91,6 +100,7 @@ class Workload:
             "writer": writer.plan.name,
             "incarnation": writer.incarnation,
             "seed": writer.plan.seed,
+            "role": writer.plan.role,
             "storage_faults": [vars(f) for f in writer.plan.storage_faults],
             "task_faults": [vars(f) for f in writer.plan.task_faults],
             "history": str(history),

@@ -102,7 +102,7 @@ class Findings:
         outcomes, the Spark writer's apart, and the Spark task faults that fired."""
         ops: dict[str, list[Op]] = {}
         for writer, incarnation, lines in self.workload.all_histories():
-            if writer.plan.role == "executor":
+            if writer.plan.role not in ("writer", "spark"):
                 continue
             found = ops_from_history(writer.plan.name, incarnation, lines)
             ops.setdefault(writer.plan.table, []).extend(found)
@@ -116,7 +116,7 @@ class Findings:
     def service_ops_by_table(self) -> dict[str, list[ServiceOp]]:
         ops: dict[str, list[ServiceOp]] = {}
         for writer, _, lines in self.workload.all_histories():
-            if writer.plan.role == "executor":
+            if writer.plan.role in ("executor", "canceller"):
                 found = service_ops_from_history(writer.plan.name, lines)
                 ops.setdefault(writer.plan.table, []).extend(found)
         return ops

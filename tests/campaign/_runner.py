@@ -52,9 +52,16 @@ SPARK_PROGRESS_S = 300.0
 
 
 def reproduce_command(
-    seed: int, duration_s: float, *, spark: float = 0.15, table_services: float = 0.5
+    seed: int,
+    duration_s: float,
+    *,
+    spark: float = 0.15,
+    table_services: float = 0.5,
+    mode: str = "kafka",
 ) -> str:
-    """The command that replays run ``seed``: the shares are part of its plan."""
+    """The command that replays run ``seed``: the shares (or the mode) are part of its plan."""
+    if mode == "embedded":
+        return f"make campaign RUNS=1 SEED={seed} DURATION={duration_s:g} MODE=embedded"
     shares = f" SPARK={spark:g} TABLE_SERVICES={table_services:g}"
     return f"make campaign RUNS=1 SEED={seed} DURATION={duration_s:g}{shares}"
 

@@ -41,6 +41,7 @@ __all__ = [
     "TablePlan",
     "TaskFault",
     "WriterPlan",
+    "make_embedded_plan",
     "make_plan",
 ]
 
@@ -68,12 +69,15 @@ _STORAGE_OPS = ("read", "write", "write_if_absent", "list", "delete", "exists")
 
 @dataclass(frozen=True)
 class StorageFault:
-    """Call ``nth`` of ``op`` in one writer incarnation fails (``fail``) or takes effect and
-    then fails (``lose_reply``)."""
+    """Call ``nth`` of ``op`` in one writer incarnation fails (``fail``), takes effect and
+    then fails (``lose_reply``), or waits ``stall_s`` seconds just before it reaches storage
+    (``stall``: ``FaultyStorage.before``; the process holds whatever it checked while the
+    others move on)."""
 
     op: str
     nth: int
-    kind: Literal["fail", "lose_reply"]
+    kind: Literal["fail", "lose_reply", "stall"]
+    stall_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -103,7 +107,7 @@ class WriterPlan:
     table: str
     seed: int
     storage_faults: tuple[StorageFault, ...]
-    role: Literal["writer", "executor", "spark"] = "writer"
+    role: Literal["writer", "executor", "spark", "cleaner", "canceller", "reader"] = "writer"
     task_faults: tuple[TaskFault, ...] = ()
 
 
@@ -265,3 +269,73 @@ def _target(
     if kind.startswith("service"):
         return rng.choice(services), round(rng.uniform(0.2, 3.0), 2)
     return "kafka", round(rng.uniform(0.5, 3.0), 2)
+
+
+# Embedded mode (no Kafka): the processes besides the writers, each two of a kind so they race
+# (one reader). Their stalls land at the destructive steps: ``delete`` (between the check that
+# licensed it and the delete), ``write_if_absent`` (a timeline append: between a fence and the
+# completion it races) and ``read`` (between reading the timeline and acting on it).
+EMBEDDED_ACTORS: tuple[tuple[str, str], ...] = (
+    ("e0", "executor"),
+    ("e1", "executor"),
+    ("c0", "cleaner"),
+    ("c1", "cleaner"),
+    ("x0", "canceller"),
+    ("x1", "canceller"),
+    ("r0", "reader"),
+)
+_STALL_OPS = ("delete", "delete", "write_if_absent", "write_if_absent", "read")
+# Past the embedded claim tolerance (heartbeat 0.5 s x 4 misses = 2 s) half the time: a stalled
+# executor's claim mark expires and a rival may fence it.
+_STALL_S = (0.3, 4.0)
+
+
+def make_embedded_plan(seed: int, *, duration_s: float) -> RunPlan:
+    """The plan of embedded run ``seed``: the tables and writers of ``make_plan`` (no S3), and
+    on the first table two executors, two cleaners, two cancel requesters and a reader, each
+    with 1-3 stalls at destructive steps; kills and pauses of every process (no services)."""
+    rng = random.Random(seed)  # drawn as make_plan draws without S3: the same tables, writers
+    tables = tuple(
+        TablePlan(
+            name=f"t{seed}_{index}",
+            table_type="mor" if rng.random() < 0.3 else "cow",
+            buckets=rng.choice((1, 2, 4)),
+        )
+        for index in range(rng.randint(1, 2))
+    )
+    writers = tuple(
+        WriterPlan(
+            name=f"w{index}",
+            table=tables[index % len(tables)].name,
+            seed=rng.randrange(2**32),
+            storage_faults=_storage_faults(rng),
+        )
+        for index in range(rng.randint(2, 3))
+    )
+    actor_rng = random.Random(f"embedded-{seed}")
+    actors = tuple(
+        WriterPlan(
+            name,
+            tables[0].name,
+            actor_rng.randrange(2**32),
+            _stalls(actor_rng) if role != "reader" else (),
+            role=role,  # type: ignore[arg-type]
+        )
+        for name, role in EMBEDDED_ACTORS
+    )
+    # The reader is never killed: its reads are what is checked.
+    targets = [w.name for w in writers] + [a.name for a in actors if a.role != "reader"]
+    faults = tuple(sorted(_process_faults(actor_rng, duration_s, targets), key=lambda e: e.at_s))
+    return RunPlan(seed, duration_s, False, tables, writers + actors, faults)
+
+
+def _stalls(rng: random.Random) -> tuple[StorageFault, ...]:
+    return tuple(
+        StorageFault(
+            op=rng.choice(_STALL_OPS),
+            nth=rng.randint(1, 40),
+            kind="stall",
+            stall_s=round(rng.uniform(*_STALL_S), 2),
+        )
+        for _ in range(rng.randint(1, 3))
+    )

@@ -88,12 +88,22 @@ def _open_table(spec: dict[str, Any]) -> Any:
     settings = Settings()
     inner = load_storage(spec["uri"], settings)
     config = load_config(inner)  # before the faults: a writer that cannot start tests nothing
-    faulty = FaultyStorage(inner)
-    for fault in spec["storage_faults"]:
-        arm = faulty.fail if fault["kind"] == "fail" else faulty.lose_reply
-        arm(fault["op"], nth=fault["nth"])
+    faulty = arm_faults(FaultyStorage(inner), spec["storage_faults"])
     actor = f"campaign-{spec['writer']}-{spec['incarnation']}"
     return Table(faulty, config, coordinator=connect(settings).coordinator, actor=actor)
+
+
+def arm_faults(faulty: Any, faults: list[dict[str, Any]]) -> Any:
+    """Arm the plan's storage faults (``_schedule.StorageFault`` as dicts) in ``faulty``."""
+    for fault in faults:
+        if fault["kind"] == "stall":
+            seconds = float(fault["stall_s"])
+            faulty.before(fault["op"], lambda s=seconds: time.sleep(s), nth=fault["nth"])
+        elif fault["kind"] == "fail":
+            faulty.fail(fault["op"], nth=fault["nth"])
+        else:
+            faulty.lose_reply(fault["op"], nth=fault["nth"])
+    return faulty
 
 
 # What a workload process does with one write (operation, rows, the Spark task fault to inject

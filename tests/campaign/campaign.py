@@ -2,6 +2,11 @@
 
     python tests/campaign/campaign.py --runs 200 --seed 1 [--duration 20] [--s3 | --no-s3]
     make campaign RUNS=200 SEED=1                # the same
+    make campaign RUNS=200 MODE=embedded DURATION=6   # no Kafka: processes and the timeline
+
+``--mode embedded`` (``_embedded``): no Kafka and no services; writers, two executors, two
+cleaners, two cancel requesters and a reader in separate processes, each with its own embedded
+coordinator, with stalls at their destructive steps.
 
 Run ``i`` plays the plan of seed ``SEED + i`` (``_schedule.make_plan``). Runs share one stack
 (Kafka, SeaweedFS with ``--s3``, the services) for ``--runs-per-stack`` runs, then it is torn
@@ -26,8 +31,9 @@ from pathlib import Path
 from typing import Any
 
 from _checkers import KNOWN_ISSUES, Violation
+from _embedded import EmbeddedStack, run_embedded
 from _runner import RunResult, reproduce_command, run_one
-from _schedule import make_plan
+from _schedule import make_embedded_plan, make_plan
 from _stack import WORKLOAD_SERVICES, CampaignStack
 
 from lakewarden.devstack import SERVICES, processes
@@ -58,6 +64,12 @@ def _parse(argv: list[str]) -> argparse.Namespace:
         default=0.15,
         help="share of runs with a Spark writer (local[1]; heavy on a small machine)",
     )
+    parser.add_argument(
+        "--mode",
+        choices=("kafka", "embedded"),
+        default="kafka",
+        help="kafka: the real stack; embedded: no Kafka, every actor in its own process",
+    )
     parser.add_argument("--out", type=Path, default=None, help="run folders (default: a temp dir)")
     return parser.parse_args(argv)
 
@@ -84,6 +96,8 @@ def main(argv: list[str]) -> int:
     stack_problems: list[str] = []
     stack: CampaignStack | None = None
     print(f"campaign: {args.runs} runs from seed {args.seed}, files in {out}", flush=True)
+    if args.mode == "embedded":
+        return _embedded_campaign(args, out)
     try:
         for index in range(args.runs):
             if stack is None or index % args.runs_per_stack == 0:
@@ -130,6 +144,29 @@ def main(argv: list[str]) -> int:
     return _report(results, stack_problems, out)
 
 
+def _embedded_campaign(args: argparse.Namespace, out: Path) -> int:
+    """The embedded mode: no stack to start, one run after another."""
+    stack = EmbeddedStack(out / "state")
+    results: list[RunResult] = []
+    for index in range(args.runs):
+        seed = args.seed + index
+        plan = make_embedded_plan(seed, duration_s=args.duration)
+        try:
+            result = run_embedded(stack, plan, out / f"run-{seed}")
+        except Exception:  # the harness itself failed: a failed run
+            traceback.print_exc()
+            result = RunResult(seed, False)
+            result.violations.append(Violation("run_error", traceback.format_exc(limit=3)))
+        results.append(result)
+        print(result.summary(), flush=True)
+        for violation in result.violations:
+            print(f"  VIOLATION {violation}", flush=True)
+        if result.violations:
+            print(f"  reproduce: {reproduce_command(seed, args.duration, mode='embedded')}")
+        _summary(results, [], out)
+    return _report(results, [], out)
+
+
 def _report(results: list[RunResult], stack_problems: list[str], out: Path) -> int:
     summary = _summary(results, stack_problems, out)
     print(json.dumps(summary, indent=1))
@@ -166,6 +203,7 @@ def _summary(results: list[RunResult], stack_problems: list[str], out: Path) -> 
         "violations": dict(sorted(violations.items())),
         "known_issues": {name: [n, KNOWN_ISSUES[name]] for name, n in sorted(known.items())},
         "stack_problems": stack_problems,
+        "seconds": round(sum(r.seconds for r in results)),
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     return summary

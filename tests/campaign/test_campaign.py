@@ -6,6 +6,10 @@ picked so that together they kill and pause writers, kill and pause services, pa
 broker, arm storage faults in every writer, and write copy-on-write and merge-on-read tables.
 ``make campaign`` runs many more, longer, with SeaweedFS and every service
 (tests/campaign/campaign.py).
+
+The embedded mode (no Kafka, no stack: ``_embedded``) runs two fixed seeds too: writers, two
+executors, two cleaners, two cancel requesters and a reader in separate processes, with stalls
+before their deletes and timeline appends.
 """
 
 from __future__ import annotations
@@ -17,8 +21,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from _embedded import EmbeddedStack, run_embedded
 from _runner import REPO_ROOT, reproduce_command, run_one
-from _schedule import make_plan
+from _schedule import make_embedded_plan, make_plan
 from _stack import WORKLOAD_SERVICES, CampaignStack
 from _writer import SCHEMA
 
@@ -68,6 +73,29 @@ def test_campaign_seed(seed: int, stack: CampaignStack, tmp_path: Path) -> None:
     for known in result.known:  # found, reported, not fixed yet (KNOWN_ISSUES)
         print(f"known issue: {known}")
     again = reproduce_command(seed, DURATION_S, spark=0, table_services=table_services)
+    assert result.violations == [], (
+        f"{result.summary()}\n"
+        + "\n".join(f"  {v}" for v in result.violations)
+        + f"\nreproduce: {again} (files in {tmp_path})"
+    )
+
+
+EMBEDDED_DURATION_S = 8.0
+# 3: six writer kills, cancels executed, plans completed and aborted, reads cut off by cleans;
+# 4: seven pauses, stalls before deletes and reads, cleans racing executors and cancels.
+EMBEDDED_SEEDS = (3, 4)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("seed", EMBEDDED_SEEDS)
+def test_embedded_campaign_seed(seed: int, tmp_path: Path) -> None:
+    plan = make_embedded_plan(seed, duration_s=EMBEDDED_DURATION_S)
+    result = run_embedded(EmbeddedStack(tmp_path / "state"), plan, tmp_path / f"run-{seed}")
+    assert result.faults["writer_kill"] + result.faults["writer_pause"] > 0, result.summary()
+    assert result.outcomes["ok"] > 0, f"no write succeeded: {result.summary()}"
+    assert result.services["read:ok"] > 0, result.summary()
+    again = reproduce_command(seed, EMBEDDED_DURATION_S, mode="embedded")
     assert result.violations == [], (
         f"{result.summary()}\n"
         + "\n".join(f"  {v}" for v in result.violations)

@@ -9,9 +9,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _checkers import Op, TableObservation, check_error_table, check_run, ops_from_history
+from _checkers import (
+    Op,
+    TableObservation,
+    check_cleaners,
+    check_error_table,
+    check_reader,
+    check_run,
+    ops_from_history,
+)
 from _event_checkers import COMPARED, check_event_timeline
-from _schedule import make_plan
+from _schedule import EMBEDDED_ACTORS, make_embedded_plan, make_plan
 from _service_checkers import ServiceOp, check_services, service_ops_from_history
 from _writer import History, write_loop
 
@@ -154,6 +162,76 @@ def test_reads_during_the_run_show_committed_writes_only() -> None:
     assert check(ROWS, [*ROWS, ROWS[0]]) == ["read_duplicate_key"]
     assert check([{"key": "w0.p1", "v": "w0.1.3"}]) == ["read_saw_failed_write"]
     assert check([{"key": "x", "v": "nobody.1.1"}]) == ["read_phantom_row"]
+
+
+def test_pending_instants_are_not_checked_where_nothing_can_roll_them_back() -> None:
+    """The embedded mode: a killed writer's instant stays pending (``settled=False``)."""
+    observation = TableObservation(rows=ROWS, entries=ENTRIES, pending=["I7"], requested=["I8"])
+    assert check_run({"t": OPS}, {"t": observation}, settled=False) == []
+
+
+# -- readers and cleaners of the embedded mode (_checkers.check_reader, check_cleaners) -------
+
+
+def _reads(*reads: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{"phase": "read", "as_of": None, "rows": rows} for rows in reads]
+
+
+def _read_error(error: str, *, named: bool = True) -> dict[str, Any]:
+    return {"phase": "read_error", "as_of": "I1", "error": error, "named": named, "message": "m"}
+
+
+def test_a_reader_sees_whole_committed_writes_or_a_named_error() -> None:
+    ops = [*OPS, _op(3, "upsert", ["w0.p1"], "fail")]
+
+    def check(*lines: dict[str, Any]) -> list[str]:
+        return sorted(v.name for v in check_reader(ops, list(lines)))
+
+    cleaned, missing = _read_error("InstantCleanedError"), _read_error("MissingDataFileError")
+    assert check(*_reads([], ROWS[2:], ROWS), cleaned, missing) == []
+    assert check(*_reads(ROWS[:1])) == ["read_partial_write"]  # one of I1's two rows
+    assert check(*_reads([*ROWS, ROWS[2]])) == ["read_duplicate_key"]
+    assert check(*_reads([{"key": "w0.p1", "v": "w0.1.3"}])) == ["read_saw_failed_write"]
+    assert check(*_reads([{"key": "x", "v": "nobody.1.1"}])) == ["read_phantom_row"]
+    assert check(_read_error("SchemaMismatchError")) == ["read_unnamed_error"]
+    assert check(_read_error("FileNotFoundError", named=False)) == ["read_raw_error"]
+
+
+def test_a_cleaner_with_a_raw_error_or_a_lost_race_is_caught() -> None:
+    done = {"op": "c0.1.1.0", "step": "clean", "phase": "done", "outcome": "cleaned"}
+    lost = {
+        "op": "c1.1.1.0",
+        "step": "clean",
+        "phase": "fail",
+        "error": "IllegalTransitionError",
+        "message": "completed after completed",
+    }
+    raw = {"op": "c1.1.2.0", "step": "clean", "phase": "unknown", "raw": True, "message": "x"}
+    assert check_cleaners([done]) == []
+    assert [v.name for v in check_cleaners([done, lost, raw])] == [
+        "clean_lost_race",
+        "clean_raw_error",
+    ]
+
+
+def test_an_embedded_plan_races_every_actor_with_stalls_at_destructive_steps() -> None:
+    """Two executors, two cleaners, two cancel requesters and a reader on the first table;
+    the tables and writers are the Kafka plan's (no S3); every process but the reader may be
+    killed or paused, and stalls land before deletes and timeline appends."""
+    plans = [make_embedded_plan(seed, duration_s=10) for seed in range(500, 540)]
+    for plan in plans:
+        kafka = make_plan(plan.seed, duration_s=10, services=("cleaner",), s3_available=False)
+        assert plan.tables == kafka.tables and not plan.on_s3
+        assert [w for w in plan.writers if w.role == "writer"] == list(kafka.writers)
+        actors = [(w.name, w.role) for w in plan.writers if w.role != "writer"]
+        assert actors == list(EMBEDDED_ACTORS)
+        assert all(w.table == plan.tables[0].name for w in plan.writers if w.role != "writer")
+        assert all(e.kind in ("writer_kill", "writer_pause") for e in plan.faults)
+        assert "r0" not in {e.target for e in plan.faults}
+    stalls = [f for p in plans for w in p.writers if w.role != "writer" for f in w.storage_faults]
+    assert {f.op for f in stalls} == {"delete", "write_if_absent", "read"}
+    assert all(f.kind == "stall" and f.stall_s > 0 for f in stalls)
+    assert any(f.stall_s > 2.0 for f in stalls)  # past the embedded claim tolerance
 
 
 # -- table services and cancellation (_service_checkers.py) ---------------------------------

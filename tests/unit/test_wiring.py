@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 
 from lakewarden.errors import ConfigurationError
-from lakewarden.settings import KafkaSettings, Settings
+from lakewarden.settings import HeartbeatSettings, KafkaSettings, Settings
 from lakewarden.table import (
     EmbeddedCoordinator,
     Table,
@@ -29,6 +29,21 @@ def test_without_kafka_the_factory_builds_an_embedded_coordinator() -> None:
     with connect(NO_KAFKA) as connection:
         assert isinstance(connection.coordinator, EmbeddedCoordinator)
     assert load_coordinator(NO_KAFKA) is not load_coordinator(NO_KAFKA)  # the caller owns it
+
+
+def test_the_embedded_coordinator_counts_claims_by_the_configured_heartbeat_policy() -> None:
+    """A plan's claim mark holds it for the heartbeat policy's tolerance (interval x misses):
+    the embedded coordinator used the default 30 s whatever the settings said, so a killed
+    executor's plan stayed unclaimable for 30 s in a process configured for 2 s."""
+    tight = HeartbeatSettings(
+        interval_s=0.5,
+        tolerable_misses=4,
+        tables={"slow": {"interval_s": 5, "tolerable_misses": 2}},  # type: ignore[dict-item]
+    )
+    coordinator = load_coordinator(Settings(kafka=KafkaSettings(), heartbeat=tight))
+    assert coordinator.heartbeat_tolerance_s("orders") == 2.0
+    assert coordinator.heartbeat_tolerance_s("slow") == 10.0
+    assert load_coordinator(NO_KAFKA).heartbeat_tolerance_s("orders") == 30.0
 
 
 def test_a_service_connection_without_kafka_is_refused_with_help() -> None:
