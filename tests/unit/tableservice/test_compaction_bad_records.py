@@ -251,3 +251,26 @@ def test_cli_schedule_records_the_choice_in_the_plan(
     mine = Table.open(uri, coordinator=coordinator).state().get(result.output.strip())
     assert mine is not None and isinstance(mine.plan, ServicePlan)
     assert mine.plan.bad_records == "error-table"
+
+
+def test_an_executor_that_dies_after_completing_leaves_its_spool_for_settle(
+    uri: str, coordinator: EmbeddedCoordinator
+) -> None:
+    from lakewarden.tableservice import run_table_service
+
+    table = _table(uri, coordinator)
+    instant = table.schedule_compaction(bad_records="error-table")
+    assert instant is not None
+    # The executor without Table's settle: as if it died right after ``completed``.
+    run = run_table_service(table.service_context(), str(instant))
+    assert run.outcome is ServiceOutcome.COMPLETED
+    assert [i.key for i in table.storage.list(SPOOL_DIR)] == [spool_key(str(instant), run.attempt)]
+    assert not Path(uri + "_errors").exists()
+    # A clean, orphans included, never takes the spool for a stray.
+    table.clean(delete_orphans=True, wall_clock=lambda: 4_000_000_000.0)
+    assert table.storage.exists(spool_key(str(instant), run.attempt))
+    result = CliRunner().invoke(cli, ["errors", "settle", uri])
+    assert result.exit_code == 0, result.output
+    assert "committed 1" in result.output
+    assert _errors(table).read().num_rows == 2
+    assert settle(table).committed == []  # exactly once
