@@ -102,8 +102,8 @@ def compact_slice(job: RewriteJob, file_slice: FileSlice, *, task: int) -> Compa
     UndivertibleRecordsError, MissingCommittedBlockError, StorageError."""
     try:
         return CompactedSlice(read_slice(job.storage, job.config, file_slice))
-    except LakewardenError:
-        raise
+    except (LakewardenError, OSError):
+        raise  # a missing file is the executor's to name, never a record's fault
     except _ARROW_ERRORS:
         pass  # judged record by record below
     merged, selection = _wide_merge(job, file_slice)
@@ -204,6 +204,8 @@ def _wide_merge(job: RewriteJob, file_slice: FileSlice) -> tuple[pa.Table, Selec
         path = file_slice.base_file.path
         try:
             base = _read_parquet(job.storage, path, config.file_schema.names)
+        except OSError:
+            raise
         except _ARROW_ERRORS as err:
             raise _undivertible(job, group, f"base file {path} cannot be read: {err}") from err
         sources.append((f"base file {path}", base.schema))

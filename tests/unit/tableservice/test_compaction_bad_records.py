@@ -17,7 +17,7 @@ from lakewarden.cli import cli
 from lakewarden.errortable import committed_sources, error_table_location, open_error_table
 from lakewarden.errortable.divert import SPOOL_DIR, settle, spool_key
 from lakewarden.logfile import MissingCommittedBlockError
-from lakewarden.settings import ErrorTableSettings
+from lakewarden.settings import ErrorTableSettings, Settings
 from lakewarden.table.config import CONFIG_KEY, describe_fields, encode_schema
 from lakewarden.table.coordinator import EmbeddedCoordinator
 from lakewarden.table.instant import Transition
@@ -57,7 +57,7 @@ def uri(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     return str(tmp_path / "orders")
 
 
-def _table(uri: str, coordinator: EmbeddedCoordinator) -> Table:
+def _table(uri: str, coordinator: EmbeddedCoordinator, settings: Settings | None = None) -> Table:
     """A merge-on-read table whose log blocks hold values written under ``SCHEMA``, then
     evolved to ``NARROWED``: key 2's latest version overflows int32, key 3's has a null
     ``qty``, key 4's old version (superseded by a fitting one) overflows too."""
@@ -69,6 +69,7 @@ def _table(uri: str, coordinator: EmbeddedCoordinator) -> Table:
         ordering_field="ts",
         table_type="merge_on_read",
         coordinator=coordinator,
+        settings=settings,
     )
     table.write(_rows((1, "eu", 1, 10), (2, "eu", 1, 20), (3, "eu", 1, 30), (4, "eu", 1, 40)))
     table.write(_rows((2, "eu", 2, BIG), (3, "eu", 2, None), (4, "eu", 2, BIG), (5, "eu", 2, 5)))
@@ -82,12 +83,12 @@ def _evolve(table: Table, schema: pa.Schema) -> Table:
         update={"arrow_schema": encode_schema(schema), "fields": describe_fields(schema)}
     )
     table.storage.write(CONFIG_KEY, config.to_json())
-    return Table.open(table.uri, coordinator=table.coordinator)
+    return Table.open(table.uri, coordinator=table.coordinator, settings=table.settings)
 
 
 def _errors(table: Table) -> Table:
     location = error_table_location(table.uri, table.name, ErrorTableSettings())
-    return open_error_table(location, coordinator=table.coordinator)
+    return open_error_table(location, coordinator=table.coordinator, settings=table.settings)
 
 
 def _read(table: Table) -> list[dict[str, Any]]:
@@ -106,10 +107,15 @@ def test_unfit_records_names_each_row_and_column() -> None:
     assert unfit_records(table.slice(0, 1), schema) == {}
 
 
+@pytest.mark.parametrize("where", ["local", pytest.param("s3", marks=pytest.mark.s3)])
 def test_error_table_diverts_what_the_schema_cannot_hold_once_with_the_compaction_instant(
-    uri: str, coordinator: EmbeddedCoordinator
+    uri: str, coordinator: EmbeddedCoordinator, where: str, request: pytest.FixtureRequest
 ) -> None:
-    table = _table(uri, coordinator)
+    settings = None
+    if where == "s3":
+        settings = request.getfixturevalue("s3_settings")
+        uri = f"s3://{request.getfixturevalue('s3_bucket')}/divert/{Path(uri).parent.name}"
+    table = _table(uri, coordinator, settings)
     with pytest.raises(ValueError):  # the merge-on-read read cannot cast the old values
         table.read()
     instant = table.schedule_compaction(bad_records="error-table")
