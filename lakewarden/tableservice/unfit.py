@@ -72,6 +72,7 @@ from lakewarden.logfile import BlockType, LogBlock, Selection
 from lakewarden.storage import Storage
 from lakewarden.table.config import META_COMMIT_TIME, META_FILE_NAME, TableConfig
 from lakewarden.table.files import file_key, split_key
+from lakewarden.table.job_commit import StatisticsMismatchError
 from lakewarden.table.mor import read_slice, slice_selection
 from lakewarden.table.mor_merge import merge_key, merge_slice
 from lakewarden.table.snapshot import FileSlice
@@ -141,12 +142,15 @@ def spool_failed(
     this attempt, committed into the error table once the plan completes with this attempt,
     dropped otherwise). No ``completed`` entry counts ``failed_records`` without them.
 
-    Raises: StorageError; AssertionError (the statistics count other records than ``rows``:
-    a strategy's bug, nothing is completed)."""
+    Raises: StorageError, StatisticsMismatchError (the statistics count other records than
+    ``rows``: nothing is completed)."""
     if len(rows) != stats.failed_records:
-        raise AssertionError(
-            f"plan {instant}: the statistics count {stats.failed_records} failed records, "
-            f"the rewrite set aside {len(rows)}"
+        raise StatisticsMismatchError(
+            f"plan {instant}: the statistics count {stats.failed_records} failed record(s), "
+            f"but the rewrite set aside {len(rows)}; nothing was completed. Help: a strategy "
+            "that sets records aside returns them in UnitResult.failed (FileGroupStrategy) or "
+            "adds them to RewriteJob.failed, and counts them in failed_records.",
+            instant=instant,
         )
     if rows:
         spool_rows(storage, spool_key(instant, attempt), rows)

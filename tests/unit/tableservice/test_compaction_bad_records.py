@@ -280,3 +280,16 @@ def test_an_executor_that_dies_after_completing_leaves_its_spool_for_settle(
     assert "committed 1" in result.output
     assert _errors(table).read().num_rows == 2
     assert settle(table).committed == []  # exactly once
+
+
+def test_statistics_that_count_records_no_spool_holds_complete_nothing(tmp_path: Path) -> None:
+    from lakewarden.storage import open_storage
+    from lakewarden.table.job_commit import StatisticsMismatchError
+    from lakewarden.table.stats import CommitStats
+    from lakewarden.tableservice.unfit import spool_failed
+
+    storage = open_storage(str(tmp_path), Settings())
+    stats = CommitStats(operation="compaction", failed_records=1)
+    with pytest.raises(StatisticsMismatchError, match="Help: "):
+        spool_failed(storage, "20260101000000000", 3, [], stats)
+    assert not storage.exists(spool_key("20260101000000000", 3))
