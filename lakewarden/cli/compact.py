@@ -106,4 +106,6 @@ def run(uri: str, instant: str | None, use_spark: bool, master: str) -> None:
     with service_runner(use_spark, master, Settings()) as runner:
         for plan in pending:
             outcome = runner(table, plan)
-            click.echo(f"{plan} {outcome.outcome}")
+            failed = outcome.stats.failed_records if outcome.stats is not None else 0
+            aside = f" ({failed} record(s) set aside in the error table)" if failed else ""
+            click.echo(f"{plan} {outcome.outcome}{aside}")

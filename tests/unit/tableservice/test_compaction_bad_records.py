@@ -257,6 +257,11 @@ def test_cli_schedule_records_the_choice_in_the_plan(
     mine = Table.open(uri, coordinator=coordinator).state().get(result.output.strip())
     assert mine is not None and isinstance(mine.plan, ServicePlan)
     assert mine.plan.bad_records == "error-table"
+    result = CliRunner().invoke(cli, ["compact", "run", uri])
+    assert result.exit_code == 0, result.output
+    done = f"{mine.instant} completed (2 record(s) set aside in the error table)"
+    assert done in result.output.splitlines()
+    assert CliRunner().invoke(cli, ["errors", "count", uri]).output.strip() == "2"
 
 
 def test_an_executor_that_dies_after_completing_leaves_its_spool_for_settle(
