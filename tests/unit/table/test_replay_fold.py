@@ -1,12 +1,14 @@
-"""Replay's fold of the timeline topic decides exactly what the state machine's ``apply`` does.
+"""Replay's folds of the timeline topic decide exactly what the state machine's ``apply`` does.
 
-Replay (``history.replay``) builds entries from the decoded events without re-validation
-(``_trusted``), shares payload dicts and their validated models between entries with equal
-payload texts (``SharedPayloads``) and lets ``Replayer`` copy instant states with
-``_frozen.evolve`` / ``construct``. On any history that must equal the reference: validated
-``TimelineEntry`` objects folded one by one with ``apply`` and a fresh pydantic validation of
-every payload. And every instant state replay built must equal what pydantic makes of the
-same values, so no shortcut produced a value validation would have changed.
+Two folds are checked against the reference (validated ``TimelineEntry`` objects folded one by
+one with ``apply``, a fresh pydantic validation of every payload): ``rebuild_state`` over
+``entries_from_topic`` (entries built from the decoded events without re-validation, payload
+dicts and their validated models shared between equal texts by ``SharedPayloads``, instant
+states copied by ``_frozen.evolve`` / ``construct``), and ``TopicReplay`` fed the events as
+they arrive, which is what ``lakewarden replay`` runs: its fast path (``history._lean_fold``)
+takes the common case and hands every other entry to the state machine. And every instant
+state the fold built must equal what pydantic makes of the same values, so no shortcut
+produced a value validation would have changed.
 
 Histories are generated over a few instants of every action with payloads drawn from a small
 pool (valid and malformed, so that texts repeat and sharing is exercised), transitions in any
