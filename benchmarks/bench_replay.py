@@ -11,9 +11,9 @@ and folded by the lean fold and the state machine while the topic is read, in
 payload texts of a write that repeat (what the payload cache shares), with payloads that
 never repeat (each instant writes its own file group: every payload is validated), and as a
 streaming ingestion's history (every payload its own, the ``requested`` one too: it names
-the Spark job and the micro-batch, as ``lakewarden.spark`` writes it). The goals: at least
-100k events/s (the row's ``budget``) and at most 1.3x the floor's time (throughput ratio
->= 1/1.3). Peak memory: the RSS growth over the call, sampled every 20 ms.
+the Spark job and the micro-batch, as ``lakewarden.spark`` writes it). The goal: at least
+100k events/s (the row's ``budget``); the ratio to the floor is reported, not bounded.
+Peak memory: the RSS growth over the call, sampled every 20 ms.
 The diff against storage is left out: it reads N timeline files, which the timeline
 benchmark measures.
 
@@ -186,7 +186,6 @@ def _replay_rounds(
             baseline=n / floor_s,
             baseline_label="bare consume + decode loop",
             lower_is_better=False,
-            goal=1 / 1.3,
             budget=100_000.0 if n >= 1_000_000 else None,
             details={
                 "floor_s": times["floor"],
@@ -203,6 +202,10 @@ def _replay_rounds(
                 "cpu_ratio_main_only": statistics.median(cpu["replay"])
                 / statistics.median(cpu["floor"]),
                 "replay_events_per_cpu_s": n / statistics.median(cpu["replay"]),
+                "replay_events_per_cpu_s_with_child": n
+                / statistics.median(
+                    [c + k for c, k in zip(cpu["replay"], child_cpu["replay"], strict=True)]
+                ),
                 "load_average": os.getloadavg(),
             },
         ),

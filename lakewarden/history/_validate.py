@@ -204,11 +204,10 @@ _FAST_PLAN_KINDS: Final = ("job", "untyped")
 
 
 def fast_requested(payload: Any) -> bool:
-    """Whether the fast ``requested`` step takes a valid ``RequestedPayload`` (or a mirror of
-    it with the same fields): not cancellable, its plan none, a job plan or a legacy untyped
-    plan (the discriminator's ``kind``). The one statement of the rule: the fold's thread
-    applies it to the payloads it validates, this process to the texts the fold took
-    unread (``plain_ingestion``)."""
+    """Whether the fast ``requested`` step takes a valid ``RequestedPayload``: not
+    cancellable, its plan none, a job plan or a legacy untyped plan (the discriminator's
+    ``kind``). The one statement of the rule: the fold's thread applies it to the payloads it
+    validates, this process to the texts the fold took unread (``plain_ingestion``)."""
     if payload.cancellable is not False:
         return False
     plan = payload.plan
@@ -232,29 +231,16 @@ _PAUSE: Final = 16 * _REMEMBERED
 
 
 class _Judge:
-    """The verdicts on one transition's texts, in the order they were sent.
+    """The verdicts on one transition's texts, in the order they were sent: pydantic's
+    (``model_validate_json``). A ``requested`` text laid out as a plain ingestion's
+    (``plain_ingestion``) may have been taken by the fold's fast step unread: unless its
+    payload is one that step takes (``fast_requested``), it counts as invalid (the read then
+    starts over in process)."""
 
-    A text is first decoded by the model's msgspec mirror (``payload_mirrors``: it accepts
-    only what pydantic accepts, to the same values), and validated by pydantic only when the
-    mirror refuses it: pydantic's verdict either way. A ``requested`` text laid out as a plain
-    ingestion's (``plain_ingestion``) may have been taken by the fold's fast step unread:
-    unless its payload is one that step takes (``fast_requested``), it counts as invalid
-    (the read then starts over in process)."""
-
-    def __init__(
-        self,
-        name: str,
-        model: type[BaseModel],
-        fast: Any = None,
-        refused: tuple[type[Exception], ...] = (),
-        *,
-        requested: bool = False,
-    ) -> None:
+    def __init__(self, name: str, model: type[BaseModel], *, requested: bool = False) -> None:
         self.name = name
         # What ``model_validate_json`` calls, without its Python frame (the same verdict).
         self._validate = model.__pydantic_validator__.validate_json
-        self._fast = fast  # the mirror's ``msgspec.json.Decoder.decode`` (None: pydantic only)
-        self._refused = refused  # what ``fast`` raises for a text the mirror refuses
         self._requested = requested
         self._seen: dict[str, bool] = {}
         self._hits = 0
@@ -278,17 +264,10 @@ class _Judge:
         self.judged = index
 
     def _valid(self, text: str) -> bool:
-        payload: Any = None
-        if self._fast is not None:
-            try:
-                payload = self._fast(text)
-            except self._refused:
-                pass
-        if payload is None:
-            try:
-                payload = self._validate(text)
-            except ValidationError:
-                return False
+        try:
+            payload = self._validate(text)
+        except ValidationError:
+            return False
         if self._requested and plain_ingestion(text):
             return fast_requested(payload)
         return True
@@ -307,20 +286,8 @@ class _Judge:
 
 
 def _judges() -> list[_Judge]:
-    """A judge per transition of ``CHECKED``, each with its model's msgspec mirror when
-    msgspec can be imported (else pydantic alone: the same verdicts, slower)."""
-    models = _models()
-    try:
-        import msgspec
-
-        from lakewarden.table._payload_mirror import payload_mirrors
-    except ImportError:
-        return [_Judge(n, m, requested=n == "requested") for n, m in models.items()]
-    mirrors, refused = payload_mirrors(), (msgspec.ValidationError, msgspec.DecodeError)
-    return [
-        _Judge(n, m, msgspec.json.Decoder(mirrors[n]).decode, refused, requested=n == "requested")
-        for n, m in models.items()
-    ]
+    """A judge per transition of ``CHECKED``."""
+    return [_Judge(n, m, requested=n == "requested") for n, m in _models().items()]
 
 
 def serve(source: IO[bytes], sink: IO[bytes]) -> None:

@@ -205,6 +205,31 @@ def test_services_import_only_public_library_modules() -> None:
     assert private == []
 
 
+# Replay's fast path (a fold of the common case beside the state machine, a reader that folds
+# whole consume batches, a process that validates payloads): behind ``TopicReplay`` and
+# ``replay_timeline`` alone, and checked against the state machine by property tests
+# (``tests/unit/table/test_replay_fold.py``, ``tests/unit/history/test_lean_fold.py``).
+REPLAY_FAST_PATH = {
+    "lakewarden.history._lean_fold",
+    "lakewarden.history._message_fold",
+    "lakewarden.history._replay_read",
+    "lakewarden.history._validate",
+}
+REPLAY_BOUNDARY = {"lakewarden.history", "lakewarden.history.replay"}
+
+
+def test_replays_fast_path_is_reached_only_through_its_boundary() -> None:
+    graph = import_graph()
+    assert REPLAY_FAST_PATH <= graph.keys()
+    outside = sorted(
+        f"{module} imports {target}"
+        for module, targets in graph.items()
+        if module not in REPLAY_FAST_PATH | REPLAY_BOUNDARY
+        for target in targets & REPLAY_FAST_PATH
+    )
+    assert outside == []
+
+
 def test_the_table_and_the_clients_import_together_in_a_fresh_process() -> None:
     subprocess.run(
         [sys.executable, "-c", "import lakewarden.table, lakewarden.clients"],

@@ -1,11 +1,13 @@
-"""The lean replay fold decides exactly what the full state machine decides.
+"""Replay's folds of the timeline topic decide exactly what the state machine's ``apply`` does.
 
-The lean fold (``history.replay``: entries built from the decoded events without
-re-validation, payload dicts and their validated models shared between entries with equal
-payloads (``SharedPayloads``), instant states copied by ``_frozen.evolve`` / ``construct``)
-must equal, on any history, the reference: validated ``TimelineEntry`` objects folded one by
-one with ``apply`` and a fresh pydantic validation of every payload. And every instant state
-the lean fold built must equal what pydantic makes of the same values, so no shortcut
+Two folds are checked against the reference (validated ``TimelineEntry`` objects folded one by
+one with ``apply``, a fresh pydantic validation of every payload): ``rebuild_state`` over
+``entries_from_topic`` (entries built from the decoded events without re-validation, payload
+dicts and their validated models shared between equal texts by ``SharedPayloads``, instant
+states copied by ``_frozen.evolve`` / ``construct``), and ``TopicReplay`` fed the events as
+they arrive, which is what ``lakewarden replay`` runs: its fast path (``history._lean_fold``)
+takes the common case and hands every other entry to the state machine. And every instant
+state the fold built must equal what pydantic makes of the same values, so no shortcut
 produced a value validation would have changed.
 
 Histories are generated over a few instants of every action with payloads drawn from a small
@@ -16,6 +18,7 @@ order, and the occasional out-of-order or repeated seq.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -24,7 +27,7 @@ from _reference_fold import apply_in_seq_order, timeline_entry
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lakewarden.history import Recorded, entries_from_topic
+from lakewarden.history import Recorded, TopicReplay, entries_from_topic
 from lakewarden.history.replay import rebuild_state
 from lakewarden.table._frozen import construct, evolve
 from lakewarden.table.instant import Action, Transition
@@ -157,17 +160,24 @@ def _reference(records: list[dict[str, Any]]) -> TimelineState:
 
 @settings(max_examples=examples(100))
 @given(histories())
-def test_the_lean_fold_equals_the_state_machine(records: list[dict[str, Any]]) -> None:
+def test_the_replay_fold_equals_the_state_machine(records: list[dict[str, Any]]) -> None:
     topic, _ = entries_from_topic(Recorded("TimelineTransition", r) for r in records)
-    lean = rebuild_state(topic)
+    replayed = rebuild_state(topic)
     reference = _reference(records)
 
-    assert lean.instants == reference.instants
-    assert lean.tail_seq == reference.tail_seq
-    assert lean.last_requested_time == reference.last_requested_time
-    assert [(r.seq, r.reason) for r in lean.rejected] == list(reference.rejected)
-    for state in lean.instants.values():  # what pydantic makes of the same values
+    assert replayed.instants == reference.instants
+    assert replayed.tail_seq == reference.tail_seq
+    assert replayed.last_requested_time == reference.last_requested_time
+    assert [(r.seq, r.reason) for r in replayed.rejected] == list(reference.rejected)
+    for state in replayed.instants.values():  # what pydantic makes of the same values
         assert InstantState.model_validate(state.model_dump()) == state
+    while_read = TopicReplay()  # folded as the records arrive, as ``lakewarden replay`` does
+    for r in records:
+        while_read.feed(Recorded("TimelineTransition", r))
+    assert while_read.state() == replayed
+    summary = while_read.summary()
+    assert summary.rejected == replayed.rejected and summary.tail_seq == replayed.tail_seq
+    assert summary.states == Counter(str(i.state) for i in replayed.instants.values())
 
 
 def test_entries_with_equal_payload_texts_share_one_payload() -> None:
