@@ -337,7 +337,7 @@ class LoadManifestsStage(Stage[LoadArgs, LoadedManifests]):
 
     def _read(self, attempt: TaskAttemptId, key: str) -> bytes:
         try:
-            data = self.store.read(key)
+            data = self.store.read_manifest(key)
         except NotFoundError as err:
             raise MissingManifestError(
                 f"accepted task attempt {attempt} has no manifest {key}. Help: only attempts "
