@@ -119,9 +119,12 @@ class HeldManifests:
 
     def known(self, table_id: str, job_id: str, attempts: Iterable[str]) -> bool:
         """Whether every one of ``attempts`` was announced (with its manifest or a pointer)."""
+        wanted = list(attempts)
         with self._lock:
             job = self._jobs.get((table_id, job_id))
-            return job is not None and all(a in job.manifests for a in attempts)
+            if job is None:
+                return not wanted
+            return all(a in job.manifests for a in wanted)
 
     def take(
         self, table_id: str, job_id: str, attempts: Iterable[str]

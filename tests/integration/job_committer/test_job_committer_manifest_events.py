@@ -19,7 +19,7 @@ from lakewarden.table.table import Table
 from lakewarden_services._common.process import ServiceProcess
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.usefixtures("lock_service")]
-REGIONS = ("eu", "us", "apac", "eu")
+REGIONS = ("eu", "us", "apac", "af")
 READS = "op_read_manifest"  # GETs of manifests, metered by the committer's storage layer
 
 

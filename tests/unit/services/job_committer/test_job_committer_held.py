@@ -166,6 +166,7 @@ def test_a_request_waits_briefly_for_announcements_not_read_yet() -> None:
         arrived = await held.wait_for("t", "j", ["a1"], 2.0)
         await task
         missing = await held.wait_for("t", "j", ["a1", "a2"], 0.01)
+        assert await held.wait_for("t", "empty-job", [], 60)  # nothing to wait for
         return arrived, missing
 
     assert asyncio.run(scenario()) == (True, False)
