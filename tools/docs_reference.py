@@ -86,6 +86,11 @@ SETTINGS_MODELS = (
         "The timeline-lock service, besides those of every service.",
     ),
     SettingsModel(
+        "job-committer",
+        "lakewarden_services.job_committer.held:HeldManifestSettings",
+        "The job-committer service: how it holds the manifests TaskManifest events carry.",
+    ),
+    SettingsModel(
         "cleaner",
         "lakewarden_services.cleaner.settings:CleanerSettings",
         "The cleaner service.",

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from lakewarden.clients._results import listen_from_end
-from lakewarden.commit import JobLayout, SuccessData, TaskAttemptId
+from lakewarden.commit import JobLayout, SavedManifest, SuccessData, TaskAttemptId
 from lakewarden.errors import CommitStateUnknownError, NonRetryableError, RetryableError
 from lakewarden.events import (
     EventConsumer,
@@ -47,6 +47,7 @@ from lakewarden.events import (
     EventProducer,
     make_event,
 )
+from lakewarden.events.manifests import task_manifest_event
 from lakewarden.events.topics import JOB_RESULTS
 from lakewarden.extras import missing_extra
 from lakewarden.settings import CommitterSettings, Settings
@@ -96,12 +97,14 @@ class CommitServiceUnavailableError(RetryableError):
 @dataclass(frozen=True)
 class AttemptManifest:
     """A committed task attempt's manifest, announced as a ``TaskManifest`` event before the
-    request (the service's audit trail and early validation)."""
+    request (the service's audit trail and early validation); with ``saved``, the event
+    carries the manifest itself when it fits, and the job commit need not read it."""
 
     attempt_id: str
     manifest_key: str
     file_count: int
     total_bytes: int
+    saved: SavedManifest | None = None
 
 
 @dataclass(frozen=True)
@@ -254,18 +257,18 @@ def manifest_record(
 ) -> dict[str, Any]:
     """The ``TaskManifest`` event announcing one attempt of ``request``'s job."""
     attempt = TaskAttemptId.parse(manifest.attempt_id)
-    return make_event(
-        "TaskManifest",
+    return task_manifest_event(
         table_id=request.table_id,
         producer_id=producer_id,
         job_id=request.job_id,
         task_id=str(attempt.task_id),
-        task_attempt_id=manifest.attempt_id,
+        attempt_id=manifest.attempt_id,
         instant=request.instant,
-        manifest_path=manifest.manifest_key,
+        manifest_key=manifest.manifest_key,
         file_count=manifest.file_count,
         total_bytes=manifest.total_bytes,
         table_uri=request.table_uri,
+        saved=manifest.saved,
     )
 
 

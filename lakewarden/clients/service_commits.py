@@ -63,7 +63,8 @@ class ServiceJobCommits:
         committer = self.settings.committer if spec.committer is None else spec.committer
         request = replace(spec, table_uri=table_uri, table_id=table_id, committer=committer)
         manifests = [
-            AttemptManifest(str(t.attempt), t.manifest_key, t.files, t.bytes) for t in tasks
+            AttemptManifest(str(t.attempt), t.manifest_key, t.files, t.bytes, t.saved)
+            for t in tasks
         ]
         with self._guard:
             if self._client is None:

@@ -52,12 +52,19 @@ from lakewarden.commit.errors import (
     TaskCommitError,
 )
 from lakewarden.commit.layout import InvalidIdError, JobLayout, TaskAttemptId, TaskId, new_job_id
-from lakewarden.commit.manifest import FileEntry, ManifestHeader, UploadRef
+from lakewarden.commit.manifest import (
+    AnnouncedManifest,
+    FileEntry,
+    ManifestHeader,
+    SavedManifest,
+    UploadRef,
+)
 from lakewarden.commit.options import CommitterOptions
 from lakewarden.commit.statistics import CommitStatistics
 from lakewarden.commit.success import SuccessData
 
 __all__ = [
+    "AnnouncedManifest",
     "CommitError",
     "CommitStatistics",
     "CommittedFile",
@@ -84,6 +91,7 @@ __all__ = [
     "NonRetryableStageFailedError",
     "PathOutsideTableError",
     "RetryableStageFailedError",
+    "SavedManifest",
     "SizeMismatchError",
     "SourceOutsideAttemptError",
     "StageFailedError",

@@ -91,6 +91,13 @@ class CommitStore:
         """Raises: NotFoundError, StorageError."""
         return self.metered.read(key)
 
+    def read_manifest(self, key: str) -> bytes:
+        """``read`` of a task manifest, metered apart (``op_read_manifest``): how many
+        manifests a job commit had to read, where the others came in events.
+
+        Raises: NotFoundError, StorageError."""
+        return self._call("read_manifest", lambda: self.storage.read(key))
+
     def write(self, key: str, data: bytes) -> None:
         self.metered.write(key, data)
 

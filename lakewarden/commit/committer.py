@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import traceback
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -32,7 +32,7 @@ from lakewarden.commit.errors import (
     StageFailedError,
 )
 from lakewarden.commit.layout import JobLayout, TaskAttemptId
-from lakewarden.commit.manifest import DIR_CREATED, DIR_EXISTS
+from lakewarden.commit.manifest import DIR_CREATED, DIR_EXISTS, AnnouncedManifest
 from lakewarden.commit.options import CommitterOptions
 from lakewarden.commit.reports import ReportWriter
 from lakewarden.commit.stages import (
@@ -98,13 +98,18 @@ class ManifestCommitter:
         job_attempt: int = 0,
         options: CommitterOptions | None = None,
         stage_hook: StageHook | None = None,
+        announced: Mapping[str, AnnouncedManifest] | None = None,
     ) -> None:
+        """``announced``: manifests already at hand, by task attempt id (job-committer holds
+        those of the ``TaskManifest`` events it read); the job commit loads them instead of
+        reading storage once the saved manifests are shown to be the same bytes."""
         self.storage = storage
         self.layout = JobLayout(job_id, job_attempt)
         self.options = options or CommitterOptions()
         self.store = CommitStore(storage)
         self.reports = ReportWriter(self.options.summary_report_directory, None, self.store.stats)
         self._stage_hook = stage_hook
+        self.announced: Mapping[str, AnnouncedManifest] = announced or {}
         self._nonce = uuid.uuid4().hex
 
     def __repr__(self) -> str:
@@ -183,7 +188,7 @@ class ManifestCommitter:
         self, config: StageConfig, attempts: list[TaskAttemptId], description: str
     ) -> JobCommitResult:
         with EntrySpill() as spill:
-            loaded = LoadManifestsStage(config).run(LoadArgs(attempts, spill))
+            loaded = LoadManifestsStage(config).run(LoadArgs(attempts, spill, self.announced))
             plan = ValidateManifestsStage(config).run(loaded)
             dirs = CreateDirectoriesStage(config).run(plan)
             place = CompleteUploadsStage if loaded.upload_mode else RenameFilesStage

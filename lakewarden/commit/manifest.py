@@ -22,8 +22,10 @@ The header is frozen pydantic. File entries are the hot path (tens of thousands 
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -149,6 +151,33 @@ def serialize_manifest(header: ManifestHeader, files: Sequence[FileEntry]) -> by
     doc["extraData"] = head["extraData"]
     doc["iostatistics"] = head["iostatistics"]
     return json.dumps(doc, separators=(",", ":")).encode()
+
+
+@dataclass(frozen=True, slots=True)
+class SavedManifest:
+    """A manifest as a task commit saved it: header, entries and the exact bytes stored (what
+    the task attempt announces in its ``TaskManifest`` event)."""
+
+    header: ManifestHeader
+    entries: tuple[FileEntry, ...]
+    data: bytes
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.data).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class AnnouncedManifest:
+    """A task attempt's manifest as its ``TaskManifest`` event carried it: the manifest's JSON
+    bytes rebuilt from the event, and the task's SHA-256 of the bytes it saved. A job commit
+    loads it instead of reading storage once the saved manifest is shown to be these bytes
+    (``LoadManifestsStage``)."""
+
+    attempt: str
+    key: str  # where the task saved it (the event's manifest_path)
+    data: bytes
+    sha256: str
 
 
 _HEAD_ORDER = (

@@ -82,9 +82,43 @@ def _fields(table_id: str) -> dict[str, dict[str, Any]]:
             "task_attempt_id": "attempt_20250314_0007_m_000012_1",
             "instant": _INSTANT,
             "manifest_path": "_temporary/manifest_job-20250314-0007/00/manifests/task-00012.json",
-            "file_count": 3,
+            "file_count": 1,
             "total_bytes": 12_582_912,
             "table_uri": "s3://lake/trips",
+            "manifest_sha256": "9f2c" * 16,
+            "manifest_size": 1_187,
+            "manifest": {
+                "type": "org.apache.hadoop.mapreduce.lib.output.committer.manifest.files"
+                ".TaskManifest/1",
+                "version": 1,
+                "job_attempt_number": 0,
+                "task_attempt_dir": "_temporary/manifest_job-20250314-0007/00/tasks/"
+                "attempt_20250314_0007_m_000012_1/",
+                "files": [
+                    {
+                        "source": "city=sf/f1_0-12-1_20250314092654123.parquet",
+                        "destination": "city=sf/f1_0-12-1_20250314092654123.parquet",
+                        "size": 12_582_912,
+                        "etag": "b1946ac92492d2347c6235b4d2611184-2",
+                        "upload": {
+                            "bucket": "lake",
+                            "destination_key": "trips/city=sf/f1_0-12-1_20250314092654123.parquet",
+                            "upload_id": "2~f9a8",
+                            "etags": ["5d41402abc4b2a76b9719d911017c592"] * 2,
+                            "length": 12_582_912,
+                        },
+                    }
+                ],
+                "directories": [{"dir": "city=sf", "type": 0, "level": 1}],
+                "extra_data": {"instant": _INSTANT, "operation": "insert"},
+                "iostatistics": {
+                    "counters": {"op_upload_part": 2},
+                    "gauges": {},
+                    "minimums": {"op_upload_part.min": 41.5},
+                    "maximums": {"op_upload_part.max": 58.25},
+                    "meanstatistics": {"op_upload_part.mean": {"samples": 2, "sum": 99.75}},
+                },
+            },
         },
         "JobCommitRequest": {
             "instant": _INSTANT,

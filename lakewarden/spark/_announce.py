@@ -2,10 +2,12 @@
 
 With Kafka configured, every task attempt that commits (accepted by the driver later or not:
 a speculative loser, a retried attempt) publishes the event on ``lakewarden.task.manifests``
-right after its task commit saved the manifest, with its attempt id, the manifest's path and
-its file count and bytes. job-committer validates each one early and logs it (the audit trail
-of every attempt, not only the accepted ones); the job commit itself still loads, from
-storage, the manifests of exactly the attempts the driver accepted.
+right after its task commit saved the manifest, with its attempt id, the manifest's path,
+digest, file count and bytes, and the manifest itself when the event fits a Kafka message
+(``lakewarden.events.manifests``). job-committer validates each one early and logs it (the
+audit trail of every attempt, not only the accepted ones) and holds the manifests: the job
+commit loads those of exactly the attempts the driver accepted from the events, reading
+storage only for a manifest it did not receive.
 
 The event is an announcement, not the commit: an attempt whose event could not be delivered
 is not failed (its manifest is saved and the driver may accept it). Its commit message says
@@ -27,6 +29,8 @@ from typing import TYPE_CHECKING
 from lakewarden.settings import Settings
 
 if TYPE_CHECKING:
+    from lakewarden.commit import SavedManifest
+
     # Imported when Kafka is configured only: without it a task worker need not load the
     # event layer (confluent-kafka, fastavro, the schemas).
     from lakewarden.events import EventProducer
@@ -53,31 +57,33 @@ def announce_manifest(
     manifest_key: str,
     file_count: int,
     total_bytes: int,
+    saved: SavedManifest | None = None,
 ) -> bool:
-    """Publish the attempt's ``TaskManifest`` and wait for its acknowledgement. True when it
-    was delivered; False when job-committer does not commit the job (no Kafka, or
-    ``kafka.job_commits = "embedded"``) or the delivery failed (logged)."""
+    """Publish the attempt's ``TaskManifest`` (with ``saved``, the manifest itself, when it
+    fits) and wait for its acknowledgement. True when it was delivered; False when
+    job-committer does not commit the job (no Kafka, or ``kafka.job_commits = "embedded"``)
+    or the delivery failed (logged)."""
     if not settings.kafka.commits_by_service:
         return False
-    from lakewarden.events.envelope import make_event
+    from lakewarden.events.manifests import task_manifest_event
 
     try:
         producer = _producer(settings)
     except Exception as err:  # noqa: BLE001 - the broker did not answer: the driver announces
         log.warning("task manifest not announced (the driver announces it): %s", err)
         return False
-    record = make_event(
-        "TaskManifest",
+    record = task_manifest_event(
         table_id=table_id,
         producer_id=f"spark-task:{attempt_id}",
         job_id=job_id,
         task_id=task_id,
-        task_attempt_id=attempt_id,
+        attempt_id=attempt_id,
         instant=instant,
-        manifest_path=manifest_key,
+        manifest_key=manifest_key,
         file_count=file_count,
         total_bytes=total_bytes,
         table_uri=table_uri,
+        saved=saved,
     )
     try:
         producer.send("TaskManifest", record)

@@ -164,6 +164,7 @@ class _Task:
             manifest_key=result.manifest_key,
             file_count=result.files,  # what the manifest lists (job-committer checks it)
             total_bytes=result.bytes,
+            saved=result.saved,
         )
         return TaskCommitMessage(
             instant=self.spec.instant,

@@ -22,12 +22,14 @@ from lakewarden.storage import ObjectInfo
 
 
 class LevelEntry(NamedTuple):
-    """One child of a directory level: an object (with size and mtime) or a subdirectory."""
+    """One child of a directory level: an object (with size, mtime and the store's etag, if
+    any) or a subdirectory."""
 
     name: str
     is_dir: bool
     size: int = 0
     mtime_ms: int = 0
+    etag: str | None = None
 
 
 # (base, name_prefix, hint) -> the entries of level ``base`` whose names start with
@@ -66,7 +68,7 @@ def _walk_level(
         if entry.is_dir:
             yield from _walk_level(list_level, key + "/", "", start_after)
         elif start_after is None or key > start_after:
-            yield ObjectInfo(key=key, size=entry.size, mtime_ms=entry.mtime_ms)
+            yield ObjectInfo(key=key, size=entry.size, mtime_ms=entry.mtime_ms, etag=entry.etag)
 
 
 def level_hint(base: str, start_after: str | None) -> str | None:

@@ -241,7 +241,14 @@ class S3Storage(Storage):
             for page in paginator.paginate(**kwargs):
                 for item in page.get("Contents", ()):
                     mtime_ms = int(item["LastModified"].timestamp() * 1000)
-                    yield LevelEntry(str(item["Key"])[cut:], False, int(item["Size"]), mtime_ms)
+                    etag = item.get("ETag")
+                    yield LevelEntry(
+                        str(item["Key"])[cut:],
+                        False,
+                        int(item["Size"]),
+                        mtime_ms,
+                        str(etag).strip('"') if etag else None,
+                    )
                 for common in page.get("CommonPrefixes", ()):
                     yield LevelEntry(str(common["Prefix"])[cut:].rstrip("/"), True)
         except (ClientError, BotoCoreError) as err:

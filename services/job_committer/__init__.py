@@ -6,14 +6,18 @@ Spark drivers (``lakewarden.clients.CommitClient``) send ``JobCommitRequest`` ev
 ``job.requests`` keyed by table id; the service runs the job commit of the accepted task
 attempts and completes the instant (``lakewarden.table.job_commit.commit_instant``, the same
 function an in-process write runs), or rolls it back, and answers with a ``JobCommitResult``
-on ``job.results``. It also reads ``task.manifests`` (audit trail, early validation) and
-publishes the timeline entries it appends to ``timeline``.
+on ``job.results``. It also reads ``task.manifests``: the audit trail, early validation, and
+the manifests the events carry, which it holds (``held``) so that a job commit loads them
+without reading storage (checked against one listing of the saved manifests). It publishes
+the timeline entries it appends to ``timeline``.
 
-``protocol`` holds the record conversions, ``worker`` the blocking commit (run on a worker
-thread), ``handler`` what the agents do, ``app`` and ``agents`` the faust declarations,
-``hooks`` the crash hooks tests use, ``metrics`` the Prometheus metrics.
+``protocol`` holds the record conversions, ``held`` the announced manifests, ``worker`` the
+blocking commit (run on a worker thread), ``handler`` what the agents do, ``app`` and
+``agents`` the faust declarations, ``hooks`` the crash hooks tests use, ``metrics`` the
+Prometheus metrics.
 
-Why faust, with no faust table: the state that matters is in storage (the timeline and the
-job's ``_SUCCESS``), so a restarted or rebalanced instance needs nothing but the requests it
-has not answered, which Kafka redelivers (offsets are committed only past answered requests).
+Why faust, with no faust table: the state that matters is in storage (the timeline, the
+saved manifests and the job's ``_SUCCESS``), so a restarted or rebalanced instance needs
+nothing but the requests it has not answered, which Kafka redelivers (offsets are committed
+only past answered requests); the manifests held from events are a cache it may lose.
 """

@@ -3,7 +3,8 @@
 - ``serve_commit_requests`` (concurrency 1): every ``JobCommitRequest`` through
   ``RequestHandler`` (idempotent: a redelivered request resumes, a duplicate gets the
   recorded result);
-- ``audit_task_manifests`` (concurrency 1): every ``TaskManifest`` through ``ManifestHandler``.
+- ``audit_task_manifests`` (concurrency 1): every ``TaskManifest`` through ``ManifestHandler``,
+  which holds the manifests the events carry for the job commits (``held``).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from lakewarden_services.job_committer.app import (
     timeline_topic,
 )
 from lakewarden_services.job_committer.handler import ManifestHandler, RequestHandler
+from lakewarden_services.job_committer.held import HeldManifests, HeldManifestSettings
 from lakewarden_services.job_committer.hooks import crash_hook_from_env
 from lakewarden_services.job_committer.worker import CommitWorker
 
@@ -58,6 +60,10 @@ def _coordinator() -> Coordinator:
 
 
 worker = CommitWorker(settings, _coordinator, hook=crash_hook_from_env())
+held_settings = HeldManifestSettings()
+held = HeldManifests(
+    max_bytes=held_settings.held_manifest_bytes, max_age_s=held_settings.held_manifest_age_s
+)
 requests_handler = RequestHandler(
     worker=worker,
     run_blocking=_on(commit_pool),
@@ -65,9 +71,11 @@ requests_handler = RequestHandler(
     send_transition=_send_transition,
     dead_letters=dead_letters,
     producer_id=SERVICE,
+    held=held,
+    manifest_wait_s=held_settings.manifest_wait_s,
 )
 manifests_handler = ManifestHandler(
-    settings=settings, run_blocking=_on(manifest_pool), dead_letters=dead_letters
+    settings=settings, run_blocking=_on(manifest_pool), dead_letters=dead_letters, held=held
 )
 
 

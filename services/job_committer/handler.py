@@ -5,9 +5,13 @@
 1. undecodable, not a JobCommitRequest, keyed wrongly or invalid: dead-letter it; an invalid
    request that names its instant and job is also answered ``failed`` (stage
    ``check_request``), so its sender does not wait for a timeout;
-2. run the job commit on a worker thread (``CommitWorker.run``; the event loop stays free);
-3. publish the ``TimelineTransition`` of the entry the service appended, then the
-   ``JobCommitResult``.
+2. take the accepted attempts' manifests held from their ``TaskManifest`` events
+   (``HeldManifests``), waiting up to ``manifest_wait_s`` for events sent before the request
+   but not read yet;
+3. run the job commit on a worker thread (``CommitWorker.run``; the event loop stays free):
+   it loads the held manifests and reads storage for the others;
+4. publish the ``TimelineTransition`` of the entry the service appended, then the
+   ``JobCommitResult``, and drop the job's held manifests.
 
 Delivery is at-least-once and every step is idempotent: a request redelivered after a crash
 resumes the job commit where it stopped, and a duplicate request for a finished job is
@@ -15,7 +19,8 @@ answered with the recorded result. The offset of a request is committed only aft
 answer was produced (faust flushes the producer before committing offsets).
 
 ``ManifestHandler.handle`` takes one ``TaskManifest``: the audit trail (a log line and a
-counter per event) and, when the event names its table, early validation of the manifest.
+counter per event), early validation of the manifest (the event's copy, or the saved one
+when the event is a pointer and names its table), and holds the manifest for the job commit.
 """
 
 from __future__ import annotations
@@ -28,12 +33,15 @@ from typing import Any
 from faust.types import Message
 
 from lakewarden.clients.timeline_events import transition_record
+from lakewarden.commit import AnnouncedManifest, CommitError
 from lakewarden.events import Event, InvalidEvent, Undecodable
+from lakewarden.events.manifests import announced_manifest
 from lakewarden.settings import Settings
 from lakewarden.storage import open_storage
 from lakewarden.table.job_commit import CommitRequest
 from lakewarden_services._common.dlq import DeadLetterSink, dead_letter_failures
 from lakewarden_services.job_committer import metrics
+from lakewarden_services.job_committer.held import HeldManifests
 from lakewarden_services.job_committer.protocol import (
     ManifestNotice,
     Outcome,
@@ -42,7 +50,11 @@ from lakewarden_services.job_committer.protocol import (
     refusal_for,
     result_record,
 )
-from lakewarden_services.job_committer.worker import CommitWorker, check_manifest
+from lakewarden_services.job_committer.worker import (
+    CommitWorker,
+    check_announced,
+    check_manifest,
+)
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +75,8 @@ class RequestHandler:
         send_transition: SendEvent,
         dead_letters: DeadLetterSink,
         producer_id: str,
+        held: HeldManifests | None = None,
+        manifest_wait_s: float = 0.0,
     ) -> None:
         self.worker = worker
         self.run_blocking = run_blocking
@@ -70,6 +84,8 @@ class RequestHandler:
         self.send_transition = send_transition
         self.dead_letters = dead_letters
         self.producer_id = producer_id
+        self.held = held if held is not None else HeldManifests(max_bytes=0)
+        self.manifest_wait_s = manifest_wait_s
 
     async def handle(self, message: Message, value: Any) -> None:
         """Process one message of ``job.requests`` (see the module docstring). A failure of
@@ -98,8 +114,12 @@ class RequestHandler:
             "job commit requested",
             extra={"table": job.table_id, "instant": job.instant, "job_id": job.job_id},
         )
-        outcome: Outcome = await self.run_blocking(lambda: self.worker.run(job))  # 2.
-        await self._publish(job, outcome)  # 3.
+        accepted = [str(a) for a in job.accepted]
+        await self.held.wait_for(job.table_id, job.job_id, accepted, self.manifest_wait_s)  # 2.
+        announced = self.held.take(job.table_id, job.job_id, accepted)
+        outcome: Outcome = await self.run_blocking(lambda: self.worker.run(job, announced))  # 3.
+        await self._publish(job, outcome)  # 4.
+        self.held.forget(job.table_id, job.job_id)
         _count(outcome, time.monotonic() - started)
         _log(job, outcome)
 
@@ -119,6 +139,8 @@ def _count(outcome: Outcome, elapsed_s: float) -> None:
     metrics.COMMITS.labels(outcome.status, str(outcome.recorded).lower()).inc()
     metrics.DURATION.observe(elapsed_s)
     metrics.FILES.inc(outcome.placed)
+    metrics.LOADED.labels("event").inc(outcome.manifests_from_events)
+    metrics.LOADED.labels("storage").inc(outcome.manifests_from_storage)
     if outcome.resumed:
         metrics.RESUMED.inc()
     if not outcome.committed and not outcome.recorded:
@@ -150,10 +172,12 @@ class ManifestHandler:
         settings: Settings,
         run_blocking: RunBlocking,
         dead_letters: DeadLetterSink,
+        held: HeldManifests | None = None,
     ) -> None:
         self.settings = settings
         self.run_blocking = run_blocking
         self.dead_letters = dead_letters
+        self.held = held if held is not None else HeldManifests(max_bytes=0)
 
     async def handle(self, message: Message, value: Any) -> None:
         """Process one message of ``task.manifests``; bad events are dead-lettered."""
@@ -171,9 +195,13 @@ class ManifestHandler:
         except InvalidEvent as err:
             await self.dead_letters.reject(message, reason=err.reason, detail=err.detail)
             return
-        if not notice.table_uri:
+        if notice.carries_manifest:
+            status, detail = await self.run_blocking(lambda: self._hold(notice))
+        elif not notice.table_uri:
+            self._held(notice, None)
             status, detail = "audit_only", "the event names no table URI"
         else:
+            self._held(notice, None)
             status, detail = await self.run_blocking(lambda: self._check(notice))
         metrics.MANIFESTS.labels(status).inc()
         level = logging.INFO if status in ("valid", "audit_only") else logging.WARNING
@@ -189,6 +217,25 @@ class ManifestHandler:
                 "attempt": str(notice.attempt),
             },
         )
+
+    def _hold(self, notice: ManifestNotice) -> tuple[str, str]:
+        """Rebuild the manifest the event carries, check it early and hold it (a manifest
+        that fails the check is held as a pointer: the job commit reads the saved one)."""
+        assert notice.record is not None
+        try:
+            manifest = announced_manifest(notice.record)
+        except CommitError as err:
+            self._held(notice, None)
+            return "invalid", str(err)
+        if manifest is None:  # no digest: the job commit could not check it against storage
+            self._held(notice, None)
+            return "audit_only", "the event carries a manifest without its digest"
+        status, detail = check_announced(notice, manifest)
+        self._held(notice, manifest if status == "valid" else None)
+        return status, detail
+
+    def _held(self, notice: ManifestNotice, manifest: AnnouncedManifest | None) -> None:
+        self.held.add(notice.table_id, notice.job_id, str(notice.attempt), manifest)
 
     def _check(self, notice: ManifestNotice) -> tuple[str, str]:
         try:

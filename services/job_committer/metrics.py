@@ -39,3 +39,10 @@ TRANSITIONS = Counter(
     "TimelineTransition events published for entries the service appended",
     ["transition"],
 )
+LOADED = Counter(
+    "lakewarden_job_commit_manifests_total",
+    "Manifests job commits loaded, by source: event (the TaskManifest event's copy, checked "
+    "against the saved manifest's listing) or storage (read: a pointer-only event, an attempt "
+    "the instance did not see, or a copy that did not match)",
+    ["source"],
+)

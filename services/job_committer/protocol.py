@@ -36,6 +36,9 @@ class Outcome:
     entries: tuple[TimelineEntry, ...] = ()  # what the service appended, to publish
     placed: int = 0
     resumed: bool = False
+    # Where the job commit's manifests came from (TaskManifest events, or storage reads).
+    manifests_from_events: int = 0
+    manifests_from_storage: int = 0
 
     @property
     def committed(self) -> bool:
@@ -54,6 +57,12 @@ class ManifestNotice:
     manifest_path: str
     file_count: int
     total_bytes: int
+    # The decoded event: it may carry the manifest itself (``lakewarden.events.manifests``).
+    record: dict[str, Any] | None = None
+
+    @property
+    def carries_manifest(self) -> bool:
+        return self.record is not None and self.record.get("manifest") is not None
 
 
 def _check_envelope(name: str, expected: str, record: dict[str, Any], key: bytes | None) -> str:
@@ -145,6 +154,7 @@ def parse_manifest_event(name: str, record: dict[str, Any], *, key: bytes | None
         manifest_path=record["manifest_path"],
         file_count=record["file_count"],
         total_bytes=record["total_bytes"],
+        record=record,
     )
 
 

@@ -20,11 +20,20 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
-from lakewarden.commit import CommitError, CommitterOptions, JobLayout, ManifestCommitter
+from lakewarden.commit import (
+    AnnouncedManifest,
+    CommitError,
+    CommitterOptions,
+    FileEntry,
+    JobLayout,
+    ManifestCommitter,
+    ManifestHeader,
+)
 from lakewarden.commit.layout import is_reserved
 from lakewarden.commit.manifest import parse_manifest
+from lakewarden.commit.stages.load import FROM_EVENTS, FROM_STORAGE
 from lakewarden.errors import CommitStateUnknownError, LakewardenError, RetryableError
 from lakewarden.publish import attach
 from lakewarden.settings import Settings
@@ -78,8 +87,12 @@ class CommitWorker:
         self.retry_delay_s = retry_delay_s
         self.actor = actor()
 
-    def run(self, job: CommitRequest) -> Outcome:
-        """Steps 1-5 of the module docstring; never raises for a failed commit."""
+    def run(
+        self, job: CommitRequest, announced: Mapping[str, AnnouncedManifest] | None = None
+    ) -> Outcome:
+        """Steps 1-5 of the module docstring; never raises for a failed commit. ``announced``:
+        the accepted attempts' manifests held from their TaskManifest events (the job commit
+        reads storage for the others)."""
         progress = CommitProgress(stage=STAGE_OPEN_TABLE, hook=self.hook)
         try:
             storage, timeline = self._open(job)  # 1.
@@ -87,7 +100,7 @@ class CommitWorker:
             return _failed(err, STAGE_OPEN_TABLE)
         for attempt in range(1, self.attempts + 1):
             try:
-                return self._commit(job, storage, timeline, progress)
+                return self._commit(job, storage, timeline, progress, announced or {})
             except InstantFinishedError as err:
                 return _finished(err, timeline, job)
             except (RetryableError, CommitStateUnknownError) as err:
@@ -120,7 +133,12 @@ class CommitWorker:
         return storage, timeline
 
     def _commit(
-        self, job: CommitRequest, storage: Storage, timeline: Timeline, progress: CommitProgress
+        self,
+        job: CommitRequest,
+        storage: Storage,
+        timeline: Timeline,
+        progress: CommitProgress,
+        announced: Mapping[str, AnnouncedManifest],
     ) -> Outcome:
         progress.enter(STAGE_CHECK_INSTANT)
         # The handler publishes the entries the service appends (before the result, and again
@@ -140,6 +158,7 @@ class CommitWorker:
             job_attempt=job.job_attempt,
             options=CommitterOptions.from_settings(self.settings.committer, job.committer),
             stage_hook=self.hook,
+            announced=announced,
         )
         done = commit_instant(committer, txn, job, progress=progress)  # 3.
         return Outcome(
@@ -150,6 +169,8 @@ class CommitWorker:
             entries=_appended(timeline, job.instant),
             placed=done.placed,
             resumed=done.resumed,
+            manifests_from_events=committer.statistics.counter(FROM_EVENTS),
+            manifests_from_storage=committer.statistics.counter(FROM_STORAGE),
         )
 
     def _failed(
@@ -230,10 +251,10 @@ def _finished(err: InstantFinishedError, timeline: Timeline, job: CommitRequest)
 
 
 def check_manifest(storage: Storage, notice: ManifestNotice) -> tuple[str, str]:
-    """Early validation of an announced manifest: ``(status, detail)``, status one of
-    ``valid``, ``missing`` (not saved, or cleaned up after its job finished), ``invalid``
-    (malformed, another attempt's, a destination outside the table's data area) or
-    ``mismatch`` (file count or bytes differ from the event). The job commit validates
+    """Early validation of an announced manifest read from storage: ``(status, detail)``,
+    status one of ``valid``, ``missing`` (not saved, or cleaned up after its job finished),
+    ``invalid`` (malformed, another attempt's, a destination outside the table's data area)
+    or ``mismatch`` (file count or bytes differ from the event). The job commit validates
     again, fully; this only makes a bad attempt visible early."""
     layout = JobLayout(notice.job_id)
     expected_name = f"{notice.attempt}-manifest.json"
@@ -246,6 +267,27 @@ def check_manifest(storage: Storage, notice: ManifestNotice) -> tuple[str, str]:
         return "missing", f"no manifest at {path}"
     except CommitError as err:
         return "invalid", str(err)
+    return check_parsed(header, entries, notice)
+
+
+def check_announced(notice: ManifestNotice, manifest: AnnouncedManifest) -> tuple[str, str]:
+    """``check_manifest`` for the manifest the event carries (no storage read: the job
+    commit shows that the saved manifest is the same bytes before it uses them)."""
+    layout = JobLayout(notice.job_id)
+    path = notice.manifest_path
+    if not path.startswith(layout.job_dir) or path != manifest.key:
+        return "invalid", f"{path} is not where attempt {notice.attempt} saves its manifest"
+    try:
+        header, entries = parse_manifest(manifest.data, key=path)
+    except CommitError as err:
+        return "invalid", str(err)
+    return check_parsed(header, entries, notice)
+
+
+def check_parsed(
+    header: ManifestHeader, entries: list[FileEntry], notice: ManifestNotice
+) -> tuple[str, str]:
+    path = notice.manifest_path
     if header.task_attempt_id != str(notice.attempt):
         return "invalid", f"{path} is the manifest of {header.task_attempt_id}"
     for entry in entries:

@@ -4,9 +4,10 @@ spill the entries, keep only what later stages need in memory."""
 from __future__ import annotations
 
 import hashlib
+import re
 import threading
 from array import array
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from lakewarden.commit._spill import EntrySpill
@@ -17,15 +18,26 @@ from lakewarden.commit.errors import (
     SourceOutsideAttemptError,
 )
 from lakewarden.commit.layout import RESERVED_PREFIXES, JobLayout, TaskAttemptId
-from lakewarden.commit.manifest import ManifestHeader, Row, UploadRef, parse_manifest_rows
+from lakewarden.commit.manifest import (
+    AnnouncedManifest,
+    ManifestHeader,
+    Row,
+    UploadRef,
+    parse_manifest_rows,
+)
 from lakewarden.commit.reports import ReportWriter
 from lakewarden.commit.stages._base import Stage
 from lakewarden.commit.statistics import IOStatisticsJson, empty_iostatistics
 from lakewarden.commit.uploads import object_location
-from lakewarden.storage import InvalidKeyError, NotFoundError
+from lakewarden.storage import InvalidKeyError, NotFoundError, ObjectInfo
 from lakewarden.storage._keys import check_key
 
 RESERVED_NAMES = ("_temporary", ".lakewarden")
+# Counters of the job's statistics (and its _SUCCESS summary): where each manifest came from.
+FROM_EVENTS = "manifests_from_events"
+FROM_STORAGE = "manifests_from_storage"
+EVENT_MISMATCHES = "manifests_event_mismatches"
+_MD5_HEX = re.compile(r"^[0-9a-f]{32}$")
 
 
 @dataclass(frozen=True)
@@ -207,13 +219,20 @@ def _invalid_key(path: str) -> str | None:
 class LoadArgs:
     accepted: Sequence[TaskAttemptId]
     spill: EntrySpill  # owned (and closed) by the caller, whatever happens to the stage
+    # Manifests the caller already holds, by task attempt id (from TaskManifest events).
+    announced: Mapping[str, AnnouncedManifest] = field(default_factory=dict)
 
 
 class LoadManifestsStage(Stage[LoadArgs, LoadedManifests]):
     """Load the manifests of the accepted task attempts.
 
+    0. when the caller holds announced manifests (``LoadArgs.announced``), list the saved
+       manifests once;
+
     In parallel, at most ``max_loaded_manifests`` at once, for each accepted attempt:
-    1. read ``manifests/<taskAttemptId>-manifest.json`` (absent: the attempt never committed);
+    1. take its announced manifest if the saved one is shown to be the same bytes (listed,
+       same length, the task's SHA-256, and the store's MD5 etag where it has one), else read
+       ``manifests/<taskAttemptId>-manifest.json`` (absent: the attempt never committed);
     2. parse it and check that it names this job, job attempt, task and task attempt;
     3. check every entry's paths (``EntryRules``);
     4. spill its entries in chunks, keep its checksum, totals, directories, destination hashes
@@ -235,11 +254,14 @@ class LoadManifestsStage(Stage[LoadArgs, LoadedManifests]):
         digests: array[int] = array("q")
         directories: set[str] = set()
         lock = threading.Lock()
+        held = args.announced
+        saved = self._saved() if any(str(a) in held for a in args.accepted) else {}  # 0.
 
         def load(attempt: TaskAttemptId, stop: threading.Event) -> LoadedManifest | None:
             if stop.is_set():
                 return None
-            loaded, hashes, dirs = self._load_one(attempt, rules, spill)
+            announced = held.get(str(attempt))
+            loaded, hashes, dirs = self._load_one(attempt, rules, spill, announced, saved)
             with lock:
                 digests.extend(hashes)
                 directories.update(dirs)
@@ -252,20 +274,22 @@ class LoadManifestsStage(Stage[LoadArgs, LoadedManifests]):
         manifests = tuple(m for m in results if m is not None)
         return LoadedManifests(manifests, frozenset(directories), digests, spill, upload_mode)
 
+    def _saved(self) -> dict[str, ObjectInfo]:
+        """The saved manifests of this job attempt (one listing: one call per 1,000 on S3)."""
+        return {info.key: info for info in self.store.list(self.layout.manifests_dir)}
+
     def _load_one(
-        self, attempt: TaskAttemptId, rules: EntryRules, spill: EntrySpill
+        self,
+        attempt: TaskAttemptId,
+        rules: EntryRules,
+        spill: EntrySpill,
+        announced: AnnouncedManifest | None,
+        saved: Mapping[str, ObjectInfo],
     ) -> tuple[LoadedManifest, array[int], set[str]]:
         key = self.layout.manifest_key(attempt)
-        try:  # 1.
-            data = self.store.read(key)
-        except NotFoundError as err:
-            raise MissingManifestError(
-                f"accepted task attempt {attempt} has no manifest {key}. Help: only attempts "
-                "whose task commit succeeded can be accepted.",
-                job_id=self.layout.job_id,
-                attempt=str(attempt),
-                path=key,
-            ) from err
+        data = self._announced_bytes(announced, saved.get(key))  # 1.
+        if data is None:
+            data = self._read(attempt, key)
         sha256 = hashlib.sha256(data).hexdigest()
         self._reports.manifest(self.layout.job_id, key, data)
         header, rows = parse_manifest_rows(data, key=key)  # 2.
@@ -286,6 +310,44 @@ class LoadManifestsStage(Stage[LoadArgs, LoadedManifests]):
             header.iostatistics,
         )
         return loaded, digest.hashes, digest.directories
+
+    def _announced_bytes(
+        self, announced: AnnouncedManifest | None, info: ObjectInfo | None
+    ) -> bytes | None:
+        """The announced manifest's bytes when the saved manifest is shown to be the same
+        bytes; None when storage must be read (nothing announced, nothing saved, or any
+        difference: the saved manifest is the durable record and wins)."""
+        if announced is None:
+            return None
+        data = announced.data
+        etag = (info.etag or "").strip('"').lower() if info is not None else ""
+        same = (
+            info is not None
+            and announced.key == info.key
+            and len(data) == info.size
+            and hashlib.sha256(data).hexdigest() == announced.sha256
+        )
+        if same and _MD5_HEX.match(etag):  # a single PUT's etag is its content's MD5
+            same = hashlib.md5(data, usedforsecurity=False).hexdigest() == etag
+        if not same:
+            self.store.stats.increment(EVENT_MISMATCHES)
+            return None
+        self.store.stats.increment(FROM_EVENTS)
+        return data
+
+    def _read(self, attempt: TaskAttemptId, key: str) -> bytes:
+        try:
+            data = self.store.read_manifest(key)
+        except NotFoundError as err:
+            raise MissingManifestError(
+                f"accepted task attempt {attempt} has no manifest {key}. Help: only attempts "
+                "whose task commit succeeded can be accepted.",
+                job_id=self.layout.job_id,
+                attempt=str(attempt),
+                path=key,
+            ) from err
+        self.store.stats.increment(FROM_STORAGE)
+        return data
 
     def _check_header(self, header: ManifestHeader, attempt: TaskAttemptId, key: str) -> None:
         expected = (self.layout.job_id, self.layout.job_attempt, str(attempt.task_id), str(attempt))

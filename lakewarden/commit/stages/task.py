@@ -9,6 +9,7 @@ from lakewarden.commit.layout import TaskAttemptId, destination_of, is_reserved
 from lakewarden.commit.manifest import (
     FileEntry,
     ManifestHeader,
+    SavedManifest,
     UploadRef,
     directories_of,
     parse_manifest,
@@ -43,6 +44,9 @@ class TaskCommitResult:
     files: int
     bytes: int
     repeated: bool  # the same manifest was already saved (a retried commit whose reply was lost)
+    # What is saved under ``manifest_key`` (on a repeated commit, the first commit's bytes):
+    # what the attempt announces in its TaskManifest event.
+    saved: SavedManifest | None = None
 
 
 class TaskCommitStage(Stage[TaskCommitArgs, TaskCommitResult]):
@@ -85,11 +89,13 @@ class TaskCommitStage(Stage[TaskCommitArgs, TaskCommitResult]):
         key = self.layout.manifest_key(attempt)
         data = serialize_manifest(header, entries)
         repeated = False
+        saved = SavedManifest(header, tuple(entries), data)
         try:  # 4.
             self.store.write_if_absent(key, data)
         except AlreadyExistsError:
-            _, saved = parse_manifest(self.store.read(key), key=key)
-            if [e.to_json() for e in saved] != [e.to_json() for e in entries]:
+            stored = self.store.read(key)
+            first, saved_entries = parse_manifest(stored, key=key)
+            if [e.to_json() for e in saved_entries] != [e.to_json() for e in entries]:
                 raise TaskCommitError(
                     f"task attempt {attempt} already committed a different manifest ({key}). "
                     "Help: a task attempt commits once; retry the task as a new attempt.",
@@ -98,8 +104,9 @@ class TaskCommitStage(Stage[TaskCommitArgs, TaskCommitResult]):
                     path=key,
                 ) from None
             repeated = True
+            saved = SavedManifest(first, tuple(saved_entries), stored)
         total = sum(entry.size for entry in entries)
-        return TaskCommitResult(attempt, key, len(entries), total, repeated)
+        return TaskCommitResult(attempt, key, len(entries), total, repeated, saved)
 
     def _scan_files(self, attempt: TaskAttemptId) -> list[FileEntry]:
         prefix = self.layout.task_attempt_dir(attempt)

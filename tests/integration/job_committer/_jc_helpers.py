@@ -17,6 +17,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from lakewarden.clients import CommitRequest
 from lakewarden.commit import ManifestCommitter, new_job_id
+from lakewarden.commit.stages import TaskCommitResult
 from lakewarden.events import decode
 from lakewarden.settings import Settings
 from lakewarden.table.bucket import route
@@ -73,6 +74,7 @@ class Driver:
     committer: ManifestCommitter
     txn: WriteTransaction
     stats: dict[str, list[WriteStat]] = field(default_factory=dict)
+    results: dict[str, TaskCommitResult] = field(default_factory=dict)  # task commits
 
     @classmethod
     def begin(cls, table: Table) -> Driver:
@@ -120,7 +122,7 @@ class Driver:
                     size_bytes=len(payload),
                 )
             )
-        handle.commit()
+        self.results[str(handle.attempt_id)] = handle.commit()
         if tamper is not None:
             key = self.committer.layout.manifest_key(handle.attempt_id)
             self.table.storage.write(key, tamper(self.table.storage.read(key)))

@@ -123,6 +123,14 @@ def test_stat_reports_the_etag_where_the_store_has_one(storage: Storage) -> None
         assert etag is None
 
 
+def test_a_listing_reports_the_etag_stat_does(storage: Storage) -> None:
+    """A job commit checks announced manifests against one listing: it must carry the etag
+    (S3's MD5 of an object put whole), as ``stat`` does."""
+    storage.write("l/tagged", b"12345")
+    [listed] = storage.list("l/")
+    assert listed.etag == storage.stat("l/tagged").etag
+
+
 def test_stat_missing_is_not_found(storage: Storage) -> None:
     with pytest.raises(NotFoundError, match="'nope'"):
         storage.stat("nope")
