@@ -56,7 +56,8 @@ def jar_path() -> Path:
 
     sources = sorted(_SOURCES.rglob("*.java"))
     digest = hashlib.sha256(pyspark.__version__.encode())
-    for source in sources:
+    services = sorted(p for p in (_SOURCES / "META-INF").rglob("*") if p.is_file())
+    for source in sources + services:
         digest.update(source.relative_to(_SOURCES).as_posix().encode())
         digest.update(source.read_bytes())
     cache = Path(os.environ.get("LAKEWARDEN_UDF_CACHE") or Path.home() / ".cache" / "lakewarden")
@@ -67,11 +68,12 @@ def jar_path() -> Path:
 
 
 def _build(sources: list[Path], jar: Path, spark_jars: Path) -> None:
-    """Compile ``sources`` against pyspark's ``spark-sql-api`` jar into ``jar`` (by rename).
+    """Compile ``sources`` against pyspark's jars into ``jar`` (by rename), with the
+    ``META-INF`` service file that registers the ``lakewarden`` format's JVM side.
 
     Raises: JvmUdfUnavailableError."""
     javac, jar_tool = shutil.which("javac"), shutil.which("jar")
-    api = sorted(spark_jars.glob("spark-sql-api_*.jar"))
+    api = sorted(spark_jars.glob("spark-sql_*.jar"))
     if javac is None or jar_tool is None:
         raise JvmUdfUnavailableError(
             "lakewarden's Java UDFs need a JDK (javac and jar on the PATH) to be built once. "
@@ -79,14 +81,15 @@ def _build(sources: list[Path], jar: Path, spark_jars: Path) -> None:
             "at its folder."
         )
     if not api:
-        raise JvmUdfUnavailableError(f"no spark-sql-api jar in {spark_jars} to compile against")
+        raise JvmUdfUnavailableError(f"no spark-sql jar in {spark_jars} to compile against")
     jar.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="lakewarden-udf-", dir=jar.parent) as work:
         classes, staged = Path(work) / "classes", Path(work) / jar.name
         commands = [
-            [javac, "--release", "17", "-nowarn", "-d", str(classes), "-cp", str(api[0])]
+            [javac, "--release", "17", "-nowarn", "-d", str(classes), "-cp", f"{spark_jars}/*"]
             + [str(s) for s in sources],
-            [jar_tool, "cf", str(staged), "-C", str(classes), "."],
+            [jar_tool, "cf", str(staged), "-C", str(classes), "."]
+            + ["-C", str(_SOURCES), "META-INF"],
         ]
         for command in commands:
             done = subprocess.run(command, capture_output=True, text=True, check=False)
