@@ -18,8 +18,8 @@ from __future__ import annotations
 import os
 
 from lakewarden.storage import Storage
-from lakewarden.table.config import CONFIG_KEY, PublishConfig, TableConfig
 from lakewarden.table import read_manifest
+from lakewarden.table.config import CONFIG_KEY, PublishConfig, TableConfig
 from lakewarden.table.timeline import Timeline, TimelineEntry
 
 from .publisher import DeltaPublisher, PublishResult

@@ -83,7 +83,9 @@ def spark_schema_json(schema: pa.Schema) -> str | None:
         name = spark_type(field.type)
         if name is None:
             return None
-        fields.append({"name": field.name, "type": name, "nullable": field.nullable, "metadata": {}})
+        fields.append(
+            {"name": field.name, "type": name, "nullable": field.nullable, "metadata": {}}
+        )
     return json.dumps({"type": "struct", "fields": fields}, separators=(",", ":"))
 
 
@@ -139,4 +141,13 @@ def hook(storage: Storage, config: TableConfig, timeline: Timeline) -> Any:
     return after_completed
 
 
-__all__ = ["FORMAT_VERSION", "KEEP", "PREFIX", "hook", "manifest_key", "spark_schema_json", "spark_type", "write_latest"]
+__all__ = [
+    "FORMAT_VERSION",
+    "KEEP",
+    "PREFIX",
+    "hook",
+    "manifest_key",
+    "spark_schema_json",
+    "spark_type",
+    "write_latest",
+]

@@ -77,7 +77,9 @@ def test_copy_on_write_after_upserts_deletes_and_clustering(spark: Any, tmp_path
     narrowed = _read(spark, uri, columns="amount,id")
     assert _native(narrowed)
     assert narrowed.columns == ["amount", "id"]
-    assert sorted(r.id for r in narrowed.collect()) == sorted(lakewarden.read(uri)["id"].to_pylist())
+    assert sorted(r.id for r in narrowed.collect()) == sorted(
+        lakewarden.read(uri)["id"].to_pylist()
+    )
 
 
 def test_as_of_the_previous_commit_is_native(spark: Any, tmp_path: Path) -> None:
