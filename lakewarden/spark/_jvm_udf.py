@@ -1,4 +1,10 @@
-"""The bucket and partition-path functions of ``lakewarden.table.bucket``, in the JVM.
+"""The JVM side of the format: the ``lakewarden`` format's Parquet read path, and the bucket
+and partition-path functions of ``lakewarden.table.bucket``.
+
+``LakewardenSource`` (with ``ReadManifest``) registers the short name ``lakewarden`` in the JVM,
+which Spark 4 resolves before Python data sources: it reads the snapshots a read manifest
+vouches for with Spark's Parquet reader and hands everything else to the Python source
+(see its class comment).
 
 Spark has no FNV-1a, and its ANSI arithmetic refuses the 64-bit wrap-around the hash needs,
 so a Spark SQL expression cannot compute a record key's bucket. A Python UDF can, but then
@@ -12,7 +18,7 @@ exactly what the Python functions compute:
   the default partition for null and empty).
 
 The jar is compiled on first use with the JDK's ``javac`` and ``jar`` against pyspark's own
-``spark-sql-api`` jar, cached under ``LAKEWARDEN_UDF_CACHE`` (default
+jars, cached under ``LAKEWARDEN_UDF_CACHE`` (default
 ``~/.cache/lakewarden``) by a digest of the sources and the pyspark version, and written by
 rename, so concurrent builders never see half a jar (``make spark-udf`` builds it ahead:
 ``python -m lakewarden.spark._jvm_udf``). ``register(spark)`` adds it to the session
