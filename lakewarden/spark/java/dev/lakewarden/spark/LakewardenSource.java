@@ -45,6 +45,7 @@ public final class LakewardenSource extends PythonDataSourceV2 implements DataSo
     @Override
     public Table getTable(StructType schema, Transform[] partitioning, Map<String, String> properties) {
         ReadManifest planned = plan;
+        plan = null; // one table per planned read: a later getTable (a write) is Python's
         if (planned == null || !planned.schema.equals(schema)) {
             return super.getTable(schema, partitioning, properties);
         }
