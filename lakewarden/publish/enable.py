@@ -18,8 +18,9 @@ from __future__ import annotations
 import os
 
 from lakewarden.storage import Storage
+from lakewarden.table import read_manifest
 from lakewarden.table.config import CONFIG_KEY, PublishConfig, TableConfig
-from lakewarden.table.timeline import Timeline
+from lakewarden.table.timeline import Timeline, TimelineEntry
 
 from .publisher import DeltaPublisher, PublishResult
 from .schema import protocol_action, schema_string
@@ -55,6 +56,16 @@ def publishes_on_commit() -> bool:
 def attach(storage: Storage, config: TableConfig, timeline: Timeline) -> None:
     """Make ``timeline`` publish after each ``completed`` entry this process appends, when the
     table publishes (``Timeline.after_completed``) and the process publishes on commit
-    (``publishes_on_commit``); otherwise leave it alone."""
-    if config.publish.delta and publishes_on_commit():
-        timeline.after_completed = DeltaPublisher(storage, config, timeline).after_completed
+    (``publishes_on_commit``); and, for every table, write the latest snapshot's read
+    manifest (``lakewarden.table.read_manifest``: what the JVM side of the Spark format reads)."""
+    manifest = read_manifest.hook(storage, config, timeline)
+    if not (config.publish.delta and publishes_on_commit()):
+        timeline.after_completed = manifest
+        return
+    publish = DeltaPublisher(storage, config, timeline).after_completed
+
+    def after_completed(entry: TimelineEntry) -> None:
+        publish(entry)
+        manifest(entry)
+
+    timeline.after_completed = after_completed

@@ -23,6 +23,7 @@ for table-service plans (RFC-79) executed as Spark jobs.
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 from lakewarden._lazy import lazy_exports
@@ -74,7 +75,10 @@ def register(spark: Any) -> None:
     already found the format through the top-level ``pyspark_lakewarden`` module, and registering
     it again is refused with ``DATA_SOURCE_ALREADY_EXISTS``: that refusal means "done".
 
-    First it checks the Python Spark's workers will run (``lakewarden.spark._python``).
+    First it checks the Python Spark's workers will run (``lakewarden.spark._python``). Then
+    it adds the format's JVM side to the session (``_jvm_udf``: built once with the JDK's
+    ``javac``), which hands snapshot reads to Spark's own Parquet reader; without a JDK the
+    format stays all-Python, and says so in the log.
 
     Raises: WorkerPythonError (local mode, PYSPARK_PYTHON unset, and ``python3`` on the PATH
     cannot import lakewarden: every task would fail)."""
@@ -89,6 +93,16 @@ def register(spark: Any) -> None:
     except AnalysisException as err:
         if err.getCondition() != "DATA_SOURCE_ALREADY_EXISTS":
             raise
+    from lakewarden.spark import _jvm_udf
+
+    try:
+        _jvm_udf.register(spark)
+    except _jvm_udf.JvmUdfUnavailableError as err:
+        logging.getLogger("lakewarden.spark").warning(
+            "the lakewarden format's JVM side is not available (%s): spark.read.format"
+            "('lakewarden') reads every row through a Python worker",
+            err,
+        )
 
 
 __all__ = [

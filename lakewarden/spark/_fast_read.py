@@ -7,8 +7,10 @@ timeline decides the files, nothing is listed) and hands that list to
 column pruning, filter pushdown into the Parquet row groups, and aggregate pushdown apply as
 to any Parquet table. Only the slices whose log blocks must be merged with their base file go
 through the Python data source (``_reader``), pinned to the same instant, and the two are
-united. ``spark.read.format("lakewarden")`` stays the all-Python read: PySpark 4.0's Python
-Data Source API cannot hand a scan to a JVM reader.
+united. ``spark.read.format("lakewarden")`` reaches Spark's reader another way: PySpark 4.0's
+Python Data Source API cannot hand a scan to a JVM reader, so the format's JVM side
+(``lakewarden/spark/java/``, ``LakewardenSource``) takes snapshot reads a read manifest
+vouches for (``lakewarden.table.read_manifest``) and leaves the rest to the Python source.
 
 Partition columns: the data files hold every column, partition columns included. When every
 partition column is a string, an integer or a date and no file sits in the default partition

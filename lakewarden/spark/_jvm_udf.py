@@ -1,4 +1,10 @@
-"""The bucket and partition-path functions of ``lakewarden.table.bucket``, in the JVM.
+"""The JVM side of the format: the ``lakewarden`` format's Parquet read path, and the bucket
+and partition-path functions of ``lakewarden.table.bucket``.
+
+``LakewardenSource`` (with ``ReadManifest``) registers the short name ``lakewarden`` in the JVM,
+which Spark 4 resolves before Python data sources: it reads the snapshots a read manifest
+vouches for with Spark's Parquet reader and hands everything else to the Python source
+(see its class comment).
 
 Spark has no FNV-1a, and its ANSI arithmetic refuses the 64-bit wrap-around the hash needs,
 so a Spark SQL expression cannot compute a record key's bucket. A Python UDF can, but then
@@ -12,7 +18,7 @@ exactly what the Python functions compute:
   the default partition for null and empty).
 
 The jar is compiled on first use with the JDK's ``javac`` and ``jar`` against pyspark's own
-``spark-sql-api`` jar, cached under ``LAKEWARDEN_UDF_CACHE`` (default
+jars, cached under ``LAKEWARDEN_UDF_CACHE`` (default
 ``~/.cache/lakewarden``) by a digest of the sources and the pyspark version, and written by
 rename, so concurrent builders never see half a jar (``make spark-udf`` builds it ahead:
 ``python -m lakewarden.spark._jvm_udf``). ``register(spark)`` adds it to the session
@@ -56,7 +62,8 @@ def jar_path() -> Path:
 
     sources = sorted(_SOURCES.rglob("*.java"))
     digest = hashlib.sha256(pyspark.__version__.encode())
-    for source in sources:
+    services = sorted(p for p in (_SOURCES / "META-INF").rglob("*") if p.is_file())
+    for source in sources + services:
         digest.update(source.relative_to(_SOURCES).as_posix().encode())
         digest.update(source.read_bytes())
     cache = Path(os.environ.get("LAKEWARDEN_UDF_CACHE") or Path.home() / ".cache" / "lakewarden")
@@ -67,11 +74,12 @@ def jar_path() -> Path:
 
 
 def _build(sources: list[Path], jar: Path, spark_jars: Path) -> None:
-    """Compile ``sources`` against pyspark's ``spark-sql-api`` jar into ``jar`` (by rename).
+    """Compile ``sources`` against pyspark's jars into ``jar`` (by rename), with the
+    ``META-INF`` service file that registers the ``lakewarden`` format's JVM side.
 
     Raises: JvmUdfUnavailableError."""
     javac, jar_tool = shutil.which("javac"), shutil.which("jar")
-    api = sorted(spark_jars.glob("spark-sql-api_*.jar"))
+    api = sorted(spark_jars.glob("spark-sql_*.jar"))
     if javac is None or jar_tool is None:
         raise JvmUdfUnavailableError(
             "lakewarden's Java UDFs need a JDK (javac and jar on the PATH) to be built once. "
@@ -79,14 +87,15 @@ def _build(sources: list[Path], jar: Path, spark_jars: Path) -> None:
             "at its folder."
         )
     if not api:
-        raise JvmUdfUnavailableError(f"no spark-sql-api jar in {spark_jars} to compile against")
+        raise JvmUdfUnavailableError(f"no spark-sql jar in {spark_jars} to compile against")
     jar.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="lakewarden-udf-", dir=jar.parent) as work:
         classes, staged = Path(work) / "classes", Path(work) / jar.name
         commands = [
-            [javac, "--release", "17", "-nowarn", "-d", str(classes), "-cp", str(api[0])]
+            [javac, "--release", "17", "-nowarn", "-d", str(classes), "-cp", f"{spark_jars}/*"]
             + [str(s) for s in sources],
-            [jar_tool, "cf", str(staged), "-C", str(classes), "."],
+            [jar_tool, "cf", str(staged), "-C", str(classes), "."]
+            + ["-C", str(_SOURCES), "META-INF"],
         ]
         for command in commands:
             done = subprocess.run(command, capture_output=True, text=True, check=False)

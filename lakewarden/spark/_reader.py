@@ -14,7 +14,10 @@ the slice through the Python merge (``lakewarden.table.mor.read_slice``: the bas
 log blocks the statistics name), so Spark sees each record once, in its latest version.
 
 ``lakewarden.spark.read`` (``_fast_read``) hands the plain Parquet files to Spark's own reader and
-uses this source only for the merge-on-read slices with log blocks.
+uses this source only for the merge-on-read slices with log blocks. With the format's JVM side
+in the session (``register``), ``spark.read.format("lakewarden")`` comes here only for what
+that side does not take (``LakewardenSource.java``: no read manifest vouches for the snapshot,
+``since``, ``filters``, S3).
 
 Pushdown: PySpark 4.0.1's ``DataSourceReader`` receives neither the pruned columns nor the
 filters (``pushFilters`` arrives with Spark 4.1), so Spark prunes and filters after the read.

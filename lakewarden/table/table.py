@@ -88,10 +88,9 @@ class Table:
         self.settings = settings if settings is not None else Settings()
         self.actor = actor or f"python-writer@{socket.gethostname()}:{os.getpid()}"
         self.timeline_log = Timeline(storage, table=config.name)
-        if config.publish.delta:
-            from lakewarden.publish import attach
+        from lakewarden.publish import attach
 
-            attach(storage, config, self.timeline_log)
+        attach(storage, config, self.timeline_log)  # read manifests; the Delta log if on
         # Merge-on-read: log files this table's reads scanned, reused by later reads.
         self.log_cache = LogCache()
         # Where the table lives, for the cleaner's registration (see Coordinator.register_table).

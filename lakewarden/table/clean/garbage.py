@@ -24,7 +24,8 @@
    (every one, even a malformed one: removing it would make a gap); checkpoints
    ``timeline/_checkpoints/<seq:020d>.json``; job summaries ``jobs/<jobId>/_SUCCESS``; claim
    marks ``claims/<instant>.json``; spooled bad records ``errors/<instant>[.attempt-<n>].jsonl``
-   (``lakewarden.errortable.divert``: ``settle`` deletes them, a clean never does). Any other
+   (``lakewarden.errortable.divert``: ``settle`` deletes them, a clean never does); read
+   manifests ``read/<seq:020d>_<instant>.json`` (``lakewarden.table.read_manifest``). Any other
    name in ``timeline/``, ``jobs/`` or ``claims/`` (a half-written copy, a tool's backup:
    apache/hudi#19649's leftover manifest broke every later archive) is garbage once untouched
    for ``orphan_min_age_s``; any other name elsewhere under ``.lakewarden/`` is only an orphan
@@ -57,7 +58,8 @@ METADATA_LAYOUT = re.compile(
     r"|timeline/_checkpoints/\d{20}\.json"
     r"|jobs/[^/]+/_SUCCESS"
     r"|claims/[^/]+\.json"
-    r"|errors/\d{17}(?:\.attempt-\d+)?\.jsonl)"
+    r"|errors/\d{17}(?:\.attempt-\d+)?\.jsonl"
+    r"|read/\d{20}_\d{17}\.json)"
 )
 _METADATA_DIRS = tuple(METADATA_DIR + d for d in ("timeline/", "jobs/", "claims/"))
 _GIVEN_UP = frozenset({Transition.ROLLED_BACK, Transition.ABORTED})

@@ -1,0 +1,153 @@
+"""Read manifests: a snapshot's Parquet files, for readers that cannot replay the timeline.
+
+The JVM side of the ``lakewarden`` Spark format (``lakewarden/spark/java/``) hands a snapshot
+to Spark's own Parquet reader. It does not replay the timeline: after every ``completed``
+entry a process appends (``Timeline.after_completed``), the process writes the latest
+snapshot's file list as ``.lakewarden/read/<seq:020d>_<as_of>.json``:
+
+- ``seq``: the timeline's tail when the snapshot was built (every entry up to it applied);
+- ``as_of``: the snapshot's last completed instant;
+- ``schema``: the table's columns as Spark's JSON schema;
+- ``config_sha256``: the digest of ``table.json`` the schema came from;
+- ``files``: each base file (key relative to the table root, and size).
+
+Only a snapshot Spark's reader can return exactly gets one: every slice a plain Parquet file
+(no merge-on-read log blocks to merge) and every column of a type Spark reads as the table
+gives it (``native_type``). The content is a deterministic function of the timeline prefix, and
+it is created only if absent, so racing writers write the same bytes or lose harmlessly.
+
+A manifest is a cache, never the truth: the reader trusts one only after checking the
+timeline entries appended after its ``seq`` (the rules are in ``LakewardenSource.java``) and the
+config digest, and reads through the Python source otherwise. The newest ``KEEP`` manifests
+are kept; older ones are deleted (best effort).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from typing import Any
+
+import pyarrow as pa
+
+from lakewarden.storage import AlreadyExistsError, Storage
+from lakewarden.table.config import CONFIG_KEY, TableConfig
+from lakewarden.table.snapshot import build_snapshot
+from lakewarden.table.timeline import Timeline, TimelineEntry
+
+log = logging.getLogger("lakewarden.read_manifest")
+
+PREFIX = ".lakewarden/read/"
+FORMAT_VERSION = 1
+KEEP = 16
+
+
+def manifest_key(seq: int, as_of: str) -> str:
+    return f"{PREFIX}{seq:020d}_{as_of}.json"
+
+
+def spark_type(t: pa.DataType) -> str | None:
+    """The Spark SQL type (its JSON name) that Spark's Parquet reader gives a column of
+    Arrow type ``t`` exactly as the table gives it, or None where it does not (a nanosecond
+    timestamp, an unsigned integer, a nested type: those reads go through Python). The same
+    names as ``pyspark.sql.pandas.types.from_arrow_type``, which the Python source uses."""
+    simple: list[tuple[Any, str]] = [
+        (pa.types.is_boolean, "boolean"),
+        (pa.types.is_int8, "byte"),
+        (pa.types.is_int16, "short"),
+        (pa.types.is_int32, "integer"),
+        (pa.types.is_int64, "long"),
+        (pa.types.is_float32, "float"),
+        (pa.types.is_float64, "double"),
+        (pa.types.is_string, "string"),
+        (pa.types.is_large_string, "string"),
+        (pa.types.is_binary, "binary"),
+        (pa.types.is_large_binary, "binary"),
+        (pa.types.is_date32, "date"),
+    ]
+    for test, name in simple:
+        if test(t):
+            return name
+    if pa.types.is_timestamp(t) and t.unit in ("ms", "us"):
+        return "timestamp"
+    if pa.types.is_decimal128(t):
+        return f"decimal({t.precision},{t.scale})"
+    return None
+
+
+def spark_schema_json(schema: pa.Schema) -> str | None:
+    """``schema`` as Spark's JSON schema, or None when a column has no exact Spark type."""
+    fields = []
+    for field in schema:
+        name = spark_type(field.type)
+        if name is None:
+            return None
+        fields.append(
+            {"name": field.name, "type": name, "nullable": field.nullable, "metadata": {}}
+        )
+    return json.dumps({"type": "struct", "fields": fields}, separators=(",", ":"))
+
+
+def write_latest(storage: Storage, config: TableConfig, timeline: Timeline) -> str | None:
+    """Write the manifest of the latest snapshot (when Spark's reader can read it exactly)
+    and delete all but the newest ``KEEP``; the key written, or None.
+
+    Raises: StorageError, TimelineError."""
+    state = timeline.load()
+    snapshot = build_snapshot(state.completed())
+    schema = spark_schema_json(config.pa_schema)
+    slices = list(snapshot.slices.values())
+    if snapshot.as_of is None or schema is None or any(s.log_files for s in slices):
+        return None
+    files = sorted(
+        (s.base_file for s in slices if s.base_file is not None),
+        key=lambda f: (f.file_group.partition_path, f.file_group.file_id),
+    )
+    body = {
+        "format_version": FORMAT_VERSION,
+        "table": config.name,
+        "seq": state.tail_seq,
+        "as_of": snapshot.as_of,
+        "config_sha256": hashlib.sha256(storage.read(CONFIG_KEY)).hexdigest(),
+        "schema": schema,
+        "files": [{"path": f.path, "size": f.size_bytes} for f in files],
+    }
+    key = manifest_key(state.tail_seq, snapshot.as_of)
+    try:
+        storage.write_if_absent(key, json.dumps(body, separators=(",", ":")).encode())
+    except AlreadyExistsError:
+        pass  # another process wrote the same snapshot: the same bytes
+    _prune(storage)
+    return key
+
+
+def _prune(storage: Storage) -> None:
+    keys = sorted(info.key for info in storage.list(PREFIX) if info.key.endswith(".json"))
+    for key in keys[:-KEEP]:
+        storage.delete(key)
+
+
+def hook(storage: Storage, config: TableConfig, timeline: Timeline) -> Any:
+    """A ``Timeline.after_completed`` callable writing the manifest after each completion,
+    never raising (a manifest is a cache: without one, reads take the Python source)."""
+
+    def after_completed(entry: TimelineEntry) -> None:
+        try:
+            write_latest(storage, config, timeline)
+        except Exception:  # noqa: BLE001 - best effort: storage and the timeline are the truth
+            log.warning("table %s: read manifest after %s not written", config.name, entry.instant)
+
+    return after_completed
+
+
+__all__ = [
+    "FORMAT_VERSION",
+    "KEEP",
+    "PREFIX",
+    "hook",
+    "manifest_key",
+    "spark_schema_json",
+    "spark_type",
+    "write_latest",
+]
