@@ -26,7 +26,11 @@ exactly, so a change of a model either mirrors itself or fails at import:
 - ``narrowed`` replaces a field's type by a subset of what pydantic accepts there, with the
   same values (``RequestedPayload.plan``: only no plan or a ``JobPlan`` whose ``kind`` is
   given; pydantic's legacy upgrade leaves a dict that has a ``kind`` as it is, and the
-  discriminator sends ``"job"`` to ``JobPlan``).
+  discriminator sends ``"job"`` to ``JobPlan``);
+- ``upgraded_unless`` names the field whose presence makes the model's one ``before``
+  validator (a legacy upgrade) leave its input as it is (``CommitStats.version``: only a
+  version-1 payload, which has none, is upgraded); the field becomes required, so the mirror
+  refuses every text the validator would change and pydantic reads those.
 
 ``tests/unit/history/test_payload_mirror.py`` checks the rule on generated payloads, valid
 and mutated: whatever a mirror accepts its model accepts, to the same JSON (the mirror's
@@ -53,6 +57,7 @@ def mirror(
     *,
     narrowed: dict[str, Any] | None = None,
     required: tuple[str, ...] = (),
+    upgraded_unless: str | None = None,
 ) -> type[msgspec.Struct]:
     """A msgspec ``Struct`` type that decodes a subset of what ``model`` validates from JSON,
     to the same values (see the module's text).
@@ -66,15 +71,19 @@ def mirror(
     if config.get("strict") or config.get("populate_by_name") or config.get("alias_generator"):
         raise MirrorError(f"{model.__name__}: its config changes validation: {config}")
     decorators = model.__pydantic_decorators__
-    for kind in (
-        "validators",
-        "field_validators",
-        "root_validators",
-        "model_validators",
-        "computed_fields",
-    ):
+    for kind in ("validators", "field_validators", "root_validators", "computed_fields"):
         if getattr(decorators, kind):
             raise MirrorError(f"{model.__name__} has {kind}: not mirrored")
+    upgrades = list(decorators.model_validators.values())
+    if upgrades and (
+        upgraded_unless is None
+        or upgraded_unless not in model.model_fields
+        or len(upgrades) != 1
+        or upgrades[0].info.mode != "before"
+    ):
+        raise MirrorError(f"{model.__name__} has model validators: not mirrored")
+    if upgraded_unless is not None:
+        required = (*required, upgraded_unless)
     fields: list[tuple[str, Any, Any]] = []
     for name, info in model.model_fields.items():
         if info.alias is not None or info.validation_alias is not None:
@@ -163,7 +172,7 @@ def payload_mirrors() -> dict[str, type[msgspec.Struct]]:
     return {
         "requested": mirror(RequestedPayload, narrowed={"plan": job | None}),
         "inflight": mirror(WorkloadProfile),
-        "completed": mirror(CommitStats),
+        "completed": mirror(CommitStats, upgraded_unless="version"),
     }
 
 

@@ -20,7 +20,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 import lakewarden
 from lakewarden.clients import LockClient
-from lakewarden.errortable import SOURCES_KEY, error_table_location, open_error_table
+from lakewarden.errortable import error_table_location, open_error_table
 from lakewarden.errortable.testing import FakeWrite
 from lakewarden.events import (
     EventConsumer,
@@ -148,7 +148,7 @@ def test_only_accepted_attempts_of_completed_instants_once(
     completed = Table.open(errors_uri).state().completed()
     assert len(completed) == 1
     assert completed[0].commit is not None
-    assert str(orders.table_id) in completed[0].commit.extra_metadata[SOURCES_KEY]
+    assert completed[0].commit.error_sources == (f"{orders.table_id}@{write.instant}",)
     assert metric(sink, 'lakewarden_error_sink_failed_records_total{table="orders"}') == 4
     assert metric(sink, 'lakewarden_error_sink_dropped_total{reason="not_accepted"}') == 2
     assert metric(sink, 'lakewarden_error_sink_dropped_total{reason="discarded"}') == 2
