@@ -28,9 +28,10 @@ from lakewarden.table.stats import LEGACY_ERROR_SOURCES_KEY
 from lakewarden.table.table import Table
 from lakewarden.table.timeline_state import TimelineState
 
-# Where completed payloads of version 1 kept the sources (now ``CommitStats.error_sources``);
-# kept so code that imports it still loads.
+# Where completed payloads of version 1 kept the sources and the record count (now
+# ``CommitStats.error_sources`` and ``input_records``); kept so code that imports them loads.
 SOURCES_KEY: Final = LEGACY_ERROR_SOURCES_KEY
+RECORDS_KEY: Final = "lakewarden.errors.records"
 OPERATION: Final = "insert"
 
 _STR = pa.string()

@@ -173,9 +173,10 @@ def upgrade_legacy(data: Any) -> Any:
 
     A typed field already set wins over the map (version-1 payloads written after the clean
     counts, the rollback target and the attempt were typed carry those as fields). A value
-    the map holds but no reader could use (a count that is not a non-negative integer,
-    sources that are not a JSON list of strings) is left out, as it was ignored then. A map
-    that is not strings to strings is refused, as version 1 refused it."""
+    the map holds but no reader could act on (a count that is not a non-negative integer,
+    sources that are not a JSON list of strings, a batch without a query id or batch id) is
+    left out, and so is any key no version-1 reader looked up. A map that is not strings to
+    strings is refused, as version 1 refused it."""
     if not isinstance(data, dict) or "version" in data or "extra_metadata" not in data:
         return data
     meta = data["extra_metadata"]
