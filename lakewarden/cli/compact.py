@@ -3,6 +3,7 @@
     lakewarden compact schedule /data/orders                  # prints the plan's instant
     lakewarden compact schedule /data/orders --cancellable    # ingestion takes precedence
     lakewarden compact schedule /data/orders --cancellable --max-age 2h   # cleaner cancels it
+    lakewarden compact schedule /data/orders --bad-records error-table    # divert unfit records
     lakewarden compact run /data/orders 20250314092653589     # claim, merge, complete
     lakewarden compact run /data/orders --spark               # every pending plan, on Spark
 
@@ -22,6 +23,7 @@ from lakewarden.errors import NonRetryableError
 from lakewarden.settings import Settings
 from lakewarden.table.instant import Action
 from lakewarden.table.table import Table
+from lakewarden.tableservice.compaction import COMPACTION_BAD_RECORDS, CompactionBadRecords
 
 
 class NotMergeOnReadError(NonRetryableError):
@@ -51,6 +53,14 @@ def command() -> None:
 @click.option("--partition", "partitions", multiple=True, help="Only these partition paths.")
 @click.option("--max-file-groups", type=click.IntRange(min=1), default=None)
 @click.option("--min-log-files", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option(
+    "--bad-records",
+    type=click.Choice(COMPACTION_BAD_RECORDS),
+    default="fail",
+    show_default=True,
+    help="A merged record the table's schema cannot hold: fail the plan, or set it aside in "
+    "the table's error table with the compaction instant (recorded in the plan).",
+)
 def schedule(
     uri: str,
     cancellable: bool,
@@ -59,6 +69,7 @@ def schedule(
     partitions: tuple[str, ...],
     max_file_groups: int | None,
     min_log_files: int,
+    bad_records: CompactionBadRecords,
 ) -> None:
     """Append a compaction plan for the table at URI (prints its instant, or says there is
     nothing to compact)."""
@@ -70,6 +81,7 @@ def schedule(
         min_log_files=min_log_files,
         cancellable=cancellable,
         cancellation_policy=policy,
+        bad_records=bad_records,
     )
     click.echo(str(instant) if instant is not None else "nothing to compact")
 
@@ -94,4 +106,6 @@ def run(uri: str, instant: str | None, use_spark: bool, master: str) -> None:
     with service_runner(use_spark, master, Settings()) as runner:
         for plan in pending:
             outcome = runner(table, plan)
-            click.echo(f"{plan} {outcome.outcome}")
+            failed = outcome.stats.failed_records if outcome.stats is not None else 0
+            aside = f" ({failed} record(s) set aside in the error table)" if failed else ""
+            click.echo(f"{plan} {outcome.outcome}{aside}")

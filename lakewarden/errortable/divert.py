@@ -17,6 +17,14 @@ table instant per source ``<table id>@<instant>``), and a spool makes that survi
 
 A spool committed twice (a crash after the error table's ``completed``, before the delete) is
 refused by ``commit_errors``'s rule, and then deleted.
+
+A table service (a compaction that diverts the records the table schema cannot hold,
+``lakewarden.tableservice.unfit``) runs its plan's instant in several executor attempts, each
+of which may divert. Each attempt spools under its own key, ``<instant>.attempt-<n>.jsonl``
+(``spool_key(instant, attempt)``), written before the attempt's pre-commit; ``settle``
+commits only the spool of the attempt the ``completed`` entry names (``CommitStats.attempt``)
+and drops the others (fenced attempts: their output was never committed). So the error table
+holds the plan's records exactly once, from the attempt whose output readers see.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ import json
 import logging
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Final
 
@@ -38,7 +47,7 @@ from lakewarden.errortable.table import (
     SourcesAlreadyCommittedError,
     open_error_table,
 )
-from lakewarden.storage import AlreadyExistsError, NotFoundError
+from lakewarden.storage import AlreadyExistsError, NotFoundError, Storage
 from lakewarden.table.bucket import render_partition_path
 from lakewarden.table.instant import Transition
 from lakewarden.table.python_rows import python_rows
@@ -60,8 +69,20 @@ class Settled:
     pending: list[str] = field(default_factory=list)
 
 
-def spool_key(instant: str) -> str:
-    return f"{SPOOL_DIR}{instant}{_SUFFIX}"
+_ATTEMPT: Final = ".attempt-"
+
+
+def spool_key(instant: str, attempt: int | None = None) -> str:
+    """The spool of ``instant``'s bad records; of one executor attempt of a table service."""
+    name = instant if attempt is None else f"{instant}{_ATTEMPT}{attempt}"
+    return f"{SPOOL_DIR}{name}{_SUFFIX}"
+
+
+def _parse_spool(key: str) -> tuple[str, int | None]:
+    """(instant, executor attempt or None) of a spool key."""
+    name = key[len(SPOOL_DIR) : -len(_SUFFIX)]
+    instant, found, attempt = name.partition(_ATTEMPT)
+    return instant, int(attempt) if found and attempt.isdigit() else None
 
 
 def error_rows(
@@ -106,9 +127,17 @@ def spool(table: Table, instant: str, rows: list[ErrorRow]) -> None:
     instant is kept (a retried call writes the same records).
 
     Raises: StorageError."""
+    spool_rows(table.storage, spool_key(instant), rows)
+
+
+def spool_rows(storage: Storage, key: str, rows: Sequence[ErrorRow]) -> None:
+    """Write ``rows`` at the spool ``key`` (create-if-absent: one already there is kept, the
+    same writer's records).
+
+    Raises: StorageError."""
     data = "".join(json.dumps(asdict(row), sort_keys=True) + "\n" for row in rows)
     try:
-        table.storage.write_if_absent(spool_key(instant), data.encode())
+        storage.write_if_absent(key, data.encode())
     except AlreadyExistsError:
         pass
 
@@ -125,15 +154,16 @@ def settle(table: Table) -> Settled:
         return done
     state = table.state()
     for key in spools:
-        instant = key[len(SPOOL_DIR) : -len(_SUFFIX)]
+        instant, attempt = _parse_spool(key)
         mine = state.get(instant)
         if mine is None or mine.is_pending:
             done.pending.append(instant)
             continue
-        if mine.state is Transition.COMPLETED:
+        completed_by = mine.commit.attempt if mine.commit is not None else None
+        if mine.state is Transition.COMPLETED and (attempt is None or attempt == completed_by):
             _commit(table, instant, key)
             done.committed.append(instant)
-        else:  # rolled back or aborted: its records were never written
+        else:  # rolled back, aborted, or a fenced attempt's: its records were never written
             done.dropped.append(instant)
         _delete(table, key)
     return done

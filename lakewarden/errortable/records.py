@@ -13,6 +13,12 @@
     errorTableUri, errorTableName                   the error table the writer chose (local or
                                                     global, ``lakewarden.errortable.location``);
                                                     absent: the sink's settings place it
+    fileGroup     a compaction's file group         sourceFile    the base or log file that
+    sourceBlock   ``<seq>@<offset>`` of the log                   held the record's version
+                  block ('' for a base file)        sourceInstant the instant that wrote it
+
+A compaction's record (``lakewarden.tableservice.unfit``) has the compaction instant as
+``commitTime`` and ``<job id>_<task>`` of the executor attempt as ``taskAttempt``.
 """
 
 from __future__ import annotations
@@ -45,6 +51,10 @@ KAFKA_PARTITION: Final = "kafkaPartition"
 KAFKA_OFFSET: Final = "kafkaOffset"
 ERROR_TABLE_URI: Final = "errorTableUri"
 ERROR_TABLE_NAME: Final = "errorTableName"
+FILE_GROUP: Final = "fileGroup"
+SOURCE_FILE: Final = "sourceFile"
+SOURCE_BLOCK: Final = "sourceBlock"
+SOURCE_INSTANT: Final = "sourceInstant"
 REQUIRED_CONTEXT: Final = (COMMIT_TIME, TABLE_NAME, TABLE_ID, TABLE_URI, TASK_ATTEMPT)
 
 
@@ -58,11 +68,18 @@ def task_row_message(where: str, row: int, reason: str) -> str:
     return f"{where}, row {row} of the task's input: {reason}"
 
 
-# What ``kafka_record_message`` and ``task_row_message`` put before the reason: where the
-# record came from, which ``lakewarden errors show`` prints in columns of its own.
+def compaction_record_message(instant: str, file_group: str, reason: str) -> str:
+    """The ``message`` of a record a compaction could not write (``--bad-records``)."""
+    return f"compaction {instant} of file group {file_group}: {reason}"
+
+
+# What ``kafka_record_message``, ``task_row_message`` and ``compaction_record_message`` put
+# before the reason: where the record came from, which ``lakewarden errors show`` prints in
+# columns of its own.
 MESSAGE_PREFIXES: Final = (
     re.compile(r"bad Kafka record at topic \S+ partition \d+ offset \d+: "),
     re.compile(r".*?, row \d+ of the task's input: "),
+    re.compile(r"compaction \d{17} of file group \S+: "),
 )
 
 

@@ -19,6 +19,7 @@ from lakewarden.table.stats import FileGroupId, WriteStat
 if TYPE_CHECKING:
     # Only a type here: a task worker builds messages without a batch and must not import
     # the driver's transaction (the coordinator, the plan models: ~0.1 CPU s per worker).
+    from lakewarden.errortable.records import ErrorRow
     from lakewarden.spark._transaction import BatchKey
 
 
@@ -41,6 +42,9 @@ class TaskCommitMessage(WriterCommitMessage):
     num_deletes: int = 0
     # Rows left out of the write and published to the error table (RFC-20).
     num_failed_records: int = 0
+    # A compaction task: the records it set aside for the error table, which the driver
+    # spools for its executor attempt (``lakewarden.tableservice.unfit``).
+    failed_rows: tuple[ErrorRow, ...] = ()
     # Streaming: the micro-batch the attempt belongs to.
     batch: BatchKey | None = None
     # The attempt published its TaskManifest event itself (``_announce``); if not, the

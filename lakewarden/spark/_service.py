@@ -18,7 +18,11 @@ job for the attempt (the same job id as in-process, so a later attempt's rollbac
 one Spark task per ``RewriteUnit`` of the plan (``lakewarden.spark._service_task``), each
 task attempt writing its file into its own task attempt; the driver commits the job with
 exactly the attempts whose messages Spark returned (a retried or speculative attempt's files
-are never placed) and checks the statistics against the placed files.
+are never placed) and checks the statistics against the placed files. The records the accepted
+attempts set aside for the error table (a compaction with ``bad_records="error-table"``) come
+back in their messages; the driver spools them for its executor attempt before the
+pre-commit and commits them into the error table once the plan completed, as the in-process
+executor does.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from lakewarden.table.table import Table
 from lakewarden.tableservice import ServiceContext, ServiceRun, TableServiceStrategy, UnitResult
 from lakewarden.tableservice import run_table_service as run_in_executor
 from lakewarden.tableservice.output import service_job_id
+from lakewarden.tableservice.unfit import spool_failed
 
 __all__ = ["SparkExecution", "run_table_service"]
 
@@ -59,7 +64,9 @@ def run_table_service(
     UnknownStrategyError (also: a strategy without a per-file-group entry point),
     WriteConflictError subclasses (a non-cancellable plan that lost), ExecutorOutputLostError,
     HeartbeatLostError, LockTimeoutError, StageFailedError, StatisticsMismatchError,
-    Py4JJavaError (a task failed all its attempts), CommitStateUnknownError."""
+    Py4JJavaError (a task failed all its attempts: also UnwritableRecordsError and
+    UndivertibleRecordsError of a compaction), CommitStateUnknownError; after a completion
+    that set records aside, what committing them raises (``Table.settle_errors`` retries)."""
     check_worker_python(spark)
     settings = settings or Settings()
     table = Table.open(uri, settings=settings)
@@ -68,7 +75,11 @@ def run_table_service(
     def execution(ctx: ServiceContext, plan_instant: str, attempt: int) -> SparkExecution:
         return SparkExecution(spark, ctx, plan_instant, attempt, settings_json=encoded)
 
-    return run_in_executor(table.service_context(), str(instant), execution=execution)
+    table.settle_errors()
+    run = run_in_executor(table.service_context(), str(instant), execution=execution)
+    if run.stats is not None and run.stats.failed_records:
+        table.settle_errors()
+    return run
 
 
 class SparkExecution:
@@ -134,6 +145,8 @@ class SparkExecution:
         )
         stats = units.combine([_unit_result(m) for m in accepted])
         check_statistics(stats, committed.files, instant=self.instant, table=self.ctx.config.name)
+        failed = [row for m in accepted for row in m.failed_rows]
+        spool_failed(self.ctx.storage, self.instant, self.attempt, failed, stats)
         return stats
 
     def discard(self) -> None:
@@ -144,4 +157,6 @@ class SparkExecution:
 
 def _unit_result(message: TaskCommitMessage) -> UnitResult:
     stat = message.write_stats[0] if message.write_stats else None
-    return UnitResult(write_stat=stat, replaced=message.replaced_file_groups)
+    return UnitResult(
+        write_stat=stat, replaced=message.replaced_file_groups, failed=message.failed_rows
+    )

@@ -13,7 +13,8 @@ A plan run on Spark (``lakewarden.spark._service``) is one manifest-committer jo
    entry), writing the new base file into the attempt's private directory (rename) or
    pending multipart upload (S3) through ``TaskOutput``;
 3. commits the task (its manifest) and returns a ``TaskCommitMessage`` naming the attempt and
-   its statistics, as a write's task does (``lakewarden.spark._task``).
+   its statistics, as a write's task does (``lakewarden.spark._task``), with the records the
+   rewrite set aside for the error table (the driver spools those of accepted attempts).
 
 A failed, retried or speculative attempt's files stay private: the driver commits exactly the
 attempts whose messages Spark returned, and the job's cleanup deletes the rest.
@@ -129,7 +130,7 @@ def rewrite_unit_task(
     attempt = ManifestCommitter(storage, spec.job_id).task_attempt(task, identity.attempt)
     attempt.setup()  # 2.
     output = TaskOutput(spec, config, attempt, identity.attempt)
-    job = RewriteJob(storage, config, spec.instant, spec.plan, base, output)
+    job = RewriteJob(storage, config, spec.instant, spec.plan, base, output, attempt=spec.attempt)
     try:
         result = strategy.rewrite_unit(job, unit, task=task)
     except BaseException:
@@ -148,4 +149,6 @@ def rewrite_unit_task(
         manifest_key=done.manifest_key,
         write_stats=(result.write_stat,) if result.write_stat is not None else (),
         replaced_file_groups=result.replaced,
+        num_failed_records=len(result.failed),
+        failed_rows=result.failed,
     )

@@ -96,6 +96,10 @@ class ServicePlan(BaseModel):
     input_slices: tuple[PlannedSlice, ...] = ()
     # Clustering: the columns the rewritten files are sorted by (empty: keep the order).
     sort_by: tuple[str, ...] = ()
+    # Compaction: a merged record the table's schema cannot hold fails the plan ("fail"), or
+    # goes to the error table with the compaction instant ("error-table";
+    # ``lakewarden.tableservice.unfit``). Recorded in the plan, so every attempt does the same.
+    bad_records: Literal["fail", "error-table"] = "fail"
 
     def input_paths(self) -> tuple[str, ...]:
         """Every file the plan's executor reads (keys relative to the table root), in plan

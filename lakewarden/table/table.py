@@ -479,12 +479,16 @@ class Table:
         min_log_files: int = 1,
         cancellable: bool = False,
         cancellation_policy: CancellationPolicy | Mapping[str, float] | None = None,
+        bad_records: Literal["fail", "error-table"] = "fail",
     ) -> Instant | None:
         """Append a ``compaction`` plan for the merge-on-read slices with at least
         ``min_log_files`` log files (``lakewarden.tableservice.compaction``), or return None
         when there is nothing to compact. Non-cancellable by default, as in Hudi: ingestion into
         its file groups waits for it; ``cancellable=True`` lets ingestion take precedence.
-        Execute it with ``run_table_service``.
+        ``bad_records``: a merged record the table's schema cannot hold fails the plan
+        (``fail``, the default) or goes to the table's error table with the compaction
+        instant (``error-table``; ``lakewarden.tableservice.unfit``). Execute it with
+        ``run_table_service``.
 
         Raises: InvalidPlanOptionsError, pydantic ValidationError (a malformed policy),
         LockTimeoutError, ConcurrentAppendError, CommitStateUnknownError."""
@@ -497,7 +501,10 @@ class Table:
             else None
         )
         strategy = CompactionStrategy(
-            partitions=partitions, max_file_groups=max_file_groups, min_log_files=min_log_files
+            partitions=partitions,
+            max_file_groups=max_file_groups,
+            min_log_files=min_log_files,
+            bad_records=bad_records,
         )
         return schedule(
             self.service_context(), strategy, cancellable=cancellable, cancellation_policy=policy
@@ -507,13 +514,22 @@ class Table:
         """Execute the plan ``instant`` in this process (``lakewarden.tableservice.executor``):
         claim, heartbeat, roll back earlier attempts, rewrite, then ``completed``, or cleanup
         and ``aborted`` when its cancellation was requested or an ingestion took precedence.
+        Records a compaction set aside (``bad_records="error-table"``) are committed into
+        the error table once it completed, with its instant (``settle_errors``, also run
+        first for what a crashed run left).
 
         Raises: PlanAlreadyExecutingError (naming the owner), InstantAlreadyCompletedError,
         UnknownPlanError, NotATableServicePlanError, WriteConflictError subclasses,
-        ExecutorOutputLostError, LockTimeoutError, CommitStateUnknownError."""
+        ExecutorOutputLostError, UnwritableRecordsError, UndivertibleRecordsError,
+        LockTimeoutError, CommitStateUnknownError; after a completion that set records
+        aside, what committing them raises (the spool stays: ``settle_errors`` commits it)."""
         from lakewarden.tableservice import run_table_service
 
-        return run_table_service(self.service_context(), str(instant))
+        self.settle_errors()
+        run = run_table_service(self.service_context(), str(instant))
+        if run.stats is not None and run.stats.failed_records:
+            self.settle_errors()
+        return run
 
     def request_cancel(
         self, instant: str | Instant, *, requested_by: str | None = None, reason: str

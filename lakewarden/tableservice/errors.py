@@ -25,7 +25,9 @@ __all__ = [
     "PlanStillExecutingError",
     "RollbackNotFencedError",
     "UnknownPlanError",
+    "UndivertibleRecordsError",
     "UnknownStrategyError",
+    "UnwritableRecordsError",
 ]
 
 
@@ -85,3 +87,28 @@ class RollbackNotFencedError(NonRetryableError):
     """A plan's attempts' files were to be deleted while no timeline entry made those attempts
     uncommittable (no cancel request, no ``inflight`` of the attempt that keeps its files):
     refused, nothing deleted (invariant 10)."""
+
+
+class UnwritableRecordsError(NonRetryableError):
+    """A compaction's merged records include ``count`` the table's schema cannot hold, and
+    the plan fails on them (``bad_records="fail"``). Nothing was completed; the plan stays
+    pending. ``file_group`` names the first file group where they were found."""
+
+    def __init__(
+        self, message: str, *, table: str, instant: str, file_group: str, count: int
+    ) -> None:
+        super().__init__(message, table=table, instant=instant)
+        self.file_group = file_group
+        self.count = count
+
+
+class UndivertibleRecordsError(NonRetryableError):
+    """A compaction input that cannot be read as records (a committed log block whose
+    content does not decode, a delete block whose keys do not parse, a column whose types
+    cannot be merged): no record can be set aside for the error table, and skipping it would
+    change what the file group holds without a trace. The plan fails whatever its
+    ``bad_records``; nothing was completed."""
+
+    def __init__(self, message: str, *, table: str, instant: str, file_group: str) -> None:
+        super().__init__(message, table=table, instant=instant)
+        self.file_group = file_group

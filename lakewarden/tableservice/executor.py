@@ -18,6 +18,9 @@ Protocol (RFC-79's table-service flow, with at most one executor per plan):
    place, still invisible: in this process (``InProcessExecution``: ``output``), or, from
    ``lakewarden.spark.run_table_service``, as a Spark job of one task per file group whose
    accepted task attempts the driver commits (an ``Execution`` is the one pluggable step);
+   the records it set aside for the error table (``unfit``) are spooled for this attempt
+   before step 6, and ``Table.run_table_service`` commits them into the error table once
+   the plan completed (``lakewarden.errortable.divert.settle``);
 6. pre-commit under the lock (``precommit``): a cancel request, or, for a cancellable plan,
    a conflicting ingestion completed meanwhile -> delete the files and append ``aborted``;
    else ``completed`` (a replace: the old slices leave the snapshot).
@@ -36,6 +39,7 @@ from enum import StrEnum
 from typing import Protocol
 
 from lakewarden.errors import CommitStateUnknownError, LakewardenError
+from lakewarden.errortable.divert import spool_key
 from lakewarden.storage import NotFoundError
 from lakewarden.table.cancel import InstantAlreadyCompletedError
 from lakewarden.table.clean.cleaned import MissingDataFileError
@@ -49,12 +53,13 @@ from lakewarden.table.transaction import WriteTransaction
 from lakewarden.tableservice.cancel import finish_abort
 from lakewarden.tableservice.claim import claim
 from lakewarden.tableservice.context import ServiceContext
-from lakewarden.tableservice.errors import AttemptFencedError
+from lakewarden.tableservice.errors import AttemptFencedError, ExecutorOutputLostError
 from lakewarden.tableservice.output import AttemptOutput, new_attempt
 from lakewarden.tableservice.plan_state import find_plan, service_plan
 from lakewarden.tableservice.precommit import Verdict, complete_or_cancel
 from lakewarden.tableservice.rollback import roll_back_attempts
 from lakewarden.tableservice.strategy import RewriteJob, TableServiceStrategy, strategy_for
+from lakewarden.tableservice.unfit import spool_failed
 
 __all__ = [
     "Execution",
@@ -94,8 +99,9 @@ class Execution(Protocol):
     def rewrite(
         self, strategy: TableServiceStrategy, plan: ServicePlan, base: Snapshot
     ) -> CommitStats:
-        """Write the plan's output and put it at its final keys (still invisible); return
-        the statistics that name exactly the placed files."""
+        """Write the plan's output and put it at its final keys (still invisible), spool the
+        records it set aside for the error table (``unfit.spool_failed``); return the
+        statistics that name exactly the placed files and count exactly those records."""
         ...
 
     def discard(self) -> None:
@@ -118,10 +124,20 @@ class InProcessExecution:
     def rewrite(
         self, strategy: TableServiceStrategy, plan: ServicePlan, base: Snapshot
     ) -> CommitStats:
-        """Raises: what the strategy raises, StageFailedError, StatisticsMismatchError."""
-        job = RewriteJob(self.ctx.storage, self.ctx.config, self.instant, plan, base, self.output)
+        """Raises: what the strategy raises, StageFailedError, StatisticsMismatchError,
+        StorageError."""
+        job = RewriteJob(
+            self.ctx.storage,
+            self.ctx.config,
+            self.instant,
+            plan,
+            base,
+            self.output,
+            attempt=self.output.attempt,
+        )
         stats = strategy.rewrite(job)
         self.output.place(stats)
+        spool_failed(self.ctx.storage, self.instant, self.output.attempt, job.failed, stats)
         return stats
 
     def discard(self) -> None:
@@ -182,6 +198,7 @@ def run_table_service(
             state = ctx.timeline.load()
             base = snapshot_as_of_request(state, instant, table=ctx.config.name)
             stats = run.rewrite(strategy, plan, base).model_copy(update={"attempt": attempt})
+            _check_spooled(ctx, instant, attempt, stats)
             verdict = complete_or_cancel(ctx, instant, stats)  # 5., 6.
         except CommitStateUnknownError:
             # The completion may have landed: the log decides (the one completion protocol's
@@ -248,6 +265,21 @@ def _input_gone(ctx: ServiceContext, instant: str, attempt: int, err: Exception)
         instant=instant,
         path=str(err),
     )
+
+
+def _check_spooled(ctx: ServiceContext, instant: str, attempt: int, stats: CommitStats) -> None:
+    """No ``completed`` counts failed records that no spool holds (whatever the execution).
+
+    Raises: ExecutorOutputLostError."""
+    if stats.failed_records and not ctx.storage.exists(spool_key(instant, attempt)):
+        raise ExecutorOutputLostError(
+            f"plan {instant} of table {ctx.table_id}: attempt {attempt} set aside "
+            f"{stats.failed_records} record(s) for the error table, but their spool "
+            f"{spool_key(instant, attempt)} is not there; nothing was completed. Help: run "
+            "the plan again (its next attempt sets them aside again).",
+            table=ctx.table_id,
+            instant=instant,
+        )
 
 
 def _names(entry: TimelineEntry, attempt: int) -> bool:

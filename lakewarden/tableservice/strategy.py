@@ -27,8 +27,8 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import ClassVar, Protocol
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 import pyarrow as pa
 
@@ -39,6 +39,9 @@ from lakewarden.table.plans import PlannedSlice, ServicePlan
 from lakewarden.table.snapshot import Snapshot
 from lakewarden.table.stats import CommitStats, FileGroupId, WriteStat
 from lakewarden.tableservice.errors import UnknownStrategyError
+
+if TYPE_CHECKING:
+    from lakewarden.errortable.records import ErrorRow
 
 __all__ = [
     "FileGroupStrategy",
@@ -76,7 +79,9 @@ class OutputSink(Protocol):
 @dataclass(frozen=True)
 class RewriteJob:
     """One execution of a plan: the plan, the snapshot its input is read from (as of the
-    plan's ``requested`` entry) and where the output goes."""
+    plan's ``requested`` entry), where the output goes, the executor attempt, and the records
+    the rewrite set aside for the error table (``failed``: ``FileGroupStrategy.rewrite``
+    gathers its units' there; the execution spools them before the pre-commit)."""
 
     storage: Storage
     config: TableConfig
@@ -84,6 +89,8 @@ class RewriteJob:
     plan: ServicePlan
     base: Snapshot
     output: OutputSink
+    attempt: int = 0
+    failed: list[ErrorRow] = field(default_factory=list)
 
 
 class TableServiceStrategy(abc.ABC):
@@ -113,11 +120,13 @@ class RewriteUnit:
 
 @dataclass(frozen=True)
 class UnitResult:
-    """What one unit wrote (its new base file, if the rewrite left records) and the file
-    groups that leave the snapshot with it."""
+    """What one unit wrote (its new base file, if the rewrite left records), the file
+    groups that leave the snapshot with it, and the records it set aside for the error table
+    instead of writing them (``lakewarden.tableservice.unfit``)."""
 
     write_stat: WriteStat | None
     replaced: tuple[FileGroupId, ...] = ()
+    failed: tuple[ErrorRow, ...] = ()
 
 
 class FileGroupStrategy(TableServiceStrategy):
@@ -150,14 +159,17 @@ class FileGroupStrategy(TableServiceStrategy):
                     lambda task: self.rewrite_unit(job, units[task], task=task), range(len(units))
                 )
             )
+        job.failed.extend(row for r in results for row in r.failed)
         return self.combine(results)
 
     def combine(self, results: Sequence[UnitResult]) -> CommitStats:
-        """The plan's statistics from its units' results."""
+        """The plan's statistics from its units' results (``failed_records``: the records
+        they set aside for the error table)."""
         return CommitStats(
             operation=self.operation,
             write_stats=tuple(r.write_stat for r in results if r.write_stat is not None),
             replaced_file_groups=tuple(g for r in results for g in r.replaced),
+            failed_records=sum(len(r.failed) for r in results),
         )
 
 

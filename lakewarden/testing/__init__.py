@@ -1,9 +1,11 @@
-"""What tests of lakewarden, and of code built on it, need: a clock they move themselves and a
-condition wait. Shipped with the library (as temporalio ships its test environment), so an
-application's tests can drive a ``Heartbeat`` or a ``FaultyStorage`` the same way ours do.
+"""What tests of lakewarden, and of code built on it, need: a clock they move themselves, a
+simulated crash and a condition wait. Shipped with the library (as temporalio ships its test
+environment), so an application's tests can drive a ``Heartbeat`` or a ``FaultyStorage`` the same
+way ours do.
 """
 
 from lakewarden.testing.clock import ManualClock
+from lakewarden.testing.crash import SimulatedCrash
 from lakewarden.testing.wait import wait_until
 
-__all__ = ["ManualClock", "wait_until"]
+__all__ = ["ManualClock", "SimulatedCrash", "wait_until"]

@@ -34,3 +34,11 @@ CHECK_ERRORS = Counter(
     "Storage checks or error-table commits that failed (retried on the next check)",
     ["step"],
 )
+CHECKS = Counter(
+    "lakewarden_error_sink_checks_total",
+    "Passes of the decide-and-commit check (one every check interval while the loop runs)",
+)
+STORAGE_READS = Counter(
+    "lakewarden_error_sink_storage_reads_total",
+    "Timeline reads that decided how a pending instant ended (events make most unnecessary)",
+)

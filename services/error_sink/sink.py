@@ -229,6 +229,7 @@ class ErrorSink:
             ):
                 continue  # storage said pending, and nothing says it ended since
             self.storage_reads += 1
+            metrics.STORAGE_READS.inc()
             outcome = self._outcome(key)
             if isinstance(outcome, Pending):
                 self._pending_read[key] = now
@@ -267,6 +268,7 @@ class ErrorSink:
             del self._pending_read[gone]
         for gone in self._held.keys() - set(live):
             del self._held[gone]
+        metrics.CHECKS.inc()
 
     def _outcome(self, key: SourceKey) -> Outcome | Unresolved:
         """How ``key``'s instant ended, or ``Unresolved`` when it is not on its table's

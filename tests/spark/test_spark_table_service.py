@@ -6,18 +6,23 @@ tasks run, or after they wrote their files ends the plan aborted with no file of
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from _spark_helpers import files_on_disk, make_table, rows, sorted_rows, spark_df
 from click.testing import CliRunner
 
 import lakewarden.spark
 from lakewarden.cli import cli
-from lakewarden.settings import Settings
+from lakewarden.errortable import error_table_location, open_error_table
+from lakewarden.errortable.divert import SPOOL_DIR
+from lakewarden.settings import ErrorTableSettings, Settings
 from lakewarden.spark import _service
 from lakewarden.spark._service_task import file_group_strategy
+from lakewarden.table.config import CONFIG_KEY, describe_fields, encode_schema
 from lakewarden.table.instant import Action, Transition
 from lakewarden.table.plans import ServicePlan
 from lakewarden.table.stats import CommitStats, FileGroupId
@@ -169,6 +174,53 @@ def test_merge_on_read_compaction_runs_on_spark(
     assert sorted_rows(table.read()) == expected
     assert state_of(table, instant) is Transition.COMPLETED
     assert not [o.key for o in table.storage.list("") if o.key.startswith("_temporary/")]
+
+
+def test_a_compaction_on_spark_sets_aside_what_the_evolved_schema_cannot_hold(
+    spark: Any, table_dir: Path
+) -> None:
+    """``amount`` narrowed from double to long: the odd ids' values (``id * 1.5``) no longer
+    fit. The tasks set them aside, the driver spools them for its attempt, and once the plan
+    completed they are in the error table with the compaction instant, exactly once."""
+    uri = str(table_dir)
+    table = Table.create(
+        uri,
+        name="orders",
+        record_key="id",
+        schema=rows([]).schema,
+        partition_by=["region"],
+        ordering_field="ts",
+        buckets=2,
+        table_type="merge_on_read",
+    )
+    table = Table.open(uri, settings=Settings())
+    table.write(rows(range(40)), "insert")
+    table.write(rows(range(0, 40, 2), ts=2, note="v2"), "upsert")
+    assert all(s.log_files for s in table.snapshot().slices.values())
+    narrowed = pa.schema(
+        [
+            pa.field("amount", pa.int64()) if f.name == "amount" else f
+            for f in table.config.pa_schema
+        ]
+    )
+    config = table.config.model_copy(
+        update={"arrow_schema": encode_schema(narrowed), "fields": describe_fields(narrowed)}
+    )
+    table.storage.write(CONFIG_KEY, config.to_json())
+    table = Table.open(uri, settings=Settings())
+    instant = str(table.schedule_compaction(bad_records="error-table"))
+
+    run = lakewarden.spark.run_table_service(spark, uri, instant)
+
+    assert run.outcome is ServiceOutcome.COMPLETED
+    assert run.stats is not None and run.stats.failed_records == 20
+    assert [r["id"] for r in sorted_rows(table.read())] == list(range(0, 40, 2))
+    location = error_table_location(uri, table.name, ErrorTableSettings())
+    errors = open_error_table(location, coordinator=table.coordinator).read()
+    records = [json.loads(r) for r in errors.column("record").to_pylist()]
+    assert sorted(r["id"] for r in records) == list(range(1, 40, 2))
+    assert set(errors.column("source_instant").to_pylist()) == {instant}
+    assert not list(table.storage.list(SPOOL_DIR))
 
 
 class _WholePlanOnly(TableServiceStrategy):

@@ -23,10 +23,12 @@
    there (``METADATA_LAYOUT``): ``table.json``; timeline entries ``timeline/<seq:020d>.json``
    (every one, even a malformed one: removing it would make a gap); checkpoints
    ``timeline/_checkpoints/<seq:020d>.json``; job summaries ``jobs/<jobId>/_SUCCESS``; claim
-   marks ``claims/<instant>.json``. Any other name in ``timeline/``, ``jobs/`` or ``claims/``
-   (a half-written copy, a tool's backup: apache/hudi#19649's leftover manifest broke every
-   later archive) is garbage once untouched for ``orphan_min_age_s``; any other name
-   elsewhere under ``.lakewarden/`` is only an orphan candidate (a newer component's file).
+   marks ``claims/<instant>.json``; spooled bad records ``errors/<instant>[.attempt-<n>].jsonl``
+   (``lakewarden.errortable.divert``: ``settle`` deletes them, a clean never does). Any other
+   name in ``timeline/``, ``jobs/`` or ``claims/`` (a half-written copy, a tool's backup:
+   apache/hudi#19649's leftover manifest broke every later archive) is garbage once untouched
+   for ``orphan_min_age_s``; any other name elsewhere under ``.lakewarden/`` is only an orphan
+   candidate (a newer component's file).
 """
 
 from __future__ import annotations
@@ -54,7 +56,8 @@ METADATA_LAYOUT = re.compile(
     r"|timeline/\d{20}\.json"
     r"|timeline/_checkpoints/\d{20}\.json"
     r"|jobs/[^/]+/_SUCCESS"
-    r"|claims/[^/]+\.json)"
+    r"|claims/[^/]+\.json"
+    r"|errors/\d{17}(?:\.attempt-\d+)?\.jsonl)"
 )
 _METADATA_DIRS = tuple(METADATA_DIR + d for d in ("timeline/", "jobs/", "claims/"))
 _GIVEN_UP = frozenset({Transition.ROLLED_BACK, Transition.ABORTED})

@@ -8,13 +8,13 @@ its own timeline-lock, whose leases the sink's error-table commits take.
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
@@ -32,6 +32,7 @@ from lakewarden.events import (
 from lakewarden.events.topics import DLQ, ERRORS, JOB_RESULTS, TIMELINE
 from lakewarden.settings import ErrorTableSettings, Settings
 from lakewarden.table import EmbeddedCoordinator, NotATableError, Table, Timeline
+from lakewarden.testing import wait_until
 from lakewarden_services._common.process import ServiceProcess
 
 MODULE = "lakewarden_services.error_sink"
@@ -99,12 +100,28 @@ def errors_of(uri: str) -> pa.Table | None:
 
 
 def wait_for(check: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
+    wait_until(check, timeout_s=timeout_s, what=what)
+
+
+def after_a_marker(producer: EventProducer, main: Table, errors_uri: str) -> str:
+    """Proves the sink has handled every error record of ``main`` published so far: a new
+    write on the same table (same key, same partition, a later offset) fails one record, and
+    that record reaches the error table only after the sink has consumed, and settled, all
+    earlier ones. A duplicate the earlier records would cause is in the table by then.
+
+    Returns the marker's uid, for the caller to leave out of what it checks."""
+    marker = FakeWrite(main)
+    attempt = marker.attempt(0)
+    (event,) = marker.errors(attempt, ["the-marker"])
+    publish(producer, [event])
+    marker.complete([attempt])
+
+    def marker_committed() -> bool:
+        found = errors_of(errors_uri)
+        return found is not None and event["uid"] in found.column("uid").to_pylist()
+
+    wait_for(marker_committed, "the marker record, committed after every earlier one")
+    return str(event["uid"])
 
 
 def rows(uri: str) -> int:
@@ -140,22 +157,27 @@ def test_only_accepted_attempts_of_completed_instants_once(
     aborted.roll_back()
     publish(producer, accepted)  # redelivered by the tasks' producer
     wait_for(lambda: rows(errors_uri) >= 4, "the accepted errors")
-    time.sleep(1.5)  # give duplicates a chance to show up
+    marker = after_a_marker(producer, orders, errors_uri)
     got = errors_of(errors_uri)
     assert got is not None
+    got = got.filter(pc.not_equal(got.column("uid"), marker))
     assert sorted(got.column("uid").to_pylist()) == sorted(e["uid"] for e in accepted)
     assert set(got.column("source_instant").to_pylist()) == {write.instant}
     completed = Table.open(errors_uri).state().completed()
-    assert len(completed) == 1
+    assert len(completed) == 2  # the accepted errors' instant, then the marker's
     assert completed[0].commit is not None
     assert completed[0].commit.error_sources == (f"{orders.table_id}@{write.instant}",)
-    assert metric(sink, 'lakewarden_error_sink_failed_records_total{table="orders"}') == 4
+    assert metric(sink, 'lakewarden_error_sink_failed_records_total{table="orders"}') == 4 + 1
     assert metric(sink, 'lakewarden_error_sink_dropped_total{reason="not_accepted"}') == 2
     assert metric(sink, 'lakewarden_error_sink_dropped_total{reason="discarded"}') == 2
 
 
 def test_error_table_commits_take_timeline_locks_lease(
-    sink: ServiceProcess, producer: EventProducer, sink_settings: Settings, tmp_path: Path
+    sink: ServiceProcess,
+    producer: EventProducer,
+    sink_settings: Settings,
+    timeline_lock: ServiceProcess,
+    tmp_path: Path,
 ) -> None:
     """While this test holds the error table's lease at timeline-lock, the sink cannot commit;
     once released it does, and its entries carry later fencing tokens of the same lock."""
@@ -170,7 +192,10 @@ def test_error_table_commits_take_timeline_locks_lease(
             held = lease.token
             publish(producer, write.errors(attempt, ["k1", "k2"]))
             write.complete([attempt])
-            time.sleep(3.0)  # ten checks of the sink (every 0.3 s)
+            wait_for(
+                lambda: metric(timeline_lock, "lakewarden_lock_queue_length") >= 1,
+                "the sink's commit to queue behind the test's lease",
+            )
             assert rows(location.uri) == 0, "the sink committed without timeline-lock's lease"
         wait_for(lambda: rows(location.uri) == 2, "the errors once the lease was released")
     finally:
@@ -216,12 +241,13 @@ def test_kill_9_mid_commit_then_restart_loses_nothing_duplicates_nothing(
         service.extra_env.pop("LAKEWARDEN_ERROR_SINK_PAUSE_BEFORE_COMPLETE_S")
         service.start()
         wait_for(lambda: rows(errors_uri) >= 50, "the errors after the restart")
-        time.sleep(1.5)
+        marker = after_a_marker(producer, orders, errors_uri)
         got = errors_of(errors_uri)
         assert got is not None
+        got = got.filter(pc.not_equal(got.column("uid"), marker))
         assert sorted(got.column("uid").to_pylist()) == sorted(e["uid"] for e in events)
         state = Table.open(errors_uri).state()
-        (done,) = state.completed()
+        done, _marker = state.completed()
         # The restarted sink resumes the killed instant (its job had committed and its
         # heartbeat is not alive); were the heartbeat still alive, a new instant completes
         # and the killed one stays pending, invisible. Either way: one instant, no duplicate.
@@ -335,9 +361,18 @@ def test_a_timeline_event_gets_the_instant_read_at_once_not_at_the_fallback(
             lambda: metric(service, "lakewarden_error_sink_buffered_records") >= buffered + 2,
             "the sink to buffer the records",
         )
-        time.sleep(1.0)  # the first read (a new key) said pending
+        wait_for(
+            lambda: metric(service, "lakewarden_error_sink_storage_reads_total") >= 1,
+            "the first read of the new key, which says pending",
+        )
         write.complete([attempt])  # embedded coordinator: no event of its own
-        time.sleep(2.0)
+        reads = metric(service, "lakewarden_error_sink_storage_reads_total")
+        checks = metric(service, "lakewarden_error_sink_checks_total")
+        wait_for(
+            lambda: metric(service, "lakewarden_error_sink_checks_total") >= checks + 3,
+            "three more checks of the sink",
+        )
+        assert metric(service, "lakewarden_error_sink_storage_reads_total") == reads
         assert rows(errors_uri) == 0, "no event yet, and the fallback is 10 minutes away"
         event = make_event(
             "TimelineTransition",

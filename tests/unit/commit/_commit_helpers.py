@@ -14,11 +14,7 @@ from lakewarden.commit.manifest import MANIFEST_TYPE
 from lakewarden.storage import Storage
 from lakewarden.storage.faults import FaultyStorage, Operation
 from lakewarden.storage.s3 import S3Storage
-
-
-class SimulatedCrash(BaseException):
-    """A process dying at this point: not an ``Exception``, so no stage handles it and no
-    failure summary is written, exactly as after a real crash."""
+from lakewarden.testing import SimulatedCrash
 
 
 @dataclass

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from _commit_helpers import SimulatedCrash, Table, crash_at, job_files, run_task
+from _commit_helpers import Table, crash_at, job_files, run_task
 
 from lakewarden.commit import (
     CommitterOptions,
@@ -14,6 +14,7 @@ from lakewarden.commit import (
     ManifestCommitter,
     StageFailedError,
 )
+from lakewarden.testing import SimulatedCrash
 
 
 def _work_area(table: Table) -> list[str]:

@@ -8,7 +8,6 @@ import json
 import pytest
 from _commit_helpers import (
     CrashAtStage,
-    SimulatedCrash,
     Table,
     crash_at,
     expected,
@@ -26,6 +25,7 @@ from lakewarden.commit import (
     TaskAttemptId,
 )
 from lakewarden.storage.faults import FaultyStorage, InjectedFaultError
+from lakewarden.testing import SimulatedCrash
 
 JOB_STAGES = [
     "job_stage_load_manifests",

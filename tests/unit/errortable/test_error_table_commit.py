@@ -25,10 +25,7 @@ from lakewarden.settings import ErrorTableSettings
 from lakewarden.table.instant import Transition
 from lakewarden.table.job_commit import STAGE_COMPLETE
 from lakewarden.table.table import Table
-
-
-class Crash(BaseException):
-    """A process dying at a chosen step (not an error the commit path handles)."""
+from lakewarden.testing import SimulatedCrash
 
 
 @pytest.fixture
@@ -88,9 +85,9 @@ def test_a_crash_mid_commit_is_resumed_by_the_next_commit(
 
     def crash(at_event: str, at_stage: str) -> None:
         if (at_event, at_stage) == (event, stage):
-            raise Crash(f"killed at {at_event} of {at_stage}")
+            raise SimulatedCrash(f"killed at {at_event} of {at_stage}")
 
-    with pytest.raises(Crash):
+    with pytest.raises(SimulatedCrash):
         commit_errors(errors, [batch], hook=crash)
     (pending,) = errors.state().pending()
     assert pending.state is Transition.INFLIGHT
@@ -114,9 +111,9 @@ def test_other_sources_do_not_resume_a_crashed_instant(main_table: Table) -> Non
 
     def crash(at_event: str, at_stage: str) -> None:
         if at_stage == STAGE_COMPLETE:
-            raise Crash("killed")
+            raise SimulatedCrash("killed")
 
-    with pytest.raises(Crash):
+    with pytest.raises(SimulatedCrash):
         commit_errors(errors, [first], hook=crash)
     instant = commit_errors(errors, [first, second])  # another grouping: a new instant
     (pending,) = errors.state().pending()

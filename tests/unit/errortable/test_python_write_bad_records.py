@@ -19,6 +19,7 @@ from lakewarden.settings import ErrorTableSettings
 from lakewarden.table.instant import Transition
 from lakewarden.table.table import Table
 from lakewarden.table.write_input import InvalidRecordError
+from lakewarden.testing import SimulatedCrash
 
 SCHEMA = pa.schema(
     [
@@ -96,20 +97,17 @@ def test_a_crash_after_the_main_commit_is_settled_by_the_next_write(
     """The process dies between ``completed`` and the error-table commit: the spool stays,
     and the next write (or ``settle_errors``) commits it, once."""
 
-    class Crash(BaseException):
-        pass
-
-    calls = iter([[], Crash()])  # the settle before the write runs; the one after dies
+    calls = iter([[], SimulatedCrash()])  # the settle before the write runs; the one after dies
 
     def settle_or_die(self: Table) -> list[str]:
         step = next(calls)
-        if isinstance(step, Crash):
+        if isinstance(step, SimulatedCrash):
             raise step
         return step
 
     with monkeypatch.context() as patch:
         patch.setattr(Table, "settle_errors", settle_or_die)
-        with pytest.raises(Crash):
+        with pytest.raises(SimulatedCrash):
             table.write(_mixed(), "insert", bad_records="error-table")
     [instant] = [i.key for i in table.storage.list(SPOOL_DIR)]
     completed = table.timeline()[-1]

@@ -11,7 +11,7 @@ import pytest
 from lakewarden.errors import RetryableError
 from lakewarden.storage import AlreadyExistsError, NotFoundError, Storage, StorageIOError
 from lakewarden.storage.faults import FaultyStorage, InjectedFaultError
-from lakewarden.testing import ManualClock
+from lakewarden.testing import ManualClock, SimulatedCrash
 
 
 def test_nth_call_fails_before_its_effect(storage: Storage) -> None:
@@ -124,15 +124,11 @@ def test_wrapper_is_a_storage_with_the_same_uri(storage: Storage) -> None:
     assert faulty.local_path("k") == storage.local_path("k")
 
 
-class _Crash(BaseException):
-    """A process dying mid-call (no ``except Exception`` handles it)."""
-
-
 def test_fail_with_a_given_error_raises_it_before_the_effect(storage: Storage) -> None:
     faulty = FaultyStorage(storage)
-    faulty.fail("write_if_absent", nth=2, error=_Crash("crash at the second create"))
+    faulty.fail("write_if_absent", nth=2, error=SimulatedCrash("crash at the second create"))
     faulty.write_if_absent("a", b"1")
-    with pytest.raises(_Crash, match="crash at the second create"):
+    with pytest.raises(SimulatedCrash, match="crash at the second create"):
         faulty.write_if_absent("b", b"2")
     assert not storage.exists("b")  # nothing happened
     faulty.write_if_absent("b", b"2")  # the fault fired once
@@ -228,9 +224,9 @@ def test_an_error_raised_by_the_action_stops_the_call(storage: Storage) -> None:
     faulty = FaultyStorage(storage)
 
     def crash() -> None:
-        raise _Crash("died before writing")
+        raise SimulatedCrash("died before writing")
 
     faulty.before("write", crash)
-    with pytest.raises(_Crash):
+    with pytest.raises(SimulatedCrash):
         faulty.write("k", b"x")
     assert not storage.exists("k")

@@ -31,6 +31,7 @@ from lakewarden.tableservice import (
     schedule,
 )
 from lakewarden.tableservice.compaction import CompactionStrategy
+from lakewarden.testing import SimulatedCrash
 
 
 def mor_table(make: MakeTable) -> tuple[Table, list[dict[str, Any]]]:
@@ -73,10 +74,6 @@ def test_copy_on_write_and_log_free_slices_have_nothing_to_compact(make_table: M
     assert table.schedule_compaction() is None
 
 
-class _Crash(BaseException):
-    """A kill -9 stand-in: not an Exception, so no cleanup runs."""
-
-
 class CrashingCompaction(TableServiceStrategy):
     """Compaction that dies after writing its files, before the pre-commit (once)."""
 
@@ -94,7 +91,7 @@ class CrashingCompaction(TableServiceStrategy):
         stats = self.inner.rewrite(job)
         if CrashingCompaction.crashes:
             CrashingCompaction.crashes -= 1
-            raise _Crash()
+            raise SimulatedCrash()
         return stats
 
 
@@ -108,7 +105,7 @@ def test_a_compaction_killed_mid_way_is_resumed_by_another_executor(
     CrashingCompaction.crashes = 1
     instant = schedule(table.service_context(), CrashingCompaction())
     assert instant is not None
-    with pytest.raises(_Crash):
+    with pytest.raises(SimulatedCrash):
         table.run_table_service(instant)
     assert _state(table, instant) is not Transition.COMPLETED
     assert as_sorted(table.read()) == expected  # its files are invisible

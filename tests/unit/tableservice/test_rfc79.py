@@ -36,6 +36,7 @@ from lakewarden.tableservice import (
     schedule,
 )
 from lakewarden.tableservice import executor as executor_module
+from lakewarden.testing import SimulatedCrash
 
 
 def _state(table: Table, instant: str) -> Transition:
@@ -64,10 +65,6 @@ class _PausedPastItsTolerance(EmbeddedCoordinator):
 
     def heartbeat_tolerance_s(self, table_id: str) -> float:
         return 0.0
-
-
-class _Crash(BaseException):
-    """A kill -9 stand-in: not an Exception, so the executor's cleanup does not run."""
 
 
 # -- ingestion precedence (goal A, invariant 5) ---------------------------------------------
@@ -212,8 +209,8 @@ def test_execute_cancel_after_the_executor_died_removes_its_files(make_table: Ma
     fragmented(table)
     expected = as_sorted(table.read())
     instant = _hooked_plan(table, cancellable=True)
-    hook(instant, lambda job: (_ for _ in ()).throw(_Crash()))
-    with pytest.raises(_Crash):
+    hook(instant, lambda job: (_ for _ in ()).throw(SimulatedCrash()))
+    with pytest.raises(SimulatedCrash):
         table.run_table_service(instant)
     assert _plan_files(table, instant)  # the dead attempt left its files
     table.request_cancel(instant, reason="executor died")
@@ -228,8 +225,8 @@ def test_execute_cancel_rerun_after_a_crash_between_rollback_and_aborted(
     table = make_table()
     fragmented(table)
     instant = _hooked_plan(table, cancellable=True)
-    hook(instant, lambda job: (_ for _ in ()).throw(_Crash()))
-    with pytest.raises(_Crash):
+    hook(instant, lambda job: (_ for _ in ()).throw(SimulatedCrash()))
+    with pytest.raises(SimulatedCrash):
         table.run_table_service(instant)
     table.request_cancel(instant, reason="crash test")
     roll_back_attempts(table.service_context(), instant)  # step 6 ran; then the process died
@@ -244,8 +241,8 @@ def test_a_retried_executor_short_circuits_without_rewriting(make_table: MakeTab
     table = make_table()
     fragmented(table)
     instant = _hooked_plan(table, cancellable=True)
-    hook(instant, lambda job: (_ for _ in ()).throw(_Crash()))
-    with pytest.raises(_Crash):
+    hook(instant, lambda job: (_ for _ in ()).throw(SimulatedCrash()))
+    with pytest.raises(SimulatedCrash):
         table.run_table_service(instant)
     assert _state(table, instant) is Transition.INFLIGHT
     table.request_cancel(instant, reason="give up")
@@ -290,8 +287,8 @@ def test_a_non_cancellable_plan_whose_executor_died_is_resumed_and_completes(
     fragmented(table)
     expected = as_sorted(table.read())
     instant = _hooked_plan(table, cancellable=False)
-    hook(instant, lambda job: (_ for _ in ()).throw(_Crash()))
-    with pytest.raises(_Crash):
+    hook(instant, lambda job: (_ for _ in ()).throw(SimulatedCrash()))
+    with pytest.raises(SimulatedCrash):
         table.run_table_service(instant)
     dead_files = set(_plan_files(table, instant))
     assert dead_files

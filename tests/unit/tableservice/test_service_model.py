@@ -35,10 +35,7 @@ from lakewarden.table.coordinator import EmbeddedCoordinator
 from lakewarden.table.instant import TABLE_SERVICE_ACTIONS, Transition
 from lakewarden.table.table import Table
 from lakewarden.tableservice import RewriteJob, schedule
-
-
-class _Crash(BaseException):
-    """The executor's process dies (kill -9): no cleanup runs."""
+from lakewarden.testing import SimulatedCrash
 
 
 class ServiceModel(RuleBasedStateMachine):
@@ -105,7 +102,7 @@ class ServiceModel(RuleBasedStateMachine):
         def mid_rewrite(job: RewriteJob) -> None:
             hook(plan, lambda _: None)
             if then == "crash":
-                raise _Crash()
+                raise SimulatedCrash()
             if then == "rival":
                 self._quietly(lambda: self.procs[rival].run_table_service(plan))
             if then == "ingest":
@@ -114,7 +111,7 @@ class ServiceModel(RuleBasedStateMachine):
         hook(plan, mid_rewrite)
         try:
             self._quietly(lambda: self.procs[proc].run_table_service(plan))
-        except _Crash:
+        except SimulatedCrash:
             pass
         finally:
             hook(plan, lambda _: None)
