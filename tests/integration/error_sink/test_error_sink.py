@@ -167,7 +167,11 @@ def test_only_accepted_attempts_of_completed_instants_once(
     assert len(completed) == 2  # the accepted errors' instant, then the marker's
     assert completed[0].commit is not None
     assert completed[0].commit.error_sources == (f"{orders.table_id}@{write.instant}",)
-    assert metric(sink, 'lakewarden_error_sink_failed_records_total{table="orders"}') == 4 + 1
+    # Counted once commit_errors returned, which is after the marker is visible: wait for it.
+    wait_for(
+        lambda: metric(sink, 'lakewarden_error_sink_failed_records_total{table="orders"}') == 4 + 1,
+        "the sink to count the committed failed records",
+    )
     assert metric(sink, 'lakewarden_error_sink_dropped_total{reason="not_accepted"}') == 2
     assert metric(sink, 'lakewarden_error_sink_dropped_total{reason="discarded"}') == 2
 
