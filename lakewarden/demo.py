@@ -284,23 +284,20 @@ def step_ingest(demo: Demo) -> None:
 
 def step_timeline(demo: Demo) -> None:
     import lakewarden
-    from lakewarden.spark.ingest import BATCH_ID
 
     shown = RichTable(title="timeline of orders")
     for column in ("instant", "action", "state", "operation", "micro-batch", "rows", "bad"):
         shown.add_column(column)
     for state in demo.table.timeline():
         commit = state.commit
-        meta = commit.extra_metadata if commit is not None else {}
+        batch = commit.batch if commit is not None else None
         shown.add_row(
             state.instant,
             str(state.action),
             str(state.state),
             state.operation or "",
-            meta.get(BATCH_ID, ""),
-            str(int(meta.get("num_input_records", "0")) - commit.failed_records)
-            if commit is not None
-            else "",
+            str(batch.batch_id) if batch is not None else "",
+            str((commit.input_records or 0) - commit.failed_records) if commit is not None else "",
             str(commit.failed_records) if commit is not None else "",
         )
     console.print(shown)

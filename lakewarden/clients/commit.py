@@ -230,7 +230,8 @@ class CommitClient:
 def request_record(request: CommitRequest, producer_id: str) -> dict[str, Any]:
     """The ``JobCommitRequest`` event of ``request``."""
     layout = JobLayout(request.job_id, request.job_attempt)
-    metadata = {"once": dict(request.once), "description": request.description}
+    # The micro-batch (the ``once`` rule) travels in ``commit_stats`` (``CommitStats.batch``).
+    metadata = {"description": request.description}
     return make_event(
         "JobCommitRequest",
         table_id=request.table_id,

@@ -15,8 +15,8 @@ Flow::
 
 Only records of task attempts that the completed main instant accepted (its job's
 ``_SUCCESS`` summary names them) are committed, each main instant's errors exactly once: the
-error table's commit metadata names the (table id, instant) pairs it holds, checked under the
-lock at completion.
+error table's ``completed`` payload names the (table id, instant) pairs it holds
+(``CommitStats.error_sources``), checked under the lock at completion.
 """
 
 from lakewarden.errortable.acceptance import (

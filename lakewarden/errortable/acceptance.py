@@ -27,8 +27,6 @@ from lakewarden.errortable.records import ErrorRow
 from lakewarden.table.instant import Transition
 from lakewarden.table.timeline_state import InstantState
 
-JOB_ID_METADATA = "spark.job_id"
-
 
 @dataclass(frozen=True, slots=True, order=True)
 class SourceKey:
@@ -73,8 +71,8 @@ Outcome = Pending | Accepted | Discarded
 
 def job_id_of(state: InstantState) -> str | None:
     """The committer job of a Spark write: named by its completion, else by its plan."""
-    if state.commit is not None and state.commit.extra_metadata.get(JOB_ID_METADATA):
-        return state.commit.extra_metadata[JOB_ID_METADATA]
+    if state.commit is not None and state.commit.job_id is not None:
+        return state.commit.job_id
     plan = state.job_plan
     return plan.job_id if plan is not None else None
 

@@ -3,7 +3,7 @@
 ``commit_errors`` appends one instant holding the errors of several main instants, through the
 manifest committer like every other producer (``lakewarden.table.job_commit``):
 
-1. drop the sources already committed (``SOURCES_KEY`` in the commit metadata of completed
+1. drop the sources already committed (``CommitStats.error_sources`` of the completed
    instants of the error table);
 2. resume the pending instant a crashed run left for exactly these sources once its task
    attempt was committed (its ``JobPlan`` names the job and the sources) and its heartbeat
@@ -14,7 +14,7 @@ manifest committer like every other producer (``lakewarden.table.job_commit``):
 3. write one Parquet file per file group into the job's task attempt, then commit the attempt
    (its manifest is saved);
 4. ``commit_instant``: job commit (files placed, ``_SUCCESS`` summary saved), then
-   ``completed`` with ``SOURCES_KEY`` in the metadata after the rule, re-checked under the
+   ``completed`` with the sources (``error_sources``) after the rule, re-checked under the
    lock and after every rebase, that no other instant completed one of these sources
    meanwhile (``SourcesAlreadyCommittedError``); any failure rolls the instant back and
    aborts the job (``abandon``).
@@ -28,7 +28,6 @@ read again from Kafka and committed by a later instant.
 from __future__ import annotations
 
 import io
-import json
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -42,8 +41,6 @@ from lakewarden.commit.manifest import parse_manifest
 from lakewarden.commit.stages import StageHook
 from lakewarden.errortable.table import (
     OPERATION,
-    RECORDS_KEY,
-    SOURCES_KEY,
     SourceErrors,
     SourcesAlreadyCommittedError,
     committed_sources,
@@ -218,10 +215,8 @@ def _write(
             _write_file(table, attempt, txn.instant, n, group, part)
             for n, (group, part) in enumerate(groups.items())
         ),
-        extra_metadata={
-            SOURCES_KEY: json.dumps(list(sources)),
-            RECORDS_KEY: str(len(data)),
-        },
+        error_sources=sources,
+        input_records=len(data),
     )
     attempt.commit(extra_data={STATS_KEY: stats.model_dump_json()})
     return stats
@@ -273,10 +268,8 @@ def _stats_of(
     return CommitStats(
         operation=OPERATION,
         write_stats=tuple(stats),
-        extra_metadata={
-            SOURCES_KEY: json.dumps(list(sources)),
-            RECORDS_KEY: str(records),
-        },
+        error_sources=sources,
+        input_records=records,
     )
 
 

@@ -11,7 +11,6 @@ every producer does).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
@@ -25,10 +24,13 @@ from lakewarden.errortable.records import TABLE_NAME, ErrorRow
 from lakewarden.settings import Settings
 from lakewarden.table.config import TableAlreadyExistsError
 from lakewarden.table.coordinator import Coordinator
+from lakewarden.table.stats import LEGACY_ERROR_SOURCES_KEY
 from lakewarden.table.table import Table
 from lakewarden.table.timeline_state import TimelineState
 
-SOURCES_KEY: Final = "lakewarden.errors.sources"
+# Where completed payloads of version 1 kept the sources and the record count (now
+# ``CommitStats.error_sources`` and ``input_records``); kept so code that imports them loads.
+SOURCES_KEY: Final = LEGACY_ERROR_SOURCES_KEY
 RECORDS_KEY: Final = "lakewarden.errors.records"
 OPERATION: Final = "insert"
 
@@ -92,8 +94,8 @@ def committed_sources(state: TimelineState) -> set[str]:
     """The source keys (``<table id>@<instant>``) the completed instants hold."""
     found: set[str] = set()
     for inst in state.completed():
-        if inst.commit is not None and SOURCES_KEY in inst.commit.extra_metadata:
-            found.update(json.loads(inst.commit.extra_metadata[SOURCES_KEY]))
+        if inst.commit is not None:
+            found.update(inst.commit.error_sources)
     return found
 
 

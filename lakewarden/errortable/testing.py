@@ -85,7 +85,7 @@ class FakeWrite:
         stats = CommitStats(
             operation="insert",
             failed_records=failed_records,
-            extra_metadata={"spark.job_id": self.job_id},
+            job_id=self.job_id,
         )
         with self.txn.heartbeat():
             self.txn.inflight(WorkloadProfile(operation="insert"))

@@ -4,7 +4,7 @@ One write is one instant and one manifest-committer job:
 
 ``open_write`` (before any task runs):
   1. set up the committer job (``_temporary/manifest_<jobId>/``);
-  2. take the table lock and append ``requested``; its plan names the job (``spark.job_id``);
+  2. take the table lock and append ``requested``; its plan names the job (``JobPlan.job_id``);
      if this fails, the job is aborted.
 
 ``commit_write`` (Spark's ``commit(messages)``, with the messages of the accepted attempts):
@@ -58,8 +58,6 @@ from lakewarden.settings import Settings
 from lakewarden.spark._messages import TaskCommitMessage, accepted_messages
 from lakewarden.spark._options import OVERWRITE, WriteSpec, load_settings
 from lakewarden.spark._transaction import (
-    BATCH_ID,
-    QUERY_ID,
     BatchAlreadyCommittedError,
     BatchKey,
     SparkTransaction,
@@ -248,7 +246,6 @@ def commit_write(
                 spec.job_id,
                 tuple(m.attempt_id for m in accepted),
                 stats,
-                once=_once(batch),
                 description=f"instant {spec.instant}",
             )
             if settings.kafka.commits_by_service:  # 3.
@@ -271,14 +268,6 @@ def commit_write(
             if already is not None:
                 raise already from err
             raise
-
-
-def _once(batch: BatchKey | None) -> dict[str, str]:
-    """A streaming micro-batch completes once per query: no other completed instant may carry
-    its query id and batch id."""
-    if batch is None:
-        return {}
-    return {QUERY_ID: batch.query_id, BATCH_ID: str(batch.batch_id)}
 
 
 def _commit_by_service(
@@ -398,20 +387,16 @@ def commit_stats(
     replaced = dict.fromkeys(g for m in accepted for g in m.replaced_file_groups)
     if spec.operation == OVERWRITE:
         replaced.update(dict.fromkeys(_base_groups(table, spec.instant)))
-    extra = {
-        "spark.job_id": spec.job_id,
-        "num_input_records": str(sum(m.num_input_records for m in accepted)),
-    }
-    if spec.operation == "delete":
-        extra["num_deletes"] = str(sum(m.num_deletes for m in accepted))
-    if batch is not None:
-        extra.update(batch.metadata())
+    deleted = sum(m.num_deletes for m in accepted) if spec.operation == "delete" else None
     return CommitStats(
         operation=spec.operation,
         write_stats=tuple(stats),
         replaced_file_groups=tuple(replaced),
         failed_records=sum(m.num_failed_records for m in accepted),
-        extra_metadata=extra,
+        job_id=spec.job_id,
+        batch=batch.micro_batch if batch is not None else None,
+        input_records=sum(m.num_input_records for m in accepted),
+        deleted_records=deleted,
     )
 
 

@@ -9,7 +9,7 @@ for a batch write, and the table, coordinator and commit client stay open across
 (``_stream_session``, in the driver process):
 
 1. **skip** a batch an earlier run of the query committed already: its (query id, batch id)
-   is in a completed instant's ``extra_metadata`` (the idempotence key, delta-rs's ``Txn``);
+   is a completed instant's ``CommitStats.batch`` (the idempotence key, delta-rs's ``Txn``);
 2. **open** the batch's instant: committer job set up, one lock and one ``requested`` append
    naming the batch (``SparkTransaction.begin_batch``, which finds the pending instant of
    this run's batch instead of opening a second one);
@@ -21,8 +21,8 @@ for a batch write, and the table, coordinator and commit client stay open across
    - ``python``: the ``lakewarden`` format's batch writer joins the instant (the only way for
      what needs Python per row: the error table's bad-record routing, S3 uploads, column
      types Spark encodes differently); its commit carries the batch key;
-4. **commit**: job commit of the accepted attempts, then ``completed`` with the batch key in
-   ``extra_metadata``, refused when another instant completed the batch (the ``once`` rule,
+4. **commit**: job commit of the accepted attempts, then ``completed`` with the batch key
+   (``CommitStats.batch``), refused when another instant completed the batch (the ``once`` rule,
    re-checked after every rebase, by the driver or by job-committer);
 5. **on failure**: the instant is rolled back (job abort: none of its files stays) and the
    error raised, which fails the query; Spark has not recorded the batch, so a restart redoes

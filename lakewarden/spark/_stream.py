@@ -5,7 +5,7 @@ tasks run (``streamWriter()`` is called per batch, but without it), so the *task
 batch's instant: the first task attempt of a batch with rows appends ``requested`` naming the
 (query id, run id, batch id), the others find it (``SparkTransaction.begin_batch``). A task
 that finds the batch completed by an earlier run of the query writes nothing. ``commit``
-completes the instant with the batch recorded in ``CommitStats.extra_metadata``, refusing if
+completes the instant with the batch recorded in ``CommitStats.batch``, refusing if
 the batch completed already; see ``lakewarden.spark._transaction``.
 
 The writer also subclasses ``DataSourceArrowWriter``: PySpark's write worker checks for it and

@@ -10,15 +10,15 @@ every batch exactly once:
   ``MicroBatch``, delta-rs's ``Txn{app_id, version}``), and the append's
   validator (re-run after every rebase) refuses to open a second one, so racing tasks in
   different processes agree on one instant.
-- **one completion per query and batch.** The commit records the key in ``extra_metadata``
-  and completes with the ``once`` rule of ``lakewarden.table.job_commit`` (query id and batch
-  id), whether the driver or the job-committer service runs it: after the heartbeat check and
-  the conflict rules, and again after every rebase, it refuses when an instant with the same
-  query id and batch id completed already (``BatchAlreadyCommittedError``, an
-  ``AlreadyCommittedError``); there is no other way to complete a micro-batch's instant.
-  A restarted run re-executes
-  the batches Spark had not recorded as committed; if lakewarden committed one of them before
-  the crash, the rerun finds it and commits nothing.
+- **one completion per query and batch.** The commit records the key in the ``completed``
+  payload (``CommitStats.batch``) and completes with the ``once`` rule of
+  ``lakewarden.table.job_commit`` (query id and batch id), whether the driver or the
+  job-committer service runs it: after the heartbeat check and the conflict rules, and again
+  after every rebase, it refuses when an instant with the same query id and batch id
+  completed already (``BatchAlreadyCommittedError``, an ``AlreadyCommittedError``); there is
+  no other way to complete a micro-batch's instant. A restarted run re-executes the batches
+  Spark had not recorded as committed; if lakewarden committed one of them before the crash,
+  the rerun finds it and commits nothing.
 """
 
 from __future__ import annotations
@@ -29,15 +29,11 @@ from dataclasses import dataclass
 from lakewarden.table.coordinator import Coordinator, LeaseLostError
 from lakewarden.table.instant import Action, Instant, Transition
 from lakewarden.table.job_commit import AlreadyCommittedError
-from lakewarden.table.plans import JobPlan, MicroBatch
+from lakewarden.table.plans import JobPlan
+from lakewarden.table.stats import MicroBatch
 from lakewarden.table.timeline import InstantState, Timeline, TimelineState
 from lakewarden.table.timeline_state import EntryDraft
 from lakewarden.table.transaction import WriteTransaction, requested_payload
-
-QUERY_ID = "spark.streaming.query_id"
-RUN_ID = "spark.streaming.run_id"
-BATCH_ID = "spark.streaming.batch_id"
-CHECKPOINT = "spark.streaming.checkpoint"
 
 
 class BatchAlreadyCommittedError(AlreadyCommittedError):
@@ -52,14 +48,6 @@ class BatchKey:
     run_id: str
     batch_id: int
     checkpoint: str = ""
-
-    def metadata(self) -> dict[str, str]:
-        return {
-            QUERY_ID: self.query_id,
-            RUN_ID: self.run_id,
-            BATCH_ID: str(self.batch_id),
-            CHECKPOINT: self.checkpoint,
-        }
 
     @property
     def micro_batch(self) -> MicroBatch:
@@ -78,8 +66,8 @@ class BatchKey:
 def completed_batch(state: TimelineState, key: BatchKey) -> InstantState | None:
     """The completed instant of ``key``'s query and batch (any run), if any."""
     for inst in state.completed():
-        meta = inst.commit.extra_metadata if inst.commit is not None else {}
-        if meta.get(QUERY_ID) == key.query_id and meta.get(BATCH_ID) == str(key.batch_id):
+        batch = inst.commit.batch if inst.commit is not None else None
+        if batch is not None and (batch.query_id, batch.batch_id) == (key.query_id, key.batch_id):
             return inst
     return None
 

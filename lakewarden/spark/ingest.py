@@ -75,7 +75,7 @@ from lakewarden.spark._ingest_records import (
 )
 from lakewarden.spark._micro_batch import SINGLE_TASK_ROWS, MicroBatchWriter, MicroBatchWriterKind
 from lakewarden.spark._options import encode_settings
-from lakewarden.spark._transaction import BATCH_ID, QUERY_ID, BatchKey, completed_batch
+from lakewarden.spark._transaction import BatchKey, completed_batch
 from lakewarden.storage import Storage, open_storage
 from lakewarden.table.config import ErrorTableChoice, TableConfig, load_config
 from lakewarden.table.stats import CommitStats
@@ -86,8 +86,6 @@ JARS_ENV = "LAKEWARDEN_SPARK_JARS"
 
 __all__ = [
     "BAD_RECORDS_DIR",
-    "BATCH_ID",
-    "QUERY_ID",
     "SINGLE_TASK_ROWS",
     "AvroSchemaError",
     "AvroValueCodec",
@@ -395,14 +393,14 @@ class IngestJob:
         batch = int(progress.batchId)
         done = completed_batch(self.timeline.load(), BatchKey(self.query_id, "", batch))
         commit = done.commit if done is not None else None
-        meta = commit.extra_metadata if commit is not None else {}
         # Input records of the instant less those it set aside for the error table.
+        taken = (commit.input_records or 0) if commit is not None else 0
         failed = commit.failed_records if commit is not None else 0
         durations = progress.durationMs or {}
         return BatchReport(
             batch_id=batch,
             input_rows=int(progress.numInputRows),
-            written_rows=int(meta.get("num_input_records", "0")) - failed,
+            written_rows=taken - failed,
             bad_rows=self._bad_rows(batch, commit),
             instant=done.instant if done is not None else None,
             duration_ms=int(durations.get("triggerExecution", 0)),

@@ -23,9 +23,9 @@ for an ingestion: the instant's files are placed while invisible, so its fence i
 2. the write statistics may name only files the job commit placed, with their sizes
    (``StatisticsMismatchError``: ``completed`` must never name a file that is not there);
 3. ``completed`` with the statistics, under the table lock, after the heartbeat check, the
-   conflict rules, the ``once`` rule (no other completed instant carries the same
-   ``extra_metadata`` values, e.g. a streaming query's batch id) and the caller's
-   ``validate``; re-checked after every rebase;
+   conflict rules, the ``once`` rule (when the statistics name a streaming micro-batch,
+   ``CommitStats.batch``: no other completed instant carries its query id and batch id) and
+   the caller's ``validate``; re-checked after every rebase;
 4. a lost reply (``CommitStateUnknownError``): the log decides
    (``lakewarden.table.completion.complete``, the step every action shares). This job's
    ``completed`` on the log is success; otherwise the error is raised and nothing is deleted
@@ -51,8 +51,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from lakewarden.commit import (
     CommittedFile,
@@ -67,7 +67,7 @@ from lakewarden.table.abandon import abandon as abandon
 from lakewarden.table.cancel import cancel_overtaken_plans
 from lakewarden.table.completion import complete
 from lakewarden.table.instant import INGESTION_ACTIONS, Transition
-from lakewarden.table.stats import CommitStats
+from lakewarden.table.stats import CommitStats, MicroBatch
 from lakewarden.table.timeline import InstantState, TimelineState
 from lakewarden.table.transaction import WriteTransaction
 
@@ -122,8 +122,8 @@ class AlreadyCommittedError(NonRetryableError):
 @dataclass(frozen=True)
 class CommitRequest:
     """A job commit: the accepted attempts of ``job_id`` (attempt ``job_attempt``), completing
-    ``instant`` with ``stats``. ``once``: ``extra_metadata`` values no other completed instant
-    may share (all of them together).
+    ``instant`` with ``stats`` (whose ``batch``, if any, no other completed instant may
+    carry: the ``once`` rule).
 
     The one value of a job commit wherever it runs: ``commit_instant`` in this process, a
     ``JobCommitRequest`` event that ``CommitClient`` sends, and what job-committer parses from
@@ -139,7 +139,6 @@ class CommitRequest:
     job_id: str
     accepted: Sequence[str]
     stats: CommitStats
-    once: Mapping[str, str] = field(default_factory=dict)
     description: str = ""
     table_uri: str = ""
     table_id: str = ""
@@ -231,7 +230,7 @@ def _commit(
         check_statistics(spec.stats, job.files, instant=spec.instant, table=txn.table_id)  # 2.
         placed, resumed, summary_key = job.placed, job.resumed, job.summary_key
     stats = spec.stats
-    rules = _rules(txn.instant, spec.once, validate)
+    rules = _rules(txn.instant, stats.batch, validate)
     progress.enter(STAGE_COMPLETE)
     # 3., 4.: the one completion protocol; only this job's completion counts (same_work=False).
     complete(txn, stats, validate=rules, same_work=False)
@@ -334,29 +333,36 @@ def check_statistics(
 
 
 def _rules(
-    instant: str, once: Mapping[str, str], validate: Callable[[TimelineState], None] | None
+    instant: str, batch: MicroBatch | None, validate: Callable[[TimelineState], None] | None
 ) -> Callable[[TimelineState], None] | None:
-    if not once and validate is None:
+    if batch is None and validate is None:
         return None
 
     def rules(state: TimelineState) -> None:
-        if once:
-            check_once(state, instant, once)
+        if batch is not None:
+            check_once(state, instant, batch)
         if validate is not None:
             validate(state)
 
     return rules
 
 
-def check_once(state: TimelineState, instant: str, once: Mapping[str, str]) -> None:
-    """Raises: AlreadyCommittedError when another completed instant has every ``once``
-    value in its ``extra_metadata``."""
+def check_once(state: TimelineState, instant: str, batch: MicroBatch) -> None:
+    """Raises: AlreadyCommittedError when another completed instant carries ``batch``'s query
+    id and batch id (any run of the query)."""
+    wanted = (batch.query_id, batch.batch_id)
     for other in state.completed():
-        meta = other.commit.extra_metadata if other.commit is not None else {}
-        if other.instant != instant and all(meta.get(k) == v for k, v in once.items()):
+        done = other.commit.batch if other.commit is not None else None
+        if (
+            other.instant != instant
+            and done is not None
+            and (done.query_id, done.batch_id) == wanted
+        ):
             raise AlreadyCommittedError(
-                f"instant {other.instant} completed with {dict(once)} already; instant "
-                f"{instant} must not commit it again.",
+                f"instant {other.instant} completed micro-batch {batch.batch_id} of streaming "
+                f"query {batch.query_id} already; instant {instant} must not commit it again. "
+                "Help: nothing is lost: the batch's rows are in the table once; this "
+                "instant is rolled back.",
                 instant=instant,
                 committed_by=other.instant,
             )

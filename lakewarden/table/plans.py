@@ -30,6 +30,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, JsonValue
 
 from lakewarden.table.instant import Action
 from lakewarden.table.stats import FileGroupId
+from lakewarden.table.stats import MicroBatch as MicroBatch  # defined beside CommitStats
 
 _INSTANT_PATTERN = r"^\d{17}$"
 # The keys the Spark writer put into legacy ``{"spark": {...}}`` plans.
@@ -38,17 +39,6 @@ _LEGACY_QUERY_ID: Final = "spark.streaming.query_id"
 _LEGACY_RUN_ID: Final = "spark.streaming.run_id"
 _LEGACY_BATCH_ID: Final = "spark.streaming.batch_id"
 _LEGACY_CHECKPOINT: Final = "spark.streaming.checkpoint"
-
-
-class MicroBatch(BaseModel):
-    """One micro-batch of one run of a streaming query (Structured Streaming's ids)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    query_id: str = Field(min_length=1)
-    run_id: str = ""
-    batch_id: int = Field(ge=0)
-    checkpoint: str = ""
 
 
 class JobPlan(BaseModel):

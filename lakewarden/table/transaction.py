@@ -302,17 +302,26 @@ class WriteTransaction:
         return entry
 
 
-# Typed fields of one action only: left out of the JSON when unset, so an ingestion's entries
-# read as they did before the fields existed.
-_OPTIONAL_FIELDS = ("attempt", "rollback_target", "clean")
+# Typed fields of some actions only: left out of the JSON when unset, so an entry carries
+# what its action records and nothing else.
+_OPTIONAL_FIELDS = (
+    "attempt",
+    "rollback_target",
+    "clean",
+    "job_id",
+    "batch",
+    "error_sources",
+    "input_records",
+    "deleted_records",
+)
 
 
 def entry_payload(model: WorkloadProfile | CommitStats) -> dict[str, Any]:
-    """An ``inflight`` or ``completed`` payload as JSON; the fields of one action
-    (``attempt``, ``rollback_target``, ``clean``) only when they are set."""
+    """An ``inflight`` or ``completed`` payload as JSON; the fields of some actions (the
+    ``_OPTIONAL_FIELDS``) only when they are set."""
     dumped = model.model_dump(mode="json")
     for key in _OPTIONAL_FIELDS:
-        if key in dumped and dumped[key] is None:
+        if key in dumped and dumped[key] in (None, []):
             del dumped[key]
     return dumped
 

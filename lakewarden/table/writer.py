@@ -308,9 +308,9 @@ def _write_groups(
         write_stats=tuple(stat for _, stat in results if stat is not None),
         replaced_file_groups=tuple(g for r, _ in results for g in r.replaced),
         # Deletes that emptied a bucket have no write statistic to count them.
-        extra_metadata={"num_deletes": str(sum(r.merged.deletes for r, _ in results))}
+        deleted_records=sum(r.merged.deletes for r, _ in results)
         if operation == "delete"
-        else {},
+        else None,
     )
 
 

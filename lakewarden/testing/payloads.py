@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from lakewarden.table.plans import JobPlan, MicroBatch
-from lakewarden.table.stats import CommitStats, FileGroupId, WorkloadProfile, WriteStat
+from lakewarden.table.plans import JobPlan
+from lakewarden.table.stats import CommitStats, FileGroupId, MicroBatch, WorkloadProfile, WriteStat
 from lakewarden.table.timeline_state import RequestedPayload
 
 _QUERY, _RUN = "8d3c0a7e-1f6b-4a52-9e0d-2b7c5f1a4e93", "0b5e9f3a-6c2d-4e71-8a4f-3d9b1c7e2a60"

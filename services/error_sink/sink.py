@@ -5,8 +5,8 @@ their main instant ends) and must not let the group's offset pass a record befor
 table commit; faust commits offsets of processed events on its own. Here offsets are
 committed by hand, only below the lowest record still buffered
 (``ErrorBuffer.committable_offsets``), so a crash or ``kill -9`` at any point redelivers every
-record whose instant was not settled, and the error table's commit metadata makes the
-redelivered records of settled instants no-ops.
+record whose instant was not settled, and the sources the error table's completed instants
+name (``CommitStats.error_sources``) make the redelivered records of settled instants no-ops.
 
 The loop, each turn:
 1. consume a batch; decode each message; undecodable, foreign or context-less events go to the

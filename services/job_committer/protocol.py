@@ -87,6 +87,8 @@ def parse_request(name: str, record: dict[str, Any], *, key: bytes | None) -> Co
         metadata = json.loads(record["metadata"] or "{}")
     except (ValidationError, ValueError) as err:
         raise InvalidEvent("invalid_request", f"commit_stats or metadata: {err}") from err
+    # ``once``: what clients before the typed ``completed`` payload sent beside a version-1
+    # ``commit_stats``, whose micro-batch keys the rule now reads (``CommitStats.batch``).
     once = metadata.get("once", {}) if isinstance(metadata, dict) else None
     if not isinstance(once, dict) or not all(isinstance(v, str) for v in once.values()):
         raise InvalidEvent("invalid_request", "metadata.once must map strings to strings")
@@ -103,7 +105,6 @@ def parse_request(name: str, record: dict[str, Any], *, key: bytes | None) -> Co
         job_attempt=record["job_attempt"],
         accepted=tuple(record["accepted_task_attempt_ids"]),
         stats=stats,
-        once={str(k): v for k, v in once.items()},
         description=str(metadata.get("description") or ""),
         lock_token=record["lock_token"],
         producer_id=str(record["envelope"]["producer_id"]),

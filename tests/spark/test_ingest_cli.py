@@ -86,9 +86,7 @@ def test_ingest_writes_exactly_the_good_rows_and_continues_from_its_checkpoint(
     assert "30 records read, 29 rows written, 1 bad records" in second
     assert _ids(root) == _good_ids(0, 80)  # every good row once
     completed = [i for i in table.timeline() if i.state is Transition.COMPLETED]
-    assert (
-        sum(int(i.commit.extra_metadata["num_input_records"]) for i in completed if i.commit) == 77
-    )
+    assert sum(i.commit.input_records or 0 for i in completed if i.commit) == 77
     reasons = {r["value"]: r["reason"] for r in read_bad_records(bad_dir)}
     assert reasons[MALFORMED[31].decode()] == "missing record key 'id'"
     assert reasons[MALFORMED[64].decode()].startswith("malformed JSON")

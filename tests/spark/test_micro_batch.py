@@ -19,7 +19,7 @@ from _spark_helpers import SCHEMA, make_table, rows, sorted_rows
 import lakewarden
 from lakewarden.spark._micro_batch import MicroBatchWriter, batch_option, parse_batch_option
 from lakewarden.spark._options import InvalidOptionError
-from lakewarden.spark._transaction import BATCH_ID, QUERY_ID, BatchKey
+from lakewarden.spark._transaction import BatchKey
 from lakewarden.table.config import META_COMMIT_TIME, META_FILE_NAME, META_PARTITION_PATH
 from lakewarden.table.instant import Transition
 from lakewarden.table.table import Table
@@ -62,10 +62,8 @@ def _run(spark: Any, source: Path, checkpoint: Path, writer: MicroBatchWriter) -
 
 def _batches(table: Table) -> tuple[list[str], set[str]]:
     completed = [i for i in table.timeline() if i.state is Transition.COMPLETED and i.commit]
-    return (
-        sorted(i.commit.extra_metadata[BATCH_ID] for i in completed if i.commit),
-        {i.commit.extra_metadata[QUERY_ID] for i in completed if i.commit},
-    )
+    batches = [i.commit.batch for i in completed if i.commit and i.commit.batch]
+    return sorted(str(b.batch_id) for b in batches), {b.query_id for b in batches}
 
 
 @pytest.mark.parametrize("kind", ["spark", "python"])

@@ -23,7 +23,6 @@ from _cluster import StandaloneCluster
 from _spark_helpers import committed_files, files_on_disk, rows, sorted_rows
 
 import lakewarden
-from lakewarden.spark._transaction import BATCH_ID, QUERY_ID
 from lakewarden.table.instant import Transition
 from lakewarden.table.table import Table
 
@@ -86,8 +85,9 @@ def test_streaming_writer_commits_each_micro_batch_once(cluster_run: dict[str, A
     assert outcome["exception"] is None
     assert sorted_rows(lakewarden.read(outcome["uri"])) == sorted_rows(rows(range(60)))
     commits = [inst.commit for inst in completed(Table.open(outcome["uri"])) if inst.commit]
-    assert sorted(c.extra_metadata[BATCH_ID] for c in commits) == ["0", "1"]
-    assert len({c.extra_metadata[QUERY_ID] for c in commits}) == 1
+    batches = [c.batch for c in commits if c.batch is not None]
+    assert sorted(b.batch_id for b in batches) == [0, 1]
+    assert len({b.query_id for b in batches}) == 1
 
 
 def test_real_speculation_runs_a_second_attempt_and_commits_every_row_once(

@@ -11,7 +11,6 @@ import pytest
 from _spark_helpers import SCHEMA, make_table, rows, sorted_rows, spark_rows
 
 import lakewarden
-from lakewarden.spark._transaction import BATCH_ID, QUERY_ID
 from lakewarden.table.instant import Transition
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -64,8 +63,8 @@ def test_killed_and_restarted_query_commits_every_batch_exactly_once(
     assert sorted_rows(lakewarden.read(uri)) == sorted_rows(everything)
     assert spark_rows(spark.read.format("lakewarden").load(uri)) == sorted_rows(everything)
     completed = [i for i in table.timeline() if i.state is Transition.COMPLETED]
-    batch_ids = [i.commit.extra_metadata[BATCH_ID] for i in completed if i.commit]
-    assert sorted(batch_ids) == [str(b) for b in range(FILES)]  # each batch exactly once
-    assert len({i.commit.extra_metadata[QUERY_ID] for i in completed if i.commit}) == 1
+    batches = [i.commit.batch for i in completed if i.commit and i.commit.batch]
+    assert sorted(b.batch_id for b in batches) == list(range(FILES))  # each batch exactly once
+    assert len({b.query_id for b in batches}) == 1
     rolled_back = [i for i in table.timeline() if i.state is Transition.ROLLED_BACK]
     assert len(rolled_back) == 1  # batch 2 of run 2

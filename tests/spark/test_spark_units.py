@@ -28,8 +28,6 @@ from lakewarden.spark._options import (
 )
 from lakewarden.spark._task import TaskIdentity, write_task
 from lakewarden.spark._transaction import (
-    BATCH_ID,
-    QUERY_ID,
     BatchAlreadyCommittedError,
     BatchKey,
     SparkTransaction,
@@ -136,12 +134,13 @@ def test_one_instant_per_batch_and_one_completion_per_query_batch(tmp_path: Path
         spec = _job.WriteSpec(str(tmp_path), instant, "job", "insert")
         txn = table.transaction(spec)
         txn.inflight(WorkloadProfile(operation="insert"))
-        stats = CommitStats(operation="insert", extra_metadata=batch_key.metadata())
-        once = {QUERY_ID: batch_key.query_id, BATCH_ID: str(batch_key.batch_id)}
-        commit_instant(None, txn, CommitRequest(instant, "job", (), stats, once=once))
+        stats = CommitStats(operation="insert", batch=batch_key.micro_batch)
+        commit_instant(None, txn, CommitRequest(instant, "job", (), stats))
 
     complete(first[0], key)
-    with pytest.raises(AlreadyCommittedError, match=f"instant {first[0]} completed with") as no:
+    with pytest.raises(
+        AlreadyCommittedError, match=f"instant {first[0]} completed micro-batch"
+    ) as no:
         complete(second[0], restarted)
     assert no.value.committed_by == first[0]
     with pytest.raises(BatchAlreadyCommittedError):

@@ -50,7 +50,7 @@ def test_upsert_and_delete_by_key_and_ordering_field(spark: Any, table_dir: Path
     deleted = lakewarden.spark.write(keys, uri, "delete")
     remaining = [expected[k] for k in sorted(expected) if k % 2 or k >= 60]
     assert spark_rows(spark.read.format("lakewarden").load(uri)) == remaining
-    assert deleted.stats.extra_metadata["num_deletes"] == str(len(expected) - len(remaining))
+    assert deleted.stats.deleted_records == len(expected) - len(remaining)
     assert sorted_rows(lakewarden.read(uri)) == remaining
     assert states(table) == [Transition.COMPLETED] * 3
 

@@ -20,7 +20,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 import lakewarden
 from lakewarden.clients import LockClient
-from lakewarden.errortable import SOURCES_KEY, error_table_location, open_error_table
+from lakewarden.errortable import error_table_location, open_error_table
 from lakewarden.errortable.testing import FakeWrite
 from lakewarden.events import (
     EventConsumer,
@@ -166,8 +166,12 @@ def test_only_accepted_attempts_of_completed_instants_once(
     completed = Table.open(errors_uri).state().completed()
     assert len(completed) == 2  # the accepted errors' instant, then the marker's
     assert completed[0].commit is not None
-    assert str(orders.table_id) in completed[0].commit.extra_metadata[SOURCES_KEY]
-    assert metric(sink, 'lakewarden_error_sink_failed_records_total{table="orders"}') == 4 + 1
+    assert completed[0].commit.error_sources == (f"{orders.table_id}@{write.instant}",)
+    # Counted once commit_errors returned, which is after the marker is visible: wait for it.
+    wait_for(
+        lambda: metric(sink, 'lakewarden_error_sink_failed_records_total{table="orders"}') == 4 + 1,
+        "the sink to count the committed failed records",
+    )
     assert metric(sink, 'lakewarden_error_sink_dropped_total{reason="not_accepted"}') == 2
     assert metric(sink, 'lakewarden_error_sink_dropped_total{reason="discarded"}') == 2
 

@@ -138,7 +138,7 @@ class Driver:
         return CommitStats(
             operation="insert",
             write_stats=tuple(stats),
-            extra_metadata={"spark.job_id": self.job_id},
+            job_id=self.job_id,
         )
 
     def request(self, accepted: list[str], **overrides: Any) -> CommitRequest:

@@ -27,7 +27,7 @@ from lakewarden.events import decode, ensure_topics
 from lakewarden.events.topics import JOB_REQUESTS, JOB_RESULTS
 from lakewarden.settings import Settings
 from lakewarden.table.coordinator import EmbeddedCoordinator
-from lakewarden.table.stats import CommitStats
+from lakewarden.table.stats import CommitStats, MicroBatch
 from lakewarden.table.table import Table
 from lakewarden.table.transaction import WriteTransaction
 
@@ -54,7 +54,7 @@ def result(req: CommitRequest, **fields: Any) -> dict[str, Any]:
 
 def test_a_committed_result_is_the_reply() -> None:
     req = request()
-    stats = CommitStats(operation="insert", extra_metadata={"k": "v"})
+    stats = CommitStats(operation="insert", job_id="job-1", input_records=3)
     reply = reply_from_record(
         req,
         result(
@@ -92,11 +92,14 @@ def test_a_result_the_service_could_not_settle_is_commit_state_unknown() -> None
 
 
 def test_the_request_record_names_the_manifest_dir_and_carries_the_rules() -> None:
-    req = request(once={"spark.streaming.batch_id": "3"}, lock_token=7)
+    batch = MicroBatch(query_id="q", run_id="r", batch_id=3)
+    req = request(stats=CommitStats(operation="insert", batch=batch), lock_token=7)
     record = request_record(req, "me")
     assert record["manifest_dir"] == f"_temporary/manifest_{req.job_id}/00/manifests/"
-    assert json.loads(record["metadata"])["once"] == {"spark.streaming.batch_id": "3"}
+    assert json.loads(record["metadata"]) == {"description": req.description}
+    # The once rule's micro-batch travels in the statistics.
     assert CommitStats.model_validate_json(record["commit_stats"]) == req.stats
+    assert req.stats.batch == batch
     assert record["envelope"]["table_id"] == "orders-id" and record["lock_token"] == 7
 
 

@@ -11,7 +11,6 @@ from click.testing import CliRunner
 import lakewarden
 from lakewarden.cli import cli
 from lakewarden.errortable import (
-    SOURCES_KEY,
     SourceErrors,
     SourceKey,
     commit_errors,
@@ -86,9 +85,7 @@ def test_completion_refused_when_another_instant_committed_the_source(main_table
         commit_errors(errors, [batch], before_complete=racer)
     assert lakewarden.read(loc.uri).num_rows == 1
     completed = errors.state().completed()
-    assert [c.commit.extra_metadata[SOURCES_KEY] for c in completed if c.commit] == [
-        f'["{batch.key}"]'
-    ]
+    assert [c.commit.error_sources for c in completed if c.commit] == [(str(batch.key),)]
 
 
 def test_cli_show_and_count(main_table: Table) -> None:

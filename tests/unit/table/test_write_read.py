@@ -135,7 +135,7 @@ def test_insert_upsert_delete_round_trip(make_table: MakeTable) -> None:
         (4, "us", 1, "d"),
     }
     third = table.write(pa.table({"id": [3, 99], "region": ["us", "us"]}), "delete")
-    assert third.stats.extra_metadata == {"num_deletes": "1"}
+    assert third.stats.deleted_records == 1
     assert as_set(table.read()) == {(1, "eu", 2, "A"), (2, "eu", 1, "b"), (4, "us", 1, "d")}
 
     # time travel and the top-level reader agree
@@ -361,7 +361,7 @@ def test_a_delete_of_appended_records_replaces_their_append_groups(local_table: 
     extras = (append_group(canonical, appended, 0), append_group(canonical, appended, 1))
     assert result.stats.replaced_file_groups == (canonical, *extras)
     assert result.stats.write_stats == ()
-    assert result.stats.extra_metadata == {"num_deletes": "2"}
+    assert result.stats.deleted_records == 2
     assert as_set(local_table.read()) == {(2, "us", 1, "other partition")}
     us = FileGroupId(partition_path="region=us", file_id=bucket_file_id(bucket_of(2, 3)))
     assert set(local_table.snapshot().slices) == {append_group(us, kept, 0)}

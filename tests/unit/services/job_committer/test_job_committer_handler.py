@@ -25,6 +25,7 @@ from lakewarden.events import (
     make_event,
 )
 from lakewarden.settings import CommitterSettings, Settings
+from lakewarden.table.stats import MicroBatch
 from lakewarden_services._common.dlq import DeadLetters
 from lakewarden_services.job_committer.handler import ManifestHandler, RequestHandler
 from lakewarden_services.job_committer.protocol import parse_request
@@ -175,6 +176,31 @@ def test_parse_request_checks_the_manifest_dir_and_the_statistics(job: Job) -> N
         with pytest.raises(InvalidEvent, match=detail) as info:
             parse_request("JobCommitRequest", {**record, field: value}, key=key)
         assert info.value.reason == "invalid_request"
+
+
+def test_a_request_from_a_client_before_the_typed_payload_keeps_its_once_rule(job: Job) -> None:
+    """An older client sends version-1 ``commit_stats`` (the batch in ``extra_metadata``)
+    and ``metadata.once``: the request reads as the typed micro-batch, the rule's key."""
+    record = request_record(commit_request(job), "old-client")
+    old_stats = json.loads(record["commit_stats"])
+    del old_stats["version"]
+    old_stats["extra_metadata"] = {
+        "spark.job_id": job.job_id,
+        "spark.streaming.query_id": "q",
+        "spark.streaming.run_id": "r",
+        "spark.streaming.batch_id": "4",
+        "spark.streaming.checkpoint": "",
+    }
+    once = {"spark.streaming.query_id": "q", "spark.streaming.batch_id": "4"}
+    old = {
+        **record,
+        "commit_stats": json.dumps(old_stats),
+        "metadata": json.dumps({"once": once, "description": "d"}),
+    }
+    parsed = parse_request("JobCommitRequest", old, key=job.table.table_id.encode())
+    assert parsed.stats.batch == MicroBatch(query_id="q", run_id="r", batch_id=4)
+    assert parsed.stats.job_id == job.job_id
+    assert parsed.stats.write_stats == job.stats.write_stats
 
 
 def test_task_manifests_are_validated_early(job: Job) -> None:

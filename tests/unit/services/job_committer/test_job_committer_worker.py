@@ -21,7 +21,7 @@ from lakewarden.table.job_commit import (
     StatisticsMismatchError,
     commit_instant,
 )
-from lakewarden.table.stats import CommitStats
+from lakewarden.table.stats import CommitStats, MicroBatch
 from lakewarden.table.table import Table
 from lakewarden.table.transaction import UnknownInstantError, WriteTransaction
 from lakewarden_services.job_committer.hooks import (
@@ -105,14 +105,15 @@ def test_statistics_naming_an_unplaced_file_roll_back_and_delete(table: Table) -
 
 
 def test_the_once_rule_refuses_a_second_completion(table: Table) -> None:
-    once = {"spark.streaming.query_id": "q", "spark.streaming.batch_id": "7"}
     first = open_job(table, rows((1, "eu", "a")))
-    meta = first.stats.model_copy(update={"extra_metadata": dict(once)})
-    commit_instant(first.committer, first.txn, spec(first, stats=meta, once=once))
+    batch = MicroBatch(query_id="q", run_id="run-1", batch_id=7)
+    meta = first.stats.model_copy(update={"batch": batch})
+    commit_instant(first.committer, first.txn, spec(first, stats=meta))
     second = open_job(table, rows((2, "us", "b")))
-    again = second.stats.model_copy(update={"extra_metadata": dict(once)})
-    with pytest.raises(AlreadyCommittedError) as info:
-        commit_instant(second.committer, second.txn, spec(second, stats=again, once=once))
+    # Another run of the same query: the rule keys on the query id and the batch id.
+    again = second.stats.model_copy(update={"batch": batch.model_copy(update={"run_id": "2"})})
+    with pytest.raises(AlreadyCommittedError, match="micro-batch 7 of streaming query q") as info:
+        commit_instant(second.committer, second.txn, spec(second, stats=again))
     assert info.value.committed_by == first.instant
     assert state_of(table, second.instant) is Transition.ROLLED_BACK
     assert as_set(Table.open(table.uri).read()) == {(1, "eu", "a")}
