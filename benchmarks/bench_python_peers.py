@@ -47,9 +47,9 @@ REGIONS = ("eu", "us", "apac", "latam")
 def input_rows(rows: int) -> pa.Table:
     """``bench_spark.COLUMNS`` computed with numpy/pyarrow: the same values Spark makes."""
     ids = np.arange(rows, dtype=np.int64)
-    regions = pa.DictionaryArray.from_arrays(
-        pa.array(ids % 4, pa.int32()), pa.array(REGIONS)
-    ).cast(pa.string())
+    regions = pa.DictionaryArray.from_arrays(pa.array(ids % 4, pa.int32()), pa.array(REGIONS)).cast(
+        pa.string()
+    )
     customer = pc.binary_join_element_wise(
         "customer-", pc.cast(pa.array(ids * 31 % 100_000), pa.string()), ""
     )
@@ -72,9 +72,7 @@ def input_rows(rows: int) -> pa.Table:
 def changed_rows(data: pa.Table) -> pa.Table:
     """The upsert's rows: the keys with ``id % 10 == 3`` (10%), ``ts`` one newer."""
     changed = data.filter(pa.array(data["id"].to_numpy() % 10 == 3))
-    return changed.set_column(
-        changed.schema.get_field_index("ts"), "ts", pc.add(changed["ts"], 1)
-    )
+    return changed.set_column(changed.schema.get_field_index("ts"), "ts", pc.add(changed["ts"], 1))
 
 
 def _size(path: Path) -> int:
@@ -89,9 +87,9 @@ def _timed(func: Callable[[], Any]) -> float:
 
 def measure(rows: int, rounds: int) -> dict[str, Any]:
     """Seconds per operation, variant and round, and bytes after the upsert."""
-    import lakewarden
     from deltalake import DeltaTable, write_deltalake
 
+    import lakewarden
     from lakewarden.table.table import Table
 
     data = input_rows(rows)
