@@ -15,7 +15,9 @@ Per round, the two variants in rotated order (``_rounds``), each on a fresh tabl
 Each figure is lakewarden's median seconds against delta-rs's median in the same run (below
 1.0: lakewarden ahead); bytes on disk after the upsert are in the details.
 
-Run alone: ``python -m benchmarks.bench_python_peers [--rows N] [--rounds R]``.
+``make bench`` runs 200k rows; the figure on the performance page is 2M rows:
+``python -m benchmarks python_peers --events 2000000`` (writes the JSON results), or alone
+with every round printed: ``python -m benchmarks.bench_python_peers [--rows N] [--rounds R]``.
 """
 
 from __future__ import annotations
@@ -200,7 +202,8 @@ def results(measured: dict[str, Any]) -> list[Result]:
 
 @benchmark("python_peers", "insert/upsert/read from plain Python: lakewarden vs delta-rs")
 def bench_python_peers(ctx: BenchContext) -> Iterable[Result]:
-    rows, rounds = ctx.scale(200_000, 20_000), ctx.scale(3, 1)
+    rows = ctx.events or ctx.scale(200_000, 20_000)  # --events N: N rows (2M for the figure)
+    rounds = ctx.scale(3, 1)
     return results(measure(rows, rounds))
 
 
