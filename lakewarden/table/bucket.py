@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pyarrow as pa
@@ -260,14 +259,6 @@ def _check_segment_lengths(fields: Sequence[str], values: Sequence[str | None]) 
             raise PartitionValueTooLongError(field, value, length)
 
 
-def _take_rows(data: pa.Table, indices: pa.Array) -> pa.Table:
-    """``data.take(indices)``, a column per thread: ``Table.take`` gathers the columns one
-    after another, and a gather in random order is most of a write's time on one core."""
-    with ThreadPoolExecutor(max_workers=max(1, min(pa.cpu_count(), data.num_columns))) as pool:
-        columns = list(pool.map(lambda column: pc.take(column, indices), data.columns))
-    return pa.Table.from_arrays(columns, schema=data.schema)
-
-
 def route(data: pa.Table, config: TableConfig) -> dict[FileGroupId, pa.Table]:
     """Split ``data`` by file group (partition path x bucket), vectorised: one sort, then
     slices. Adds the ``_lw_record_key`` and ``_lw_partition_path`` columns in front."""
@@ -279,7 +270,7 @@ def route(data: pa.Table, config: TableConfig) -> dict[FileGroupId, pa.Table]:
     data = data.add_column(0, META_PARTITION_PATH, path_column)
     data = data.add_column(0, META_RECORD_KEY, keys.cast(pa.string()))
     order = pc.sort_indices(group_code)
-    data = _take_rows(data, order)
+    data = data.take(order)
     runs = pc.run_end_encode(pc.take(group_code, order), run_end_type=pa.int64())
     groups: dict[FileGroupId, pa.Table] = {}
     start = 0
