@@ -34,7 +34,8 @@ from benchmarks._report import RESULTS_DIR, print_table, write_json
     "--events",
     type=click.IntRange(min=3),
     default=None,
-    help="How many events benchmarks that take a count read (replay; default: theirs).",
+    help="How many events or rows benchmarks that take a count use (replay, python_peers; "
+    "default: theirs).",
 )
 @click.option(
     "--results-dir",

@@ -39,6 +39,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -106,48 +107,36 @@ def key_strings(keys: pa.Array | pa.ChunkedArray) -> pa.LargeStringArray:
 
 
 def key_hashes(keys: pa.Array | pa.ChunkedArray) -> pa.UInt64Array:
-    """FNV-1a 64 of the UTF-8 text of every key (nulls hash as the empty string)."""
+    """FNV-1a 64 of the UTF-8 text of every key (nulls hash as the empty string).
+
+    One pass per byte position over the keys still that long, in place on numpy arrays (an
+    Arrow kernel per step would allocate a new array for every gather, cast, xor and
+    multiply)."""
     arr = key_strings(keys)
     n = len(arr)
     if n == 0:
         return pa.array([], pa.uint64())
     offsets_buf, data_buf = arr.buffers()[1], arr.buffers()[2]
-    offsets = pa.Array.from_buffers(pa.int64(), n + 1, [None, offsets_buf], offset=arr.offset)
-    starts, ends = offsets.slice(0, n), offsets.slice(1, n)
-    lengths = pc.subtract(ends, starts)
+    offsets = np.frombuffer(offsets_buf, np.int64, n + 1, arr.offset * 8)
     if data_buf is None or data_buf.size == 0:
         return pa.repeat(pa.scalar(FNV_OFFSET_BASIS, pa.uint64()), n)
-    data = pa.Array.from_buffers(pa.uint8(), data_buf.size, [None, data_buf])
+    data = np.frombuffer(data_buf, np.uint8)
+    lengths = np.diff(offsets)
     # Longest keys first, so the keys still being hashed at byte k are always a prefix.
-    order = pc.array_sort_indices(lengths, order="descending")
-    sorted_starts = pc.take(starts, order)
-    active = _active_counts(lengths)
-    h = pa.repeat(pa.scalar(FNV_OFFSET_BASIS, pa.uint64()), n)
-    finished: list[pa.Array] = []
-    prime = pa.scalar(FNV_PRIME, pa.uint64())
-    for k, count in enumerate(active):
-        if count < len(h):
-            finished.append(h.slice(count))
-            h = h.slice(0, count)
-        byte = pc.take(data, pc.add(sorted_starts.slice(0, count), k)).cast(pa.uint64())
-        h = pc.multiply(pc.bit_wise_xor(h, byte), prime)  # wraps modulo 2**64, as FNV wants
-    in_sorted_order = pa.concat_arrays([h, *reversed(finished)])
-    return pc.take(in_sorted_order, pc.inverse_permutation(order.cast(pa.int64())))
-
-
-def _active_counts(lengths: pa.Array) -> list[int]:
-    """``[number of keys longer than k for k in range(max length)]``."""
-    counts = pc.value_counts(lengths)
-    by_length = dict(
-        zip(counts.field("values").to_pylist(), counts.field("counts").to_pylist(), strict=True)
-    )
-    longest = max(by_length)
-    active: list[int] = []
-    remaining = len(lengths)
-    for k in range(longest):
-        remaining -= by_length.get(k, 0)
-        active.append(remaining)
-    return active
+    order = np.argsort(-lengths, kind="stable")
+    starts = offsets[:-1][order]
+    descending = lengths[order]
+    negated = -descending  # ascending, for searchsorted
+    h = np.full(n, FNV_OFFSET_BASIS, np.uint64)
+    prime = np.uint64(FNV_PRIME)
+    for k in range(int(descending[0])):
+        count = int(np.searchsorted(negated, -k, side="left"))  # keys longer than k
+        active = h[:count]
+        active ^= data[starts[:count] + k]
+        active *= prime  # wraps modulo 2**64, as FNV wants
+    hashes = np.empty_like(h)
+    hashes[order] = h
+    return pa.array(hashes, pa.uint64())
 
 
 def key_buckets(keys: pa.Array | pa.ChunkedArray, buckets: int) -> pa.Int32Array:

@@ -165,6 +165,9 @@ class Table:
 
         Raises: NotATableError, UnsupportedFormatVersionError, InvalidTableConfigError,
         ConfigurationError."""
+        # Read from the environment once, not by each of storage, coordinator and table (a
+        # third of a small read's time).
+        settings = settings if settings is not None else Settings()
         storage = load_storage(uri, settings)
         config = load_config(storage)
         return cls(

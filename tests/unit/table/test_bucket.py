@@ -52,6 +52,13 @@ def test_fnv1a64_published_vectors() -> None:
     ]
 
 
+def test_key_hashes_of_a_sliced_chunked_array_match_the_reference() -> None:
+    # A slice starts its offsets part-way into the buffer; chunks are combined first.
+    keys = pa.chunked_array([["x", "é漢字", None], ["foobar", "", "a" * 40]]).slice(1)
+    expected = [fnv1a64_bytes((k or "").encode()) for k in keys.to_pylist()]
+    assert key_hashes(keys).to_pylist() == expected
+
+
 def test_fixed_buckets_for_known_keys() -> None:
     strings = pa.array(["order-1", "order-2", "customer-42", "é漢字", ""])
     assert key_buckets(strings, 16).to_pylist() == [2, 11, 14, 2, 1]

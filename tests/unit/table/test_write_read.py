@@ -221,6 +221,25 @@ def test_top_level_read(local_table: Table) -> None:
     assert lakewarden.Table is Table
 
 
+def test_a_read_reads_the_settings_from_the_environment_once(
+    local_table: Table, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Building Settings parses the environment and .env: a fixed cost of every read.
+    import lakewarden.table.connection as connection
+    import lakewarden.table.table as table_module
+
+    built: list[Settings] = []
+
+    def counting() -> Settings:
+        built.append(Settings())
+        return built[-1]
+
+    monkeypatch.setattr(table_module, "Settings", counting)
+    monkeypatch.setattr(connection, "Settings", counting)
+    lakewarden.read(local_table.uri)
+    assert len(built) == 1
+
+
 # -- merge rules ----------------------------------------------------------------------------
 
 

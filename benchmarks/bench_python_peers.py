@@ -1,0 +1,220 @@
+"""lakewarden from plain Python beside delta-rs (the ``deltalake`` package), no Spark.
+
+The input is the ``spark`` benchmark's rows (``bench_spark.COLUMNS``: N rows x 10 columns,
+partitioned by ``region``, 4 values) built with pyarrow in memory before anything is timed.
+Per round, the two variants in rotated order (``_rounds``), each on a fresh table:
+
+- **insert** all rows: ``Table.write(data, "insert")`` (4 buckets per partition) vs
+  ``write_deltalake(uri, data, mode="append", partition_by=["region"])``;
+- **upsert** 10% of the keys with a newer ``ts``: ``Table.write(changed, "upsert")`` vs
+  ``DeltaTable(uri).merge(changed, "t.id = s.id").when_matched_update_all()
+  .when_not_matched_insert_all().execute()``;
+- **read** the table after the upsert: ``lakewarden.read(uri)`` vs
+  ``DeltaTable(uri).to_pyarrow_table()``.
+
+Each figure is lakewarden's median seconds against delta-rs's median in the same run (below
+1.0: lakewarden ahead); bytes on disk after the upsert are in the details.
+
+``make bench`` runs 200k rows; the figure on the performance page is 2M rows:
+``python -m benchmarks python_peers --events 2000000`` (writes the JSON results), or alone
+with every round printed: ``python -m benchmarks.bench_python_peers [--rows N] [--rounds R]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from benchmarks._registry import BenchContext, Result, benchmark
+from benchmarks._rounds import rotated_rounds
+from benchmarks.bench_spark import SCHEMA
+
+PARTITION = "region"
+OPERATIONS = ("insert", "upsert", "read")
+REGIONS = ("eu", "us", "apac", "latam")
+
+
+def input_rows(rows: int) -> pa.Table:
+    """``bench_spark.COLUMNS`` computed with numpy/pyarrow: the same values Spark makes."""
+    ids = np.arange(rows, dtype=np.int64)
+    regions = pa.DictionaryArray.from_arrays(pa.array(ids % 4, pa.int32()), pa.array(REGIONS)).cast(
+        pa.string()
+    )
+    customer = pc.binary_join_element_wise(
+        "customer-", pc.cast(pa.array(ids * 31 % 100_000), pa.string()), ""
+    )
+    sku = pc.binary_join_element_wise("sku-", pc.cast(pa.array(ids % 5000), pa.string()), "")
+    columns = {
+        "id": pa.array(ids),
+        "region": regions,
+        "ts": pa.array(ids * 3),
+        "qty": pa.array((ids % 1000).astype(np.int32)),
+        "price": pa.array(ids / 7.0),
+        "discount": pa.array((ids % 100) / 100.0),
+        "tax": pa.array(ids * 0.19),
+        "customer": customer,
+        "sku": sku,
+        "paid": pa.array(ids % 2 == 0),
+    }
+    return pa.table(columns, schema=SCHEMA)
+
+
+def changed_rows(data: pa.Table) -> pa.Table:
+    """The upsert's rows: the keys with ``id % 10 == 3`` (10%), ``ts`` one newer."""
+    changed = data.filter(pa.array(data["id"].to_numpy() % 10 == 3))
+    return changed.set_column(changed.schema.get_field_index("ts"), "ts", pc.add(changed["ts"], 1))
+
+
+def _size(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def _timed(func: Callable[[], Any]) -> float:
+    start = time.perf_counter()
+    func()
+    return time.perf_counter() - start
+
+
+def measure(rows: int, rounds: int) -> dict[str, Any]:
+    """Seconds per operation, variant and round, and bytes after the upsert."""
+    from deltalake import DeltaTable, write_deltalake
+
+    import lakewarden
+    from lakewarden.table.table import Table
+
+    data = input_rows(rows)
+    changed = changed_rows(data)
+    root = Path(tempfile.mkdtemp(prefix="lakewarden-bench-python-peers-"))
+
+    def ours(path: Path, data: pa.Table, changed: pa.Table) -> dict[str, float]:
+        uri = str(path)
+        table = Table.create(
+            uri,
+            name=path.name,
+            record_key="id",
+            schema=SCHEMA,
+            partition_by=[PARTITION],
+            ordering_field="ts",
+            buckets=4,
+        )
+        figures = {
+            "insert": _timed(lambda: table.write(data, "insert")),
+            "upsert": _timed(lambda: table.write(changed, "upsert")),
+        }
+        read: list[pa.Table] = []
+        figures["read"] = _timed(lambda: read.append(lakewarden.read(uri)))
+        assert read[0].num_rows == data.num_rows, (read[0].num_rows, data.num_rows)
+        return {**figures, "bytes": _size(path)}
+
+    def delta(path: Path, data: pa.Table, changed: pa.Table) -> dict[str, float]:
+        uri = str(path)
+
+        def upsert() -> None:
+            merge = DeltaTable(uri).merge(
+                changed, "t.id = s.id", source_alias="s", target_alias="t"
+            )
+            merge.when_matched_update_all().when_not_matched_insert_all().execute()
+
+        figures = {
+            "insert": _timed(
+                lambda: write_deltalake(uri, data, mode="append", partition_by=[PARTITION])
+            ),
+            "upsert": _timed(upsert),
+        }
+        read: list[pa.Table] = []
+        figures["read"] = _timed(lambda: read.append(DeltaTable(uri).to_pyarrow_table()))
+        assert read[0].num_rows == data.num_rows, (read[0].num_rows, data.num_rows)
+        return {**figures, "bytes": _size(path)}
+
+    variants = {"lakewarden": ours, "delta": delta}
+    small = data.slice(0, 10_000)
+    try:
+        for name, run in variants.items():  # untimed warm-up: imports, thread pools
+            run(root / f"warmup-{name}", small, changed_rows(small))
+
+        def round_of(name: str) -> Callable[[int], dict[str, float]]:
+            def run(i: int) -> dict[str, float]:
+                path = root / f"{name}-{i}"
+                figures = variants[name](path, data, changed)
+                shutil.rmtree(path, ignore_errors=True)
+                line = {"variant": name, "round": i, **figures, "load1": os.getloadavg()[0]}
+                print("python-peers-round " + json.dumps(line), flush=True)
+                return figures
+
+            return run
+
+        runs = rotated_rounds(rounds, {name: round_of(name) for name in variants})
+        return {"rows": rows, "upsert_rows": changed.num_rows, "runs": runs}
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def results(measured: dict[str, Any]) -> list[Result]:
+    runs: dict[str, list[dict[str, float]]] = measured["runs"]
+    med = {
+        variant: {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}
+        for variant, rounds in runs.items()
+    }
+    shape = f"{measured['rows']:,} rows x 10 columns by {PARTITION}"
+    details = {
+        "upsert_rows": measured["upsert_rows"],
+        "bytes_after_upsert": {v: med[v]["bytes"] for v in med},
+        "rounds": runs,
+    }
+    found = [
+        Result(
+            benchmark="python_peers",
+            metric=f"{operation}: lakewarden vs delta-rs, {shape}",
+            unit="s",
+            value=med["lakewarden"][operation],
+            baseline=med["delta"][operation],
+            baseline_label="delta-rs (deltalake) on the same rows",
+            goal=1.0,
+            details=details if operation == "insert" else {},
+        )
+        for operation in OPERATIONS
+    ]
+    found.append(
+        Result(
+            benchmark="python_peers",
+            metric=f"bytes on disk after the upsert, {shape}",
+            unit="B",
+            value=med["lakewarden"]["bytes"],
+            baseline=med["delta"]["bytes"],
+            baseline_label="delta-rs (deltalake) on the same rows",
+            goal=1.0,
+        )
+    )
+    return found
+
+
+@benchmark("python_peers", "insert/upsert/read from plain Python: lakewarden vs delta-rs")
+def bench_python_peers(ctx: BenchContext) -> Iterable[Result]:
+    rows = ctx.events or ctx.scale(200_000, 20_000)  # --events N: N rows (2M for the figure)
+    rounds = ctx.scale(3, 1)
+    return results(measure(rows, rounds))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--rows", type=int, default=2_000_000, help="rows (default 2M)")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds (default 3)")
+    args = parser.parse_args()
+    for result in results(measure(args.rows, args.rounds)):
+        print(json.dumps({k: v for k, v in result.as_json().items() if k != "details"}))
+
+
+if __name__ == "__main__":
+    main()
