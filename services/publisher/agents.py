@@ -3,7 +3,8 @@
 - one agent per topic (concurrency 1): every event through ``EventHandler``;
 - ``sweep_owned_tables`` (timer): queue every table of the owned partitions;
 - ``report`` (timer, 1 s): the tables-owned, queued and lag gauges;
-- ``publish_loop`` (task): take tables off the queue, sync each on the worker thread.
+- ``publish_loop`` (task): take tables off the queue, sync each on the worker pool, up to
+  ``LAKEWARDEN_PUBLISHER_CONCURRENCY`` tables at once.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from lakewarden_services.publisher.app import (
     tables,
     timeline_topic,
 )
-from lakewarden_services.publisher.handler import EventHandler
+from lakewarden_services.publisher.handler import EventHandler, Work
 from lakewarden_services.publisher.worker import PublishWorker
 
 log = logging.getLogger(__name__)
@@ -82,22 +83,32 @@ async def report() -> None:
 
 
 async def publish_loop() -> None:
-    """Publish the queued tables one at a time, off the event loop."""
+    """Publish the queued tables off the event loop, up to ``concurrency`` at once (the
+    queue hands a table out again only once its sync is done)."""
     global _wakeup
     _wakeup = asyncio.Event()
-    loop = asyncio.get_running_loop()
+    running: set[asyncio.Task[None]] = set()
     while True:
-        work = queue.take()
+        work = queue.take() if len(running) < publisher_settings.concurrency else None
         if work is None:
             await _wakeup.wait()
             _wakeup.clear()
             continue
-        try:
-            await loop.run_in_executor(publish_pool, worker.sync, work)
-        except Exception:
-            log.exception("publishing table %s failed; it is published again later", work.table_id)
-        finally:
-            queue.done(work.table_id)
+        task = asyncio.create_task(_publish(work))
+        running.add(task)
+        task.add_done_callback(running.discard)
+
+
+async def _publish(work: Work) -> None:
+    """Sync one table on the pool; then wake the loop (a slot is free, and the table may
+    have been queued again meanwhile)."""
+    try:
+        await asyncio.get_running_loop().run_in_executor(publish_pool, worker.sync, work)
+    except Exception:
+        log.exception("publishing table %s failed; it is published again later", work.table_id)
+    finally:
+        queue.done(work.table_id)
+        _wake()
 
 
 # Registered without decorator syntax: faust's decorators are untyped (mypy strict).
