@@ -19,9 +19,11 @@ publisher service does.
   expressions) is left out. Reported: the median per-batch time of each side and their ratio.
 
 Both: goal 1.05 (issue 33: publishing adds at most 5%). The details give every round's times
-and the publish step alone: for the micro-batch ``DeltaPublisher.after_completed`` timed in
-the driver; for the insert, whose commit runs in a Python worker, each Delta version file's
-mtime less that of its instant's ``completed`` timeline entry.
+and each round's ratio (published over plain, the two sides run back to back). A second
+result per case is the publish step alone, timed inside the same writes (goal: 5% of the
+plain write), which a busy machine's spread of wall times cannot hide: for the micro-batch
+``DeltaPublisher.after_completed`` timed in the driver; for the insert, whose commit runs in
+a Python worker, each Delta version file's mtime less that of its ``completed`` entry.
 
 Run alone with ``python -m benchmarks.bench_publish_spark [--quick]``.
 """
@@ -102,6 +104,7 @@ def _inserts(spark: Any, root: Path, rows: int, rounds: int) -> dict[str, Any]:
         return run
 
     times = rotated_rounds(rounds, {side: insert(side) for side in SIDES})
+    paired = [p / b for p, b in zip(times["published"], times["plain"], strict=True)]
     df.unpersist()
     delays = _publish_delays(Path(uris["published"]))
     return {
@@ -115,6 +118,7 @@ def _inserts(spark: Any, root: Path, rows: int, rounds: int) -> dict[str, Any]:
         "plain_all_s": times["plain"],
         "published_all_s": times["published"],
         "delta_versions": len(delays) + 1,
+        "round_ratios": paired,
     }
 
 
@@ -173,6 +177,11 @@ def _micro_batches(spark: Any, root: Path, rows: int, batches: int, rounds: int)
     with _PublishTimer() as publish:
         per_round = rotated_rounds(rounds, {side: query(side) for side in SIDES})
     times = {side: [t for run in per_round[side] for t in run] for side in SIDES}
+    paired = [
+        _median(p) / _median(b)
+        for p, b in zip(per_round["published"], per_round["plain"], strict=True)
+        if p and b
+    ]
     return {
         "rows_per_batch": rows,
         "batches_per_query": batches,
@@ -182,6 +191,7 @@ def _micro_batches(spark: Any, root: Path, rows: int, batches: int, rounds: int)
         "publish_step_s": _median(publish.times),
         "plain_all_s": times["plain"],
         "published_all_s": times["published"],
+        "round_ratios": paired,
     }
 
 
@@ -210,35 +220,43 @@ def measure(
 def bench_publish_spark(ctx: BenchContext) -> Iterator[Result]:
     n = measure(
         insert_rows=ctx.scale(500_000, 50_000),
-        insert_rounds=ctx.scale(7, 3),
+        insert_rounds=ctx.scale(5, 3),
         batch_rows=ctx.scale(20_000, 5_000),
         batches=ctx.scale(6, 4),
-        stream_rounds=ctx.scale(6, 2),
+        stream_rounds=ctx.scale(4, 2),
     )
     insert, stream = n["insert"], n["micro_batch"]
-    yield Result(
-        benchmark="publish-spark",
-        metric=f"Spark insert of {insert['rows']:,} rows with publishing on (median)",
-        unit="s",
-        value=insert["published_s"],
-        baseline=insert["plain_s"],
-        baseline_label="the same insert into a table without publishing (median)",
-        goal=1.05,
-        details=insert,
-    )
-    yield Result(
-        benchmark="publish-spark",
-        metric=(
-            f"streaming micro-batch of {stream['rows_per_batch']:,} rows with publishing on "
-            "(median per batch)"
+    cases = (
+        (insert, f"Spark insert of {insert['rows']:,} rows", "the same insert"),
+        (
+            stream,
+            f"streaming micro-batch of {stream['rows_per_batch']:,} rows",
+            "the same micro-batches",
         ),
-        unit="s",
-        value=stream["published_s"],
-        baseline=stream["plain_s"],
-        baseline_label="the same micro-batches into a table without publishing (median)",
-        goal=1.05,
-        details=stream,
     )
+    for numbers, what, same in cases:
+        yield Result(
+            benchmark="publish-spark",
+            metric=f"{what} with publishing on (median)",
+            unit="s",
+            value=numbers["published_s"],
+            baseline=numbers["plain_s"],
+            baseline_label=f"{same} into a table without publishing (median)",
+            goal=1.05,
+            details=numbers,
+        )
+        # The step itself, timed inside the same writes: on a busy machine the spread of
+        # the wall times above can be far larger than the step.
+        yield Result(
+            benchmark="publish-spark",
+            metric=f"the publish step alone, inside the {what} (median)",
+            unit="s",
+            value=numbers["publish_step_s"],
+            baseline=numbers["plain_s"],
+            baseline_label=f"{same} into a table without publishing (median)",
+            goal=0.05,
+            details={"rounds": numbers["rounds"]},
+        )
 
 
 def main() -> None:

@@ -87,27 +87,31 @@ async def publish_loop() -> None:
     queue hands a table out again only once its sync is done)."""
     global _wakeup
     _wakeup = asyncio.Event()
-    running: set[asyncio.Task[None]] = set()
+    slots = asyncio.Semaphore(publisher_settings.concurrency)
+    running: set[asyncio.Task[None]] = set()  # referenced until done
     while True:
-        work = queue.take() if len(running) < publisher_settings.concurrency else None
+        await slots.acquire()
+        work = queue.take()
         if work is None:
+            slots.release()
             await _wakeup.wait()
             _wakeup.clear()
             continue
-        task = asyncio.create_task(_publish(work))
+        task = asyncio.create_task(_publish(work, slots))
         running.add(task)
         task.add_done_callback(running.discard)
 
 
-async def _publish(work: Work) -> None:
-    """Sync one table on the pool; then wake the loop (a slot is free, and the table may
-    have been queued again meanwhile)."""
+async def _publish(work: Work, slots: asyncio.Semaphore) -> None:
+    """Sync one table on the pool; then free its slot and wake the loop (the table may have
+    been queued again meanwhile)."""
     try:
         await asyncio.get_running_loop().run_in_executor(publish_pool, worker.sync, work)
     except Exception:
         log.exception("publishing table %s failed; it is published again later", work.table_id)
     finally:
         queue.done(work.table_id)
+        slots.release()
         _wake()
 
 
