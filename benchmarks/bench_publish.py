@@ -8,15 +8,33 @@ versions, a checkpoint. Reported: the median write time of each side and their r
 from issue 33: at most 1.05 for a Spark insert; a Python write has no Spark job around it, so
 its ratio is the upper bound of the overhead).
 
-``--lag`` (benchmark ``publisher-lag``) measures the publisher service instead: on a real
-broker, commits at a steady rate (``--rate``, default 100/s) round robin over ``--tables``
-tables (default 1,000) for ``--seconds``, each ``completed`` entry announced on the timeline
-topic and published by the service alone (the writers do not publish). Reported: the lag of
-each commit to its Delta version's file (its mtime), p50 and p99, against the same commits'
-event delivery to a plain consumer of the timeline topic, same run.
+``--lag`` (benchmark ``publisher-lag``) measures the publisher service instead, on a real
+broker, at a commit rate Python writers on this machine cannot sustain (a one-row upsert
+through ``Table.write`` takes tens of milliseconds of CPU). So the commits are written
+before the measured window and revealed during it:
+
+1. setup, untimed: ``--writers`` processes create ``--tables`` tables with publishing on and
+   commit ``rate x seconds / tables`` one-row upserts to each (real lakewarden commits on
+   local disk: data files, timeline entries; the writers do not publish), then move each
+   commit's timeline entries aside, so every table's timeline ends at its creation again;
+2. the publisher service starts, learns every table (registrations on ``clean.requests``),
+   and syncs each once (nothing to publish beyond version 0);
+3. measured: at ``--rate`` commits per second, round robin over the tables (each table's
+   commits in order), the next commit's timeline entries are renamed back into place (the
+   ``completed`` entry last: the moment the commit becomes visible) and its ``completed``
+   event is announced on the timeline topic, as the committing writer would.
+
+The publisher does the real work for every commit: reads the new timeline entries, the new
+data file's footer, writes the Delta version create-if-absent. What the generator does not
+do in the window is the write itself (the data file, the lock, the first entries), so the
+machine is less busy than it would be with real writers at this rate. Reported: the lag of
+each commit from its reveal to its Delta version's file (the file's mtime), p50 and p99,
+against the same events' delivery to a plain consumer of the timeline topic, same run; the
+details add the median lag of the first, middle and last third of the commits (a publisher
+that falls behind shows a rising trend) and the service's CPU seconds.
 
 Run alone with ``python -m benchmarks.bench_publish [--quick]`` or
-``python -m benchmarks.bench_publish --lag [--tables N --rate R --seconds S]``.
+``python -m benchmarks.bench_publish --lag [--tables N --rate R --seconds S --writers W]``.
 """
 
 from __future__ import annotations
@@ -43,12 +61,14 @@ from confluent_kafka import Consumer
 from benchmarks._registry import BenchContext, Result, benchmark
 from benchmarks.bench_read import SCHEMA, make_rows
 from lakewarden.clients import request_clean
-from lakewarden.clients.timeline_events import TimelinePublisher
+from lakewarden.clients.timeline_events import transition_record
 from lakewarden.events import EventProducer, decode, ensure_topics
 from lakewarden.events.topics import TIMELINE
 from lakewarden.settings import Settings
 from lakewarden.table import EmbeddedCoordinator, Transition
+from lakewarden.table.checkpoint import TIMELINE_PREFIX
 from lakewarden.table.table import Table
+from lakewarden.table.timeline_state import TimelineEntry
 from lakewarden_services._common.process import ServiceProcess
 
 
@@ -137,62 +157,100 @@ _LAG_SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("v
 
 @dataclass(frozen=True)
 class _Commit:
+    """One pre-written commit: its table, the timeline entries it appended (hidden until the
+    measured window reveals them) and its ``completed`` entry, announced when revealed."""
+
     table_id: str
-    seq: int
-    key: str  # the Delta version file that publishes it
-    at: float  # wall time the ``completed`` entry was appended (after the write returned)
+    uri: str
+    seqs: tuple[int, ...]
+    entry: TimelineEntry
+    version: int  # the Delta version that publishes it
+
+    @property
+    def key(self) -> str:
+        return f"{self.uri}/_delta_log/{self.version:020d}.json"
 
 
-def _create_tables(root: str, names: list[str]) -> list[tuple[str, str]]:
-    """Create the tables ``names`` under ``root`` (in a writer process): (table_id, uri)."""
+def _entry_file(uri: str, seq: int) -> Path:
+    return Path(uri) / TIMELINE_PREFIX / f"{seq:020d}.json"
+
+
+def _hidden_file(uri: str, seq: int) -> Path:
+    return Path(uri) / "_bench_hidden" / f"{seq:020d}.json"
+
+
+def _prewrite(root: str, names: list[str], per_table: int) -> list[list[_Commit]]:
+    """In a writer process: create the tables ``names`` under ``root`` (publishing on) and
+    commit ``per_table`` one-row upserts to each (the writer does not publish), then move the
+    timeline entries of those commits aside (``_hidden_file``): each table's timeline ends at
+    its creation again, its data files and Delta version 0 in place. Returns each table's
+    commits in order.
+
+    This process skips ``fsync`` (a throwaway writer process; durability is not what the
+    benchmark measures, and on a shared disk the flushes made the setup take many minutes).
+    The publisher service keeps its own."""
+    os.fsync = lambda fd: None
     made = []
     for name in names:
+        uri = f"{root}/{name}"
         table = Table.create(
-            f"{root}/{name}",
+            uri,
             name=name,
             record_key="id",
             schema=_LAG_SCHEMA,
             publish_delta=True,
             coordinator=EmbeddedCoordinator(),
         )
-        made.append((table.table_id, f"{root}/{name}"))
+        table.timeline_log.after_completed = None
+        created = table.timeline_log.load().tail_seq
+        for k in range(per_table):
+            table.write(pa.table({"id": [0], "v": [k]}, schema=_LAG_SCHEMA), "upsert")
+        commits, seqs = [], []
+        for entry in table.timeline_log.entries(after_seq=created):
+            seqs.append(entry.seq)
+            if entry.transition is Transition.COMPLETED:
+                version = len(commits) + 1
+                commits.append(_Commit(table.table_id, uri, tuple(seqs), entry, version))
+                seqs = []
+        if len(commits) != per_table or seqs:
+            raise RuntimeError(f"{uri}: expected {per_table} commits, found {len(commits)}")
+        _hidden_file(uri, 0).parent.mkdir()
+        for commit in commits:
+            for seq in commit.seqs:
+                os.rename(_entry_file(uri, seq), _hidden_file(uri, seq))
+        made.append(commits)
     return made
 
 
-def _commit_at_rate(
-    settings_json: str, uris: list[str], rate: float, count: int, start_at: float
-) -> list[_Commit]:
-    """One writer process: ``count`` commits at ``rate`` per second round robin over ``uris``
-    from wall time ``start_at``, each ``completed`` entry announced on the timeline topic. The
-    writer does not publish: the service does."""
-    settings = Settings.model_validate_json(settings_json)
-    tables = [Table.open(uri, coordinator=EmbeddedCoordinator()) for uri in uris]
-    for table in tables:
-        table.timeline_log.after_completed = None
-    announcer = TimelinePublisher(settings)
-    versions = [0] * len(tables)
-    commits = []
+def _reveal(commit: _Commit) -> None:
+    """Put the commit's timeline entries back, in seq order (the ``completed`` one last)."""
+    for seq in commit.seqs:
+        os.rename(_hidden_file(commit.uri, seq), _entry_file(commit.uri, seq))
+
+
+def _emit_at_rate(
+    settings: Settings, commits: list[_Commit], rate: float, start_at: float
+) -> list[float]:
+    """From wall time ``start_at``, every ``1 / rate`` s the next commit: its entries revealed,
+    its ``completed`` entry announced on the timeline topic. Returns when each was revealed."""
+    # One producer stands for every writer: queue each event, never wait for it (a writer
+    # waits for its own one; here that wait would hold back the next commit's reveal).
+    producer = EventProducer(settings, producer_id="bench-commits", linger_ms=0)
+    revealed = []
     try:
-        for k in range(count):
+        for k, commit in enumerate(commits):
             delay = start_at + k / rate - time.time()
             if delay > 0:
                 time.sleep(delay)
-            i = k % len(tables)
-            table = tables[i]
-            table.write(pa.table({"id": [0], "v": [k]}, schema=_LAG_SCHEMA), "upsert")
-            at = time.time()
-            entry = next(
-                e
-                for e in reversed(list(table.timeline_log.entries()))
-                if e.transition is Transition.COMPLETED
+            _reveal(commit)
+            revealed.append(time.time())
+            record = transition_record(
+                commit.entry, table_id=commit.table_id, producer_id=commit.entry.actor
             )
-            versions[i] += 1
-            key = f"{uris[i]}/_delta_log/{versions[i]:020d}.json"
-            commits.append(_Commit(table.table_id, entry.seq, key, at))
-            announcer.publish(table.table_id, entry)
+            producer.send("TimelineTransition", record, topic=TIMELINE)
     finally:
-        announcer.close()
-    return commits
+        producer.close()
+    return revealed
 
 
 def _metric(service: ServiceProcess, name: str) -> float:
@@ -262,30 +320,41 @@ def _quantiles(values: list[float]) -> dict[str, float]:
     return {"p50": pick(0.5), "p99": pick(0.99), "max": ordered[-1]}
 
 
+def _by_thirds(lag: list[float]) -> list[float]:
+    """The median lag of the first, middle and last third of the commits (in emission
+    order): a publisher that keeps up has no upward trend."""
+    third = max(1, len(lag) // 3)
+    parts = [lag[:third], lag[third : 2 * third], lag[2 * third :]]
+    return [statistics.median(part) for part in parts if part]
+
+
 def measure_lag(
     settings: Settings, *, tables: int, rate: float, seconds: float, writers: int = 2
 ) -> dict[str, Any]:
-    """Commits at ``rate`` per second over ``tables`` tables for ``seconds`` by ``writers``
-    processes (each its share of the tables and of the rate), each announced on the timeline
-    topic; the publisher service publishes them. Returns the lag of each commit to its Delta
-    version and to a plain consumer of its event in this (otherwise idle) process."""
+    """``rate`` commits per second over ``tables`` tables for ``seconds``, pre-written by
+    ``writers`` processes and revealed and announced at the rate (module docstring); the
+    publisher service publishes them. Returns the lag of each commit to its Delta version
+    and to a plain consumer of its event in this process."""
     prefix = f"bench-pub-{uuid.uuid4().hex[:8]}."
     settings = settings.model_copy(
         update={"kafka": settings.kafka.model_copy(update={"topic_prefix": prefix})}
     )
     ensure_topics(settings)
     writers = max(1, min(writers, tables))
+    per_table = max(1, round(rate * seconds / tables))
     names = [f"t{i:05d}" for i in range(tables)]
     shares = [names[w::writers] for w in range(writers)]
-    per_writer = max(1, round(rate * seconds / writers))
-    with (
-        tempfile.TemporaryDirectory(prefix="lw-bench-publisher-") as tmp,
-        ProcessPoolExecutor(writers, mp_context=multiprocessing.get_context("spawn")) as pool,
-    ):
+    with tempfile.TemporaryDirectory(prefix="lw-bench-publisher-") as tmp:
         root = Path(tmp)
         made = time.perf_counter()
-        created = list(pool.map(_create_tables, [str(root / "tables")] * writers, shares))
-        create_s = time.perf_counter() - made
+        with ProcessPoolExecutor(writers, mp_context=multiprocessing.get_context("spawn")) as pool:
+            written = pool.map(
+                _prewrite, [str(root / "tables")] * writers, shares, [per_table] * writers
+            )
+            by_table = [table for share in written for table in share]
+        prewrite_s = time.perf_counter() - made
+        # Round robin: the j-th commit of every table, then the (j+1)-th.
+        commits = [table[j] for j in range(per_table) for table in by_table]
         service = ServiceProcess(
             "lakewarden_services.publisher",
             settings,
@@ -297,33 +366,40 @@ def measure_lag(
         producer = EventProducer(settings, producer_id="bench-registrations")
         deliveries = _Deliveries(settings)
         try:
-            for table_id, uri in (t for share in created for t in share):
-                request_clean(settings, table_id=table_id, table_uri=uri, producer=producer)
+            for table in by_table:
+                first = table[0]
+                request_clean(
+                    settings, table_id=first.table_id, table_uri=first.uri, producer=producer
+                )
             _wait(
-                lambda: _metric(service, "lakewarden_publisher_tables_owned") == tables,
+                lambda: _metric(service, "lakewarden_publisher_tables_owned") == tables
+                and _metric(service, "lakewarden_publisher_tables_queued") == 0,
                 300,
                 "the publisher to learn every table",
             )
-            start_at = time.time() + 2.0
-            runs = pool.map(
-                _commit_at_rate,
-                [settings.model_dump_json()] * writers,
-                [[uri for _, uri in share] for share in created],
-                [rate / writers] * writers,
-                [per_writer] * writers,
-                [start_at] * writers,
-            )
-            commits = [c for run in runs for c in run]
-            generated_s = max(c.at for c in commits) - start_at
+            time.sleep(2.0)  # the registrations' syncs (nothing to publish) run out
+            cpu_before = _service_cpu(service)
+            syncs_before = _sync_totals(service)
+            start_at = time.time() + 1.0
+            revealed = _emit_at_rate(settings, commits, rate, start_at)
+            emitted_s = revealed[-1] - start_at
             _wait(lambda: None not in _published_at(commits), 600, "every commit to be published")
+            cpu_s = _service_cpu(service) - cpu_before
+            syncs_after = _sync_totals(service)
+            sync_count = syncs_after[0] - syncs_before[0]
+            sync_s = syncs_after[1] - syncs_before[1]
             _wait(
-                lambda: all((c.table_id, c.seq) in deliveries.arrived for c in commits),
+                lambda: all((c.table_id, c.entry.seq) in deliveries.arrived for c in commits),
                 60,
                 "every event to reach the plain consumer",
             )
             published = _published_at(commits)
-            lag = [p - c.at for p, c in zip(published, commits, strict=True) if p is not None]
-            delivered = [deliveries.arrived[(c.table_id, c.seq)] - c.at for c in commits]
+            lag = [p - at for p, at in zip(published, revealed, strict=True) if p is not None]
+            delivered = [
+                deliveries.arrived[(c.table_id, c.entry.seq)] - at
+                for c, at in zip(commits, revealed, strict=True)
+            ]
+            drained_s = max(p for p in published if p is not None) - start_at
         finally:
             deliveries.close()
             producer.close()
@@ -331,23 +407,44 @@ def measure_lag(
     return {
         "tables": tables,
         "writers": writers,
+        "commits_per_table": per_table,
         "target_rate_per_s": rate,
-        "achieved_rate_per_s": len(commits) / generated_s,
+        "achieved_rate_per_s": (len(commits) - 1) / emitted_s if emitted_s > 0 else 0.0,
         "commits": len(commits),
-        "seconds": generated_s,
-        "create_tables_s": create_s,
+        "seconds": emitted_s,
+        "published_by_s": drained_s,
+        "prewrite_s": prewrite_s,
+        "publisher_cpu_s": cpu_s,
+        "publisher_syncs": sync_count,
+        "publisher_sync_mean_s": sync_s / sync_count if sync_count else 0.0,
         "publish_lag_s": _quantiles(lag),
+        "publish_lag_by_third_p50_s": _by_thirds(lag),
         "event_delivery_lag_s": _quantiles(delivered),
     }
+
+
+def _sync_totals(service: ServiceProcess) -> tuple[float, float]:
+    """How many syncs the service ran so far, and their seconds in all."""
+    name = "lakewarden_publisher_sync_duration_seconds"
+    return _metric(service, f"{name}_count"), _metric(service, f"{name}_sum")
+
+
+def _service_cpu(service: ServiceProcess) -> float:
+    """CPU seconds (user + system) the service process has used so far, from /proc."""
+    pid = service.pid
+    if pid is None:
+        return 0.0
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 @benchmark("publisher-lag", "the publisher service's lag at a steady commit rate over many tables")
 def bench_publisher_lag(ctx: BenchContext) -> Iterator[Result]:
     n = measure_lag(
         ctx.kafka_settings(),
-        tables=ctx.scale(200, 50),
-        rate=ctx.scale(20, 10),
-        seconds=ctx.scale(60, 15),
+        tables=ctx.scale(1000, 50),
+        rate=ctx.scale(100, 20),
+        seconds=ctx.scale(30, 10),
     )
     yield from _lag_results(n)
 
@@ -358,7 +455,7 @@ def _lag_results(n: dict[str, Any]) -> Iterator[Result]:
             benchmark="publisher-lag",
             metric=(
                 f"publisher lag {q}: completed entry to its Delta version "
-                f"({n['achieved_rate_per_s']:.0f} commits/s over {n['tables']} tables)"
+                f"({n['target_rate_per_s']:.0f} commits/s offered over {n['tables']} tables)"
             ),
             unit="s",
             value=n["publish_lag_s"][q],
@@ -375,10 +472,12 @@ def main() -> None:
     parser.add_argument(
         "--lag", action="store_true", help="the publisher service's lag instead of the write"
     )
-    parser.add_argument("--tables", type=int, default=200, help="--lag: tables (200)")
-    parser.add_argument("--rate", type=float, default=20.0, help="--lag: commits/s (20)")
-    parser.add_argument("--seconds", type=float, default=60.0, help="--lag: how long (60)")
-    parser.add_argument("--writers", type=int, default=2, help="--lag: writer processes (2)")
+    parser.add_argument("--tables", type=int, default=1000, help="--lag: tables (1000)")
+    parser.add_argument("--rate", type=float, default=100.0, help="--lag: commits/s (100)")
+    parser.add_argument("--seconds", type=float, default=30.0, help="--lag: how long (30)")
+    parser.add_argument(
+        "--writers", type=int, default=2, help="--lag: processes pre-writing the commits (2)"
+    )
     args = parser.parse_args()
     if not args.lag:
         for result in bench_publish(BenchContext(quick=args.quick)):

@@ -11,8 +11,10 @@ What makes an instance publish a table:
 - a registration (the table may have versions to catch up);
 - the periodic sweep of every table the instance owns (a lost event costs one sweep).
 
-Work is queued per table (events for a queued table merge into its one entry) and run one
-table at a time on a worker thread: ``DeltaPublisher.sync``, which writes versions
+Work is queued per table (events for a queued table merge into its one entry) and run on a
+pool of worker threads, up to ``LAKEWARDEN_PUBLISHER_CONCURRENCY`` tables at once (default 8:
+a sync mostly waits on storage) and never one table twice at once: ``DeltaPublisher.sync``,
+which writes versions
 create-if-absent and in order, so an event delivered twice, a rebalance, or two instances
 publishing one table at once write one log. Tables with publishing off are skipped.
 """

@@ -3,7 +3,8 @@
 Environment: ``LAKEWARDEN_KAFKA__BOOTSTRAP_SERVERS`` (required), ``LAKEWARDEN_KAFKA__TOPIC_PREFIX``,
 ``LAKEWARDEN_S3__*`` (tables on S3), ``LAKEWARDEN_STATE_DIR``, ``LAKEWARDEN_HEALTH_PORT``
 (health and metrics on 127.0.0.1), ``LAKEWARDEN_INSTANCE_ID`` (static group membership),
-``LAKEWARDEN_LOG_LEVEL`` and ``LAKEWARDEN_PUBLISHER_SWEEP_INTERVAL_S`` (default 30).
+``LAKEWARDEN_LOG_LEVEL``, ``LAKEWARDEN_PUBLISHER_SWEEP_INTERVAL_S`` (default 30) and
+``LAKEWARDEN_PUBLISHER_CONCURRENCY`` (tables synced at once, default 8).
 """
 
 from __future__ import annotations

@@ -3,13 +3,12 @@
 - one agent per topic (concurrency 1): every event through ``EventHandler``;
 - ``sweep_owned_tables`` (timer): queue every table of the owned partitions;
 - ``report`` (timer, 1 s): the tables-owned, queued and lag gauges;
-- ``publish_loop`` (task): take tables off the queue, sync each on the worker thread.
+- ``publish_loop`` (task): ``PublishLoop``, which takes tables off the queue and syncs each
+  on the worker pool, up to ``LAKEWARDEN_PUBLISHER_CONCURRENCY`` tables at once.
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
 import time
 from typing import Any
 
@@ -28,26 +27,20 @@ from lakewarden_services.publisher.app import (
     timeline_topic,
 )
 from lakewarden_services.publisher.handler import EventHandler
+from lakewarden_services.publisher.loop import PublishLoop
 from lakewarden_services.publisher.worker import PublishWorker
 
-log = logging.getLogger(__name__)
-
-_wakeup: asyncio.Event | None = None
-
-
-def _wake() -> None:
-    if _wakeup is not None:
-        _wakeup.set()
-
-
+worker = PublishWorker(settings)
+publisher_loop = PublishLoop(
+    queue, worker.sync, publish_pool, concurrency=publisher_settings.concurrency
+)
 handler = EventHandler(
     registry=tables,
     queue=queue,
     dead_letters=dead_letters,
-    wake=_wake,
+    wake=publisher_loop.wake,
     persisted=tables.changelog_acked,
 )
-worker = PublishWorker(settings)
 
 
 def _owned_partitions() -> set[int]:
@@ -82,22 +75,8 @@ async def report() -> None:
 
 
 async def publish_loop() -> None:
-    """Publish the queued tables one at a time, off the event loop."""
-    global _wakeup
-    _wakeup = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    while True:
-        work = queue.take()
-        if work is None:
-            await _wakeup.wait()
-            _wakeup.clear()
-            continue
-        try:
-            await loop.run_in_executor(publish_pool, worker.sync, work)
-        except Exception:
-            log.exception("publishing table %s failed; it is published again later", work.table_id)
-        finally:
-            queue.done(work.table_id)
+    """Publish the queued tables off the event loop, up to ``concurrency`` at once."""
+    await publisher_loop.run()
 
 
 # Registered without decorator syntax: faust's decorators are untyped (mypy strict).

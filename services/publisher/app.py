@@ -55,5 +55,5 @@ tables = acked_table(
 )
 
 queue = PublishQueue()
-# Syncs block (storage calls): one at a time, off the event loop.
-publish_pool = ThreadPoolExecutor(1, thread_name_prefix="publish")
+# Syncs block (storage calls): off the event loop, up to ``concurrency`` tables at once.
+publish_pool = ThreadPoolExecutor(publisher_settings.concurrency, thread_name_prefix="publish")

@@ -1,5 +1,8 @@
 """One table's sync on a worker thread: open the table (cached), ``DeltaPublisher.sync``.
 
+Several threads sync at once, each a different table (``PublishQueue`` hands a table to one
+at a time), so a table's ``DeltaPublisher`` is only ever used by one thread at a time.
+
 A table whose config says publishing is off is re-read on each sync (``publish enable`` may
 turn it on at any time) and skipped.
 """
@@ -21,7 +24,7 @@ log = logging.getLogger(__name__)
 
 
 class PublishWorker:
-    """Publishes one table at a time (called from one thread)."""
+    """Publishes tables, called from several threads (never two for one table at once)."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
