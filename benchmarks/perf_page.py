@@ -1,8 +1,10 @@
 """``python -m benchmarks.perf_page``: write docs/performance.md from the benchmarks' JSON results.
 
-Every results file ``python -m benchmarks`` wrote (``benchmarks/results/<UTC time>.json``) is
-read, oldest first, and the latest figure of each (benchmark, metric) is kept, so a run of a
-few benchmarks updates only their rows. Quick (smoke) runs are left out: their numbers are
+The page shows the figures in ``benchmarks/figures.json`` (committed: the latest figure of each
+(benchmark, metric), with the run it came from), updated by every results file ``python -m
+benchmarks`` wrote since (``benchmarks/results/<UTC time>.json``, local and not committed), read
+oldest first; the updated figures are written back, so a run of a few benchmarks updates only
+their rows and any clone can regenerate the page. Quick (smoke) runs are left out: their numbers are
 rough by design. The page has one row per figure with a goal (a bound on the ratio to the
 same-run baseline, or on the value itself), then the figures reported without a goal, then
 the registered benchmarks with no current figure. The page is generated: never edit it by hand.
@@ -22,6 +24,7 @@ import click
 from benchmarks._report import RESULTS_DIR
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "performance.md"
+FIGURES = Path(__file__).resolve().parent / "figures.json"
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,8 +44,27 @@ class Figure:
         return self.result.get("goal") is not None or self.result.get("budget") is not None
 
 
-def latest_figures(results_dir: Path) -> dict[tuple[str, str], Figure]:
-    """The latest figure of each (benchmark, metric) over every full run in ``results_dir``.
+def kept_figures(path: Path) -> dict[tuple[str, str], Figure]:
+    """The figures the page was last made from (``figures.json``); none if it is absent."""
+    if not path.exists():
+        return {}
+    figures = [Figure(**item) for item in json.loads(path.read_text())["figures"]]
+    return {figure.key: figure for figure in figures}
+
+
+def save_figures(figures: dict[tuple[str, str], Figure], path: Path) -> None:
+    items = [
+        {"result": f.result, "started": f.started, "environment": f.environment}
+        for f in sorted(figures.values(), key=lambda figure: figure.key)
+    ]
+    path.write_text(json.dumps({"figures": items}, indent=1, ensure_ascii=False) + "\n")
+
+
+def latest_figures(
+    results_dir: Path, kept: dict[tuple[str, str], Figure] | None = None
+) -> dict[tuple[str, str], Figure]:
+    """The latest figure of each (benchmark, metric): ``kept`` updated by every full run in
+    ``results_dir`` that started after it.
 
     Runs are ordered by their ``started`` time, not their file names; ``latest.json`` (a copy
     of the newest run) and unreadable files are skipped.
@@ -58,11 +80,13 @@ def latest_figures(results_dir: Path) -> dict[tuple[str, str], Figure]:
         if not isinstance(document, dict) or document.get("quick"):
             continue
         runs.append(document)
-    figures: dict[tuple[str, str], Figure] = {}
+    figures = dict(kept or {})
     for run in sorted(runs, key=lambda document: str(document.get("started", ""))):
         for result in run.get("results", []):
             figure = Figure(result, str(run.get("started", "")), run.get("environment", {}))
-            figures[figure.key] = figure
+            older = figures.get(figure.key)
+            if older is None or older.started <= figure.started:
+                figures[figure.key] = figure
     return figures
 
 
@@ -186,14 +210,22 @@ def _text(text: str) -> str:
     show_default=True,
 )
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=PAGE)
-def main(results_dir: Path, out: Path) -> None:
-    """Write the performance page from the benchmarks' JSON results."""
+@click.option(
+    "--figures",
+    "figures_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=FIGURES,
+    show_default=True,
+)
+def main(results_dir: Path, out: Path, figures_path: Path) -> None:
+    """Write the performance page from the kept figures and the benchmarks' JSON results."""
     from benchmarks._registry import discover
 
     registered = {name: bench.description for name, bench in discover().items()}
-    figures = latest_figures(results_dir)
+    figures = latest_figures(results_dir, kept_figures(figures_path))
+    save_figures(figures, figures_path)
     out.write_text(render(figures, registered))
-    click.echo(f"{out}: {len(figures)} figures from {results_dir}")
+    click.echo(f"{out}: {len(figures)} figures from {figures_path} and {results_dir}")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from benchmarks.perf_page import latest_figures, render
+from benchmarks.perf_page import kept_figures, latest_figures, render, save_figures
 
 
 def _result(benchmark: str, metric: str, value: float, **extra: Any) -> dict[str, Any]:
@@ -115,3 +115,26 @@ def test_the_page_has_a_row_per_goal_and_names_what_has_no_figure(tmp_path: Path
     assert "`mor`: m" in missing and "`read`" not in missing
     for word in ("round", "session", "A/B"):
         assert word not in page
+
+
+def test_kept_figures_survive_a_clone_and_only_later_runs_replace_them(tmp_path: Path) -> None:
+    """``figures.json`` is what a fresh clone regenerates the page from: a run that started
+    after a kept figure replaces it, an older run does not, and other kept rows stay."""
+    results = tmp_path / "results"
+    results.mkdir()
+    _run(results, "a.json", "2026-01-02T00:00:00+00:00", "bbb2222", [_result("read", "full", 4.0)])
+    _run(results, "b.json", "2025-12-01T00:00:00+00:00", "0000000", [_result("lock", "p50", 9.0)])
+    kept_path = tmp_path / "figures.json"
+    seed = {
+        "figures": [
+            {"result": _result(b, m, 1.0), "started": "2026-01-01", "environment": {"commit": "k"}}
+            for b, m in (("read", "full"), ("lock", "p50"), ("mor", "read"))
+        ]
+    }
+    kept_path.write_text(json.dumps(seed))
+    figures = latest_figures(results, kept_figures(kept_path))
+    assert figures[("read", "full")].result["value"] == 4.0  # a later run replaces it
+    assert figures[("lock", "p50")].result["value"] == 1.0  # an older run does not
+    assert figures[("mor", "read")].environment == {"commit": "k"}  # untouched rows stay
+    save_figures(figures, kept_path)
+    assert kept_figures(kept_path) == figures
