@@ -4,11 +4,13 @@
 committer job), runs task attempts that write no data but fail records (``ErrorRecord``
 events), and ends the instant: job commit of the accepted attempts then ``completed``, or
 ``rolled_back``. What the sink reads from storage is exactly what a real write leaves.
+
+``settle_marker`` proves error-sink has settled everything published before it for a table.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from lakewarden.commit import ManifestCommitter, new_job_id
 from lakewarden.errortable.location import chosen_location
@@ -22,12 +24,18 @@ from lakewarden.errortable.records import (
     TASK_ATTEMPT,
     error_record,
 )
+from lakewarden.events.topics import ERRORS
+from lakewarden.table.config import NotATableError
 from lakewarden.table.instant import Action
 from lakewarden.table.job_commit import STAGE_ABORT, CommitRequest, abandon, commit_instant
 from lakewarden.table.plans import JobPlan
 from lakewarden.table.stats import CommitStats, WorkloadProfile
 from lakewarden.table.table import Table
 from lakewarden.table.transaction import WriteTransaction
+from lakewarden.testing.wait import wait_until
+
+if TYPE_CHECKING:
+    from lakewarden.events import EventProducer
 
 
 class FakeWrite:
@@ -95,3 +103,41 @@ class FakeWrite:
     def roll_back(self, reason: str = "test") -> None:
         """``rolled_back``, then job abort (``abandon``)."""
         abandon(self.committer, self.txn, reason, stage=STAGE_ABORT)
+
+
+class SettleMarker(NamedTuple):
+    """The marker write's instant on the main table and its one failed record's uid."""
+
+    instant: str
+    uid: str
+
+
+def settle_marker(
+    producer: EventProducer, table: Table, errors_uri: str, timeout_s: float = 60.0
+) -> SettleMarker:
+    """Wait until error-sink has settled every error record of ``table`` published so far.
+
+    A new write on ``table`` fails one record (same key, so same partition, at a later offset)
+    and completes; that record reaches the error table at ``errors_uri`` only after the sink
+    has consumed, and settled, every earlier one of the table. A duplicate the earlier records
+    would cause is in the error table by then: this is the marker that replaces "sleep and hope
+    a duplicate would have shown up".
+
+    Returns the marker's instant and record uid, for the caller to leave out of what it checks.
+    Raises: AssertionError (the marker was not committed within ``timeout_s``)."""
+    marker = FakeWrite(table)
+    attempt = marker.attempt(0)
+    (event,) = marker.errors(attempt, ["settle-marker"])
+    producer.send("ErrorRecord", event, topic=ERRORS)
+    producer.flush(10)
+    marker.complete([attempt])
+
+    def committed() -> bool:
+        try:
+            uids = Table.open(errors_uri).read(columns=["uid"]).column("uid").to_pylist()
+        except NotATableError:
+            return False
+        return event["uid"] in uids
+
+    wait_until(committed, timeout_s=timeout_s, what="the marker record in the error table")
+    return SettleMarker(marker.instant, str(event["uid"]))

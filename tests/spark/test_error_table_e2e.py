@@ -32,7 +32,8 @@ from lakewarden.commit import ManifestCommitter
 from lakewarden.devstack import SERVICES, DevSettings, DevStack
 from lakewarden.errortable import error_table_location
 from lakewarden.errortable.acceptance import job_id_of
-from lakewarden.events import default_codec
+from lakewarden.errortable.testing import SettleMarker, settle_marker
+from lakewarden.events import EventProducer, default_codec
 from lakewarden.events.topics import ERRORS
 from lakewarden.settings import ErrorTableSettings, KafkaSettings, Settings
 from lakewarden.spark._options import encode_settings
@@ -40,6 +41,7 @@ from lakewarden.table.bucket import render_partition_path
 from lakewarden.table.config import NotATableError
 from lakewarden.table.instant import INGESTION_ACTIONS, Transition
 from lakewarden.table.table import Table
+from lakewarden.testing import wait_until
 from lakewarden_services._common.process import ServiceProcess
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow]
@@ -153,12 +155,18 @@ def count(uri: str) -> int:
 
 
 def wait_for(check: Callable[[], bool], what: str, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what}")
+    wait_until(check, timeout_s=timeout_s, what=what)
+
+
+def settled(stack: Stack, table: Table, errors_uri: str) -> SettleMarker:
+    """Once this returns, the stack's error-sink has settled every error record of ``table``
+    the write published: a duplicate commit would be in the error table by now."""
+    with EventProducer(stack.settings, producer_id="settle-marker") as producer:
+        return settle_marker(producer, table, errors_uri)
+
+
+def without(errors: pa.Table, marker: SettleMarker) -> pa.Table:
+    return errors.filter(pc.not_equal(errors.column("uid"), marker.uid))
 
 
 def local_errors_uri(table: Table) -> str:
@@ -169,10 +177,17 @@ def note_number(note: str) -> int:
     return int(note.removeprefix("row-"))
 
 
-def completed_instant(table: Table) -> tuple[str, str, frozenset[str]]:
+def completed_instant(
+    table: Table, marker: SettleMarker | None = None
+) -> tuple[str, str, frozenset[str]]:
     """(instant, job id, accepted attempts) of the table's one completed write (the stack runs
-    the cleaner, whose clean instants of the write's leftovers are not the write's)."""
-    completed = [i for i in table.state().completed() if i.action in INGESTION_ACTIONS]
+    the cleaner, whose clean instants of the write's leftovers are not the write's; a settle
+    marker's write is not the test's either)."""
+    completed = [
+        i
+        for i in table.state().completed()
+        if i.action in INGESTION_ACTIONS and (marker is None or i.instant != marker.instant)
+    ]
     assert len(completed) == 1, [(i.instant, i.action) for i in table.timeline()]
     inst = completed[0]
     job_id = job_id_of(inst)
@@ -193,10 +208,11 @@ def assert_good_rows_committed(table: Table) -> None:
     assert completed[0].commit.failed_records == len(BAD)
 
 
-def assert_error_rows(table: Table, errors: pa.Table) -> list[dict[str, str]]:
-    """Exactly the bad rows of ``table``, once each, with their context; the contexts."""
-    mine = errors.filter(pc.equal(errors.column("source_table"), table.name))
-    instant, job_id, accepted = completed_instant(table)
+def assert_error_rows(table: Table, errors: pa.Table, marker: SettleMarker) -> list[dict[str, str]]:
+    """Exactly the bad rows of ``table``, once each, with their context (the settle marker's
+    record aside); the contexts."""
+    mine = without(errors, marker).filter(pc.equal(errors.column("source_table"), table.name))
+    instant, job_id, accepted = completed_instant(table, marker)
     records = [json.loads(r) for r in mine.column("record").to_pylist()]
     assert sorted(note_number(r["note"]) for r in records) == BAD  # once each, no other
     contexts = [dict(c) for c in mine.column("context").to_pylist()]
@@ -262,14 +278,14 @@ def test_bad_rows_go_to_the_error_table_good_rows_to_the_table(
     assert_good_rows_committed(table)
     uri = local_errors_uri(table)
     wait_for(lambda: count(uri) >= len(BAD), "the bad rows in the error table")
-    time.sleep(1.0)  # a duplicate commit would show up now
-    errors = lakewarden.read(uri)
-    contexts = assert_error_rows(table, errors)
+    marker = settled(stack, table, uri)
+    errors = without(lakewarden.read(uri), marker)
+    contexts = assert_error_rows(table, errors, marker)
     assert {c["operation"] for c in contexts} == {"insert"}
     messages = errors.column("message").to_pylist()
     assert sum("does not fit the table type int32" in m for m in messages) == len(BAD) // 2
     assert sum("null record key" in m for m in messages) == len(BAD) // 2
-    assert len(Table.open(uri).state().completed()) == 1  # one error-table instant
+    assert len(Table.open(uri).state().completed()) == 2  # one error-table instant, the marker's
 
 
 # Kafka records of an ingestion: (partition, value); the bad ones with their reason.
@@ -324,8 +340,8 @@ def test_bad_kafka_records_of_an_ingestion_go_to_the_error_table(
     assert table.state().completed()[0].commit.failed_records == len(KAFKA_BAD)  # type: ignore[union-attr]
     uri = local_errors_uri(table)
     wait_for(lambda: count(uri) >= len(KAFKA_BAD), "the bad Kafka records in the error table")
-    time.sleep(1.0)  # a duplicate commit would show up now
-    errors = lakewarden.read(uri)
+    marker = settled(stack, table, uri)
+    errors = without(lakewarden.read(uri), marker)
     assert errors.num_rows == len(KAFKA_BAD)  # once each
     found = {}
     for context, record, message in zip(
@@ -381,8 +397,8 @@ def test_a_retried_task_leaves_no_duplicate_error_rows(
         "the failed attempt's records dropped",
     )
     assert errors_in_kafka(stack.settings, instant) > len(BAD)
-    time.sleep(1.0)
-    contexts = assert_error_rows(table, lakewarden.read(uri))
+    marker = settled(stack, table, uri)
+    contexts = assert_error_rows(table, lakewarden.read(uri), marker)
     assert loser not in {c["taskAttempt"] for c in contexts}
 
 
@@ -404,8 +420,9 @@ def test_an_aborted_instant_leaves_no_error_rows(spark: Any, stack: Stack, tmp_p
         > discarded_before,
         "the sink to discard the aborted instant's records",
     )
-    time.sleep(1.0)
-    assert read_or_none(local_errors_uri(table)) is None  # never created: nothing to hold
+    marker = settled(stack, table, local_errors_uri(table))
+    errors = lakewarden.read(local_errors_uri(table))
+    assert errors.column("uid").to_pylist() == [marker.uid]  # the aborted instant's: none
     assert lakewarden.read(table.uri).num_rows == 0
 
 
@@ -428,12 +445,12 @@ def test_global_mode_collects_two_tables_errors_in_one_table(
             write(spark, stack, tmp_path / name)
         uri = str(base / GLOBAL_NAME)
         wait_for(lambda: count(uri) >= 2 * len(BAD), "both tables' errors in the global table")
-        time.sleep(1.0)
+        markers = [settled(stack, table, uri) for table in tables]
         errors = lakewarden.read(uri)
-        assert errors.num_rows == 2 * len(BAD)
-        for table in tables:
+        assert errors.num_rows == 2 * len(BAD) + len(markers)
+        for table, marker in zip(tables, markers, strict=True):
             assert_good_rows_committed(table)
-            assert_error_rows(table, errors)
+            assert_error_rows(table, errors, marker)
             assert not Path(local_errors_uri(table)).exists()
     finally:
         global_sink.stop()

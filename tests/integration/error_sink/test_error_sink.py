@@ -21,7 +21,7 @@ from confluent_kafka import Consumer, TopicPartition
 import lakewarden
 from lakewarden.clients import LockClient
 from lakewarden.errortable import error_table_location, open_error_table
-from lakewarden.errortable.testing import FakeWrite
+from lakewarden.errortable.testing import FakeWrite, settle_marker
 from lakewarden.events import (
     EventConsumer,
     EventProducer,
@@ -103,27 +103,6 @@ def wait_for(check: Callable[[], bool], what: str, timeout_s: float = 30.0) -> N
     wait_until(check, timeout_s=timeout_s, what=what)
 
 
-def after_a_marker(producer: EventProducer, main: Table, errors_uri: str) -> str:
-    """Proves the sink has handled every error record of ``main`` published so far: a new
-    write on the same table (same key, same partition, a later offset) fails one record, and
-    that record reaches the error table only after the sink has consumed, and settled, all
-    earlier ones. A duplicate the earlier records would cause is in the table by then.
-
-    Returns the marker's uid, for the caller to leave out of what it checks."""
-    marker = FakeWrite(main)
-    attempt = marker.attempt(0)
-    (event,) = marker.errors(attempt, ["the-marker"])
-    publish(producer, [event])
-    marker.complete([attempt])
-
-    def marker_committed() -> bool:
-        found = errors_of(errors_uri)
-        return found is not None and event["uid"] in found.column("uid").to_pylist()
-
-    wait_for(marker_committed, "the marker record, committed after every earlier one")
-    return str(event["uid"])
-
-
 def rows(uri: str) -> int:
     found = errors_of(uri)
     return 0 if found is None else found.num_rows
@@ -157,10 +136,10 @@ def test_only_accepted_attempts_of_completed_instants_once(
     aborted.roll_back()
     publish(producer, accepted)  # redelivered by the tasks' producer
     wait_for(lambda: rows(errors_uri) >= 4, "the accepted errors")
-    marker = after_a_marker(producer, orders, errors_uri)
+    marker = settle_marker(producer, orders, errors_uri)
     got = errors_of(errors_uri)
     assert got is not None
-    got = got.filter(pc.not_equal(got.column("uid"), marker))
+    got = got.filter(pc.not_equal(got.column("uid"), marker.uid))
     assert sorted(got.column("uid").to_pylist()) == sorted(e["uid"] for e in accepted)
     assert set(got.column("source_instant").to_pylist()) == {write.instant}
     completed = Table.open(errors_uri).state().completed()
@@ -245,10 +224,10 @@ def test_kill_9_mid_commit_then_restart_loses_nothing_duplicates_nothing(
         service.extra_env.pop("LAKEWARDEN_ERROR_SINK_PAUSE_BEFORE_COMPLETE_S")
         service.start()
         wait_for(lambda: rows(errors_uri) >= 50, "the errors after the restart")
-        marker = after_a_marker(producer, orders, errors_uri)
+        marker = settle_marker(producer, orders, errors_uri)
         got = errors_of(errors_uri)
         assert got is not None
-        got = got.filter(pc.not_equal(got.column("uid"), marker))
+        got = got.filter(pc.not_equal(got.column("uid"), marker.uid))
         assert sorted(got.column("uid").to_pylist()) == sorted(e["uid"] for e in events)
         state = Table.open(errors_uri).state()
         done, _marker = state.completed()
