@@ -20,21 +20,7 @@ from typing import Any
 import pyarrow as pa
 
 from lakewarden.errors import ConfigurationError
-
-_PRIMITIVES: tuple[tuple[Any, str], ...] = (
-    (pa.types.is_boolean, "boolean"),
-    (pa.types.is_int8, "byte"),
-    (pa.types.is_int16, "short"),
-    (pa.types.is_int32, "integer"),
-    (pa.types.is_int64, "long"),
-    (pa.types.is_float32, "float"),
-    (pa.types.is_float64, "double"),
-    (pa.types.is_string, "string"),
-    (pa.types.is_large_string, "string"),
-    (pa.types.is_binary, "binary"),
-    (pa.types.is_large_binary, "binary"),
-    (pa.types.is_date32, "date"),
-)
+from lakewarden.table.read_manifest import PRIMITIVE_TYPE_NAMES
 
 
 class UnpublishableSchemaError(ConfigurationError):
@@ -43,7 +29,7 @@ class UnpublishableSchemaError(ConfigurationError):
 
 def delta_type(t: pa.DataType, *, column: str = "") -> str | dict[str, Any]:
     """The Delta type of Arrow type ``t``. Raises: UnpublishableSchemaError."""
-    for test, name in _PRIMITIVES:
+    for test, name in PRIMITIVE_TYPE_NAMES:
         if test(t):
             return name
     if pa.types.is_timestamp(t):

@@ -42,6 +42,23 @@ PREFIX = ".lakewarden/read/"
 FORMAT_VERSION = 1
 KEEP = 16
 
+# Spark SQL's names of the primitive types (in the read manifests Spark's own reader plans
+# from); Delta's protocol uses the same names (``lakewarden.publish.schema``).
+PRIMITIVE_TYPE_NAMES: tuple[tuple[Any, str], ...] = (
+    (pa.types.is_boolean, "boolean"),
+    (pa.types.is_int8, "byte"),
+    (pa.types.is_int16, "short"),
+    (pa.types.is_int32, "integer"),
+    (pa.types.is_int64, "long"),
+    (pa.types.is_float32, "float"),
+    (pa.types.is_float64, "double"),
+    (pa.types.is_string, "string"),
+    (pa.types.is_large_string, "string"),
+    (pa.types.is_binary, "binary"),
+    (pa.types.is_large_binary, "binary"),
+    (pa.types.is_date32, "date"),
+)
+
 
 def manifest_key(seq: int, as_of: str) -> str:
     return f"{PREFIX}{seq:020d}_{as_of}.json"
@@ -52,21 +69,7 @@ def spark_type(t: pa.DataType) -> str | None:
     Arrow type ``t`` exactly as the table gives it, or None where it does not (a nanosecond
     timestamp, an unsigned integer, a nested type: those reads go through Python). The same
     names as ``pyspark.sql.pandas.types.from_arrow_type``, which the Python source uses."""
-    simple: list[tuple[Any, str]] = [
-        (pa.types.is_boolean, "boolean"),
-        (pa.types.is_int8, "byte"),
-        (pa.types.is_int16, "short"),
-        (pa.types.is_int32, "integer"),
-        (pa.types.is_int64, "long"),
-        (pa.types.is_float32, "float"),
-        (pa.types.is_float64, "double"),
-        (pa.types.is_string, "string"),
-        (pa.types.is_large_string, "string"),
-        (pa.types.is_binary, "binary"),
-        (pa.types.is_large_binary, "binary"),
-        (pa.types.is_date32, "date"),
-    ]
-    for test, name in simple:
+    for test, name in PRIMITIVE_TYPE_NAMES:
         if test(t):
             return name
     if pa.types.is_timestamp(t) and t.unit in ("ms", "us"):
