@@ -43,10 +43,11 @@ from lakewarden.table.table import Table
 
 __all__ = ["REPO_ROOT", "RunResult", "reproduce_command", "run_one"]
 
-QUIESCE_S = 90.0  # heartbeat tolerance + cleaner sweep + rollback of every dead write
-# An instant left only ``requested`` may be the known issue (KNOWN_ISSUES), which never
-# settles: after this long it no longer holds the run up (it is still reported).
-REQUESTED_SETTLE_S = 15.0
+# Heartbeat tolerance + cleaner sweep + rollback of every dead write. A write killed while it
+# held the table lock keeps every appender (the cleaner's rollback too) out for one lock ttl
+# (30 s), and one that never beat is rolled back three tolerances after its request: an
+# instant left ``requested`` gets the same time as an inflight one.
+QUIESCE_S = 90.0
 PROGRESS_S = 60.0
 SPARK_PROGRESS_S = 300.0
 
@@ -196,10 +197,9 @@ class _Run:
     def observe(self, connection: Connection) -> dict[str, TableObservation]:
         tables = {}
         for name, table in self.open_tables(connection).items():
-            since = time.monotonic()
             with contextlib.suppress(AssertionError):
                 wait(
-                    lambda t=table, s=since: quiet(t, time.monotonic() - s > REQUESTED_SETTLE_S),
+                    lambda t=table: quiet(t),
                     QUIESCE_S,
                     f"table {name} to settle",
                 )
