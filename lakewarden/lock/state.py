@@ -12,6 +12,14 @@ sequence alone:
 - expire: sent by the service's own timer; takes effect only on the exact lease version it
   names (token and ``expires_ms``), so a renewal that got in first wins.
 
+A lease granted to a waiter counts from when the service last heard from it (its acquire, or
+the client's latest resend of it while queued), not from the grant: a client resends a queued
+acquire every few seconds, so a live waiter gets nearly a whole ttl, while one whose process
+died in the queue gets a lease that has run out already (or nearly) and is expired at once.
+Counting from the grant instead let every dead waiter hold the lock for a whole ttl in turn, so
+that one crash of several processes blocked the table for several ttls. The client's own view
+of its deadline counts from its first send (``lakewarden.clients._lock_io``), never later.
+
 The clock (``now_ms``) only sets ``expires_ms`` values, never a decision. That is what makes
 replies safe to send before the new state is durable: after a crash the service restores
 each table from its changelog, skips requests it already applied (``applied_offset``) and
@@ -54,6 +62,12 @@ class Waiter:
     ttl_ms: int
     route: Route
     queued_ms: int
+    # When the service last heard the acquire (it or a resend): the lease counts from here.
+    seen_ms: int | None = None
+
+    @property
+    def heard_ms(self) -> int:
+        return self.queued_ms if self.seen_ms is None else self.seen_ms
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,8 +226,10 @@ def _acquire(state: TableLock, request: Request, now_ms: int) -> Outcome:
     if holder is not None and holder.request_id == request.request_id:
         return Outcome(state, (_granted(holder, request),))  # a resend: answer again
     for position, waiter in enumerate(state.queue, start=1):
-        if waiter.request_id == request.request_id:
-            return Outcome(state, (_queued(request, position),))
+        if waiter.request_id == request.request_id:  # a resend: the waiter is still there
+            heard = replace(waiter, seen_ms=max(now_ms, waiter.heard_ms))
+            queue = (*state.queue[: position - 1], heard, *state.queue[position:])
+            return Outcome(replace(state, queue=queue), (_queued(request, position),))
     if request.request_id in state.finished:
         reason = (
             f"acquire {request.request_id} already ended (released, withdrawn or expired). "
@@ -295,7 +311,8 @@ def _grant_next(state: TableLock, now_ms: int) -> Outcome:
         waiter.ttl_ms,
         waiter.route,
         granted_ms=now_ms,
-        expires_ms=now_ms + waiter.ttl_ms,
+        # from when it was last heard (module docstring): a dead waiter's lease is over
+        expires_ms=min(now_ms, waiter.heard_ms) + waiter.ttl_ms,
     )
     state = replace(state, last_token=token, holder=holder, queue=rest)
     reply = Reply(

@@ -95,6 +95,7 @@ def _waiter_json(waiter: Waiter) -> dict[str, Any]:
         "ttl_ms": waiter.ttl_ms,
         "route": _route_json(waiter.route),
         "queued_ms": waiter.queued_ms,
+        "seen_ms": waiter.seen_ms,
     }
 
 
@@ -105,4 +106,5 @@ def _waiter_from(data: dict[str, Any]) -> Waiter:
         ttl_ms=int(data["ttl_ms"]),
         route=_route_from(data["route"]),
         queued_ms=int(data["queued_ms"]),
+        seen_ms=None if data.get("seen_ms") is None else int(data["seen_ms"]),
     )

@@ -61,12 +61,11 @@ def raw_entries(storage: Storage) -> list[dict[str, Any]]:
     return entries
 
 
-def quiet(table: Table, ignore_requested: bool) -> bool:
-    """No ingestion instant pending (or only ``requested`` ones, when ``ignore_requested``)
-    and no file of a rolled-back one left."""
+def quiet(table: Table) -> bool:
+    """No ingestion instant pending (inflight or ``requested``) and no file of a rolled-back
+    one left."""
     state = table.state()
-    pending = [i for i in state.pending() if i.action in ("commit", "deltacommit")]
-    if any(not ignore_requested or i.state != "requested" for i in pending):
+    if any(i.action in ("commit", "deltacommit") for i in state.pending()):
         return False
     rolled_back = [i.instant for i in state.instants.values() if i.state == "rolled_back"]
     return not any(

@@ -190,10 +190,56 @@ def test_a_request_at_or_below_the_applied_offset_is_a_duplicate() -> None:
     assert apply(state, acquire("b"), offset=8, now_ms=0).state.queue[0].request_id == "b"
 
 
+def _expire_due(run: Run, now_ms: int) -> Outcome:
+    """What the service's timer does at ``now_ms``: expire the holder if its lease ran out."""
+    due = due_expiry(run.state, now_ms=now_ms, owned_since_ms=0)
+    assert due is not None, f"the lease of {run.state.holder} has not run out at {now_ms}"
+    return run(expire_request(due, request_id=f"timer{now_ms}", owner="timer"), now_ms=now_ms)
+
+
+def test_waiters_that_died_in_the_queue_do_not_each_hold_the_lock_for_a_ttl() -> None:
+    """The Kafka campaign's ``requested_left_behind`` (seed 12): a holder and two waiters were
+    killed; each dead waiter's acquire was granted in turn and held for a whole ttl, so the
+    cleaner waited three ttls for the lock before it could roll the dead writers back. A lease
+    granted from the queue counts from when the waiter was last heard of: a dead waiter's lease
+    has run out by then, and the live waiter behind them gets the lock one ttl after the
+    holder's last renewal, not three."""
+    ttl = 30_000
+    run = Run(now_ms=0)
+    run(acquire("holder", owner="h", ttl_ms=ttl))  # killed while holding: expires at 30 s
+    run(acquire("dead1", owner="d1", ttl_ms=ttl), now_ms=100)  # killed while queued
+    run(acquire("dead2", owner="d2", ttl_ms=ttl), now_ms=1_200)  # killed while queued
+    run(acquire("live", owner="l", ttl_ms=ttl), now_ms=2_000)
+    for now in range(5_000, 30_000, 3_000):  # a live client resends a queued acquire
+        run(acquire("live", owner="l", ttl_ms=ttl), now_ms=now)
+    out = _expire_due(run, 30_000)
+    assert statuses(out) == [("holder", "expired", 1), ("dead1", "granted", 2)]
+    assert out.replies[1].lease_expires_ms == 30_100  # heard of at 100 ms, not granted now + ttl
+    out = _expire_due(run, 30_100)
+    assert statuses(out) == [("dead1", "expired", 2), ("dead2", "granted", 3)]
+    out = _expire_due(run, 31_200)
+    assert statuses(out) == [("dead2", "expired", 3), ("live", "granted", 4)]
+    # the live waiter was heard of at 29 s: nearly a whole ttl, renewed from there as usual
+    assert out.replies[1].lease_expires_ms == 29_000 + ttl
+    assert due_expiry(run.state, now_ms=58_999, owned_since_ms=0) is None
+
+
+def test_a_waiter_granted_at_once_or_soon_after_its_request_gets_the_whole_ttl() -> None:
+    run = Run(now_ms=1_000)
+    assert run(acquire("a", ttl_ms=5_000)).replies[0].lease_expires_ms == 6_000
+    run(acquire("b", ttl_ms=5_000), now_ms=1_500)
+    out = run(release(1), now_ms=1_600)
+    assert statuses(out) == [("rel", "granted", 1), ("b", "granted", 2)]
+    assert out.replies[1].lease_expires_ms == 6_500  # counted from 1.5 s: the client's view
+    # is its own send + ttl, never later than the service's
+
+
 def test_json_round_trip() -> None:
     run = Run()
     run(acquire("a"))
     run(acquire("b"))
+    run(acquire("b"), now_ms=1_700)  # a resend: seen_ms set
+    assert run.state.queue[0].seen_ms == 1_700
     run(release(None, acquire_id="zzz"))
     assert lock_from_json(lock_to_json(run.state)) == run.state
     assert lock_from_json(None) == TableLock()
