@@ -211,7 +211,8 @@ def assert_good_rows_committed(table: Table) -> None:
 def assert_error_rows(table: Table, errors: pa.Table, marker: SettleMarker) -> list[dict[str, str]]:
     """Exactly the bad rows of ``table``, once each, with their context (the settle marker's
     record aside); the contexts."""
-    mine = without(errors, marker).filter(pc.equal(errors.column("source_table"), table.name))
+    mine = without(errors, marker)
+    mine = mine.filter(pc.equal(mine.column("source_table"), table.name))
     instant, job_id, accepted = completed_instant(table, marker)
     records = [json.loads(r) for r in mine.column("record").to_pylist()]
     assert sorted(note_number(r["note"]) for r in records) == BAD  # once each, no other
