@@ -454,8 +454,8 @@ def _measure(ctx: BenchContext, lake: _Lake, tables: int) -> Iterator[Result]:
         loaded["cleaner"] = max(_rss_mib(c.pid or 0) for c in lake.cleaners)
 
         # 5. nobody forgotten: garbage only the sweeps see
+        after = time.time()  # before: a sweep may clean a table while the rest are written
         lake.pool.map(_supersede, uris, chunksize=16)
-        after = time.time()
         swept = cleans.wait_all(ids, after, timeout_s=600)
         swept_s = max(swept.values()) - after
     finally:
