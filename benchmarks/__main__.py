@@ -6,6 +6,7 @@
     python -m benchmarks --quick      small iteration counts (a smoke run, numbers are rough)
     python -m benchmarks --check      exit 1 if a result misses its goal
     python -m benchmarks replay --events 1000000   a count for the benchmarks that take one
+    python -m benchmarks lake --tables 1000        a lake of that many tables
 
 Exit status 1 when a benchmark fails (or, with --check, misses its goal).
 """
@@ -38,6 +39,12 @@ from benchmarks._report import RESULTS_DIR, print_table, write_json
     "default: theirs).",
 )
 @click.option(
+    "--tables",
+    type=click.IntRange(min=30),
+    default=None,
+    help="How many tables benchmarks over a lake register (lake; default: theirs).",
+)
+@click.option(
     "--results-dir",
     type=click.Path(file_okay=False, path_type=Path),
     default=RESULTS_DIR,
@@ -50,6 +57,7 @@ def main(
     quick: bool,
     check: bool,
     events: int | None,
+    tables: int | None,
     results_dir: Path,
 ) -> None:
     """Run lakewarden's side-by-side benchmarks."""
@@ -66,7 +74,7 @@ def main(
     selected = [registry[name] for name in names] if names else list(registry.values())
 
     started = datetime.now(UTC)
-    context = BenchContext(quick=quick, events=events)
+    context = BenchContext(quick=quick, events=events, tables=tables)
     results: list[Result] = []
     errors: dict[str, str] = {}
     try:

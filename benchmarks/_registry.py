@@ -121,9 +121,12 @@ class BenchContext:
     ``close()`` stops it by pid.
     """
 
-    def __init__(self, *, quick: bool = False, events: int | None = None) -> None:
+    def __init__(
+        self, *, quick: bool = False, events: int | None = None, tables: int | None = None
+    ) -> None:
         self.quick = quick
         self.events = events  # ``--events``: how many events a benchmark that takes a count reads
+        self.tables = tables  # ``--tables``: how many tables a benchmark over a lake registers
         self.environment: dict[str, Any] = {}
         self._settings: Settings | None = None
         self._cleanups: list[Callable[[], None]] = []
