@@ -56,3 +56,24 @@ def client(jc_settings: Settings) -> Iterator[CommitClient]:
 @pytest.fixture
 def table_uri(tmp_path: Path) -> str:
     return str(tmp_path / "orders")
+
+
+@pytest.fixture(scope="module")
+def both(jc_settings: Settings, s3_settings: Settings) -> Settings:
+    """The module's Kafka settings with the session's SeaweedFS."""
+    return jc_settings.model_copy(update={"s3": s3_settings.s3})
+
+
+@pytest.fixture(scope="module")
+def s3_committer(both: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """A job-committer process that reaches the session's SeaweedFS."""
+    s3 = both.s3
+    env = {
+        "LAKEWARDEN_S3__ENDPOINT_URL": s3.endpoint_url or "",
+        "LAKEWARDEN_S3__REGION": s3.region,
+        "LAKEWARDEN_S3__ACCESS_KEY_ID": s3.access_key_id.get_secret_value(),
+        "LAKEWARDEN_S3__SECRET_ACCESS_KEY": s3.secret_access_key.get_secret_value(),
+    }
+    home = tmp_path_factory.mktemp("job-committer-s3")
+    with ServiceProcess(MODULE, both, home=home, extra_env=env):
+        yield

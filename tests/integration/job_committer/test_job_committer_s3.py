@@ -4,38 +4,17 @@ completion; the service completes the accepted attempts' uploads and the losers'
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from _jc_helpers import MODULE, SCHEMA, Driver, as_set, data_files, rows
+from _jc_helpers import SCHEMA, Driver, as_set, data_files, rows
 
 from lakewarden.clients import CommitClient
 from lakewarden.settings import Settings
 from lakewarden.table.instant import Transition
 from lakewarden.table.table import Table
-from lakewarden_services._common.process import ServiceProcess
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.usefixtures("lock_service")]
-
-
-@pytest.fixture(scope="module")
-def both(jc_settings: Settings, s3_settings: Settings) -> Settings:
-    return jc_settings.model_copy(update={"s3": s3_settings.s3})
-
-
-@pytest.fixture(scope="module")
-def s3_committer(both: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    s3 = both.s3
-    env = {
-        "LAKEWARDEN_S3__ENDPOINT_URL": s3.endpoint_url or "",
-        "LAKEWARDEN_S3__REGION": s3.region,
-        "LAKEWARDEN_S3__ACCESS_KEY_ID": s3.access_key_id.get_secret_value(),
-        "LAKEWARDEN_S3__SECRET_ACCESS_KEY": s3.secret_access_key.get_secret_value(),
-    }
-    home = tmp_path_factory.mktemp("job-committer-s3")
-    with ServiceProcess(MODULE, both, home=home, extra_env=env):
-        yield
 
 
 def test_the_service_completes_the_accepted_uploads_on_s3(
