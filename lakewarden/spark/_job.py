@@ -45,6 +45,7 @@ from typing import Any
 
 from pyspark.sql.datasource import WriterCommitMessage
 
+from lakewarden.api.connection import shared_connection
 from lakewarden.clients import (
     AttemptManifest,
     CommitClient,
@@ -65,7 +66,6 @@ from lakewarden.spark._transaction import (
 )
 from lakewarden.storage import Storage, open_storage
 from lakewarden.table.config import TableConfig, load_config
-from lakewarden.table.connection import shared_connection
 from lakewarden.table.coordinator import Coordinator
 from lakewarden.table.job_commit import (
     STAGE_ABORT,

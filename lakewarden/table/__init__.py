@@ -3,10 +3,10 @@
 The public surface of the table layer, re-exported here on purpose (everything else in the
 package's modules is implementation and may change):
 
-Table, read                              a table and the one-call read (``lakewarden.table.table``)
+Table, read                              a table and the one-call read (``lakewarden.api.table``)
 CommitResult, Operation                  what a write returns, what it may do
 connect, Connection, load_coordinator,   the one factory of storage and coordinator from
-load_storage, require_kafka,             settings (``lakewarden.table.connection``)
+load_storage, require_kafka,             settings (``lakewarden.api.connection``)
 shared_connection, close_shared_connections
 Coordinator, EmbeddedCoordinator, Lease, the table lock and liveness contract; the Kafka one is
 Liveness                                 ``lakewarden.clients.KafkaCoordinator``
@@ -16,6 +16,11 @@ Snapshot, CommitStats, FileGroupId,      what a snapshot and a commit are made o
 WorkloadProfile, WriteStat
 CleanPolicy, CleaningPolicy, CleanResult cleaning (``Table.clean``; ``lakewarden.table.clean``)
 errors                                   NotATableError, TableAlreadyExistsError, ... (below)
+
+``Table``, ``read``, the connection factory and ``CleanResult`` are defined a layer above this
+package (``lakewarden.api``: they drive the table services, the error table and publishing,
+which build on this package) and are named here for users only; no module of the library
+below ``lakewarden.api`` imports them (``tests/unit/test_import_graph.py``).
 """
 
 # The names are imported on first use (PEP 562), not here: a Spark task worker imports
@@ -30,10 +35,23 @@ from typing import TYPE_CHECKING
 from lakewarden._lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from lakewarden.api.clean import CleanResult
+    from lakewarden.api.connection import (
+        Connection,
+        close_shared_connections,
+        connect,
+        load_coordinator,
+        load_storage,
+        require_kafka,
+        shared_connection,
+    )
+    from lakewarden.api.table import (
+        Table,
+        read,
+    )
     from lakewarden.table.clean import (
         CleaningPolicy,
         CleanPolicy,
-        CleanResult,
         InstantCleanedError,
         InvalidCleanPolicyError,
         MissingDataFileError,
@@ -49,15 +67,6 @@ if TYPE_CHECKING:
         OverlappingCommitConflict,
         PendingPlanConflict,
         WriteConflictError,
-    )
-    from lakewarden.table.connection import (
-        Connection,
-        close_shared_connections,
-        connect,
-        load_coordinator,
-        load_storage,
-        require_kafka,
-        shared_connection,
     )
     from lakewarden.table.coordinator import (
         Coordinator,
@@ -87,10 +96,6 @@ if TYPE_CHECKING:
         WorkloadProfile,
         WriteStat,
     )
-    from lakewarden.table.table import (
-        Table,
-        read,
-    )
     from lakewarden.table.timeline import (
         ConcurrentAppendError,
         IllegalTransitionError,
@@ -112,7 +117,7 @@ if TYPE_CHECKING:
 _EXPORTS: dict[str, str] = {
     "CleaningPolicy": "lakewarden.table.clean",
     "CleanPolicy": "lakewarden.table.clean",
-    "CleanResult": "lakewarden.table.clean",
+    "CleanResult": "lakewarden.api.clean",
     "InstantCleanedError": "lakewarden.table.clean",
     "InvalidCleanPolicyError": "lakewarden.table.clean",
     "MissingDataFileError": "lakewarden.table.clean",
@@ -124,13 +129,13 @@ _EXPORTS: dict[str, str] = {
     "OverlappingCommitConflict": "lakewarden.table.conflicts",
     "PendingPlanConflict": "lakewarden.table.conflicts",
     "WriteConflictError": "lakewarden.table.conflicts",
-    "Connection": "lakewarden.table.connection",
-    "close_shared_connections": "lakewarden.table.connection",
-    "connect": "lakewarden.table.connection",
-    "load_coordinator": "lakewarden.table.connection",
-    "load_storage": "lakewarden.table.connection",
-    "require_kafka": "lakewarden.table.connection",
-    "shared_connection": "lakewarden.table.connection",
+    "Connection": "lakewarden.api.connection",
+    "close_shared_connections": "lakewarden.api.connection",
+    "connect": "lakewarden.api.connection",
+    "load_coordinator": "lakewarden.api.connection",
+    "load_storage": "lakewarden.api.connection",
+    "require_kafka": "lakewarden.api.connection",
+    "shared_connection": "lakewarden.api.connection",
     "Coordinator": "lakewarden.table.coordinator",
     "EmbeddedCoordinator": "lakewarden.table.coordinator",
     "Lease": "lakewarden.table.coordinator",
@@ -149,8 +154,8 @@ _EXPORTS: dict[str, str] = {
     "FileGroupId": "lakewarden.table.stats",
     "WorkloadProfile": "lakewarden.table.stats",
     "WriteStat": "lakewarden.table.stats",
-    "Table": "lakewarden.table.table",
-    "read": "lakewarden.table.table",
+    "Table": "lakewarden.api.table",
+    "read": "lakewarden.api.table",
     "ConcurrentAppendError": "lakewarden.table.timeline",
     "IllegalTransitionError": "lakewarden.table.timeline",
     "Timeline": "lakewarden.table.timeline",

@@ -3,7 +3,7 @@
 ``Coordinator`` is the interface; ``EmbeddedCoordinator`` is the in-process implementation
 used when no Kafka is configured (the Kafka-backed one, ``lakewarden.clients.KafkaCoordinator``,
 talks to the timeline-lock and heartbeat-monitor services). Which one a table gets is decided
-in one place, ``lakewarden.table.connection``; everything else receives it. The lock makes
+in one place, ``lakewarden.api.connection``; everything else receives it. The lock makes
 writers of one table take turns, which keeps instant times increasing and rebases rare;
 **safety never depends on it**. Two processes each have their own embedded coordinator, a lease
 can expire while its holder is paused, and the log (``write_if_absent`` at the tail, the state

@@ -16,8 +16,8 @@ The coordinator follows the settings, as pyiceberg's ``load_catalog`` picks a ca
 ``settings.kafka.bootstrap_servers`` set means ``KafkaCoordinator`` (the table lock is
 timeline-lock's lease, heartbeats go to heartbeat-monitor), unset means the in-process
 ``EmbeddedCoordinator``. Like pyiceberg's catalog loaders, the Kafka implementation is imported
-only when chosen: it lives in ``lakewarden.clients``, a layer above this package (it builds on
-the timeline), and a process without Kafka never loads confluent-kafka for it.
+only when chosen (it lives in ``lakewarden.clients``, a layer below this one), so a process
+without Kafka never loads confluent-kafka for it.
 
 ``shared_connection`` is the edges' process-wide registry: one connection per coordinator
 configuration, so two ``Table.open(uri)`` in one process take turns on one lock, and the Spark
@@ -73,7 +73,7 @@ def load_coordinator(settings: Settings, *, require: bool = False) -> Coordinato
         require_kafka(settings)
     if not settings.kafka.enabled:
         return EmbeddedCoordinator(settings.heartbeat)
-    # Loaded only when chosen (see the module docstring); the clients build on this package.
+    # Loaded only when chosen (see the module docstring).
     try:
         from lakewarden.clients.kafka_coordinator import KafkaCoordinator
     except MissingExtraError as err:
