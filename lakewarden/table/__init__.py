@@ -10,6 +10,8 @@ load_storage, require_kafka,             settings (``lakewarden.api.connection``
 shared_connection, close_shared_connections
 Coordinator, EmbeddedCoordinator, Lease, the table lock and liveness contract; the Kafka one is
 Liveness                                 ``lakewarden.clients.KafkaCoordinator``
+TableLock, Heartbeating,                 the coordinator's roles, for code that needs only one
+ExecutorLiveness, TimelineAudit
 TableConfig, Action, Transition, Instant the table's config and the timeline's vocabulary
 Timeline, TimelineState, InstantState    the timeline log and its folded state
 Snapshot, CommitStats, FileGroupId,      what a snapshot and a commit are made of
@@ -71,11 +73,15 @@ if TYPE_CHECKING:
     from lakewarden.table.coordinator import (
         Coordinator,
         EmbeddedCoordinator,
+        ExecutorLiveness,
+        Heartbeating,
         Lease,
         LeaseLostError,
         Liveness,
         LockReentryError,
         LockTimeoutError,
+        TableLock,
+        TimelineAudit,
     )
     from lakewarden.table.instant import (
         Action,
@@ -138,6 +144,10 @@ _EXPORTS: dict[str, str] = {
     "shared_connection": "lakewarden.api.connection",
     "Coordinator": "lakewarden.table.coordinator",
     "EmbeddedCoordinator": "lakewarden.table.coordinator",
+    "ExecutorLiveness": "lakewarden.table.coordinator",
+    "Heartbeating": "lakewarden.table.coordinator",
+    "TableLock": "lakewarden.table.coordinator",
+    "TimelineAudit": "lakewarden.table.coordinator",
     "Lease": "lakewarden.table.coordinator",
     "LeaseLostError": "lakewarden.table.coordinator",
     "Liveness": "lakewarden.table.coordinator",
@@ -188,6 +198,8 @@ __all__ = [
     "Connection",
     "Coordinator",
     "EmbeddedCoordinator",
+    "ExecutorLiveness",
+    "Heartbeating",
     "FileGroupId",
     "IllegalTransitionError",
     "Instant",
@@ -209,7 +221,9 @@ __all__ = [
     "Table",
     "TableAlreadyExistsError",
     "TableConfig",
+    "TableLock",
     "Timeline",
+    "TimelineAudit",
     "TimelineCorruptError",
     "TimelineGapError",
     "TimelineState",
