@@ -1,4 +1,5 @@
-"""Where a table's storage and coordinator come from: the one place that builds them.
+"""Where a table's coordinator comes from, paired with its storage: the one place that picks
+a coordinator.
 
     connection = connect(settings)                   # Kafka configured: the services' lock
     table = Table.open(uri, coordinator=connection.coordinator, settings=connection.settings)
@@ -11,6 +12,12 @@ transaction) receives a ``Coordinator`` and a ``Storage`` and never picks one it
 edges call this module: the services' ``__main__``, the CLI, the Spark data source (Spark
 instantiates it from options, so nobody can hand it a coordinator), and the conveniences
 ``Table.create`` / ``Table.open`` / ``lakewarden.read`` when they are given no coordinator.
+
+Storage has a factory of its own, ``lakewarden.storage.open_storage``: the backend follows the
+URI's scheme, as pyiceberg's ``load_file_io`` picks a FileIO. ``load_storage`` here is that
+factory under the name the edges use beside ``load_coordinator``; code that needs only a
+table's files (a Spark executor, a reader, a service opening the table a request names) calls
+``open_storage`` itself.
 
 The coordinator follows the settings, as pyiceberg's ``load_catalog`` picks a catalog:
 ``settings.kafka.bootstrap_servers`` set means ``KafkaCoordinator`` (the table lock is
