@@ -333,11 +333,13 @@ PUBLIC_ALIASES: frozenset[tuple[str, str]] = frozenset(
 
 
 def layer_of(module: str) -> int:
-    """The index in ``LAYERS`` (0 is the top) of the layer that holds ``module``."""
+    """The index in ``LAYERS`` (0 is the top) of the layer that holds ``module`` (``lakewarden``
+    alone names the root package, not everything in it)."""
     best, found = -1, None
     for index, (_, prefixes) in enumerate(LAYERS):
         for prefix in prefixes:
-            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > best:
+            inside = prefix != PACKAGE and module.startswith(prefix + ".")
+            if (module == prefix or inside) and len(prefix) > best:
                 best, found = len(prefix), index
     assert found is not None, f"{module} is in no layer: add it to LAYERS"
     return found
@@ -424,6 +426,8 @@ def upward_imports(root: Path = ROOT) -> list[str]:
 def test_every_module_is_in_a_layer() -> None:
     for module in _modules():
         layer_of(module)
+    with pytest.raises(AssertionError, match="in no layer"):
+        layer_of("lakewarden.newpackage.module")
 
 
 def test_the_layer_walk_sees_function_level_and_lazy_imports(tmp_path: Path) -> None:
