@@ -18,9 +18,18 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from lakewarden.faults import ENV_VAR, Fault, FaultPlan, install
+from lakewarden.faults import ENV_VAR, Action, Fault, FaultPlan, install
 
-__all__ = ["ENV_VAR", "Fault", "FaultPlan", "fault_plan", "plan_file"]
+__all__ = ["ENV_VAR", "Fault", "FaultPlan", "fault_plan", "first_attempt", "plan_file"]
+
+
+def first_attempt(
+    partition: int, *, action: Action = "raise", point: str = "spark.task.after_commit"
+) -> Fault:
+    """``action`` at ``point`` in attempt 0 of Spark partition ``partition``; Spark's retry,
+    attempt 1, goes past (by default: attempt 0 fails after its task commit saved its
+    manifest, the worst moment: all its files and its manifest exist)."""
+    return Fault(point=point, action=action, where={"partition": partition, "attempt": 0})
 
 
 def plan_file() -> Path | None:
