@@ -18,8 +18,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from lakewarden.events import EventConsumer
-from lakewarden.events.topics import HEARTBEAT_EXPIRED
+from lakewarden.events import EventConsumer, EventProducer, make_event
+from lakewarden.events.topics import HEARTBEAT_EXPIRED, HEARTBEATS
 from lakewarden.settings import Settings
 
 MODULE = "lakewarden_services.heartbeat_monitor"
@@ -131,6 +131,32 @@ class Expiries:
             assert time.monotonic() < deadline, f"no HeartbeatExpired for {instant}"
             time.sleep(0.01)
         return self.by_instant[instant][0]
+
+    def settle(self, table: str = "t1", timeout_s: float = 30.0) -> None:
+        """Wait on a marker instead of sleeping through a tolerance window: one beat for a
+        fresh instant of ``table``, then silence, and back once the monitor declared it dead.
+        The monitor judges in order and publishes a table's verdicts to one partition, so by
+        then a full tolerance window has passed on the monitor's own clock since every verdict
+        before the marker: a second verdict for an earlier instant would have been read."""
+        marker = new_instant()
+        producer = EventProducer(self.settings, producer_id="settle-marker")
+        try:
+            record = make_event(
+                "Heartbeat",
+                table_id=table,
+                producer_id="settle-marker",
+                instant=marker,
+                owner="writer",
+                interval_ms=round(INTERVAL_S * 1000),
+                seq=0,
+                kind="beat",
+                tolerable_misses=MISSES,
+            )
+            producer.send("Heartbeat", record, topic=HEARTBEATS)
+            producer.flush(timeout_s)
+        finally:
+            producer.close(timeout_s)
+        self.wait_for(marker, timeout_s)
 
     def close(self) -> None:
         self._stop.set()
