@@ -18,9 +18,10 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from lakewarden.events import EventConsumer, EventProducer, make_event
+from lakewarden.events import EventConsumer, EventProducer
 from lakewarden.events.topics import HEARTBEAT_EXPIRED, HEARTBEATS
 from lakewarden.settings import Settings
+from lakewarden.testing.kafka import heartbeat_event
 
 MODULE = "lakewarden_services.heartbeat_monitor"
 INTERVAL_S = 0.5
@@ -141,17 +142,8 @@ class Expiries:
         marker = new_instant()
         producer = EventProducer(self.settings, producer_id="settle-marker")
         try:
-            record = make_event(
-                "Heartbeat",
-                table_id=table,
-                producer_id="settle-marker",
-                instant=marker,
-                owner="writer",
-                interval_ms=round(INTERVAL_S * 1000),
-                seq=0,
-                kind="beat",
-                tolerable_misses=MISSES,
-            )
+            interval_ms = round(INTERVAL_S * 1000)  # the writers' tolerance: 3 x 0.5 s
+            record = heartbeat_event(0, table_id=table, instant=marker, interval_ms=interval_ms)
             producer.send("Heartbeat", record, topic=HEARTBEATS)
             producer.flush(timeout_s)
         finally:
