@@ -20,9 +20,13 @@ AFTER_COMMIT = "spark.task.after_commit"
 
 
 def test_without_a_plan_a_point_does_nothing() -> None:
-    assert faults._source is None  # the production case: nothing to consult
-    faults.point(AFTER_COMMIT, partition=0, attempt=0)
-    assert not faults.planned("spark.")
+    restore = faults.install(None)  # the production case: no plan to consult
+    try:
+        assert faults._source is None
+        faults.point(AFTER_COMMIT, partition=0, attempt=0)
+        assert not faults.planned("spark.")
+    finally:
+        restore()
 
 
 def test_a_fault_fires_where_its_arguments_match() -> None:
