@@ -155,6 +155,28 @@ class Expiries:
         self._thread.join(10)
 
 
+def wait_for_beats(settings: Settings, instant: str, count: int, timeout_s: float = 30.0) -> None:
+    """Until ``count`` beats of ``instant`` are on the heartbeats topic: a condition, not a
+    guess of how long ``count`` intervals take on a loaded machine."""
+    consumer = EventConsumer(
+        settings,
+        group_id=f"beats-{uuid.uuid4().hex[:6]}",
+        topics=[HEARTBEATS],
+        dead_letters=False,
+        auto_offset_reset="earliest",
+    )
+    seen = 0
+    deadline = time.monotonic() + timeout_s
+    try:
+        while seen < count:
+            assert time.monotonic() < deadline, f"{seen} of {count} beats of {instant}"
+            event = consumer.poll(0.1)
+            if event is not None and event.record["instant"] == instant:
+                seen += 1
+    finally:
+        consumer.close()
+
+
 def spawn(writers: list[Writer], settings: Settings, *args: str) -> Writer:
     writer = Writer(settings, *args)
     writers.append(writer)
