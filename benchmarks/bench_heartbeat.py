@@ -38,9 +38,10 @@ from typing import Any
 from confluent_kafka import Producer
 
 from benchmarks._registry import BenchContext, Result, benchmark
-from lakewarden.events import EventConsumer, encode, ensure_topics, make_event
+from lakewarden.events import EventConsumer, encode, ensure_topics
 from lakewarden.events.topics import HEARTBEAT_EXPIRED, HEARTBEATS, TIMELINE
 from lakewarden.settings import Settings
+from lakewarden.testing.kafka import heartbeat_event
 from lakewarden_services._common.process import ServiceProcess
 
 INTERVAL_S = 1.0
@@ -257,15 +258,13 @@ class _Generator:
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _encoded(self, table: str, instant: str) -> bytes:
-        record = make_event(
-            "Heartbeat",
-            table_id=table,
+        record = heartbeat_event(
+            0,
             producer_id="bench",
+            table_id=table,
             instant=instant,
             owner="bench-writer",
             interval_ms=round(INTERVAL_S * 1000),
-            seq=0,
-            kind="beat",
             tolerable_misses=MISSES,
         )
         return encode("Heartbeat", record)

@@ -37,6 +37,7 @@ Run alone with ``python -m benchmarks.bench_spark [--quick]`` (200k rows).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import shutil
@@ -375,43 +376,31 @@ def bench_spark(ctx: BenchContext) -> Iterable[Result]:
         if k.endswith(("_all_s", "_cpu_s"))
         or k in ("upsert_rows", "python_sink_floor_s", "upsert_mor_actions")
     }
-    yield Result(
+    vs_parquet_write = functools.partial(
+        Result,
         benchmark="spark",
-        metric=f"insert {rows}",
         unit="s",
-        value=numbers["insert_lakewarden_s"],
-        baseline=numbers["insert_parquet_s"],
-        baseline_label="df.write.parquet of the same cached DataFrame",
-        goal=1.15,
-        details=details,
-    )
-    yield Result(
-        benchmark="spark",
-        metric=f"bulk_insert {rows} (Spark's Parquet writer)",
-        unit="s",
-        value=numbers["bulk_insert_s"],
         baseline=numbers["insert_parquet_s"],
         baseline_label="df.write.parquet of the same cached DataFrame",
         goal=1.15,
     )
-    yield Result(
+    yield vs_parquet_write(
+        metric=f"insert {rows}", value=numbers["insert_lakewarden_s"], details=details
+    )
+    yield vs_parquet_write(
+        metric=f"bulk_insert {rows} (Spark's Parquet writer)", value=numbers["bulk_insert_s"]
+    )
+    vs_shuffled_write = functools.partial(
+        Result,
         benchmark="spark",
-        metric=f"upsert {numbers['upsert_rows']:,} rows (10%) into {rows}",
         unit="s",
-        value=numbers["upsert_lakewarden_s"],
         baseline=numbers["upsert_parquet_write_s"],
         baseline_label="the same rows shuffled by key + df.write.parquet (no merge)",
         goal=1.3,
     )
-    yield Result(
-        benchmark="spark",
-        metric=f"upsert {numbers['upsert_rows']:,} rows (10%) into {rows}, merge-on-read",
-        unit="s",
-        value=numbers["upsert_mor_s"],
-        baseline=numbers["upsert_parquet_write_s"],
-        baseline_label="the same rows shuffled by key + df.write.parquet (no merge)",
-        goal=1.3,
-    )
+    upserted = f"upsert {numbers['upsert_rows']:,} rows (10%) into {rows}"
+    yield vs_shuffled_write(metric=upserted, value=numbers["upsert_lakewarden_s"])
+    yield vs_shuffled_write(metric=f"{upserted}, merge-on-read", value=numbers["upsert_mor_s"])
     yield Result(
         benchmark="spark",
         metric=f"read {rows} (noop sink)",

@@ -53,9 +53,7 @@ from lakewarden.table.coordinator import Liveness
 from lakewarden.table.files import BaseFileName, WriteToken, file_key
 from lakewarden.table.instant import Transition
 from lakewarden.table.job_commit import (
-    STAGE_COMPLETE,
     STAGE_WRITE_FILES,
-    CommitProgress,
     CommitRequest,
     abandon,
     commit_instant,
@@ -79,13 +77,12 @@ def commit_errors(
     table: TableHandle,
     batches: Sequence[SourceErrors],
     *,
-    before_complete: Callable[[str], None] | None = None,
     hook: StageHook | None = None,
 ) -> str | None:
     """Commit the records of the ``batches`` not committed yet as one instant (steps in the
-    module doc); the instant, or None when there was nothing new. ``before_complete(instant)``
-    runs after the job commit, before ``completed`` (tests pause or crash there); ``hook``
-    is the committer's and ``commit_instant``'s stage hook (tests crash mid-commit with it).
+    module doc); the instant, or None when there was nothing new. ``hook`` is the committer's
+    stage hook (tests crash between stages with it; ``commit_instant``'s steps are fault
+    points, ``lakewarden.faults``).
 
     Raises: SourcesAlreadyCommittedError (nothing committed: reload and retry without them),
     LockTimeoutError, CommitStateUnknownError, StageFailedError, storage errors."""
@@ -109,10 +106,7 @@ def commit_errors(
             stats,
             description=f"error table {table.name}, instant {txn.instant}",
         )
-        progress = CommitProgress(hook=_hooks(txn.instant, before_complete, hook))
-        commit_instant(  # 4.
-            committer, txn, spec, validate=_not_committed_yet(table, sources), progress=progress
-        )
+        commit_instant(committer, txn, spec, validate=_not_committed_yet(table, sources))  # 4.
     return txn.instant
 
 
@@ -296,18 +290,3 @@ def _not_committed_yet(
             )
 
     return rule
-
-
-def _hooks(
-    instant: str, before_complete: Callable[[str], None] | None, hook: StageHook | None
-) -> StageHook | None:
-    if before_complete is None and hook is None:
-        return None
-
-    def on_stage(event: str, stage: str) -> None:
-        if hook is not None:
-            hook(event, stage)
-        if before_complete is not None and event == "start" and stage == STAGE_COMPLETE:
-            before_complete(instant)
-
-    return on_stage

@@ -63,7 +63,6 @@ from lakewarden.spark._options import (
     error_table_choice,
     get_option,
     load_settings,
-    test_hooks,
 )
 from lakewarden.spark._task import base_snapshot
 from lakewarden.spark._transaction import SparkTransaction
@@ -131,10 +130,9 @@ def write(
     check_write_schema(df.schema, table.config, operation)
     merge = operation != "bulk_insert"
     native = not merge and _native_writer(options or {}, table, encoded)
-    hooks = test_hooks(options or {})
     committer = committer_options(options or {})
     spec, txn = _job.open_write(  # 1.
-        table, operation, settings_json=encoded, merge=merge, profiled=merge, test_hooks=hooks
+        table, operation, settings_json=encoded, merge=merge, profiled=merge
     )
     spec = dataclasses.replace(
         spec, committer=committer, error_table=error_table_choice(options or {})

@@ -193,7 +193,6 @@ def open_write(
     settings_json: str | None,
     merge: bool = False,
     profiled: bool = False,
-    test_hooks: dict[str, str] | None = None,
 ) -> tuple[WriteSpec, SparkTransaction]:
     """Steps 1-2 of the module docstring. Raises: LockTimeoutError, StageFailedError, ..."""
     job_id = new_job_id()
@@ -221,7 +220,6 @@ def open_write(
         settings_json=settings_json,
         merge=merge,
         profiled=profiled,
-        test_hooks=dict(test_hooks or {}),
     )
     assert isinstance(txn, SparkTransaction)
     return spec, txn

@@ -56,7 +56,8 @@ from typing import Literal, NamedTuple
 
 from pyspark.sql import DataFrame
 
-from lakewarden.spark import _faults, _job, _native
+import lakewarden.faults as faults
+from lakewarden.spark import _job, _native
 from lakewarden.spark._native_columns import MetaColumns
 from lakewarden.spark._options import (
     OPT_BATCH,
@@ -154,7 +155,6 @@ class MicroBatchWriter:
     checkpoint: str = ""
     ingest_errors: bool = False  # the rows carry ``_bad_rows.INGEST_COLUMNS`` (error table)
     writer: MicroBatchWriterKind = "auto"
-    test_hooks: dict[str, str] = field(default_factory=dict)
     # A batch of at most this many records is written by one task (0: never); its records
     # are counted from the checkpoint's Kafka offsets, else bounded by ``max_batch_rows``
     # (the query's ``maxOffsetsPerTrigger``, or ``maxFilesPerTrigger`` x rows per file).
@@ -194,7 +194,7 @@ class MicroBatchWriter:
         )
         log.debug("micro-batch %s: %s", batch_id, outcome)
         self.outcomes.append(outcome)
-        _faults.after_batch_commit(self.test_hooks, batch_id)
+        faults.point("spark.stream.after_batch_commit", batch=batch_id)
 
     def batch_key(self, df: DataFrame, batch_id: int) -> BatchKey:
         """The batch's identity from the driver thread's local properties, which Structured
@@ -283,7 +283,6 @@ class MicroBatchWriter:
             batch.job_id,
             OPERATION,
             self.settings_json,
-            test_hooks=dict(self.test_hooks),
             ingest_errors=self.ingest_errors,
             error_table=self.error_table,
         )
@@ -339,8 +338,6 @@ def _save(df: DataFrame, spec: WriteSpec, key: BatchKey) -> None:
         writer = writer.option(OPT_INGEST_ERRORS, "true")
     if spec.settings_json is not None:
         writer = writer.option(OPT_SETTINGS, spec.settings_json)
-    for name, value in spec.test_hooks.items():
-        writer = writer.option(f"lakewarden.test.{name}", value)
     writer.save(spec.uri)
 
 

@@ -53,6 +53,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql import Column, DataFrame, SparkSession
 
+import lakewarden.faults as faults
 from lakewarden.commit import ManifestCommitter
 from lakewarden.commit._store import CommitStore
 from lakewarden.commit.layout import JobLayout
@@ -64,6 +65,7 @@ from lakewarden.spark._native_columns import (
     BUCKET_COLUMN,
     PATH_COLUMN,
     SPARK_TYPES,
+    TASK_FAULTS,
     MetaColumns,
 )
 from lakewarden.spark._options import WriteSpec
@@ -158,11 +160,12 @@ def meta_columns(
     df: DataFrame, config: TableConfig, spec: WriteSpec, kept: MetaColumns | None = None
 ) -> MetaColumns:
     """The column expressions of a write of ``df`` (``_native_columns``): ``kept`` when it
-    was built for the same input schema, table, uri and test hooks, else new ones."""
+    was built for the same input schema, table, uri and task faults, else new ones."""
     schema = df.schema
-    if kept is not None and kept.matches(schema, config, spec.uri, spec.test_hooks):
+    armed = faults.planned(TASK_FAULTS)  # tests only: a fault plan arms the tasks' points
+    if kept is not None and kept.matches(schema, config, spec.uri, armed):
         return kept
-    return MetaColumns(schema, config, spec.uri, spec.test_hooks)
+    return MetaColumns(schema, config, spec.uri, armed)
 
 
 def file_group_columns(

@@ -5,7 +5,7 @@ columns (the row's partition path and bucket).
 Building these column expressions costs a Py4J round trip for every ``F.*`` call: about 600
 for a ten-column table, which a streaming query paid for every micro-batch (22% of the
 driver's time in a profile of ``lakewarden ingest``). They depend on the write only through
-its instant, so ``MetaColumns`` builds them once per (input schema, table, hooks) with the
+its instant, so ``MetaColumns`` builds them once per (input schema, table, faults) with the
 instant as a column reference (``_INSTANT_COLUMN``), and each write adds the instant as a
 literal column and selects the kept expressions: a handful of round trips. Spark's optimizer
 folds the literal into the expressions, so the plan it runs is the one of literal instants.
@@ -20,7 +20,8 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F  # noqa: N812 - PySpark's own idiom
 from pyspark.sql.types import StructType
 
-from lakewarden.spark import _faults, _jvm_udf
+import lakewarden.faults as faults
+from lakewarden.spark import _jvm_udf
 from lakewarden.table.bucket import (
     MAX_PARTITION_SEGMENT_BYTES,
     escape_partition_value,
@@ -39,6 +40,9 @@ PATH_COLUMN = "__lw_native_path"
 BUCKET_COLUMN = "__lw_native_bucket"
 # The write's instant, added per write as a literal and dropped by the select.
 _INSTANT_COLUMN = "__lw_native_instant"
+# The fault points of a Spark task (``lakewarden.faults``): only when a test's plan arms one
+# does the write get the pass-through UDF that reaches them.
+TASK_FAULTS = "spark.task."
 # Table types Spark writes to Parquet exactly as pyarrow reads them back, by Spark SQL type.
 SPARK_TYPES: dict[pa.DataType, str] = {
     pa.bool_(): "boolean",
@@ -66,17 +70,15 @@ class MetaColumns:
     for one instant."""
 
     def __init__(
-        self, schema: StructType, config: TableConfig, uri: str, hooks: dict[str, str]
+        self, schema: StructType, config: TableConfig, uri: str, armed: bool = False
     ) -> None:
-        self.schema, self.config, self.uri, self.hooks = schema, config, uri, dict(hooks)
-        self._columns = _columns(
-            _Build(schema, config, uri, self.hooks, instant=F.col(_INSTANT_COLUMN))
-        )
+        self.schema, self.config, self.uri, self.armed = schema, config, uri, armed
+        self._columns = _columns(_Build(schema, config, uri, armed, instant=F.col(_INSTANT_COLUMN)))
 
     def matches(
-        self, schema: StructType, config: TableConfig, uri: str, hooks: dict[str, str]
+        self, schema: StructType, config: TableConfig, uri: str, armed: bool = False
     ) -> bool:
-        return (self.schema, self.config, self.uri, self.hooks) == (schema, config, uri, hooks)
+        return (self.schema, self.config, self.uri, self.armed) == (schema, config, uri, armed)
 
     def apply(self, df: DataFrame, instant: str) -> DataFrame:
         """``df`` (of this schema) as the table's file schema plus the hidden columns, its
@@ -92,10 +94,10 @@ class _Build:
         schema: StructType,
         config: TableConfig,
         uri: str,
-        hooks: dict[str, str],
+        armed: bool,
         instant: Column,
     ) -> None:
-        self.schema, self.config, self.uri, self.hooks = schema, config, uri, hooks
+        self.schema, self.config, self.uri, self.armed = schema, config, uri, armed
         self.instant = instant
 
     def source_type(self, name: str) -> str:
@@ -114,13 +116,13 @@ def _columns(build: _Build) -> list[Column]:
 
     The bucket and the partition path are computed in the JVM (``_jvm_udf``); only a
     partition column whose Spark text differs from pyarrow's (floating point) still goes
-    through a ``pandas_udf``, and the write's test faults through a pass-through one."""
+    through a ``pandas_udf``, and a test's task faults through a pass-through one."""
     config = build.config
     key = _conformed(build, config.record_key, required=True)
     key_text = key.cast("string")
     bucket = _jvm_udf.key_bucket(key_text, config.buckets)
-    if build.hooks:
-        bucket = _fault_udf(build.hooks)(bucket)
+    if build.armed:
+        bucket = _fault_udf()(bucket)
     path = _partition_path(build)
     task = F.lpad(F.spark_partition_id().cast("string"), 5, "0")
     # append_group(): "<bucket:08d>-<instant>-<task:05d>"; token "<task>-0-0" (``_native``).
@@ -165,7 +167,7 @@ def file_group_columns(
         return None
     key_text = F.col(quoted(config.record_key)).cast("string")
     bucket = _jvm_udf.key_bucket(key_text, config.buckets)
-    build = _Build(df.schema, config, uri, {}, instant=F.lit(instant))
+    build = _Build(df.schema, config, uri, False, instant=F.lit(instant))
     return _partition_path(build), bucket
 
 
@@ -231,14 +233,14 @@ def quoted(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
-def _fault_udf(hooks: dict[str, str]) -> Any:
-    """A pass-through ``pandas_udf`` raising the write's ``lakewarden.test.*`` faults in the
-    task that evaluates it (tests only: a real write has no hooks and no Python hop)."""
+def _fault_udf() -> Any:
+    """A pass-through ``pandas_udf`` reaching the task fault points in the task that
+    evaluates it (tests only: without a fault plan a write has no Python hop)."""
     import pandas as pd  # type: ignore[import-untyped]
     from pyspark.sql.functions import pandas_udf  # type: ignore[attr-defined]
 
     def faults(values: Any) -> Any:
-        _task_faults(hooks)
+        _task_faults()
         return values
 
     # PySpark infers the UDF's kind from these (text annotations would not resolve here).
@@ -266,8 +268,9 @@ def _path_udf(config: TableConfig) -> Any:
     return pandas_udf(path, "string")
 
 
-def _task_faults(hooks: dict[str, str]) -> None:
-    """The write's ``lakewarden.test.*`` faults, in the task that evaluates the UDF.
+def _task_faults() -> None:
+    """The task fault points, in the task that evaluates the UDF (Spark writes the files
+    itself, so "after its commit" is while it writes).
 
     Raises: InjectedFaultError."""
     from pyspark import TaskContext
@@ -275,8 +278,9 @@ def _task_faults(hooks: dict[str, str]) -> None:
     ctx = TaskContext.get()
     if ctx is None:
         return
-    _faults.before_write(hooks, ctx.partitionId(), ctx.attemptNumber())
-    _faults.after_task_commit(hooks, ctx.partitionId(), ctx.attemptNumber())
+    partition, attempt = ctx.partitionId(), ctx.attemptNumber()
+    faults.point("spark.task.before_write", partition=partition, attempt=attempt)
+    faults.point("spark.task.after_commit", partition=partition, attempt=attempt)
 
 
 __all__ = [

@@ -39,7 +39,6 @@ Options (case-insensitive):
 ``committer.cleanup``                      ``false``: keep the job's ``_temporary`` directory
                                            for diagnosis (``Settings.committer`` otherwise;
                                            see ``committer_options``)
-``lakewarden.test.*``                      fault injection for tests (see ``_faults``)
 =========================================  =====================================================
 """
 
@@ -47,7 +46,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import ValidationError
@@ -83,7 +82,6 @@ OPT_UNTIL = "lakewarden.until"
 OPT_SLICES = "lakewarden.slices"
 SLICES_MERGED = "merged"
 OPT_FILTERS = "filters"
-TEST_PREFIX = "lakewarden.test."
 COMMITTER_PREFIX = "committer."
 OPT_ERROR_TABLE = "error_table"
 
@@ -234,15 +232,6 @@ def committer_options(options: Mapping[str, str]) -> CommitterSettings | None:
         ) from err
 
 
-def test_hooks(options: Mapping[str, str]) -> dict[str, str]:
-    """The ``lakewarden.test.*`` options, without the prefix."""
-    return {
-        k.lower()[len(TEST_PREFIX) :]: v
-        for k, v in options.items()
-        if k.lower().startswith(TEST_PREFIX)
-    }
-
-
 @dataclass(frozen=True)
 class WriteSpec:
     """What every process of one write needs to know (pickled to the tasks)."""
@@ -256,7 +245,6 @@ class WriteSpec:
     # group), so tasks merge; and it appended ``inflight`` itself before the tasks ran.
     merge: bool = False
     profiled: bool = False
-    test_hooks: dict[str, str] = field(default_factory=dict)
     # Rows carry the ingestion's bad-record columns (``_bad_rows.INGEST_COLUMNS``).
     ingest_errors: bool = False
     # The write's ``committer.*`` options (``committer_options``).

@@ -24,7 +24,6 @@ from lakewarden.spark._options import (
     ingest_errors,
     settings_json,
     table_uri,
-    test_hooks,
 )
 
 FORMAT = "lakewarden"
@@ -66,7 +65,6 @@ class LakewardenDataSource(DataSource):
         return LakewardenStreamWriter(
             uri,
             encoded,
-            test_hooks(self.options),
             checkpoint,
             ingest_errors=diverts,
             committer=committer_options(self.options),

@@ -28,8 +28,9 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+import lakewarden.faults as faults
 from lakewarden.settings import CommitterSettings
-from lakewarden.spark import _faults, _job
+from lakewarden.spark import _job
 from lakewarden.spark._arrow import check_write_schema
 from lakewarden.spark._bad_rows import INGEST_COLUMNS
 from lakewarden.spark._create import prepare_table
@@ -70,7 +71,6 @@ class LakewardenStreamWriter(DataSourceStreamWriter, DataSourceArrowWriter):
         self,
         uri: str,
         settings_json: str | None,
-        test_hooks: dict[str, str],
         checkpoint: str = "",
         ingest_errors: bool = False,
         committer: CommitterSettings | None = None,
@@ -78,7 +78,6 @@ class LakewardenStreamWriter(DataSourceStreamWriter, DataSourceArrowWriter):
     ) -> None:
         self.uri = uri
         self.settings_json = settings_json
-        self.test_hooks = test_hooks
         self.checkpoint = checkpoint
         self.ingest_errors = ingest_errors
         self.committer = committer
@@ -127,7 +126,6 @@ class LakewardenStreamWriter(DataSourceStreamWriter, DataSourceArrowWriter):
             batch.job_id,
             OPERATION,
             self.settings_json,
-            test_hooks=self.test_hooks,
             ingest_errors=self.ingest_errors,
             committer=self.committer,
             error_table=self.error_table,
@@ -149,7 +147,7 @@ class LakewardenStreamWriter(DataSourceStreamWriter, DataSourceArrowWriter):
                 _job.commit_write(spec, messages, batch=key, table=table, client=client)
         except BatchAlreadyCommittedError:
             return  # our instant was rolled back; the batch is in the table exactly once
-        _faults.after_batch_commit(self.test_hooks, batchId)
+        faults.point("spark.stream.after_batch_commit", batch=batchId)
 
     def abort(  # type: ignore[override]  # streaming signature (DataSourceStreamWriter)
         self,
@@ -187,7 +185,6 @@ class LakewardenStreamWriter(DataSourceStreamWriter, DataSourceArrowWriter):
             first.job_id,
             OPERATION,
             self.settings_json,
-            test_hooks=self.test_hooks,
             committer=self.committer,
             error_table=self.error_table,
         )

@@ -34,8 +34,8 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 import pyarrow as pa
 
+import lakewarden.faults as faults
 from lakewarden.commit import ManifestCommitter, TaskAttempt
-from lakewarden.spark import _faults
 from lakewarden.spark._announce import announce_manifest
 from lakewarden.spark._arrow import conform
 from lakewarden.spark._messages import TaskCommitMessage
@@ -150,8 +150,10 @@ class _Task:
         result = self.attempt.commit(
             extra_data={"instant": self.spec.instant, "operation": self.spec.operation}
         )
-        _faults.after_task_commit(
-            self.spec.test_hooks, self.identity.partition, self.identity.attempt
+        faults.point(
+            "spark.task.after_commit",
+            partition=self.identity.partition,
+            attempt=self.identity.attempt,
         )
         published = announce_manifest(
             self.spec.settings(),
@@ -187,7 +189,7 @@ def write_task(
 
     Raises: InvalidRecordError (the first bad row; the job fails), SchemaMismatchError,
     StageFailedError (the committer), InjectedFaultError (tests)."""
-    _faults.before_write(spec.test_hooks, identity.partition, identity.attempt)
+    faults.point("spark.task.before_write", partition=identity.partition, attempt=identity.attempt)
     task = _Task.start(spec, identity)
     try:
         if spec.merge:
@@ -349,8 +351,10 @@ def _merge_rows(
             )
             deletes += stat.num_deletes
             stats.append(stat)
-            _faults.after_log_append(
-                spec.test_hooks, task.identity.partition, task.identity.attempt
+            faults.point(
+                "spark.task.after_log_append",
+                partition=task.identity.partition,
+                attempt=task.identity.attempt,
             )
             continue
         result = merge_bucket(

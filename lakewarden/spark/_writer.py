@@ -40,7 +40,6 @@ from lakewarden.spark._options import (
     ingest_errors,
     settings_json,
     table_uri,
-    test_hooks,
     write_operation,
 )
 from lakewarden.spark._task import current_task, write_task
@@ -98,7 +97,6 @@ def create_writer(
     table = _job.TableHandle.open(uri, encoded)
     check_table_type(options, table.config)
     check_write_schema(schema, table.config, operation, ignore=ignore)
-    hooks = test_hooks(options)
     committer = committer_options(options)
     errors_to = error_table_choice(options)
     instant, job_id = get_option(options, OPT_INSTANT), get_option(options, OPT_JOB)
@@ -111,13 +109,12 @@ def create_writer(
             encoded,
             merge=get_option(options, OPT_MERGE) == "true",
             profiled=get_option(options, OPT_PROFILED) == "true",
-            test_hooks=hooks,
             ingest_errors=diverts,
             committer=committer,
             error_table=errors_to,
         )
         return LakewardenWriter(spec, parse_batch_option(get_option(options, OPT_BATCH)))
-    spec, txn = _job.open_write(table, operation, settings_json=encoded, test_hooks=hooks)
+    spec, txn = _job.open_write(table, operation, settings_json=encoded)
     spec = dataclasses.replace(
         spec, ingest_errors=diverts, committer=committer, error_table=errors_to
     )

@@ -54,6 +54,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import lakewarden.faults as faults
 from lakewarden.commit import (
     CommittedFile,
     JobCommitResult,
@@ -163,16 +164,14 @@ class InstantCommit:
 
 @dataclass
 class CommitProgress:
-    """The step ``commit_instant`` is in; ``hook(event, stage)`` is called on entering one
-    (``event == "start"``), so tests can crash a process at a chosen step."""
+    """The step ``commit_instant`` is in; entering one is the fault point
+    ``commit_instant.step`` (``lakewarden.faults``), so tests can crash a process there."""
 
     stage: str = STAGE_CHECK_INSTANT
-    hook: Callable[[str, str], None] | None = None
 
     def enter(self, stage: str) -> None:
         self.stage = stage
-        if self.hook is not None:
-            self.hook("start", stage)
+        faults.point("commit_instant.step", step=stage)
 
 
 def commit_instant(

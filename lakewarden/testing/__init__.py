@@ -7,6 +7,15 @@ library (as temporalio ships its test environment), so an application's tests ca
 from lakewarden.testing.calls import CallRecorder
 from lakewarden.testing.clock import ManualClock
 from lakewarden.testing.crash import SimulatedCrash
+from lakewarden.testing.faults import Fault, FaultPlan, fault_plan
 from lakewarden.testing.wait import wait_until
 
-__all__ = ["CallRecorder", "ManualClock", "SimulatedCrash", "wait_until"]
+__all__ = [
+    "CallRecorder",
+    "Fault",
+    "FaultPlan",
+    "ManualClock",
+    "SimulatedCrash",
+    "fault_plan",
+    "wait_until",
+]

@@ -14,18 +14,27 @@ from lakewarden.settings import Settings
 __all__ = ["heartbeat_event", "round_trip_beat"]
 
 
-def heartbeat_event(seq: int, *, producer_id: str = "round-trip") -> dict[str, Any]:
-    """A valid ``Heartbeat`` of table ``t``, told apart from others by ``seq``."""
+def heartbeat_event(
+    seq: int,
+    *,
+    producer_id: str = "round-trip",
+    table_id: str = "t",
+    instant: str = "20260101000000000",
+    owner: str = "me",
+    interval_ms: int = 1000,
+    tolerable_misses: int = 3,
+) -> dict[str, Any]:
+    """A valid ``Heartbeat`` (a beat, not a final one), told apart from others by ``seq``."""
     return make_event(
         "Heartbeat",
-        table_id="t",
+        table_id=table_id,
         producer_id=producer_id,
-        instant="20260101000000000",
-        owner="me",
-        interval_ms=1000,
+        instant=instant,
+        owner=owner,
+        interval_ms=interval_ms,
         seq=seq,
         kind="beat",
-        tolerable_misses=3,
+        tolerable_misses=tolerable_misses,
     )
 
 

@@ -18,6 +18,8 @@ import signal
 import sys
 import urllib.error
 import urllib.request
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
 
@@ -139,3 +141,42 @@ class ServiceProcess:
             env["LAKEWARDEN_INSTANCE_ID"] = self.instance_id
         env.update(self.extra_env)
         return env
+
+
+def s3_env(settings: Settings) -> dict[str, str]:
+    """``settings``' S3 endpoint and credentials as a child process reads them (tables on S3).
+
+    Raises: ValueError (the settings carry no credentials)."""
+    s3 = settings.s3
+    if s3.access_key_id is None or s3.secret_access_key is None:
+        raise ValueError("the settings carry no S3 credentials")
+    return {
+        "LAKEWARDEN_S3__ENDPOINT_URL": str(s3.endpoint_url or ""),
+        "LAKEWARDEN_S3__REGION": str(s3.region),
+        "LAKEWARDEN_S3__ACCESS_KEY_ID": s3.access_key_id.get_secret_value(),
+        "LAKEWARDEN_S3__SECRET_ACCESS_KEY": s3.secret_access_key.get_secret_value(),
+    }
+
+
+@contextmanager
+def running_services(
+    modules: Sequence[str],
+    settings: Settings,
+    home: Callable[[str], Path],
+    *,
+    extra_env: dict[str, str] | None = None,
+) -> Iterator[list[ServiceProcess]]:
+    """``modules`` started in order, each in ``home(<service name>)``, and stopped in reverse
+    order afterwards (also those started when a later one fails to start)."""
+    started: list[ServiceProcess] = []
+    try:
+        for module in modules:
+            process = ServiceProcess(
+                module, settings, home=home(module.rsplit(".", 1)[-1]), extra_env=extra_env
+            )
+            process.start()
+            started.append(process)
+        yield started
+    finally:
+        for process in reversed(started):
+            process.stop()

@@ -58,12 +58,6 @@ class SinkSettings(BaseSettings):
         description="a buffered instant that no timeline or job.results event said ended is "
         "read from storage this often (an ended one is read at the next check)",
     )
-    pause_before_complete_s: float = Field(
-        default=0.0,
-        ge=0,
-        description="tests only: pause every error-table commit after its files are written "
-        "(to kill the process mid-commit)",
-    )
 
 
 def _start(settings: Settings) -> Connection:
@@ -82,12 +76,6 @@ def main() -> NoReturn:
     except LakewardenError as err:
         log.error("cannot start: %s", err, extra={"service": SERVICE})
         raise SystemExit(2) from err
-    pause_s = sink_settings.pause_before_complete_s
-
-    def pause(instant: str) -> None:
-        log.info("pausing before completing", extra={"instant": instant})
-        time.sleep(pause_s)
-
     instance = service_settings.instance_id
     options = SinkOptions(
         errors_topic=ERRORS.name(settings),
@@ -98,7 +86,6 @@ def main() -> NoReturn:
         give_up_after_s=sink_settings.give_up_after_s,
         give_up_after_checks=sink_settings.give_up_after_checks,
         fallback_check_s=sink_settings.fallback_check_s,
-        before_complete=pause if pause_s > 0 else None,
     )
     started = time.monotonic()
     sink = ErrorSink(settings, options, coordinator=connection.coordinator)

@@ -97,8 +97,6 @@ class SinkOptions:
     fallback_check_s: float = 10.0
     # Read timeline / job.results for ended instants (off: poll storage every check).
     hints: bool = True
-    # Tests: called with the error-table instant after its files are written.
-    before_complete: Callable[[str], None] | None = None
 
 
 class ErrorSink:
@@ -362,9 +360,7 @@ class ErrorSink:
             try:
                 table = self._error_table(location)
                 fresh = {str(b.key) for b in batches} - committed_sources(table.state())
-                instant = commit_errors(
-                    table, batches, before_complete=self.options.before_complete
-                )
+                instant = commit_errors(table, batches)
             except SourcesAlreadyCommittedError:
                 continue
             except Exception as err:  # noqa: BLE001 - keep the records; retry next check

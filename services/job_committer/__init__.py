@@ -13,8 +13,8 @@ the timeline entries it appends to ``timeline``.
 
 ``protocol`` holds the record conversions, ``held`` the announced manifests, ``worker`` the
 blocking commit (run on a worker thread), ``handler`` what the agents do, ``app`` and
-``agents`` the faust declarations, ``hooks`` the crash hooks tests use, ``metrics`` the
-Prometheus metrics.
+``agents`` the faust declarations, ``metrics`` the Prometheus metrics. Tests crash it at the
+fault points of ``lakewarden.faults`` (``LAKEWARDEN_FAULT_PLAN``).
 
 Why faust, with no faust table: the state that matters is in storage (the timeline, the
 saved manifests and the job's ``_SUCCESS``), so a restarted or rebalanced instance needs

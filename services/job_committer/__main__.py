@@ -3,7 +3,7 @@
 Environment: ``LAKEWARDEN_KAFKA__BOOTSTRAP_SERVERS`` (required), ``LAKEWARDEN_KAFKA__TOPIC_PREFIX``,
 ``LAKEWARDEN_S3__*`` (tables on S3), ``LAKEWARDEN_STATE_DIR``, ``LAKEWARDEN_HEALTH_PORT``
 (health and metrics on 127.0.0.1), ``LAKEWARDEN_INSTANCE_ID`` (static group membership),
-``LAKEWARDEN_LOG_LEVEL``; test hooks in ``lakewarden_services.job_committer.hooks``.
+``LAKEWARDEN_LOG_LEVEL``; tests' faults in ``LAKEWARDEN_FAULT_PLAN`` (``lakewarden.faults``).
 The table lock comes from the timeline-lock service, which must be running.
 """
 

@@ -33,7 +33,6 @@ from lakewarden_services.job_committer.app import (
 )
 from lakewarden_services.job_committer.handler import ManifestHandler, RequestHandler
 from lakewarden_services.job_committer.held import HeldManifests, HeldManifestSettings
-from lakewarden_services.job_committer.hooks import crash_hook_from_env
 from lakewarden_services.job_committer.worker import CommitWorker
 
 
@@ -59,7 +58,7 @@ def _coordinator() -> Coordinator:
     return connect(settings, require_kafka=True).coordinator
 
 
-worker = CommitWorker(settings, _coordinator, hook=crash_hook_from_env())
+worker = CommitWorker(settings, _coordinator)
 held_settings = HeldManifestSettings()
 held = HeldManifests(
     max_bytes=held_settings.held_manifest_bytes, max_age_s=held_settings.held_manifest_age_s

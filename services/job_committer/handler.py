@@ -32,6 +32,7 @@ from typing import Any
 
 from faust.types import Message
 
+import lakewarden.faults as faults
 from lakewarden.clients.timeline_events import transition_record
 from lakewarden.commit import AnnouncedManifest, CommitError
 from lakewarden.events import Event, InvalidEvent, Undecodable
@@ -60,7 +61,9 @@ log = logging.getLogger(__name__)
 
 RunBlocking = Callable[[Callable[[], Any]], Awaitable[Any]]
 SendEvent = Callable[[str, Event], Awaitable[None]]
-STAGE_PUBLISH = "publish_result"
+# A test's fault plan (``lakewarden.faults``) may crash the service here: the commit is done,
+# its answer not sent.
+PUBLISH_POINT = "job_committer.publish_result"
 
 
 class RequestHandler:
@@ -124,9 +127,8 @@ class RequestHandler:
         _log(job, outcome)
 
     async def _publish(self, job: CommitRequest, outcome: Outcome) -> None:
-        hook = self.worker.hook
-        if hook is not None:
-            await self.run_blocking(lambda: hook("start", STAGE_PUBLISH))
+        if faults.planned(PUBLISH_POINT):  # a test's plan: its pause must not block the loop
+            await self.run_blocking(lambda: faults.point(PUBLISH_POINT))
         for entry in outcome.entries:
             record = transition_record(entry, table_id=job.table_id, producer_id=self.producer_id)
             await self.send_transition(job.table_id, Event("TimelineTransition", record))

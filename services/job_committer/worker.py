@@ -57,7 +57,6 @@ log = logging.getLogger(__name__)
 
 ACTOR_PREFIX = "job-committer@"
 STAGE_OPEN_TABLE = "open_table"
-Hook = Callable[[str, str], None]
 
 
 class RequestRefusedError(LakewardenError):
@@ -76,13 +75,11 @@ class CommitWorker:
         settings: Settings,
         coordinator: Callable[[], Coordinator],
         *,
-        hook: Hook | None = None,
         attempts: int = 3,
         retry_delay_s: float = 1.0,
     ) -> None:
         self.settings = settings
         self.coordinator = coordinator
-        self.hook = hook
         self.attempts = attempts
         self.retry_delay_s = retry_delay_s
         self.actor = actor()
@@ -93,7 +90,7 @@ class CommitWorker:
         """Steps 1-5 of the module docstring; never raises for a failed commit. ``announced``:
         the accepted attempts' manifests held from their TaskManifest events (the job commit
         reads storage for the others)."""
-        progress = CommitProgress(stage=STAGE_OPEN_TABLE, hook=self.hook)
+        progress = CommitProgress(stage=STAGE_OPEN_TABLE)
         try:
             storage, timeline = self._open(job)  # 1.
         except Exception as err:
@@ -157,7 +154,6 @@ class CommitWorker:
             job.job_id,
             job_attempt=job.job_attempt,
             options=CommitterOptions.from_settings(self.settings.committer, job.committer),
-            stage_hook=self.hook,
             announced=announced,
         )
         done = commit_instant(committer, txn, job, progress=progress)  # 3.

@@ -22,7 +22,7 @@ Fault kinds (every one is healed before the run ends):
 - Spark task faults (``spark_task_fail`` / ``spark_task_exit`` / ``spark_task_slow``): in the
   n-th write of a Spark writer incarnation, attempt 0 of the write's task 0 raises after its
   task commit, or its Python worker exits (``os._exit``) there, or the task sleeps 3 s first
-  (``lakewarden.test.*`` options, ``lakewarden.spark._faults``); Spark retries the attempt
+  (the fault plan, ``lakewarden.faults``); Spark retries the attempt
   (``local[1,2]``: two attempts per task). Counted when the write carrying one starts (the
   writer records it in the write's ``invoke``).
 """

@@ -9,7 +9,8 @@ writer to a share of runs only (``--spark``), and the session is small (one task
 attempts per task, one shuffle partition, no UI). Its first write is a one-row insert, then
 ``ready``: the run starts its clock only then, so the writes happen under its faults (a
 session and a first job take minutes on a loaded machine). The writes the plan names get a
-Spark task fault (``_schedule.TaskFault``) through ``lakewarden.test.*`` options. A kill of
+Spark task fault (``_schedule.TaskFault``) through the fault plan (``lakewarden.faults``: a
+plan file the session's Python workers read, ``LAKEWARDEN_FAULT_PLAN``). A kill of
 this process (SIGKILL of its process group) kills the JVM too: the driver's heartbeat stops,
 and the cleaner rolls its instant back.
 """
@@ -25,11 +26,15 @@ from typing import Any
 
 from _writer import SCHEMA, History, write_loop
 
-# The write options of each task fault (``lakewarden.spark._faults``): task 0 is always there.
-TASK_FAULT_OPTIONS = {
-    "fail": {"lakewarden.test.fail_first_attempt_of_partition": "0"},
-    "exit": {"lakewarden.test.exit_first_attempt_of_partition": "0"},
-    "slow": {"lakewarden.test.slow_partition": "0:3"},
+from lakewarden.testing.faults import ENV_VAR, Fault, fault_plan, first_attempt
+
+# The fault of each task fault kind: task 0 is always there.
+TASK_FAULTS = {
+    "fail": first_attempt(0),
+    "exit": first_attempt(0, action="exit"),
+    "slow": Fault(
+        point="spark.task.before_write", action="delay", where={"partition": 0}, seconds=3
+    ),
 }
 _DDL = ", ".join(f"{field.name} {'long' if field.name == 'ts' else 'string'}" for field in SCHEMA)
 
@@ -42,6 +47,7 @@ def _session(work: Path) -> Any:
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    os.environ[ENV_VAR] = str(work / "fault-plan.json")  # read by the Python workers
     jars = sorted(default_jars_dir().glob("*.jar"))  # S3A, for tables on S3
     session = (
         SparkSession.builder.master("local[1,2]")  # a failed task attempt is retried once
@@ -72,10 +78,9 @@ def main(spec: dict[str, Any]) -> None:
 
     def write(operation: str, rows: list[dict[str, Any]], task_fault: str | None) -> str:
         frame = spark.createDataFrame([tuple(r[f.name] for f in SCHEMA) for r in rows], _DDL)
-        options = TASK_FAULT_OPTIONS[task_fault] if task_fault else None
-        result = lakewarden.spark.write(
-            frame, spec["uri"], operation, partitions=1, options=options
-        )
+        faults = (TASK_FAULTS[task_fault],) if task_fault else ()
+        with fault_plan(*faults):
+            result = lakewarden.spark.write(frame, spec["uri"], operation, partitions=1)
         return str(result.instant)
 
     try:

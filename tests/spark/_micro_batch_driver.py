@@ -1,12 +1,12 @@
 """A streaming query's driver for ``test_micro_batch``'s kill test, in a process of its own
 (the test SIGKILLs its process group: the Python driver and its JVM, as a crash would)::
 
-    python _micro_batch_driver.py <source dir> <checkpoint> <table uri> <hold file>
+    LAKEWARDEN_FAULT_PLAN=... python _micro_batch_driver.py <source dir> <checkpoint> <table uri>
 
 It streams the Parquet files of ``<source dir>`` (one per micro-batch) into the table through
-``MicroBatchWriter``, which holds after committing micro-batch 1 until ``<hold file>`` exists:
-the batch is completed in the table and not yet in Spark's commit log. The test never creates
-the file; it kills the process there.
+``MicroBatchWriter``; the test's fault plan pauses it after micro-batch 1 committed
+(``spark.stream.after_batch_commit``): the batch is completed in the table and not yet in
+Spark's commit log. The test kills the process there.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import os
 import sys
 from pathlib import Path
 
-SOURCE, CHECKPOINT, URI, HOLD = sys.argv[1:5]
+SOURCE, CHECKPOINT, URI = sys.argv[1:4]
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from pyspark.sql import SparkSession  # noqa: E402
@@ -39,9 +39,7 @@ def main() -> None:
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
-    writer = MicroBatchWriter(
-        URI, checkpoint=CHECKPOINT, test_hooks={"hold_after_commit_of_batch": f"1:{HOLD}"}
-    )
+    writer = MicroBatchWriter(URI, checkpoint=CHECKPOINT)
     query = (
         spark.readStream.schema(STREAM_SCHEMA)
         .option("maxFilesPerTrigger", 1)

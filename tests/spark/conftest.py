@@ -21,6 +21,7 @@ from _runtime import SparkRuntime
 
 from lakewarden.devstack.s3 import DEV_ACCESS_KEY, DEV_SECRET_KEY
 from lakewarden.spark.ingest import default_jars_dir
+from lakewarden.testing.faults import ENV_VAR
 
 pytestmark = pytest.mark.spark
 
@@ -131,6 +132,9 @@ def spark_runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkRun
     os.environ["LAKEWARDEN_S3__ACCESS_KEY_ID"] = DEV_ACCESS_KEY
     os.environ["LAKEWARDEN_S3__SECRET_ACCESS_KEY"] = DEV_SECRET_KEY
     work = tmp_path_factory.mktemp("spark")
+    # The fault plan file (``lakewarden.testing.faults.fault_plan`` writes a test's plan
+    # there): the Python workers Spark starts inherit the variable and read the file.
+    os.environ[ENV_VAR] = str(work / "fault-plan.json")
     runtime: SparkRuntime[Any] = SparkRuntime(
         start=lambda: _start_session(work), stop=_stop_session, works=_session_works
     )

@@ -42,6 +42,7 @@ from lakewarden.table.bucket import render_partition_path
 from lakewarden.table.config import NotATableError
 from lakewarden.table.instant import INGESTION_ACTIONS, Transition
 from lakewarden.testing import wait_until
+from lakewarden.testing.faults import Fault, fault_plan, first_attempt
 from lakewarden_services._common.process import ServiceProcess
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow]
@@ -134,12 +135,11 @@ def dataframe(spark: Any) -> Any:
     return spark.range(ROWS, numPartitions=PARTITIONS).selectExpr(*COLUMNS)
 
 
-def write(spark: Any, stack: Stack, root: Path, **hooks: str) -> None:
+def write(spark: Any, stack: Stack, root: Path, *faults: Fault) -> None:
     writer = dataframe(spark).write.format("lakewarden").mode("append")
     writer = writer.option("lakewarden.settings", stack.write_settings())
-    for name, value in hooks.items():
-        writer = writer.option(f"lakewarden.test.{name}", value)
-    writer.save(str(root))
+    with fault_plan(*faults):
+        writer.save(str(root))
 
 
 def read_or_none(uri: str) -> pa.Table | None:
@@ -378,7 +378,7 @@ def test_a_retried_task_leaves_no_duplicate_error_rows(
     table = make_table(tmp_path / "orders", "orders")
     dropped_before = stack.metric('lakewarden_error_sink_dropped_total{reason="not_accepted"}')
     # Attempt 0 of partition 1 publishes its bad rows, commits its task, then fails.
-    write(spark, stack, tmp_path / "orders", fail_first_attempt_of_partition="1")
+    write(spark, stack, tmp_path / "orders", first_attempt(1))
 
     assert_good_rows_committed(table)
     instant, _, accepted = completed_instant(table)
@@ -408,8 +408,9 @@ def test_an_aborted_instant_leaves_no_error_rows(spark: Any, stack: Stack, tmp_p
     discarded_before = stack.metric('lakewarden_error_sink_sources_total{result="discarded"}')
     # Partitions 0-2 write and publish their bad rows; every attempt of partition 3 fails,
     # so the job aborts and the instant is rolled back.
-    with pytest.raises(Exception, match="injected failure of partition 3"):
-        write(spark, stack, tmp_path / "orders", fail_partition="3")
+    every_attempt = Fault(point="spark.task.before_write", action="raise", where={"partition": 3})
+    with pytest.raises(Exception, match="injected failure at spark.task.before_write"):
+        write(spark, stack, tmp_path / "orders", every_attempt)
 
     # Only the write's instants: the stack's cleaner may clean the rolled-back files with an
     # instant of its own.

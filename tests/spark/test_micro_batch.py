@@ -24,6 +24,7 @@ from lakewarden.spark._transaction import BatchKey
 from lakewarden.table.config import META_COMMIT_TIME, META_FILE_NAME, META_PARTITION_PATH
 from lakewarden.table.instant import Transition
 from lakewarden.testing import wait_until
+from lakewarden.testing.faults import Fault, FaultPlan, fault_plan
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -75,22 +76,25 @@ def test_failed_and_restarted_query_commits_every_batch_exactly_once(
     source, everything = _source(tmp_path)
     checkpoint = tmp_path / "checkpoint"
 
-    def writer(**hooks: str) -> MicroBatchWriter:
+    def writer() -> MicroBatchWriter:
         # A batch is one source file: small enough for one task (``single_task_rows``).
         return MicroBatchWriter(
             uri,
             checkpoint=str(checkpoint),
             writer=kind,  # type: ignore[arg-type]
-            test_hooks=hooks,
             max_batch_rows=ROWS_PER_FILE,
             single_task_rows=ROWS_PER_FILE,
         )
 
     # Run 1 dies right after lakewarden committed batch 1, before Spark recorded it.
-    assert not _run(spark, source, checkpoint, writer(fail_after_commit_of_batch="1"))
+    after_1 = Fault(point="spark.stream.after_batch_commit", action="raise", where={"batch": 1})
+    with fault_plan(after_1):
+        assert not _run(spark, source, checkpoint, writer())
     # Run 2 re-runs batch 1 (finds it committed: skipped), dies inside batch 2's tasks.
-    second = writer(fail_partition="0")
-    assert not _run(spark, source, checkpoint, second)
+    second = writer()
+    task_0 = Fault(point="spark.task.before_write", action="raise", where={"partition": 0})
+    with fault_plan(task_0):
+        assert not _run(spark, source, checkpoint, second)
     assert [(o.batch_id, o.skipped) for o in second.outcomes] == [(1, True)]
     # Run 3 redoes batch 2 and finishes.
     third = writer()
@@ -147,8 +151,16 @@ def test_a_driver_killed_after_the_commit_is_skipped_by_the_restart(
     uri = str(tmp_path / "table")
     source, everything = _source(tmp_path)
     checkpoint = tmp_path / "checkpoint"
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
-    args = [str(source), str(checkpoint), uri, str(tmp_path / "never-released")]
+    committed_1 = tmp_path / "committed-1"  # the driver is paused after batch 1's commit
+    pause = Fault(
+        point="spark.stream.after_batch_commit",
+        action="pause",
+        where={"batch": 1},
+        mark=str(committed_1),
+    )
+    plan = FaultPlan(faults=(pause,))
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, **plan.env()}
+    args = [str(source), str(checkpoint), uri]
     log = tmp_path / "driver.log"
     with log.open("w") as stderr:
         driver = subprocess.Popen(
@@ -160,11 +172,12 @@ def test_a_driver_killed_after_the_commit_is_skipped_by_the_restart(
         )
         try:
             wait_until(
-                lambda: "1" in _batches(table)[0] or driver.poll() is not None,
+                lambda: committed_1.exists() or driver.poll() is not None,
                 timeout_s=600,  # a safety net: it starts a Spark of its own
                 what="the killed run's micro-batch 1 completed",
             )
             assert driver.poll() is None, log.read_text()[-3000:]
+            assert "1" in _batches(table)[0]
         finally:
             os.killpg(driver.pid, signal.SIGKILL)
             driver.wait()

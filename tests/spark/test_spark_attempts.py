@@ -28,6 +28,7 @@ from lakewarden.spark import _job
 from lakewarden.spark._messages import TaskCommitMessage
 from lakewarden.spark._task import TaskIdentity, write_task
 from lakewarden.table.instant import Transition
+from lakewarden.testing.faults import Fault, fault_plan, first_attempt
 
 pytestmark = pytest.mark.spark
 
@@ -37,7 +38,8 @@ def test_failed_first_attempt_leaves_no_trace(spark: Any, table_dir: Path) -> No
     data = rows(range(120))
     writer = spark_df(spark, data, partitions=3).write.format("lakewarden").mode("append")
     # Attempt 0 of partition 1 fails after its task commit: its files and manifest exist.
-    writer.option("lakewarden.test.fail_first_attempt_of_partition", "1").save(str(table_dir))
+    with fault_plan(first_attempt(1)):
+        writer.save(str(table_dir))
 
     assert states(table) == [Transition.COMPLETED]
     assert spark_rows(spark.read.format("lakewarden").load(str(table_dir))) == sorted_rows(data)
@@ -64,7 +66,11 @@ def test_a_straggling_task_with_speculation_enabled_commits_every_row_once(
     table = make_table(table_dir)
     data = rows(range(300))
     writer = spark_df(spark, data, partitions=4).write.format("lakewarden").mode("append")
-    writer.option("lakewarden.test.slow_partition", "2:3").save(str(table_dir))
+    straggle = Fault(
+        point="spark.task.before_write", action="delay", where={"partition": 2}, seconds=3
+    )
+    with fault_plan(straggle):
+        writer.save(str(table_dir))
     back = spark_rows(spark.read.format("lakewarden").load(str(table_dir)))
     assert back == sorted_rows(data)
     assert files_on_disk(table_dir) == committed_files(table)

@@ -29,6 +29,7 @@ from lakewarden.spark._task import TaskIdentity, write_task
 from lakewarden.spark._writer import create_writer
 from lakewarden.table.files import is_log_file
 from lakewarden.table.instant import Action, Transition
+from lakewarden.testing.faults import fault_plan, first_attempt
 
 pytestmark = pytest.mark.spark
 
@@ -69,13 +70,8 @@ def test_retried_attempts_append_blocks_yet_every_committed_record_is_read_once(
     update = rows(range(0, 40, 2), ts=2, note="v2")
     # Attempt 0 of every task dies: partition 0 right after appending its log block,
     # partition 1 after its task commit (its blocks and its manifest exist). Spark retries.
-    hooks = {
-        "lakewarden.test.fail_first_attempt_after_log_append": "0",
-        "lakewarden.test.fail_first_attempt_of_partition": "1",
-    }
-    result = lakewarden.spark.write(
-        spark_df(spark, update), uri, "upsert", partitions=2, options=hooks
-    )
+    with fault_plan(first_attempt(0, point="spark.task.after_log_append"), first_attempt(1)):
+        result = lakewarden.spark.write(spark_df(spark, update), uri, "upsert", partitions=2)
 
     assert table.state().get(result.instant).action is Action.DELTACOMMIT  # type: ignore[union-attr]
     logs = [s for s in result.stats.write_stats if s.is_log]

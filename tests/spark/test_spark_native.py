@@ -31,6 +31,7 @@ from lakewarden.table.bucket import bucket_prefix
 from lakewarden.table.config import META_COLUMNS, META_FILE_NAME
 from lakewarden.table.files import BaseFileName
 from lakewarden.table.instant import Transition
+from lakewarden.testing.faults import fault_plan, first_attempt
 
 pytestmark = pytest.mark.spark
 
@@ -84,12 +85,10 @@ def test_native_bulk_insert_writes_what_the_python_path_writes(spark: Any, tmp_p
 def test_a_failed_attempt_is_retried_and_never_duplicates(spark: Any, tmp_path: Path) -> None:
     table = make_table(tmp_path / "t", partitioned=False)
     data = rows(range(200))
-    lakewarden.spark.write(
-        spark_df(spark, data),
-        table.uri,
-        "bulk_insert",
-        options={"writer": "spark", "lakewarden.test.fail_first_attempt_of_partition": "0"},
-    )
+    with fault_plan(first_attempt(0)):  # Spark writes: the fault comes from a pass-through UDF
+        lakewarden.spark.write(
+            spark_df(spark, data), table.uri, "bulk_insert", options={"writer": "spark"}
+        )
     assert sorted_rows(lakewarden.read(table.uri)) == sorted_rows(data)
     assert files_on_disk(tmp_path / "t") == committed_files(table)
 

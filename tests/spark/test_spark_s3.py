@@ -15,6 +15,7 @@ from lakewarden.settings import Settings
 from lakewarden.spark._options import encode_settings
 from lakewarden.storage import open_storage
 from lakewarden.table.instant import Transition
+from lakewarden.testing.faults import fault_plan, first_attempt
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -35,9 +36,8 @@ def test_insert_upsert_read_on_s3_leaves_no_pending_upload(
     )
     settings = encode_settings(s3_settings)
     writer = spark_df(spark, rows(range(60)), partitions=3).write.format("lakewarden")
-    writer.mode("append").option("lakewarden.settings", settings).option(
-        "lakewarden.test.fail_first_attempt_of_partition", "0"
-    ).save(uri)
+    with fault_plan(first_attempt(0)):
+        writer.mode("append").option("lakewarden.settings", settings).save(uri)
     lakewarden.spark.write(
         spark_df(spark, rows(range(50, 70), ts=2, note="v2")),
         uri,

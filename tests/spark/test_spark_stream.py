@@ -12,6 +12,7 @@ from _spark_helpers import SCHEMA, make_table, rows, sorted_rows, spark_rows
 
 import lakewarden
 from lakewarden.table.instant import Transition
+from lakewarden.testing.faults import Fault, fault_plan
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -19,8 +20,9 @@ FILES = 4
 ROWS_PER_FILE = 25
 
 
-def _run(spark: Any, source: Path, checkpoint: Path, uri: str, **hooks: str) -> bool:
-    """One run of the query until its input is consumed; False if it failed."""
+def _run(spark: Any, source: Path, checkpoint: Path, uri: str, *faults: Fault) -> bool:
+    """One run of the query, under ``faults``, until its input is consumed; False if it
+    failed."""
     stream = (
         spark.readStream.schema("id long, region string, ts long, amount double, note string")
         .option("maxFilesPerTrigger", 1)
@@ -28,15 +30,14 @@ def _run(spark: Any, source: Path, checkpoint: Path, uri: str, **hooks: str) -> 
         .writeStream.format("lakewarden")
         .option("checkpointLocation", str(checkpoint))
     )
-    for name, value in hooks.items():
-        stream = stream.option(f"lakewarden.test.{name}", value)
-    query = stream.trigger(availableNow=True).start(uri)
-    try:
-        # Until the query ends by itself (available-now) or fails; pytest-timeout bounds it.
-        # A bound here would return early on a loaded machine with the query still running.
-        query.awaitTermination()
-    except Exception:  # noqa: BLE001 - StreamingQueryException: the run died as intended
-        return False
+    with fault_plan(*faults):
+        query = stream.trigger(availableNow=True).start(uri)
+        try:
+            # Until the query ends by itself (available-now) or fails; pytest-timeout bounds
+            # it. A bound here would return early on a loaded machine with the query running.
+            query.awaitTermination()
+        except Exception:  # noqa: BLE001 - StreamingQueryException: the run died as intended
+            return False
     return query.exception() is None
 
 
@@ -53,9 +54,11 @@ def test_killed_and_restarted_query_commits_every_batch_exactly_once(
     checkpoint = tmp_path / "checkpoint"
 
     # Run 1 dies right after lakewarden committed batch 1, before Spark recorded it.
-    assert not _run(spark, source, checkpoint, uri, fail_after_commit_of_batch="1")
+    after_1 = Fault(point="spark.stream.after_batch_commit", action="raise", where={"batch": 1})
+    assert not _run(spark, source, checkpoint, uri, after_1)
     # Run 2 re-runs batch 1 (finds it committed: no second commit), dies inside batch 2.
-    assert not _run(spark, source, checkpoint, uri, fail_partition="0")
+    task_0 = Fault(point="spark.task.before_write", action="raise", where={"partition": 0})
+    assert not _run(spark, source, checkpoint, uri, task_0)
     # Run 3 redoes batch 2 and finishes.
     assert _run(spark, source, checkpoint, uri)
 

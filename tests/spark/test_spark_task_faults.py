@@ -19,9 +19,11 @@ import pytest
 from _spark_helpers import committed_files, files_on_disk, make_table, rows, spark_df, states
 
 import lakewarden
+from lakewarden.faults import Action
 from lakewarden.spark import SparkWriteError, _job
 from lakewarden.spark._helper import _spark_reason
 from lakewarden.table.instant import Transition
+from lakewarden.testing.faults import fault_plan, first_attempt
 
 # What PySpark's ``PythonException`` reads like (pyspark.errors.exceptions.captured).
 PYTHON_WORKER_ERROR = (
@@ -73,24 +75,17 @@ def test_a_bad_row_fails_the_upsert_naming_its_cause(spark: Any, tmp_path: Path)
     assert states(table) == [Transition.ROLLED_BACK]
 
 
-@pytest.mark.parametrize(
-    "hook", ["exit_first_attempt_of_partition", "fail_first_attempt_of_partition"]
-)
+@pytest.mark.parametrize("action", ["exit", "raise"])
 def test_a_retried_task_attempt_commits_its_rows_once(
-    spark: Any, tmp_path: Path, hook: str
+    spark: Any, tmp_path: Path, action: Action
 ) -> None:
     """Attempt 0 of partition 0 dies after its task commit saved its files and manifest (its
     Python worker exits, or it raises); Spark retries it (``local[2,4]``). Every row is in the
     table once, the committed files are attempt 1's, and nothing of attempt 0 is left."""
     table = make_table(tmp_path / "t", partitioned=False, buckets=1)
     data = rows(range(50))
-    lakewarden.spark.write(
-        spark_df(spark, data),
-        table.uri,
-        "insert",
-        partitions=1,
-        options={f"lakewarden.test.{hook}": "0"},
-    )
+    with fault_plan(first_attempt(0, action=action)):
+        lakewarden.spark.write(spark_df(spark, data), table.uri, "insert", partitions=1)
     read = lakewarden.read(table.uri).select(["id", "note"]).to_pylist()
     assert sorted(r["id"] for r in read) == list(range(50))  # once each: not twice
     assert states(table) == [Transition.COMPLETED]

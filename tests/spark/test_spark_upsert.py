@@ -18,6 +18,7 @@ from lakewarden.table.conflicts import OverlappingCommitConflict
 from lakewarden.table.instant import Transition
 from lakewarden.table.writer import CommitResult
 from lakewarden.testing import wait_until
+from lakewarden.testing.faults import Fault, fault_plan
 
 pytestmark = pytest.mark.spark
 
@@ -63,28 +64,31 @@ def test_concurrent_upserts_one_commits_the_other_fails_with_the_conflict(
     lakewarden.spark.write(spark_df(spark, rows(range(10))), uri, "insert")
     outcomes: dict[str, CommitResult | BaseException] = {}
 
-    def upsert(name: str, note: str, options: dict[str, str]) -> None:
+    def upsert(name: str, note: str) -> None:
         df = spark_df(spark, rows(range(5, 15), ts=2, note=note))
         try:
-            outcomes[name] = lakewarden.spark.write(df, uri, "upsert", options=options)
+            outcomes[name] = lakewarden.spark.write(df, uri, "upsert")
         except BaseException as err:  # noqa: BLE001 - the test inspects it
             outcomes[name] = err
 
     # "slow" is held in its task until "fast" (requested later) has completed: a condition,
-    # not a sleep "fast" had to beat on a loaded machine.
-    release = table_dir.parent / f"{table_dir.name}-release-slow"
-    slow = threading.Thread(
-        target=upsert, args=("slow", "slow", {"lakewarden.test.hold_partition": f"0:{release}"})
+    # not a sleep "fast" had to beat on a loaded machine. The first task to reach the point
+    # (slow's: fast starts only once it is held) takes the mark; every later one goes past.
+    release, held = (table_dir.parent / f"{table_dir.name}-{n}" for n in ("release", "held"))
+    hold = Fault(
+        point="spark.task.before_write",
+        action="pause",
+        until=str(release),
+        mark=str(held),
+        once=True,
     )
-    slow.start()
-    wait_until(
-        lambda: any(i.is_pending for i in Table.open(uri).timeline()),
-        120,
-        "the slow upsert to request its instant",
-    )
-    upsert("fast", "fast", {})
-    release.touch()
-    slow.join(timeout=120)
+    with fault_plan(hold):
+        slow = threading.Thread(target=upsert, args=("slow", "slow"))
+        slow.start()
+        wait_until(held.exists, 120, "the slow upsert's task to be held")
+        upsert("fast", "fast")
+        release.touch()
+        slow.join(timeout=120)
 
     assert isinstance(outcomes["fast"], CommitResult), outcomes["fast"]
     error = outcomes["slow"]

@@ -314,6 +314,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "lakewarden.names",
             "lakewarden.logfmt",
             "lakewarden._lazy",
+            "lakewarden.faults",
         ),
     ),
 )

@@ -77,19 +77,14 @@ def test_former_raw_environment_reads_are_settings(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     from lakewarden_services.error_sink.__main__ import SinkSettings
-    from lakewarden_services.job_committer.hooks import HookSettings, crash_hook_from_env
 
     monkeypatch.setenv("LAKEWARDEN_SCHEMA_DIR", str(tmp_path / "schemas"))
     monkeypatch.setenv("LAKEWARDEN_SPARK_JARS", str(tmp_path / "jars"))
     monkeypatch.setenv("LAKEWARDEN_ERROR_SINK_CHECK_INTERVAL_S", "0.3")
-    monkeypatch.setenv("LAKEWARDEN_JOB_COMMITTER_PAUSE_S", "2")
     settings = Settings()
     assert settings.schema_dir == tmp_path / "schemas"
     assert settings.spark_jars == tmp_path / "jars"
     assert SinkSettings().check_interval_s == 0.3
-    assert SinkSettings().pause_before_complete_s == 0
-    assert HookSettings().pause_s == 2 and HookSettings().crash_at is None
-    assert crash_hook_from_env() is None
 
 
 @pytest.mark.parametrize(

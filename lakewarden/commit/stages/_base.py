@@ -3,9 +3,11 @@
 A stage is a class with typed arguments and result. ``run`` may be called once; it times the
 stage (statistic ``<stage name>`` in the committer's ``CommitStatistics``, failures counted
 as ``<stage name>.failures``), calls the optional ``stage_hook("start"|"end", name)`` (tests
-raise from it to crash between stages), and turns any ``Exception`` into a
-``StageFailedError`` naming the stage. A ``BaseException`` that is not an ``Exception`` (a
-simulated crash, ``KeyboardInterrupt``) passes through untouched, as a real crash would.
+raise from it to crash between stages) and the fault points ``commit.stage.start`` /
+``commit.stage.end`` (``lakewarden.faults``: a test's plan reaches a service process), and
+turns any ``Exception`` into a ``StageFailedError`` naming the stage. A ``BaseException``
+that is not an ``Exception`` (a simulated crash, ``KeyboardInterrupt``) passes through
+untouched, as a real crash would.
 
 ``run_parallel`` is the thread-pool helper every parallel stage uses: bounded in-flight work
 (so a stage never holds more than a few manifests' entries), and the first failure stops the
@@ -23,6 +25,7 @@ from concurrent.futures import FIRST_COMPLETED, Executor, Future, wait
 from dataclasses import dataclass, field
 from typing import ClassVar, Generic, TypeVar, cast
 
+import lakewarden.faults as faults
 from lakewarden.commit._store import CommitStore
 from lakewarden.commit.errors import stage_failed
 from lakewarden.commit.layout import JobLayout
@@ -88,9 +91,11 @@ class Stage(abc.ABC, Generic[A, R]):
         try:
             if hook is not None:
                 hook("start", self.name)
+            faults.point("commit.stage.start", stage=self.name)
             result = self._execute(args)
             if hook is not None:
                 hook("end", self.name)
+            faults.point("commit.stage.end", stage=self.name)
             failed = False
             return result
         except Exception as err:

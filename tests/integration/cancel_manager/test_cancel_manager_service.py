@@ -27,7 +27,7 @@ from lakewarden.settings import Settings
 from lakewarden.table import Table, Transition
 from lakewarden.table.coordinator import EmbeddedCoordinator
 from lakewarden.testing import wait_until
-from lakewarden_services._common.process import ServiceProcess
+from lakewarden_services._common.process import ServiceProcess, running_services, s3_env
 
 pytestmark = pytest.mark.kafka
 
@@ -44,38 +44,18 @@ def cm_settings(kafka_settings: Settings, s3_settings: Settings) -> Settings:
     return settings
 
 
-def _s3_env(settings: Settings) -> dict[str, str]:
-    """The S3 settings as a child process reads them (tables on S3)."""
-    s3 = settings.s3
-    assert s3.access_key_id is not None and s3.secret_access_key is not None
-    return {
-        "LAKEWARDEN_S3__ENDPOINT_URL": str(s3.endpoint_url),
-        "LAKEWARDEN_S3__REGION": str(s3.region),
-        "LAKEWARDEN_S3__ACCESS_KEY_ID": s3.access_key_id.get_secret_value(),
-        "LAKEWARDEN_S3__SECRET_ACCESS_KEY": s3.secret_access_key.get_secret_value(),
-    }
-
-
 @pytest.fixture(scope="module")
 def services(
     cm_settings: Settings, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[list[ServiceProcess]]:
-    started: list[ServiceProcess] = []
-    try:
-        for module in (
-            "lakewarden_services.timeline_lock",
-            "lakewarden_services.heartbeat_monitor",
-            "lakewarden_services.cancel_manager",
-        ):
-            home = tmp_path_factory.mktemp(module.rsplit(".", 1)[-1])
-            env = {**BEAT, **_s3_env(cm_settings)}
-            service = ServiceProcess(module, cm_settings, home=home, extra_env=env)
-            service.start()
-            started.append(service)
+    modules = (
+        "lakewarden_services.timeline_lock",
+        "lakewarden_services.heartbeat_monitor",
+        "lakewarden_services.cancel_manager",
+    )
+    env = {**BEAT, **s3_env(cm_settings)}
+    with running_services(modules, cm_settings, tmp_path_factory.mktemp, extra_env=env) as started:
         yield started
-    finally:
-        for service in reversed(started):
-            service.stop()
 
 
 @pytest.fixture(scope="module")
@@ -112,7 +92,7 @@ def _plan(table: Table, *, cancellable: bool) -> str:
 def _executor(settings: Settings, uri: str, instant: str, mode: str) -> subprocess.Popen[str]:
     env = dict(os.environ)
     env.update(BEAT)
-    env.update(_s3_env(settings))
+    env.update(s3_env(settings))
     env["LAKEWARDEN_KAFKA__BOOTSTRAP_SERVERS"] = settings.kafka.bootstrap_servers or ""
     env["LAKEWARDEN_KAFKA__TOPIC_PREFIX"] = settings.kafka.topic_prefix
     env["PYTHONPATH"] = str(Path(__file__).resolve().parents[3])

@@ -12,7 +12,8 @@ import pytest
 
 from lakewarden.events import ensure_topics
 from lakewarden.settings import Settings
-from lakewarden_services._common.process import ServiceProcess
+from lakewarden_services._common.process import ServiceProcess, running_services
+from lakewarden_services._common.process import s3_env as env_of_s3
 
 CLEANER = "lakewarden_services.cleaner"
 CLEANER_ENV = {"LAKEWARDEN_CLEANER_SWEEP_INTERVAL_S": "1"}
@@ -34,14 +35,7 @@ def cl_settings(kafka_settings: Settings, s3_settings: Settings) -> Settings:
 
 @pytest.fixture(scope="module")
 def s3_env(s3_settings: Settings) -> dict[str, str]:
-    s3 = s3_settings.s3
-    assert s3.access_key_id is not None and s3.secret_access_key is not None
-    return {
-        "LAKEWARDEN_S3__ENDPOINT_URL": str(s3.endpoint_url),
-        "LAKEWARDEN_S3__REGION": str(s3.region),
-        "LAKEWARDEN_S3__ACCESS_KEY_ID": s3.access_key_id.get_secret_value(),
-        "LAKEWARDEN_S3__SECRET_ACCESS_KEY": s3.secret_access_key.get_secret_value(),
-    }
+    return env_of_s3(s3_settings)
 
 
 @pytest.fixture(scope="module")
@@ -49,15 +43,11 @@ def services(
     cl_settings: Settings, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[list[ServiceProcess]]:
     """timeline-lock and heartbeat-monitor for the module."""
-    started = []
-    for module in ("lakewarden_services.timeline_lock", "lakewarden_services.heartbeat_monitor"):
-        home = tmp_path_factory.mktemp(module.rsplit(".", 1)[-1])
-        process = ServiceProcess(module, cl_settings, home=home, extra_env=HEARTBEAT_ENV)
-        process.start()
-        started.append(process)
-    yield started
-    for process in started:
-        process.stop()
+    modules = ("lakewarden_services.timeline_lock", "lakewarden_services.heartbeat_monitor")
+    with running_services(
+        modules, cl_settings, tmp_path_factory.mktemp, extra_env=HEARTBEAT_ENV
+    ) as started:
+        yield started
 
 
 @pytest.fixture(scope="module")

@@ -32,7 +32,9 @@ from lakewarden.events import (
 from lakewarden.events.topics import DLQ, ERRORS, JOB_RESULTS, TIMELINE
 from lakewarden.settings import ErrorTableSettings, Settings
 from lakewarden.table import EmbeddedCoordinator, NotATableError, Table, Timeline
-from lakewarden.testing import wait_until
+from lakewarden.table.job_commit import STAGE_COMPLETE
+from lakewarden.testing import Fault, FaultPlan, wait_until
+from lakewarden.testing.faults import ENV_VAR
 from lakewarden_services._common.process import ServiceProcess
 
 MODULE = "lakewarden_services.error_sink"
@@ -205,9 +207,15 @@ def test_undecodable_events_are_dead_lettered_and_the_sink_goes_on(
 def test_kill_9_mid_commit_then_restart_loses_nothing_duplicates_nothing(
     sink_settings: Settings, producer: EventProducer, tmp_path: Path
 ) -> None:
-    service = _sink(
-        sink_settings, tmp_path / "sink", LAKEWARDEN_ERROR_SINK_PAUSE_BEFORE_COMPLETE_S="60"
+    paused = tmp_path / "paused"  # the sink reached the pause: files placed, not completed
+    pause = Fault(
+        point="commit_instant.step",
+        action="pause",
+        where={"step": STAGE_COMPLETE},
+        mark=str(paused),
+        seconds=120,  # killed long before: the pause only keeps it there
     )
+    service = _sink(sink_settings, tmp_path / "sink", **FaultPlan(faults=(pause,)).env())
     orders = table(tmp_path, "orders")
     errors_uri = error_table_location(orders.uri, "orders", ErrorTableSettings()).uri
     write = FakeWrite(orders)
@@ -217,11 +225,11 @@ def test_kill_9_mid_commit_then_restart_loses_nothing_duplicates_nothing(
     try:
         publish(producer, events)
         write.complete([attempt])
-        wait_for(lambda: "pausing before completing" in service.log_text(), "the paused commit")
+        wait_for(paused.exists, "the paused commit")
         service.kill()
         assert rows(errors_uri) == 0  # files placed, instant pending: invisible
         (killed,) = Table.open(errors_uri).state().pending()
-        service.extra_env.pop("LAKEWARDEN_ERROR_SINK_PAUSE_BEFORE_COMPLETE_S")
+        service.extra_env.pop(ENV_VAR)
         service.start()
         wait_for(lambda: rows(errors_uri) >= 50, "the errors after the restart")
         marker = settle_marker(producer, orders, errors_uri)

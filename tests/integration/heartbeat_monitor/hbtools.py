@@ -18,9 +18,10 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from lakewarden.events import EventConsumer
-from lakewarden.events.topics import HEARTBEAT_EXPIRED
+from lakewarden.events import EventConsumer, EventProducer
+from lakewarden.events.topics import HEARTBEAT_EXPIRED, HEARTBEATS
 from lakewarden.settings import Settings
+from lakewarden.testing.kafka import heartbeat_event
 
 MODULE = "lakewarden_services.heartbeat_monitor"
 INTERVAL_S = 0.5
@@ -132,9 +133,48 @@ class Expiries:
             time.sleep(0.01)
         return self.by_instant[instant][0]
 
+    def settle(self, table: str = "t1", timeout_s: float = 30.0) -> None:
+        """Wait on a marker instead of sleeping through a tolerance window: one beat for a
+        fresh instant of ``table``, then silence, and back once the monitor declared it dead.
+        The monitor judges in order and publishes a table's verdicts to one partition, so by
+        then a full tolerance window has passed on the monitor's own clock since every verdict
+        before the marker: a second verdict for an earlier instant would have been read."""
+        marker = new_instant()
+        producer = EventProducer(self.settings, producer_id="settle-marker")
+        try:
+            interval_ms = round(INTERVAL_S * 1000)  # the writers' tolerance: 3 x 0.5 s
+            record = heartbeat_event(0, table_id=table, instant=marker, interval_ms=interval_ms)
+            producer.send("Heartbeat", record, topic=HEARTBEATS)
+            producer.flush(timeout_s)
+        finally:
+            producer.close(timeout_s)
+        self.wait_for(marker, timeout_s)
+
     def close(self) -> None:
         self._stop.set()
         self._thread.join(10)
+
+
+def wait_for_beats(settings: Settings, instant: str, count: int, timeout_s: float = 30.0) -> None:
+    """Until ``count`` beats of ``instant`` are on the heartbeats topic: a condition, not a
+    guess of how long ``count`` intervals take on a loaded machine."""
+    consumer = EventConsumer(
+        settings,
+        group_id=f"beats-{uuid.uuid4().hex[:6]}",
+        topics=[HEARTBEATS],
+        dead_letters=False,
+        auto_offset_reset="earliest",
+    )
+    seen = 0
+    deadline = time.monotonic() + timeout_s
+    try:
+        while seen < count:
+            assert time.monotonic() < deadline, f"{seen} of {count} beats of {instant}"
+            event = consumer.poll(0.1)
+            if event is not None and event.record["instant"] == instant:
+                seen += 1
+    finally:
+        consumer.close()
 
 
 def spawn(writers: list[Writer], settings: Settings, *args: str) -> Writer:

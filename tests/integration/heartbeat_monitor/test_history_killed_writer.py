@@ -7,13 +7,12 @@ pending (expired, not rolled back), then appends ``rolled_back`` itself, as the 
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 from click.testing import CliRunner, Result
-from hbtools import INTERVAL_S, Expiries, Writer, hold
+from hbtools import Expiries, Writer, hold, wait_for_beats
 from matplotlib.image import imread
 
 from lakewarden.api.table import Table
@@ -72,7 +71,7 @@ def test_explain_names_the_killed_writer_its_last_beat_and_the_missed_beats(
     )
     txn.inflight(WorkloadProfile(operation="insert", file_groups=()))
     writer = hold(writers, hb_settings, txn.instant, table=table.table_id)
-    time.sleep(4 * INTERVAL_S)  # a few beats
+    wait_for_beats(hb_settings, txn.instant, 4)  # a few beats before the silence
     writer.kill()
     expired = expiries.wait_for(txn.instant)
 

@@ -8,9 +8,10 @@ Kafka comes from the environment (``LAKEWARDEN_KAFKA__*``). It prints ``ready`` 
 beat was acknowledged, then one line per event the test waits for.
 
 ``write``: begin an instant on a local table, beat, print ``ready <instant>``, wait for a line
-on stdin (the test stops the broker meanwhile), then ``WriteTransaction.complete``, whose
-coordinator hook (``check_heartbeat``) refuses when the heartbeat was lost;
-print ``completed`` or ``refused <cause>`` and the instant's state on the timeline.
+on stdin (the test stops the broker meanwhile): ``until lost`` waits until the writer's own
+heartbeat judges itself lost, prints ``lost`` and waits for the next line; any other line runs
+``WriteTransaction.complete``, whose coordinator hook (``check_heartbeat``) refuses when the
+heartbeat was lost; print ``completed`` or ``refused <cause>`` and the instant's state.
 """
 
 from __future__ import annotations
@@ -65,10 +66,13 @@ def write(root: str, interval_s: float, misses: int) -> None:
     txn = WriteTransaction.begin(
         timeline, _LocalLockKafkaHeartbeats(beats), "orders", operation="insert", actor="writer"
     )
-    with beats.hold("orders", txn.instant, "writer"):
+    with beats.hold("orders", txn.instant, "writer") as beat:
         txn.inflight(WorkloadProfile(operation="insert", file_groups=()))
         print(f"ready {txn.instant}", flush=True)
-        sys.stdin.readline()
+        while sys.stdin.readline().strip() == "until lost":
+            while beat.is_healthy():  # the broker is gone: no beat is acknowledged any more
+                time.sleep(0.02)
+            print("lost", flush=True)
         try:
             txn.complete(CommitStats(operation="insert", write_stats=()))
             print("completed", flush=True)

@@ -15,7 +15,7 @@ from _jc_helpers import LOCK_MODULE, MODULE, isolated
 from lakewarden.clients import CommitClient
 from lakewarden.events import ensure_topics
 from lakewarden.settings import Settings
-from lakewarden_services._common.process import ServiceProcess
+from lakewarden_services._common.process import ServiceProcess, s3_env
 
 
 @pytest.fixture(scope="module")
@@ -67,13 +67,6 @@ def both(jc_settings: Settings, s3_settings: Settings) -> Settings:
 @pytest.fixture(scope="module")
 def s3_committer(both: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """A job-committer process that reaches the session's SeaweedFS."""
-    s3 = both.s3
-    env = {
-        "LAKEWARDEN_S3__ENDPOINT_URL": s3.endpoint_url or "",
-        "LAKEWARDEN_S3__REGION": s3.region,
-        "LAKEWARDEN_S3__ACCESS_KEY_ID": s3.access_key_id.get_secret_value(),
-        "LAKEWARDEN_S3__SECRET_ACCESS_KEY": s3.secret_access_key.get_secret_value(),
-    }
     home = tmp_path_factory.mktemp("job-committer-s3")
-    with ServiceProcess(MODULE, both, home=home, extra_env=env):
+    with ServiceProcess(MODULE, both, home=home, extra_env=s3_env(both)):
         yield

@@ -1,9 +1,9 @@
 """kill -9 of job-committer mid-commit, then a restart: the redelivered request resumes and
 the table ends the same as without the crash (no file lost, none twice, one completion).
 
-The service kills itself with SIGKILL at the chosen point
-(``lakewarden_services.job_committer.hooks``:
-no cleanup, exactly as ``kill -9``); a marker file makes the restarted process go past it.
+The service kills itself with SIGKILL at the chosen fault point (its fault plan,
+``lakewarden.faults``: no cleanup, exactly as ``kill -9``); the fault fires once, creating a
+marker file, so the restarted process goes past it.
 The client keeps waiting through the crash and gets its answer from the restarted service.
 """
 
@@ -21,8 +21,10 @@ from lakewarden.clients import CommitClient, CommitReply
 from lakewarden.devstack import processes
 from lakewarden.settings import Settings
 from lakewarden.table.instant import Transition
+from lakewarden.testing import Fault, FaultPlan
+from lakewarden.testing.faults import ENV_VAR
 from lakewarden_services._common.process import ServiceProcess
-from lakewarden_services.job_committer.hooks import CRASH_AT, CRASH_ONCE
+from lakewarden_services.job_committer.handler import PUBLISH_POINT
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.usefixtures("lock_service")]
 
@@ -32,11 +34,13 @@ def crashing(
     jc_settings: Settings, tmp_path: Path, request: pytest.FixtureRequest
 ) -> Iterator[tuple[ServiceProcess, Path]]:
     marker = tmp_path / "crashed"
+    point, where = request.param
+    kill = Fault(point=point, action="kill", where=where, mark=str(marker), once=True)
     service = ServiceProcess(
         MODULE,
         jc_settings,
         home=tmp_path / "job-committer",
-        extra_env={CRASH_AT: request.param, CRASH_ONCE: str(marker)},
+        extra_env=FaultPlan(faults=(kill,)).env(),
     )
     service.start()
     try:
@@ -49,14 +53,18 @@ def crashing(
     "crashing",
     [
         # renames done, no _SUCCESS yet: the rerun recognises every rename
-        "end:job_stage_rename_files",
+        ("commit.stage.end", {"stage": "job_stage_rename_files"}),
         # _SUCCESS saved, the instant not completed: the rerun takes the recorded job result
-        pytest.param("start:complete_instant", marks=pytest.mark.slow),
+        pytest.param(("commit_instant.step", {"step": "complete_instant"}), marks=pytest.mark.slow),
         # manifests loaded, nothing renamed yet
-        pytest.param("end:job_stage_validate_manifests", marks=pytest.mark.slow),
+        pytest.param(
+            ("commit.stage.end", {"stage": "job_stage_validate_manifests"}),
+            marks=pytest.mark.slow,
+        ),
         # completed, the answer not sent: the rerun answers from the timeline
-        "start:publish_result",
+        (PUBLISH_POINT, {}),
     ],
+    ids=["after-renames", "before-completed", "after-validation", "before-answer"],
     indirect=True,
 )
 def test_a_committer_killed_mid_commit_resumes_after_a_restart(
@@ -111,8 +119,7 @@ def test_a_committer_killed_mid_commit_resumes_after_a_restart(
     assert summary is not None and summary.state == "COMMITTED"
     # the restarted process did resume (or, past the completion, answer from the record)
     _, metrics = service.get("/metrics")
-    point = service.extra_env[CRASH_AT]
-    if point == "start:publish_result":
+    if PUBLISH_POINT in service.extra_env[ENV_VAR]:
         assert reply.recorded
         assert 'lakewarden_job_commits_total{recorded="true",status="committed"} 1.0' in metrics
     else:

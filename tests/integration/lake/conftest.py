@@ -13,7 +13,7 @@ from _lake_services import BEAT
 
 from lakewarden.events import ensure_topics
 from lakewarden.settings import Settings
-from lakewarden_services._common.process import ServiceProcess
+from lakewarden_services._common.process import ServiceProcess, running_services
 
 
 @pytest.fixture(scope="module")
@@ -29,17 +29,8 @@ def coordination(
     lake_settings: Settings, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[list[ServiceProcess]]:
     """timeline-lock (the table lock) and heartbeat-monitor (liveness) for the module."""
-    started: list[ServiceProcess] = []
-    try:
-        for module in (
-            "lakewarden_services.timeline_lock",
-            "lakewarden_services.heartbeat_monitor",
-        ):
-            home = tmp_path_factory.mktemp(module.rsplit(".", 1)[-1])
-            process = ServiceProcess(module, lake_settings, home=home, extra_env=BEAT)
-            process.start()
-            started.append(process)
+    modules = ("lakewarden_services.timeline_lock", "lakewarden_services.heartbeat_monitor")
+    with running_services(
+        modules, lake_settings, tmp_path_factory.mktemp, extra_env=BEAT
+    ) as started:
         yield started
-    finally:
-        for process in reversed(started):
-            process.stop()

@@ -60,6 +60,11 @@ def hold(table: str, ttl_s: float) -> None:
     client = LockClient(Settings(), owner="doomed-holder")
     lease = client.acquire(table, ttl_s=ttl_s, wait_s=30)
     print(f"HOLDING {lease.token}", flush=True)
+    first_term = lease.expires_at
+    # A marker for the test: the first term of the lease is over and renewals kept it alive.
+    while time.monotonic() < first_term or lease.lost:
+        time.sleep(0.05)
+    print(f"OUTLIVED {lease.token}", flush=True)
     while True:
         time.sleep(1)
 

@@ -42,9 +42,7 @@ def test_a_spark_write_with_no_job_committer_fails_named_and_sends_nothing(
     table = SimpleNamespace(
         storage=SimpleNamespace(uri="/data/t"), config=SimpleNamespace(table_id="t-1")
     )
-    spec = SimpleNamespace(
-        instant="20261124040000000", job_id="job-1", test_hooks={}, committer=None
-    )
+    spec = SimpleNamespace(instant="20261124040000000", job_id="job-1", committer=None)
     job = CommitRequest("20261124040000000", "job-1", (), CommitStats(operation="insert"))
     with pytest.raises(JobCommitterUnavailableError, match="no job-committer for t-1"):
         spark_job._commit_by_service(table, spec, job, Settings(), [])  # type: ignore[arg-type]

@@ -78,11 +78,12 @@ def test_completion_refused_when_another_instant_committed_the_source(main_table
     errors = open_error_table(loc, coordinator=main_table.coordinator)
     batch = _batch(write, attempt, ["k1"])
 
-    def racer(instant: str) -> None:  # another sink commits the same source meanwhile
-        commit_errors(open_error_table(loc, coordinator=main_table.coordinator), [batch])
+    def racer(event: str, stage: str) -> None:  # another sink commits the same source meanwhile
+        if (event, stage) == ("end", "job_stage_cleanup"):  # our job commit's last stage
+            commit_errors(open_error_table(loc, coordinator=main_table.coordinator), [batch])
 
     with pytest.raises(SourcesAlreadyCommittedError, match="committed by another instant"):
-        commit_errors(errors, [batch], before_complete=racer)
+        commit_errors(errors, [batch], hook=racer)
     assert lakewarden.read(loc.uri).num_rows == 1
     completed = errors.state().completed()
     assert [c.commit.error_sources for c in completed if c.commit] == [(str(batch.key),)]

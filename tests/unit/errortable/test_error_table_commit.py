@@ -25,7 +25,10 @@ from lakewarden.errortable.testing import FakeWrite
 from lakewarden.settings import ErrorTableSettings
 from lakewarden.table.instant import Transition
 from lakewarden.table.job_commit import STAGE_COMPLETE
-from lakewarden.testing import SimulatedCrash
+from lakewarden.testing import Fault, SimulatedCrash, fault_plan
+
+# The job commit's last stage: a racer there commits between our job commit and ``completed``.
+LAST_JOB_STAGE = "job_stage_cleanup"
 
 
 @pytest.fixture
@@ -71,24 +74,21 @@ def test_commit_saves_a_success_summary_naming_the_files(main_table: Table) -> N
 
 
 @pytest.mark.parametrize(
-    ("stage", "event"),
+    "crash",
     [
-        ("job_stage_rename_files", "end"),  # files renamed, no summary yet: manifest resumes
-        (STAGE_COMPLETE, "start"),  # job committed, manifests cleaned: summary resumes
+        # files renamed, no summary yet: manifest resumes
+        Fault(point="commit.stage.end", action="crash", where={"stage": "job_stage_rename_files"}),
+        # job committed, manifests cleaned: summary resumes
+        Fault(point="commit_instant.step", action="crash", where={"step": STAGE_COMPLETE}),
     ],
+    ids=["after-renames", "before-completed"],
 )
-def test_a_crash_mid_commit_is_resumed_by_the_next_commit(
-    main_table: Table, stage: str, event: str
-) -> None:
+def test_a_crash_mid_commit_is_resumed_by_the_next_commit(main_table: Table, crash: Fault) -> None:
     errors = _errors(main_table)
     batch = _source(main_table, [f"k{i}" for i in range(20)])
 
-    def crash(at_event: str, at_stage: str) -> None:
-        if (at_event, at_stage) == (event, stage):
-            raise SimulatedCrash(f"killed at {at_event} of {at_stage}")
-
-    with pytest.raises(SimulatedCrash):
-        commit_errors(errors, [batch], hook=crash)
+    with fault_plan(crash), pytest.raises(SimulatedCrash):
+        commit_errors(errors, [batch])
     (pending,) = errors.state().pending()
     assert pending.state is Transition.INFLIGHT
     assert lakewarden.read(errors.uri).num_rows == 0  # placed or not, nothing is visible
@@ -109,12 +109,9 @@ def test_other_sources_do_not_resume_a_crashed_instant(main_table: Table) -> Non
     errors = _errors(main_table)
     first, second = _source(main_table, ["a"]), _source(main_table, ["b"])
 
-    def crash(at_event: str, at_stage: str) -> None:
-        if at_stage == STAGE_COMPLETE:
-            raise SimulatedCrash("killed")
-
-    with pytest.raises(SimulatedCrash):
-        commit_errors(errors, [first], hook=crash)
+    crash = Fault(point="commit_instant.step", action="crash", where={"step": STAGE_COMPLETE})
+    with fault_plan(crash), pytest.raises(SimulatedCrash):
+        commit_errors(errors, [first])
     instant = commit_errors(errors, [first, second])  # another grouping: a new instant
     (pending,) = errors.state().pending()
     assert instant is not None and instant != pending.instant
@@ -124,16 +121,14 @@ def test_other_sources_do_not_resume_a_crashed_instant(main_table: Table) -> Non
 def test_a_refused_completion_is_rolled_back_with_its_stage_and_job(main_table: Table) -> None:
     errors = _errors(main_table)
     batch = _source(main_table, ["k1"])
-    seen: list[str] = []
 
-    def racer(instant: str) -> None:  # another sink commits the same source meanwhile
-        seen.append(instant)
-        commit_errors(_errors(main_table), [batch])
+    def racer(event: str, stage: str) -> None:  # another sink commits the same source meanwhile
+        if (event, stage) == ("end", LAST_JOB_STAGE):
+            commit_errors(_errors(main_table), [batch])
 
     with pytest.raises(SourcesAlreadyCommittedError):
-        commit_errors(errors, [batch], before_complete=racer)
-    mine = errors.state().get(seen[0])
-    assert mine is not None and mine.state is Transition.ROLLED_BACK
+        commit_errors(errors, [batch], hook=racer)
+    [mine] = [i for i in errors.state().instants.values() if i.state is Transition.ROLLED_BACK]
     plan = mine.job_plan
     assert plan is not None and mine.failed_job_id == plan.job_id
     assert (mine.failed_stage, mine.error_type) == (STAGE_COMPLETE, "SourcesAlreadyCommittedError")

@@ -24,12 +24,7 @@ from lakewarden.table.job_commit import (
 )
 from lakewarden.table.stats import CommitStats, MicroBatch
 from lakewarden.table.transaction import UnknownInstantError, WriteTransaction
-from lakewarden_services.job_committer.hooks import (
-    CRASH_AT,
-    CRASH_ONCE,
-    PAUSE_S,
-    crash_hook_from_env,
-)
+from lakewarden.testing import Fault, SimulatedCrash, fault_plan
 from lakewarden_services.job_committer.worker import ACTOR_PREFIX, CommitWorker
 
 
@@ -224,23 +219,19 @@ def test_a_request_naming_another_job_for_the_instant_is_refused(
     assert state_of(table, job.instant) is Transition.INFLIGHT  # not rolled back: not ours
 
 
-def test_the_crash_hook_fires_once_and_pauses_instead_of_killing(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_a_commit_crashed_at_a_planned_point_is_resumed_by_the_next_run(
+    table: Table, worker: CommitWorker
 ) -> None:
-    assert crash_hook_from_env() is None
-    marker = tmp_path / "marker"
-    monkeypatch.setenv(CRASH_AT, "end:job_stage_rename_files")
-    monkeypatch.setenv(CRASH_ONCE, str(marker))
-    monkeypatch.setenv(PAUSE_S, "0.01")
-    hook = crash_hook_from_env()
-    assert hook is not None
-    hook("start", "job_stage_rename_files")
-    assert not marker.exists()
-    hook("end", "job_stage_rename_files")
-    assert marker.exists()
-    marker.write_text("seen")
-    hook("end", "job_stage_rename_files")  # past it now
-    assert marker.read_text() == "seen"
+    job = open_job(table, rows((1, "eu", "a"), (2, "us", "b")))
+    renamed = Fault(
+        point="commit.stage.end", action="crash", where={"stage": "job_stage_rename_files"}
+    )
+    with fault_plan(renamed), pytest.raises(SimulatedCrash):
+        worker.run(request(job))
+    assert state_of(table, job.instant) is Transition.INFLIGHT  # a crash rolls nothing back
+    outcome = worker.run(request(job))  # the redelivered request, in the next process
+    assert outcome.status == "committed" and outcome.resumed
+    assert state_of(table, job.instant) is Transition.COMPLETED
 
 
 # -- Table.write runs the same protocol in-process --------------------------------------------
