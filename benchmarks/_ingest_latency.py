@@ -70,9 +70,9 @@ def _produce_at_rate(bootstrap: str, topic: str, rate: int, duration_s: float) -
 def _latencies(uri: str) -> tuple[list[float], int]:
     """Per row: its instant's ``completed`` wall time minus its produce time (ms); and how
     many instants completed."""
+    from lakewarden.api.table import Table
     from lakewarden.storage import open_storage
     from lakewarden.table.config import META_COMMIT_TIME
-    from lakewarden.table.table import Table
     from lakewarden.table.timeline import Timeline
 
     completed = {

@@ -30,12 +30,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from benchmarks._registry import BenchContext, Result, benchmark
+from lakewarden.api.table import Table
 from lakewarden.table.bucket import append_group, bucket_prefix, route
 from lakewarden.table.config import META_FILE_NAME
 from lakewarden.table.files import BaseFileName, WriteToken, file_key
 from lakewarden.table.merge import stamped
 from lakewarden.table.stats import CommitStats, WorkloadProfile, WriteStat
-from lakewarden.table.table import Table
 from lakewarden.table.transaction import WriteTransaction
 
 SCHEMA = pa.schema(

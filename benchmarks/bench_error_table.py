@@ -83,7 +83,7 @@ def _stack(home: Path) -> Iterator[Any]:
 
 
 def _new_table(root: Path, name: str) -> str:
-    from lakewarden.table.table import Table
+    from lakewarden.api.table import Table
 
     uri = str(root / name)
     Table.create(uri, name=name, record_key="id", schema=SCHEMA, ordering_field="ts", buckets=4)
@@ -122,10 +122,10 @@ def measure(rows: int, rounds: int) -> dict[str, Any]:
     """Timings of the three writes (seconds, medians over ``rounds``)."""
     import lakewarden
     import lakewarden.spark
+    from lakewarden.api.table import Table
     from lakewarden.errortable import error_table_location
     from lakewarden.settings import ErrorTableSettings
     from lakewarden.spark._options import encode_settings
-    from lakewarden.table.table import Table
 
     home = Path(tempfile.mkdtemp(prefix="lakewarden-bench-errors-"))
     root = home / "tables"

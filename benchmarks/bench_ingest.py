@@ -226,9 +226,9 @@ def measure(records: int, bootstrap: str, latency_s: float) -> dict[str, Any]:
     profiled = os.environ.get(PROFILE_ENV)
     save_profile = _profile_driver(Path(profiled)) if profiled else None
     from benchmarks._ingest_latency import measure_latency
+    from lakewarden.api.table import Table
     from lakewarden.demo import create_topic, order_events, produce
     from lakewarden.spark.ingest import ingest_session
-    from lakewarden.table.table import Table
 
     root = Path(tempfile.mkdtemp(prefix="lakewarden-bench-ingest-"))
     prefix = f"bench-ingest-{uuid.uuid4().hex[:8]}."

@@ -44,7 +44,7 @@ import pyarrow.parquet as pq
 
 from benchmarks._registry import BenchContext, Result, benchmark
 from benchmarks.bench_read import SCHEMA, make_rows
-from lakewarden.table.table import Table
+from lakewarden.api.table import Table
 
 UPSERT_FRACTION = 0.01
 PENDING_DELTAS = 10

@@ -111,7 +111,7 @@ def measure_spark4(rows: int, rounds: int) -> dict[str, Any]:
     """Parquet, lakewarden and Delta in this process: seconds per operation and round, bytes
     after the upsert."""
     import lakewarden.spark
-    from lakewarden.table.table import Table
+    from lakewarden.api.table import Table
 
     root = Path(tempfile.mkdtemp(prefix="lakewarden-bench-peers-"))
     spark = _session(_peers_setup.delta_jars(), root / "spark-local")
@@ -220,7 +220,7 @@ def report_round(side: str, variant: str, round_: int, figures: dict[str, float]
 def _warm_up(spark: Any, small: Any, path: Path, name: str) -> None:
     """Variant ``name``'s insert, upsert (lakewarden's) and read of ``small``, untimed."""
     import lakewarden.spark
-    from lakewarden.table.table import Table
+    from lakewarden.api.table import Table
 
     if name == "parquet":
         small.write.partitionBy(PARTITION).parquet(str(path))

@@ -60,6 +60,7 @@ from confluent_kafka import Consumer
 
 from benchmarks._registry import BenchContext, Result, benchmark
 from benchmarks.bench_read import SCHEMA, make_rows
+from lakewarden.api.table import Table
 from lakewarden.clients import request_clean
 from lakewarden.clients.timeline_events import transition_record
 from lakewarden.events import EventProducer, decode, ensure_topics
@@ -67,7 +68,6 @@ from lakewarden.events.topics import TIMELINE
 from lakewarden.settings import Settings
 from lakewarden.table import EmbeddedCoordinator, Transition
 from lakewarden.table.checkpoint import TIMELINE_PREFIX
-from lakewarden.table.table import Table
 from lakewarden.table.timeline_state import TimelineEntry
 from lakewarden_services._common.process import ServiceProcess
 

@@ -43,8 +43,8 @@ from typing import Any
 from benchmarks._registry import BenchContext, Result, benchmark
 from benchmarks._rounds import rotated_rounds
 from benchmarks.bench_spark import COLUMNS, SCHEMA, _session, cached_input
+from lakewarden.api.table import Table
 from lakewarden.publish import DeltaPublisher
-from lakewarden.table.table import Table
 
 SIDES = ("plain", "published")
 

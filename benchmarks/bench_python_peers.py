@@ -98,7 +98,7 @@ def measure(rows: int, rounds: int) -> dict[str, Any]:
     from deltalake import DeltaTable, write_deltalake
 
     import lakewarden
-    from lakewarden.table.table import Table
+    from lakewarden.api.table import Table
 
     data = input_rows(rows)
     changed = changed_rows(data)

@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 import lakewarden
 from benchmarks._registry import BenchContext, Result, benchmark
 from benchmarks._rounds import rotated_rounds
-from lakewarden.table.table import Table
+from lakewarden.api.table import Table
 
 SCHEMA = pa.schema(
     [

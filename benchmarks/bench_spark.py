@@ -179,7 +179,7 @@ def _register_null_sink(spark: Any) -> None:
 def _new_table(
     root: Path, name: str, table_type: Literal["copy_on_write", "merge_on_read"] = "copy_on_write"
 ) -> str:
-    from lakewarden.table.table import Table
+    from lakewarden.api.table import Table
 
     uri = str(root / name)
     Table.create(
@@ -292,8 +292,8 @@ def _upsert(
     key plus its Parquet write (what a merge costs at least: the rows moved to the task of
     their file group, and written)."""
     import lakewarden.spark
+    from lakewarden.api.table import Table
     from lakewarden.table.instant import Action
-    from lakewarden.table.table import Table
 
     changed = df.where(f"id % 10 = 3 and id < {rows}").selectExpr(
         *[c if c != "ts" else "ts + 1 as ts" for c in df.columns]

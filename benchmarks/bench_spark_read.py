@@ -107,7 +107,7 @@ def _default_options_bytes(root: Path) -> int:
 
 def _table(root: Path, count: int) -> tuple[str, str, list[str]]:
     """The table's URI, its insert instant and its snapshot's file paths (Spark's names)."""
-    from lakewarden.table.table import Table
+    from lakewarden.api.table import Table
 
     data = rows(np.arange(count, dtype=np.int64))
     schema = data.schema.set(0, pa.field("id", pa.int64(), nullable=False))

@@ -17,11 +17,11 @@ from pathlib import Path
 
 from rich.console import Console
 
+from lakewarden.api.table import Table
 from lakewarden.history import build_history, read_table_events, story_lines
 from lakewarden.history.model import InstantStory, TableHistory
 from lakewarden.settings import Settings
 from lakewarden.table.config import NotATableError
-from lakewarden.table.table import Table
 
 # The killed writer beats every second and may miss 3: declared dead ~3 s after its last beat.
 WRITER_INTERVAL_S = 1

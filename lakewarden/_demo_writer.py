@@ -14,9 +14,9 @@ from __future__ import annotations
 import sys
 import time
 
+from lakewarden.api.table import Table
 from lakewarden.settings import Settings
 from lakewarden.table.stats import WorkloadProfile
-from lakewarden.table.table import Table
 from lakewarden.table.transaction import WriteTransaction
 
 ACTOR = "demo-writer"

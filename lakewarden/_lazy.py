@@ -6,7 +6,7 @@ a package ``__init__`` imported its whole surface eagerly, importing one small m
 (``lakewarden.table.config``) paid for every sibling (the cleaner, the reader with
 ``pyarrow.dataset`` and pandas, the table services): about 0.6 CPU s per fresh worker.
 
-    _EXPORTS = {"Table": "lakewarden.table.table", ...}
+    _EXPORTS = {"Table": "lakewarden.api.table", ...}
     __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 with the same names imported under ``if TYPE_CHECKING:`` for type checkers and IDEs.

@@ -46,11 +46,11 @@ import pyarrow as pa
 from rich.console import Console
 from rich.table import Table as RichTable
 
+from lakewarden.api.connection import close_shared_connections
+from lakewarden.api.table import Table
 from lakewarden.devstack import SERVICES, DevSettings, DevStack
 from lakewarden.settings import ErrorTableSettings, KafkaSettings, Settings
 from lakewarden.table.clean.policy import CleanPolicy
-from lakewarden.table.connection import close_shared_connections
-from lakewarden.table.table import Table
 
 if TYPE_CHECKING:  # Spark is imported when the demo ingests
     from lakewarden.spark.ingest import IngestSpec

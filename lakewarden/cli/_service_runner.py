@@ -12,9 +12,9 @@ from typing import TypeVar
 
 import click
 
+from lakewarden.api.table import Table
 from lakewarden.extras import require_extra
 from lakewarden.settings import Settings
-from lakewarden.table.table import Table
 from lakewarden.tableservice import ServiceRun
 
 __all__ = ["Runner", "service_runner", "spark_options"]

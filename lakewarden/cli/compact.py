@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import click
 
+from lakewarden.api.table import Table
 from lakewarden.cli._params import cancellation_options, cancellation_policy, instant_param
 from lakewarden.cli._service_runner import service_runner, spark_options
 from lakewarden.errors import NonRetryableError
 from lakewarden.settings import Settings
 from lakewarden.table.instant import Action
-from lakewarden.table.table import Table
 from lakewarden.tableservice.compaction import COMPACTION_BAD_RECORDS, CompactionBadRecords
 
 

@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.table import Table as RichTable
 from rich.text import Text
 
+from lakewarden.api.table import Table
 from lakewarden.cli._params import instant_param
 from lakewarden.errortable import error_table_location
 from lakewarden.errortable.records import (
@@ -30,7 +31,6 @@ from lakewarden.errortable.records import (
 )
 from lakewarden.settings import Settings
 from lakewarden.table.config import NotATableError
-from lakewarden.table.table import Table
 
 
 def _errors(uri: str, instant: str | None) -> tuple[str, pa.Table | None]:

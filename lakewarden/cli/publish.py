@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import click
 
+from lakewarden.api.table import Table
 from lakewarden.errors import ConfigurationError
 from lakewarden.publish import DeltaPublisher, PublishResult, enable
 from lakewarden.settings import Settings
-from lakewarden.table.table import Table
 
 
 class PublishingOffError(ConfigurationError):

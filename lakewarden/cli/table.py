@@ -21,8 +21,8 @@ from typing import Any, Literal, cast
 import click
 import pyarrow as pa
 
+from lakewarden.api.table import Table
 from lakewarden.settings import Settings
-from lakewarden.table.table import Table
 from lakewarden.table.timeline_state import InstantState, TimelineEntry, TimelineState
 
 _LAST_INSTANTS = 10

@@ -3,7 +3,7 @@
     table = Table.open(uri, coordinator=KafkaCoordinator(settings))
     connection = lakewarden.table.connect(settings)                 # Kafka when configured
 
-``lakewarden.table.connection`` is the one place that chooses this coordinator from settings;
+``lakewarden.api.connection`` is the one place that chooses this coordinator from settings;
 this module only implements it.
 
 Each ``WriteTransaction`` step takes the table's lease from timeline-lock; its fencing token

@@ -46,6 +46,7 @@ from lakewarden.errortable.table import (
     committed_sources,
     rows_table,
 )
+from lakewarden.handle import TableHandle
 from lakewarden.table.bucket import append_group, route
 from lakewarden.table.config import META_FILE_NAME
 from lakewarden.table.coordinator import Liveness
@@ -62,7 +63,6 @@ from lakewarden.table.job_commit import (
 from lakewarden.table.parquet_options import write_parquet
 from lakewarden.table.plans import JobPlan
 from lakewarden.table.stats import CommitStats, FileGroupId, WorkloadProfile, WriteStat
-from lakewarden.table.table import Table
 from lakewarden.table.timeline_state import TimelineState
 from lakewarden.table.transaction import WriteTransaction
 from lakewarden.table.writer import stamped
@@ -76,7 +76,7 @@ log = logging.getLogger(__name__)
 
 
 def commit_errors(
-    table: Table,
+    table: TableHandle,
     batches: Sequence[SourceErrors],
     *,
     before_complete: Callable[[str], None] | None = None,
@@ -127,7 +127,7 @@ class _Work:
     stats: CommitStats | None = None
 
 
-def _open(table: Table, sources: tuple[str, ...], hook: StageHook | None) -> _Work:
+def _open(table: TableHandle, sources: tuple[str, ...], hook: StageHook | None) -> _Work:
     committer = ManifestCommitter(table.storage, new_job_id(), stage_hook=hook)
     committer.setup_job()
     try:
@@ -148,7 +148,9 @@ def _open(table: Table, sources: tuple[str, ...], hook: StageHook | None) -> _Wo
     return _Work(txn, committer, committer.layout.attempt_id(_TASK))
 
 
-def _resumable(table: Table, sources: tuple[str, ...], hook: StageHook | None) -> _Work | None:
+def _resumable(
+    table: TableHandle, sources: tuple[str, ...], hook: StageHook | None
+) -> _Work | None:
     """The inflight instant of exactly ``sources`` whose task attempt committed (its manifest
     is saved, or its job committed) and whose heartbeat is not alive: what a crashed run
     left to finish. One that cannot be read back is left to the cleaner (a new instant
@@ -178,7 +180,7 @@ def _resumable(table: Table, sources: tuple[str, ...], hook: StageHook | None) -
 
 
 def _committed_stats(
-    table: Table, instant: str, committer: ManifestCommitter, sources: tuple[str, ...]
+    table: TableHandle, instant: str, committer: ManifestCommitter, sources: tuple[str, ...]
 ) -> CommitStats | None:
     """The statistics of a job whose task attempt committed: from its manifest, or, once the
     job committed (its manifests are cleaned up then), from the files its summary names.
@@ -197,7 +199,7 @@ def _committed_stats(
 
 
 def _write(
-    table: Table, work: _Work, batches: Sequence[SourceErrors], sources: tuple[str, ...]
+    table: TableHandle, work: _Work, batches: Sequence[SourceErrors], sources: tuple[str, ...]
 ) -> CommitStats:
     """Steps 2 (``inflight``) and 3: the files into the task attempt, then its commit; the
     attempt's manifest keeps the statistics, so a resumed commit has them."""
@@ -223,7 +225,12 @@ def _write(
 
 
 def _write_file(
-    table: Table, attempt: TaskAttempt, instant: str, n: int, group: FileGroupId, part: pa.Table
+    table: TableHandle,
+    attempt: TaskAttempt,
+    instant: str,
+    n: int,
+    group: FileGroupId,
+    part: pa.Table,
 ) -> WriteStat:
     config = table.config
     name = BaseFileName(group.file_id, WriteToken(n, 0, 0), instant).render()
@@ -245,7 +252,7 @@ def _write_file(
 
 
 def _stats_of(
-    table: Table, instant: str, sources: tuple[str, ...], files: Sequence[tuple[str, int]]
+    table: TableHandle, instant: str, sources: tuple[str, ...], files: Sequence[tuple[str, int]]
 ) -> CommitStats:
     """The statistics of a job committed before a crash: from the files it placed (the
     manifests are cleaned up by then)."""
@@ -273,7 +280,9 @@ def _stats_of(
     )
 
 
-def _not_committed_yet(table: Table, sources: Sequence[str]) -> Callable[[TimelineState], None]:
+def _not_committed_yet(
+    table: TableHandle, sources: Sequence[str]
+) -> Callable[[TimelineState], None]:
     """The error table's exactly-once rule: no other completed instant holds these sources."""
 
     def rule(state: TimelineState) -> None:

@@ -47,11 +47,11 @@ from lakewarden.errortable.table import (
     SourcesAlreadyCommittedError,
     open_error_table,
 )
+from lakewarden.handle import TableHandle
 from lakewarden.storage import AlreadyExistsError, NotFoundError, Storage
 from lakewarden.table.bucket import render_partition_path
 from lakewarden.table.instant import Transition
 from lakewarden.table.python_rows import python_rows
-from lakewarden.table.table import Table
 from lakewarden.table.write_input import BadRecords
 
 SPOOL_DIR: Final = ".lakewarden/errors/"
@@ -86,7 +86,7 @@ def _parse_spool(key: str) -> tuple[str, int | None]:
 
 
 def error_rows(
-    table: Table, instant: str, job_id: str, attempt: str, operation: str, bad: BadRecords
+    table: TableHandle, instant: str, job_id: str, attempt: str, operation: str, bad: BadRecords
 ) -> list[ErrorRow]:
     """The ``ErrorRow`` of each bad record, with the context a Spark task gives its own."""
     config = table.config
@@ -122,7 +122,7 @@ def error_rows(
     return rows
 
 
-def spool(table: Table, instant: str, rows: list[ErrorRow]) -> None:
+def spool(table: TableHandle, instant: str, rows: list[ErrorRow]) -> None:
     """Step 1: the rows, durable before the job commit. A spool already there for this
     instant is kept (a retried call writes the same records).
 
@@ -142,7 +142,7 @@ def spool_rows(storage: Storage, key: str, rows: Sequence[ErrorRow]) -> None:
         pass
 
 
-def settle(table: Table) -> Settled:
+def settle(table: TableHandle) -> Settled:
     """Steps 2-3 for every spool of ``table``: commit those of completed instants, drop those
     of rolled-back or aborted ones, leave the pending.
 
@@ -169,7 +169,7 @@ def settle(table: Table) -> Settled:
     return done
 
 
-def _commit(table: Table, instant: str, key: str) -> None:
+def _commit(table: TableHandle, instant: str, key: str) -> None:
     try:
         lines = table.storage.read(key).decode().splitlines()
     except NotFoundError:  # a concurrent settle took it
@@ -199,7 +199,7 @@ def _row(raw: dict[str, Any]) -> dict[str, Any]:
     return raw
 
 
-def _delete(table: Table, key: str) -> None:
+def _delete(table: TableHandle, key: str) -> None:
     try:
         table.storage.delete(key)
     except NotFoundError:

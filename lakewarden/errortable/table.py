@@ -21,11 +21,17 @@ from lakewarden.errors import NonRetryableError
 from lakewarden.errortable.acceptance import SourceKey
 from lakewarden.errortable.location import ErrorTableLocation
 from lakewarden.errortable.records import TABLE_NAME, ErrorRow
+from lakewarden.handle import TableHandle
 from lakewarden.settings import Settings
-from lakewarden.table.config import TableAlreadyExistsError
+from lakewarden.storage import open_storage
+from lakewarden.table.config import (
+    TableAlreadyExistsError,
+    TableConfig,
+    load_config,
+    save_new_config,
+)
 from lakewarden.table.coordinator import Coordinator
 from lakewarden.table.stats import LEGACY_ERROR_SOURCES_KEY
-from lakewarden.table.table import Table
 from lakewarden.table.timeline_state import TimelineState
 
 # Where completed payloads of version 1 kept the sources and the record count (now
@@ -73,21 +79,22 @@ def open_error_table(
     *,
     coordinator: Coordinator,
     settings: Settings | None = None,
-) -> Table:
+) -> TableHandle:
     """The error table at ``location``, created on first use (a racing creator wins); its
-    commits take ``coordinator``'s lock (the error-sink's: timeline-lock)."""
+    commits take ``coordinator``'s lock (the error-sink's: timeline-lock). Read it as any
+    table (``lakewarden.read(location.uri)``)."""
+    storage = open_storage(location.uri, settings)
+    config = TableConfig.new(
+        name=location.name,
+        record_key="uid",
+        schema=ERROR_TABLE_SCHEMA,
+        partition_by=PARTITION_BY,
+    )
     try:
-        return Table.create(
-            location.uri,
-            name=location.name,
-            record_key="uid",
-            schema=ERROR_TABLE_SCHEMA,
-            partition_by=PARTITION_BY,
-            coordinator=coordinator,
-            settings=settings,
-        )
+        save_new_config(storage, config)
     except TableAlreadyExistsError:
-        return Table.open(location.uri, coordinator=coordinator, settings=settings)
+        config = load_config(storage)
+    return TableHandle(storage, config, coordinator=coordinator, settings=settings)
 
 
 def committed_sources(state: TimelineState) -> set[str]:

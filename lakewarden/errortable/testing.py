@@ -25,12 +25,16 @@ from lakewarden.errortable.records import (
     error_record,
 )
 from lakewarden.events.topics import ERRORS
-from lakewarden.table.config import NotATableError
+from lakewarden.handle import TableHandle
+from lakewarden.storage import open_storage
+from lakewarden.table.config import NotATableError, load_config
 from lakewarden.table.instant import Action
 from lakewarden.table.job_commit import STAGE_ABORT, CommitRequest, abandon, commit_instant
 from lakewarden.table.plans import JobPlan
+from lakewarden.table.reader import read_snapshot
+from lakewarden.table.snapshot import build_snapshot
 from lakewarden.table.stats import CommitStats, WorkloadProfile
-from lakewarden.table.table import Table
+from lakewarden.table.timeline import Timeline
 from lakewarden.table.transaction import WriteTransaction
 from lakewarden.testing.wait import wait_until
 
@@ -41,7 +45,7 @@ if TYPE_CHECKING:
 class FakeWrite:
     """One instant of ``table`` with a committer job; ``attempt(task, n)`` ids."""
 
-    def __init__(self, table: Table) -> None:
+    def __init__(self, table: TableHandle) -> None:
         self.table = table
         self.job_id = new_job_id()
         self.committer = ManifestCommitter(table.storage, self.job_id)
@@ -113,7 +117,7 @@ class SettleMarker(NamedTuple):
 
 
 def settle_marker(
-    producer: EventProducer, table: Table, errors_uri: str, timeout_s: float = 60.0
+    producer: EventProducer, table: TableHandle, errors_uri: str, timeout_s: float = 60.0
 ) -> SettleMarker:
     """Wait until error-sink has settled every error record of ``table`` published so far.
 
@@ -134,10 +138,22 @@ def settle_marker(
 
     def committed() -> bool:
         try:
-            uids = Table.open(errors_uri).read(columns=["uid"]).column("uid").to_pylist()
+            uids = _read(errors_uri, "uid")
         except NotATableError:
             return False
         return event["uid"] in uids
 
     wait_until(committed, timeout_s=timeout_s, what="the marker record in the error table")
     return SettleMarker(marker.instant, str(event["uid"]))
+
+
+def _read(uri: str, column: str) -> list[object]:
+    """``column`` of the latest snapshot of the table at ``uri`` (no coordinator needed)."""
+    storage = open_storage(uri)
+    config = load_config(storage)
+    state = Timeline(storage, table=config.name).load()
+    snapshot = build_snapshot(state.completed())
+    rows: list[object] = read_snapshot(storage, config, snapshot, columns=[column])[
+        column
+    ].to_pylist()
+    return rows

@@ -45,6 +45,8 @@ from typing import Any
 
 from pyspark.sql.datasource import WriterCommitMessage
 
+from lakewarden import handle
+from lakewarden.api.connection import shared_connection
 from lakewarden.clients import (
     AttemptManifest,
     CommitClient,
@@ -53,7 +55,6 @@ from lakewarden.clients import (
 from lakewarden.clients.committer_presence import CommitterPresence
 from lakewarden.commit import CommitterOptions, ManifestCommitter, new_job_id
 from lakewarden.errors import CommitStateUnknownError, NonRetryableError
-from lakewarden.publish import attach
 from lakewarden.settings import Settings
 from lakewarden.spark._messages import TaskCommitMessage, accepted_messages
 from lakewarden.spark._options import OVERWRITE, WriteSpec, load_settings
@@ -65,7 +66,6 @@ from lakewarden.spark._transaction import (
 )
 from lakewarden.storage import Storage, open_storage
 from lakewarden.table.config import TableConfig, load_config
-from lakewarden.table.connection import shared_connection
 from lakewarden.table.coordinator import Coordinator
 from lakewarden.table.job_commit import (
     STAGE_ABORT,
@@ -94,15 +94,21 @@ def actor() -> str:
     return f"spark-writer@{socket.gethostname()}:{os.getpid()}"
 
 
-@dataclass
-class TableHandle:
-    """A table as the driver uses it (built per call: nothing of it is pickled)."""
+class TableHandle(handle.TableHandle):
+    """The opened table (``lakewarden.handle.TableHandle``) as the driver uses it: built per
+    call, nothing of it is pickled; its actor is this driver."""
 
-    uri: str
-    storage: Storage
-    config: TableConfig
-    timeline: Timeline
-    coordinator: Coordinator
+    def __init__(
+        self,
+        uri: str,
+        storage: Storage,
+        config: TableConfig,
+        *,
+        coordinator: Coordinator,
+        settings: Settings,
+    ) -> None:
+        super().__init__(storage, config, coordinator=coordinator, actor=actor(), settings=settings)
+        self._uri = uri
 
     @classmethod
     def open(cls, uri: str, settings_json: str | None) -> TableHandle:
@@ -113,10 +119,17 @@ class TableHandle:
         # Spark builds the data source from options, so nobody can hand the driver a
         # coordinator: it takes the process's shared one for these settings (the factory).
         coordinator = shared_connection(settings).coordinator
-        coordinator.register_table(config.table_id, storage.uri)
-        timeline = Timeline(storage, table=config.name)
-        attach(storage, config, timeline)  # publishing on: the commit publishes its version
-        return cls(uri, storage, config, timeline, coordinator)
+        return cls(uri, storage, config, coordinator=coordinator, settings=settings)
+
+    @property
+    def uri(self) -> str:
+        """The URI as the options gave it: the executors open it, and the error table's
+        location is derived from it."""
+        return self._uri
+
+    @property
+    def timeline(self) -> Timeline:
+        return self.timeline_log
 
     def transaction(self, spec: WriteSpec) -> SparkTransaction:
         """A handle on the instant ``spec`` opened (in this or another process)."""

@@ -17,7 +17,7 @@ import logging
 import threading
 import time
 
-from lakewarden.table.coordinator import Coordinator
+from lakewarden.table.coordinator import Heartbeating
 from lakewarden.table.instant import TERMINAL_STATES
 from lakewarden.table.timeline import Timeline
 
@@ -29,7 +29,7 @@ MAX_S = 24 * 3600.0
 
 def keep_alive(
     timeline: Timeline,
-    coordinator: Coordinator,
+    coordinator: Heartbeating,
     table_id: str,
     instant: str,
     owner: str,

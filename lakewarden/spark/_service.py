@@ -30,6 +30,7 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
+from lakewarden.api.table import Table
 from lakewarden.commit import ManifestCommitter
 from lakewarden.settings import Settings
 from lakewarden.spark._messages import TaskCommitMessage, accepted_messages
@@ -44,7 +45,6 @@ from lakewarden.table.job_commit import check_statistics
 from lakewarden.table.plans import ServicePlan
 from lakewarden.table.snapshot import Snapshot
 from lakewarden.table.stats import CommitStats
-from lakewarden.table.table import Table
 from lakewarden.tableservice import ServiceContext, ServiceRun, TableServiceStrategy, UnitResult
 from lakewarden.tableservice import run_table_service as run_in_executor
 from lakewarden.tableservice.output import service_job_id

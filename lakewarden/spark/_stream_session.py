@@ -13,7 +13,7 @@ for the next one in the process that opened it, instead of being rebuilt per bat
   driver's ``commit`` calls, so no executor ever opens one.
 
 The coordinator (lock, heartbeats) is the process's shared connection already
-(``lakewarden.table.connection.shared_connection``).
+(``lakewarden.api.connection.shared_connection``).
 
 Sessions are keyed by (table URI, settings, streaming query id): two queries into one table,
 or one query into two tables, never share one. Nothing tells a worker that a query stopped,

@@ -3,19 +3,26 @@
 The public surface of the table layer, re-exported here on purpose (everything else in the
 package's modules is implementation and may change):
 
-Table, read                              a table and the one-call read (``lakewarden.table.table``)
+Table, read                              a table and the one-call read (``lakewarden.api.table``)
 CommitResult, Operation                  what a write returns, what it may do
 connect, Connection, load_coordinator,   the one factory of storage and coordinator from
-load_storage, require_kafka,             settings (``lakewarden.table.connection``)
+load_storage, require_kafka,             settings (``lakewarden.api.connection``)
 shared_connection, close_shared_connections
 Coordinator, EmbeddedCoordinator, Lease, the table lock and liveness contract; the Kafka one is
 Liveness                                 ``lakewarden.clients.KafkaCoordinator``
+TableLock, Heartbeating,                 the coordinator's roles, for code that needs only one
+ExecutorLiveness, TimelineAudit
 TableConfig, Action, Transition, Instant the table's config and the timeline's vocabulary
 Timeline, TimelineState, InstantState    the timeline log and its folded state
 Snapshot, CommitStats, FileGroupId,      what a snapshot and a commit are made of
 WorkloadProfile, WriteStat
 CleanPolicy, CleaningPolicy, CleanResult cleaning (``Table.clean``; ``lakewarden.table.clean``)
 errors                                   NotATableError, TableAlreadyExistsError, ... (below)
+
+``Table``, ``read``, the connection factory and ``CleanResult`` are defined a layer above this
+package (``lakewarden.api``: they drive the table services, the error table and publishing,
+which build on this package) and are named here for users only; no module of the library
+below ``lakewarden.api`` imports them (``tests/unit/test_import_graph.py``).
 """
 
 # The names are imported on first use (PEP 562), not here: a Spark task worker imports
@@ -30,10 +37,23 @@ from typing import TYPE_CHECKING
 from lakewarden._lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from lakewarden.api.clean import CleanResult
+    from lakewarden.api.connection import (
+        Connection,
+        close_shared_connections,
+        connect,
+        load_coordinator,
+        load_storage,
+        require_kafka,
+        shared_connection,
+    )
+    from lakewarden.api.table import (
+        Table,
+        read,
+    )
     from lakewarden.table.clean import (
         CleaningPolicy,
         CleanPolicy,
-        CleanResult,
         InstantCleanedError,
         InvalidCleanPolicyError,
         MissingDataFileError,
@@ -50,23 +70,18 @@ if TYPE_CHECKING:
         PendingPlanConflict,
         WriteConflictError,
     )
-    from lakewarden.table.connection import (
-        Connection,
-        close_shared_connections,
-        connect,
-        load_coordinator,
-        load_storage,
-        require_kafka,
-        shared_connection,
-    )
     from lakewarden.table.coordinator import (
         Coordinator,
         EmbeddedCoordinator,
+        ExecutorLiveness,
+        Heartbeating,
         Lease,
         LeaseLostError,
         Liveness,
         LockReentryError,
         LockTimeoutError,
+        TableLock,
+        TimelineAudit,
     )
     from lakewarden.table.instant import (
         Action,
@@ -86,10 +101,6 @@ if TYPE_CHECKING:
         FileGroupId,
         WorkloadProfile,
         WriteStat,
-    )
-    from lakewarden.table.table import (
-        Table,
-        read,
     )
     from lakewarden.table.timeline import (
         ConcurrentAppendError,
@@ -112,7 +123,7 @@ if TYPE_CHECKING:
 _EXPORTS: dict[str, str] = {
     "CleaningPolicy": "lakewarden.table.clean",
     "CleanPolicy": "lakewarden.table.clean",
-    "CleanResult": "lakewarden.table.clean",
+    "CleanResult": "lakewarden.api.clean",
     "InstantCleanedError": "lakewarden.table.clean",
     "InvalidCleanPolicyError": "lakewarden.table.clean",
     "MissingDataFileError": "lakewarden.table.clean",
@@ -124,15 +135,19 @@ _EXPORTS: dict[str, str] = {
     "OverlappingCommitConflict": "lakewarden.table.conflicts",
     "PendingPlanConflict": "lakewarden.table.conflicts",
     "WriteConflictError": "lakewarden.table.conflicts",
-    "Connection": "lakewarden.table.connection",
-    "close_shared_connections": "lakewarden.table.connection",
-    "connect": "lakewarden.table.connection",
-    "load_coordinator": "lakewarden.table.connection",
-    "load_storage": "lakewarden.table.connection",
-    "require_kafka": "lakewarden.table.connection",
-    "shared_connection": "lakewarden.table.connection",
+    "Connection": "lakewarden.api.connection",
+    "close_shared_connections": "lakewarden.api.connection",
+    "connect": "lakewarden.api.connection",
+    "load_coordinator": "lakewarden.api.connection",
+    "load_storage": "lakewarden.api.connection",
+    "require_kafka": "lakewarden.api.connection",
+    "shared_connection": "lakewarden.api.connection",
     "Coordinator": "lakewarden.table.coordinator",
     "EmbeddedCoordinator": "lakewarden.table.coordinator",
+    "ExecutorLiveness": "lakewarden.table.coordinator",
+    "Heartbeating": "lakewarden.table.coordinator",
+    "TableLock": "lakewarden.table.coordinator",
+    "TimelineAudit": "lakewarden.table.coordinator",
     "Lease": "lakewarden.table.coordinator",
     "LeaseLostError": "lakewarden.table.coordinator",
     "Liveness": "lakewarden.table.coordinator",
@@ -149,8 +164,8 @@ _EXPORTS: dict[str, str] = {
     "FileGroupId": "lakewarden.table.stats",
     "WorkloadProfile": "lakewarden.table.stats",
     "WriteStat": "lakewarden.table.stats",
-    "Table": "lakewarden.table.table",
-    "read": "lakewarden.table.table",
+    "Table": "lakewarden.api.table",
+    "read": "lakewarden.api.table",
     "ConcurrentAppendError": "lakewarden.table.timeline",
     "IllegalTransitionError": "lakewarden.table.timeline",
     "Timeline": "lakewarden.table.timeline",
@@ -183,6 +198,8 @@ __all__ = [
     "Connection",
     "Coordinator",
     "EmbeddedCoordinator",
+    "ExecutorLiveness",
+    "Heartbeating",
     "FileGroupId",
     "IllegalTransitionError",
     "Instant",
@@ -204,7 +221,9 @@ __all__ = [
     "Table",
     "TableAlreadyExistsError",
     "TableConfig",
+    "TableLock",
     "Timeline",
+    "TimelineAudit",
     "TimelineCorruptError",
     "TimelineGapError",
     "TimelineState",

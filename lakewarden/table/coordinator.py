@@ -3,7 +3,7 @@
 ``Coordinator`` is the interface; ``EmbeddedCoordinator`` is the in-process implementation
 used when no Kafka is configured (the Kafka-backed one, ``lakewarden.clients.KafkaCoordinator``,
 talks to the timeline-lock and heartbeat-monitor services). Which one a table gets is decided
-in one place, ``lakewarden.table.connection``; everything else receives it. The lock makes
+in one place, ``lakewarden.api.connection``; everything else receives it. The lock makes
 writers of one table take turns, which keeps instant times increasing and rebases rare;
 **safety never depends on it**. Two processes each have their own embedded coordinator, a lease
 can expire while its holder is paused, and the log (``write_if_absent`` at the tail, the state
@@ -97,14 +97,9 @@ class JobCommits(Protocol):
         ...
 
 
-class Coordinator(abc.ABC):
-    """Per-table mutual exclusion with leases, and liveness of instants."""
-
-    def job_commits(self) -> JobCommits | None:
-        """Where ``Table.write`` hands its job commit: None (the embedded coordinator) runs it
-        in the writer's process (``commit_instant``); the Kafka coordinator answers
-        job-committer when the settings say so (``kafka.job_commits``)."""
-        return None
+class TableLock(abc.ABC):
+    """The table lock: per-table mutual exclusion with fenced leases, FIFO. Taken by every step
+    that appends to a timeline (``WriteTransaction``, scheduling, cancelling, cleaning)."""
 
     @abc.abstractmethod
     def lock(
@@ -130,13 +125,35 @@ class Coordinator(abc.ABC):
         (the service gives the lock up if it granted it meanwhile). Never raises."""
         return None
 
-    @abc.abstractmethod
-    def liveness(self, table_id: str, instant: str) -> Liveness:
-        """Whether the executor of ``instant`` is alive, known dead, or unknown."""
+
+class Heartbeating(abc.ABC):
+    """This process's own heartbeats: an executor declares its instant alive while it works,
+    and checks before completing that the beats were delivered."""
 
     @abc.abstractmethod
     def heartbeat(self, table_id: str, instant: str, owner: str) -> AbstractContextManager[None]:
         """Declare ``instant`` alive (executed by ``owner``) for the ``with`` block."""
+
+    def check_heartbeat(self, table_id: str, instant: str) -> None:
+        """Return when this process may still complete ``instant``: its heartbeat, if it holds
+        one, has been delivered within a tolerance window. A writer whose heartbeat was lost
+        may already have been declared dead and rolled back by the cleaner, so it must stop.
+
+        The embedded coordinator's heartbeats cannot be lost (nothing is delivered anywhere).
+
+        Raises: a NonRetryableError subclass (``HeartbeatLostError``) when the heartbeat is lost.
+        """
+        return None
+
+
+class ExecutorLiveness(abc.ABC):
+    """What is known about the executors of instants: asked before anything destructive is
+    done to another executor's instant (``lakewarden.table.death``, rollback, a plan's claim,
+    the error table's resume)."""
+
+    @abc.abstractmethod
+    def liveness(self, table_id: str, instant: str) -> Liveness:
+        """Whether the executor of ``instant`` is alive, known dead, or unknown."""
 
     def executor_of(self, table_id: str, instant: str) -> str | None:
         """The owner named by the instant's latest heartbeat, when known (for error messages:
@@ -163,6 +180,13 @@ class Coordinator(abc.ABC):
         A plan's claim mark counts this long (``lakewarden.tableservice.claim``)."""
         return DEFAULT_HEARTBEAT_TOLERANCE_S
 
+
+class TimelineAudit:
+    """Telling the outside world about a table's timeline: where the table lives and which
+    entries this process appended (the Kafka coordinator's ``TimelineTransition`` events and
+    the cleaner's registration; the embedded coordinator has nobody to tell). Best effort:
+    storage is the truth."""
+
     def register_table(self, table_id: str, uri: str) -> None:
         """Learn where ``table_id`` lives (no IO). The Kafka coordinator registers the table
         with the cleaner at the first of its entries it announces
@@ -185,15 +209,26 @@ class Coordinator(abc.ABC):
         timeline topic lacks."""
         return None
 
-    def check_heartbeat(self, table_id: str, instant: str) -> None:
-        """Return when this process may still complete ``instant``: its heartbeat, if it holds
-        one, has been delivered within a tolerance window. A writer whose heartbeat was lost
-        may already have been declared dead and rolled back by the cleaner, so it must stop.
 
-        The embedded coordinator's heartbeats cannot be lost (nothing is delivered anywhere).
+class Coordinator(TableLock, Heartbeating, ExecutorLiveness, TimelineAudit):
+    """What a table's writers need from the outside world, in one object as a table holds it:
 
-        Raises: a NonRetryableError subclass (``HeartbeatLostError``) when the heartbeat is lost.
-        """
+    ``TableLock``         lock, lock_ahead, drop_lock_ahead
+    ``Heartbeating``      heartbeat, check_heartbeat (this process's own executors)
+    ``ExecutorLiveness``  liveness, executor_of, monitors_liveness, never_heard_of,
+                          heartbeat_tolerance_s (other executors, judged before a destructive
+                          step)
+    ``TimelineAudit``     register_table, before_requested, announce
+    ``job_commits``       where ``Table.write`` hands its job commit
+
+    A function that needs one role takes that role (``death.verdict`` takes an
+    ``ExecutorLiveness``, the Spark driver's heartbeat keeper a ``Heartbeating``); one that
+    appends to a timeline takes the whole coordinator (lock, heartbeat, audit)."""
+
+    def job_commits(self) -> JobCommits | None:
+        """Where ``Table.write`` hands its job commit: None (the embedded coordinator) runs it
+        in the writer's process (``commit_instant``); the Kafka coordinator answers
+        job-committer when the settings say so (``kafka.commits_by_service``)."""
         return None
 
     def close(self) -> None:

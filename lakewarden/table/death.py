@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from lakewarden.errors import RetryableError
 from lakewarden.storage import Storage, StorageError
 from lakewarden.table.claim_mark import ClaimMark, read_claim_mark
-from lakewarden.table.coordinator import Coordinator, Liveness
+from lakewarden.table.coordinator import ExecutorLiveness, Liveness
 
 __all__ = [
     "DeathVerdict",
@@ -125,7 +125,7 @@ def judge(e: Evidence) -> DeathVerdict:
 
 
 def verdict(
-    coordinator: Coordinator,
+    coordinator: ExecutorLiveness,
     storage: Storage,
     table_id: str,
     instant: str,

@@ -61,9 +61,10 @@ from lakewarden.errortable.records import (
 from lakewarden.errortable.table import SourcesAlreadyCommittedError
 from lakewarden.events import EventCodec, EventConsumer, Rejection, default_codec
 from lakewarden.events.consumer import HeldMessage
+from lakewarden.handle import TableHandle
 from lakewarden.settings import Settings
 from lakewarden.storage import open_storage
-from lakewarden.table import Coordinator, Table, Timeline
+from lakewarden.table import Coordinator, Timeline
 from lakewarden_services._common.dlq import DEAD_LETTERS
 from lakewarden_services.error_sink import metrics
 from lakewarden_services.error_sink.hints import TimelineHints
@@ -131,7 +132,7 @@ class ErrorSink:
         self._given_up: OrderedDict[SourceKey, str] = OrderedDict()
         self._assigned: set[int] = set()
         self._timelines: dict[str, Timeline] = {}
-        self._error_tables: dict[str, Table] = {}
+        self._error_tables: dict[str, TableHandle] = {}
         self.clock = clock
         self.hints = TimelineHints(settings) if options.hints else None
         # Pending keys: when storage last said "still pending" (hints or the fallback say
@@ -347,7 +348,7 @@ class ErrorSink:
             context[TABLE_URI], context[TABLE_NAME], self.settings.error_table
         )
 
-    def _error_table(self, location: ErrorTableLocation) -> Table:
+    def _error_table(self, location: ErrorTableLocation) -> TableHandle:
         table = self._error_tables.get(location.uri)
         if table is None:
             table = open_error_table(location, settings=self.settings, coordinator=self.coordinator)

@@ -33,8 +33,8 @@ from _runner import _Reader, _Run
 from _schedule import RunPlan
 from _service_checkers import check_services, service_ops_from_history
 
+from lakewarden.api.connection import connect
 from lakewarden.settings import Settings
-from lakewarden.table.connection import connect
 
 __all__ = ["EMBEDDED_ENV", "EmbeddedStack", "run_embedded"]
 

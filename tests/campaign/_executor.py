@@ -40,11 +40,11 @@ ACTOR_PREFIX = "executor-"
 
 
 def _open_table(spec: dict[str, Any]) -> Any:
+    from lakewarden.api.connection import connect, load_storage
+    from lakewarden.api.table import Table
     from lakewarden.settings import Settings
     from lakewarden.storage.faults import FaultyStorage
     from lakewarden.table.config import load_config
-    from lakewarden.table.connection import connect, load_storage
-    from lakewarden.table.table import Table
 
     settings = Settings()
     storage = load_storage(spec["uri"], settings)

@@ -12,12 +12,12 @@ from typing import Any
 from _checkers import TableObservation
 from _event_checkers import COMPARED
 
+from lakewarden.api.connection import load_storage
+from lakewarden.api.table import Table
 from lakewarden.settings import Settings
 from lakewarden.storage import Storage
 from lakewarden.table.config import load_config
-from lakewarden.table.connection import load_storage
 from lakewarden.table.coordinator import EmbeddedCoordinator
-from lakewarden.table.table import Table
 
 __all__ = ["error_rows", "observe_table", "quiet", "raw_entries", "timeline_events"]
 

@@ -30,7 +30,7 @@ from _processes import Workload, wait
 from _service_checkers import ServiceOp, service_ops_from_history
 from _stack import CampaignStack
 
-from lakewarden.table.connection import load_storage
+from lakewarden.api.connection import load_storage
 
 __all__ = ["RunResult", "Findings", "service_outcome"]
 

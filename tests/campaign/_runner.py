@@ -37,9 +37,9 @@ from _service_checkers import check_services
 from _stack import BUCKET, CampaignStack
 from _writer import SCHEMA
 
+from lakewarden.api.connection import Connection, connect, load_storage
+from lakewarden.api.table import Table
 from lakewarden.table.config import load_config
-from lakewarden.table.connection import Connection, connect, load_storage
-from lakewarden.table.table import Table
 
 __all__ = ["REPO_ROOT", "RunResult", "reproduce_command", "run_one"]
 

@@ -79,11 +79,11 @@ def _next_write(
 
 
 def _open_table(spec: dict[str, Any]) -> Any:
+    from lakewarden.api.connection import connect, load_storage
+    from lakewarden.api.table import Table
     from lakewarden.settings import Settings
     from lakewarden.storage.faults import FaultyStorage
     from lakewarden.table.config import load_config
-    from lakewarden.table.connection import connect, load_storage
-    from lakewarden.table.table import Table
 
     settings = Settings()
     inner = load_storage(spec["uri"], settings)

@@ -27,9 +27,9 @@ from _schedule import make_embedded_plan, make_plan
 from _stack import WORKLOAD_SERVICES, CampaignStack
 from _writer import SCHEMA
 
+from lakewarden.api.connection import connect
+from lakewarden.api.table import Table
 from lakewarden.devstack import processes
-from lakewarden.table.connection import connect
-from lakewarden.table.table import Table
 from lakewarden.testing import wait_until
 
 DURATION_S = 8.0
@@ -105,7 +105,7 @@ def test_embedded_campaign_seed(seed: int, tmp_path: Path) -> None:
 
 _KILLED_AFTER_REQUESTED = """
 import os, signal, sys
-from lakewarden.table.table import Table
+from lakewarden.api.table import Table
 from lakewarden.table.transaction import WriteTransaction
 table = Table.open(sys.argv[1])
 txn = WriteTransaction.begin(

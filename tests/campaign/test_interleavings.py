@@ -22,12 +22,12 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from lakewarden.api.table import Table
 from lakewarden.errors import LakewardenError
 from lakewarden.settings import HeartbeatSettings
 from lakewarden.storage.faults import FaultyStorage
 from lakewarden.table.clean.policy import CleanPolicy
 from lakewarden.table.coordinator import EmbeddedCoordinator
-from lakewarden.table.table import Table
 
 SCHEMA = pa.schema([("key", pa.string()), ("part", pa.string()), ("ts", pa.int64())])
 # A claim mark counts 1 ms: a rival finds it expired at once (a stalled executor's case).

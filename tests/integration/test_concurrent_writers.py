@@ -26,8 +26,8 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from lakewarden.api.table import Table
 from lakewarden.table.instant import Transition
-from lakewarden.table.table import Table
 from lakewarden.testing import wait_until
 
 SCHEMA = pa.schema([("id", pa.int64()), ("ts", pa.int64()), ("v", pa.string())])

@@ -8,8 +8,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from lakewarden.api.table import Table
 from lakewarden.table.instant import Transition
-from lakewarden.table.table import Table
 
 SCHEMA = pa.schema(
     [

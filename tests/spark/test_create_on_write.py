@@ -12,6 +12,7 @@ from _spark_helpers import SCHEMA, make_table, rows, sorted_rows, spark_df, spar
 
 import lakewarden
 import lakewarden.spark
+from lakewarden.api.table import Table
 from lakewarden.spark._create import (
     TableOptions,
     TableOptionsMismatchError,
@@ -21,7 +22,6 @@ from lakewarden.spark._create import (
 from lakewarden.spark._options import InvalidOptionError
 from lakewarden.storage import Storage, open_storage
 from lakewarden.table.config import InvalidTableConfigError, NotATableError, load_config
-from lakewarden.table.table import Table
 
 CREATE = {
     "record_key": "id",

@@ -15,8 +15,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from lakewarden.api.table import Table
 from lakewarden.table.clean.policy import CleanPolicy
-from lakewarden.table.table import Table
 
 pytestmark = pytest.mark.spark
 

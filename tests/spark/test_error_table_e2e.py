@@ -28,6 +28,7 @@ import pyarrow.compute as pc
 import pytest
 
 import lakewarden
+from lakewarden.api.table import Table
 from lakewarden.commit import ManifestCommitter
 from lakewarden.devstack import SERVICES, DevSettings, DevStack
 from lakewarden.errortable import error_table_location
@@ -40,7 +41,6 @@ from lakewarden.spark._options import encode_settings
 from lakewarden.table.bucket import render_partition_path
 from lakewarden.table.config import NotATableError
 from lakewarden.table.instant import INGESTION_ACTIONS, Transition
-from lakewarden.table.table import Table
 from lakewarden.testing import wait_until
 from lakewarden_services._common.process import ServiceProcess
 

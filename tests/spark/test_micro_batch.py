@@ -17,12 +17,12 @@ import pytest
 from _spark_helpers import SCHEMA, make_table, rows, sorted_rows
 
 import lakewarden
+from lakewarden.api.table import Table
 from lakewarden.spark._micro_batch import MicroBatchWriter, batch_option, parse_batch_option
 from lakewarden.spark._options import InvalidOptionError
 from lakewarden.spark._transaction import BatchKey
 from lakewarden.table.config import META_COMMIT_TIME, META_FILE_NAME, META_PARTITION_PATH
 from lakewarden.table.instant import Transition
-from lakewarden.table.table import Table
 from lakewarden.testing import wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]

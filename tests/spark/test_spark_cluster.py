@@ -23,8 +23,8 @@ from _cluster import StandaloneCluster
 from _spark_helpers import committed_files, files_on_disk, rows, sorted_rows
 
 import lakewarden
+from lakewarden.api.table import Table
 from lakewarden.table.instant import Transition
-from lakewarden.table.table import Table
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

@@ -13,13 +13,13 @@ import pytest
 from _spark_helpers import SCHEMA, rows, sorted_rows, spark_rows
 
 import lakewarden.spark
+from lakewarden.api.table import Table
 from lakewarden.settings import Settings
 from lakewarden.spark import InvalidOptionError
 from lakewarden.spark._fast_read import directory_partitioning
 from lakewarden.table.config import TableConfig
 from lakewarden.table.reader import ColumnNotFoundError
 from lakewarden.table.stats import FileGroupId, WriteStat
-from lakewarden.table.table import Table
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

@@ -12,8 +12,8 @@ import pytest
 from _spark_helpers import SCHEMA, rows, sorted_rows, spark_rows
 
 import lakewarden
+from lakewarden.api.table import Table
 from lakewarden.table import read_manifest
-from lakewarden.table.table import Table
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

@@ -17,6 +17,7 @@ from _spark_helpers import SCHEMA, files_on_disk, rows, sorted_rows, spark_df, s
 from pyspark.sql.types import LongType, StructField, StructType
 
 import lakewarden
+from lakewarden.api.table import Table
 from lakewarden.devstack.s3 import DEV_ACCESS_KEY, DEV_SECRET_KEY
 from lakewarden.logfile import LogWriter, encode_records, scan_log, select_by_sequence
 from lakewarden.settings import Settings
@@ -28,7 +29,6 @@ from lakewarden.spark._task import TaskIdentity, write_task
 from lakewarden.spark._writer import create_writer
 from lakewarden.table.files import is_log_file
 from lakewarden.table.instant import Action, Transition
-from lakewarden.table.table import Table
 
 pytestmark = pytest.mark.spark
 

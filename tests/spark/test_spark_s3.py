@@ -10,11 +10,11 @@ import pytest
 from _spark_helpers import SCHEMA, rows, sorted_rows, spark_df, spark_rows
 
 import lakewarden.spark
+from lakewarden.api.table import Table
 from lakewarden.settings import Settings
 from lakewarden.spark._options import encode_settings
 from lakewarden.storage import open_storage
 from lakewarden.table.instant import Transition
-from lakewarden.table.table import Table
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

@@ -16,8 +16,9 @@ from _spark_helpers import files_on_disk, make_table, rows, sorted_rows, spark_d
 from click.testing import CliRunner
 
 import lakewarden.spark
+from lakewarden.api.table import Table
 from lakewarden.cli import cli
-from lakewarden.errortable import error_table_location, open_error_table
+from lakewarden.errortable import error_table_location
 from lakewarden.errortable.divert import SPOOL_DIR
 from lakewarden.settings import ErrorTableSettings, Settings
 from lakewarden.spark import _service
@@ -26,7 +27,6 @@ from lakewarden.table.config import CONFIG_KEY, describe_fields, encode_schema
 from lakewarden.table.instant import Action, Transition
 from lakewarden.table.plans import ServicePlan
 from lakewarden.table.stats import CommitStats, FileGroupId
-from lakewarden.table.table import Table
 from lakewarden.tableservice import (
     PlanAlreadyExecutingError,
     PlanningInput,
@@ -216,7 +216,7 @@ def test_a_compaction_on_spark_sets_aside_what_the_evolved_schema_cannot_hold(
     assert run.stats is not None and run.stats.failed_records == 20
     assert [r["id"] for r in sorted_rows(table.read())] == list(range(0, 40, 2))
     location = error_table_location(uri, table.name, ErrorTableSettings())
-    errors = open_error_table(location, coordinator=table.coordinator).read()
+    errors = Table.open(location.uri, coordinator=table.coordinator).read()
     records = [json.loads(r) for r in errors.column("record").to_pylist()]
     assert sorted(r["id"] for r in records) == list(range(1, 40, 2))
     assert set(errors.column("source_instant").to_pylist()) == {instant}

@@ -13,9 +13,9 @@ from _spark_helpers import make_table, rows, sorted_rows, spark_df, spark_rows, 
 
 import lakewarden
 import lakewarden.spark
+from lakewarden.api.table import Table
 from lakewarden.table.conflicts import OverlappingCommitConflict
 from lakewarden.table.instant import Transition
-from lakewarden.table.table import Table
 from lakewarden.table.writer import CommitResult
 from lakewarden.testing import wait_until
 

@@ -32,8 +32,8 @@ EVERY_OPTIONAL = sorted({module for modules in EXTRA_MODULES.values() for module
 CORE = (
     "lakewarden",
     "lakewarden.table",
-    "lakewarden.table.table",
-    "lakewarden.table.connection",
+    "lakewarden.api.table",
+    "lakewarden.api.connection",
     "lakewarden.storage",
     "lakewarden.storage.local",
     "lakewarden.commit",

@@ -140,7 +140,7 @@ def test_the_walk_sees_the_edges_it_must() -> None:
     assert "lakewarden.commit.attempt" in graph["lakewarden.commit"]  # __init__ re-exports
     # A lazy surface (``lakewarden._lazy``) imports its modules on first use, not at import.
     assert "lakewarden._lazy" in graph["lakewarden.table"]
-    assert "lakewarden.table.table" not in graph["lakewarden.table"]
+    assert "lakewarden.api.table" not in graph["lakewarden.table"]
 
 
 def test_lakewarden_has_no_import_cycle() -> None:
@@ -256,8 +256,8 @@ def test_a_spark_task_worker_imports_no_reader_cleaner_or_event_layer() -> None:
     heavy = [
         "pandas",
         "pyarrow.dataset",
-        "lakewarden.table.clean.run",
-        "lakewarden.table.table",
+        "lakewarden.api.clean",
+        "lakewarden.api.table",
         "lakewarden.spark._helper",
         "lakewarden.spark._job",
         "confluent_kafka",
@@ -271,3 +271,182 @@ def test_a_spark_task_worker_imports_no_reader_cleaner_or_event_layer() -> None:
         [sys.executable, "-c", probe], check=True, cwd=ROOT.parent, capture_output=True, text=True
     )
     assert done.stdout.strip() == ""
+
+
+# The layers of ``lakewarden/``, top first. A module belongs to the layer of the longest
+# prefix that names it. A module imports only from its own layer or a layer below it: at
+# module level, inside functions, under ``if TYPE_CHECKING:`` and through a package's lazy
+# surface (``lakewarden._lazy``: ``from lakewarden.table import Table`` is an import of the
+# module that defines ``Table``). Within a layer anything goes (the cycle test above still
+# holds for what runs at import time).
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    (
+        "entry points",
+        (
+            "lakewarden.cli",
+            "lakewarden.demo",
+            "lakewarden._demo_show",
+            "lakewarden._demo_writer",
+            "lakewarden.devstack",
+        ),
+    ),
+    ("spark", ("lakewarden.spark",)),
+    ("replay", ("lakewarden.history",)),
+    ("user-facing table and wiring", ("lakewarden", "lakewarden.api")),
+    ("lock state", ("lakewarden.lock",)),
+    ("clients", ("lakewarden.clients",)),
+    ("table services", ("lakewarden.tableservice",)),
+    ("error table", ("lakewarden.errortable",)),
+    ("test harness", ("lakewarden.testing",)),
+    ("opened table", ("lakewarden.handle",)),
+    ("publishing", ("lakewarden.publish",)),
+    ("table core", ("lakewarden.table",)),
+    ("events", ("lakewarden.events",)),
+    ("commit protocol and log files", ("lakewarden.commit", "lakewarden.logfile")),
+    ("storage", ("lakewarden.storage",)),
+    (
+        "foundations",
+        (
+            "lakewarden.settings",
+            "lakewarden.errors",
+            "lakewarden.clock",
+            "lakewarden.extras",
+            "lakewarden.names",
+            "lakewarden.logfmt",
+            "lakewarden._lazy",
+        ),
+    ),
+)
+
+# A lower package's lazy surface (and its ``TYPE_CHECKING`` block) may name a module above it
+# only here, for user-facing names: ``from lakewarden.table import Table`` is how users and the
+# docs reach the table, and the name resolves on first use by them. Library code below the
+# user-facing layer that imports one of these names is still reported (the import is judged by
+# the module that defines the name).
+PUBLIC_ALIASES: frozenset[tuple[str, str]] = frozenset(
+    {
+        ("lakewarden.table", "lakewarden.api.table"),
+        ("lakewarden.table", "lakewarden.api.connection"),
+        ("lakewarden.table", "lakewarden.api.clean"),
+    }
+)
+
+
+def layer_of(module: str) -> int:
+    """The index in ``LAYERS`` (0 is the top) of the layer that holds ``module`` (``lakewarden``
+    alone names the root package, not everything in it)."""
+    best, found = -1, None
+    for index, (_, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            inside = prefix != PACKAGE and module.startswith(prefix + ".")
+            if (module == prefix or inside) and len(prefix) > best:
+                best, found = len(prefix), index
+    assert found is not None, f"{module} is in no layer: add it to LAYERS"
+    return found
+
+
+def _lazy_exports(path: Path) -> dict[str, str]:
+    """A lazy surface's ``_EXPORTS`` (public name -> defining module), read from its source."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    for node in tree.body:
+        target = node.target if isinstance(node, ast.AnnAssign) else None
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target = node.targets[0]
+        if isinstance(target, ast.Name) and target.id == "_EXPORTS":
+            value = ast.literal_eval(node.value)  # type: ignore[union-attr, arg-type]
+            assert isinstance(value, dict)
+            return {str(k): str(v) for k, v in value.items()}
+    return {}
+
+
+def _resolve(name: str, known: dict[str, Path]) -> str | None:
+    """The known module ``name`` is or is inside (``pkg.mod.attr`` -> ``pkg.mod``)."""
+    parts = name.split(".")
+    while parts:
+        candidate = ".".join(parts)
+        if candidate in known:
+            return candidate
+        parts.pop()
+    return None
+
+
+def every_import(
+    module: str, path: Path, known: dict[str, Path], lazy: dict[str, dict[str, str]]
+) -> Iterator[tuple[int, str]]:
+    """Every ``lakewarden`` module that ``module`` imports anywhere (module level, functions,
+    ``TYPE_CHECKING``), with the line; a name taken from a lazy surface counts as an import
+    of the module that defines it, and a lazy surface's own exports count as its imports."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    is_package = path.name == "__init__.py"
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = module.split(".")
+                if not is_package:
+                    anchor = anchor[:-1]
+                anchor = anchor[: len(anchor) - (node.level - 1)]
+                base = ".".join([*anchor, base] if base else anchor)
+            surface = lazy.get(base, {})
+            plain = [a.name for a in node.names if a.name not in surface]
+            if plain or not node.names:
+                yield node.lineno, base
+            for alias in node.names:
+                if alias.name in surface:
+                    yield node.lineno, surface[alias.name]
+                elif f"{base}.{alias.name}" in known:
+                    yield node.lineno, f"{base}.{alias.name}"
+    for target in lazy.get(module, {}).values():
+        yield 0, target
+
+
+def upward_imports(root: Path = ROOT) -> list[str]:
+    """Every import of a module from a layer above its own, as ``path:line module -> target``."""
+    known = _modules()
+    lazy = {module: _lazy_exports(path) for module, path in known.items()}
+    found = []
+    for module, path in known.items():
+        here = layer_of(module)
+        for lineno, name in every_import(module, path, known, lazy):
+            target = _resolve(name, known) if name.startswith(PACKAGE) else None
+            if target is None or (module, target) in PUBLIC_ALIASES:
+                continue
+            if layer_of(target) < here:
+                where = path.relative_to(root.parent)
+                found.append(
+                    f"{where}:{lineno} {module} ({LAYERS[here][0]}) imports {target} "
+                    f"({LAYERS[layer_of(target)][0]})"
+                )
+    return sorted(set(found))
+
+
+def test_every_module_is_in_a_layer() -> None:
+    for module in _modules():
+        layer_of(module)
+    with pytest.raises(AssertionError, match="in no layer"):
+        layer_of("lakewarden.newpackage.module")
+
+
+def test_the_layer_walk_sees_function_level_and_lazy_imports(tmp_path: Path) -> None:
+    known = _modules()
+    lazy = {module: _lazy_exports(path) for module, path in known.items()}
+    assert lazy["lakewarden.table"]["Table"] == "lakewarden.api.table"
+    probe = tmp_path / "config.py"
+    probe.write_text(
+        "from lakewarden.table import TableConfig\n"
+        "def later() -> None:\n    from lakewarden.table import Table\n"
+    )
+    names = [n for _, n in every_import("lakewarden.table.config", probe, known, lazy)]
+    assert names == ["lakewarden.table.config", "lakewarden.api.table"]
+    assert layer_of("lakewarden.api.table") < layer_of("lakewarden.tableservice.executor")
+    assert layer_of("lakewarden.table.config") > layer_of("lakewarden.handle")
+
+
+def test_no_import_runs_up_the_layers() -> None:
+    """Each package builds on those below it and never reaches back up, not even inside a
+    function: the user-facing ``Table`` (``lakewarden.api``) drives the table services, the
+    error table and publishing, which build on the table core."""
+    assert upward_imports() == []

@@ -13,6 +13,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from lakewarden.api.table import Table
 from lakewarden.names import (
     InvalidNameError,
     check_table_name,
@@ -25,7 +26,6 @@ from lakewarden.storage.local import LocalStorage
 from lakewarden.table.bucket import PartitionValueTooLongError
 from lakewarden.table.config import InvalidTableConfigError, TableConfig, parse_config
 from lakewarden.table.coordinator import EmbeddedCoordinator
-from lakewarden.table.table import Table
 from lakewarden.table.timeline import Timeline
 
 SCHEMA = pa.schema([("id", pa.int64()), ("p", pa.string())])

@@ -1,14 +1,14 @@
 """Cleaning a table: old file versions by policy, failed writes, job leftovers, orphans.
 
 ``Table.clean(policy=None, dry_run=False)`` is the entry point; the service
-``services/cleaner`` runs it per table. The pieces:
+``services/cleaner`` runs it per table. The clean instant itself (plan, delete, completed,
+cancelling expired plans) is ``lakewarden.api.clean``, a layer above: it drives the table
+services and publishing, which build on this package. The pieces here:
 
 CleanPolicy, CleaningPolicy       Hudi's three policies and their defaults (``policy``)
 plan_retention                    which files of completed writes a policy frees (``retention``)
 find_storage_garbage              rolled-back files, finished jobs' leftovers, orphans (``garbage``)
 failed_writes, roll_back          rollback of writes whose executor is dead (``rollback``)
-clean_table, CleanRequest,        the clean instant: plan, delete, completed (``run``)
-CleanResult
 InstantCleanedError,              a read of a snapshot a clean deleted files of; a read a clean
 read_past_cleans                  overtook (``cleaned``)
 """
@@ -39,7 +39,6 @@ if TYPE_CHECKING:
     )
     from lakewarden.table.clean.retention import RetentionPlan, plan_retention
     from lakewarden.table.clean.rollback import RollbackContext, failed_writes, roll_back
-    from lakewarden.table.clean.run import CleanRequest, CleanResult, clean_table, execute_clean
 
 _EXPORTS: dict[str, str] = {
     "InstantCleanedError": "lakewarden.table.clean.cleaned",
@@ -58,10 +57,6 @@ _EXPORTS: dict[str, str] = {
     "RollbackContext": "lakewarden.table.clean.rollback",
     "failed_writes": "lakewarden.table.clean.rollback",
     "roll_back": "lakewarden.table.clean.rollback",
-    "CleanRequest": "lakewarden.table.clean.run",
-    "CleanResult": "lakewarden.table.clean.run",
-    "clean_table": "lakewarden.table.clean.run",
-    "execute_clean": "lakewarden.table.clean.run",
 }
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
@@ -69,8 +64,6 @@ __all__ = [
     "DEFAULT_ORPHAN_MIN_AGE_S",
     "DEFAULT_RETENTION_WINDOW_S",
     "CleanPolicy",
-    "CleanRequest",
-    "CleanResult",
     "CleaningPolicy",
     "InstantCleanedError",
     "InvalidCleanPolicyError",
@@ -79,8 +72,6 @@ __all__ = [
     "RollbackContext",
     "StorageGarbage",
     "check_not_cleaned",
-    "clean_table",
-    "execute_clean",
     "failed_writes",
     "find_storage_garbage",
     "plan_retention",

@@ -35,7 +35,7 @@ from lakewarden.commit import ManifestCommitter
 from lakewarden.storage import Storage
 from lakewarden.table.abandon import abandon
 from lakewarden.table.completion import CompletionOutcome, complete
-from lakewarden.table.coordinator import Coordinator, Liveness
+from lakewarden.table.coordinator import Coordinator, ExecutorLiveness, Liveness
 from lakewarden.table.death import Evidence, judge
 from lakewarden.table.instant import INGESTION_ACTIONS, Action, Instant, Transition
 from lakewarden.table.plans import RollbackPlan
@@ -68,7 +68,7 @@ class RollbackContext:
 
 def failed_writes(
     state: TimelineState,
-    coordinator: Coordinator,
+    coordinator: ExecutorLiveness,
     table_id: str,
     dead: Collection[str] = (),
     *,
@@ -117,7 +117,7 @@ NEVER_BEAT_TOLERANCES = 3
 
 
 def never_beat(
-    inst: InstantState, coordinator: Coordinator, table_id: str, now_ms: int | None
+    inst: InstantState, coordinator: ExecutorLiveness, table_id: str, now_ms: int | None
 ) -> bool:
     """Whether ``inst`` was requested over ``NEVER_BEAT_TOLERANCES`` heartbeat tolerances
     before ``now_ms`` and the liveness service has no record of it (False without ``now_ms``)."""

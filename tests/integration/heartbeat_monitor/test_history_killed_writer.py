@@ -16,6 +16,7 @@ from click.testing import CliRunner, Result
 from hbtools import INTERVAL_S, Expiries, Writer, hold
 from matplotlib.image import imread
 
+from lakewarden.api.table import Table
 from lakewarden.cli import cli
 from lakewarden.clients.timeline_events import TimelinePublisher
 from lakewarden.history import fmt_ms
@@ -23,7 +24,6 @@ from lakewarden.history.chart import BAR_COLOURS
 from lakewarden.settings import Settings
 from lakewarden.table.coordinator import EmbeddedCoordinator
 from lakewarden.table.stats import WorkloadProfile
-from lakewarden.table.table import Table
 from lakewarden.table.timeline_state import TimelineEntry
 from lakewarden.table.transaction import WriteTransaction
 from lakewarden_services._common.process import ServiceProcess

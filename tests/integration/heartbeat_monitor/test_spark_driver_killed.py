@@ -20,6 +20,7 @@ import pyarrow as pa
 import pytest
 from hbtools import INTERVAL_S, MISSES, TOLERANCE_S, Expiries, env_for
 
+from lakewarden.api.table import Table
 from lakewarden.clients.liveness import Liveness
 from lakewarden.devstack import processes
 from lakewarden.events import ensure_topics
@@ -27,7 +28,6 @@ from lakewarden.settings import Settings
 from lakewarden.table.coordinator import Liveness as Verdict
 from lakewarden.table.instant import Action, Transition
 from lakewarden.table.plans import RollbackPlan
-from lakewarden.table.table import Table
 from lakewarden.testing import wait_until
 from lakewarden_services._common.process import ServiceProcess
 

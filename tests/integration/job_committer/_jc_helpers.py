@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from confluent_kafka import Consumer, TopicPartition
 
+from lakewarden.api.table import Table
 from lakewarden.clients import CommitRequest
 from lakewarden.commit import ManifestCommitter, new_job_id
 from lakewarden.commit.stages import TaskCommitResult
@@ -27,7 +28,6 @@ from lakewarden.table.files import BaseFileName, WriteToken, file_key
 from lakewarden.table.instant import Transition
 from lakewarden.table.plans import JobPlan
 from lakewarden.table.stats import CommitStats, FileGroupId, WorkloadProfile, WriteStat
-from lakewarden.table.table import Table
 from lakewarden.table.transaction import WriteTransaction
 from lakewarden.table.writer import merge, stamped
 

@@ -19,6 +19,7 @@ from _jc_helpers import Driver, make_table, rows, wait_for
 from click.testing import CliRunner, Result
 from matplotlib.image import imread
 
+from lakewarden.api.table import Table
 from lakewarden.cli import cli
 from lakewarden.clients import CommitClient, JobCommitFailedError, KafkaCoordinator
 from lakewarden.events.topics import TIMELINE
@@ -26,7 +27,6 @@ from lakewarden.history import Recorded, read_table_events
 from lakewarden.history.chart import BAR_COLOURS
 from lakewarden.settings import Settings
 from lakewarden.table.checkpoint import entry_key
-from lakewarden.table.table import Table
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.usefixtures("committer_service")]
 

@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 from _jc_helpers import MODULE, Driver, as_set, data_files, make_table, rows, wait_for
 
+from lakewarden.api.table import Table
 from lakewarden.clients import CommitClient, CommitReply
 from lakewarden.devstack import processes
 from lakewarden.settings import Settings
 from lakewarden.table.instant import Transition
-from lakewarden.table.table import Table
 from lakewarden_services._common.process import ServiceProcess
 from lakewarden_services.job_committer.hooks import CRASH_AT, CRASH_ONCE
 

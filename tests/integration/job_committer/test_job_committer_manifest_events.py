@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from _jc_helpers import SCHEMA, Driver, as_set, rows
 
+from lakewarden.api.table import Table
 from lakewarden.clients import AttemptManifest, CommitClient
 from lakewarden.commit.stages.load import FROM_EVENTS, FROM_STORAGE
 from lakewarden.settings import Settings
-from lakewarden.table.table import Table
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.usefixtures("lock_service")]
 REGIONS = ("eu", "us", "apac", "af")

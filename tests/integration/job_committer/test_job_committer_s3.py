@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from _jc_helpers import SCHEMA, Driver, as_set, data_files, rows
 
+from lakewarden.api.table import Table
 from lakewarden.clients import CommitClient
 from lakewarden.settings import Settings
 from lakewarden.table.instant import Transition
-from lakewarden.table.table import Table
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.usefixtures("lock_service")]
 

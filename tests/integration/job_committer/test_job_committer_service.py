@@ -13,6 +13,7 @@ import pytest
 from _jc_helpers import Driver, as_set, data_files, make_table, read_topic, rows, wait_for
 from confluent_kafka import Producer
 
+from lakewarden.api.table import Table
 from lakewarden.clients import CommitClient, JobCommitFailedError, check_commit
 from lakewarden.clients.commit import request_record
 from lakewarden.events import make_event
@@ -20,7 +21,6 @@ from lakewarden.events.codec import default_codec
 from lakewarden.events.topics import DLQ, JOB_REQUESTS, TASK_MANIFESTS, TIMELINE
 from lakewarden.settings import Settings
 from lakewarden.table.instant import Transition
-from lakewarden.table.table import Table
 from lakewarden_services._common.process import ServiceProcess
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.usefixtures("committer_service")]

@@ -14,6 +14,7 @@ import pyarrow as pa
 import pytest
 from _jc_helpers import read_topic, wait_for
 
+from lakewarden.api.connection import connect
 from lakewarden.clients import JobCommitFailedError
 from lakewarden.events.topics import TASK_MANIFESTS
 from lakewarden.settings import Settings
@@ -23,7 +24,6 @@ from lakewarden.spark._options import WriteSpec, encode_settings
 from lakewarden.spark._task import TaskIdentity, write_task
 from lakewarden.spark._transaction import BatchAlreadyCommittedError, BatchKey
 from lakewarden.table import Table, close_shared_connections
-from lakewarden.table.connection import connect
 from lakewarden.table.instant import Transition
 from lakewarden_services._common.process import ServiceProcess
 

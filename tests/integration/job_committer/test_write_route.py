@@ -14,11 +14,11 @@ import pyarrow as pa
 import pytest
 from _job_committers import JobCommitters
 
+from lakewarden.api.connection import connect
 from lakewarden.clients import CommitServiceUnavailableError, JobCommitterUnavailableError
 from lakewarden.clients.committer_presence import job_committer_group
 from lakewarden.settings import KafkaSettings, Settings
 from lakewarden.table import Table
-from lakewarden.table.connection import connect
 from lakewarden.table.instant import Transition
 from lakewarden_services._common.app import app_id
 from lakewarden_services._common.process import ServiceProcess

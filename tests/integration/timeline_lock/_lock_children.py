@@ -25,10 +25,10 @@ from contextlib import contextmanager
 
 import pyarrow as pa
 
+from lakewarden.api.table import Table
 from lakewarden.clients import KafkaCoordinator, LockClient
 from lakewarden.settings import Settings
 from lakewarden.table.coordinator import Lease
-from lakewarden.table.table import Table
 
 STEP_COMPLETED = 3  # a write takes the lock for requested, inflight, then completed
 

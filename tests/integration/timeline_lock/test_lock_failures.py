@@ -17,11 +17,11 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from lakewarden.api.table import Table
 from lakewarden.clients import KafkaCoordinator, LockClient
 from lakewarden.events import EventConsumer, ensure_topics
 from lakewarden.settings import Settings
 from lakewarden.table.instant import Transition
-from lakewarden.table.table import Table
 from lakewarden.testing import wait_until
 from lakewarden_services._common.process import ServiceProcess
 

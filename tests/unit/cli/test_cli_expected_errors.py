@@ -16,8 +16,8 @@ import pyarrow as pa
 import pytest
 from click.testing import CliRunner
 
+from lakewarden.api.table import Table
 from lakewarden.cli import cli
-from lakewarden.table.table import Table
 
 NOT_A_TABLE = "/not/a/table"
 

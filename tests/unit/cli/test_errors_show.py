@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner
 from rich.console import Console
 
+from lakewarden.api.table import Table
 from lakewarden.cli import cli
 from lakewarden.cli.errors import records_table
 from lakewarden.errortable import (
@@ -25,7 +26,6 @@ from lakewarden.errortable import (
 from lakewarden.errortable.records import failure_reason, kafka_record_message, task_row_message
 from lakewarden.errortable.testing import FakeWrite
 from lakewarden.settings import ErrorTableSettings
-from lakewarden.table.table import Table
 
 LONG = "x" * 300
 

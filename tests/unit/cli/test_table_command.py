@@ -7,9 +7,9 @@ from pathlib import Path
 import pyarrow as pa
 from click.testing import CliRunner
 
+from lakewarden.api.table import Table
 from lakewarden.cli import cli
 from lakewarden.cli.table import payload_summary
-from lakewarden.table.table import Table
 
 
 def _run(*argv: str) -> str:

@@ -13,6 +13,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from lakewarden.api.table import Table
 from lakewarden.clients import (
     CommitClient,
     CommitRequest,
@@ -28,7 +29,6 @@ from lakewarden.events.topics import JOB_REQUESTS, JOB_RESULTS
 from lakewarden.settings import Settings
 from lakewarden.table.coordinator import EmbeddedCoordinator
 from lakewarden.table.stats import CommitStats, MicroBatch
-from lakewarden.table.table import Table
 from lakewarden.table.transaction import WriteTransaction
 
 INSTANT = "20250314092654123"

@@ -12,6 +12,7 @@ import pyarrow as pa
 import pytest
 from _commit_helpers import Table, job_files, run_task
 
+from lakewarden.api.table import Table as LakeTable
 from lakewarden.commit import (
     CommitterOptions,
     NonRetryableStageFailedError,
@@ -21,7 +22,6 @@ from lakewarden.commit.errors import EtagMismatchError
 from lakewarden.commit.layout import TEMPORARY_DIR
 from lakewarden.commit.statistics import aggregate_iostatistics
 from lakewarden.settings import CommitterSettings, Settings
-from lakewarden.table.table import Table as LakeTable
 
 VALIDATE = "job_stage_optional_validate_output"
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from lakewarden.api.table import Table
 from lakewarden.commit import SuccessData
 from lakewarden.errortable import (
     Accepted,
@@ -19,7 +20,6 @@ from lakewarden.errortable import (
 )
 from lakewarden.errortable.records import InvalidErrorRecord
 from lakewarden.errortable.testing import FakeWrite
-from lakewarden.table.table import Table
 from lakewarden.table.timeline import Timeline
 
 

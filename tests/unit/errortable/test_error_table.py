@@ -9,6 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 import lakewarden
+from lakewarden.api.table import Table
 from lakewarden.cli import cli
 from lakewarden.errortable import (
     SourceErrors,
@@ -22,7 +23,6 @@ from lakewarden.errortable import (
 from lakewarden.errortable.table import SourcesAlreadyCommittedError
 from lakewarden.errortable.testing import FakeWrite
 from lakewarden.settings import ErrorTableSettings
-from lakewarden.table.table import Table
 
 
 def test_local_location_is_a_sibling_with_the_suffix() -> None:

@@ -10,6 +10,7 @@ import pyarrow as pa
 import pytest
 
 import lakewarden
+from lakewarden.api.table import Table
 from lakewarden.commit import ManifestCommitter
 from lakewarden.errortable import (
     SourceErrors,
@@ -24,7 +25,6 @@ from lakewarden.errortable.testing import FakeWrite
 from lakewarden.settings import ErrorTableSettings
 from lakewarden.table.instant import Transition
 from lakewarden.table.job_commit import STAGE_COMPLETE
-from lakewarden.table.table import Table
 from lakewarden.testing import SimulatedCrash
 
 

@@ -12,12 +12,12 @@ import pyarrow as pa
 import pytest
 from click.testing import CliRunner
 
+from lakewarden.api.table import Table
 from lakewarden.cli import cli
 from lakewarden.errortable import committed_sources, error_table_location, open_error_table
 from lakewarden.errortable.divert import SPOOL_DIR, settle, spool_key
 from lakewarden.settings import ErrorTableSettings
 from lakewarden.table.instant import Transition
-from lakewarden.table.table import Table
 from lakewarden.table.write_input import InvalidRecordError
 from lakewarden.testing import SimulatedCrash
 
@@ -55,7 +55,8 @@ def _mixed() -> pa.Table:
 
 def _errors(table: Table) -> Table:
     location = error_table_location(table.uri, table.name, ErrorTableSettings())
-    return open_error_table(location, coordinator=table.coordinator)
+    open_error_table(location, coordinator=table.coordinator)  # created on first use
+    return Table.open(location.uri, coordinator=table.coordinator)
 
 
 def _ids(table: Table) -> list[str]:

@@ -10,10 +10,10 @@ import pytest
 from _events import INSTANT, TABLE, beats, expired, transition
 
 from lakewarden import demo
+from lakewarden.api.table import Table
 from lakewarden.history import build_history
 from lakewarden.settings import Settings
 from lakewarden.table.coordinator import EmbeddedCoordinator
-from lakewarden.table.table import Table
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False)])
 

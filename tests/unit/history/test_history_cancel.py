@@ -8,10 +8,10 @@ from pathlib import Path
 import pyarrow as pa
 from _events import event
 
+from lakewarden.api.table import Table
 from lakewarden.clients.timeline_events import transition_record
 from lakewarden.history import Recorded, build_history, explain, fmt_ms
 from lakewarden.table.coordinator import EmbeddedCoordinator
-from lakewarden.table.table import Table
 from lakewarden.table.timeline_state import TimelineEntry
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("v", pa.string())])

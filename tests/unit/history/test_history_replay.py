@@ -11,6 +11,7 @@ import pytest
 from _events import event
 from click.testing import CliRunner
 
+from lakewarden.api.table import Table
 from lakewarden.cli import cli
 from lakewarden.clients.timeline_events import transition_record
 from lakewarden.history import (
@@ -24,7 +25,6 @@ from lakewarden.history import (
 )
 from lakewarden.history.replay import rebuild_state
 from lakewarden.table.checkpoint import entry_key
-from lakewarden.table.table import Table
 from lakewarden.table.timeline_state import TimelineEntry
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("v", pa.string())])

@@ -7,6 +7,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from lakewarden.api.table import Table
 from lakewarden.history import (
     EXPLAIN_LEAD_MS,
     EXPLAIN_TRAIL_MS,
@@ -17,7 +18,6 @@ from lakewarden.history import (
 from lakewarden.storage import open_storage
 from lakewarden.table.checkpoint import entry_key
 from lakewarden.table.instant import Action, Instant, Transition
-from lakewarden.table.table import Table
 from lakewarden.table.timeline_state import EntryDraft
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False)])

@@ -13,8 +13,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import lakewarden
+from lakewarden.api.table import Table
 from lakewarden.table.clean.cleaned import InstantCleanedError
-from lakewarden.table.table import Table
 
 Rows = set[tuple[Any, ...]]
 

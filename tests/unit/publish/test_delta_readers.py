@@ -22,8 +22,8 @@ from delta_checks import (
 )
 
 import lakewarden
+from lakewarden.api.table import Table
 from lakewarden.table.clean.policy import CleanPolicy
-from lakewarden.table.table import Table
 
 SCHEMA = pa.schema(
     [

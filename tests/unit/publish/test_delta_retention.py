@@ -16,11 +16,11 @@ from deltalake.exceptions import TableNotFoundError
 from test_delta_readers import SCHEMA, rows
 
 import lakewarden
+from lakewarden.api.table import Table
 from lakewarden.publish import DeltaPublisher, enable
 from lakewarden.publish.log import last_version
 from lakewarden.table.clean.cleaned import InstantCleanedError
 from lakewarden.table.clean.policy import CleanPolicy
-from lakewarden.table.table import Table
 from lakewarden.table.timeline import Timeline
 
 

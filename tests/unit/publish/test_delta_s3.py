@@ -11,11 +11,11 @@ import polars as pl
 from delta_checks import polars_rows, row_set
 from test_delta_readers import SCHEMA, ingest, rows
 
+from lakewarden.api.table import Table
 from lakewarden.devstack.s3 import SeaweedS3
 from lakewarden.settings import Settings
 from lakewarden.table.clean.policy import CleanPolicy
 from lakewarden.table.coordinator import EmbeddedCoordinator
-from lakewarden.table.table import Table
 
 
 def storage_options(s3: SeaweedS3) -> dict[str, str]:

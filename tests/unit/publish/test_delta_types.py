@@ -13,8 +13,8 @@ import pyarrow.compute as pc
 import pytest
 from delta_checks import commit_lines
 
+from lakewarden.api.table import Table
 from lakewarden.publish import UnpublishableSchemaError
-from lakewarden.table.table import Table
 
 TYPES = pa.schema(
     [

@@ -9,8 +9,8 @@ import pytest
 from delta_checks import assert_latest_matches, log_versions
 from test_delta_readers import SCHEMA, rows
 
+from lakewarden.api.table import Table
 from lakewarden.publish import DeltaPublisher
-from lakewarden.table.table import Table
 from lakewarden.table.timeline import Timeline
 
 

@@ -19,12 +19,12 @@ import pytest
 from delta_checks import adds_and_removes, assert_latest_matches, log_versions, row_set
 from test_delta_readers import SCHEMA, rows
 
+from lakewarden.api.table import Table
 from lakewarden.publish import DeltaPublisher
 from lakewarden.publish.gate import RemoveNotPublishedError
 from lakewarden.storage import StorageIOError
 from lakewarden.table.clean.policy import CleanPolicy
 from lakewarden.table.instant import Transition
-from lakewarden.table.table import Table
 from lakewarden.table.timeline import Timeline
 
 COMMITS = 10
@@ -100,7 +100,7 @@ _SLOW_PUBLISHER = textwrap.dedent(
     """
     import sys
     from lakewarden.publish import DeltaPublisher
-    from lakewarden.table.table import Table
+    from lakewarden.api.table import Table
 
     table = Table.open(sys.argv[1])
     write = table.storage.write_if_absent

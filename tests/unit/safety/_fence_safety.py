@@ -12,10 +12,10 @@ from typing import Any
 
 import pyarrow as pa
 
+from lakewarden.api.table import Table
 from lakewarden.storage import Storage
 from lakewarden.storage._forwarding import ForwardingStorage
 from lakewarden.table.coordinator import Coordinator, EmbeddedCoordinator
-from lakewarden.table.table import Table
 
 SCHEMA = pa.schema(
     [

@@ -12,11 +12,11 @@ from typing import Any, TypeVar
 
 import pyarrow as pa
 
+from lakewarden.api.table import Table
 from lakewarden.storage import Storage
 from lakewarden.storage._forwarding import ForwardingStorage, Operation
 from lakewarden.table.clean import CleaningPolicy, CleanPolicy
 from lakewarden.table.coordinator import EmbeddedCoordinator
-from lakewarden.table.table import Table
 
 T = TypeVar("T")
 DAY = 24 * 3600.0

@@ -25,11 +25,11 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parents[1] / "tableservice"))
 from service_tables import SCHEMA, as_sorted, fragmented, rows  # noqa: E402
 
+from lakewarden.api.table import Table  # noqa: E402
 from lakewarden.table import CleanPolicy  # noqa: E402
 from lakewarden.table.conflicts import PendingPlanConflict  # noqa: E402
 from lakewarden.table.instant import Transition  # noqa: E402
 from lakewarden.table.plans import ServicePlan  # noqa: E402
-from lakewarden.table.table import Table  # noqa: E402
 from lakewarden.tableservice import ServiceOutcome  # noqa: E402
 
 AGGRESSIVE = CleanPolicy(commits_retained=1, retention_window_s=0)

@@ -12,10 +12,10 @@ import pyarrow.parquet as pq
 import pytest
 from _memstore import MemStorage
 
+from lakewarden.api.table import Table
 from lakewarden.table.config import TableConfig, save_new_config
 from lakewarden.table.coordinator import EmbeddedCoordinator
 from lakewarden.table.reader import UnsupportedSliceError
-from lakewarden.table.table import Table
 
 SCHEMA = pa.schema(
     [pa.field("id", pa.int64(), nullable=False), ("region", pa.string()), ("amount", pa.int64())]

@@ -14,11 +14,11 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from lakewarden.api.table import Table
 from lakewarden.storage.faults import FaultyStorage
 from lakewarden.table import job_commit
 from lakewarden.table.coordinator import EmbeddedCoordinator
 from lakewarden.table.instant import Transition
-from lakewarden.table.table import Table
 
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string())])
 

@@ -10,11 +10,11 @@ import pyarrow as pa
 import pytest
 from _memstore import MemStorage
 
+from lakewarden.api.table import Table
 from lakewarden.logfile import MissingCommittedBlockError
 from lakewarden.table.config import TableConfig, save_new_config
 from lakewarden.table.coordinator import EmbeddedCoordinator
 from lakewarden.table.log_cache import LogCache
-from lakewarden.table.table import Table
 
 SCHEMA = pa.schema([("id", pa.int64()), ("region", pa.string()), ("ts", pa.int64())])
 ARGS: dict[str, Any] = {

@@ -18,6 +18,7 @@ from _memstore import MemStorage
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from lakewarden.api.table import Table
 from lakewarden.logfile import MissingCommittedBlockError, scan_log
 from lakewarden.settings import Settings
 from lakewarden.storage import NotFoundError
@@ -31,7 +32,6 @@ from lakewarden.table.instant import Action
 from lakewarden.table.merge import stamped
 from lakewarden.table.mor import write_blocks
 from lakewarden.table.stats import WorkloadProfile
-from lakewarden.table.table import Table
 from lakewarden.table.transaction import WriteTransaction
 
 SCHEMA = pa.schema(

@@ -16,12 +16,12 @@ import pytest
 from _memstore import MemStorage
 from click.testing import CliRunner
 
+from lakewarden.api.table import Table
 from lakewarden.cli import cli
 from lakewarden.storage import Storage
 from lakewarden.storage.local import LocalStorage
 from lakewarden.table.checkpoint import entry_key
 from lakewarden.table.instant import Action, Instant, Transition
-from lakewarden.table.table import Table
 from lakewarden.table.timeline import EntryDraft, Timeline, TimelineGapError, TimelineState
 from lakewarden.table.timeline_gaps import REPAIR_COMMAND, TimelineCorruptError, find_gaps
 

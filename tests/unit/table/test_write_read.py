@@ -22,6 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import lakewarden
+from lakewarden.api.table import Table
 from lakewarden.settings import Settings
 from lakewarden.storage import ObjectInfo, Storage, StorageIOError
 from lakewarden.storage.faults import FaultyStorage
@@ -44,7 +45,6 @@ from lakewarden.table.merge import merge, stamped, stored
 from lakewarden.table.reader import ColumnNotFoundError, partition_expression
 from lakewarden.table.snapshot import InstantNotCompletedError
 from lakewarden.table.stats import CommitStats, FileGroupId, WorkloadProfile, WriteStat
-from lakewarden.table.table import Table
 from lakewarden.table.transaction import WriteTransaction
 from lakewarden.table.write_input import InvalidRecordError, SchemaMismatchError, validate_input
 
@@ -225,8 +225,8 @@ def test_a_read_reads_the_settings_from_the_environment_once(
     local_table: Table, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Building Settings parses the environment and .env: a fixed cost of every read.
-    import lakewarden.table.connection as connection
-    import lakewarden.table.table as table_module
+    import lakewarden.api.connection as connection
+    import lakewarden.api.table as table_module
 
     built: list[Settings] = []
 

@@ -16,10 +16,10 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "table"))
 from _memstore import MemStorage  # noqa: E402
 from service_tables import SCHEMA  # noqa: E402
 
+from lakewarden.api.table import Table  # noqa: E402
 from lakewarden.settings import Settings  # noqa: E402
 from lakewarden.table.config import TableConfig, save_new_config  # noqa: E402
 from lakewarden.table.coordinator import EmbeddedCoordinator  # noqa: E402
-from lakewarden.table.table import Table  # noqa: E402
 
 MakeTable = Callable[..., Table]
 

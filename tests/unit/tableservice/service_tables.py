@@ -10,6 +10,7 @@ from typing import Any, ClassVar
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from lakewarden.api.table import Table
 from lakewarden.table.bucket import append_group, route
 from lakewarden.table.config import META_FILE_NAME
 from lakewarden.table.coordinator import Coordinator
@@ -18,7 +19,6 @@ from lakewarden.table.instant import Action
 from lakewarden.table.merge import stamped
 from lakewarden.table.plans import ServicePlan
 from lakewarden.table.stats import CommitStats, WorkloadProfile, WriteStat
-from lakewarden.table.table import Table
 from lakewarden.table.transaction import WriteTransaction
 from lakewarden.table.write_input import validate_input
 from lakewarden.tableservice import (

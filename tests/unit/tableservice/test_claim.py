@@ -13,9 +13,9 @@ import pytest
 from _memstore import MemStorage
 from service_tables import SCHEMA, fragmented
 
+from lakewarden.api.table import Table
 from lakewarden.table.config import TableConfig, save_new_config
 from lakewarden.table.coordinator import EmbeddedCoordinator, Liveness
-from lakewarden.table.table import Table
 from lakewarden.tableservice import PlanAlreadyExecutingError, ServiceContext
 from lakewarden.tableservice.claim import ClaimMark, claim, claim_key, read_claim
 

@@ -9,9 +9,9 @@ import pytest
 from click.testing import CliRunner
 from service_tables import SCHEMA, as_sorted, fragmented
 
+from lakewarden.api.table import Table
 from lakewarden.cli import cli
 from lakewarden.table.instant import Transition
-from lakewarden.table.table import Table
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from service_tables import as_executor, as_sorted, rows
 
+from lakewarden.api.table import Table
 from lakewarden.cli import cli
 from lakewarden.table.config import TableConfig, save_new_config
 from lakewarden.table.conflicts import PendingPlanConflict
@@ -21,7 +22,6 @@ from lakewarden.table.coordinator import EmbeddedCoordinator
 from lakewarden.table.instant import Action, Transition
 from lakewarden.table.plans import ServicePlan
 from lakewarden.table.stats import CommitStats
-from lakewarden.table.table import Table
 from lakewarden.tableservice import (
     PlanningInput,
     RewriteJob,

@@ -13,6 +13,7 @@ import pyarrow as pa
 import pytest
 from click.testing import CliRunner
 
+from lakewarden.api.table import Table
 from lakewarden.cli import cli
 from lakewarden.errortable import committed_sources, error_table_location, open_error_table
 from lakewarden.errortable.divert import SPOOL_DIR, settle, spool_key
@@ -22,7 +23,6 @@ from lakewarden.table.config import CONFIG_KEY, describe_fields, encode_schema
 from lakewarden.table.coordinator import EmbeddedCoordinator
 from lakewarden.table.instant import Transition
 from lakewarden.table.plans import ServicePlan
-from lakewarden.table.table import Table
 from lakewarden.tableservice import InvalidPlanOptionsError, ServiceOutcome
 from lakewarden.tableservice.errors import UndivertibleRecordsError, UnwritableRecordsError
 from lakewarden.tableservice.unfit import unfit_records
@@ -88,7 +88,8 @@ def _evolve(table: Table, schema: pa.Schema) -> Table:
 
 def _errors(table: Table) -> Table:
     location = error_table_location(table.uri, table.name, ErrorTableSettings())
-    return open_error_table(location, coordinator=table.coordinator, settings=table.settings)
+    open_error_table(location, coordinator=table.coordinator, settings=table.settings)
+    return Table.open(location.uri, coordinator=table.coordinator, settings=table.settings)
 
 
 def _read(table: Table) -> list[dict[str, Any]]:

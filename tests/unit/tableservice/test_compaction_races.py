@@ -24,11 +24,11 @@ import pytest
 from conftest import MakeTable
 from service_tables import as_sorted, rows
 
+from lakewarden.api.table import Table
 from lakewarden.storage._forwarding import ForwardingStorage, Operation
 from lakewarden.table.conflicts import OverlappingCommitConflict
 from lakewarden.table.files import is_log_file, split_key
 from lakewarden.table.instant import Transition
-from lakewarden.table.table import Table
 from lakewarden.tableservice import ServiceOutcome
 
 T = TypeVar("T")

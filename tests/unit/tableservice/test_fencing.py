@@ -20,13 +20,13 @@ import threading
 from conftest import MakeTable
 from service_tables import as_executor, as_sorted, fragmented
 
+from lakewarden.api.table import Table
 from lakewarden.storage.faults import FaultyStorage
 from lakewarden.table.coordinator import EmbeddedCoordinator
 from lakewarden.table.instant import Transition
 from lakewarden.table.plans import ServicePlan
 from lakewarden.table.snapshot import Snapshot
 from lakewarden.table.stats import CommitStats
-from lakewarden.table.table import Table
 from lakewarden.tableservice import (
     AttemptFencedError,
     InProcessExecution,

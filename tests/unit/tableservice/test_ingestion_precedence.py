@@ -11,6 +11,7 @@ from _memstore import MemStorage
 from conftest import MakeTable
 from service_tables import SCHEMA, fragmented, rows
 
+from lakewarden.api.table import Table
 from lakewarden.storage.faults import FaultyStorage
 from lakewarden.table.config import TableConfig, save_new_config
 from lakewarden.table.conflicts import IngestionPrecedenceConflict, OverlappingCommitConflict
@@ -18,7 +19,6 @@ from lakewarden.table.coordinator import EmbeddedCoordinator
 from lakewarden.table.instant import Action, Transition
 from lakewarden.table.plans import ServicePlan
 from lakewarden.table.stats import CommitStats, WorkloadProfile
-from lakewarden.table.table import Table
 from lakewarden.table.timeline import IllegalTransitionError
 from lakewarden.table.timeline_state import EntryDraft
 from lakewarden.table.transaction import WriteTransaction

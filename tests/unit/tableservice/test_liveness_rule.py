@@ -19,6 +19,7 @@ import pytest
 from conftest import MakeTable
 from service_tables import as_executor, fragmented
 
+from lakewarden.api.table import Table
 from lakewarden.table.claim_mark import ClaimMark, claim_key
 from lakewarden.table.coordinator import EmbeddedCoordinator, Liveness
 from lakewarden.table.death import Evidence, LivenessUnknownError, judge
@@ -26,7 +27,6 @@ from lakewarden.table.instant import Transition
 from lakewarden.table.plans import ServicePlan
 from lakewarden.table.snapshot import Snapshot
 from lakewarden.table.stats import CommitStats
-from lakewarden.table.table import Table
 from lakewarden.tableservice import (
     InProcessExecution,
     PlanStillExecutingError,

@@ -9,6 +9,7 @@ import pytest
 from conftest import MakeTable
 from service_tables import HookedClustering, append, as_executor, as_sorted, fragmented, hook, rows
 
+from lakewarden.api.table import Table
 from lakewarden.commit import StageFailedError
 from lakewarden.table import job_commit
 from lakewarden.table.cancel import CancelRequestOutcome
@@ -17,7 +18,6 @@ from lakewarden.table.coordinator import EmbeddedCoordinator
 from lakewarden.table.instant import Transition
 from lakewarden.table.plans import ServicePlan
 from lakewarden.table.stats import WorkloadProfile
-from lakewarden.table.table import Table
 from lakewarden.table.timeline import InstantState
 from lakewarden.table.transaction import WriteTransaction
 from lakewarden.tableservice import (

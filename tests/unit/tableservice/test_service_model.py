@@ -28,12 +28,12 @@ from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, invariant, rule
 from service_tables import SCHEMA, HookedClustering, append, as_executor, as_sorted, hook, rows
 
+from lakewarden.api.table import Table
 from lakewarden.errors import LakewardenError
 from lakewarden.table.config import TableConfig, save_new_config
 from lakewarden.table.conflicts import Footprint
 from lakewarden.table.coordinator import EmbeddedCoordinator
 from lakewarden.table.instant import TABLE_SERVICE_ACTIONS, Transition
-from lakewarden.table.table import Table
 from lakewarden.tableservice import RewriteJob, schedule
 from lakewarden.testing import SimulatedCrash
 

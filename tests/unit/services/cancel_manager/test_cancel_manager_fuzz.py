@@ -18,9 +18,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_cancel_manager_handler import COORDINATOR, SCHEMA, Harness, fragmented
 
+from lakewarden.api.table import Table
 from lakewarden.events import make_event
 from lakewarden.events.strategies import damaged_messages
-from lakewarden.table.table import Table
 
 pytestmark = pytest.mark.hypothesis
 

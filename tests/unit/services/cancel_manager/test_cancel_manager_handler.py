@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 from faust.types import Message
 
+from lakewarden.api.table import Table
 from lakewarden.events import Event, EventDecodeError, Undecodable, decode, encode, make_event
 from lakewarden.settings import Settings
 from lakewarden.table.bucket import append_group, route
@@ -26,7 +27,6 @@ from lakewarden.table.files import BaseFileName, WriteToken, file_key
 from lakewarden.table.instant import Transition
 from lakewarden.table.merge import stamped
 from lakewarden.table.stats import CommitStats, WorkloadProfile, WriteStat
-from lakewarden.table.table import Table
 from lakewarden.table.transaction import WriteTransaction
 from lakewarden_services._common.dlq import DeadLetters
 from lakewarden_services.cancel_manager.handler import ExpiryHandler, RequestHandler

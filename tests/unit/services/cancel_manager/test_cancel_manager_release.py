@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 from test_cancel_manager_handler import Harness, fragmented_table
 
+from lakewarden.api.table import Table
 from lakewarden.events import Event
 from lakewarden.storage import StorageError
 from lakewarden.table.coordinator import EmbeddedCoordinator, Lease
-from lakewarden.table.table import Table
 from lakewarden_services.cancel_manager.registry import (
     RegistryNotDurableError,
     TablesRegistry,

@@ -13,6 +13,7 @@ import pyarrow as pa
 import pytest
 from _error_sink_messages import TOPIC, FakeMessage
 
+from lakewarden.api.table import Table
 from lakewarden.errortable import error_table_location
 from lakewarden.errortable.location import chosen_location
 from lakewarden.errortable.testing import FakeWrite
@@ -25,7 +26,6 @@ from lakewarden.table.config import (
     TableConfig,
     load_config,
 )
-from lakewarden.table.table import Table
 from lakewarden_services.error_sink.sink import ErrorSink, SinkOptions
 
 SCHEMA = pa.schema([pa.field("id", pa.string(), nullable=False), pa.field("qty", pa.int64())])

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from lakewarden.api.table import Table
 from lakewarden.commit import ManifestCommitter, new_job_id
 from lakewarden.table.bucket import route
 from lakewarden.table.config import META_FILE_NAME
@@ -15,7 +16,6 @@ from lakewarden.table.coordinator import EmbeddedCoordinator
 from lakewarden.table.files import BaseFileName, WriteToken, file_key
 from lakewarden.table.plans import JobPlan
 from lakewarden.table.stats import CommitStats, WorkloadProfile, WriteStat
-from lakewarden.table.table import Table
 from lakewarden.table.transaction import WriteTransaction
 from lakewarden.table.writer import merge, stamped
 

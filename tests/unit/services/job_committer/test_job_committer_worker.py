@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from _jc_unit import COORDINATOR, Job, as_set, data_files, make_table, open_job, rows
 
+from lakewarden.api.table import Table
 from lakewarden.commit import ManifestCommitter
 from lakewarden.errors import CommitStateUnknownError
 from lakewarden.settings import Settings
@@ -22,7 +23,6 @@ from lakewarden.table.job_commit import (
     commit_instant,
 )
 from lakewarden.table.stats import CommitStats, MicroBatch
-from lakewarden.table.table import Table
 from lakewarden.table.transaction import UnknownInstantError, WriteTransaction
 from lakewarden_services.job_committer.hooks import (
     CRASH_AT,

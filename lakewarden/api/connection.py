@@ -1,4 +1,5 @@
-"""Where a table's storage and coordinator come from: the one place that builds them.
+"""Where a table's coordinator comes from, paired with its storage: the one place that picks
+a coordinator.
 
     connection = connect(settings)                   # Kafka configured: the services' lock
     table = Table.open(uri, coordinator=connection.coordinator, settings=connection.settings)
@@ -12,12 +13,18 @@ edges call this module: the services' ``__main__``, the CLI, the Spark data sour
 instantiates it from options, so nobody can hand it a coordinator), and the conveniences
 ``Table.create`` / ``Table.open`` / ``lakewarden.read`` when they are given no coordinator.
 
+Storage has a factory of its own, ``lakewarden.storage.open_storage``: the backend follows the
+URI's scheme, as pyiceberg's ``load_file_io`` picks a FileIO. ``load_storage`` here is that
+factory under the name the edges use beside ``load_coordinator``; code that needs only a
+table's files (a Spark executor, a reader, a service opening the table a request names) calls
+``open_storage`` itself.
+
 The coordinator follows the settings, as pyiceberg's ``load_catalog`` picks a catalog:
 ``settings.kafka.bootstrap_servers`` set means ``KafkaCoordinator`` (the table lock is
 timeline-lock's lease, heartbeats go to heartbeat-monitor), unset means the in-process
 ``EmbeddedCoordinator``. Like pyiceberg's catalog loaders, the Kafka implementation is imported
-only when chosen: it lives in ``lakewarden.clients``, a layer above this package (it builds on
-the timeline), and a process without Kafka never loads confluent-kafka for it.
+only when chosen (it lives in ``lakewarden.clients``, a layer below this one), so a process
+without Kafka never loads confluent-kafka for it.
 
 ``shared_connection`` is the edges' process-wide registry: one connection per coordinator
 configuration, so two ``Table.open(uri)`` in one process take turns on one lock, and the Spark
@@ -73,7 +80,7 @@ def load_coordinator(settings: Settings, *, require: bool = False) -> Coordinato
         require_kafka(settings)
     if not settings.kafka.enabled:
         return EmbeddedCoordinator(settings.heartbeat)
-    # Loaded only when chosen (see the module docstring); the clients build on this package.
+    # Loaded only when chosen (see the module docstring).
     try:
         from lakewarden.clients.kafka_coordinator import KafkaCoordinator
     except MissingExtraError as err:

@@ -37,9 +37,11 @@ from dataclasses import dataclass, field, replace
 
 from pydantic import ValidationError
 
+from lakewarden.api.clean_expiry import cancel_plan, expired_plans
+from lakewarden.publish.gate import check_removes_published
+from lakewarden.publish.retention import trim_after_clean
 from lakewarden.storage import NotFoundError, StorageError, is_temporary_key
 from lakewarden.table.checkpoint import entry_key
-from lakewarden.table.clean.expiry import cancel_plan, expired_plans
 from lakewarden.table.clean.garbage import find_storage_garbage
 from lakewarden.table.clean.policy import CleanPolicy
 from lakewarden.table.clean.retention import CompletionTime, cleaned_by, plan_retention
@@ -324,16 +326,12 @@ def execute_clean(ctx: RollbackContext, clean: InstantState) -> dict[str, object
 def _check_published(ctx: RollbackContext, files: Sequence[CleanFile]) -> None:
     """A table that publishes a Delta log: delete nothing the published log still names
     (``lakewarden.publish.gate``). Raises: RemoveNotPublishedError."""
-    from lakewarden.publish.gate import check_removes_published  # publish imports table
-
     check_removes_published(ctx.storage, ctx.timeline, [f.path for f in files])
 
 
 def _trim_published_log(ctx: RollbackContext) -> None:
     """A table that publishes a Delta log: its log retention follows the clean
     (``lakewarden.publish.retention``; best effort, a failure is logged)."""
-    from lakewarden.publish.retention import trim_after_clean  # publish imports table
-
     trim_after_clean(ctx.storage, ctx.timeline)
 
 

@@ -10,7 +10,7 @@
     table.to_arrow_dataset()                               # for DuckDB, Polars, pandas
 
 A table receives its coordinator (the table lock and heartbeats). ``Table.create`` and
-``Table.open`` given none ask ``lakewarden.table.connection.shared_connection(settings)``, the
+``Table.open`` given none ask ``lakewarden.api.connection.shared_connection(settings)``, the
 one factory: timeline-lock and heartbeat-monitor when the settings name a Kafka broker, else an
 in-process ``EmbeddedCoordinator`` shared by the tables of this process (so two ``Table``
 objects on one table take turns on one lock). Safety never depends on it: concurrent processes
@@ -20,8 +20,6 @@ machine replays.
 
 from __future__ import annotations
 
-import os
-import socket
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Literal
@@ -30,20 +28,21 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
+from lakewarden.api.clean import CleanRequest, CleanResult, clean_table
+from lakewarden.api.connection import load_storage, shared_connection
 from lakewarden.commit import CommitterOptions
+from lakewarden.errortable.divert import error_rows, settle, spool
+from lakewarden.handle import TableHandle
+from lakewarden.publish import DeltaPublisher, schema_string
 from lakewarden.settings import Settings
 from lakewarden.storage import Storage
 from lakewarden.table.clean import (
     CleanPolicy,
-    CleanRequest,
-    CleanResult,
     RollbackContext,
     check_not_cleaned,
-    clean_table,
     read_past_cleans,
 )
 from lakewarden.table.config import ErrorTableChoice, TableConfig, load_config, save_new_config
-from lakewarden.table.connection import load_storage, shared_connection
 from lakewarden.table.coordinator import Coordinator
 from lakewarden.table.log_cache import LogCache
 from lakewarden.table.reader import (
@@ -53,11 +52,11 @@ from lakewarden.table.reader import (
     read_snapshot,
 )
 from lakewarden.table.snapshot import Changes, Snapshot, build_snapshot, changes_since
-from lakewarden.table.timeline import InstantState, Timeline, TimelineState
+from lakewarden.table.timeline import InstantState, TimelineState
 from lakewarden.table.write_input import BadRecords
 from lakewarden.table.writer import CommitResult, Divert, Operation, WriteContext, write
 
-if TYPE_CHECKING:  # the table services import this package: imported in the methods
+if TYPE_CHECKING:  # the table services are imported in the methods that run them
     from lakewarden.table.cancel import CancelRequestOutcome
     from lakewarden.table.instant import Instant
     from lakewarden.table.plans import CancellationPolicy
@@ -68,9 +67,9 @@ BadRecordsChoice = Literal["fail", "skip", "error-table"]
 BAD_RECORDS: tuple[BadRecordsChoice, ...] = ("fail", "skip", "error-table")
 
 
-class Table:
+class Table(TableHandle):
     """A lakewarden table; make one with ``Table.create`` or ``Table.open``, or from a storage,
-    its config and a coordinator."""
+    its config and a coordinator (opened as ``lakewarden.handle.TableHandle`` opens one)."""
 
     def __init__(
         self,
@@ -81,20 +80,9 @@ class Table:
         actor: str | None = None,
         settings: Settings | None = None,
     ) -> None:
-        self.storage = storage
-        self.config = config
-        self.coordinator = coordinator
-        # What this process was configured with (the committer's options, the error table).
-        self.settings = settings if settings is not None else Settings()
-        self.actor = actor or f"python-writer@{socket.gethostname()}:{os.getpid()}"
-        self.timeline_log = Timeline(storage, table=config.name)
-        from lakewarden.publish import attach
-
-        attach(storage, config, self.timeline_log)  # read manifests; the Delta log if on
+        super().__init__(storage, config, coordinator=coordinator, actor=actor, settings=settings)
         # Merge-on-read: log files this table's reads scanned, reused by later reads.
         self.log_cache = LogCache()
-        # Where the table lives, for the cleaner's registration (see Coordinator.register_table).
-        coordinator.register_table(config.table_id, storage.uri)
 
     @classmethod
     def create(
@@ -139,8 +127,6 @@ class Table:
             else error_table,
         )
         if publish_delta:
-            from lakewarden.publish import schema_string
-
             schema_string(config.pa_schema)  # a schema Delta cannot express: refused up front
         storage = load_storage(uri, settings)
         save_new_config(storage, config)
@@ -151,8 +137,6 @@ class Table:
             settings=settings,
         )
         if publish_delta:
-            from lakewarden.publish import DeltaPublisher
-
             DeltaPublisher(storage, config, table.timeline_log).sync()
         return table
 
@@ -177,31 +161,10 @@ class Table:
             settings=settings,
         )
 
-    @property
-    def uri(self) -> str:
-        return self.storage.uri
-
-    @property
-    def name(self) -> str:
-        return self.config.name
-
-    @property
-    def table_id(self) -> str:
-        return self.config.table_id
-
-    @property
-    def schema(self) -> pa.Schema:
-        """The table's columns (without the ``_lw_*`` meta columns)."""
-        return self.config.pa_schema
-
     def __repr__(self) -> str:
         return f"Table({self.uri!r}, name={self.name!r}, id={self.table_id})"
 
     # -- timeline -----------------------------------------------------------------------------
-
-    def state(self) -> TimelineState:
-        """The timeline folded to its tail (reloads only new entries)."""
-        return self.timeline_log.load()
 
     def timeline(self) -> list[InstantState]:
         """Every instant with its current state, in requested order."""
@@ -264,16 +227,12 @@ class Table:
         instants rolled back. Returns the instants whose records were committed.
 
         Raises: LockTimeoutError, CommitStateUnknownError, StorageError."""
-        from lakewarden.errortable.divert import settle
-
         return settle(self).committed
 
     def _divert(self, operation: str, choice: BadRecordsChoice) -> Divert:
         def divert(instant: str, job_id: str, attempt: str, bad: BadRecords) -> None:
             if choice == "skip":
                 return
-            from lakewarden.errortable.divert import error_rows, spool
-
             spool(self, instant, error_rows(self, instant, job_id, attempt, operation, bad))
 
         return divert
@@ -400,7 +359,7 @@ class Table:
         dead: Collection[str] = (),
         wall_clock: Callable[[], float] = time.time,
     ) -> CleanResult:
-        """Clean the table as a ``clean`` instant (``lakewarden.table.clean.run``): roll back
+        """Clean the table as a ``clean`` instant (``lakewarden.api.clean``): roll back
         writes whose executor is dead, cancel the cancellable plans past their cancellation
         policy with no live executor (RFC-79: request_cancel, execute_cancel), then plan the
         files to delete (old versions by ``policy``, default the table's ``clean_policy``;
@@ -432,6 +391,7 @@ class Table:
         return clean_table(ctx, request)
 
     # -- table services (RFC-79; lakewarden.tableservice) ---------------------------------------
+    # Imported in the methods: a table that only writes and reads does not load them.
 
     def service_context(self) -> ServiceContext:
         """What the table services need of this table."""

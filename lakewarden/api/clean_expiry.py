@@ -104,7 +104,8 @@ def cancel_plan(
 
     Raises: LockTimeoutError, StorageError, and the cancel APIs' errors other than a live
     executor (the clean stops; its next run resumes: both steps are idempotent)."""
-    # Imported here: the table services import the table layer, which imports the clean.
+    # Imported here, when a plan is cancelled: a clean that cancels nothing (most) does not
+    # pay for loading the table services.
     from lakewarden.table.cancel import request_cancel
     from lakewarden.tableservice import ServiceContext, execute_cancel
     from lakewarden.tableservice.errors import PlanStillExecutingError

@@ -1,0 +1,80 @@
+"""``TableHandle``: an opened table, as everything that commits to a table needs it.
+
+    handle = TableHandle(storage, load_config(storage), coordinator=coordinator)
+    handle.state()                                  # the timeline folded to its tail
+
+An opened table is its storage, its config, its timeline log, the coordinator its commits take
+the lock from, the actor its entries name and the settings of this process. Opening one also
+does what every writer of the table must do before its first entry:
+
+1. the timeline publishes after each ``completed`` entry this process appends (the read
+   manifest the JVM side reads; the Delta log when the table publishes:
+   ``lakewarden.publish.attach``);
+2. the coordinator learns where the table lives (``Coordinator.register_table``: the Kafka
+   coordinator registers it with the cleaner).
+
+The user-facing ``lakewarden.Table`` is a ``TableHandle`` with the write, read, clean and
+table-service methods; the error table (``lakewarden.errortable``) commits through a handle,
+since it sits below ``Table`` (the table's own writes divert bad records into it).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import pyarrow as pa
+
+from lakewarden.publish import attach
+from lakewarden.settings import Settings
+from lakewarden.storage import Storage
+from lakewarden.table.config import TableConfig
+from lakewarden.table.coordinator import Coordinator
+from lakewarden.table.timeline import Timeline, TimelineState
+
+
+class TableHandle:
+    """An opened table: storage, config, timeline, coordinator, actor and settings."""
+
+    def __init__(
+        self,
+        storage: Storage,
+        config: TableConfig,
+        *,
+        coordinator: Coordinator,
+        actor: str | None = None,
+        settings: Settings | None = None,
+    ) -> None:
+        self.storage = storage
+        self.config = config
+        self.coordinator = coordinator
+        # What this process was configured with (the committer's options, the error table).
+        self.settings = settings if settings is not None else Settings()
+        self.actor = actor or f"python-writer@{socket.gethostname()}:{os.getpid()}"
+        self.timeline_log = Timeline(storage, table=config.name)
+        attach(storage, config, self.timeline_log)  # 1.
+        coordinator.register_table(config.table_id, storage.uri)  # 2.
+
+    @property
+    def uri(self) -> str:
+        return self.storage.uri
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    @property
+    def table_id(self) -> str:
+        return self.config.table_id
+
+    @property
+    def schema(self) -> pa.Schema:
+        """The table's columns (without the ``_lw_*`` meta columns)."""
+        return self.config.pa_schema
+
+    def state(self) -> TimelineState:
+        """The timeline folded to its tail (reloads only new entries)."""
+        return self.timeline_log.load()
+
+
+__all__ = ["TableHandle"]
