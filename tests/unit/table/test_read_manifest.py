@@ -11,13 +11,13 @@ import pyarrow as pa
 import pytest
 from _memstore import MemStorage
 
+from lakewarden.api.table import Table
 from lakewarden.storage import ObjectInfo
 from lakewarden.storage.local import LocalStorage
 from lakewarden.table import read_manifest
 from lakewarden.table.config import TableConfig, save_new_config
 from lakewarden.table.coordinator import EmbeddedCoordinator
 from lakewarden.table.snapshot import build_snapshot
-from lakewarden.table.table import Table
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("v", pa.string())])
 
