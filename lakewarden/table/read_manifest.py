@@ -37,13 +37,17 @@ import hashlib
 import itertools
 import json
 import logging
+import os
 import threading
+import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
 from lakewarden.storage import AlreadyExistsError, Storage
+from lakewarden.storage._keys import TEMP_PREFIX
 from lakewarden.table.config import CONFIG_KEY, TableConfig
 from lakewarden.table.snapshot import SnapshotBuilder, build_snapshot
 from lakewarden.table.timeline import Timeline, TimelineEntry
@@ -143,12 +147,36 @@ def write_latest(
     }
     key = manifest_key(state.tail_seq, snapshot.as_of)
     try:
-        storage.write_if_absent(key, json.dumps(body, separators=(",", ":")).encode())
+        _create(storage, key, json.dumps(body, separators=(",", ":")).encode())
     except AlreadyExistsError:
         pass  # another process wrote the same snapshot: the same bytes
     if prune:
         _prune(storage)
     return key
+
+
+def _create(storage: Storage, key: str, data: bytes) -> None:
+    """Create ``key`` unless it exists (``AlreadyExistsError``). A manifest is a cache: where
+    nothing stands between this process and the files (``direct_file_access``), it is linked
+    into place from a temporary file without the two fsyncs of a durable
+    ``write_if_absent``. A crash can leave it empty or cut short; the JVM side cannot parse
+    it, or finds no ``format_version``, and reads through the Python source.
+
+    Raises: AlreadyExistsError, StorageError, OSError."""
+    path = storage.local_path(key) if storage.capabilities.direct_file_access else None
+    if path is None:
+        storage.write_if_absent(key, data)
+        return
+    final = Path(path)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    temporary = final.with_name(f"{TEMP_PREFIX}{uuid.uuid4().hex}")  # the cleaner's temp rule
+    try:
+        temporary.write_bytes(data)
+        os.link(temporary, final)
+    except FileExistsError as err:
+        raise AlreadyExistsError(f"read manifest {key!r} exists", key=key) from err
+    finally:
+        temporary.unlink(missing_ok=True)
 
 
 def _prune(storage: Storage) -> None:

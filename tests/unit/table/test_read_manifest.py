@@ -57,6 +57,7 @@ def test_a_local_table_lists_its_manifests_once_per_keep_commits_and_keeps_them_
         table.write(_batch(i), "upsert")
 
     assert _CountingLocal.listings == 4  # the first write, then every KEEP-th
+    assert not [p for p in (tmp_path / read_manifest.PREFIX).iterdir() if p.name.startswith(".")]
     names = _manifests(tmp_path)
     assert read_manifest.KEEP <= len(names) <= 2 * read_manifest.KEEP
     newest = json.loads((tmp_path / read_manifest.PREFIX / names[-1]).read_text())
@@ -88,3 +89,15 @@ def test_the_manifest_after_each_commit_is_the_latest_snapshot_of_the_timeline(
         snapshot = build_snapshot(table.state().completed())
         assert newest["as_of"] == snapshot.as_of
         assert [f["path"] for f in newest["files"]] == sorted(f.path for f in snapshot.base_files())
+
+
+def test_a_manifest_already_written_is_kept_and_no_temporary_file_is_left(tmp_path: Path) -> None:
+    storage = LocalStorage(str(tmp_path))
+    table = _table(storage)
+    table.write(_batch(0), "insert")
+    [name] = _manifests(tmp_path)
+    path = tmp_path / read_manifest.PREFIX / name
+    before = path.read_bytes()
+    assert read_manifest.write_latest(storage, table.config, table.timeline_log) is not None
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in path.parent.iterdir()) == [name]
