@@ -13,7 +13,9 @@ Per round, the two variants in rotated order (``_rounds``), each on a fresh tabl
   ``DeltaTable(uri).to_pyarrow_table()``.
 
 Each figure is lakewarden's median seconds against delta-rs's median in the same run (below
-1.0: lakewarden ahead); bytes on disk after the upsert are in the details.
+1.0: lakewarden ahead); bytes on disk after the upsert are a figure of their own. The details
+also give the median CPU seconds of each operation (``process_time``: every thread of the
+process) and their ratio, which a shared machine's load moves much less than the wall time.
 
 ``make bench`` runs 200k rows; the figure on the performance page is 2M rows:
 ``python -m benchmarks python_peers --events 2000000`` (writes the JSON results), or alone
@@ -81,10 +83,14 @@ def _size(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
-def _timed(func: Callable[[], Any]) -> float:
-    start = time.perf_counter()
+def _timed(func: Callable[[], Any], figures: dict[str, float], operation: str) -> None:
+    """Seconds of ``func`` under ``operation``, and the process's CPU seconds (every thread)
+    under ``<operation>_cpu``: on a shared machine the wall figure moves with the load, the
+    CPU figure much less."""
+    cpu, start = time.process_time(), time.perf_counter()
     func()
-    return time.perf_counter() - start
+    figures[operation] = time.perf_counter() - start
+    figures[f"{operation}_cpu"] = time.process_time() - cpu
 
 
 def measure(rows: int, rounds: int) -> dict[str, Any]:
@@ -109,12 +115,11 @@ def measure(rows: int, rounds: int) -> dict[str, Any]:
             ordering_field="ts",
             buckets=4,
         )
-        figures = {
-            "insert": _timed(lambda: table.write(data, "insert")),
-            "upsert": _timed(lambda: table.write(changed, "upsert")),
-        }
+        figures: dict[str, float] = {}
+        _timed(lambda: table.write(data, "insert"), figures, "insert")
+        _timed(lambda: table.write(changed, "upsert"), figures, "upsert")
         read: list[pa.Table] = []
-        figures["read"] = _timed(lambda: read.append(lakewarden.read(uri)))
+        _timed(lambda: read.append(lakewarden.read(uri)), figures, "read")
         assert read[0].num_rows == data.num_rows, (read[0].num_rows, data.num_rows)
         return {**figures, "bytes": _size(path)}
 
@@ -127,14 +132,15 @@ def measure(rows: int, rounds: int) -> dict[str, Any]:
             )
             merge.when_matched_update_all().when_not_matched_insert_all().execute()
 
-        figures = {
-            "insert": _timed(
-                lambda: write_deltalake(uri, data, mode="append", partition_by=[PARTITION])
-            ),
-            "upsert": _timed(upsert),
-        }
+        figures: dict[str, float] = {}
+        _timed(
+            lambda: write_deltalake(uri, data, mode="append", partition_by=[PARTITION]),
+            figures,
+            "insert",
+        )
+        _timed(upsert, figures, "upsert")
         read: list[pa.Table] = []
-        figures["read"] = _timed(lambda: read.append(DeltaTable(uri).to_pyarrow_table()))
+        _timed(lambda: read.append(DeltaTable(uri).to_pyarrow_table()), figures, "read")
         assert read[0].num_rows == data.num_rows, (read[0].num_rows, data.num_rows)
         return {**figures, "bytes": _size(path)}
 
@@ -149,7 +155,8 @@ def measure(rows: int, rounds: int) -> dict[str, Any]:
                 path = root / f"{name}-{i}"
                 figures = variants[name](path, data, changed)
                 shutil.rmtree(path, ignore_errors=True)
-                line = {"variant": name, "round": i, **figures, "load1": os.getloadavg()[0]}
+                figures = {**figures, "load1": os.getloadavg()[0]}
+                line = {"variant": name, "round": i, **figures}
                 print("python-peers-round " + json.dumps(line), flush=True)
                 return figures
 
@@ -171,6 +178,12 @@ def results(measured: dict[str, Any]) -> list[Result]:
     details = {
         "upsert_rows": measured["upsert_rows"],
         "bytes_after_upsert": {v: med[v]["bytes"] for v in med},
+        # Median CPU seconds (all threads) per operation and variant, and their ratio.
+        "cpu_s": {op: {v: med[v][f"{op}_cpu"] for v in med} for op in OPERATIONS},
+        "cpu_ratio": {
+            op: med["lakewarden"][f"{op}_cpu"] / med["delta"][f"{op}_cpu"] for op in OPERATIONS
+        },
+        "load_1m": [r["load1"] for rounds in runs.values() for r in rounds],
         "rounds": runs,
     }
     found = [

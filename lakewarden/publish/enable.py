@@ -56,13 +56,17 @@ def publishes_on_commit() -> bool:
 def attach(storage: Storage, config: TableConfig, timeline: Timeline) -> None:
     """Make ``timeline`` publish after each ``completed`` entry this process appends, when the
     table publishes (``Timeline.after_completed``) and the process publishes on commit
-    (``publishes_on_commit``); and, for every table, write the latest snapshot's read
-    manifest (``lakewarden.table.read_manifest``: what the JVM side of the Spark format reads)."""
+    (``publishes_on_commit``); and, for every table on local storage, write the latest
+    snapshot's read manifest (``lakewarden.table.read_manifest``: what the JVM side of the
+    Spark format reads)."""
     manifest = read_manifest.hook(storage, config, timeline)
     if not (config.publish.delta and publishes_on_commit()):
         timeline.after_completed = manifest
         return
     publish = DeltaPublisher(storage, config, timeline).after_completed
+    if manifest is None:
+        timeline.after_completed = publish
+        return
 
     def after_completed(entry: TimelineEntry) -> None:
         publish(entry)

@@ -6,8 +6,13 @@ for dates and timestamps), ``fnv1a64`` is 64-bit FNV-1a over those bytes and
 ``fold(h) = h ^ (h >> 32)`` mixes the high bits into the low ones before the modulo. FNV-1a is
 fixed by its definition, so a key lands in the same bucket in every process, run and platform
 (Python's ``hash()`` is salted per process and must never be used). The hash is computed
-vectorised with Arrow kernels: one pass per byte position over the keys still that long, so
-the work is proportional to the total key bytes; no Python loop per record.
+vectorised on numpy arrays over the Arrow text buffers: one pass per byte position over the
+keys still that long, so the work is proportional to the total key bytes; no Python loop per
+record.
+
+**Routing** (``route_lazily``) hashes the keys and sorts the rows' group numbers once; each
+file group's rows are gathered when its writer asks for them (``Routed.rows``), so the
+gather of the rows runs in the writer's threads beside the Parquet encoding.
 
 Keys are unique per partition (Hudi's non-global bucket index): the same key in two partitions
 is two records.
@@ -106,27 +111,47 @@ def key_strings(keys: pa.Array | pa.ChunkedArray) -> pa.LargeStringArray:
     return arr
 
 
-def key_hashes(keys: pa.Array | pa.ChunkedArray) -> pa.UInt64Array:
-    """FNV-1a 64 of the UTF-8 text of every key (nulls hash as the empty string).
+def _key_text(keys: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
+    """``keys`` as Arrow text, chunk by chunk: strings as they are, other types cast to
+    ``string`` (half the work of a ``large_string`` cast: 32-bit offsets), or to
+    ``large_string`` when a chunk's text passes 2 GiB."""
+    if pa.types.is_string(keys.type) or pa.types.is_large_string(keys.type):
+        return keys
+    try:
+        return pc.cast(keys, pa.string())
+    except (pa.ArrowInvalid, pa.ArrowCapacityError):
+        return pc.cast(keys, pa.large_string())
+
+
+def _hash_text(arr: pa.Array) -> np.ndarray:
+    """FNV-1a 64 of every value of one ``string`` or ``large_string`` array (nulls hash as
+    the empty string), as numpy ``uint64``.
 
     One pass per byte position over the keys still that long, in place on numpy arrays (an
     Arrow kernel per step would allocate a new array for every gather, cast, xor and
     multiply)."""
-    arr = key_strings(keys)
     n = len(arr)
     if n == 0:
-        return pa.array([], pa.uint64())
+        return np.empty(0, np.uint64)
+    width = np.int64 if pa.types.is_large_string(arr.type) else np.int32
     offsets_buf, data_buf = arr.buffers()[1], arr.buffers()[2]
-    offsets = np.frombuffer(offsets_buf, np.int64, n + 1, arr.offset * 8)
+    size = np.dtype(width).itemsize
+    offsets = np.frombuffer(offsets_buf, width, n + 1, arr.offset * size).astype(np.int64)
     if data_buf is None or data_buf.size == 0:
-        return pa.repeat(pa.scalar(FNV_OFFSET_BASIS, pa.uint64()), n)
+        return np.full(n, FNV_OFFSET_BASIS, np.uint64)
     data = np.frombuffer(data_buf, np.uint8)
     lengths = np.diff(offsets)
-    # Longest keys first, so the keys still being hashed at byte k are always a prefix.
-    order = np.argsort(-lengths, kind="stable")
+    if arr.null_count:  # a null's offsets may span bytes: it hashes as ""
+        lengths[arr.is_null().to_numpy(zero_copy_only=False)] = 0
+    # Longest keys first, so the keys still being hashed at byte k are always a prefix. Keys
+    # are short: a 16-bit sort key lets numpy use its radix sort.
+    negated = -lengths
+    if int(lengths.max()) < 2**15:
+        negated = negated.astype(np.int16)
+    order = np.argsort(negated, kind="stable")
     starts = offsets[:-1][order]
     descending = lengths[order]
-    negated = -descending  # ascending, for searchsorted
+    negated = negated[order]  # ascending, for searchsorted
     h = np.full(n, FNV_OFFSET_BASIS, np.uint64)
     prime = np.uint64(FNV_PRIME)
     for k in range(int(descending[0])):
@@ -136,18 +161,35 @@ def key_hashes(keys: pa.Array | pa.ChunkedArray) -> pa.UInt64Array:
         active *= prime  # wraps modulo 2**64, as FNV wants
     hashes = np.empty_like(h)
     hashes[order] = h
-    return pa.array(hashes, pa.uint64())
+    return hashes
+
+
+def _hashes(text: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    chunks = text.chunks if isinstance(text, pa.ChunkedArray) else [text]
+    if len(chunks) == 1:
+        return _hash_text(chunks[0])
+    return np.concatenate([np.empty(0, np.uint64), *(_hash_text(c) for c in chunks)])
+
+
+def key_hashes(keys: pa.Array | pa.ChunkedArray) -> pa.UInt64Array:
+    """FNV-1a 64 of the UTF-8 text of every key (nulls hash as the empty string)."""
+    return pa.array(_hashes(_key_text(keys)), pa.uint64())
+
+
+def _buckets_of_hashes(hashes: np.ndarray, buckets: int) -> np.ndarray:
+    """``fold(h) mod buckets`` of every hash (``int64``)."""
+    if buckets < 1:
+        raise ValueError(f"buckets must be >= 1, got {buckets}")
+    folded: np.ndarray = hashes ^ (hashes >> np.uint64(32))
+    remainder: np.ndarray = (folded % np.uint64(buckets)).astype(np.int64)
+    return remainder
 
 
 def key_buckets(keys: pa.Array | pa.ChunkedArray, buckets: int) -> pa.Int32Array:
     """The bucket of every key, vectorised. See the module docstring for the definition."""
     if buckets < 1:
         raise ValueError(f"buckets must be >= 1, got {buckets}")
-    h = key_hashes(keys)
-    folded = pc.bit_wise_xor(h, pc.shift_right(h, pa.scalar(32, pa.uint64())))
-    n = pa.scalar(buckets, pa.uint64())
-    remainder = pc.subtract(folded, pc.multiply(pc.divide(folded, n), n))
-    return remainder.cast(pa.int32())
+    return pa.array(_buckets_of_hashes(key_hashes(keys).to_numpy(), buckets), pa.int32())
 
 
 def escape_partition_value(value: str | None) -> str:
@@ -259,27 +301,68 @@ def _check_segment_lengths(fields: Sequence[str], values: Sequence[str | None]) 
             raise PartitionValueTooLongError(field, value, length)
 
 
-def route(data: pa.Table, config: TableConfig) -> dict[FileGroupId, pa.Table]:
-    """Split ``data`` by file group (partition path x bucket), vectorised: one sort, then
-    slices. Adds the ``_lw_record_key`` and ``_lw_partition_path`` columns in front."""
-    keys = key_strings(data.column(config.record_key))
+class Routed:
+    """Input rows split by file group (partition path x bucket) without moving them: the row
+    numbers of each group, in input order, and the gather (``rows``) of one group at a time.
+
+    The gather is the expensive half of routing (every column of every row, in a new order);
+    done per group it runs in the writer's threads, beside the Parquet encoding of other
+    groups (Arrow's ``take`` releases the GIL)."""
+
+    def __init__(
+        self,
+        data: pa.Table,
+        order: pa.Array,
+        spans: dict[FileGroupId, tuple[int, int]],
+    ) -> None:
+        self._data = data
+        self._order = order
+        self._spans = spans
+
+    @property
+    def groups(self) -> list[FileGroupId]:
+        """The file groups with rows, in partition then bucket order."""
+        return list(self._spans)
+
+    def __len__(self) -> int:
+        return len(self._spans)
+
+    def rows(self, group: FileGroupId) -> pa.Table:
+        """The rows of ``group`` in input order, with ``_lw_record_key`` and
+        ``_lw_partition_path`` in front. Raises: KeyError (no rows for ``group``)."""
+        start, length = self._spans[group]
+        rows = self._data.take(self._order.slice(start, length))
+        path = pa.repeat(pa.scalar(group.partition_path, pa.string()), length)
+        return rows.add_column(1, META_PARTITION_PATH, path)
+
+
+def route_lazily(data: pa.Table, config: TableConfig) -> Routed:
+    """``data`` split by file group, vectorised: one hash of the keys, one stable sort of
+    the rows' group numbers; the rows themselves are gathered per group (``Routed.rows``)."""
+    text = _key_text(data.column(config.record_key))
+    keys = text if pa.types.is_string(text.type) else pc.cast(text, pa.string())
     codes, paths = partition_codes(data, config.partition_by)
-    buckets = key_buckets(keys, config.buckets).cast(pa.int64())
-    group_code = pc.add(pc.multiply(codes, pa.scalar(config.buckets, pa.int64())), buckets)
-    path_column = pc.take(pa.array(paths, pa.string()), codes)
-    data = data.add_column(0, META_PARTITION_PATH, path_column)
-    data = data.add_column(0, META_RECORD_KEY, keys.cast(pa.string()))
-    order = pc.sort_indices(group_code)
-    data = data.take(order)
-    runs = pc.run_end_encode(pc.take(group_code, order), run_end_type=pa.int64())
-    groups: dict[FileGroupId, pa.Table] = {}
+    buckets = _buckets_of_hashes(_hashes(text), config.buckets)
+    group_code = codes.to_numpy() * config.buckets + buckets
+    # Stable: a group's rows keep their input order (a later duplicate wins an upsert's tie).
+    order = pc.sort_indices(pa.array(group_code))
+    counts = np.bincount(group_code, minlength=len(paths) * config.buckets)
+    spans: dict[FileGroupId, tuple[int, int]] = {}
     start = 0
-    for code, end in zip(runs.values.to_pylist(), runs.run_ends.to_pylist(), strict=True):
+    for code in np.flatnonzero(counts).tolist():
         partition, bucket = divmod(code, config.buckets)
         group = FileGroupId(partition_path=paths[partition], file_id=bucket_file_id(bucket))
-        groups[group] = data.slice(start, end - start)
-        start = end
-    return groups
+        length = int(counts[code])
+        spans[group] = (start, length)
+        start += length
+    return Routed(data.add_column(0, META_RECORD_KEY, keys), order, spans)
+
+
+def route(data: pa.Table, config: TableConfig) -> dict[FileGroupId, pa.Table]:
+    """Split ``data`` by file group (partition path x bucket), each group's rows in input
+    order, with the ``_lw_record_key`` and ``_lw_partition_path`` columns in front."""
+    routed = route_lazily(data, config)
+    return {group: routed.rows(group) for group in routed.groups}
 
 
 # -- the file groups of a bucket ------------------------------------------------------------

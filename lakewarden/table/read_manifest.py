@@ -18,22 +18,38 @@ it is created only if absent, so racing writers write the same bytes or lose har
 
 A manifest is a cache, never the truth: the reader trusts one only after checking the
 timeline entries appended after its ``seq`` (the rules are in ``LakewardenSource.java``) and the
-config digest, and reads through the Python source otherwise. The newest ``KEEP`` manifests
-are kept; older ones are deleted (best effort).
+config digest, and reads through the Python source otherwise.
+
+Only tables on storage with local paths get manifests: the JVM side plans local tables only
+(``ReadManifest.localRoot``; S3 tables are read through the Python source or
+``lakewarden.spark.read``), so elsewhere a manifest would be a put, a listing and deletes per
+commit that nothing reads.
+
+Pruning: the first manifest a process writes for a table, and every ``KEEP``-th after it,
+lists the manifests and deletes all but the newest ``KEEP`` (best effort); the others are one
+put and no listing. A table holds at most about ``KEEP`` manifests per process writing it
+beyond the newest ``KEEP``.
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import logging
+import os
+import threading
+import uuid
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
 from lakewarden.storage import AlreadyExistsError, Storage
+from lakewarden.storage._keys import TEMP_PREFIX
 from lakewarden.table.config import CONFIG_KEY, TableConfig
-from lakewarden.table.snapshot import build_snapshot
+from lakewarden.table.snapshot import SnapshotBuilder, build_snapshot
 from lakewarden.table.timeline import Timeline, TimelineEntry
 
 log = logging.getLogger("lakewarden.read_manifest")
@@ -92,13 +108,26 @@ def spark_schema_json(schema: pa.Schema) -> str | None:
     return json.dumps({"type": "struct", "fields": fields}, separators=(",", ":"))
 
 
-def write_latest(storage: Storage, config: TableConfig, timeline: Timeline) -> str | None:
+def write_latest(
+    storage: Storage,
+    config: TableConfig,
+    timeline: Timeline,
+    *,
+    prune: bool = True,
+    builder: SnapshotBuilder | None = None,
+) -> str | None:
     """Write the manifest of the latest snapshot (when Spark's reader can read it exactly)
-    and delete all but the newest ``KEEP``; the key written, or None.
+    and, with ``prune``, delete all but the newest ``KEEP``; the key written, or None. A
+    ``builder`` kept between calls applies only the instants completed since the last one
+    (without it the whole timeline is replayed).
 
     Raises: StorageError, TimelineError."""
     state = timeline.load()
-    snapshot = build_snapshot(state.completed())
+    completed = state.completed()
+    if builder is None or not completed:
+        snapshot = build_snapshot(completed)
+    else:
+        snapshot = next(builder.steps(completed, start=len(completed) - 1))[1]
     schema = spark_schema_json(config.pa_schema)
     slices = list(snapshot.slices.values())
     if snapshot.as_of is None or schema is None or any(s.log_files for s in slices):
@@ -118,11 +147,36 @@ def write_latest(storage: Storage, config: TableConfig, timeline: Timeline) -> s
     }
     key = manifest_key(state.tail_seq, snapshot.as_of)
     try:
-        storage.write_if_absent(key, json.dumps(body, separators=(",", ":")).encode())
+        _create(storage, key, json.dumps(body, separators=(",", ":")).encode())
     except AlreadyExistsError:
         pass  # another process wrote the same snapshot: the same bytes
-    _prune(storage)
+    if prune:
+        _prune(storage)
     return key
+
+
+def _create(storage: Storage, key: str, data: bytes) -> None:
+    """Create ``key`` unless it exists (``AlreadyExistsError``). A manifest is a cache: where
+    nothing stands between this process and the files (``direct_file_access``), it is linked
+    into place from a temporary file without the two fsyncs of a durable
+    ``write_if_absent``. A crash can leave it empty or cut short; the JVM side cannot parse
+    it, or finds no ``format_version``, and reads through the Python source.
+
+    Raises: AlreadyExistsError, StorageError, OSError."""
+    path = storage.local_path(key) if storage.capabilities.direct_file_access else None
+    if path is None:
+        storage.write_if_absent(key, data)
+        return
+    final = Path(path)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    temporary = final.with_name(f"{TEMP_PREFIX}{uuid.uuid4().hex}")  # the cleaner's temp rule
+    try:
+        temporary.write_bytes(data)
+        os.link(temporary, final)
+    except FileExistsError as err:
+        raise AlreadyExistsError(f"read manifest {key!r} exists", key=key) from err
+    finally:
+        temporary.unlink(missing_ok=True)
 
 
 def _prune(storage: Storage) -> None:
@@ -131,13 +185,28 @@ def _prune(storage: Storage) -> None:
         storage.delete(key)
 
 
-def hook(storage: Storage, config: TableConfig, timeline: Timeline) -> Any:
+def wanted(storage: Storage) -> bool:
+    """Whether a table on ``storage`` gets read manifests (its files have local paths)."""
+    return storage.capabilities.local_paths
+
+
+def hook(
+    storage: Storage, config: TableConfig, timeline: Timeline
+) -> Callable[[TimelineEntry], None] | None:
     """A ``Timeline.after_completed`` callable writing the manifest after each completion,
-    never raising (a manifest is a cache: without one, reads take the Python source)."""
+    never raising (a manifest is a cache: without one, reads take the Python source); None
+    where no manifest is wanted (``wanted``)."""
+    if not wanted(storage):
+        return None
+    written = itertools.count()
+    builder = SnapshotBuilder()  # a commit applies its own instant, not the whole timeline
+    lock = threading.Lock()  # threads writing one table share the builder
 
     def after_completed(entry: TimelineEntry) -> None:
         try:
-            write_latest(storage, config, timeline)
+            with lock:
+                prune = next(written) % KEEP == 0
+                write_latest(storage, config, timeline, prune=prune, builder=builder)
         except Exception:  # noqa: BLE001 - best effort: storage and the timeline are the truth
             log.warning("table %s: read manifest after %s not written", config.name, entry.instant)
 
@@ -152,5 +221,6 @@ __all__ = [
     "manifest_key",
     "spark_schema_json",
     "spark_type",
+    "wanted",
     "write_latest",
 ]

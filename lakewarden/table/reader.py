@@ -4,7 +4,9 @@ The files come from the snapshot (``lakewarden.table.snapshot``), never from lis
 scanned as one ``pyarrow.dataset.FileSystemDataset`` whose fragments carry their partition
 values as ``partition_expression``: a filter on partition columns skips whole files before
 they are opened, other filters are pushed into the Parquet scan, and fragments are read in
-parallel, so a read costs what ``pyarrow.parquet.read_table`` over the same files costs.
+parallel, so a read costs what ``pyarrow.parquet.read_table`` over the same files costs. A
+partition column whose value every file's partition path fixes is not decoded from the files:
+each batch gets its partition's value (``scan``).
 
 IO goes through ``Storage``: on a local table pyarrow reads ``storage.local_path`` directly
 (memory-mapped, parallel); elsewhere (S3) a read-only pyarrow filesystem adapter fetches each
@@ -198,10 +200,49 @@ def scan(
     filter: pc.Expression | None,
     with_meta: bool,
 ) -> pa.Table:
-    """Scan ``files`` as one dataset. Raises: ColumnNotFoundError."""
+    """Scan ``files`` as one dataset. Raises: ColumnNotFoundError.
+
+    A partition column whose value every file's partition path fixes (``partition_values``)
+    is not decoded from the files: each batch gets the value of its file's partition, as a
+    scan of the same files with the column left out of them would."""
     selected = _columns(config, columns, with_meta)
     dataset = files_dataset(storage, config, files, config.file_schema)
-    return dataset.to_table(columns=selected, filter=filter)
+    fixed = _fixed_partition_values(storage, config, files, selected)
+    if not fixed:
+        return dataset.to_table(columns=selected, filter=filter)
+    read = [c for c in selected if c not in config.partition_by]
+    schema = pa.schema([dataset.schema.field(c) for c in selected])
+    batches = []
+    for tagged in dataset.scanner(columns=read, filter=filter).scan_batches():
+        batch, values = tagged.record_batch, fixed[tagged.fragment.path]
+        arrays = [
+            pa.repeat(values[c], batch.num_rows) if c in values else batch.column(c)
+            for c in selected
+        ]
+        batches.append(pa.RecordBatch.from_arrays(arrays, schema=schema))
+    return pa.Table.from_batches(batches, schema=schema)
+
+
+def _fixed_partition_values(
+    storage: Storage, config: TableConfig, files: Sequence[WriteStat], selected: Sequence[str]
+) -> dict[str, dict[str, pa.Scalar]]:
+    """Per fragment path, the values of the selected partition columns, when every file's
+    partition path fixes all of them; else empty (the files are read whole)."""
+    wanted = [c for c in config.partition_by if c in selected]
+    if not wanted or not files:
+        return {}
+    _, to_path = _filesystem(storage, files)
+    by_partition: dict[str, dict[str, pa.Scalar]] = {}
+    fixed: dict[str, dict[str, pa.Scalar]] = {}
+    for stat in files:
+        partition = stat.file_group.partition_path
+        if partition not in by_partition:
+            known = partition_values(config, partition)
+            if any(c not in known for c in wanted):
+                return {}
+            by_partition[partition] = {c: known[c] for c in wanted}
+        fixed[to_path(stat.path)] = by_partition[partition]
+    return fixed
 
 
 def files_dataset(

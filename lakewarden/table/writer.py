@@ -56,7 +56,6 @@ with append groups beside the canonical one, are merged and written as base file
 
 from __future__ import annotations
 
-import io
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -68,7 +67,7 @@ from lakewarden.commit import CommitterOptions, ManifestCommitter, TaskAttempt, 
 from lakewarden.commit.stages.task import TaskCommitResult
 from lakewarden.errors import CommitStateUnknownError
 from lakewarden.storage import Storage
-from lakewarden.table.bucket import BucketSlices, route
+from lakewarden.table.bucket import BucketSlices, Routed, route_lazily
 from lakewarden.table.config import META_FILE_NAME, TableConfig
 from lakewarden.table.coordinator import Coordinator, JobCommits
 from lakewarden.table.files import BaseFileName, WriteToken, file_key
@@ -77,7 +76,7 @@ from lakewarden.table.merge import BucketMerge, Merged, merge, merge_bucket, sta
 from lakewarden.table.mor import ingestion_action, log_slice, write_blocks
 from lakewarden.table.parquet_options import write_parquet
 from lakewarden.table.snapshot import snapshot_as_of_request
-from lakewarden.table.stats import CommitStats, FileGroupId, WorkloadProfile, WriteStat
+from lakewarden.table.stats import CommitStats, WorkloadProfile, WriteStat
 from lakewarden.table.timeline import Timeline
 from lakewarden.table.transaction import WriteTransaction
 from lakewarden.table.write_input import (
@@ -151,7 +150,7 @@ def write(
         data, bad = validate_input(data, ctx.config, operation), None  # 1
     else:
         data, bad = split_bad_records(data, ctx.config, operation)  # 1
-    groups = route(data, ctx.config)  # 2
+    groups = route_lazily(data, ctx.config)  # 2
     action = ingestion_action(ctx.config)
     txn = WriteTransaction.begin(  # 3
         ctx.timeline,
@@ -170,7 +169,7 @@ def write(
             state = ctx.timeline.load()
             base = snapshot_as_of_request(state, txn.instant, table=ctx.config.name)
             buckets = BucketSlices(base)
-            touched = dict.fromkeys(g for c in groups for g in buckets.file_groups(c))
+            touched = dict.fromkeys(g for c in groups.groups for g in buckets.file_groups(c))
             txn.inflight(WorkloadProfile(operation=operation, file_groups=tuple(touched)))  # 4
             attempt = _attempt(job)
             stats = _write_groups(ctx, txn.instant, buckets, groups, operation, attempt, written)
@@ -242,19 +241,20 @@ def _write_groups(
     ctx: WriteContext,
     instant: str,
     buckets: BucketSlices,
-    routed: dict[FileGroupId, pa.Table],
+    routed: Routed,
     operation: str,
     attempt: TaskAttempt | None,
     written: list[str],
 ) -> CommitStats:
-    """Merge every bucket and write its canonical group into the task attempt, in parallel
-    (pyarrow releases the GIL)."""
-    groups = list(routed.items())
+    """Gather, merge and encode every bucket and write its canonical group into the task
+    attempt, in parallel (pyarrow releases the GIL in the gather and the encoding)."""
+    groups = routed.groups
 
     attempt_id = str(attempt.attempt_id) if attempt is not None else f"{instant}-direct"
 
     def one(task: int) -> tuple[BucketMerge, WriteStat | None]:
-        group, incoming = groups[task]
+        group = groups[task]
+        incoming = routed.rows(group)
         target = log_slice(ctx.config, buckets.of(group), group, operation)
         if target is not None:
             records = stamped(incoming, instant, ctx.config, operation)
@@ -317,6 +317,8 @@ def _write_groups(
 def _file_bytes(config: TableConfig, name: str, table: pa.Table) -> bytes:
     table = table.append_column(META_FILE_NAME, pa.repeat(pa.scalar(name), len(table)))
     table = table.select(config.file_schema.names).cast(config.file_schema)
-    buffer = io.BytesIO()
+    # An Arrow buffer, not io.BytesIO: the encoder writes its pages without taking the GIL.
+    buffer = pa.BufferOutputStream()
     write_parquet(table, buffer)
-    return buffer.getvalue()
+    data: bytes = buffer.getvalue().to_pybytes()
+    return data

@@ -33,9 +33,10 @@ from lakewarden.table.bucket import (
     render_partition_path,
     replaced_by_merge,
     route,
+    route_lazily,
     unescape_partition_value,
 )
-from lakewarden.table.config import TableConfig
+from lakewarden.table.config import META_PARTITION_PATH, META_RECORD_KEY, TableConfig
 from lakewarden.table.files import bucket_file_id
 from lakewarden.table.snapshot import FileSlice, Snapshot
 from lakewarden.table.stats import FileGroupId, WriteStat
@@ -53,7 +54,7 @@ def test_fnv1a64_published_vectors() -> None:
 
 
 def test_key_hashes_of_a_sliced_chunked_array_match_the_reference() -> None:
-    # A slice starts its offsets part-way into the buffer; chunks are combined first.
+    # A slice starts its offsets part-way into the buffer; chunks are hashed one by one.
     keys = pa.chunked_array([["x", "é漢字", None], ["foobar", "", "a" * 40]]).slice(1)
     expected = [fnv1a64_bytes((k or "").encode()) for k in keys.to_pylist()]
     assert key_hashes(keys).to_pylist() == expected
@@ -175,6 +176,63 @@ def test_null_and_empty_partition_values_share_one_code_and_lose_no_row() -> Non
     groups = route(pa.table({"id": pa.array(range(6), pa.int64()), "part": part}), config)
     assert sorted(g.partition_path for g in groups) == [f"part={DEFAULT_PARTITION}", "part=eu"]
     assert sum(t.num_rows for t in groups.values()) == 6
+
+
+def test_keys_hash_alike_as_string_large_string_and_their_source_type() -> None:
+    ints = pa.chunked_array([pa.array([0, 1, 2], pa.int64()), pa.array([3, 1000000007])])
+    text = [str(i) for i in ints.to_pylist()]
+    expected = [fnv1a64_bytes(t.encode()) for t in text]
+    assert key_hashes(ints).to_pylist() == expected
+    assert key_hashes(pa.array(text, pa.string())).to_pylist() == expected
+    assert key_hashes(pa.array(text, pa.large_string())).to_pylist() == expected
+
+
+def test_a_null_key_hashes_as_the_empty_string_whatever_its_offsets_span() -> None:
+    # Arrow lets a null slot's offsets span bytes; they are not the key's text.
+    valid = pa.array(["ab", "cd", "ef"], pa.string())
+    _, offsets, data = valid.buffers()
+    validity = pa.array([True, False, True]).buffers()[1]
+    keys = pa.Array.from_buffers(pa.string(), 3, [validity, offsets, data], null_count=1)
+    assert key_hashes(keys).to_pylist() == [
+        fnv1a64_bytes(b"ab"),
+        fnv1a64_bytes(b""),
+        fnv1a64_bytes(b"ef"),
+    ]
+
+
+def test_routed_groups_gather_their_rows_in_input_order_with_the_meta_columns() -> None:
+    config = TableConfig.new(
+        name="t",
+        record_key="id",
+        schema=pa.schema([pa.field("id", pa.int64(), nullable=False), ("r", pa.string())]),
+        partition_by=["r"],
+        buckets=4,
+    )
+    ids = [7, 3, 7, 11, 2, 3, 40, 7]  # duplicates: their input order decides upserts' ties
+    regions = ["a", "b", "a", "a", None, "b", "b", "a"]
+    data = pa.chunked_array([ids[:3], ids[3:]]), pa.chunked_array([regions[:5], regions[5:]])
+    table = pa.table({"id": data[0], "r": data[1]})
+    routed = route_lazily(table, config)
+    seen = []
+    for group in routed.groups:
+        rows = routed.rows(group)
+        assert rows.column_names == [META_RECORD_KEY, META_PARTITION_PATH, "id", "r"]
+        assert set(rows.column(META_PARTITION_PATH).to_pylist()) == {group.partition_path}
+        assert rows.column(META_RECORD_KEY).to_pylist() == [str(i) for i in rows["id"].to_pylist()]
+        for key in rows["id"].to_pylist():
+            assert group.file_id == bucket_file_id(bucket_of(key, 4))
+        positions = [
+            i
+            for i, (k, r) in enumerate(zip(ids, regions, strict=True))
+            if k in rows["id"].to_pylist()
+            and render_partition_path(["r"], [r]) == group.partition_path
+        ]
+        assert rows["id"].to_pylist() == [ids[i] for i in positions]
+        seen.extend(positions)
+    assert sorted(seen) == list(range(len(ids)))
+    assert {g: t.to_pylist() for g, t in route(table, config).items()} == {
+        g: routed.rows(g).to_pylist() for g in routed.groups
+    }
 
 
 # -- the file groups of a bucket ------------------------------------------------------------

@@ -724,3 +724,31 @@ def test_partition_values_of_many_types_prune_correctly(tmp_path: Path) -> None:
     expression = str(partition_expression(table.config, first))
     for column in ("day ==", "flag ==", "at ==", "n =="):
         assert column in expression
+
+
+def test_partition_columns_read_from_their_paths_equal_the_stored_values(tmp_path: Path) -> None:
+    """A scan takes a partition column from the file's partition path when every path fixes
+    it (and from the files otherwise: the default partition); either way the rows, the
+    types and the column order are the data's, in any projection, with filters."""
+    import datetime as dt
+
+    schema = pa.schema([("id", pa.string()), ("day", pa.date32()), ("n", pa.int16())])
+    day = dt.date(2024, 1, 2)
+    data = pa.table(
+        {"id": ["a", "b", "c", "d"], "day": [day, day, day, day], "n": [-1, 7, 7, 300]},
+        schema=schema,
+    )
+    table = Table.create(
+        str(tmp_path / "t"), name="t", record_key="id", schema=schema, partition_by=["day", "n"]
+    )
+    table.write(data)
+    assert table.read().sort_by("id").equals(data)
+    assert table.read(columns=["n", "id"]).sort_by("id").equals(data.select(["n", "id"]))
+    assert table.read(columns=["day"]).column("day").to_pylist() == [day] * 4
+    assert table.read(filter=pc.field("n") == 7).sort_by("id").equals(data.slice(1, 2))
+    meta = table.read(with_meta=True)
+    assert meta.column_names[-3:] == ["id", "day", "n"]
+
+    table.write(pa.table({"id": ["e"], "day": [None], "n": [7]}, schema=schema))  # default
+    assert sorted(table.read().column("id").to_pylist()) == ["a", "b", "c", "d", "e"]
+    assert table.read(filter=pc.field("day").is_null()).column("id").to_pylist() == ["e"]
