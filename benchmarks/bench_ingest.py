@@ -196,10 +196,13 @@ def _profile_driver(folder: Path) -> Callable[[], None]:
     return save
 
 
-def measure(records: int, bootstrap: str, latency_s: float, rounds: int) -> dict[str, Any]:
+def measure(
+    records: int, bootstrap: str, latency_s: float, rounds: int, job_commits: str = "service"
+) -> dict[str, Any]:
     """Everything of the module docstring; numbers in seconds and milliseconds, each sink's
-    runs in round order. With ``LAKEWARDEN_BENCH_PROFILE_DIR`` set, the driver's batch calls
-    are profiled into it."""
+    runs in round order. ``job_commits``: who runs lakewarden's job commits (the setting's
+    default, ``service``: job-committer; ``embedded``: the driver). With
+    ``LAKEWARDEN_BENCH_PROFILE_DIR`` set, the driver's batch calls are profiled into it."""
     profiled = os.environ.get(PROFILE_ENV)
     save_profile = _profile_driver(Path(profiled)) if profiled else None
     from benchmarks._ingest_latency import SINKS, measure_latency
@@ -211,7 +214,11 @@ def measure(records: int, bootstrap: str, latency_s: float, rounds: int) -> dict
     root = Path(tempfile.mkdtemp(prefix="lakewarden-bench-ingest-"))
     prefix = f"bench-ingest-{uuid.uuid4().hex[:8]}."
     settings = Settings(
-        kafka=KafkaSettings(bootstrap_servers=bootstrap, topic_prefix=prefix),
+        kafka=KafkaSettings(
+            bootstrap_servers=bootstrap,
+            topic_prefix=prefix,
+            job_commits=job_commits,  # type: ignore[arg-type]
+        ),
         state_dir=root / "state",
     )
     topic, warmup = f"{prefix}orders", f"{prefix}warmup"
@@ -268,6 +275,7 @@ def measure(records: int, bootstrap: str, latency_s: float, rounds: int) -> dict
         "records": records,
         "per_batch": per_batch,
         "rounds": rounds,
+        "job_commits": job_commits,
         "runs": runs,
         "lakewarden_skip": skip,
         "latency": latency,
@@ -275,10 +283,10 @@ def measure(records: int, bootstrap: str, latency_s: float, rounds: int) -> dict
 
 
 def _measure_in_child(
-    records: int, bootstrap: str, latency_s: float, rounds: int
+    records: int, bootstrap: str, latency_s: float, rounds: int, job_commits: str
 ) -> dict[str, Any]:
     command = [sys.executable, "-m", "benchmarks.bench_ingest", "--child", str(records)]
-    command += [bootstrap, str(latency_s), str(rounds)]
+    command += [bootstrap, str(latency_s), str(rounds), job_commits]
     result = subprocess.run(
         command, capture_output=True, text=True, timeout=3 * 3600, env={**os.environ}
     )
@@ -289,12 +297,18 @@ def _measure_in_child(
 
 
 @benchmark("ingest", "Kafka -> table streaming ingestion vs the same stream into Parquet and Delta")
-def bench_ingest(ctx: BenchContext, rounds: int | None = None) -> Iterable[Result]:
+def bench_ingest(
+    ctx: BenchContext,
+    rounds: int | None = None,
+    records: int | None = None,
+    job_commits: str = "service",
+) -> Iterable[Result]:
     bootstrap = ctx.kafka_settings().kafka.bootstrap_servers
     assert bootstrap is not None
     rounds = rounds if rounds is not None else ctx.scale(3, 1)
-    numbers = _measure_in_child(ctx.scale(200_000, 20_000), bootstrap, ctx.scale(20, 5), rounds)
-    return results(numbers)
+    records = records if records is not None else ctx.scale(200_000, 20_000)
+    latency_s = ctx.scale(20, 5)
+    return results(_measure_in_child(records, bootstrap, latency_s, rounds, job_commits))
 
 
 def _rate(run: dict[str, Any]) -> float:
@@ -314,6 +328,8 @@ def results(numbers: dict[str, Any]) -> list[Result]:
     runs, skip = numbers["runs"], numbers["lakewarden_skip"]
     ours, parquet, delta = runs["lakewarden"], runs["parquet"], runs["delta"]
     shape = f"{numbers['records']:,} JSON records in {BATCHES} micro-batches"
+    route = "" if numbers["job_commits"] == "service" else f", job commits {numbers['job_commits']}"
+    shape += route  # not the default route: figures of their own
     rounds = f"median of {numbers['rounds']} rotated rounds"
     details = {
         "per_batch_records": numbers["per_batch"],
@@ -369,7 +385,7 @@ def results(numbers: dict[str, Any]) -> list[Result]:
         found.append(
             Result(
                 benchmark="ingest",
-                metric=f"batch commit latency {label} (inflight -> completed)",
+                metric=f"batch commit latency {label} (inflight -> completed){route}",
                 unit="ms",
                 value=_pct_median(ours, "commit_ms", q),
                 baseline=_pct_median(delta, "commit_ms", q),
@@ -377,12 +393,13 @@ def results(numbers: dict[str, Any]) -> list[Result]:
                 details={"parquet_ms": _pct_median(parquet, "commit_ms", q)},
             )
         )
-    found.extend(_latency_results(numbers["latency"], rounds))
+    found.extend(_latency_results(numbers["latency"], rounds, numbers["job_commits"]))
     return found
 
 
-def _latency_results(latency: dict[str, Any], rounds: str) -> list[Result]:
+def _latency_results(latency: dict[str, Any], rounds: str, job_commits: str) -> list[Result]:
     found = []
+    route = "" if job_commits == "service" else f", job commits {job_commits}"
     for rate, sides in latency.items():
         for pct in ("p50", "p99"):
             medians = {
@@ -393,7 +410,7 @@ def _latency_results(latency: dict[str, Any], rounds: str) -> list[Result]:
                 Result(
                     benchmark="ingest",
                     metric=f"end-to-end latency {pct} at {int(rate):,} events/s "
-                    "(produced -> visible)",
+                    f"(produced -> visible){route}",
                     unit="ms",
                     value=medians["lakewarden"],
                     baseline=medians["delta"],
@@ -412,20 +429,28 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="20k records, one round")
     parser.add_argument("--rounds", type=int, default=None, help="rotated rounds (3; quick 1)")
+    parser.add_argument("--records", type=int, default=None, help="records (200k; quick 20k)")
+    parser.add_argument(
+        "--job-commits",
+        choices=("service", "embedded"),
+        default="service",
+        help="who runs lakewarden's job commits (KafkaSettings.job_commits)",
+    )
     parser.add_argument(
         "--child",
-        nargs=4,
-        metavar=("RECORDS", "BOOTSTRAP", "LATENCY_S", "ROUNDS"),
+        nargs=5,
+        metavar=("RECORDS", "BOOTSTRAP", "LATENCY_S", "ROUNDS", "JOB_COMMITS"),
         help=argparse.SUPPRESS,
     )
     args = parser.parse_args()
     if args.child:
-        records, bootstrap, latency_s, rounds = args.child
-        print(json.dumps(measure(int(records), bootstrap, float(latency_s), int(rounds))))
+        records, bootstrap, latency_s, rounds, job_commits = args.child
+        numbers = measure(int(records), bootstrap, float(latency_s), int(rounds), job_commits)
+        print(json.dumps(numbers))
         return
     ctx = BenchContext(quick=args.quick)
     try:
-        for result in bench_ingest(ctx, args.rounds):
+        for result in bench_ingest(ctx, args.rounds, args.records, args.job_commits):
             print(json.dumps(result.as_json(), indent=2))
     finally:
         ctx.close()
