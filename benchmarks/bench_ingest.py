@@ -29,7 +29,9 @@ through a Python worker for every row) and per-batch numbers. The measurement ru
 process: a Spark JVM started earlier by another benchmark would lack the Kafka and Delta jars
 on its driver class path.
 
-Run alone with ``python -m benchmarks.bench_ingest [--quick] [--rounds N]``.
+Run with ``python -m benchmarks ingest [--quick] [--events RECORDS]`` (results into
+``benchmarks/results/``), or alone with ``python -m benchmarks.bench_ingest [--quick]
+[--rounds N] [--records N] [--job-commits service|embedded]`` (printed only).
 """
 
 from __future__ import annotations
@@ -306,7 +308,7 @@ def bench_ingest(
     bootstrap = ctx.kafka_settings().kafka.bootstrap_servers
     assert bootstrap is not None
     rounds = rounds if rounds is not None else ctx.scale(3, 1)
-    records = records if records is not None else ctx.scale(200_000, 20_000)
+    records = records or ctx.events or ctx.scale(200_000, 20_000)
     latency_s = ctx.scale(20, 5)
     return results(_measure_in_child(records, bootstrap, latency_s, rounds, job_commits))
 
