@@ -94,7 +94,6 @@ class Heartbeat:
         on_lost: Callable[[HeartbeatLostError], None] | None = None,
         codec: EventCodec | None = None,
         clock: Clock = SYSTEM_CLOCK,
-        producer: Producer | None = None,
         **producer_config: Any,
     ) -> None:
         policy = settings.heartbeat.policy_for(table_id)
@@ -112,8 +111,6 @@ class Heartbeat:
         self._codec = codec or default_codec()
         self._clock = clock
         self._producer_config = producer_config
-        # A producer shared with other heartbeats (``Heartbeats``), else one of its own.
-        self._shared = producer
         self._producer: Producer | None = None
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
@@ -131,16 +128,6 @@ class Heartbeat:
     def tolerance_s(self) -> float:
         return self.policy.tolerance_s
 
-    @property
-    def lost_cause(self) -> str | None:
-        """Why health was lost (``HeartbeatLostError.cause``), or None while healthy."""
-        return self._lost.cause if self._lost is not None else None
-
-    def shared_producer_options(self) -> dict[str, Any]:
-        """The librdkafka options of this heartbeat's producer less its client id: heartbeats
-        with equal options can share one producer."""
-        return {k: v for k, v in self._producer_options().items() if k != "client_id"}
-
     def start(self, *, wait_first_s: float | None = None) -> Heartbeat:
         """Start beating; wait until the first beat is acknowledged (at most ``wait_first_s``,
         default the tolerance), so the monitor knows the instant before any work starts.
@@ -151,9 +138,7 @@ class Heartbeat:
         """
         if self._thread is not None:
             raise RuntimeError("this Heartbeat was started already")
-        self._producer = self._shared or kafka_producer(
-            self.settings, logger=log, **self._producer_options()
-        )
+        self._producer = kafka_producer(self.settings, logger=log, **self._producer_options())
         self._started_at = self._clock.monotonic()
         self._thread = threading.Thread(
             target=self._run, name=f"heartbeat-{self.table_id}-{self.instant}", daemon=True
@@ -374,11 +359,6 @@ class Heartbeats:
 
     ``options`` are passed to every ``Heartbeat`` (``interval_s``, ``on_lost``, ...).
     Thread-safe.
-
-    Heartbeats of equal producer options share one producer, kept for the next one: a writer
-    that starts a heartbeat per instant (a streaming query, one per micro-batch) waits only for
-    its first beat's acknowledgement, not for a new producer to connect. A producer that failed
-    fatally is not handed out again.
     """
 
     def __init__(self, settings: Settings, **options: Any) -> None:
@@ -386,7 +366,6 @@ class Heartbeats:
         self._options = options
         self._guard = threading.Lock()
         self._held: dict[tuple[str, str], Heartbeat] = {}
-        self._producers: dict[str, Producer] = {}
 
     @contextmanager
     def hold(self, table_id: str, instant: str, owner: str) -> Iterator[Heartbeat]:
@@ -397,11 +376,7 @@ class Heartbeats:
             RuntimeError: this process already beats for the instant.
         """
         key = (table_id, instant)
-        options = Heartbeat(self.settings, table_id, instant, owner, **self._options)
-        shared = self._producer_for(options.shared_producer_options())
-        heartbeat = Heartbeat(
-            self.settings, table_id, instant, owner, producer=shared, **self._options
-        )
+        heartbeat = Heartbeat(self.settings, table_id, instant, owner, **self._options)
         with self._guard:
             if key in self._held:
                 raise RuntimeError(f"already beating for instant {instant} of table {table_id}")
@@ -412,19 +387,6 @@ class Heartbeats:
         finally:
             with self._guard:
                 self._held.pop(key, None)
-                if heartbeat.lost_cause == "producer_fatal":
-                    self._producers = {k: p for k, p in self._producers.items() if p is not shared}
-
-    def _producer_for(self, options: dict[str, Any]) -> Producer:
-        """The shared producer of these options, made on first use (no IO until a beat)."""
-        key = repr(sorted(options.items()))
-        with self._guard:
-            producer = self._producers.get(key)
-            if producer is None:
-                client_id = f"heartbeats-{uuid.uuid4().hex[:8]}"
-                producer = kafka_producer(self.settings, logger=log, client_id=client_id, **options)
-                self._producers[key] = producer
-            return producer
 
     def get(self, table_id: str, instant: str) -> Heartbeat | None:
         """The heartbeat held for the instant, if any."""

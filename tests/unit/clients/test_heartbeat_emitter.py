@@ -263,32 +263,3 @@ def test_heartbeats_holder_checks_the_instant_it_beats_for(settings: Settings) -
             beats.check("t1", INSTANT)
     assert beats.get("t1", INSTANT) is None
     beats.check("t1", INSTANT)
-
-
-class FatalError:
-    """A delivery error as librdkafka reports a fatal producer failure."""
-
-    def fatal(self) -> bool:
-        return True
-
-
-def test_heartbeats_holder_starts_every_instant_on_one_producer(settings: Settings) -> None:
-    """One heartbeat per instant (a streaming query's micro-batches), one producer: a new
-    heartbeat waits for its first acknowledgement only, not for a producer to connect."""
-    beats = Heartbeats(settings, **FAST)
-    for instant in ("20250314092653589", "20250314092653590"):
-        with beats.hold("t1", instant, "w1") as beat:
-            assert beat.is_healthy()
-    assert len(PRODUCERS) == 1
-    kinds = [(r["instant"], r["kind"]) for r in PRODUCERS[0].records]
-    assert ("20250314092653589", "final") in kinds and ("20250314092653590", "final") in kinds
-
-
-def test_heartbeats_holder_replaces_a_producer_that_failed_fatally(settings: Settings) -> None:
-    beats = Heartbeats(settings, **FAST)
-    with beats.hold("t1", INSTANT, "w1") as beat:
-        beat._on_delivery(FatalError(), 0.0)  # type: ignore[arg-type]
-        assert beat.lost_cause == "producer_fatal"
-    with beats.hold("t1", "20250314092653590", "w1") as beat:
-        assert beat.is_healthy()
-    assert len(PRODUCERS) == 2  # the failed producer was not handed out again
