@@ -35,7 +35,7 @@ from benchmarks._report import RESULTS_DIR, print_table, write_json
     "--events",
     type=click.IntRange(min=3),
     default=None,
-    help="How many events or rows benchmarks that take a count use (replay, python_peers; "
+    help="How many events or rows benchmarks that take a count use (replay, python_peers, ingest; "
     "default: theirs).",
 )
 @click.option(

@@ -1,22 +1,19 @@
-"""End-to-end latency of streaming ingestion: an event produced to Kafka -> its row readable.
+"""End-to-end latency of streaming ingestion: an event produced to Kafka -> its row visible.
 
 Part of ``bench_ingest`` (runs in its child process, on its broker, services and Spark).
-For each rate (events/s), on a topic and table of their own:
+For each rate (events/s) and each sink, on a topic and table of their own:
 
-1. start ``lakewarden ingest``'s query (``IngestJob``) with a processing-time trigger of 0 (a
-   micro-batch starts as soon as the previous one ended: the pipeline's own latency, no
-   trigger interval added) and wait until its first, empty trigger ran;
+1. start the query with a processing-time trigger of 0 (a micro-batch starts as soon as the
+   previous one ended: the pipeline's own latency, no trigger interval added) and wait until
+   its first, empty trigger ran: ``lakewarden ingest``'s query (``IngestJob``), or the same
+   stream into Spark's Parquet sink or Delta Lake's streaming sink (``_ingest_sinks``);
 2. produce ``rate`` JSON order events a second for ``duration_s`` from a thread, paced every
    10 ms; each carries its produce time (epoch ms) in ``updated_at``;
-3. wait until the table holds every event (or ``timeout_s``), then stop the query;
-4. a row is *readable* when the instant that wrote it is ``completed`` on the timeline (a
-   reader's snapshot is exactly the completed instants): its latency is that entry's wall
-   time minus the event's produce time. The row's instant is its ``_lw_commit_time``.
-
-The baseline is the same stream, produced the same way, into Spark's own Parquet sink with
-the same trigger: a row is readable there when its batch's ``_spark_metadata`` log entry
-exists (a ``spark.read.parquet`` of the sink lists exactly the files of logged batches), so its
-latency is that entry's mtime minus the produce time.
+3. wait until the query read every event (or ``timeout_s``), then stop it;
+4. a row is *visible* when the file that commits its batch exists, the same method for every
+   sink (``_ingest_sinks``): lakewarden's ``completed`` timeline entry, Delta's
+   ``_delta_log/<version>.json``, the Parquet sink's ``_spark_metadata/<batch>``. Its latency
+   is that file's mtime minus the event's produce time.
 
 Reported: p50 / p99 / max over every event, the events and micro-batches seen, and the rate
 actually achieved by the producer (under load it may fall short: then the figure says so).
@@ -67,44 +64,6 @@ def _produce_at_rate(bootstrap: str, topic: str, rate: int, duration_s: float) -
     return {"events": sent, "achieved_rate": sent / producer_s}
 
 
-def _latencies(uri: str) -> tuple[list[float], int]:
-    """Per row: its instant's ``completed`` wall time minus its produce time (ms); and how
-    many instants completed."""
-    from lakewarden.api.table import Table
-    from lakewarden.storage import open_storage
-    from lakewarden.table.config import META_COMMIT_TIME
-    from lakewarden.table.timeline import Timeline
-
-    completed = {
-        entry.instant: entry.wall_time_ms
-        for entry in Timeline(open_storage(uri), table="orders").entries()
-        if str(entry.transition) == "completed"
-    }
-    rows = Table.open(uri).read(columns=["updated_at", META_COMMIT_TIME])
-    instants = rows.column(META_COMMIT_TIME).to_pylist()
-    produced = rows.column("updated_at").to_pylist()
-    latencies = [float(completed[i] - p) for i, p in zip(instants, produced, strict=True)]
-    return latencies, len(completed)
-
-
-def _parquet_latencies(out: Path) -> tuple[list[float], int]:
-    """Per row of the Parquet sink: its batch's log entry mtime minus its produce time (ms)."""
-    import pyarrow.parquet as pq
-
-    latencies: list[float] = []
-    logs = [p for p in (out / "_spark_metadata").iterdir() if not p.name.startswith(".")]
-    seen: set[str] = set()
-    for log in sorted(logs, key=lambda p: int(p.name.split(".")[0])):
-        logged_ms = log.stat().st_mtime * 1000
-        for line in filter(None, log.read_text().splitlines()[1:]):
-            path = json.loads(line)["path"].removeprefix("file://")
-            if path not in seen:  # a .compact entry repeats older batches' files
-                seen.add(path)
-                produced = pq.read_table(path, columns=["updated_at"]).column(0).to_pylist()
-                latencies.extend(logged_ms - p for p in produced)
-    return latencies, len(logs)
-
-
 def _run_and_measure(start: Any, produce: Any, count_in: Any, timeout_s: float) -> dict[str, Any]:
     """Start the query, wait for its first trigger, produce, wait until it read every event,
     stop it; return what the producer reported."""
@@ -132,21 +91,24 @@ def _summary(latencies: list[float], produced: dict[str, Any], batches: int) -> 
     }
 
 
+SINKS = ("parquet", "delta", "lakewarden")
+
+
 def measure_latency(
     spark: Any,
     settings: Any,
     root: Path,
+    sink: str,
     *,
     rate: int,
     duration_s: float,
     timeout_s: float = 600.0,
-) -> dict[str, dict[str, Any]]:
-    """Steps 1-4 of the module docstring at ``rate`` events/s, for lakewarden and for the
-    Parquet sink (in that order; each on a topic of its own)."""
-    return {
-        "parquet": _parquet_latency(spark, settings, root, rate, duration_s, timeout_s),
-        "lakewarden": _lakewarden_latency(spark, settings, root, rate, duration_s, timeout_s),
-    }
+) -> dict[str, Any]:
+    """Steps 1-4 of the module docstring at ``rate`` events/s into ``sink`` (one of
+    ``SINKS``), on a topic of its own."""
+    if sink == "lakewarden":
+        return _lakewarden_latency(spark, settings, root, rate, duration_s, timeout_s)
+    return _file_sink_latency(spark, settings, root, sink, rate, duration_s, timeout_s)
 
 
 def _topic(settings: Any, name: str) -> str:
@@ -157,38 +119,30 @@ def _topic(settings: Any, name: str) -> str:
     return topic
 
 
-def _parquet_latency(
-    spark: Any, settings: Any, root: Path, rate: int, duration_s: float, timeout_s: float
+def _file_sink_latency(
+    spark: Any,
+    settings: Any,
+    root: Path,
+    sink: str,
+    rate: int,
+    duration_s: float,
+    timeout_s: float,
 ) -> dict[str, Any]:
+    from benchmarks._ingest_sinks import file_latencies, parsed_stream, start_sink
     from lakewarden.demo import ORDERS_SCHEMA
-    from lakewarden.spark._arrow import spark_schema
-    from lakewarden.spark.ingest import parse_records, route_bad_records
     from lakewarden.table.config import TableConfig
 
     bootstrap = settings.kafka.bootstrap_servers
-    name = f"latency-parquet-{rate}-{uuid.uuid4().hex[:6]}"
+    name = f"latency-{sink}-{rate}-{uuid.uuid4().hex[:6]}"
     topic, out = _topic(settings, name), root / name
     config = TableConfig.new(
         name="orders", record_key="order_id", schema=ORDERS_SCHEMA, partition_by=["region"]
     )
-    raw = (
-        spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", bootstrap)
-        .option("subscribe", topic)
-        .option("startingOffsets", "earliest")
-        .load()
-    )
-    names = spark_schema(config.pa_schema).fieldNames()
-    good = route_bad_records(parse_records(raw, config), "fail", root / f"{name}-bad", names)
+    good = parsed_stream(spark, bootstrap, topic, config, root / f"{name}-bad", None)
+    checkpoint = root / f"{name}-checkpoint"
 
     def start() -> Any:
-        return (
-            good.writeStream.format("parquet")
-            .option("path", str(out))
-            .option("checkpointLocation", str(root / f"{name}-checkpoint"))
-            .trigger(processingTime="0 seconds")
-            .start()
-        )
+        return start_sink(good, sink, out, checkpoint, {"processingTime": "0 seconds"})
 
     def read_so_far(query: Any) -> int:
         return sum(int(p.numInputRows) for p in query.recentProgress)
@@ -196,7 +150,7 @@ def _parquet_latency(
     produced = _run_and_measure(
         start, lambda: _produce_at_rate(bootstrap, topic, rate, duration_s), read_so_far, timeout_s
     )
-    latencies, batches = _parquet_latencies(out)
+    latencies, batches = file_latencies(out, sink)
     return _summary(latencies, produced, batches)
 
 
@@ -233,8 +187,9 @@ def _lakewarden_latency(
         start, lambda: _produce_at_rate(bootstrap, topic, rate, duration_s), read_so_far, timeout_s
     )
     from benchmarks._ingest_breakdown import breakdown, p50s
+    from benchmarks._ingest_sinks import lakewarden_latencies
 
-    latencies, instants = _latencies(str(table))
+    latencies, instants = lakewarden_latencies(str(table))
     summary = _summary(latencies, produced, instants)
     outcomes = list(jobs[0].writer.outcomes) if jobs[0].writer is not None else []
     summary["breakdown_p50_ms"] = p50s(breakdown(jobs[0].totals.reports, outcomes, str(table)))

@@ -58,6 +58,10 @@ BeatKind = Literal["beat", "final"]
 _FINAL_FLUSH_S: Final = 1.0
 # The thread's longest sleep: bounds how late it notices the window passing or a stop request.
 _MAX_WAIT_S: Final = 0.1
+# Its sleep until the first beat is acknowledged: ``start`` (and with it the holder's work)
+# waits for that acknowledgement, which is only seen when the thread polls the producer; at
+# the longest sleep every start would take 100 ms whatever the broker's answer time.
+_FIRST_ANSWER_WAIT_S: Final = 0.002
 
 
 class HeartbeatLostError(NonRetryableError):
@@ -222,7 +226,8 @@ class Heartbeat:
             producer.poll(0)  # delivery callbacks run here, on this thread
             self._judge(clock.monotonic())
             self._notify()
-            clock.wait(self._stop, min(next_beat, clock.monotonic() + _MAX_WAIT_S))
+            sleep = _MAX_WAIT_S if self._first_answer.is_set() else _FIRST_ANSWER_WAIT_S
+            clock.wait(self._stop, min(next_beat, clock.monotonic() + sleep))
         producer.poll(0)
 
     def _produce(self, producer: Producer, kind: BeatKind) -> None:

@@ -51,7 +51,7 @@ import os
 import re
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -151,9 +151,11 @@ def ingest_session(
     app_name: str = "lakewarden-ingest",
     jars: list[Path] | None = None,
     local_dir: Path | None = None,
+    conf: Mapping[str, str] | None = None,
 ) -> SparkSession:
     """A local SparkSession with the Kafka source jars (local files, never Ivy) and the
-    ``lakewarden`` format. Python workers run this interpreter. Raises: KafkaJarsMissingError."""
+    ``lakewarden`` format; ``conf``: more session settings (another sink's extensions, say).
+    Python workers run this interpreter. Raises: KafkaJarsMissingError."""
     from lakewarden.spark import register
 
     paths = jars if jars is not None else kafka_jars()
@@ -172,6 +174,8 @@ def ingest_session(
     )
     if local_dir is not None:
         builder = builder.config("spark.local.dir", str(local_dir))
+    for name, value in (conf or {}).items():
+        builder = builder.config(name, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)

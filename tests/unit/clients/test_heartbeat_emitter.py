@@ -215,6 +215,39 @@ def test_first_beat_not_acknowledged_refuses_to_start_after_the_tolerance(
     assert not starter.is_alive() and refused and refused[0].cause == "first_beat"
 
 
+def test_start_returns_as_soon_as_the_first_beat_is_acknowledged(
+    settings: Settings, clock: ManualClock
+) -> None:
+    """The broker's acknowledgement arrives after the thread's first poll: the thread polls
+    again within milliseconds, not at its 100 ms tick (every micro-batch paid that tick)."""
+
+    class Remote(FakeProducer):
+        polls = 0
+
+        def poll(self, timeout: float) -> int:
+            self.polls += 1
+            return super().poll(timeout) if self.polls > 1 else 0
+
+    producer_module.Producer = Remote  # type: ignore[misc]  (undone by monkeypatch)
+    beat = Heartbeat(settings, "t1", INSTANT, "w1", interval_s=1, tolerable_misses=3, clock=clock)
+    started = threading.Event()
+
+    def start() -> None:
+        beat.start()
+        started.set()
+
+    starter = threading.Thread(target=start)
+    starter.start()
+    try:
+        wait_until(lambda: bool(PRODUCERS) and bool(PRODUCERS[0].records), what="the first beat")
+        clock.advance(0.005)  # well before the thread's longest sleep (0.1 s)
+        wait_until(started.is_set, timeout_s=5, what="start() after the acknowledgement")
+    finally:
+        clock.advance(1.0)  # let a start() that missed it return, so the test can end
+        starter.join(10)
+        beat.stop()
+
+
 def test_heartbeats_holder_checks_the_instant_it_beats_for(settings: Settings) -> None:
     beats = Heartbeats(settings, **FAST)
     beats.check("t1", INSTANT)  # nothing held: nothing to judge
