@@ -75,10 +75,27 @@ def _size(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
+class _Cpu:
+    """The CPU seconds of the last ``_timed`` call (``pop`` them right after it)."""
+
+    last = 0.0
+
+    def pop(self) -> float:
+        return self.last
+
+
+CPU = _Cpu()
+
+
 def _timed(func: Callable[[], Any]) -> float:
+    from benchmarks.bench_spark import _tree_cpu
+
+    cpu = _tree_cpu()
     start = time.perf_counter()
     func()
-    return time.perf_counter() - start
+    wall = time.perf_counter() - start
+    CPU.last = _tree_cpu() - cpu
+    return wall
 
 
 def _session(jars: list[Path], local_dir: Path) -> Any:
@@ -107,9 +124,10 @@ def _session(jars: list[Path], local_dir: Path) -> Any:
     return session
 
 
-def measure_spark4(rows: int, rounds: int) -> dict[str, Any]:
+def measure_spark4(rows: int, rounds: int, only: Iterable[str] = ()) -> dict[str, Any]:
     """Parquet, lakewarden and Delta in this process: seconds per operation and round, bytes
-    after the upsert."""
+    after the upsert, CPU seconds of the insert (this process and its descendants: the JVM
+    and the Python workers). ``only``: these variants (default: all)."""
     import lakewarden.spark
     from lakewarden.api.table import Table
 
@@ -129,6 +147,7 @@ def measure_spark4(rows: int, rounds: int) -> dict[str, Any]:
         def parquet(path: Path) -> dict[str, float]:
             return {
                 "insert": _timed(lambda: df.write.partitionBy(PARTITION).parquet(str(path))),
+                "insert_cpu": CPU.pop(),
                 "upsert": _timed(
                     lambda: changed.write.partitionBy(PARTITION).parquet(f"{path}-changed")
                 ),
@@ -152,6 +171,7 @@ def measure_spark4(rows: int, rounds: int) -> dict[str, Any]:
             )
             return {
                 "insert": _timed(lambda: insert(uri)),
+                "insert_cpu": CPU.pop(),
                 "upsert": _timed(lambda: lakewarden.spark.write(changed, uri, "upsert")),
                 "read": _timed(lambda: drain(lakewarden.spark.read(spark, uri))),
                 "bytes": _size(path),
@@ -174,9 +194,16 @@ def measure_spark4(rows: int, rounds: int) -> dict[str, Any]:
                 "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
             )
             insert = _timed(lambda: df.write.format("delta").partitionBy(PARTITION).save(str(path)))
+            insert_cpu = CPU.pop()
             upsert = _timed(lambda: spark.sql(merge).collect())
             read = _timed(lambda: drain(spark.read.format("delta").load(str(path))))
-            return {"insert": insert, "upsert": upsert, "read": read, "bytes": _size(path)}
+            return {
+                "insert": insert,
+                "insert_cpu": insert_cpu,
+                "upsert": upsert,
+                "read": read,
+                "bytes": _size(path),
+            }
 
         variants = {
             "parquet": parquet,
@@ -184,6 +211,8 @@ def measure_spark4(rows: int, rounds: int) -> dict[str, Any]:
             "lakewarden_mor": ours_mor,
             "delta": delta,
         }
+        if only:  # a subset (``bench_spark_insert``)
+            variants = {k: v for k, v in variants.items() if k in only}
         for name in variants:  # untimed warm-up: JIT, Python workers, codecs
             _warm_up(spark, df.limit(1000), root / f"warmup-{name}", name)
 
@@ -197,11 +226,16 @@ def measure_spark4(rows: int, rounds: int) -> dict[str, Any]:
 
         runs = rotated_rounds(rounds, {name: round_of(name) for name in variants})
         for name, frame in (
-            ("lakewarden", lakewarden.spark.read(spark, str(root / "lakewarden-0"))),
-            ("lakewarden_mor", lakewarden.spark.read(spark, str(root / "lakewarden_mor-0"))),
-            ("delta", spark.read.format("delta").load(str(root / "delta-0"))),
+            ("lakewarden", lambda: lakewarden.spark.read(spark, str(root / "lakewarden-0"))),
+            (
+                "lakewarden_mor",
+                lambda: lakewarden.spark.read(spark, str(root / "lakewarden_mor-0")),
+            ),
+            ("delta", lambda: spark.read.format("delta").load(str(root / "delta-0"))),
         ):
-            count = frame.count()  # the upsert replaced rows, never added any
+            if name not in variants:
+                continue
+            count = frame().count()  # the upsert replaced rows, never added any
             assert count == rows, (name, count, rows)
         return {"rows": rows, "upsert_rows": upsert_rows, "runs": runs}
     finally:
@@ -265,10 +299,11 @@ def measure_hudi(rows: int, rounds: int) -> dict[str, Any]:
     return _run_side(command, "the Hudi side", env)
 
 
-def _spark4_in_child(rows: int, rounds: int) -> dict[str, Any]:
+def spark4_in_child(rows: int, rounds: int, only: Iterable[str] = ()) -> dict[str, Any]:
     """In a child process: a Spark JVM started earlier in this one would lack the Delta jars.
-    Raises: RuntimeError."""
+    ``only``: these variants (default: all). Raises: RuntimeError."""
     command = [sys.executable, "-m", "benchmarks.bench_peers", "--child", str(rows), str(rounds)]
+    command += ["--only", ",".join(only)]
     return _run_side(command, "the Spark 4 side", dict(os.environ))
 
 
@@ -377,7 +412,7 @@ def _goal(ours: str, operation: str, peer: str) -> float | None:
 @benchmark("peers", "insert/upsert/read: lakewarden, Delta Lake and Apache Hudi vs Parquet")
 def bench_peers(ctx: BenchContext) -> Iterable[Result]:
     rows, rounds = ctx.scale(2_000_000, 200_000), ctx.scale(3, 1)
-    return results(_spark4_in_child(rows, rounds), measure_hudi(rows, rounds))
+    return results(spark4_in_child(rows, rounds), measure_hudi(rows, rounds))
 
 
 def main() -> None:
@@ -385,11 +420,13 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=2_000_000, help="rows (default 2M)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds (default 3)")
     parser.add_argument("--child", nargs=2, metavar=("ROWS", "ROUNDS"), help=argparse.SUPPRESS)
+    parser.add_argument("--only", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(measure_spark4(int(args.child[0]), int(args.child[1]))))
+        only = [v for v in args.only.split(",") if v]
+        print(json.dumps(measure_spark4(int(args.child[0]), int(args.child[1]), only)))
         return
-    spark4 = _spark4_in_child(args.rows, args.rounds)
+    spark4 = spark4_in_child(args.rows, args.rounds)
     for result in results(spark4, measure_hudi(args.rows, args.rounds)):
         print(json.dumps(result.as_json(), indent=2))
 

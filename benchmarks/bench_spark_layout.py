@@ -13,8 +13,8 @@ insert paths, on the same cached rows as ``bench_spark``, rounds rotated:
   path, file name built per row with ``concat``);
 - ``meta``: plus all four meta columns;
 - ``file_groups``: the plain rows split into one file per task and bucket
-  (``partitionBy(pmod(hash(id), 4))`` with concurrent writers, no sort: the session settings
-  of ``lakewarden.spark._native``'s write, ``concurrent_file_group_writers``);
+  (``partitionBy(pmod(hash(id), 4))``, each task's rows sorted by bucket as Spark plans the
+  write, as ``lakewarden.spark._native``'s write does);
 - ``layout``: meta columns and file groups: Spark's own writer producing lakewarden's layout;
 - ``lakewarden_insert``: ``format("lakewarden")`` (the Python data source, pyarrow's writer);
 - ``lakewarden_bulk_spark``: ``bulk_insert`` with ``writer=spark`` (``_native``).
@@ -69,7 +69,6 @@ VARIANTS = (
 def measure(rows: int, rounds: int) -> dict[str, Any]:
     """Wall and CPU seconds per variant (lists, one per round)."""
     import lakewarden.spark
-    from lakewarden.spark._native import concurrent_file_group_writers
 
     spark = _session()
     root = Path(tempfile.mkdtemp(prefix="lakewarden-bench-layout-"))
@@ -94,11 +93,7 @@ def measure(rows: int, rounds: int) -> dict[str, Any]:
         def grouped_write(name: str) -> Callable[[int], float]:
             writer = bucketed[name].write.partitionBy("_bucket")
 
-            def run(i: int) -> float:
-                with concurrent_file_group_writers(spark):  # as lakewarden's native write
-                    return _elapsed(lambda: writer.parquet(str(root / f"{name}-{i}")), name)
-
-            return run
+            return lambda i: _elapsed(lambda: writer.parquet(str(root / f"{name}-{i}")), name)
 
         def insert(i: int) -> float:
             uri = _new_table(root, f"insert-{i}")
