@@ -19,6 +19,7 @@ the table lock and the clean instant itself (a clean is appended only when none 
 the log did not move since it was planned; a pending one is resumed, never re-planned).
 
 Modules: ``protocol`` (events -> triggers), ``handler`` (what to do with one event),
-``queue`` (tables waiting), ``worker`` (one table's clean), ``loop`` (the Kafka loop and the
-clean thread), ``app`` (settings, topics), ``settings``, ``metrics``.
+``queue`` (tables waiting), ``worker`` (one table's clean), ``loop`` (the Kafka loop, the
+runtime it shares with the publisher: ``_common.table_loop``), ``app`` (settings, topics),
+``settings``, ``metrics``.
 """

@@ -22,6 +22,7 @@ from typing import Any, NoReturn
 
 from lakewarden.table import Coordinator, connect
 from lakewarden_services._common.loop_service import serve_loop
+from lakewarden_services._common.table_loop import TableLoop, WorkPool
 from lakewarden_services.cleaner.app import (
     SERVICE,
     TOPICS,
@@ -30,7 +31,7 @@ from lakewarden_services.cleaner.app import (
     service_settings,
     settings,
 )
-from lakewarden_services.cleaner.loop import CleanLoop, Loop
+from lakewarden_services.cleaner.loop import build_loop
 from lakewarden_services.cleaner.queue import CleanQueue
 from lakewarden_services.cleaner.worker import CleanWorker
 
@@ -46,17 +47,13 @@ def main() -> NoReturn:
     instance = service_settings.instance_id
     queue = CleanQueue()
     worker = CleanWorker(settings, _coordinator, cleaner_settings, instance=instance or "0")
-    cleaning = CleanLoop(queue, worker.clean)
-    # A daemon: a clean cut short when the process exits is resumed by the next clean of the
-    # table (its instant is pending), as after a kill.
-    threading.Thread(
-        target=cleaning.run, args=(threading.Event(),), name="clean", daemon=True
-    ).start()
-    loop: Loop | None = None
+    cleaning = WorkPool(queue, worker.clean, threads=1, name="clean")
+    cleaning.start(threading.Event())
+    loop: TableLoop | None = None
 
-    def build() -> Loop:
+    def build() -> TableLoop:
         nonlocal loop
-        loop = Loop(
+        loop = build_loop(
             settings,
             queue,
             group_id=group_id,

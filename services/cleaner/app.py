@@ -9,7 +9,8 @@ records back when it is assigned P. The topic's name and record format (key and 
 are those the faust version of the service wrote (its ``tables`` table's changelog), so its
 state carries over.
 
-The Kafka loop is ``loop.Loop``; cleans run on one thread beside it (``loop.CleanLoop``).
+The Kafka loop is ``_common.table_loop.TableLoop`` (``loop.build_loop``); cleans run on one
+thread beside it.
 """
 
 from __future__ import annotations

@@ -125,3 +125,9 @@ class EventHandler:
         for table_id in owned:
             self.enqueue(Trigger(table_id, "periodic sweep"), "sweep")
         return len(owned)
+
+    def report(self, partitions: Collection[int]) -> None:
+        """The gauges: tables owned (those registered in ``partitions``), queued, lag."""
+        metrics.TABLES_OWNED.set(len(self.owned(partitions)))
+        metrics.LAG.set(self.queue.oldest_age(self.clock()))
+        metrics.QUEUED.set(len(self.queue))

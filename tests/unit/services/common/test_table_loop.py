@@ -1,6 +1,6 @@
-"""The cleaner's loop pieces without a broker: its registry reads back what the faust version
-of the service wrote to ``cleaner-tables-changelog`` (so state carries over), and the clean
-thread cleans queued tables one at a time and goes on after a failed clean."""
+"""The table-owning services' runtime without a broker: the registry reads back what the faust
+versions of the cleaner and the publisher wrote to their ``tables`` changelogs (so state
+carries over) and writes the same format, and the work threads go on after a failure."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 from faust.serializers import codecs
 
 from lakewarden_services._common.registry import TablesRegistry, changelog_key
-from lakewarden_services.cleaner.loop import CleanLoop, _a_registration
+from lakewarden_services._common.table_loop import WorkPool, is_registration
 from lakewarden_services.cleaner.protocol import Trigger
 from lakewarden_services.cleaner.queue import CleanQueue, Work
 
@@ -20,15 +20,15 @@ def _registry(produced: list[tuple[bytes, bytes, int]]) -> TablesRegistry:
         produced.append((key, value, partition))
         on_delivery(None, None)
 
-    return TablesRegistry(produce=produce, poll=lambda _: None, accept=_a_registration)
+    return TablesRegistry(produce=produce, poll=lambda _: None, accept=is_registration)
 
 
-def test_the_registry_reads_what_the_faust_cleaner_wrote_and_writes_the_same() -> None:
+def test_the_registry_reads_what_faust_wrote_and_writes_the_same() -> None:
     entry = {"uri": "s3://lake/orders", "partition": 7}
-    # The faust cleaner's ``tables`` table: key and value through faust's json codec.
+    # The faust services' ``tables`` table: key and value through faust's json codec.
     faust_records = {
         codecs.dumps("json", "t-1"): codecs.dumps("json", entry),
-        codecs.dumps("json", "t-2"): codecs.dumps("json", "/a/uri/only"),  # not the cleaner's
+        codecs.dumps("json", "t-2"): codecs.dumps("json", "/a/uri/only"),  # not a registration
         b"junk": b"{",
     }
     produced: list[tuple[bytes, bytes, int]] = []
@@ -45,7 +45,7 @@ def test_the_registry_reads_what_the_faust_cleaner_wrote_and_writes_the_same() -
     assert codecs.loads("json", value) == {"uri": "/data/t3", "partition": 7}
 
 
-def test_the_clean_thread_cleans_queued_tables_and_survives_a_failed_clean() -> None:
+def test_the_work_threads_do_queued_tables_and_survive_a_failure() -> None:
     queue = CleanQueue()
     cleaned: list[str] = []
     all_done = threading.Event()
@@ -57,18 +57,18 @@ def test_the_clean_thread_cleans_queued_tables_and_survives_a_failed_clean() -> 
         if len(cleaned) == 3:
             all_done.set()
 
-    loop = CleanLoop(queue, clean)
+    pool = WorkPool(queue, clean, threads=1, name="clean")
     stop = threading.Event()
-    thread = threading.Thread(target=loop.run, args=(stop,))
-    thread.start()
+    (thread,) = pool.start(stop)
     try:
         for table_id in ("bad", "a", "b"):
             queue.add(Trigger(table_id, "test"), f"/data/{table_id}", 0.0)
-            loop.wake()
+            pool.wake()
         assert all_done.wait(5)
     finally:
         stop.set()
+        pool.wake()
         thread.join(5)
     assert cleaned == ["bad", "a", "b"] and len(queue) == 0
     queue.add(Trigger("bad", "again"), "/data/bad", 1.0)
-    assert queue.take() is not None  # the failed table was released: it is cleaned again
+    assert queue.take() is not None  # the failed table was released: it is done again
