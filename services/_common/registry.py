@@ -21,6 +21,8 @@ from typing import Any, Final
 
 from confluent_kafka import KafkaError, Message
 
+from lakewarden.errors import RetryableError
+
 __all__ = ["RegistryNotDurableError", "TablesRegistry", "changelog_key"]
 
 # Produce(key, value, partition, on_delivery): the loop's producer.
@@ -32,9 +34,9 @@ Accept = Callable[[Any], bool]
 _POLL_S: Final = 0.05
 
 
-class RegistryNotDurableError(Exception):
-    """A registration was not acknowledged by the broker (the request is dead-lettered with
-    ``handler_error``; its sender gets no answer and may ask again: it is idempotent)."""
+class RegistryNotDurableError(RetryableError):
+    """A registration was not acknowledged by the broker (the event is dead-lettered with
+    ``handler_error``; its sender may register again: registration is idempotent)."""
 
 
 def changelog_key(table_id: str) -> bytes:
@@ -115,6 +117,8 @@ class TablesRegistry(MutableMapping[str, Any]):
             raise RegistryNotDurableError(
                 "a table registration was not acknowledged by the broker: "
                 + ("; ".join(failures[:3]) or f"{self._outstanding} still in flight")
+                + ". Help: check the broker; the event is in the DLQ (handler_error) and can be "
+                "replayed, or the table registered again (idempotent)."
             )
 
     def _delivered(self, err: KafkaError | None, msg: Message) -> None:
