@@ -1,13 +1,15 @@
-"""What every lakewarden service shares: a faust app made from ``Settings``, the health and
-metrics endpoint, logfmt logging, dead-lettering of bad events, and the process runner.
+"""What every lakewarden service shares: the health and metrics endpoint, logfmt logging,
+dead-lettering of bad events, the process runner, and for each runtime its scaffolding.
 
-A service is a package ``services/<name>/`` with::
+A service is a package ``services/<name>/`` with ``app.py`` (its settings, topics, group),
+a ``handler`` that decides what to do with one decoded event (tested without Kafka), its
+runtime, a ``__main__.py`` that runs it until SIGTERM, and one ``ServiceSpec`` line in
+``lakewarden/devstack/services.py``. Two runtimes:
 
-    app.py       app = make_app("<name>", settings); topics, tables declared at module top
-    agents.py    agents (concurrency 1, idempotent handlers) and timers, at module top
-    __main__.py  run_service(app, ...) : python -m services.<name>
-
-and one ``ServiceSpec`` line in ``lakewarden/devstack/services.py``.
+- a plain confluent-kafka loop (``loop.py``; ``loop_service.serve_loop``), its state in
+  compacted changelogs read back on assignment (``changelog``, ``registry``);
+- a faust app (``app = make_app("<name>", settings)``, ``agents.py`` at module top,
+  ``runner.run_service``).
 """
 
 from lakewarden_services._common.app import ServiceSettings, event_topic, make_app

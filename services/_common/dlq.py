@@ -1,4 +1,5 @@
-"""Dead-lettering from a faust agent: a bad event goes to ``<prefix>dlq``, the agent goes on.
+"""Dead-lettering from a service's handler: a bad event goes to ``<prefix>dlq``, the service
+goes on.
 
 Two kinds of bad events, one contract (``schemas/DeadLetter.avsc``, the original bytes kept):
 
@@ -8,19 +9,18 @@ Two kinds of bad events, one contract (``schemas/DeadLetter.avsc``, the original
   not match the table; the service names the reason (``unexpected_event``, ``invalid_request``,
   ``key_mismatch``, ``misrouted``, ``handler_error``).
 
-The dead letter is produced before the agent takes the next event; faust flushes the producer
-before it commits offsets, so the offset past a bad event is never committed before its dead
-letter is durable (nothing is lost).
+The dead letter is produced before the handler takes the next event, and the producer is
+flushed before offsets are committed (by faust for a faust agent, by the loop for a plain
+loop service), so the offset past a bad event is never committed before its dead letter is
+durable (nothing is lost).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable
-from typing import Protocol
+from typing import Any, Protocol
 
-import faust
-from faust.types import Message
 from prometheus_client import Counter
 
 from lakewarden.events import Event, EventDecodeError, Rejection, Undecodable, dead_letter_record
@@ -32,6 +32,28 @@ DEAD_LETTERS = Counter(
     "Events a service could not use and sent to the dead-letter topic",
     ["service", "reason"],
 )
+
+
+class Message(Protocol):
+    """The consumed message a handler gets: faust's ``Message``, or a loop service's
+    ``loop_service.Consumed``."""
+
+    @property
+    def topic(self) -> str: ...
+    @property
+    def partition(self) -> int: ...
+    @property
+    def offset(self) -> int: ...
+    @property
+    def key(self) -> bytes | None: ...
+    @property
+    def value(self) -> bytes | None: ...
+
+
+class EventTopic(Protocol):
+    """Where dead letters are sent: a faust topic, or a loop's ``ProducedTopic``."""
+
+    async def send(self, *, key: bytes | None, value: Event) -> Any: ...
 
 
 class DeadLetterSink(Protocol):
@@ -65,7 +87,7 @@ async def dead_letter_failures(
 class DeadLetters:
     """Sends the dead letters of one service to its DLQ topic."""
 
-    def __init__(self, topic: faust.TopicT, *, service: str, consumer_group: str) -> None:
+    def __init__(self, topic: EventTopic, *, service: str, consumer_group: str) -> None:
         self.topic = topic
         self.service = service
         self.consumer_group = consumer_group

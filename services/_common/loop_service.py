@@ -1,9 +1,10 @@
 """What the plain confluent-kafka loop services share: their Kafka clients and their start-up.
 
-timeline-lock, heartbeat-monitor and cancel-manager are loops rather than faust apps because
-a client waits on their answers (or their judgement must not lag). Each owns one consumer in
-a group, committing offsets by hand, and one idempotent producer; each starts the same way
-(the dev stack's contract, ``lakewarden_services._common.runner``):
+timeline-lock, heartbeat-monitor, cancel-manager and the cleaner are loops rather than faust
+apps: a client waits on the first three's answers (or their judgement must not lag), and
+faust's table recovery and changelog writes could hang or lose the cleaner's registrations.
+Each owns one consumer in a group, committing offsets by hand, and one idempotent producer;
+each starts the same way (the dev stack's contract, ``lakewarden_services._common.runner``):
 
 1. logfmt logging; 2. its topics exist (else exit 2); 3. the loop runs until SIGTERM/SIGINT;
 4. once its first assignment and recovery completed, the health endpoint listens;
@@ -11,6 +12,13 @@ a group, committing offsets by hand, and one idempotent producer; each starts th
    member fenced after a broker restart, which librdkafka never recovers from) is built
    again from scratch, as a restarted process would be, instead of serving on with a dead
    consumer (``RebuildingLoop``).
+
+The handlers of cancel-manager and the cleaner are coroutines (so unit tests drive them as
+they drove faust agents) in which nothing suspends: sends are ``producer.produce`` calls and
+the one wait, a registration made durable, polls the producer. A loop steps each to its end
+on its own thread (``run_to_end``), with no event loop; ``consumed`` turns a librdkafka
+message into what a handler takes, and ``ProducedTopic`` is the dead letters' topic on the
+loop's producer.
 
 What differs between them is passed in: consumer settings that are a service's own choice
 (where a new group starts, how partitions are assigned), the producer's linger, and the
@@ -23,13 +31,21 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable
+from dataclasses import dataclass
 from typing import Any, NoReturn, Protocol
 
-from confluent_kafka import Producer
+from confluent_kafka import Message, Producer
 
-from lakewarden.errors import LakewardenError
-from lakewarden.events import EventCodec, EventConsumer, EventConsumerError
+from lakewarden.errors import LakewardenError, NonRetryableError
+from lakewarden.events import (
+    Event,
+    EventCodec,
+    EventConsumer,
+    EventConsumerError,
+    EventDecodeError,
+    Undecodable,
+)
 from lakewarden.events.latency import LOW_LATENCY_CONSUMER, LOW_LATENCY_PRODUCER
 from lakewarden.events.producer import kafka_producer
 from lakewarden.events.topics import TopicSpec, ensure_topics
@@ -40,7 +56,19 @@ from lakewarden_services._common.logs import setup_logging
 from lakewarden_services._common.membership import Membership
 from lakewarden_services._common.runner import run_loop_until_signalled
 
-__all__ = ["LoopWorker", "loop_consumer", "loop_producer", "serve_loop"]
+__all__ = [
+    "Consumed",
+    "HandlerSuspendedError",
+    "LoopWorker",
+    "Outbox",
+    "ProducedTopic",
+    "RebuildingLoop",
+    "consumed",
+    "loop_consumer",
+    "loop_producer",
+    "run_to_end",
+    "serve_loop",
+]
 
 log = logging.getLogger(__name__)
 
@@ -186,3 +214,114 @@ class RebuildingLoop:
                 return
             self.worker = self.build()
             self.rebuilds += 1
+
+
+@dataclass(frozen=True, slots=True)
+class Consumed:
+    """A consumed message as a handler takes it (``dlq.Message``)."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    timestamp_s: float
+
+
+def consumed(msg: Message, codec: EventCodec) -> tuple[Consumed, Any]:
+    """``msg`` as a handler takes it, and its decoded value (``Undecodable`` when the codec
+    cannot decode it: the handler dead-letters it)."""
+    raw = msg.value() or b""
+    value: Any
+    try:
+        value = codec.decode(raw)
+    except EventDecodeError as err:
+        value = Undecodable(err, raw)
+    _, timestamp_ms = msg.timestamp()
+    message = Consumed(
+        str(msg.topic()),
+        int(msg.partition() or 0),
+        int(msg.offset() or 0),
+        msg.key(),
+        raw,
+        timestamp_ms / 1000,
+    )
+    return message, value
+
+
+class ProducedTopic:
+    """What ``DeadLetters`` sends to, on a loop's producer: ``produce(topic, key, event)``."""
+
+    def __init__(self, produce: Callable[[str, bytes | None, Event], None], topic: str) -> None:
+        self._produce = produce
+        self.topic = topic
+
+    async def send(self, *, key: bytes | None, value: Event) -> None:
+        self._produce(self.topic, key, value)
+
+
+class HandlerSuspendedError(NonRetryableError):
+    """A handler awaited something that suspends: it needs an event loop this loop has not."""
+
+
+def run_to_end(step: Coroutine[Any, Any, None]) -> None:
+    """Run a handler coroutine to its end on this thread (see the module doc).
+
+    Raises:
+        HandlerSuspendedError: it suspended (a bug: nothing would ever resume it).
+    """
+    try:
+        step.send(None)
+    except StopIteration:
+        return
+    step.close()
+    raise HandlerSuspendedError(
+        "a loop service's handler awaited something that suspends; its work must be done "
+        "inline or produced. Help: this is a bug in the service; report it with its log."
+    )
+
+
+class Outbox:
+    """A loop's producer, with what its commits need: every message is handed to librdkafka
+    with a delivery report, a failed delivery is remembered, and ``commit`` commits the
+    consumer's stored offsets only once everything produced so far is durable."""
+
+    def __init__(self, producer: Producer, *, timeout_s: float, logger: logging.Logger) -> None:
+        self.producer = producer
+        self.timeout_s = timeout_s
+        self.log = logger
+        self._failed: list[str] = []
+
+    def produce(
+        self,
+        topic: str,
+        value: bytes,
+        *,
+        on_delivery: Callable[[Any, Message], None] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """Hand ``value`` to librdkafka; when its queue is full, wait for it once."""
+        callback = on_delivery or self._on_delivery
+        try:
+            self.producer.produce(topic, value, on_delivery=callback, **kwargs)
+        except BufferError:
+            self.producer.flush(self.timeout_s)
+            self.producer.produce(topic, value, on_delivery=callback, **kwargs)
+
+    def _on_delivery(self, err: Any, msg: Message) -> None:
+        if err is not None:
+            self._failed.append(f"{msg.topic()}: {err}")
+            self.log.error("delivery failed", extra={"kafka_topic": msg.topic(), "error": str(err)})
+
+    def commit(self, consumer: EventConsumer) -> None:
+        """Flush the producer, then commit ``consumer``'s stored offsets; nothing is
+        committed past an undelivered message (its event is handled again)."""
+        remaining = self.producer.flush(self.timeout_s)
+        if remaining or self._failed:
+            self.log.warning("not committing: %d messages undelivered", remaining)
+            self._failed = []
+            return
+        try:
+            consumer.commit()
+        except EventConsumerError as err:
+            self.log.warning("offset commit failed: %s", err)

@@ -13,6 +13,6 @@ partitioned by table id (the key of ``cancel.requests``):
 - malformed events -> ``lakewarden.dlq``; the service keeps serving.
 
 Modules: ``protocol`` (events <-> values), ``worker`` (the blocking part), ``handler`` (what
-to do with one event), ``registry`` (table id -> URI, with its changelog), ``loop`` (the
-Kafka loop), ``app`` (settings, topics), ``metrics``.
+to do with one event), ``loop`` (the Kafka loop, with the ``tables`` registry of
+``_common.registry``), ``app`` (settings, topics), ``metrics``.
 """

@@ -1,7 +1,7 @@
 """cancel-manager, declared: its settings, topics and group.
 
-``tables`` (table id -> the URI a request named, ``registry.TablesRegistry``) lives in memory
-for the partitions this instance owns and in the compacted changelog topic
+``tables`` (table id -> the URI a request named, ``_common.registry.TablesRegistry``) lives
+in memory for the partitions this instance owns and in the compacted changelog topic
 ``<prefix>cancel-manager-tables-changelog``, partitioned like ``cancel.requests`` and
 ``heartbeat.expired`` (same partition count, same keys; the loop's ``range`` assignment gives
 one instance partition P of both), so the instance that gets a table's expiries owns its

@@ -9,7 +9,7 @@ the loop, ``loop.Loop``, runs each handler to completion on its own thread).
 2. apply it (``CancelWorker.run``, through ``run_blocking``), with the URI remembered for
    the table when the request names none;
 3. a request that named a table's URI and found the table there registers it in ``tables``
-   (table id -> URI, ``registry.TablesRegistry``: changelogged, partitioned like
+   (table id -> URI, ``_common.registry.TablesRegistry``: changelogged, partitioned like
    ``cancel.requests`` and so like ``heartbeat.expired``: one instance owns both) and waits
    until that is durable, so a restarted or new owner still knows where the table is when
    its executor dies;
@@ -31,12 +31,10 @@ import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from faust.types import Message
-
 from lakewarden.clients.timeline_events import transition_record
 from lakewarden.events import Event, InvalidEvent, Undecodable
 from lakewarden.table.timeline import TimelineEntry
-from lakewarden_services._common.dlq import DeadLetterSink, dead_letter_failures
+from lakewarden_services._common.dlq import DeadLetterSink, Message, dead_letter_failures
 from lakewarden_services.cancel_manager import metrics
 from lakewarden_services.cancel_manager.protocol import (
     CancelCommand,
@@ -80,7 +78,7 @@ class RequestHandler:
         persisted: Callable[[], Awaitable[None]] = _nothing_to_wait_for,
     ) -> None:
         """``registry``: where each table is (table id -> URI); ``persisted`` returns once
-        its changes so far are durable (``AckedTable.changelog_acked``)."""
+        its changes so far are durable (``TablesRegistry.wait_durable``)."""
         self.worker = worker
         self.run_blocking = run_blocking
         self.send_result = send_result

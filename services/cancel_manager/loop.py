@@ -22,8 +22,8 @@ The handlers (``handler``) are the same coroutines the faust agents ran (so thei
 drive them directly), and nothing in them suspends: sends are ``producer.produce`` calls, the
 blocking steps run inline (this thread is the service's only worker), and the one wait, a
 registration made durable, polls the producer. So the loop steps each coroutine to its end
-itself (``_run_to_end``), with no event loop: an asyncio loop's ``run_until_complete`` cost
-two turns of its scheduler (and an ``epoll`` call each) per event.
+itself (``loop_service.run_to_end``), with no event loop: an asyncio loop's
+``run_until_complete`` cost two turns of its scheduler (and an ``epoll`` call each) per event.
 
 The loop, each turn:
 1. wait for an event (returns as soon as one arrives), take what else is already there;
@@ -41,21 +41,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from typing import Any, Final
 
 from confluent_kafka import KafkaError, Message, TopicPartition
-from faust.types import Message as HandlerMessage
 
-from lakewarden.errors import NonRetryableError
-from lakewarden.events import (
-    Event,
-    EventCodec,
-    EventConsumerError,
-    EventDecodeError,
-    Undecodable,
-    default_codec,
-)
+from lakewarden.events import Event, EventCodec, default_codec
 from lakewarden.events.topics import (
     CANCEL_REQUESTS,
     CANCEL_RESULTS,
@@ -67,11 +58,19 @@ from lakewarden.settings import Settings
 from lakewarden.table import Coordinator
 from lakewarden_services._common.changelog import recover_changelog
 from lakewarden_services._common.dlq import DeadLetters
-from lakewarden_services._common.loop_service import loop_consumer, loop_producer
+from lakewarden_services._common.loop_service import (
+    HandlerSuspendedError,
+    Outbox,
+    ProducedTopic,
+    consumed,
+    loop_consumer,
+    loop_producer,
+    run_to_end,
+)
 from lakewarden_services._common.membership import Membership
+from lakewarden_services._common.registry import TablesRegistry
 from lakewarden_services.cancel_manager.app import SERVICE, TABLES_CHANGELOG
 from lakewarden_services.cancel_manager.handler import ExpiryHandler, RequestHandler
-from lakewarden_services.cancel_manager.registry import TablesRegistry
 from lakewarden_services.cancel_manager.worker import CancelWorker
 
 __all__ = ["HandlerSuspendedError", "Loop"]
@@ -82,40 +81,8 @@ _DRAIN: Final = 100  # events taken at once when several are already there
 _POLL_S: Final = 0.1
 
 
-class _ProducedTopic:
-    """What ``DeadLetters`` sends to (a faust topic's ``send``), on the loop's producer."""
-
-    def __init__(self, loop: Loop, topic: str) -> None:
-        self.loop = loop
-        self.topic = topic
-
-    async def send(self, *, key: bytes | None, value: Event) -> None:
-        self.loop.produce(self.topic, key, value)
-
-
 async def _inline(func: Callable[[], Any]) -> Any:
     return func()  # the loop's thread is the service's one worker: blocking here is the point
-
-
-class HandlerSuspendedError(NonRetryableError):
-    """A handler awaited something that suspends: it needs an event loop this loop has not."""
-
-
-def _run_to_end(step: Coroutine[Any, Any, None]) -> None:
-    """Run a handler coroutine to its end on this thread (see the module doc).
-
-    Raises:
-        HandlerSuspendedError: it suspended (a bug: nothing would ever resume it).
-    """
-    try:
-        step.send(None)
-    except StopIteration:
-        return
-    step.close()
-    raise HandlerSuspendedError(
-        "a cancel-manager handler awaited something that suspends; its work must be "
-        "done inline (run_blocking) or produced (send_*)"
-    )
 
 
 class Loop:
@@ -155,10 +122,10 @@ class Loop:
         )
         # A client waits for each result: no linger.
         self.producer = loop_producer(settings, linger_ms=0, logger=log)
-        self._failed: list[str] = []
+        self.outbox = Outbox(self.producer, timeout_s=settings.kafka.request_timeout_s, logger=log)
         self.registry = TablesRegistry(produce=self._produce_registration, poll=self.producer.poll)
         dead_letters = DeadLetters(
-            _ProducedTopic(self, DLQ.name(settings)),  # type: ignore[arg-type]
+            ProducedTopic(self.produce, DLQ.name(settings)),
             service=SERVICE,
             consumer_group=group_id,
         )
@@ -215,19 +182,10 @@ class Loop:
         requests = topic == self.requests_topic
         if requests:  # before anything else: its round trip overlaps all that follows
             self.requests.lock_ahead(msg.key())
-        raw = msg.value() or b""
-        value: Any
-        try:
-            value = self.codec.decode(raw)
-        except EventDecodeError as err:
-            value = Undecodable(err, raw)
-        _, timestamp_ms = msg.timestamp()
-        message = HandlerMessage(
-            topic, partition, int(offset or 0), timestamp_ms / 1000, 0, None, msg.key(), raw, None
-        )
+        message, value = consumed(msg, self.codec)
         self.registry.partition = partition  # a registration goes where its request came
         handler = self.requests if requests else self.expiries
-        _run_to_end(handler.handle(message, value))
+        run_to_end(handler.handle(message, value))
         # A partition revoked meanwhile is skipped: its next owner handles the event again.
         self.consumer.store_offsets([TopicPartition(topic, partition, int(offset or 0) + 1)])
 
@@ -255,38 +213,13 @@ class Loop:
     async def _persisted(self) -> None:
         self.registry.wait_durable(self.settings.kafka.request_timeout_s)
 
-    def _produce(
-        self,
-        topic: str,
-        value: bytes,
-        *,
-        on_delivery: Callable[[KafkaError | None, Message], None] | None = None,
-        **kwargs: Any,
-    ) -> None:
-        callback = on_delivery or self._on_delivery
-        try:
-            self.producer.produce(topic, value, on_delivery=callback, **kwargs)
-        except BufferError:
-            self.producer.flush(self.settings.kafka.request_timeout_s)  # full: wait, once
-            self.producer.produce(topic, value, on_delivery=callback, **kwargs)
-
-    def _on_delivery(self, err: KafkaError | None, msg: Message) -> None:
-        if err is not None:
-            self._failed.append(f"{msg.topic()}: {err}")
-            log.error("delivery failed", extra={"kafka_topic": msg.topic(), "error": str(err)})
+    def _produce(self, topic: str, value: bytes, **kwargs: Any) -> None:
+        self.outbox.produce(topic, value, **kwargs)
 
     def _commit(self) -> None:
         """Flush the producer (transitions, results, registrations, dead letters), then
         commit the stored offsets; nothing is committed past an undelivered write."""
-        remaining = self.producer.flush(self.settings.kafka.request_timeout_s)
-        if remaining or self._failed:
-            log.warning("not committing: %d messages undelivered", remaining)
-            self._failed = []
-            return
-        try:
-            self.consumer.commit()
-        except EventConsumerError as err:
-            log.warning("offset commit failed: %s", err)
+        self.outbox.commit(self.consumer)
 
     # -- rebalances ------------------------------------------------------------------------
 

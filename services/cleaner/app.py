@@ -1,62 +1,41 @@
-"""The faust app of the cleaner: topics, the ``tables`` registry, declared at module top.
+"""The cleaner, declared: its settings, topics and group.
 
-``tables`` maps a table id to ``{"uri", "partition"}``: where the table lives and the
-``clean.requests`` partition that registered it, which is the partition (hence the instance)
-that owns it. It is changelogged, so a rebalance moves it with the partition, and a
-registration is acknowledged by the broker before its event is (``AckedTable``).
+``tables`` (table id -> ``{"uri", "partition"}``: where the table lives and the
+``clean.requests`` partition that registered it, ``_common.registry.TablesRegistry``) lives in
+memory for the partitions this instance owns and in the compacted changelog topic
+``<prefix>cleaner-tables-changelog``, partitioned like ``clean.requests``: the instance that
+owns partition P of ``clean.requests`` owns the tables registered there and reads their
+records back when it is assigned P. The topic's name and record format (key and value JSON)
+are those the faust version of the service wrote (its ``tables`` table's changelog), so its
+state carries over.
+
+The Kafka loop is ``_common.table_loop.TableLoop`` (``loop.build_loop``); cleans run on one
+thread beside it.
 """
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
+from typing import Final
 
-import faust
-
-from lakewarden.events.topics import CLEAN_REQUESTS, DLQ, HEARTBEAT_EXPIRED, TIMELINE
-from lakewarden.settings import Settings
-from lakewarden_services._common import (
-    DeadLetters,
-    Lifecycle,
-    ServiceSettings,
-    event_topic,
-    make_app,
+from lakewarden.events.topics import (
+    CLEAN_REQUESTS,
+    DLQ,
+    FOREVER,
+    HEARTBEAT_EXPIRED,
+    TIMELINE,
+    TopicSpec,
 )
-from lakewarden_services._common.acked_table import acked_table
-from lakewarden_services.cleaner.queue import CleanQueue
+from lakewarden.settings import Settings
+from lakewarden_services._common import ServiceSettings
 from lakewarden_services.cleaner.settings import CleanerSettings
 
-SERVICE = "cleaner"
-TOPICS = (CLEAN_REQUESTS, TIMELINE, HEARTBEAT_EXPIRED)
+SERVICE: Final = "cleaner"
+TABLES_CHANGELOG: Final = TopicSpec(
+    f"{SERVICE}-tables-changelog", CLEAN_REQUESTS.partitions, FOREVER, cleanup_policy="compact"
+)
+TOPICS: Final = (CLEAN_REQUESTS, TIMELINE, HEARTBEAT_EXPIRED, TABLES_CHANGELOG, DLQ)
 
 settings = Settings()
 service_settings = ServiceSettings()
 cleaner_settings = CleanerSettings()
-app = make_app(
-    SERVICE,
-    settings,
-    partitions=CLEAN_REQUESTS.partitions,
-    instance_id=service_settings.instance_id,
-    commit_interval_s=service_settings.commit_interval_s,
-)
-lifecycle = Lifecycle(app, SERVICE)
-
-requests_topic = event_topic(app, CLEAN_REQUESTS, settings)
-timeline_topic = event_topic(app, TIMELINE, settings)
-expired_topic = event_topic(app, HEARTBEAT_EXPIRED, settings)
-dlq_topic = event_topic(app, DLQ, settings)
-
-dead_letters = DeadLetters(dlq_topic, service=SERVICE, consumer_group=app.conf.id)
-
-# An AckedTable: the agent waits until a registration is in the changelog before it takes the
-# next event, so its offset is never committed ahead of the registration (see acked_table).
-tables = acked_table(
-    app,
-    "tables",
-    default=None,
-    schema=faust.Schema(key_serializer="json", value_serializer="json"),
-    partitions=CLEAN_REQUESTS.partitions,
-)
-
-queue = CleanQueue()
-# Cleans block (storage calls, the table lock): one at a time, off the event loop.
-clean_pool = ThreadPoolExecutor(1, thread_name_prefix="clean")
+group_id = f"{settings.kafka.topic_prefix}{SERVICE}"

@@ -1,20 +1,24 @@
-"""What the cleaner's agents and timers do, apart from faust (so tests can drive it directly).
+"""What the cleaner does with one event, apart from Kafka (so tests can drive it directly; the
+loop, ``loop.Loop``, runs each ``handle`` to its end on its own thread).
 
 ``EventHandler.handle`` takes one message of ``clean.requests``, ``timeline`` or
 ``heartbeat.expired``:
 
 1. undecodable, the wrong event, keyed wrongly or an invalid request: dead-letter it;
 2. a ``CleanRequest`` registers the table (its URI and owning partition) in ``tables`` and
-   waits until the registration is acknowledged by the broker (``persisted``): only then may
-   the event's offset be committed, or a crash in between forgets the table for good (it is
-   registered once, and nobody repeats a registration whose event was consumed); a changelog
-   write that fails dead-letters the request (``handler_error``: it can be replayed from the
-   DLQ, and a writer registers its tables again within the hour);
+   waits until the registration is acknowledged by the broker (``persisted``): only then is
+   the event's offset stored for the next commit, or a crash in between would forget the
+   table for good (it is registered once, and nobody repeats a registration whose event was
+   consumed); a changelog write that fails dead-letters the request (``handler_error``: it
+   can be replayed from the DLQ, and a writer registers its tables again within the hour);
 3. queue the table if its URI is known here; otherwise the event is left to the table's owner
    (whose periodic sweep cleans it: events of one table may reach a non-owner when producers
    partition differently).
 
 ``sweep`` queues every table of the partitions this instance owns.
+
+Nothing in ``handle`` suspends when the loop runs it (the registry's ``wait_durable`` polls the
+producer, dead letters are produced): see ``_common.loop_service``.
 """
 
 from __future__ import annotations
@@ -24,10 +28,8 @@ import time
 from collections.abc import Awaitable, Callable, Collection, MutableMapping
 from typing import Any
 
-from faust.types import Message
-
 from lakewarden.events import Event, InvalidEvent, Undecodable
-from lakewarden_services._common.dlq import DeadLetterSink, dead_letter_failures
+from lakewarden_services._common.dlq import DeadLetterSink, Message, dead_letter_failures
 from lakewarden_services.cleaner import metrics
 from lakewarden_services.cleaner.protocol import Trigger, parse_event
 from lakewarden_services.cleaner.queue import CleanQueue
@@ -54,8 +56,9 @@ class EventHandler:
         persisted: Callable[[], Awaitable[None]] = _nothing_to_wait_for,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        """``persisted``: returns once the registry's changes so far are durable (for the
-        faust table, ``AckedTable.changelog_acked``)."""
+        """``registry``: table id -> ``{"uri", "partition"}`` (the service's
+        ``TablesRegistry``, a dict in tests); ``persisted``: returns once the registry's
+        changes so far are durable (``TablesRegistry.wait_durable``)."""
         self.registry = registry
         self.persisted = persisted
         self.queue = queue
@@ -65,7 +68,7 @@ class EventHandler:
 
     async def handle(self, message: Message, value: Any, *, source: str) -> None:
         """Process one message (see the module docstring); a failure of the service itself
-        dead-letters it (``handler_error``) and the agent goes on."""
+        dead-letters it (``handler_error``) and the service goes on."""
         await dead_letter_failures(
             self.dead_letters, message, self._handle(message, value, source), what=source
         )
@@ -122,3 +125,9 @@ class EventHandler:
         for table_id in owned:
             self.enqueue(Trigger(table_id, "periodic sweep"), "sweep")
         return len(owned)
+
+    def report(self, partitions: Collection[int]) -> None:
+        """The gauges: tables owned (those registered in ``partitions``), queued, lag."""
+        metrics.TABLES_OWNED.set(len(self.owned(partitions)))
+        metrics.LAG.set(self.queue.oldest_age(self.clock()))
+        metrics.QUEUED.set(len(self.queue))

@@ -2,12 +2,13 @@
 
 Triggers for a table already queued merge into its entry (the dead instants add up, an explicit
 request's policy wins), so a burst of timeline events costs one clean. A table being cleaned is
-not handed out again until ``done``: an instance never cleans one table twice at once. Runs
-on the event loop only (no locking).
+not handed out again until ``done``: an instance never cleans one table twice at once. The
+Kafka loop adds and the clean thread takes, so every method holds the queue's lock.
 """
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 
 from lakewarden_services.cleaner.protocol import Trigger
@@ -32,32 +33,37 @@ class CleanQueue:
     def __init__(self) -> None:
         self._waiting: dict[str, Work] = {}
         self._running: set[str] = set()
+        self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self._waiting)
 
     def add(self, trigger: Trigger, table_uri: str, now: float) -> None:
-        work = self._waiting.get(trigger.table_id)
-        if work is None:
-            work = self._waiting[trigger.table_id] = Work(trigger.table_id, table_uri, now)
-        work.table_uri = table_uri
-        work.dead.update(trigger.dead)
-        work.policy = trigger.policy or work.policy
-        work.delete_orphans = work.delete_orphans or trigger.delete_orphans
-        work.why.append(trigger.why)
+        with self._lock:
+            work = self._waiting.get(trigger.table_id)
+            if work is None:
+                work = self._waiting[trigger.table_id] = Work(trigger.table_id, table_uri, now)
+            work.table_uri = table_uri
+            work.dead.update(trigger.dead)
+            work.policy = trigger.policy or work.policy
+            work.delete_orphans = work.delete_orphans or trigger.delete_orphans
+            work.why.append(trigger.why)
 
     def take(self) -> Work | None:
         """The oldest waiting table that is not being cleaned (it is then running)."""
-        for table_id, work in self._waiting.items():
-            if table_id not in self._running:
-                del self._waiting[table_id]
-                self._running.add(table_id)
-                return work
+        with self._lock:
+            for table_id, work in self._waiting.items():
+                if table_id not in self._running:
+                    del self._waiting[table_id]
+                    self._running.add(table_id)
+                    return work
         return None
 
     def done(self, table_id: str) -> None:
-        self._running.discard(table_id)
+        with self._lock:
+            self._running.discard(table_id)
 
     def oldest_age(self, now: float) -> float:
         """How long the oldest waiting table has waited (the lag metric)."""
-        return max((now - w.queued_at for w in self._waiting.values()), default=0.0)
+        with self._lock:
+            return max((now - w.queued_at for w in self._waiting.values()), default=0.0)

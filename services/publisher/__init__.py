@@ -1,10 +1,11 @@
 """publisher: publishes the Delta Lake log of the tables it owns (``lakewarden.publish``), a
-faust service shaped like the cleaner.
+plain confluent-kafka loop service with the cleaner's runtime (``_common.table_loop``).
 
 Tables are split between the instances of one consumer group by table id. A table's URI is
 learned from the registrations writers send on ``clean.requests`` (a ``CleanRequest`` names
 it; writers register every table they write to) and kept in the changelogged ``tables``
-registry, partitioned like that topic, so the instance owning the partition owns the table.
+registry, partitioned like that topic, so the instance owning the partition owns the table
+and reads its registration back when it is assigned the partition.
 What makes an instance publish a table:
 
 - a ``TimelineTransition`` whose transition is ``completed`` (a new Delta version is due);
@@ -17,4 +18,8 @@ a sync mostly waits on storage) and never one table twice at once: ``DeltaPublis
 which writes versions
 create-if-absent and in order, so an event delivered twice, a rebalance, or two instances
 publishing one table at once write one log. Tables with publishing off are skipped.
+
+Modules: ``protocol`` (events -> triggers), ``handler`` (what to do with one event, and the
+queue), ``worker`` (one table's sync), ``loop`` (the Kafka loop), ``app`` (settings,
+topics), ``settings``, ``metrics``.
 """

@@ -1,59 +1,33 @@
-"""The faust app of the publisher: topics, the ``tables`` registry, declared at module top.
+"""The publisher, declared: its settings, topics and group.
 
-``tables`` maps a table id to ``{"uri", "partition"}``: where the table lives and the
-``clean.requests`` partition that registered it (the partition, hence the instance, that owns
-it). It is changelogged, so a rebalance moves it with the partition, and a registration is
-acknowledged by the broker before its event is (``AckedTable``).
+``tables`` (table id -> ``{"uri", "partition"}``: where the table lives and the
+``clean.requests`` partition that registered it, ``_common.registry.TablesRegistry``) lives in
+memory for the partitions this instance owns and in the compacted changelog topic
+``<prefix>publisher-tables-changelog``, partitioned like ``clean.requests``, so the instance
+that owns partition P owns the tables registered there and reads their records back when it is
+assigned P. The topic's name and record format (key and value JSON) are those the faust
+version of the service wrote, so its state carries over.
+
+The Kafka loop is ``_common.table_loop.TableLoop`` (``loop.build_loop``); syncs run on a pool
+of threads beside it.
 """
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
+from typing import Final
 
-import faust
-
-from lakewarden.events.topics import CLEAN_REQUESTS, DLQ, TIMELINE
+from lakewarden.events.topics import CLEAN_REQUESTS, DLQ, FOREVER, TIMELINE, TopicSpec
 from lakewarden.settings import Settings
-from lakewarden_services._common import (
-    DeadLetters,
-    Lifecycle,
-    ServiceSettings,
-    event_topic,
-    make_app,
-)
-from lakewarden_services._common.acked_table import acked_table
-from lakewarden_services.publisher.handler import PublishQueue
+from lakewarden_services._common import ServiceSettings
 from lakewarden_services.publisher.settings import PublisherSettings
 
-SERVICE = "publisher"
-TOPICS = (CLEAN_REQUESTS, TIMELINE)
+SERVICE: Final = "publisher"
+TABLES_CHANGELOG: Final = TopicSpec(
+    f"{SERVICE}-tables-changelog", CLEAN_REQUESTS.partitions, FOREVER, cleanup_policy="compact"
+)
+TOPICS: Final = (CLEAN_REQUESTS, TIMELINE, TABLES_CHANGELOG, DLQ)
 
 settings = Settings()
 service_settings = ServiceSettings()
 publisher_settings = PublisherSettings()
-app = make_app(
-    SERVICE,
-    settings,
-    partitions=CLEAN_REQUESTS.partitions,
-    instance_id=service_settings.instance_id,
-    commit_interval_s=service_settings.commit_interval_s,
-)
-lifecycle = Lifecycle(app, SERVICE)
-
-registrations_topic = event_topic(app, CLEAN_REQUESTS, settings)
-timeline_topic = event_topic(app, TIMELINE, settings)
-dlq_topic = event_topic(app, DLQ, settings)
-
-dead_letters = DeadLetters(dlq_topic, service=SERVICE, consumer_group=app.conf.id)
-
-tables = acked_table(
-    app,
-    "tables",
-    default=None,
-    schema=faust.Schema(key_serializer="json", value_serializer="json"),
-    partitions=CLEAN_REQUESTS.partitions,
-)
-
-queue = PublishQueue()
-# Syncs block (storage calls): off the event loop, up to ``concurrency`` tables at once.
-publish_pool = ThreadPoolExecutor(publisher_settings.concurrency, thread_name_prefix="publish")
+group_id = f"{settings.kafka.topic_prefix}{SERVICE}"

@@ -1,4 +1,5 @@
-"""What the publisher's agents and timers do, apart from faust (so tests drive it directly).
+"""What the publisher does with one event, apart from Kafka (so tests drive it directly; the
+loop, ``_common.table_loop.TableLoop``, runs each ``handle`` to its end on its own thread).
 
 ``EventHandler.handle`` takes one message of ``clean.requests`` or ``timeline``:
 
@@ -9,21 +10,21 @@
    owner (whose sweep publishes it).
 
 ``PublishQueue`` holds each table once, oldest first; a table being published is not handed
-out again until ``done``. Both run on the event loop only.
+out again until ``done``. The loop adds and the sync threads take, so every method of the
+queue holds its lock.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Awaitable, Callable, Collection, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
-from faust.types import Message
-
 from lakewarden.events import Event, InvalidEvent, Undecodable
-from lakewarden_services._common.dlq import DeadLetterSink, dead_letter_failures
+from lakewarden_services._common.dlq import DeadLetterSink, Message, dead_letter_failures
 from lakewarden_services.publisher import metrics
 from lakewarden_services.publisher.protocol import Trigger, parse_event
 
@@ -45,27 +46,32 @@ class PublishQueue:
     def __init__(self) -> None:
         self._waiting: dict[str, Work] = {}
         self._running: set[str] = set()
+        self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self._waiting)
 
     def add(self, table_id: str, table_uri: str, now: float) -> None:
-        work = self._waiting.setdefault(table_id, Work(table_id, table_uri, now))
-        work.table_uri = table_uri
+        with self._lock:
+            work = self._waiting.setdefault(table_id, Work(table_id, table_uri, now))
+            work.table_uri = table_uri
 
     def take(self) -> Work | None:
-        for table_id, work in self._waiting.items():
-            if table_id not in self._running:
-                del self._waiting[table_id]
-                self._running.add(table_id)
-                return work
+        with self._lock:
+            for table_id, work in self._waiting.items():
+                if table_id not in self._running:
+                    del self._waiting[table_id]
+                    self._running.add(table_id)
+                    return work
         return None
 
     def done(self, table_id: str) -> None:
-        self._running.discard(table_id)
+        with self._lock:
+            self._running.discard(table_id)
 
     def oldest_age(self, now: float) -> float:
-        return max((now - w.queued_at for w in self._waiting.values()), default=0.0)
+        with self._lock:
+            return max((now - w.queued_at for w in self._waiting.values()), default=0.0)
 
 
 async def _nothing_to_wait_for() -> None:
@@ -149,3 +155,9 @@ class EventHandler:
         for table_id in owned:
             self.enqueue(Trigger(table_id, "periodic sweep"), "sweep")
         return len(owned)
+
+    def report(self, partitions: Collection[int]) -> None:
+        """The gauges: tables owned (those registered in ``partitions``), queued, lag."""
+        metrics.TABLES_OWNED.set(len(self.owned(partitions)))
+        metrics.LAG.set(self.queue.oldest_age(self.clock()))
+        metrics.QUEUED.set(len(self.queue))

@@ -1,68 +1,61 @@
-"""The publish loop apart from faust (so tests drive it): take tables off the queue and sync
-each on a thread pool, up to ``concurrency`` at once.
-
-A slot is freed before the loop is woken: the loop waits for a slot, then for work, and a
-finished sync both frees its slot and wakes it (its table may have been queued again while
-it ran, which ``PublishQueue.take`` skips until ``done``). Runs on the event loop only.
+"""The publisher's runtime: ``_common.table_loop``'s ``TableLoop`` over ``clean.requests``
+(registrations) and ``timeline``, and ``LAKEWARDEN_PUBLISHER_CONCURRENCY`` sync threads
+(``WorkPool``): a sync mostly waits on storage, so syncs of different tables overlap, and the
+queue hands a table to one thread at a time. A finished sync wakes the pool, so a freed thread
+takes the next waiting table without a new event.
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
-from collections.abc import Callable
-from concurrent.futures import Executor
+from collections.abc import Awaitable, Callable
 
-from lakewarden_services.publisher.handler import PublishQueue, Work
+from lakewarden.events.topics import CLEAN_REQUESTS, TIMELINE
+from lakewarden.settings import Settings
+from lakewarden_services._common.dlq import DeadLetterSink
+from lakewarden_services._common.registry import TablesRegistry
+from lakewarden_services._common.table_loop import TableLoop
+from lakewarden_services.publisher.app import SERVICE, TABLES_CHANGELOG
+from lakewarden_services.publisher.handler import EventHandler, PublishQueue
 
-log = logging.getLogger(__name__)
+__all__ = ["SOURCES", "build_loop"]
+
+# What each followed topic means to the handler; the registrations topic first.
+SOURCES = ((CLEAN_REQUESTS, "registration"), (TIMELINE, "transition"))
 
 
-class PublishLoop:
-    """Runs ``sync`` for queued tables on ``pool``, at most ``concurrency`` at once."""
+def build_loop(
+    settings: Settings,
+    queue: PublishQueue,
+    *,
+    group_id: str,
+    group_instance_id: str | None,
+    commit_interval_s: float,
+    sweep_interval_s: float,
+    wake: Callable[[], None],
+) -> TableLoop:
+    """The publisher's Kafka loop, queueing tables on ``queue`` (``wake`` when it did)."""
 
-    def __init__(
-        self,
-        queue: PublishQueue,
-        sync: Callable[[Work], object],
-        pool: Executor,
-        *,
-        concurrency: int,
-    ) -> None:
-        self.queue = queue
-        self.sync = sync
-        self.pool = pool
-        self.concurrency = concurrency
-        self._wakeup: asyncio.Event | None = None
-        self._running: set[asyncio.Task[None]] = set()  # referenced until done
+    def make_handler(
+        registry: TablesRegistry,
+        dead_letters: DeadLetterSink,
+        persisted: Callable[[], Awaitable[None]],
+    ) -> EventHandler:
+        return EventHandler(
+            registry=registry,
+            queue=queue,
+            dead_letters=dead_letters,
+            wake=wake,
+            persisted=persisted,
+        )
 
-    def wake(self) -> None:
-        """Tell the loop that work may be waiting (safe before ``run`` starts)."""
-        if self._wakeup is not None:
-            self._wakeup.set()
-
-    async def run(self) -> None:
-        """Forever: wait for a free slot, take a table, sync it in the background."""
-        self._wakeup = asyncio.Event()
-        slots = asyncio.Semaphore(self.concurrency)
-        while True:
-            await slots.acquire()
-            work = self.queue.take()
-            if work is None:
-                slots.release()
-                await self._wakeup.wait()
-                self._wakeup.clear()
-                continue
-            task = asyncio.create_task(self._publish(work, slots))
-            self._running.add(task)
-            task.add_done_callback(self._running.discard)
-
-    async def _publish(self, work: Work, slots: asyncio.Semaphore) -> None:
-        try:
-            await asyncio.get_running_loop().run_in_executor(self.pool, self.sync, work)
-        except Exception:
-            log.exception("publishing table %s failed; it is published again later", work.table_id)
-        finally:
-            self.queue.done(work.table_id)
-            slots.release()
-            self.wake()
+    return TableLoop(
+        settings,
+        service=SERVICE,
+        sources=SOURCES,
+        changelog=TABLES_CHANGELOG,
+        make_handler=make_handler,
+        group_id=group_id,
+        group_instance_id=group_instance_id,
+        commit_interval_s=commit_interval_s,
+        sweep_interval_s=sweep_interval_s,
+    )

@@ -234,15 +234,6 @@ def interrupted_clean(tables: list[Table], actor: str) -> tuple[Table, str] | No
     return None
 
 
-@pytest.mark.xfail(
-    reason=(
-        "known bug: about one run in three, a table whose first CleanRequest arrives while the "
-        "group rebalances (instance b joining) is never registered, so no sweep cleans it; a "
-        "writer's next registration recovers it. The failure names the request's partition and "
-        "offset and the group's committed offsets."
-    ),
-    strict=False,
-)
 def test_two_cleaners_one_killed_and_restarted_clean_every_table_by_its_policy(
     lake_settings: Settings, cleaners: Instances, tmp_path: Path
 ) -> None:

@@ -18,7 +18,7 @@ from lakewarden.api.table import Table
 from lakewarden.events import Event
 from lakewarden.storage import StorageError
 from lakewarden.table.coordinator import EmbeddedCoordinator, Lease
-from lakewarden_services.cancel_manager.registry import (
+from lakewarden_services._common.registry import (
     RegistryNotDurableError,
     TablesRegistry,
     changelog_key,

@@ -1,4 +1,4 @@
-"""The cleaner's event handling, queue, sweep and worker, driven without faust or Kafka:
+"""The cleaner's event handling, queue, sweep and worker, driven without Kafka:
 dead letters for every kind of bad event, registration, merging triggers, ownership."""
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from click.testing import CliRunner
-from faust.types import Message
 
 from lakewarden.cli import cli
 from lakewarden.events import (
@@ -26,6 +25,7 @@ from lakewarden.events import (
 from lakewarden.settings import Settings
 from lakewarden.table import CleanPolicy, EmbeddedCoordinator, Table, Transition
 from lakewarden_services._common.dlq import DeadLetters
+from lakewarden_services._common.loop_service import Consumed
 from lakewarden_services.cleaner.handler import EventHandler
 from lakewarden_services.cleaner.protocol import Trigger, parse_event
 from lakewarden_services.cleaner.queue import CleanQueue
@@ -49,7 +49,7 @@ class Harness:
         self.registry: dict[str, Any] = {}
         self.queue = CleanQueue()
         self.wakes = 0
-        letters = DeadLetters(self.dlq, service="cleaner", consumer_group="g")  # type: ignore[arg-type]
+        letters = DeadLetters(self.dlq, service="cleaner", consumer_group="g")
         self.handler = EventHandler(
             registry=self.registry,
             queue=self.queue,
@@ -62,7 +62,7 @@ class Harness:
         self.wakes += 1
 
     def feed(self, value: bytes, *, key: bytes | None = TABLE.encode(), partition: int = 3) -> None:
-        message = Message("t", partition, 0, 0.0, 0, None, key, value, None)
+        message = Consumed("t", partition, 0, key, value, 0.0)
         try:
             decoded: Any = decode(value)
         except EventDecodeError as err:
@@ -229,9 +229,9 @@ def test_cli_clean_dry_run_and_policy(tmp_path: Path, monkeypatch: pytest.Monkey
 
 
 def test_a_registration_is_durable_before_its_event_is_done() -> None:
-    """The handler returns (and the agent takes the next event, which lets faust commit this
-    one's offset) only once the registry says the registration is durable: a crash before that
-    leaves the offset uncommitted, so the request is delivered again instead of forgotten."""
+    """The handler returns (and the loop stores this event's offset for the next commit) only
+    once the registry says the registration is durable: a crash before that leaves the offset
+    uncommitted, so the request is delivered again instead of forgotten."""
     h = Harness()
     durable = asyncio.Event()
     waits: list[str] = []
@@ -241,7 +241,7 @@ def test_a_registration_is_durable_before_its_event_is_done() -> None:
         await durable.wait()
 
     h.handler.persisted = persisted
-    message = Message("t", 4, 0, 0.0, 0, None, TABLE.encode(), request(), None)
+    message = Consumed("t", 4, 0, TABLE.encode(), request(), 0.0)
 
     async def scenario() -> None:
         handling = asyncio.ensure_future(
@@ -253,8 +253,8 @@ def test_a_registration_is_durable_before_its_event_is_done() -> None:
         durable.set()
         await asyncio.wait_for(handling, 5)
         # A transition registers nothing: nothing to wait for.
-        transition_message = Message(
-            "t", 4, 1, 0.0, 0, None, TABLE.encode(), transition("commit", "completed"), None
+        transition_message = Consumed(
+            "t", 4, 1, TABLE.encode(), transition("commit", "completed"), 0.0
         )
         await h.handler.handle(
             transition_message, decode(transition("commit", "completed")), source="transition"

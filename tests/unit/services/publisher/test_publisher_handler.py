@@ -1,4 +1,4 @@
-"""The publisher's event handling, queue, sweep and worker, driven without faust or Kafka:
+"""The publisher's event handling, queue, sweep and worker, driven without Kafka:
 dead letters for bad events, registration, completed transitions only, and a worker that
 publishes a table's Delta log (and skips a table that does not publish)."""
 
@@ -10,12 +10,12 @@ from typing import Any
 
 import deltalake
 import pyarrow as pa
-from faust.types import Message
 
 from lakewarden.events import Event, EventDecodeError, Undecodable, decode, encode, make_event
 from lakewarden.settings import Settings
 from lakewarden.table import Table
 from lakewarden_services._common.dlq import DeadLetters
+from lakewarden_services._common.loop_service import Consumed
 from lakewarden_services.publisher.handler import EventHandler, PublishQueue, Work
 from lakewarden_services.publisher.worker import PublishWorker
 
@@ -37,7 +37,7 @@ class Harness:
         self.registry: dict[str, Any] = {}
         self.queue = PublishQueue()
         self.wakes = 0
-        letters = DeadLetters(self.dlq, service="publisher", consumer_group="g")  # type: ignore[arg-type]
+        letters = DeadLetters(self.dlq, service="publisher", consumer_group="g")
         self.handler = EventHandler(
             registry=self.registry,
             queue=self.queue,
@@ -50,7 +50,7 @@ class Harness:
         self.wakes += 1
 
     def feed(self, value: bytes, *, key: bytes | None = TABLE.encode(), partition: int = 3) -> None:
-        message = Message("t", partition, 0, 0.0, 0, None, key, value, None)
+        message = Consumed("t", partition, 0, key, value, 0.0)
         try:
             decoded: Any = decode(value)
         except EventDecodeError as err:

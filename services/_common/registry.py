@@ -1,12 +1,15 @@
-"""Where each table is: cancel-manager's ``tables`` registry (table id -> the URI a request
-named), kept in memory for the partitions this instance owns and in a compacted changelog
-topic, so that a ``HeartbeatExpired`` (which names no URI) can be acted on after a restart or
-a rebalance, though nobody asks again.
+"""Where each table is: a loop service's ``tables`` registry (table id -> what the service
+keeps about the table, a JSON value), kept in memory for the partitions this instance owns and
+in a compacted changelog topic, so that an event that names no URI can be acted on after a
+restart or a rebalance, though nobody registers the table again.
 
-The changelog record of a table goes to the partition of the request that named it (that of
-``cancel.requests``, and so of ``heartbeat.expired``: same partition count, same keys), and
-its format is faust's (key and value JSON strings), the format the faust version of the
-service wrote, so that state carries over.
+cancel-manager keeps the URI a request named (a JSON string); the cleaner keeps
+``{"uri", "partition"}`` (where the table lives and the ``clean.requests`` partition that
+registered it). The changelog record of a table goes to the partition of the event that
+registered it (the loop sets ``partition`` before it hands the event over), so the instance
+that owns that partition reads it back on assignment (``changelog.recover_changelog``). The
+record format is faust's (key and value JSON), the format the faust versions of these services
+wrote with their ``tables`` tables, so their state carries over.
 """
 
 from __future__ import annotations
@@ -14,22 +17,26 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterator, MutableMapping
-from typing import Final
+from typing import Any, Final
 
 from confluent_kafka import KafkaError, Message
+
+from lakewarden.errors import RetryableError
 
 __all__ = ["RegistryNotDurableError", "TablesRegistry", "changelog_key"]
 
 # Produce(key, value, partition, on_delivery): the loop's producer.
 Produce = Callable[[bytes, bytes, int, Callable[[KafkaError | None, Message], None]], None]
 Poll = Callable[[float], object]
+# Whether a recovered value is one this service writes.
+Accept = Callable[[Any], bool]
 
 _POLL_S: Final = 0.05
 
 
-class RegistryNotDurableError(Exception):
-    """A registration was not acknowledged by the broker (the request is dead-lettered with
-    ``handler_error``; its sender gets no answer and may ask again: it is idempotent)."""
+class RegistryNotDurableError(RetryableError):
+    """A registration was not acknowledged by the broker (the event is dead-lettered with
+    ``handler_error``; its sender may register again: registration is idempotent)."""
 
 
 def changelog_key(table_id: str) -> bytes:
@@ -37,27 +44,33 @@ def changelog_key(table_id: str) -> bytes:
     return json.dumps(table_id).encode()
 
 
-class TablesRegistry(MutableMapping[str, str]):
-    """table id -> URI. Setting a key writes its changelog record to ``partition`` (the
-    partition of the message being handled, set by the loop); ``wait_durable`` returns once
-    every record written so far is acknowledged."""
+def _a_uri(value: Any) -> bool:
+    return isinstance(value, str)
 
-    def __init__(self, *, produce: Produce, poll: Poll) -> None:
+
+class TablesRegistry(MutableMapping[str, Any]):
+    """table id -> a JSON value (by default a URI). Setting a key writes its changelog record
+    to ``partition`` (the partition of the message being handled, set by the loop);
+    ``wait_durable`` returns once every record written so far is acknowledged. ``accept``
+    says which recovered values are the service's (the others are skipped by ``load``)."""
+
+    def __init__(self, *, produce: Produce, poll: Poll, accept: Accept = _a_uri) -> None:
         self._produce = produce
         self._poll = poll
-        self._uris: dict[str, str] = {}
+        self._accept = accept
+        self._uris: dict[str, Any] = {}
         self.partition = 0
         self._outstanding = 0
         self._failures: list[str] = []
 
-    def __getitem__(self, table_id: str) -> str:
+    def __getitem__(self, table_id: str) -> Any:
         return self._uris[table_id]
 
-    def __setitem__(self, table_id: str, uri: str) -> None:
-        self._uris[table_id] = uri
+    def __setitem__(self, table_id: str, value: Any) -> None:
+        self._uris[table_id] = value
         self._outstanding += 1
         self._produce(
-            changelog_key(table_id), json.dumps(uri).encode(), self.partition, self._delivered
+            changelog_key(table_id), json.dumps(value).encode(), self.partition, self._delivered
         )
 
     def __delitem__(self, table_id: str) -> None:
@@ -75,11 +88,11 @@ class TablesRegistry(MutableMapping[str, str]):
         skipped = []
         for key, value in records.items():
             try:
-                table_id, uri = json.loads(key), json.loads(value)
+                table_id, kept = json.loads(key), json.loads(value)
             except ValueError:
-                table_id = uri = None
-            if isinstance(table_id, str) and isinstance(uri, str):
-                self._uris[table_id] = uri
+                table_id = kept = None
+            if isinstance(table_id, str) and self._accept(kept):
+                self._uris[table_id] = kept
             else:
                 skipped.append(key)
         return skipped
@@ -104,6 +117,8 @@ class TablesRegistry(MutableMapping[str, str]):
             raise RegistryNotDurableError(
                 "a table registration was not acknowledged by the broker: "
                 + ("; ".join(failures[:3]) or f"{self._outstanding} still in flight")
+                + ". Help: check the broker; the event is in the DLQ (handler_error) and can be "
+                "replayed, or the table registered again (idempotent)."
             )
 
     def _delivered(self, err: KafkaError | None, msg: Message) -> None:

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from lakewarden_services.cancel_manager.loop import HandlerSuspendedError, _run_to_end
+from lakewarden_services._common.loop_service import HandlerSuspendedError, run_to_end
 
 
 async def _awaits_coroutines(done: list[str]) -> None:
@@ -19,7 +19,7 @@ async def _awaits_coroutines(done: list[str]) -> None:
 
 def test_a_handler_that_never_suspends_runs_to_its_end() -> None:
     done: list[str] = []
-    _run_to_end(_awaits_coroutines(done))
+    run_to_end(_awaits_coroutines(done))
     assert done == ["decode", "result"]
 
 
@@ -28,7 +28,7 @@ def test_an_exception_of_the_handler_reaches_the_loop() -> None:
         raise KeyError("boom")
 
     with pytest.raises(KeyError, match="boom"):
-        _run_to_end(fails())
+        run_to_end(fails())
 
 
 def test_a_handler_that_suspends_is_a_named_error_and_is_closed() -> None:
@@ -41,5 +41,5 @@ def test_a_handler_that_suspends_is_a_named_error_and_is_closed() -> None:
             finished.append(True)
 
     with pytest.raises(HandlerSuspendedError, match="suspends"):
-        _run_to_end(sleeps())
+        run_to_end(sleeps())
     assert finished == [True]  # closed: no "never awaited" coroutine left behind
