@@ -57,7 +57,7 @@ with append groups beside the canonical one, are merged and written as base file
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import wait
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -67,6 +67,7 @@ from lakewarden.commit import CommitterOptions, ManifestCommitter, TaskAttempt, 
 from lakewarden.commit.stages.task import TaskCommitResult
 from lakewarden.errors import CommitStateUnknownError
 from lakewarden.storage import Storage
+from lakewarden.table._pool import shared_pool
 from lakewarden.table.bucket import BucketSlices, Routed, route_lazily
 from lakewarden.table.config import META_FILE_NAME, TableConfig
 from lakewarden.table.coordinator import Coordinator, JobCommits
@@ -301,8 +302,13 @@ def _write_groups(
         )
         return result, stat
 
-    with ThreadPoolExecutor(max_workers=max(1, min(ctx.max_threads, len(groups)))) as pool:
-        results = list(pool.map(one, range(len(groups))))
+    if len(groups) == 1:
+        results = [one(0)]
+    else:
+        pool = shared_pool(ctx.max_threads)
+        futures = [pool.submit(one, task) for task in range(len(groups))]
+        wait(futures)  # every bucket ends before a failure is raised and the write abandoned
+        results = [future.result() for future in futures]
     return CommitStats(
         operation=operation,
         write_stats=tuple(stat for _, stat in results if stat is not None),
