@@ -57,7 +57,7 @@ with append groups beside the canonical one, are merged and written as base file
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from concurrent.futures import wait
+from concurrent.futures import Executor, wait
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -165,7 +165,7 @@ def write(
     written: list[str] = []
     service = ctx.coordinator.job_commits()
     try:
-        job = _job(ctx.storage, txn.instant, ctx.committer)
+        job = _job(ctx.storage, txn.instant, ctx.committer, shared_pool(ctx.max_threads))
         with txn.heartbeat():
             state = ctx.timeline.load()
             base = snapshot_as_of_request(state, txn.instant, table=ctx.config.name)
@@ -197,11 +197,14 @@ def write(
         raise
 
 
-def _job(storage: Storage, instant: str, options: CommitterOptions) -> ManifestCommitter | None:
-    """The write's committer job, set up; None on a store without private staging."""
+def _job(
+    storage: Storage, instant: str, options: CommitterOptions, pool: Executor
+) -> ManifestCommitter | None:
+    """The write's committer job, set up, its stages on the process's shared ``pool``; None
+    on a store without private staging."""
     if not storage.capabilities.private_staging:
         return None
-    job = ManifestCommitter(storage, new_job_id(prefix=instant), options=options)
+    job = ManifestCommitter(storage, new_job_id(prefix=instant), options=options, pool=pool)
     job.setup_job()
     return job
 
