@@ -10,7 +10,10 @@ Per round, the two variants in rotated order (``_rounds``), each on a fresh tabl
   ``DeltaTable(uri).merge(changed, "t.id = s.id").when_matched_update_all()
   .when_not_matched_insert_all().execute()``;
 - **read** the table after the upsert: ``lakewarden.read(uri)`` vs
-  ``DeltaTable(uri).to_pyarrow_table()``.
+  ``DeltaTable(uri).to_pyarrow_table()``;
+- **small insert**: ``SMALL_ROWS`` rows appended to a table of their own, ``SMALL_WRITES``
+  times in a row after one untimed first write (it creates the Delta table), the median
+  write: the fixed cost of a write, which a user writing small batches feels.
 
 Each figure is lakewarden's median seconds against delta-rs's median in the same run (below
 1.0: lakewarden ahead); bytes on disk after the upsert are a figure of their own. The details
@@ -44,7 +47,9 @@ from benchmarks._rounds import rotated_rounds
 from benchmarks.bench_spark import SCHEMA
 
 PARTITION = "region"
-OPERATIONS = ("insert", "upsert", "read")
+OPERATIONS = ("insert", "upsert", "read", "small_insert")
+SMALL_ROWS = 500
+SMALL_WRITES = 5
 REGIONS = ("eu", "us", "apac", "latam")
 
 
@@ -93,6 +98,20 @@ def _timed(func: Callable[[], Any], figures: dict[str, float], operation: str) -
     figures[f"{operation}_cpu"] = time.process_time() - cpu
 
 
+def _small_inserts(
+    write: Callable[[pa.Table], Any], data: pa.Table, figures: dict[str, float]
+) -> None:
+    """The median of ``SMALL_WRITES`` appends of ``SMALL_ROWS`` rows, after one untimed."""
+    write(data.slice(0, SMALL_ROWS))
+    timed: list[dict[str, float]] = []
+    for i in range(1, SMALL_WRITES + 1):
+        one: dict[str, float] = {}
+        _timed(lambda i=i: write(data.slice(i * SMALL_ROWS, SMALL_ROWS)), one, "small_insert")
+        timed.append(one)
+    for key in ("small_insert", "small_insert_cpu"):
+        figures[key] = statistics.median(t[key] for t in timed)
+
+
 def measure(rows: int, rounds: int) -> dict[str, Any]:
     """Seconds per operation, variant and round, and bytes after the upsert."""
     from deltalake import DeltaTable, write_deltalake
@@ -115,7 +134,18 @@ def measure(rows: int, rounds: int) -> dict[str, Any]:
             ordering_field="ts",
             buckets=4,
         )
+        small = Table.create(
+            f"{uri}-small",
+            name=f"{path.name}-small",
+            record_key="id",
+            schema=SCHEMA,
+            partition_by=[PARTITION],
+            ordering_field="ts",
+            buckets=4,
+        )
         figures: dict[str, float] = {}
+        _small_inserts(lambda rows: small.write(rows, "insert"), data, figures)
+        shutil.rmtree(f"{uri}-small", ignore_errors=True)
         _timed(lambda: table.write(data, "insert"), figures, "insert")
         _timed(lambda: table.write(changed, "upsert"), figures, "upsert")
         read: list[pa.Table] = []
@@ -133,6 +163,14 @@ def measure(rows: int, rounds: int) -> dict[str, Any]:
             merge.when_matched_update_all().when_not_matched_insert_all().execute()
 
         figures: dict[str, float] = {}
+        _small_inserts(
+            lambda rows: write_deltalake(
+                f"{uri}-small", rows, mode="append", partition_by=[PARTITION]
+            ),
+            data,
+            figures,
+        )
+        shutil.rmtree(f"{uri}-small", ignore_errors=True)
         _timed(
             lambda: write_deltalake(uri, data, mode="append", partition_by=[PARTITION]),
             figures,
@@ -186,10 +224,12 @@ def results(measured: dict[str, Any]) -> list[Result]:
         "load_1m": [r["load1"] for rounds in runs.values() for r in rounds],
         "rounds": runs,
     }
+    small = f"{SMALL_ROWS} rows appended, median of {SMALL_WRITES} writes in a row"
     found = [
         Result(
             benchmark="python_peers",
-            metric=f"{operation}: lakewarden vs delta-rs, {shape}",
+            metric=f"{operation}: lakewarden vs delta-rs, "
+            + (small if operation == "small_insert" else shape),
             unit="s",
             value=med["lakewarden"][operation],
             baseline=med["delta"][operation],

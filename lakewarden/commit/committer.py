@@ -18,8 +18,9 @@ from __future__ import annotations
 import logging
 import traceback
 import uuid
-from collections.abc import Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterable, Iterator, Mapping
+from concurrent.futures import Executor, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -99,10 +100,15 @@ class ManifestCommitter:
         options: CommitterOptions | None = None,
         stage_hook: StageHook | None = None,
         announced: Mapping[str, AnnouncedManifest] | None = None,
+        pool: Executor | None = None,
     ) -> None:
         """``announced``: manifests already at hand, by task attempt id (job-committer holds
         those of the ``TaskManifest`` events it read); the job commit loads them instead of
-        reading storage once the saved manifests are shown to be the same bytes."""
+        reading storage once the saved manifests are shown to be the same bytes. ``pool``: the
+        threads the stages' parallel work runs on, owned and kept open by the caller (a process
+        that commits many small jobs saves a pool's thread starts per step); without it each
+        job commit, clean-up and abort starts and stops a pool of its own. Its tasks never wait
+        for one another."""
         self.storage = storage
         self.layout = JobLayout(job_id, job_attempt)
         self.options = options or CommitterOptions()
@@ -111,6 +117,7 @@ class ManifestCommitter:
         self._stage_hook = stage_hook
         self.announced: Mapping[str, AnnouncedManifest] = announced or {}
         self._nonce = uuid.uuid4().hex
+        self._shared_pool = pool
 
     def __repr__(self) -> str:
         return f"ManifestCommitter({self.storage.uri!r}, job={self.layout.job_id})"
@@ -123,11 +130,18 @@ class ManifestCommitter:
     def statistics(self) -> CommitStatistics:
         return self.store.stats
 
-    def _pool(self, name: str) -> ThreadPoolExecutor:
+    @contextmanager
+    def _pool(self, name: str) -> Iterator[Executor]:
+        """The stages' pool: the one given to the constructor (kept open), else one of this
+        job's own, stopped at the end of the step."""
+        if self._shared_pool is not None:
+            yield self._shared_pool
+            return
         threads = self.options.threads_for(self.store.fast)
-        return ThreadPoolExecutor(threads, thread_name_prefix=name)
+        with ThreadPoolExecutor(threads, thread_name_prefix=name) as pool:
+            yield pool
 
-    def _config(self, pool: ThreadPoolExecutor | None = None) -> StageConfig:
+    def _config(self, pool: Executor | None = None) -> StageConfig:
         return StageConfig(self.store, self.layout, self.options, pool, self._stage_hook)
 
     def setup_job(self) -> JobRecord:

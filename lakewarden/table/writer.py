@@ -57,7 +57,7 @@ with append groups beside the canonical one, are merged and written as base file
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, wait
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -67,6 +67,7 @@ from lakewarden.commit import CommitterOptions, ManifestCommitter, TaskAttempt, 
 from lakewarden.commit.stages.task import TaskCommitResult
 from lakewarden.errors import CommitStateUnknownError
 from lakewarden.storage import Storage
+from lakewarden.table._pool import shared_pool
 from lakewarden.table.bucket import BucketSlices, Routed, route_lazily
 from lakewarden.table.config import META_FILE_NAME, TableConfig
 from lakewarden.table.coordinator import Coordinator, JobCommits
@@ -164,7 +165,7 @@ def write(
     written: list[str] = []
     service = ctx.coordinator.job_commits()
     try:
-        job = _job(ctx.storage, txn.instant, ctx.committer)
+        job = _job(ctx.storage, txn.instant, ctx.committer, shared_pool(ctx.max_threads))
         with txn.heartbeat():
             state = ctx.timeline.load()
             base = snapshot_as_of_request(state, txn.instant, table=ctx.config.name)
@@ -196,11 +197,14 @@ def write(
         raise
 
 
-def _job(storage: Storage, instant: str, options: CommitterOptions) -> ManifestCommitter | None:
-    """The write's committer job, set up; None on a store without private staging."""
+def _job(
+    storage: Storage, instant: str, options: CommitterOptions, pool: Executor
+) -> ManifestCommitter | None:
+    """The write's committer job, set up, its stages on the process's shared ``pool``; None
+    on a store without private staging."""
     if not storage.capabilities.private_staging:
         return None
-    job = ManifestCommitter(storage, new_job_id(prefix=instant), options=options)
+    job = ManifestCommitter(storage, new_job_id(prefix=instant), options=options, pool=pool)
     job.setup_job()
     return job
 
@@ -301,8 +305,13 @@ def _write_groups(
         )
         return result, stat
 
-    with ThreadPoolExecutor(max_workers=max(1, min(ctx.max_threads, len(groups)))) as pool:
-        results = list(pool.map(one, range(len(groups))))
+    if len(groups) == 1:
+        results = [one(0)]
+    else:
+        pool = shared_pool(ctx.max_threads)
+        futures = [pool.submit(one, task) for task in range(len(groups))]
+        wait(futures)  # every bucket ends before a failure is raised and the write abandoned
+        results = [future.result() for future in futures]
     return CommitStats(
         operation=operation,
         write_stats=tuple(stat for _, stat in results if stat is not None),
