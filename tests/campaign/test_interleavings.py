@@ -212,7 +212,8 @@ def test_a_reader_at_every_call_during_a_write_and_a_clean(tmp_path: Path, op: s
     storage call of a reader (``read``, ``list``: its timeline; ``local_path``: a data file it
     is about to open): it returns the snapshot before the write or after it, or a named
     error; never a mix, never a raw error."""
-    total = _calls(tmp_path / "count", op, lambda t: t.read(), plan=False)
+    # Counted with the very read the loop makes: a full read opens some files more than once.
+    total = _calls(tmp_path / "count", op, lambda t: t.read(columns=["key", "ts"]), plan=False)
     assert total > 0
     cut_off = 0
     for k in range(1, total + 1):

@@ -143,7 +143,7 @@ def test_micro_batches_of_one_query_commit_through_one_kept_table(tmp_path: Path
 
     table = make_table(tmp_path)
     uri, query = str(tmp_path), f"query-{tmp_path.name}"
-    writer = LakewardenStreamWriter(uri, None, {}, checkpoint="/checkpoint")
+    writer = LakewardenStreamWriter(uri, None, checkpoint="/checkpoint")
     handles = []
     for batch in (0, 1):
         key = BatchKey(query, "run-1", batch, "/checkpoint")
