@@ -22,7 +22,7 @@ Meta columns (``_lw_*``) are stripped unless ``with_meta=True`` or named in ``co
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import cache
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -147,10 +147,12 @@ def prune_files(
     partition values alone: no file is opened)."""
     if filter is None or not config.partition_by or not files:
         return list(files)
-    dataset = files_dataset(storage, config, files, config.file_schema)
+    # Fragments named by key, on the adapter that fetches through storage: pruning opens no
+    # file, so it asks storage nothing (no local path of a file that may not be read).
+    by_key = pafs.PyFileSystem(_StorageHandler(storage))
+    dataset = _dataset(config, files, config.file_schema, by_key, str)
     kept = {fragment.path for fragment in dataset.get_fragments(filter=filter)}
-    _, to_path = _filesystem(storage, files)
-    return [f for f in files if to_path(f.path) in kept]
+    return [f for f in files if f.path in kept]
 
 
 def prune_slices(
@@ -207,7 +209,7 @@ def scan(
     scan of the same files with the column left out of them would."""
     selected = _columns(config, columns, with_meta)
     dataset = files_dataset(storage, config, files, config.file_schema)
-    fixed = _fixed_partition_values(storage, config, files, selected)
+    fixed = _fixed_partition_values(config, files, dataset.files, selected)
     if not fixed:
         return dataset.to_table(columns=selected, filter=filter)
     read = [c for c in selected if c not in config.partition_by]
@@ -224,24 +226,27 @@ def scan(
 
 
 def _fixed_partition_values(
-    storage: Storage, config: TableConfig, files: Sequence[WriteStat], selected: Sequence[str]
+    config: TableConfig,
+    files: Sequence[WriteStat],
+    paths: Sequence[str],
+    selected: Sequence[str],
 ) -> dict[str, dict[str, pa.Scalar]]:
-    """Per fragment path, the values of the selected partition columns, when every file's
-    partition path fixes all of them; else empty (the files are read whole)."""
+    """Per fragment path (``paths``: the dataset's, in the order of ``files``), the values of
+    the selected partition columns, when every file's partition path fixes all of them; else
+    empty (the files are read whole)."""
     wanted = [c for c in config.partition_by if c in selected]
     if not wanted or not files:
         return {}
-    _, to_path = _filesystem(storage, files)
     by_partition: dict[str, dict[str, pa.Scalar]] = {}
     fixed: dict[str, dict[str, pa.Scalar]] = {}
-    for stat in files:
+    for stat, path in zip(files, paths, strict=True):
         partition = stat.file_group.partition_path
         if partition not in by_partition:
             known = partition_values(config, partition)
             if any(c not in known for c in wanted):
                 return {}
             by_partition[partition] = {c: known[c] for c in wanted}
-        fixed[to_path(stat.path)] = by_partition[partition]
+        fixed[path] = by_partition[partition]
     return fixed
 
 
@@ -251,10 +256,19 @@ def files_dataset(
     """A dataset over exactly ``files`` (no listing), with ``schema`` (the file schema, or the
     table's columns only: columns of the files not in it are not read). Each fragment carries
     its partition values, so a filter on a partition column skips whole files."""
+    return _dataset(config, files, schema, *_filesystem(storage, files))
+
+
+def _dataset(
+    config: TableConfig,
+    files: Sequence[WriteStat],
+    schema: pa.Schema,
+    filesystem: pafs.FileSystem,
+    to_path: Callable[[str], str],
+) -> ds.FileSystemDataset:
     import pyarrow.dataset as ds
 
     parquet = _parquet_format()
-    filesystem, to_path = _filesystem(storage, files)
     fragments = [
         parquet.make_fragment(
             to_path(stat.path),
@@ -331,7 +345,9 @@ def partition_values(config: TableConfig, partition_path: str) -> dict[str, pa.S
     return known
 
 
-def _filesystem(storage: Storage, files: Sequence[WriteStat]) -> tuple[pafs.FileSystem, Any]:
+def _filesystem(
+    storage: Storage, files: Sequence[WriteStat]
+) -> tuple[pafs.FileSystem, Callable[[str], str]]:
     """A pyarrow filesystem for the files and the function mapping a key to its path."""
     if not files or storage.capabilities.local_paths:
 
