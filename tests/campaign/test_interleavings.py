@@ -28,6 +28,7 @@ from lakewarden.settings import HeartbeatSettings
 from lakewarden.storage.faults import FaultyStorage
 from lakewarden.table.clean.policy import CleanPolicy
 from lakewarden.table.coordinator import EmbeddedCoordinator
+from lakewarden.testing import SimulatedCrash
 
 SCHEMA = pa.schema([("key", pa.string()), ("part", pa.string()), ("ts", pa.int64())])
 # A claim mark counts 1 ms: a rival finds it expired at once (a stalled executor's case).
@@ -63,17 +64,13 @@ def _table(root: Path, *, plan: bool = True) -> tuple[str, list[dict[str, Any]]]
     return str(root), _visible(table)
 
 
-class _Killed(BaseException):
-    """The process dies here (no handler of the code under test runs)."""
-
-
 class _KilledBeforeCompleting(FaultyStorage):
     """A process killed just before it appends a ``completed`` entry (after its fence and
     its deletes): what it leaves is a fenced plan and no completion."""
 
     def write_if_absent(self, key: str, data: bytes) -> None:
         if key.startswith(".lakewarden/timeline/") and b'"transition":"completed"' in data:
-            raise _Killed()
+            raise SimulatedCrash("killed before its completion")
         super().write_if_absent(key, data)
 
 
@@ -104,7 +101,7 @@ def _recorded(told: dict[str, str], name: str, step: Callable[[], object]) -> Ca
     def action() -> None:
         try:
             told[name] = _outcome(step)
-        except _Killed:
+        except SimulatedCrash:
             told[name] = "killed"
 
     return action
@@ -212,7 +209,7 @@ def test_a_reader_at_every_call_during_a_write_and_a_clean(tmp_path: Path, op: s
     storage call of a reader (``read``, ``list``: its timeline; ``local_path``: a data file it
     is about to open): it returns the snapshot before the write or after it, or a named
     error; never a mix, never a raw error."""
-    # Counted with the very read the loop makes: a full read opens some files more than once.
+    # Counted with the very read the loop makes (one ``local_path`` per data file it opens).
     total = _calls(tmp_path / "count", op, lambda t: t.read(columns=["key", "ts"]), plan=False)
     assert total > 0
     cut_off = 0
@@ -232,6 +229,8 @@ def test_a_reader_at_every_call_during_a_write_and_a_clean(tmp_path: Path, op: s
             assert type(err).__name__ in ALLOWED_READ_ERRORS, err
             cut_off += 1
             continue
+        finally:
+            assert faulty.pending(op) == 0, f"read {k}: the overtake never ran"  # type: ignore[arg-type]
         after = _visible(Table.open(uri, coordinator=EmbeddedCoordinator()))
         assert seen in (before, after), f"read {k}: neither snapshot"
         assert after != before
@@ -260,5 +259,6 @@ def test_an_executor_whose_inputs_a_clean_removed_after_a_rival_completed_is_tol
 
         faulty.before("local_path", overtake, nth=k)  # type: ignore[arg-type]
         told = _outcome(partial(_run, a, plan))  # a raw error fails the test here
+        assert faulty.pending("local_path") == 0, f"{k}: the overtake never ran"
         assert told != "completed", k
         _check(uri, rows, plan)

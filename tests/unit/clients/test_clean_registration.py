@@ -20,6 +20,7 @@ from lakewarden.table import EmbeddedCoordinator, Table
 from lakewarden.table.config import TableConfig
 from lakewarden.table.instant import Action, Transition
 from lakewarden.table.timeline_state import TimelineEntry
+from lakewarden.testing import SimulatedCrash
 
 
 def _entry(
@@ -201,11 +202,7 @@ class _KilledAfterItsFirstAppend(EmbeddedCoordinator):
 
     def announce(self, table_id: str, entry: TimelineEntry) -> None:
         self.calls.append(f"announce {entry.transition}")
-        raise _Killed
-
-
-class _Killed(BaseException):
-    pass
+        raise SimulatedCrash("killed before announcing its first entry")
 
 
 def test_requested_left_behind_a_writer_killed_after_its_first_append_registered_first(
@@ -222,6 +219,6 @@ def test_requested_left_behind_a_writer_killed_after_its_first_append_registered
     table = Table(storage, config, coordinator=coordinator)
     try:
         table.write(pa.table({"id": pa.array([1], pa.int64())}), "insert")
-    except _Killed:
+    except SimulatedCrash:
         pass
     assert coordinator.calls == ["before_requested", "announce requested"]

@@ -16,6 +16,7 @@ from lakewarden.api.table import Table
 from lakewarden.storage import Storage
 from lakewarden.storage._forwarding import ForwardingStorage
 from lakewarden.table.coordinator import Coordinator, EmbeddedCoordinator
+from lakewarden.testing import SimulatedCrash
 
 SCHEMA = pa.schema(
     [
@@ -70,6 +71,12 @@ def entry_is(transition: str, action: str | None = None) -> Callable[[str, bytes
         return action is None or f'"action":"{action}"'.encode() in data
 
     return match
+
+
+def crash() -> None:
+    """An ``action`` for ``Before``: the process dies there (kill -9: none of its cleanup
+    runs), or stops for good, which no other actor can tell apart."""
+    raise SimulatedCrash("stopped just before this write")
 
 
 class Before(ForwardingStorage):

@@ -22,6 +22,7 @@ from _fence_safety import (
     Before,
     Paused,
     by_id,
+    crash,
     entry_is,
     new_table,
     pending_ingestion,
@@ -32,15 +33,16 @@ from _fence_safety import (
 from lakewarden.table.coordinator import EmbeddedCoordinator
 from lakewarden.table.instant import Transition
 from lakewarden.table.timeline import IllegalTransitionError
+from lakewarden.testing import SimulatedCrash
 
 
 def test_hudi_12522_an_expired_writer_that_beats_again_is_left_alone(tmp_path: Path) -> None:
     table = new_table(tmp_path)
     table.write(rows("v1"))
     shared = EmbeddedCoordinator()  # the cleaner sees this writer's heartbeat
-    writer = process(table, "writer", Before(table.storage, entry_is("completed"), _stall))
-    with pytest.raises(_Stalled):
-        writer.write(rows("v2"))  # it stalls before completing; its files are in place
+    writer = process(table, "writer", Before(table.storage, entry_is("completed"), crash))
+    with pytest.raises(SimulatedCrash):
+        writer.write(rows("v2"))  # it stops before completing; its files are in place
     instant = pending_ingestion(table)
     cleaner = process(table, "cleaner", coordinator=shared)
     with shared.heartbeat(table.table_id, instant, "writer"):  # 1.: a late beat
@@ -50,14 +52,6 @@ def test_hudi_12522_an_expired_writer_that_beats_again_is_left_alone(tmp_path: P
     # Its heartbeat ended for good: now it is known dead, and rolled back.
     assert cleaner.clean().rolled_back == (instant,)
     assert set(by_id(table).values()) == {"v1"}
-
-
-class _Stalled(BaseException):
-    """The writer stops before its completion (a stall that the test ends here)."""
-
-
-def _stall() -> None:
-    raise _Stalled()
 
 
 def test_hudi_12522_a_writer_rolled_back_on_its_expiry_can_never_commit(tmp_path: Path) -> None:

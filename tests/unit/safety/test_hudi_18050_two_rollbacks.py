@@ -15,17 +15,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from _fence_safety import Before, by_id, entry_is, new_table, pending_ingestion, process, rows
+from _fence_safety import (
+    Before,
+    by_id,
+    crash,
+    entry_is,
+    new_table,
+    pending_ingestion,
+    process,
+    rows,
+)
 
 from lakewarden.table.instant import Action, Transition
-
-
-class _Killed(BaseException):
-    """kill -9 of the writer just before its completion: nothing of its cleanup runs."""
-
-
-def _die() -> None:
-    raise _Killed()
+from lakewarden.testing import SimulatedCrash
 
 
 def test_hudi_18050_two_rollbacks_of_one_failed_instant_roll_it_back_once(
@@ -33,10 +35,10 @@ def test_hudi_18050_two_rollbacks_of_one_failed_instant_roll_it_back_once(
 ) -> None:
     table = new_table(tmp_path)
     table.write(rows("v1"))
-    crashing = process(table, "writer", Before(table.storage, entry_is("completed"), _die))
+    crashing = process(table, "writer", Before(table.storage, entry_is("completed"), crash))
     try:
         crashing.write(rows("v2"))
-    except _Killed:
+    except SimulatedCrash:  # kill -9 of the writer just before its completion
         pass
     failed = pending_ingestion(table)
     second_results = []
