@@ -12,9 +12,11 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from lakewarden.clients import LockClient, LockLease, LockTimeoutError
+from lakewarden.clock import SystemClock
 from lakewarden.events import decode
 from lakewarden.events.topics import DLQ, LOCK_REPLIES, LOCK_REQUESTS
 from lakewarden.settings import Settings
+from lakewarden.testing import wait_until
 from lakewarden_services._common.process import ServiceProcess
 
 pytestmark = pytest.mark.timeout(180)
@@ -230,6 +232,19 @@ def _read_values(settings: Settings, topic: str) -> list[bytes]:
         consumer.close()
 
 
+class _TurnCounter(SystemClock):
+    """The system clock, counting the turns of a lock client's IO thread: the thread reads the
+    clock once a turn (``LockIO._run``), after it served what that turn serves."""
+
+    def __init__(self) -> None:
+        self.turns = 0
+
+    def monotonic(self) -> float:
+        if threading.current_thread().name.startswith("lock-io-"):
+            self.turns += 1  # one writer: the IO thread
+        return super().monotonic()
+
+
 class _CountingProducer:
     """A caller's producer (the ``producer`` a LockClient may share): counts what goes through
     it and which threads poll it."""
@@ -258,7 +273,8 @@ def test_a_client_sends_through_the_producer_it_is_given_and_leaves_its_polls_to
     settings: Settings, make_client: type[LockClient]
 ) -> None:
     producer = _CountingProducer(settings)
-    shared = make_client(settings, producer=producer)
+    clock = _TurnCounter()
+    shared = make_client(settings, producer=producer, clock=clock)
     own = make_client(settings)
     name = table()
     with shared.hold(name, ttl_s=5, wait_s=10) as lease:
@@ -267,7 +283,8 @@ def test_a_client_sends_through_the_producer_it_is_given_and_leaves_its_polls_to
     with own.hold(name, ttl_s=5, wait_s=10) as second:
         assert second.token == lease.token + 1  # the first lease was released
     assert producer.produced == ["acquire", "release"]
-    time.sleep(0.3)  # several turns of the IO thread
+    turns = clock.turns
+    wait_until(lambda: clock.turns >= turns + 3, 30, "three more turns of the IO thread")
     assert producer.pollers == set()  # delivery reports are the owner's to serve
     producer.poll(0)
     assert producer.flush(5) == 0
