@@ -155,9 +155,18 @@ class Expiries:
         self._thread.join(10)
 
 
-def wait_for_beats(settings: Settings, instant: str, count: int, timeout_s: float = 30.0) -> None:
-    """Until ``count`` beats of ``instant`` are on the heartbeats topic: a condition, not a
-    guess of how long ``count`` intervals take on a loaded machine."""
+def wait_for_beats(
+    settings: Settings,
+    instant: str,
+    count: int,
+    timeout_s: float = 30.0,
+    *,
+    stamped_from_ms: int = 0,
+) -> None:
+    """Until ``count`` beats of ``instant`` stamped at or after ``stamped_from_ms`` are on the
+    heartbeats topic: a condition, not a guess of how long ``count`` intervals take on a
+    loaded machine. The stamp is the broker's (the topic's ``LogAppendTime``), the time the
+    monitor judges by, so a beat stamped at ``t`` proves the monitor's time reached ``t``."""
     consumer = EventConsumer(
         settings,
         group_id=f"beats-{uuid.uuid4().hex[:6]}",
@@ -171,7 +180,9 @@ def wait_for_beats(settings: Settings, instant: str, count: int, timeout_s: floa
         while seen < count:
             assert time.monotonic() < deadline, f"{seen} of {count} beats of {instant}"
             event = consumer.poll(0.1)
-            if event is not None and event.record["instant"] == instant:
+            if event is None or event.record["instant"] != instant:
+                continue
+            if (event.timestamp_ms or 0) >= stamped_from_ms:
                 seen += 1
     finally:
         consumer.close()

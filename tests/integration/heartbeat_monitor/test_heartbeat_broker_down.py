@@ -5,12 +5,11 @@ The broker is one of this test's own (stopping the session's would hurt other te
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hbtools import INTERVAL_S, MISSES, TOLERANCE_S, Writer, spawn
+from hbtools import INTERVAL_S, MISSES, Writer, spawn, wait_for_beats
 
 from lakewarden.devstack import KafkaBroker
 from lakewarden.devstack.processes import free_port
@@ -47,14 +46,16 @@ def test_writer_refuses_to_complete_when_its_heartbeats_cannot_reach_kafka(
 
 
 def test_writer_with_a_healthy_heartbeat_completes(
-    kafka_settings: Settings, tmp_path: Path, writers: list[Writer]
+    hb_settings: Settings, tmp_path: Path, writers: list[Writer]
 ) -> None:
-    ensure_topics(kafka_settings, specs=[HEARTBEATS])
     writer = spawn(
-        writers, kafka_settings, "write", str(tmp_path / "t2"), str(INTERVAL_S), str(MISSES)
+        writers, hb_settings, "write", str(tmp_path / "t2"), str(INTERVAL_S), str(MISSES)
     )
-    writer.expect("ready")
-    time.sleep(TOLERANCE_S + 0.5)  # as long as the other writer waited
+    instant = writer.expect("ready").split()[1]
+    # Longer than a tolerance window of the writer's own clock, with every beat delivered: its
+    # beats go out an interval apart at the earliest, so beat MISSES + 2 on the topic was sent
+    # (MISSES + 1) intervals after the first, as long as the other writer waited.
+    wait_for_beats(hb_settings, instant, MISSES + 2)
     writer.send("complete now")
     assert writer.expect("completed", timeout_s=30) == "completed"
     assert writer.expect("state") == "state completed"

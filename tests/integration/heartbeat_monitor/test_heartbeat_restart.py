@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import time
 
-from hbtools import INTERVAL_S, TOLERANCE_S, Expiries, Writer, hold, new_instant
+from hbtools import (
+    INTERVAL_S,
+    TOLERANCE_S,
+    Expiries,
+    Writer,
+    hold,
+    new_instant,
+    wait_for_beats,
+)
 
 from lakewarden.clients.liveness import Liveness
 from lakewarden.settings import Settings
@@ -36,8 +44,11 @@ def test_monitor_restart_produces_no_false_deaths(
     wait_alive(hb_settings, [*alive, dies_meanwhile])
 
     monitor.kill()
-    doomed.kill()
-    time.sleep(TOLERANCE_S + 1.0)  # longer than the tolerance: no beat judged meanwhile
+    killed_ms = doomed.kill()
+    # Away longer than the tolerance, no beat judged meanwhile: a live writer's beat stamped
+    # (broker time, the monitor's) a tolerance and a second after the kill is the proof.
+    away_until_ms = killed_ms + round((TOLERANCE_S + 1.0) * 1000)
+    wait_for_beats(hb_settings, alive[0], 1, stamped_from_ms=away_until_ms)
     monitor.start()
     back_ms = time.time_ns() // 1_000_000
 
