@@ -233,11 +233,12 @@ def test_a_registration_is_durable_before_its_event_is_done() -> None:
     once the registry says the registration is durable: a crash before that leaves the offset
     uncommitted, so the request is delivered again instead of forgotten."""
     h = Harness()
-    durable = asyncio.Event()
+    durable, waiting = asyncio.Event(), asyncio.Event()
     waits: list[str] = []
 
     async def persisted() -> None:
         waits.append("waited")
+        waiting.set()
         await durable.wait()
 
     h.handler.persisted = persisted
@@ -247,7 +248,7 @@ def test_a_registration_is_durable_before_its_event_is_done() -> None:
         handling = asyncio.ensure_future(
             h.handler.handle(message, decode(request()), source="request")
         )
-        await asyncio.sleep(0.05)
+        await asyncio.wait_for(waiting.wait(), 5)  # the handler waits for durability
         assert waits == ["waited"] and not handling.done()  # registered, not yet durable
         assert h.registry[TABLE]["partition"] == 4
         durable.set()
