@@ -40,8 +40,9 @@ import pyarrow as pa
 from benchmarks._registry import BenchContext, Result, benchmark
 from lakewarden.events.topics import CLEAN_REQUESTS
 from lakewarden.settings import Settings
+from lakewarden.storage import open_storage
 from lakewarden.storage.faults import FaultyStorage
-from lakewarden.table import CleanPolicy, EmbeddedCoordinator, Table, load_storage
+from lakewarden.table import CleanPolicy, EmbeddedCoordinator, Table
 from lakewarden_services.cleaner.protocol import Trigger
 from lakewarden_services.cleaner.queue import CleanQueue
 from lakewarden_services.cleaner.worker import CleanWorker
@@ -78,7 +79,7 @@ class _SlowWorker(CleanWorker):
     """The service's worker on a store with ``LATENCY_S`` per call."""
 
     def _storage(self, uri: str) -> FaultyStorage:
-        return FaultyStorage(load_storage(uri), latency_s=LATENCY_S)
+        return FaultyStorage(open_storage(uri), latency_s=LATENCY_S)
 
 
 def _instance(

@@ -2,8 +2,8 @@
 
 Public entry points: ``lakewarden.Table`` (create, open, write, read, changes, timeline),
 ``lakewarden.read(uri, as_of=None, columns=None, filter=None)`` and
-``lakewarden.connect(settings)`` (the storage and coordinator a table works with, built from
-settings; see ``lakewarden.api.connection``). They come from ``lakewarden.api``, the layer
+``lakewarden.connect(settings)`` (the coordinator a table works with, built from settings;
+see ``lakewarden.api.connection``). They come from ``lakewarden.api``, the layer
 above the packages a table drives, and are imported lazily so that ``import lakewarden.errors``
 (services, the CLI) does not pay for pyarrow.
 """

@@ -1,5 +1,4 @@
-"""Where a table's coordinator comes from, paired with its storage: the one place that picks
-a coordinator.
+"""Where a table's coordinator comes from: the one place that picks a coordinator.
 
     connection = connect(settings)                   # Kafka configured: the services' lock
     table = Table.open(uri, coordinator=connection.coordinator, settings=connection.settings)
@@ -13,11 +12,10 @@ edges call this module: the services' ``__main__``, the CLI, the Spark data sour
 instantiates it from options, so nobody can hand it a coordinator), and the conveniences
 ``Table.create`` / ``Table.open`` / ``lakewarden.read`` when they are given no coordinator.
 
-Storage has a factory of its own, ``lakewarden.storage.open_storage``: the backend follows the
-URI's scheme, as pyiceberg's ``load_file_io`` picks a FileIO. ``load_storage`` here is that
-factory under the name the edges use beside ``load_coordinator``; code that needs only a
-table's files (a Spark executor, a reader, a service opening the table a request names) calls
-``open_storage`` itself.
+Storage has a factory of its own, one layer down, ``lakewarden.storage.open_storage``: the
+backend follows the URI's scheme, as pyiceberg's ``load_file_io`` picks a FileIO. Every
+component that opens a table's storage (``Table``, a Spark executor, a reader, a service
+opening the table a request names) calls it; none builds a backend itself.
 
 The coordinator follows the settings, as pyiceberg's ``load_catalog`` picks a catalog:
 ``settings.kafka.bootstrap_servers`` set means ``KafkaCoordinator`` (the table lock is
@@ -41,7 +39,6 @@ from typing import Any
 
 from lakewarden.errors import ConfigurationError, MissingExtraError
 from lakewarden.settings import Settings
-from lakewarden.storage import Storage, open_storage
 from lakewarden.table.coordinator import Coordinator, EmbeddedCoordinator
 
 
@@ -59,13 +56,6 @@ def require_kafka(settings: Settings) -> None:
             "Help: set LAKEWARDEN_KAFKA__BOOTSTRAP_SERVERS (for the local stack: the broker "
             "`lakewarden dev up` prints)."
         )
-
-
-def load_storage(uri: str, settings: Settings | None = None) -> Storage:
-    """The storage backend of ``uri`` (a path, ``file://`` or ``s3://bucket/prefix``).
-
-    Raises: ConfigurationError (unknown scheme, malformed URI)."""
-    return open_storage(uri, settings)
 
 
 def load_coordinator(settings: Settings, *, require: bool = False) -> Coordinator:
@@ -101,10 +91,6 @@ class Connection:
     settings: Settings
     coordinator: Coordinator
     _closed: bool = field(default=False, repr=False)
-
-    def storage(self, uri: str) -> Storage:
-        """Raises: ConfigurationError (unknown scheme, malformed URI)."""
-        return load_storage(uri, self.settings)
 
     def close(self) -> None:
         """Close the coordinator (a Kafka one releases its leases and closes its clients)."""

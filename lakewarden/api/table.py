@@ -29,13 +29,13 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from lakewarden.api.clean import CleanRequest, CleanResult, clean_table
-from lakewarden.api.connection import load_storage, shared_connection
+from lakewarden.api.connection import shared_connection
 from lakewarden.commit import CommitterOptions
 from lakewarden.errortable.divert import error_rows, settle, spool
 from lakewarden.handle import TableHandle
 from lakewarden.publish import DeltaPublisher, schema_string
 from lakewarden.settings import Settings
-from lakewarden.storage import Storage
+from lakewarden.storage import Storage, open_storage
 from lakewarden.table.clean import (
     CleanPolicy,
     RollbackContext,
@@ -128,7 +128,7 @@ class Table(TableHandle):
         )
         if publish_delta:
             schema_string(config.pa_schema)  # a schema Delta cannot express: refused up front
-        storage = load_storage(uri, settings)
+        storage = open_storage(uri, settings)
         save_new_config(storage, config)
         table = cls(
             storage,
@@ -152,7 +152,7 @@ class Table(TableHandle):
         # Read from the environment once, not by each of storage, coordinator and table (a
         # third of a small read's time).
         settings = settings if settings is not None else Settings()
-        storage = load_storage(uri, settings)
+        storage = open_storage(uri, settings)
         config = load_config(storage)
         return cls(
             storage,

@@ -5,9 +5,9 @@ package's modules is implementation and may change):
 
 Table, read                              a table and the one-call read (``lakewarden.api.table``)
 CommitResult, Operation                  what a write returns, what it may do
-connect, Connection, load_coordinator,   the one factory of storage and coordinator from
-load_storage, require_kafka,             settings (``lakewarden.api.connection``)
-shared_connection, close_shared_connections
+connect, Connection, load_coordinator,   the one factory of the coordinator from settings
+require_kafka, shared_connection,        (``lakewarden.api.connection``; storage comes from
+close_shared_connections                 ``lakewarden.storage.open_storage``)
 Coordinator, EmbeddedCoordinator, Lease, the table lock and liveness contract; the Kafka one is
 Liveness                                 ``lakewarden.clients.KafkaCoordinator``
 TableLock, Heartbeating,                 the coordinator's roles, for code that needs only one
@@ -43,7 +43,6 @@ if TYPE_CHECKING:
         close_shared_connections,
         connect,
         load_coordinator,
-        load_storage,
         require_kafka,
         shared_connection,
     )
@@ -139,7 +138,6 @@ _EXPORTS: dict[str, str] = {
     "close_shared_connections": "lakewarden.api.connection",
     "connect": "lakewarden.api.connection",
     "load_coordinator": "lakewarden.api.connection",
-    "load_storage": "lakewarden.api.connection",
     "require_kafka": "lakewarden.api.connection",
     "shared_connection": "lakewarden.api.connection",
     "Coordinator": "lakewarden.table.coordinator",
@@ -236,7 +234,6 @@ __all__ = [
     "close_shared_connections",
     "connect",
     "load_coordinator",
-    "load_storage",
     "read",
     "require_kafka",
     "shared_connection",

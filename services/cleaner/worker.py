@@ -11,9 +11,9 @@ import time
 from collections.abc import Callable
 
 from lakewarden.settings import Settings
-from lakewarden.storage import Storage
+from lakewarden.storage import Storage, open_storage
 from lakewarden.storage.faults import FaultyStorage
-from lakewarden.table import CleanPolicy, CleanResult, Coordinator, Table, load_storage
+from lakewarden.table import CleanPolicy, CleanResult, Coordinator, Table
 from lakewarden.table.config import load_config
 from lakewarden_services.cleaner import metrics
 from lakewarden_services.cleaner.queue import Work
@@ -55,7 +55,7 @@ class CleanWorker:
         return table
 
     def _storage(self, uri: str) -> Storage:
-        storage = load_storage(uri, self.settings)
+        storage = open_storage(uri, self.settings)
         hooks = self.cleaner_settings
         if hooks.store_latency_ms > 0:
             storage = FaultyStorage(storage, latency_s=hooks.store_latency_ms / 1000)

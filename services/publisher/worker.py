@@ -14,7 +14,7 @@ import time
 
 from lakewarden.publish import DeltaPublisher, PublishResult
 from lakewarden.settings import Settings
-from lakewarden.table import load_storage
+from lakewarden.storage import open_storage
 from lakewarden.table.config import load_config
 from lakewarden.table.timeline import Timeline
 from lakewarden_services.publisher import metrics
@@ -38,7 +38,7 @@ class PublishWorker:
         found = self._publishers.get(uri)
         if found is not None:
             return found
-        storage = load_storage(uri, self.settings)
+        storage = open_storage(uri, self.settings)
         config = load_config(storage)
         if not config.publish.delta:
             return None

@@ -40,14 +40,15 @@ ACTOR_PREFIX = "executor-"
 
 
 def _open_table(spec: dict[str, Any]) -> Any:
-    from lakewarden.api.connection import connect, load_storage
+    from lakewarden.api.connection import connect
     from lakewarden.api.table import Table
     from lakewarden.settings import Settings
+    from lakewarden.storage import open_storage
     from lakewarden.storage.faults import FaultyStorage
     from lakewarden.table.config import load_config
 
     settings = Settings()
-    storage = load_storage(spec["uri"], settings)
+    storage = open_storage(spec["uri"], settings)
     config = load_config(storage)
     # Stalls at destructive steps (embedded mode); none in the Kafka mode's plans.
     faulty = arm_faults(FaultyStorage(storage), spec.get("storage_faults", []))

@@ -12,10 +12,9 @@ from typing import Any
 from _checkers import TableObservation
 from _event_checkers import COMPARED
 
-from lakewarden.api.connection import load_storage
 from lakewarden.api.table import Table
 from lakewarden.settings import Settings
-from lakewarden.storage import Storage
+from lakewarden.storage import Storage, open_storage
 from lakewarden.table.config import load_config
 from lakewarden.table.coordinator import EmbeddedCoordinator
 
@@ -82,7 +81,7 @@ def error_rows(uri: str, settings: Settings) -> list[dict[str, Any]]:
     from lakewarden.table.config import NotATableError
 
     try:
-        storage = load_storage(uri, settings)
+        storage = open_storage(uri, settings)
         table = Table(storage, load_config(storage), coordinator=EmbeddedCoordinator())
         rows = table.read(columns=["record", "source_instant"]).to_pylist()
     except NotATableError:

@@ -30,7 +30,7 @@ from _processes import Workload, wait
 from _service_checkers import ServiceOp, service_ops_from_history
 from _stack import CampaignStack
 
-from lakewarden.api.connection import load_storage
+from lakewarden.storage import open_storage
 
 __all__ = ["RunResult", "Findings", "service_outcome"]
 
@@ -144,7 +144,7 @@ class Findings:
             events = timeline_events(self.stack.settings(), observation.table_id)
             # Storage after the topic: the cleaner still appends (a clean each sweep), and an
             # entry is announced only once it is in storage.
-            storage = load_storage(self.uris[name], self.stack.settings())
+            storage = open_storage(self.uris[name], self.stack.settings())
             violations, unannounced = check_event_timeline(
                 raw_entries(storage), events, strict_actors=strict
             )

@@ -37,8 +37,9 @@ from _service_checkers import check_services
 from _stack import BUCKET, CampaignStack
 from _writer import SCHEMA
 
-from lakewarden.api.connection import Connection, connect, load_storage
+from lakewarden.api.connection import Connection, connect
 from lakewarden.api.table import Table
+from lakewarden.storage import open_storage
 from lakewarden.table.config import load_config
 
 __all__ = ["REPO_ROOT", "RunResult", "reproduce_command", "run_one"]
@@ -196,7 +197,7 @@ class _Run:
         settings = self.stack.settings()
         tables = {}
         for name, uri in self.uris.items():
-            storage = load_storage(uri, settings)
+            storage = open_storage(uri, settings)
             tables[name] = Table(storage, load_config(storage), coordinator=connection.coordinator)
         return tables
 

@@ -79,14 +79,15 @@ def _next_write(
 
 
 def _open_table(spec: dict[str, Any]) -> Any:
-    from lakewarden.api.connection import connect, load_storage
+    from lakewarden.api.connection import connect
     from lakewarden.api.table import Table
     from lakewarden.settings import Settings
+    from lakewarden.storage import open_storage
     from lakewarden.storage.faults import FaultyStorage
     from lakewarden.table.config import load_config
 
     settings = Settings()
-    inner = load_storage(spec["uri"], settings)
+    inner = open_storage(spec["uri"], settings)
     config = load_config(inner)  # before the faults: a writer that cannot start tests nothing
     faulty = arm_faults(FaultyStorage(inner), spec["storage_faults"])
     actor = f"campaign-{spec['writer']}-{spec['incarnation']}"
