@@ -103,6 +103,14 @@ class ServiceProcess:
         except urllib.error.HTTPError as err:
             return int(err.code), err.read().decode()
 
+    def metric(self, prefix: str) -> float:
+        """The sum of the ``/metrics`` samples whose line starts with ``prefix`` (a metric's
+        name: all its label sets; or a name with its labels: that one)."""
+        _, body = self.get("/metrics")
+        return sum(
+            float(line.rsplit(" ", 1)[1]) for line in body.splitlines() if line.startswith(prefix)
+        )
+
     def _healthy(self) -> bool:
         # An HTTP answer, not just a connect: a connect to a free ephemeral port can succeed
         # as a TCP self-connection while nothing listens (seen once while restarting).

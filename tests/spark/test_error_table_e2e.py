@@ -86,10 +86,7 @@ class Stack:
         return encode_settings(on)
 
     def metric(self, prefix: str) -> float:
-        _, body = self.sink.get("/metrics")
-        return sum(
-            float(line.rsplit(" ", 1)[1]) for line in body.splitlines() if line.startswith(prefix)
-        )
+        return self.sink.metric(prefix)
 
 
 def _sink(settings: Settings, home: Path, **env: str) -> ServiceProcess:

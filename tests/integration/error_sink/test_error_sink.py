@@ -110,13 +110,6 @@ def rows(uri: str) -> int:
     return 0 if found is None else found.num_rows
 
 
-def metric(service: ServiceProcess, prefix: str) -> float:
-    _, body = service.get("/metrics")
-    return sum(
-        float(line.rsplit(" ", 1)[1]) for line in body.splitlines() if line.startswith(prefix)
-    )
-
-
 def test_only_accepted_attempts_of_completed_instants_once(
     sink: ServiceProcess, producer: EventProducer, tmp_path: Path
 ) -> None:
@@ -125,12 +118,12 @@ def test_only_accepted_attempts_of_completed_instants_once(
     write = FakeWrite(orders)
     loser, winner, other = write.attempt(0, 0), write.attempt(0, 1), write.attempt(1, 0)
     accepted = write.errors(winner, ["w1", "w2", "w3"]) + write.errors(other, ["o1"])
-    buffered = metric(sink, "lakewarden_error_sink_buffered_records")
+    buffered = sink.metric("lakewarden_error_sink_buffered_records")
     publish(producer, write.errors(loser, ["l1", "l2"]) + accepted)
     aborted = FakeWrite(orders)
     publish(producer, aborted.errors(aborted.attempt(0), ["r1", "r2"]))
     wait_for(
-        lambda: metric(sink, "lakewarden_error_sink_buffered_records") >= buffered + 8,
+        lambda: sink.metric("lakewarden_error_sink_buffered_records") >= buffered + 8,
         "the sink to buffer all 8 failed records",
     )
     assert rows(errors_uri) == 0, "nothing is committed before the main instant completes"
@@ -150,11 +143,11 @@ def test_only_accepted_attempts_of_completed_instants_once(
     assert completed[0].commit.error_sources == (f"{orders.table_id}@{write.instant}",)
     # Counted once commit_errors returned, which is after the marker is visible: wait for it.
     wait_for(
-        lambda: metric(sink, 'lakewarden_error_sink_failed_records_total{table="orders"}') == 4 + 1,
+        lambda: sink.metric('lakewarden_error_sink_failed_records_total{table="orders"}') == 4 + 1,
         "the sink to count the committed failed records",
     )
-    assert metric(sink, 'lakewarden_error_sink_dropped_total{reason="not_accepted"}') == 2
-    assert metric(sink, 'lakewarden_error_sink_dropped_total{reason="discarded"}') == 2
+    assert sink.metric('lakewarden_error_sink_dropped_total{reason="not_accepted"}') == 2
+    assert sink.metric('lakewarden_error_sink_dropped_total{reason="discarded"}') == 2
 
 
 def test_error_table_commits_take_timeline_locks_lease(
@@ -178,7 +171,7 @@ def test_error_table_commits_take_timeline_locks_lease(
             publish(producer, write.errors(attempt, ["k1", "k2"]))
             write.complete([attempt])
             wait_for(
-                lambda: metric(timeline_lock, "lakewarden_lock_queue_length") >= 1,
+                lambda: timeline_lock.metric("lakewarden_lock_queue_length") >= 1,
                 "the sink's commit to queue behind the test's lease",
             )
             assert rows(location.uri) == 0, "the sink committed without timeline-lock's lease"
@@ -201,7 +194,7 @@ def test_undecodable_events_are_dead_lettered_and_the_sink_goes_on(
     write.complete([attempt])
     errors_uri = error_table_location(orders.uri, "orders", ErrorTableSettings()).uri
     wait_for(lambda: rows(errors_uri) == 1, "the error after a poison message")
-    assert metric(sink, "lakewarden_dead_letters_total") == 1
+    assert sink.metric("lakewarden_dead_letters_total") == 1
 
 
 def test_kill_9_mid_commit_then_restart_loses_nothing_duplicates_nothing(
@@ -346,24 +339,24 @@ def test_a_timeline_event_gets_the_instant_read_at_once_not_at_the_fallback(
     attempt = write.attempt(0)
     service.start()
     try:
-        buffered = metric(service, "lakewarden_error_sink_buffered_records")
+        buffered = service.metric("lakewarden_error_sink_buffered_records")
         publish(producer, write.errors(attempt, ["h1", "h2"]))
         wait_for(
-            lambda: metric(service, "lakewarden_error_sink_buffered_records") >= buffered + 2,
+            lambda: service.metric("lakewarden_error_sink_buffered_records") >= buffered + 2,
             "the sink to buffer the records",
         )
         wait_for(
-            lambda: metric(service, "lakewarden_error_sink_storage_reads_total") >= 1,
+            lambda: service.metric("lakewarden_error_sink_storage_reads_total") >= 1,
             "the first read of the new key, which says pending",
         )
         write.complete([attempt])  # embedded coordinator: no event of its own
-        reads = metric(service, "lakewarden_error_sink_storage_reads_total")
-        checks = metric(service, "lakewarden_error_sink_checks_total")
+        reads = service.metric("lakewarden_error_sink_storage_reads_total")
+        checks = service.metric("lakewarden_error_sink_checks_total")
         wait_for(
-            lambda: metric(service, "lakewarden_error_sink_checks_total") >= checks + 3,
+            lambda: service.metric("lakewarden_error_sink_checks_total") >= checks + 3,
             "three more checks of the sink",
         )
-        assert metric(service, "lakewarden_error_sink_storage_reads_total") == reads
+        assert service.metric("lakewarden_error_sink_storage_reads_total") == reads
         assert rows(errors_uri) == 0, "no event yet, and the fallback is 10 minutes away"
         event = make_event(
             "TimelineTransition",

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from hbtools import INTERVAL_S, MISSES, TOLERANCE_S, Expiries, env_for
+from hbtools import INTERVAL_S, MISSES, TOLERANCE_S, Expiries, env_for, wait_for_beats
 
 from lakewarden.api.table import Table
 from lakewarden.clients.liveness import Liveness
@@ -35,6 +35,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 DRIVER = Path(__file__).with_name("spark_driver_process.py")
 TOL_MS = round(TOLERANCE_S * 1000)
+CLEANS = "lakewarden_cleaner_cleans_total"  # every outcome
 SCHEMA = pa.schema(
     [
         pa.field("id", pa.int64(), nullable=False),
@@ -154,7 +155,12 @@ def test_killed_spark_driver_is_declared_dead_and_rolled_back_by_the_cleaner(
         with Liveness(hb_settings) as view:
             # Its beats arrive: the verdict to come is the kill's doing.
             _wait_for(view, table.table_id, instant, Verdict.ALIVE, timeout_s=30)
-            time.sleep(2 * TOLERANCE_S)  # the cleaner sweeps every second meanwhile
+            # Two tolerance windows of the monitor's time (a beat stamped after them), then
+            # two whole cleans of the table by the sweeping cleaner: none touches a live write.
+            after_ms = time.time_ns() // 1_000_000 + 2 * TOL_MS
+            wait_for_beats(hb_settings, instant, 1, stamped_from_ms=after_ms)
+            cleans = cleaner.metric(CLEANS)
+            wait_until(lambda: cleaner.metric(CLEANS) >= cleans + 2, 60, "two cleans after them")
             assert view.status(table.table_id, instant) is Verdict.ALIVE
             alive = table.state().get(instant)
             assert alive is not None and alive.state is Transition.REQUESTED  # a live write
