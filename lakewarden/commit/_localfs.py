@@ -22,7 +22,10 @@ import errno
 import os
 import stat
 import threading
+import uuid
 from collections.abc import Callable, Iterable, Sequence
+
+from lakewarden.storage._keys import TEMP_PREFIX
 
 _AT_FDCWD = -100
 _RENAME_NOREPLACE = 1
@@ -133,6 +136,24 @@ class NotARegularFileError(OSError):
 def make_dirs(path: str) -> None:
     """``mkdir -p``. Raises: NotADirectoryError/FileExistsError (a file is in the way)."""
     os.makedirs(path, exist_ok=True)
+
+
+def create_unsynced(path: str, data: bytes) -> None:
+    """Create the file ``path`` holding ``data`` unless it exists, without fsync: a hidden
+    temporary file (``.lw-tmp-*``, which listings skip) linked into place, so readers see the
+    whole content or nothing. For the job's staging records only (see ``CommitStore.
+    write_staging``): nothing the completed instant names.
+
+    Raises: FileExistsError (``path`` exists), OSError."""
+    directory = os.path.dirname(path)
+    os.makedirs(directory, exist_ok=True)
+    tmp = os.path.join(directory, f"{TEMP_PREFIX}{uuid.uuid4().hex}")
+    with open(tmp, "xb") as out:
+        out.write(data)
+    try:
+        os.link(tmp, path)
+    finally:
+        os.unlink(tmp)
 
 
 def fsync_dirs(paths: Iterable[str]) -> None:

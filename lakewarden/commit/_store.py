@@ -9,8 +9,9 @@ Two ways to reach the data:
 
 - **fast local path**, when the storage allows direct file access (a plain local directory,
   ``StorageCapabilities.direct_file_access``): ``lstat``, no-replace
-  ``renameat2`` without per-file fsync, ``makedirs``, ``rmtree`` and one fsync per touched
-  directory (see ``_localfs``);
+  ``renameat2`` without per-file fsync, ``makedirs``, ``rmtree``, one fsync per destination
+  directory (see ``_localfs``), and the job's staging records written without fsync
+  (``write_staging``);
 - **generic path** through the ``Storage`` contract otherwise (S3, and wrappers such as
   ``FaultyStorage``, whose faults and latency must apply to every call: wrappers clear
   ``direct_file_access``).
@@ -104,6 +105,35 @@ class CommitStore:
     def write_if_absent(self, key: str, data: bytes) -> None:
         """Raises: AlreadyExistsError, StorageError."""
         self.metered.write_if_absent(key, data)
+
+    def write_staging(self, key: str, data: bytes) -> None:
+        """``write_if_absent`` of a staging record of the job (``job.json``, a task manifest,
+        the commit plan): on the fast local path without fsync.
+
+        Why that is safe: a staging record is read only by this job's own commit, or by a
+        resumed commit after the process that wrote it died, which the page cache survives.
+        Only an operating-system crash or power loss can lose an unsynced record, and that
+        also ends every writer and committer on the machine before its instant completed; the
+        record's loss (or a torn record, refused by its parser) then fails a resumed commit,
+        which rolls the instant back. Nothing a completed instant names is a staging record:
+        the data files, the destination directories, ``_SUCCESS`` and the timeline entries
+        are fsynced before ``completed`` is appended.
+
+        Raises: AlreadyExistsError, StorageError."""
+        if not self.fast:
+            self.metered.write_if_absent(key, data)
+            return
+        path = self.path(key)
+
+        def create() -> None:
+            try:
+                _localfs.create_unsynced(path, data)
+            except FileExistsError as err:
+                raise AlreadyExistsError(f"object {key!r} already exists", key=key) from err
+            except OSError as err:
+                raise StorageIOError(f"local write of {key!r} failed: {err}", key=key) from err
+
+        self._call("write_if_absent", create)
 
     def list(self, prefix: str) -> builtins.list[ObjectInfo]:
         return builtins.list(self.metered.list(prefix))
@@ -229,13 +259,19 @@ class CommitStore:
 
     # -- directories (local only; object stores have none) ----------------------------------
 
-    def make_dirs(self, key: str) -> None:
+    def make_dirs(self, key: str, *, staging: bool = False) -> None:
         """Create directory ``key`` and its parents when the store has directories.
+        ``staging``: a directory of the job's work area (nothing a completed instant names
+        lies under it, see ``write_staging``), whose names need not survive a crash; the
+        others (destination directories) are synced with their ancestors before
+        ``_SUCCESS``.
 
         Raises: NotADirectoryError/FileExistsError (a file is in the way)."""
         if self.local_root is None:
             return
         self._call("mkdirs", lambda: _localfs.make_dirs(self.path(key)))
+        if staging:
+            return
         # Every ancestor may have gained an entry: all of them are synced before _SUCCESS.
         parts = key.rstrip("/").split("/")
         ancestors = {self.path("/".join(parts[:i])) for i in range(len(parts))}

@@ -87,7 +87,7 @@ class TaskAttempt:
                 attempt=str(self.attempt_id),
             )
         key = self.layout.task_attempt_dir(self.attempt_id) + attempt_file_name(dest_key)
-        self.store.make_dirs(key.rpartition("/")[0])
+        self.store.make_dirs(key.rpartition("/")[0], staging=True)
         return self.store.path(key)
 
     def create_file(self, dest_key: str) -> BinaryIO:

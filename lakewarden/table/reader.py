@@ -67,8 +67,12 @@ def read_data_file(storage: Storage, key: str, *, columns: Sequence[str] | None 
     path = storage.local_path(key)
     source: Any = path if path is not None else pa.BufferReader(storage.read(key))
     selected = list(columns) if columns is not None else None
-    # partitioning=None: a path under "k=v/" must not grow a dictionary column "k".
-    return pq.read_table(source, columns=selected, partitioning=None)
+    # One file, so ``ParquetFile``, not ``pq.read_table``: that builds a dataset per call
+    # (filesystem resolution, discovery), half the cost of reading a small base file, and a
+    # small write reads one per bucket. No partitioning either: a path under "k=v/" must
+    # not grow a dictionary column "k".
+    with pq.ParquetFile(source) as file:
+        return file.read(columns=selected)
 
 
 def read_snapshot(

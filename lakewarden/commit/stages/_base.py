@@ -17,10 +17,11 @@ rest (a shared ``threading.Event`` that workers check between items).
 from __future__ import annotations
 
 import abc
+import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, wait
 from dataclasses import dataclass, field
 from typing import ClassVar, Generic, TypeVar, cast
@@ -138,11 +139,14 @@ def run_parallel(
 
     At most ``max_in_flight`` items are submitted at once. The first failure sets ``stop``,
     cancels what has not started, waits for what runs, and is re-raised (a ``BaseException``
-    too). Without a pool the items run inline, in order.
+    too). Without a pool, or with a single item (a small job's one chunk: handing it to a
+    worker and back costs more than the item), the items run inline, in order.
     """
     stop = threading.Event()
-    if pool is None:
-        return [work(item, stop) for item in items]
+    iterator: Iterator[tuple[int, I]] = iter(enumerate(items))
+    head = [pair for pair in (next(iterator, None), next(iterator, None)) if pair is not None]
+    if pool is None or len(head) < 2:
+        return [work(item, stop) for _, item in itertools.chain(head, iterator)]
 
     def guarded(item: I) -> T | None:
         if stop.is_set():
@@ -156,7 +160,7 @@ def run_parallel(
     results: dict[int, T | None] = {}
     running: dict[Future[T | None], int] = {}
     failure: BaseException | None = None
-    iterator = iter(enumerate(items))
+    iterator = itertools.chain(head, iterator)
     exhausted = False
     while True:
         while not exhausted and failure is None and len(running) < max_in_flight:

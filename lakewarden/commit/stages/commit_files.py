@@ -107,7 +107,8 @@ class RenameFilesStage(Stage[ValidatedPlan, PlacedFiles]):
 
         counts = self.parallel(range(spill.chunks), rename)  # 1.
         dirs = self.store.dirty_dirs()  # 3. (concurrent fsyncs share journal commits)
-        self.parallel([dirs[i::4] for i in range(4)], lambda d, _: self.store.sync_dirs(d))
+        groups = [group for group in (dirs[i::4] for i in range(4)) if group]
+        self.parallel(groups, lambda d, _: self.store.sync_dirs(d))
         renamed = sum(c[0] for c in counts)
         return PlacedFiles(renamed, args.already_done + sum(c[1] for c in counts))
 

@@ -54,7 +54,7 @@ class JobSetupStage(Stage[str, JobRecord]):
             mode="rename" if store.can_rename else "upload",
         )
         try:  # 2.
-            store.write_if_absent(layout.job_record_key, record.model_dump_json().encode())
+            store.write_staging(layout.job_record_key, record.model_dump_json().encode())
         except AlreadyExistsError:
             found = JobRecord.model_validate_json(store.read(layout.job_record_key))
             if found.nonce != args:
@@ -64,8 +64,8 @@ class JobSetupStage(Stage[str, JobRecord]):
                     job_id=layout.job_id,
                 ) from None
             record = found
-        store.make_dirs(layout.manifests_dir)  # 3.
-        store.make_dirs(layout.tasks_dir)
+        store.make_dirs(layout.manifests_dir, staging=True)  # 3.
+        store.make_dirs(layout.tasks_dir, staging=True)
         return record
 
 
@@ -93,5 +93,5 @@ class TaskSetupStage(Stage[TaskAttemptId, str]):
     def _execute(self, args: TaskAttemptId) -> str:
         require_active_job(self.store, self.layout, f"set up task attempt {args}")  # 1.
         directory = self.layout.task_attempt_dir(args)
-        self.store.make_dirs(directory)  # 2.
+        self.store.make_dirs(directory, staging=True)  # 2.
         return directory

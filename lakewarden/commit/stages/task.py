@@ -91,7 +91,7 @@ class TaskCommitStage(Stage[TaskCommitArgs, TaskCommitResult]):
         repeated = False
         saved = SavedManifest(header, tuple(entries), data)
         try:  # 4.
-            self.store.write_if_absent(key, data)
+            self.store.write_staging(key, data)
         except AlreadyExistsError:
             stored = self.store.read(key)
             first, saved_entries = parse_manifest(stored, key=key)

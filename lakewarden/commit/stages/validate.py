@@ -125,7 +125,7 @@ class ValidateManifestsStage(Stage[LoadedManifests, ValidatedPlan]):
 
     def _record(self, plan: CommitPlan) -> None:
         try:
-            self.store.write_if_absent(self.layout.plan_key, plan.model_dump_json().encode())
+            self.store.write_staging(self.layout.plan_key, plan.model_dump_json().encode())
         except AlreadyExistsError:
             recorded = self._recorded_plan()
             if recorded is None or recorded.manifests != plan.manifests:
