@@ -156,6 +156,16 @@ def create_unsynced(path: str, data: bytes) -> None:
         os.unlink(tmp)
 
 
+def fsync_file(path: str | os.PathLike[str]) -> None:
+    """fsync one file written by someone else (pyarrow or Spark writing to a path): its data
+    must be durable before a task commit accepts it, as ``TaskAttempt.create_file``'s are."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def fsync_dirs(paths: Iterable[str]) -> None:
     """fsync each existing directory once (persists the names created or removed in it)."""
     for path in paths:

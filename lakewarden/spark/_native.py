@@ -54,6 +54,7 @@ from pyspark.sql import Column, DataFrame
 
 import lakewarden.faults as faults
 from lakewarden.commit import ManifestCommitter
+from lakewarden.commit._localfs import fsync_file
 from lakewarden.commit._store import CommitStore
 from lakewarden.commit.layout import JobLayout
 from lakewarden.errors import NonRetryableError
@@ -206,7 +207,7 @@ def _durable_identity(path: Path) -> tuple[str, str, int] | None:
     if meta.num_rows == 0:
         return None
     partition_path, name = _identity(path, meta)
-    _fsync(path)
+    fsync_file(path)
     return partition_path, name, meta.num_rows
 
 
@@ -259,11 +260,3 @@ def _identity_from_rows(path: Path) -> tuple[str, str]:
             "Spark writer; nothing was committed."
         )
     return str(paths.pop()), str(names.pop())
-
-
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

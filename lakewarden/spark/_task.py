@@ -36,6 +36,7 @@ import pyarrow as pa
 
 import lakewarden.faults as faults
 from lakewarden.commit import ManifestCommitter, TaskAttempt
+from lakewarden.commit._localfs import fsync_file
 from lakewarden.spark._announce import announce_manifest
 from lakewarden.spark._arrow import conform
 from lakewarden.spark._messages import TaskCommitMessage
@@ -253,6 +254,9 @@ class _OpenFile:
         self._flush()
         self.writer.close()
         if self.handle is None:
+            # pyarrow wrote the path and does not sync it: the data must be durable before
+            # the task commit accepts the file (a completed instant may name it).
+            fsync_file(self.sink)
             return os.path.getsize(self.sink)
         size = self.handle.tell()
         self.handle.close()

@@ -3,6 +3,7 @@ exactly-once micro-batches, abandoning an instant, and Python writes after a Spa
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -287,3 +288,28 @@ def test_error_table_options_parse_into_a_choice() -> None:
         error_table_choice({"error_table": "global", "error_table.suffix": "_x"})
     with pytest.raises(InvalidOptionError, match="bad error_table options"):
         error_table_choice({"error_table": "elsewhere"})
+
+
+def test_a_tasks_data_files_are_durable_before_its_task_commit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pyarrow writes the attempt's local path and never syncs it: the task must, or a
+    completed instant could name a file a machine crash empties."""
+    table = make_table(tmp_path)
+    handle = _job.TableHandle.open(str(tmp_path), None)
+    spec, _ = _job.open_write(handle, "insert", settings_json=None)
+    synced: set[int] = set()
+    fsync = os.fsync
+
+    def recorded(fd: int) -> None:
+        synced.add(os.fstat(fd).st_ino)
+        fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", recorded)
+    message = write_task(spec, TaskIdentity(0, 0, 1), iter(rows(range(10)).to_batches()))
+    monkeypatch.setattr(os, "fsync", fsync)
+    _job.commit_write(spec, [message])
+
+    files = committed_files(table)
+    assert files
+    assert {os.stat(tmp_path / key).st_ino for key in files} <= synced
