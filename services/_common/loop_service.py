@@ -1,10 +1,8 @@
-"""What the plain confluent-kafka loop services share: their Kafka clients and their start-up.
+"""What the services' plain confluent-kafka loops share: their Kafka clients and their start-up.
 
-timeline-lock, heartbeat-monitor, cancel-manager and the cleaner are loops rather than faust
-apps: a client waits on the first three's answers (or their judgement must not lag), and
-faust's table recovery and changelog writes could hang or lose the cleaner's registrations.
-Each owns one consumer in a group, committing offsets by hand, and one idempotent producer;
-each starts the same way (the dev stack's contract, ``lakewarden_services._common.runner``):
+Every service is such a loop (``_common.__init__`` says why not faust, which four of them used
+before). Each owns one consumer in a group, committing offsets by hand, and one idempotent
+producer; each starts the same way (the dev stack's contract, ``_common.runner``):
 
 1. logfmt logging; 2. its topics exist (else exit 2); 3. the loop runs until SIGTERM/SIGINT;
 4. once its first assignment and recovery completed, the health endpoint listens;
@@ -13,10 +11,11 @@ each starts the same way (the dev stack's contract, ``lakewarden_services._commo
    again from scratch, as a restarted process would be, instead of serving on with a dead
    consumer (``RebuildingLoop``).
 
-The handlers of cancel-manager and the cleaner are coroutines (so unit tests drive them as
-they drove faust agents) in which nothing suspends: sends are ``producer.produce`` calls and
-the one wait, a registration made durable, polls the producer. A loop steps each to its end
-on its own thread (``run_to_end``), with no event loop; ``consumed`` turns a librdkafka
+The handlers of cancel-manager, the cleaner, the publisher and job-committer are coroutines
+(so unit tests drive them with ``asyncio.run``) in which nothing suspends: sends are
+``producer.produce`` calls, blocking work runs inline (``inline``: on the loop's thread, or a
+lane's), and the one wait, a registration made durable, polls the producer. A loop steps each
+to its end itself (``run_to_end``), with no event loop; ``consumed`` turns a librdkafka
 message into what a handler takes, and ``ProducedTopic`` is the dead letters' topic on the
 loop's producer.
 
@@ -50,11 +49,11 @@ from lakewarden.events.latency import LOW_LATENCY_CONSUMER, LOW_LATENCY_PRODUCER
 from lakewarden.events.producer import kafka_producer
 from lakewarden.events.topics import TopicSpec, ensure_topics
 from lakewarden.settings import Settings
-from lakewarden_services._common.app import ServiceSettings
 from lakewarden_services._common.health import HealthServer
 from lakewarden_services._common.logs import setup_logging
 from lakewarden_services._common.membership import Membership
 from lakewarden_services._common.runner import run_loop_until_signalled
+from lakewarden_services._common.settings import ServiceSettings
 
 __all__ = [
     "Consumed",
@@ -64,6 +63,7 @@ __all__ = [
     "ProducedTopic",
     "RebuildingLoop",
     "consumed",
+    "inline",
     "loop_consumer",
     "loop_producer",
     "run_to_end",
@@ -262,6 +262,12 @@ class ProducedTopic:
 
 class HandlerSuspendedError(NonRetryableError):
     """A handler awaited something that suspends: it needs an event loop this loop has not."""
+
+
+async def inline(func: Callable[[], Any]) -> Any:
+    """A handler's ``run_blocking``: run ``func`` here (the loop's or a lane's thread is the
+    service's worker; blocking there is the point)."""
+    return func()
 
 
 def run_to_end(step: Coroutine[Any, Any, None]) -> None:

@@ -63,6 +63,7 @@ from lakewarden_services._common.loop_service import (
     Outbox,
     ProducedTopic,
     consumed,
+    inline,
     loop_consumer,
     loop_producer,
     run_to_end,
@@ -79,10 +80,6 @@ log = logging.getLogger(__name__)
 
 _DRAIN: Final = 100  # events taken at once when several are already there
 _POLL_S: Final = 0.1
-
-
-async def _inline(func: Callable[[], Any]) -> Any:
-    return func()  # the loop's thread is the service's one worker: blocking here is the point
 
 
 class Loop:
@@ -132,7 +129,7 @@ class Loop:
         worker = CancelWorker(settings, coordinator)
         self.requests = RequestHandler(
             worker=worker,
-            run_blocking=_inline,
+            run_blocking=inline,
             send_result=self._sender(self.results_topic),
             send_transition=self._sender(self.timeline_topic),
             dead_letters=dead_letters,
@@ -142,7 +139,7 @@ class Loop:
         )
         self.expiries = ExpiryHandler(
             worker=worker,
-            run_blocking=_inline,
+            run_blocking=inline,
             send_transition=self._sender(self.timeline_topic),
             dead_letters=dead_letters,
             producer_id=SERVICE,

@@ -1,12 +1,12 @@
 """heartbeat-monitor's Kafka loop: one consumer, one producer, one thread.
 
-Why not a faust agent like the other services: heartbeats are the one stream that is both
+Why not a faust agent: heartbeats are the one stream that is both
 high-rate and trivial to handle (10,000 instants beating every second is 10,000 messages a
 second of ~100 bytes). faust spends several times more CPU on a message before an agent sees
 it than librdkafka's batched consume, the decoding and the tracker spend together
 (``python -m benchmarks heartbeat`` runs a no-op faust agent beside this loop). So the loop is
 a plain loop over ``EventConsumer`` batches (raw messages: the ``Monitor`` decodes and
-dead-letters), and it keeps what a faust service would give: a consumer group whose members
+dead-letters), and it keeps what every service loop has: a consumer group whose members
 split the partitions (``range`` assignment keeps partition P of ``heartbeats`` and of
 ``timeline`` together), state recovered from a compacted changelog on assignment,
 at-least-once processing (offsets are committed only after everything the processed messages

@@ -4,13 +4,15 @@ of a held manifest, storage for a pointer; the held store is bounded and forgets
 from __future__ import annotations
 
 import asyncio
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
-from _jc_unit import COORDINATOR, Job, make_table, open_job, rows
+from _jc_unit import Job, connection, make_table, open_job, rows
 from test_job_committer_handler import FakeTopic, _inline, commit_request, encoded
 
+import lakewarden.api.connection as connection_module
 from lakewarden.commit import AnnouncedManifest, SavedManifest
 from lakewarden.commit.manifest import parse_manifest
 from lakewarden.events import decode, encode
@@ -19,7 +21,7 @@ from lakewarden.settings import Settings
 from lakewarden.storage import Storage
 from lakewarden.testing import CallRecorder, ManualClock
 from lakewarden_services._common.dlq import DeadLetters
-from lakewarden_services.job_committer import worker as worker_module
+from lakewarden_services._common.loop_service import Consumed
 from lakewarden_services.job_committer.handler import ManifestHandler, RequestHandler
 from lakewarden_services.job_committer.held import HeldManifests
 from lakewarden_services.job_committer.worker import CommitWorker
@@ -33,7 +35,7 @@ class Service:
         self.results: list[Any] = []
         letters = DeadLetters(FakeTopic(), service="job-committer", consumer_group="g")  # type: ignore[arg-type]
         self.requests = RequestHandler(
-            worker=CommitWorker(Settings(), lambda: COORDINATOR),
+            worker=CommitWorker(Settings(), connection),
             run_blocking=_inline,
             send_result=self._result,
             send_transition=self._ignore,
@@ -53,9 +55,7 @@ class Service:
         return None
 
     def feed(self, value: bytes, key: bytes, *, manifests: bool) -> None:
-        from faust.types import Message
-
-        message = Message("t", 0, 0, 0.0, 0, None, key, value, None)
+        message = Consumed("t", 0, 0, key, value, 0.0)
         handler = self.manifests if manifests else self.requests
         asyncio.run(handler.handle(message, decode(value)))
 
@@ -83,15 +83,16 @@ def _announcement(job: Job, attempt: str, *, inline: bool = True) -> bytes:
 
 @pytest.fixture
 def recorded(monkeypatch: pytest.MonkeyPatch) -> list[CallRecorder]:
-    """Every storage job-committer's worker opens, wrapped to record its calls."""
+    """Every storage job-committer's worker opens (through its connection), wrapped to
+    record its calls."""
     opened: list[CallRecorder] = []
-    real = worker_module.open_storage
+    real = connection_module.open_storage
 
     def recording(uri: str, settings: Settings | None = None) -> Storage:
         opened.append(CallRecorder(real(uri, settings)))
         return opened[-1]
 
-    monkeypatch.setattr(worker_module, "open_storage", recording)
+    monkeypatch.setattr(connection_module, "open_storage", recording)
     return opened
 
 
@@ -103,6 +104,7 @@ def test_the_job_commit_reads_no_manifest_the_events_carried(
     for attempt in job.accepted:
         service.feed(_announcement(job, attempt), key, manifests=True)
     assert service.held.size > 0
+    recorded.clear()  # the test's own opening of the table
     service.feed(encoded(commit_request(job)), key, manifests=False)
     [result] = service.results
     assert result["status"] == "committed", result
@@ -119,6 +121,7 @@ def test_a_pointer_only_manifest_is_read_and_the_job_commits(
     inline, pointer = job.accepted
     service.feed(_announcement(job, inline), key, manifests=True)
     service.feed(_announcement(job, pointer, inline=False), key, manifests=True)
+    recorded.clear()  # the test's own opening of the table
     service.feed(encoded(commit_request(job)), key, manifests=False)
     assert [r["status"] for r in service.results] == ["committed"]
     [storage] = recorded
@@ -131,6 +134,7 @@ def test_without_events_every_manifest_is_read(
 ) -> None:
     job = open_job(make_table(str(tmp_path / "orders")), rows((1, "eu", "a")), rows((2, "us", "b")))
     service = Service()
+    recorded.clear()  # the test's own opening of the table
     service.feed(encoded(commit_request(job)), job.table.table_id.encode(), manifests=False)
     assert [r["status"] for r in service.results] == ["committed"]
     assert len(recorded[0].keys("read", containing="/manifests/")) == 2
@@ -156,17 +160,11 @@ def test_the_held_manifests_are_bounded_by_bytes_and_age() -> None:
 
 def test_a_request_waits_briefly_for_announcements_not_read_yet() -> None:
     held = HeldManifests()
-
-    async def scenario() -> tuple[bool, bool]:
-        async def announce_later() -> None:
-            await asyncio.sleep(0.02)
-            held.add("t", "j", "a1", None)
-
-        task = asyncio.create_task(announce_later())
-        arrived = await held.wait_for("t", "j", ["a1"], 2.0)
-        await task
-        missing = await held.wait_for("t", "j", ["a1", "a2"], 0.01)
-        assert await held.wait_for("t", "empty-job", [], 60)  # nothing to wait for
-        return arrived, missing
-
-    assert asyncio.run(scenario()) == (True, False)
+    announcing = threading.Timer(0.02, lambda: held.add("t", "j", "a1", None))
+    announcing.start()  # the manifest lane, while the commit lane waits
+    try:
+        assert held.wait_for("t", "j", ["a1"], 60)  # woken by the announcement
+    finally:
+        announcing.join()
+    assert not held.wait_for("t", "j", ["a1", "a2"], 0.01)
+    assert held.wait_for("t", "empty-job", [], 60)  # nothing to wait for
