@@ -3,12 +3,23 @@ of its consumer group."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from lakewarden.settings import Settings
 
-__all__ = ["ServiceSettings", "service_group"]
+__all__ = ["Group", "ServiceSettings", "service_group"]
+
+
+@dataclass(frozen=True)
+class Group:
+    """A loop's consumer group: its id, and this instance's static member id (None: dynamic
+    membership)."""
+
+    id: str
+    instance_id: str | None = None
 
 
 class ServiceSettings(BaseSettings):
@@ -34,6 +45,10 @@ class ServiceSettings(BaseSettings):
     def group_instance_id(self, service: str) -> str | None:
         """The static member id of this instance of ``service`` (None: dynamic membership)."""
         return f"{service}-{self.instance_id}" if self.instance_id else None
+
+    def group(self, service: str, settings: Settings) -> Group:
+        """The consumer group of this instance of ``service``."""
+        return Group(service_group(service, settings), self.group_instance_id(service))
 
 
 def service_group(service: str, settings: Settings) -> str:

@@ -23,7 +23,6 @@ from lakewarden_services._common.loop_service import serve_loop
 from lakewarden_services.job_committer.app import (
     SERVICE,
     TOPICS,
-    group_id,
     held_settings,
     service_settings,
     settings,
@@ -46,23 +45,19 @@ def main() -> NoReturn:
     held = HeldManifests(
         max_bytes=held_settings.held_manifest_bytes, max_age_s=held_settings.held_manifest_age_s
     )
-    loop: Loop | None = None
 
     def build() -> Loop:
-        nonlocal loop
-        loop = Loop(
+        return Loop(
             settings,
             worker,
             held,
-            group_id=group_id,
-            group_instance_id=service_settings.group_instance_id(SERVICE),
+            group=service_settings.group(SERVICE, settings),
             commit_interval_s=service_settings.commit_interval_s,
             manifest_wait_s=held_settings.manifest_wait_s,
         )
-        return loop
 
-    def details() -> dict[str, Any]:
-        return {**(loop.pending() if loop else {}), "held_manifest_bytes": held.size}
+    def details(loop: Loop) -> dict[str, Any]:
+        return {**loop.pending(), "held_manifest_bytes": held.size}
 
     serve_loop(
         SERVICE, service_settings, settings=settings, topics=TOPICS, build=build, details=details

@@ -7,7 +7,7 @@ from typing import Final
 
 from lakewarden.events.topics import DLQ, JOB_REQUESTS, JOB_RESULTS, TASK_MANIFESTS, TIMELINE
 from lakewarden.settings import Settings
-from lakewarden_services._common import ServiceSettings, service_group
+from lakewarden_services._common import ServiceSettings
 from lakewarden_services.job_committer.held import HeldManifestSettings
 
 SERVICE: Final = "job-committer"
@@ -16,6 +16,3 @@ TOPICS: Final = (JOB_REQUESTS, JOB_RESULTS, TASK_MANIFESTS, TIMELINE, DLQ)
 settings = Settings()
 service_settings = ServiceSettings()
 held_settings = HeldManifestSettings()
-# The group a writer asks about before it sends a request
-# (``lakewarden.clients.committer_presence.job_committer_group``).
-group_id = service_group(SERVICE, settings)

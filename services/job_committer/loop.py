@@ -38,22 +38,18 @@ from typing import Any, Final
 
 from confluent_kafka import Message, TopicPartition
 
-from lakewarden.events import Event, EventCodec, default_codec
-from lakewarden.events.topics import DLQ, JOB_REQUESTS, JOB_RESULTS, TASK_MANIFESTS, TIMELINE
+from lakewarden.events import EventCodec
+from lakewarden.events.topics import JOB_REQUESTS, JOB_RESULTS, TASK_MANIFESTS, TIMELINE
 from lakewarden.settings import Settings
-from lakewarden_services._common.dlq import DeadLetters
 from lakewarden_services._common.lanes import Lane
 from lakewarden_services._common.loop_service import (
     Consumed,
-    Outbox,
-    ProducedTopic,
+    ProducingLoop,
     consumed,
     inline,
-    loop_consumer,
-    loop_producer,
     run_to_end,
 )
-from lakewarden_services._common.membership import Membership
+from lakewarden_services._common.settings import Group
 from lakewarden_services.job_committer.app import SERVICE
 from lakewarden_services.job_committer.handler import ManifestHandler, RequestHandler
 from lakewarden_services.job_committer.held import HeldManifests
@@ -77,7 +73,7 @@ def _stepped(
     return lambda message, value: run_to_end(handle(message, value))
 
 
-class Loop:
+class Loop(ProducingLoop):
     """Runs job-committer until ``stop`` is set (see the module doc). ``worker`` and ``held``
     outlive the loop; ``on_ready`` is called once, after the first assignment."""
 
@@ -87,48 +83,29 @@ class Loop:
         worker: CommitWorker,
         held: HeldManifests,
         *,
-        group_id: str,
-        group_instance_id: str | None,
+        group: Group,
         commit_interval_s: float,
         manifest_wait_s: float,
         on_ready: Callable[[], None] = lambda: None,
         codec: EventCodec | None = None,
     ) -> None:
-        self.settings = settings
+        super().__init__(
+            settings, group, service=SERVICE, on_ready=on_ready, codec=codec, logger=log
+        )
         self.commit_interval_s = commit_interval_s
-        self.on_ready = on_ready
-        self.codec = codec or default_codec()
-        self.membership = Membership()
-        self.rebalances = 0
         self.assigned: dict[str, list[TopicPartition]] = {}
-        self.consumer = loop_consumer(
-            settings,
-            group_id=group_id,
-            codec=self.codec,
-            group_instance_id=group_instance_id,
-            logger=log,
-            partition_assignment_strategy="range",  # P of requests and manifests together
-        )
-        # A client waits for each result: no linger.
-        self.producer = loop_producer(settings, linger_ms=0, logger=log)
-        self.outbox = Outbox(self.producer, timeout_s=settings.kafka.request_timeout_s, logger=log)
-        dead_letters = DeadLetters(
-            ProducedTopic(self.produce, DLQ.name(settings)),
-            service=SERVICE,
-            consumer_group=group_id,
-        )
         requests = RequestHandler(
             worker=worker,
             run_blocking=inline,  # the commit lane's thread: blocking there is the point
-            send_result=self._sender(JOB_RESULTS.name(settings)),
-            send_transition=self._sender(TIMELINE.name(settings)),
-            dead_letters=dead_letters,
+            send_result=self.sender(JOB_RESULTS.name(settings)),
+            send_transition=self.sender(TIMELINE.name(settings)),
+            dead_letters=self.dead_letters,
             producer_id=SERVICE,
             held=held,
             manifest_wait_s=manifest_wait_s,
         )
         manifests = ManifestHandler(
-            settings=settings, run_blocking=inline, dead_letters=dead_letters, held=held
+            settings=settings, run_blocking=inline, dead_letters=self.dead_letters, held=held
         )
         self.lanes = {
             JOB_REQUESTS.name(settings): Lane(
@@ -168,31 +145,21 @@ class Loop:
                 for topic, lane in self.lanes.items():
                     lane.flow(self.consumer, self.assigned.get(topic, []))  # 2.
                 if time.monotonic() - last_commit >= self.commit_interval_s:
-                    self._commit()  # 3.
+                    self.commit()  # 3.
                     last_commit = time.monotonic()
         finally:
-            self._close()
+            for lane in self.lanes.values():
+                lane.stop()  # the event in progress is finished and answered first
+            self.close()
 
     def _dispatch(self, msg: Message) -> None:
         message, value = consumed(msg, self.codec)
         self.lanes[message.topic].put(message, value)
 
-    def _sender(self, topic: str) -> Callable[[str, Event], Coroutine[Any, Any, None]]:
-        async def send(table_id: str, event: Event) -> None:
-            self.produce(topic, table_id.encode(), event)
-
-        return send
-
-    def produce(self, topic: str, key: bytes | None, event: Event) -> None:
-        """Hand ``event`` to librdkafka (from either lane's thread: the producer is
-        thread-safe)."""
-        self.outbox.produce(topic, self.codec.encode(event.name, event.record), key=key)
-
-    def _commit(self) -> None:
+    def commit(self) -> None:
         """3.: the offsets taken before the flush, so each one's answers are in it."""
-        done = [tp for lane in self.lanes.values() for tp in lane.take_done()]
-        self.consumer.store_offsets(done)
-        self.outbox.commit(self.consumer)
+        self.consumer.store_offsets([tp for lane in self.lanes.values() for tp in lane.take_done()])
+        super().commit()
 
     # -- rebalances ------------------------------------------------------------------------
 
@@ -207,17 +174,14 @@ class Loop:
             "partitions assigned",
             extra={"partitions": sorted({tp.partition for tp in partitions}), "service": SERVICE},
         )
-        first = not self.membership.ready
-        self.membership.assigned()
-        if first:
-            self.on_ready()
+        self.ready()
 
     def _on_revoke(self, partitions: list[TopicPartition]) -> None:
         self.membership.revoked()
         revoked = {(tp.topic, tp.partition) for tp in partitions}
         for lane in self.lanes.values():
             lane.settle(revoked)
-        self._commit()
+        self.commit()
         self.assigned = {}
 
     def _on_lost(self, partitions: list[TopicPartition]) -> None:
@@ -227,12 +191,3 @@ class Loop:
             lane.settle(lost)
             lane.forget_done(lost)
         self.assigned = {}
-
-    def _close(self) -> None:
-        try:
-            for lane in self.lanes.values():
-                lane.stop()
-            self._commit()
-            self.consumer.close()
-        finally:
-            self.producer.flush(self.settings.kafka.request_timeout_s)
