@@ -17,7 +17,7 @@ and one ``ServiceSpec`` line in ``lakewarden/devstack/services.py``. State that 
 a restart or a rebalance is in storage or in compacted changelogs read back on assignment
 (``changelog``, ``registry``).
 
-Why plain loops and not faust, which four services ran on before: a client waits on the
+Why plain loops and not faust, which most services ran on before: a client waits on the
 answers of timeline-lock, cancel-manager and job-committer, and each of faust's hops (aiokafka's
 fetcher, an agent's queue, a worker thread, aiokafka's sender) cost about a Kafka round trip;
 heartbeat-monitor's stream is high-rate, and faust spent several times the CPU of librdkafka's

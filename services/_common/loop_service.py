@@ -1,6 +1,6 @@
 """What the services' plain confluent-kafka loops share: their Kafka clients and their start-up.
 
-Every service is such a loop (``_common.__init__`` says why not faust, which four of them used
+Every service is such a loop (``_common.__init__`` says why not faust, which most of them used
 before). Each owns one consumer in a group, committing offsets by hand, and one idempotent
 producer; each starts the same way (the dev stack's contract, ``_common.runner``):
 
