@@ -2,8 +2,8 @@
 
 ``CommitWorker.run(job)`` runs on the commit lane's thread (never the loop's):
 
-1. open the table from ``job.table_uri`` (a ``TableHandle`` on the service's connection, as
-   every writer opens one) and check that it is the table the event is keyed by;
+1. open the table from ``job.table_uri`` (a ``TableHandle`` with the service's coordinator,
+   as every writer opens one) and check that it is the table the event is keyed by;
 2. resume the instant's write transaction (``WriteTransaction.resume``) and check that its
    ``requested`` plan, when it names a job, names this one;
 3. ``commit_instant`` with the job's committer: the same function ``Table.write`` and the
@@ -39,7 +39,7 @@ from lakewarden.commit.stages.load import FROM_EVENTS, FROM_STORAGE
 from lakewarden.errors import CommitStateUnknownError, LakewardenError, RetryableError
 from lakewarden.handle import TableHandle
 from lakewarden.settings import Settings
-from lakewarden.storage import NotFoundError, Storage
+from lakewarden.storage import NotFoundError, Storage, open_storage
 from lakewarden.table.config import load_config
 from lakewarden.table.instant import Transition
 from lakewarden.table.job_commit import (
@@ -70,7 +70,7 @@ def actor() -> str:
 
 class CommitWorker:
     """Runs job commits; one per service process (thread-safe: it holds no per-job state).
-    ``connection`` gives the service's coordinator and storage (made on the first commit)."""
+    ``connection`` gives the service's coordinator (made on the first commit)."""
 
     def __init__(
         self,
@@ -120,7 +120,7 @@ class CommitWorker:
 
     def _open(self, job: CommitRequest) -> TableHandle:
         connection = self.connection()
-        storage = connection.storage(job.table_uri)
+        storage = open_storage(job.table_uri, self.settings)
         config = load_config(storage)
         if config.table_id != job.table_id:
             raise RequestRefusedError(

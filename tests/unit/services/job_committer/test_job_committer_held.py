@@ -12,7 +12,6 @@ import pytest
 from _jc_unit import Job, connection, make_table, open_job, rows
 from test_job_committer_handler import FakeTopic, _inline, commit_request, encoded
 
-import lakewarden.api.connection as connection_module
 from lakewarden.commit import AnnouncedManifest, SavedManifest
 from lakewarden.commit.manifest import parse_manifest
 from lakewarden.events import decode, encode
@@ -22,6 +21,7 @@ from lakewarden.storage import Storage
 from lakewarden.testing import CallRecorder, ManualClock
 from lakewarden_services._common.dlq import DeadLetters
 from lakewarden_services._common.loop_service import Consumed
+from lakewarden_services.job_committer import worker as worker_module
 from lakewarden_services.job_committer.handler import ManifestHandler, RequestHandler
 from lakewarden_services.job_committer.held import HeldManifests
 from lakewarden_services.job_committer.worker import CommitWorker
@@ -83,16 +83,15 @@ def _announcement(job: Job, attempt: str, *, inline: bool = True) -> bytes:
 
 @pytest.fixture
 def recorded(monkeypatch: pytest.MonkeyPatch) -> list[CallRecorder]:
-    """Every storage job-committer's worker opens (through its connection), wrapped to
-    record its calls."""
+    """Every storage job-committer's worker opens, wrapped to record its calls."""
     opened: list[CallRecorder] = []
-    real = connection_module.open_storage
+    real = worker_module.open_storage
 
     def recording(uri: str, settings: Settings | None = None) -> Storage:
         opened.append(CallRecorder(real(uri, settings)))
         return opened[-1]
 
-    monkeypatch.setattr(connection_module, "open_storage", recording)
+    monkeypatch.setattr(worker_module, "open_storage", recording)
     return opened
 
 
@@ -104,7 +103,6 @@ def test_the_job_commit_reads_no_manifest_the_events_carried(
     for attempt in job.accepted:
         service.feed(_announcement(job, attempt), key, manifests=True)
     assert service.held.size > 0
-    recorded.clear()  # the test's own opening of the table
     service.feed(encoded(commit_request(job)), key, manifests=False)
     [result] = service.results
     assert result["status"] == "committed", result
@@ -121,7 +119,6 @@ def test_a_pointer_only_manifest_is_read_and_the_job_commits(
     inline, pointer = job.accepted
     service.feed(_announcement(job, inline), key, manifests=True)
     service.feed(_announcement(job, pointer, inline=False), key, manifests=True)
-    recorded.clear()  # the test's own opening of the table
     service.feed(encoded(commit_request(job)), key, manifests=False)
     assert [r["status"] for r in service.results] == ["committed"]
     [storage] = recorded
@@ -134,7 +131,6 @@ def test_without_events_every_manifest_is_read(
 ) -> None:
     job = open_job(make_table(str(tmp_path / "orders")), rows((1, "eu", "a")), rows((2, "us", "b")))
     service = Service()
-    recorded.clear()  # the test's own opening of the table
     service.feed(encoded(commit_request(job)), job.table.table_id.encode(), manifests=False)
     assert [r["status"] for r in service.results] == ["committed"]
     assert len(recorded[0].keys("read", containing="/manifests/")) == 2
