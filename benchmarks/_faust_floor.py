@@ -3,7 +3,9 @@
     python benchmarks/_faust_floor.py BOOTSTRAP TOPIC DATADIR
 
 Prints the number of messages consumed so far, twice a second, until SIGTERM. faust's worker
-with the settings services use (``lakewarden_services._common.make_app``: memory store, web off).
+with the settings the services had when they ran on faust (memory store, web off, acks=all,
+a 6 s session): the baseline heartbeat-monitor's plain loop is measured against. faust is a
+dev dependency for this alone (pyproject.toml).
 """
 
 from __future__ import annotations
@@ -15,19 +17,25 @@ from typing import Any
 
 import faust
 
-from lakewarden.settings import KafkaSettings, Settings
-from lakewarden_services._common.app import make_app
-
 
 def main() -> None:
     bootstrap, topic, datadir = sys.argv[1:4]
-    settings = Settings(
-        kafka=KafkaSettings(
-            bootstrap_servers=bootstrap, topic_prefix=f"floor-{uuid.uuid4().hex[:6]}."
-        ),
-        state_dir=datadir,
+    app = faust.App(
+        f"floor-{uuid.uuid4().hex[:6]}.faust-floor",
+        broker=[f"kafka://{server}" for server in bootstrap.split(",")],
+        autodiscover=False,
+        datadir=str(Path(datadir) / "faust" / "faust-floor"),
+        store="memory://",
+        topic_partitions=6,
+        topic_replication_factor=1,
+        table_standby_replicas=0,
+        producer_acks=-1,
+        producer_linger=0.0,
+        broker_session_timeout=6.0,
+        broker_heartbeat_interval=1.0,
+        consumer_auto_offset_reset="latest",
+        web_enabled=False,
     )
-    app = make_app("faust-floor", settings, partitions=6, consumer_auto_offset_reset="latest")
     Path(app.conf.datadir).parent.mkdir(parents=True, exist_ok=True)  # faust makes only the leaf
     source = app.topic(topic, key_serializer="raw", value_serializer="raw")
     consumed = [0]

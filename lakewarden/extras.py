@@ -35,7 +35,7 @@ EXTRA_MODULES: Final[dict[str, tuple[str, ...]]] = {
     "kafka": ("confluent_kafka",),
     "s3": ("boto3",),
     "spark": ("pyspark", "pandas", "confluent_kafka"),
-    "services": ("confluent_kafka", "faust", "aiokafka", "prometheus_client"),
+    "services": ("confluent_kafka", "prometheus_client"),
     "chart": ("plotly", "matplotlib"),
     "dev": ("confluent_kafka", "boto3", "hypothesis"),
 }

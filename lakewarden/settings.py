@@ -32,7 +32,7 @@ class KafkaSettings(BaseModel):
     request_timeout_s: float = Field(
         default=10.0, description="how long a client waits for a broker's answer"
     )
-    # Authentication and encryption, passed to every confluent-kafka client and faust app
+    # Authentication and encryption, passed to every confluent-kafka client
     # (LAKEWARDEN_KAFKA__SECURITY_PROTOCOL=SASL_PLAINTEXT, ..._SASL_MECHANISM=PLAIN, ...).
     # The password is a SecretStr: it never appears in a repr, a log, /health or an error.
     security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(

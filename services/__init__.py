@@ -4,5 +4,5 @@ scaffolding in ``lakewarden_services._common``. Installed by the ``services`` ex
 
 from lakewarden.extras import require_extra
 
-# Before any service module imports faust, prometheus_client or confluent_kafka.
+# Before any service module imports prometheus_client or confluent_kafka.
 require_extra("services", "Running the lakewarden services")

@@ -77,7 +77,7 @@ SETTINGS_MODELS = (
     ),
     SettingsModel(
         "Every service process",
-        "lakewarden_services._common.app:ServiceSettings",
+        "lakewarden_services._common.settings:ServiceSettings",
         "Each service (`python -m lakewarden_services.<name>`), besides the settings above.",
     ),
     SettingsModel(

@@ -1,4 +1,4 @@
-"""What the request/reply clients of the faust services (job-committer, cancel-manager) share:
+"""What the request/reply clients of job-committer and cancel-manager share:
 a private consumer of the service's results topic, assigned at the topic's end.
 
 A client sends its request only once it listens: a reply can then never slip past it. It

@@ -3,7 +3,7 @@
 A ``JobCommitRequest`` is durable: sent while no job-committer runs, it waits in Kafka for one,
 and the writer would wait for an answer until its timeout and then only know that the outcome
 is unknown. So before sending, the writer asks the broker whether job-committer's consumer group
-(``<topic prefix>job-committer``, the faust app id) has a member:
+(``<topic prefix>job-committer``) has a member:
 
 1. a member (or a rebalance under way, which has members): go on and send;
 2. no member: ask again every ``poll_s`` until ``wait_s`` has passed (a committer that is
@@ -49,7 +49,7 @@ class JobCommitterUnavailableError(CommitServiceUnavailableError):
 
 
 def job_committer_group(settings: Settings) -> str:
-    """job-committer's consumer group (its faust app id) under the settings' topic prefix."""
+    """job-committer's consumer group under the settings' topic prefix."""
     return f"{settings.kafka.topic_prefix}{JOB_COMMITTER}"
 
 

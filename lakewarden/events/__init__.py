@@ -12,9 +12,7 @@ Public surface (import from here)::
     InvalidEvent                                          a decodable event a service rejects
     sample_events                                         one realistic record per event
 
-The faust codec lives in ``lakewarden.events.faust_codec`` (importing it registers
-``"lakewarden-avro"``) so that importing this package never imports faust; the hypothesis
-strategies live in ``lakewarden.events.strategies`` (dev extra).
+The hypothesis strategies live in ``lakewarden.events.strategies`` (dev extra).
 """
 
 from __future__ import annotations

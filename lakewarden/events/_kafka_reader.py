@@ -274,6 +274,17 @@ class KafkaReader:
         """
         self._on_error(error)
 
+    def pause(self, partitions: Sequence[TopicPartition]) -> None:
+        """Stop fetching ``partitions`` until ``resume`` (a reader whose work is backed up;
+        a partition assigned again starts fetching)."""
+        if self._consumer is not None and partitions:
+            self._consumer.pause(list(partitions))
+
+    def resume(self, partitions: Sequence[TopicPartition]) -> None:
+        """Fetch ``partitions`` again after ``pause``."""
+        if self._consumer is not None and partitions:
+            self._consumer.resume(list(partitions))
+
     # -- offsets ---------------------------------------------------------------------------
 
     def store_offsets(self, offsets: Sequence[TopicPartition]) -> None:

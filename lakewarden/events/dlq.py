@@ -1,5 +1,5 @@
-"""The dead-letter contract shared by every consumer: ``EventConsumer``, the faust services
-and the plain confluent-kafka services.
+"""The dead-letter contract shared by every consumer: ``EventConsumer`` and the services'
+confluent-kafka loops.
 
 A message a consumer cannot use is kept byte for byte in ``<prefix>dlq`` as a ``DeadLetter``
 event, with why it failed and where it came from, so nothing is lost and the consumer keeps
@@ -11,8 +11,8 @@ going. Two kinds of bad messages, one constructor, ``dead_letter_record``:
   not match the table): pass a ``Rejection`` naming the reason (a service's parsing raises
   ``InvalidEvent``, which carries it).
 
-``Undecodable`` is what the faust codec hands an agent instead of raising (faust would
-otherwise crash the agent on a decode error).
+``Undecodable`` is what a service's loop hands its handler instead of raising, so the handler
+dead-letters it in order with its other effects.
 """
 
 from __future__ import annotations

@@ -3,16 +3,16 @@ goes on.
 
 Two kinds of bad events, one contract (``schemas/DeadLetter.avsc``, the original bytes kept):
 
-- undecodable bytes: the faust codec hands the agent ``Undecodable`` instead of raising;
+- undecodable bytes: the loop hands the handler ``Undecodable`` instead of raising
+  (``loop_service.consumed``);
   ``reason`` is the codec's (``too_short``, ``bad_magic``, ``unknown_fingerprint``, ...);
 - decodable but unusable: the wrong event type on the topic, a missing field, a key that does
   not match the table; the service names the reason (``unexpected_event``, ``invalid_request``,
   ``key_mismatch``, ``misrouted``, ``handler_error``).
 
-The dead letter is produced before the handler takes the next event, and the producer is
-flushed before offsets are committed (by faust for a faust agent, by the loop for a plain
-loop service), so the offset past a bad event is never committed before its dead letter is
-durable (nothing is lost).
+The dead letter is produced before the handler takes the next event, and the loop flushes the
+producer before it commits offsets, so the offset past a bad event is never committed before
+its dead letter is durable (nothing is lost).
 """
 
 from __future__ import annotations
@@ -35,8 +35,7 @@ DEAD_LETTERS = Counter(
 
 
 class Message(Protocol):
-    """The consumed message a handler gets: faust's ``Message``, or a loop service's
-    ``loop_service.Consumed``."""
+    """The consumed message a handler gets: ``loop_service.Consumed``."""
 
     @property
     def topic(self) -> str: ...
@@ -51,7 +50,7 @@ class Message(Protocol):
 
 
 class EventTopic(Protocol):
-    """Where dead letters are sent: a faust topic, or a loop's ``ProducedTopic``."""
+    """Where dead letters are sent: a loop's ``ProducedTopic`` (a fake in unit tests)."""
 
     async def send(self, *, key: bytes | None, value: Event) -> Any: ...
 

@@ -4,10 +4,10 @@
   partition assignment completed), 503 ``{"status": "starting" | "rebalancing", ...}`` before;
 - ``GET /metrics``: the Prometheus exposition of the process's registry.
 
-It runs a stdlib ``ThreadingHTTPServer`` on a daemon thread, not on the faust event loop, so a
+It runs a stdlib ``ThreadingHTTPServer`` on a daemon thread, not on the service's loop, so a
 busy or blocked loop still answers scrapes (and a blocked loop shows up as stale metrics rather
 than a dead endpoint). The dev stack treats "the port accepts connections" as "ready", so the
-runner starts this server only once the app is ready.
+runner starts this server only once the service is ready.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Structured logging for a service process: logfmt lines on stderr, faust's included.
+"""Structured logging for a service process: logfmt lines on stderr, librdkafka's included.
 
 The dev stack appends a service's stderr to ``<state>/services/<name>.log``; one logfmt line
 per record (the CLI's format) keeps the stack's and the services' logs greppable alike.
@@ -24,7 +24,7 @@ class _ServiceFilter(logging.Filter):
 
 
 def setup_logging(service: str, level: str = "INFO") -> None:
-    """Route every logger (faust, aiokafka, lakewarden) to stderr as logfmt at ``level``.
+    """Route every logger (lakewarden, the Kafka clients') to stderr as logfmt at ``level``.
 
     Replaces the root logger's handlers, so call it once, at process start.
     """
@@ -36,5 +36,3 @@ def setup_logging(service: str, level: str = "INFO") -> None:
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level.upper())
-    # aiokafka logs every connection attempt and heartbeat at INFO/DEBUG.
-    logging.getLogger("aiokafka").setLevel(max(logging.WARNING, root.level))

@@ -1,10 +1,8 @@
-"""What the plain confluent-kafka loop services share: their Kafka clients and their start-up.
+"""What the services' plain confluent-kafka loops share: their Kafka clients and their start-up.
 
-timeline-lock, heartbeat-monitor, cancel-manager and the cleaner are loops rather than faust
-apps: a client waits on the first three's answers (or their judgement must not lag), and
-faust's table recovery and changelog writes could hang or lose the cleaner's registrations.
-Each owns one consumer in a group, committing offsets by hand, and one idempotent producer;
-each starts the same way (the dev stack's contract, ``lakewarden_services._common.runner``):
+Every service is such a loop (``_common.__init__`` says why not faust, which most of them used
+before). Each owns one consumer in a group, committing offsets by hand, and one idempotent
+producer; each starts the same way (the dev stack's contract, ``_common.runner``):
 
 1. logfmt logging; 2. its topics exist (else exit 2); 3. the loop runs until SIGTERM/SIGINT;
 4. once its first assignment and recovery completed, the health endpoint listens;
@@ -13,10 +11,11 @@ each starts the same way (the dev stack's contract, ``lakewarden_services._commo
    again from scratch, as a restarted process would be, instead of serving on with a dead
    consumer (``RebuildingLoop``).
 
-The handlers of cancel-manager and the cleaner are coroutines (so unit tests drive them as
-they drove faust agents) in which nothing suspends: sends are ``producer.produce`` calls and
-the one wait, a registration made durable, polls the producer. A loop steps each to its end
-on its own thread (``run_to_end``), with no event loop; ``consumed`` turns a librdkafka
+The handlers of cancel-manager, the cleaner, the publisher and job-committer are coroutines
+(so unit tests drive them with ``asyncio.run``) in which nothing suspends: sends are
+``producer.produce`` calls, blocking work runs inline (``inline``: on the loop's thread, or a
+lane's), and the one wait, a registration made durable, polls the producer. A loop steps each
+to its end itself (``run_to_end``), with no event loop; ``consumed`` turns a librdkafka
 message into what a handler takes, and ``ProducedTopic`` is the dead letters' topic on the
 loop's producer.
 
@@ -33,7 +32,7 @@ import threading
 import time
 from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass
-from typing import Any, NoReturn, Protocol
+from typing import Any, Generic, NoReturn, Protocol, TypeVar
 
 from confluent_kafka import Message, Producer
 
@@ -45,25 +44,30 @@ from lakewarden.events import (
     EventConsumerError,
     EventDecodeError,
     Undecodable,
+    default_codec,
 )
 from lakewarden.events.latency import LOW_LATENCY_CONSUMER, LOW_LATENCY_PRODUCER
 from lakewarden.events.producer import kafka_producer
-from lakewarden.events.topics import TopicSpec, ensure_topics
+from lakewarden.events.topics import DLQ, TopicSpec, ensure_topics
 from lakewarden.settings import Settings
-from lakewarden_services._common.app import ServiceSettings
+from lakewarden_services._common.dlq import DeadLetters
 from lakewarden_services._common.health import HealthServer
 from lakewarden_services._common.logs import setup_logging
 from lakewarden_services._common.membership import Membership
 from lakewarden_services._common.runner import run_loop_until_signalled
+from lakewarden_services._common.settings import Group, ServiceSettings
 
 __all__ = [
     "Consumed",
+    "LoopState",
+    "ProducingLoop",
     "HandlerSuspendedError",
     "LoopWorker",
     "Outbox",
     "ProducedTopic",
     "RebuildingLoop",
     "consumed",
+    "inline",
     "loop_consumer",
     "loop_producer",
     "run_to_end",
@@ -124,20 +128,23 @@ class LoopWorker(Protocol):
     def run(self, stop: threading.Event) -> None: ...
 
 
+W = TypeVar("W", bound=LoopWorker)
+
+
 def serve_loop(
     service: str,
     service_settings: ServiceSettings,
     *,
     settings: Settings,
     topics: Iterable[TopicSpec],
-    build: Callable[[], LoopWorker],
-    details: Callable[[], dict[str, Any]],
+    build: Callable[[], W],
+    details: Callable[[W], dict[str, Any]],
 ) -> NoReturn:
     """Run a loop service until SIGTERM/SIGINT (steps 1-4 of the module doc); exits the process.
 
-    ``build`` makes the loop once the topics exist; ``details`` adds the service's own figures
-    to its health body. Exits with status 2 when Kafka is not configured or the topics cannot
-    be created, with 0 on a clean stop."""
+    ``build`` makes the loop once the topics exist; ``details`` adds the running loop's own
+    figures to its health body. Exits with status 2 when Kafka is not configured or the
+    topics cannot be created, with 0 on a clean stop."""
     setup_logging(service, service_settings.log_level)  # 1.
     try:
         ensure_topics(settings, specs=topics)  # 2.
@@ -156,7 +163,7 @@ def serve_loop(
             "uptime_s": round(time.monotonic() - started, 1),
             "rebalances": worker.rebalances,
             "rebuilds": loop.rebuilds,
-            **details(),
+            **details(worker),
         }
 
     health = HealthServer(service_settings.health_port, probe)
@@ -169,7 +176,7 @@ def serve_loop(
 REBUILD_DELAY_S = 1.0
 
 
-class RebuildingLoop:
+class RebuildingLoop(Generic[W]):
     """The service's loop (``build()``), built again when it stops on ``EventConsumerError``
     (5.): ``worker`` is the one running, ``rebuilds`` how many times it was replaced.
 
@@ -182,7 +189,7 @@ class RebuildingLoop:
 
     def __init__(
         self,
-        build: Callable[[], LoopWorker],
+        build: Callable[[], W],
         *,
         service: str,
         delay_s: float = REBUILD_DELAY_S,
@@ -264,6 +271,12 @@ class HandlerSuspendedError(NonRetryableError):
     """A handler awaited something that suspends: it needs an event loop this loop has not."""
 
 
+async def inline(func: Callable[[], Any]) -> Any:
+    """A handler's ``run_blocking``: run ``func`` here (the loop's or a lane's thread is the
+    service's worker; blocking there is the point)."""
+    return func()
+
+
 def run_to_end(step: Coroutine[Any, Any, None]) -> None:
     """Run a handler coroutine to its end on this thread (see the module doc).
 
@@ -325,3 +338,107 @@ class Outbox:
             consumer.commit()
         except EventConsumerError as err:
             self.log.warning("offset commit failed: %s", err)
+
+
+POLL_S = 0.1
+DRAIN = 100  # events taken at once when several are already there
+
+
+class LoopState:
+    """What every loop has: its settings, consumer group and codec, what it shows its health
+    endpoint and how it becomes ready (``LoopWorker``: ``membership``, ``rebalances``, and
+    ``on_ready``, called once, at the end of the first assignment: ``ready``)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        group: Group,
+        *,
+        codec: EventCodec | None,
+        on_ready: Callable[[], None],
+    ) -> None:
+        self.settings = settings
+        self.group_id = group.id
+        self.group = group
+        self.codec = codec or default_codec()
+        self.on_ready = on_ready
+        self.membership = Membership()
+        self.rebalances = 0
+
+    def group_consumer(self, logger: logging.Logger, **config: Any) -> EventConsumer:
+        """The loop's consumer in its group (``loop_consumer``; ``config`` its own choices)."""
+        return loop_consumer(
+            self.settings,
+            group_id=self.group.id,
+            codec=self.codec,
+            group_instance_id=self.group.instance_id,
+            logger=logger,
+            **config,
+        )
+
+    def ready(self) -> None:
+        """An assignment (and its recovery) completed."""
+        first = not self.membership.ready
+        self.membership.assigned()
+        if first:
+            self.on_ready()
+
+
+class ProducingLoop(LoopState):
+    """A loop whose handlers answer through one producer (cancel-manager, job-committer, the
+    table services): its consumer (``range`` assignment: partition P of every topic it
+    follows, which share keys and partition counts, to one member), its producer (no linger:
+    a client waits for each answer, or the loop for a registration), the ``Outbox`` that
+    commits only past what is durable, and its dead letters."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        group: Group,
+        *,
+        service: str,
+        on_ready: Callable[[], None],
+        codec: EventCodec | None,
+        logger: logging.Logger,
+    ) -> None:
+        super().__init__(settings, group, codec=codec, on_ready=on_ready)
+        self.consumer = self.group_consumer(logger, partition_assignment_strategy="range")
+        self.producer = loop_producer(settings, linger_ms=0, logger=logger)
+        self.outbox = Outbox(
+            self.producer, timeout_s=settings.kafka.request_timeout_s, logger=logger
+        )
+        self.dead_letters = DeadLetters(
+            ProducedTopic(self.produce, DLQ.name(settings)),
+            service=service,
+            consumer_group=group.id,
+        )
+
+    def polled(self) -> list[Message]:
+        """Wait for an event (returns as soon as one arrives, or after ``POLL_S``) and take
+        what else is already there."""
+        msg = self.consumer.poll_message(POLL_S)
+        return [] if msg is None else [msg, *self.consumer.consume(DRAIN, 0)]
+
+    def produce(self, topic: str, key: bytes | None, event: Event) -> None:
+        """Hand ``event`` to librdkafka (thread-safe)."""
+        self.outbox.produce(topic, self.codec.encode(event.name, event.record), key=key)
+
+    def sender(self, topic: str) -> Callable[[str, Event], Coroutine[Any, Any, None]]:
+        """A handler's ``send_result`` / ``send_transition``: ``event`` keyed by its table."""
+
+        async def send(table_id: str, event: Event) -> None:
+            self.produce(topic, table_id.encode(), event)
+
+        return send
+
+    def commit(self) -> None:
+        """Flush the producer, then commit the stored offsets (``Outbox.commit``)."""
+        self.outbox.commit(self.consumer)
+
+    def close(self) -> None:
+        """Commit, leave the group, flush what is left."""
+        try:
+            self.commit()
+            self.consumer.close()
+        finally:
+            self.producer.flush(self.settings.kafka.request_timeout_s)

@@ -15,15 +15,23 @@ wrote with their ``tables`` tables, so their state carries over.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Callable, Iterator, MutableMapping
 from typing import Any, Final
 
-from confluent_kafka import KafkaError, Message
+from confluent_kafka import KafkaError, Message, TopicPartition
 
 from lakewarden.errors import RetryableError
+from lakewarden.events import EventCodec
+from lakewarden.settings import Settings
+from lakewarden_services._common.changelog import recover_changelog
+from lakewarden_services._common.loop_service import ProducingLoop
+from lakewarden_services._common.settings import Group
 
-__all__ = ["RegistryNotDurableError", "TablesRegistry", "changelog_key"]
+__all__ = ["RegistryLoop", "RegistryNotDurableError", "TablesRegistry", "changelog_key"]
+
+log = logging.getLogger(__name__)
 
 # Produce(key, value, partition, on_delivery): the loop's producer.
 Produce = Callable[[bytes, bytes, int, Callable[[KafkaError | None, Message], None]], None]
@@ -125,3 +133,83 @@ class TablesRegistry(MutableMapping[str, Any]):
         self._outstanding = max(0, self._outstanding - 1)
         if err is not None:
             self._failures.append(str(err))
+
+
+class RegistryLoop(ProducingLoop):
+    """A loop that keeps a ``TablesRegistry`` (cancel-manager, the table services): its
+    records go to ``changelog_topic`` on the loop's producer, at the partition of the event
+    being handled; on assignment the records of the ``registrations_topic`` partitions
+    assigned (``owned``) are read back before any event is handled (``recover_changelog``:
+    bounded, or ``EventConsumerError`` and the loop is built again); on revocation the
+    offsets are committed and the registry dropped (the eager ``range`` rebalance revokes
+    every partition; the next assignment reads back what it gives)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        group: Group,
+        *,
+        service: str,
+        topics: tuple[str, str],
+        accept: Accept = _a_uri,
+        on_ready: Callable[[], None],
+        codec: EventCodec | None,
+    ) -> None:
+        """``topics``: the registrations topic and the registry's changelog."""
+        super().__init__(
+            settings, group, service=service, on_ready=on_ready, codec=codec, logger=log
+        )
+        self.service = service
+        self.registrations_topic, self.changelog_topic = topics
+        self.owned: set[int] = set()  # the registrations partitions assigned here
+        self.registry = TablesRegistry(
+            produce=self._produce_registration, poll=self.producer.poll, accept=accept
+        )
+
+    def subscribe(self, topics: list[str]) -> None:
+        self.consumer.subscribe(
+            topics, on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
+        )
+
+    async def persisted(self) -> None:
+        """Return once every registration written so far is acknowledged (a handler's
+        ``persisted``). Raises: RegistryNotDurableError."""
+        self.registry.wait_durable(self.settings.kafka.request_timeout_s)
+
+    def _produce_registration(
+        self,
+        key: bytes,
+        value: bytes,
+        partition: int,
+        on_delivery: Callable[[KafkaError | None, Message], None],
+    ) -> None:
+        self.outbox.produce(
+            self.changelog_topic, value, key=key, partition=partition, on_delivery=on_delivery
+        )
+
+    def _on_assign(self, partitions: list[TopicPartition]) -> None:
+        self.rebalances += 1
+        mine = sorted(tp.partition for tp in partitions if tp.topic == self.registrations_topic)
+        records = recover_changelog(
+            self.settings, group_id=self.group_id, topic=self.changelog_topic, partitions=mine
+        )
+        skipped = self.registry.load(records)
+        if skipped:
+            log.error("unreadable registry records skipped", extra={"keys": skipped[:5]})
+        self.owned = set(mine)
+        log.info(
+            "partitions assigned",
+            extra={"partitions": mine, "tables": len(self.registry), "service": self.service},
+        )
+        self.ready()
+
+    def _on_revoke(self, partitions: list[TopicPartition]) -> None:
+        self.membership.revoked()
+        self.commit()
+        self.owned = set()
+        self.registry.forget_all()
+
+    def _on_lost(self, partitions: list[TopicPartition]) -> None:
+        self.membership.lost()
+        self.owned = set()
+        self.registry.forget_all()

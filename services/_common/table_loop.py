@@ -37,6 +37,10 @@ and a registration is durable before its offset is stored.
 ``WorkPool`` runs the work on ``threads`` threads beside the loop, so slow work never holds up
 the consumer (its group session, the registrations of other tables); the queue hands a table
 to one thread at a time.
+
+``serve_tables`` runs such a service: what is its own (``TableService``: its name, topics,
+changelog and handler class, declared in its ``loop.py``; its queue, work and settings, from
+its ``__main__``) is passed in.
 """
 
 from __future__ import annotations
@@ -45,33 +49,35 @@ import logging
 import threading
 import time
 from collections.abc import Awaitable, Callable, Collection, Sequence
-from typing import Any, Final, Protocol
+from dataclasses import dataclass
+from typing import Any, Final, NoReturn, Protocol
 
-from confluent_kafka import KafkaError, Message, TopicPartition
+from confluent_kafka import Message, TopicPartition
 
-from lakewarden.events import Event, EventCodec, default_codec
-from lakewarden.events.topics import DLQ, TopicSpec
+from lakewarden.events import EventCodec
+from lakewarden.events.topics import TopicSpec
 from lakewarden.settings import Settings
-from lakewarden_services._common.changelog import recover_changelog
-from lakewarden_services._common.dlq import DeadLetters, DeadLetterSink
+from lakewarden_services._common.dlq import DeadLetterSink
 from lakewarden_services._common.dlq import Message as HandlerMessage
 from lakewarden_services._common.loop_service import (
-    Outbox,
-    ProducedTopic,
     consumed,
-    loop_consumer,
-    loop_producer,
     run_to_end,
+    serve_loop,
 )
-from lakewarden_services._common.membership import Membership
-from lakewarden_services._common.registry import TablesRegistry
+from lakewarden_services._common.registry import RegistryLoop, TablesRegistry
+from lakewarden_services._common.settings import Group, ServiceSettings
 
-__all__ = ["TableHandler", "TableLoop", "WorkPool", "is_registration"]
+__all__ = [
+    "TableHandler",
+    "TableLoop",
+    "TableService",
+    "WorkPool",
+    "is_registration",
+    "serve_tables",
+]
 
 log = logging.getLogger(__name__)
 
-_DRAIN: Final = 100  # events taken at once when several are already there
-_POLL_S: Final = 0.1
 _REPORT_S: Final = 1.0
 _IDLE_WAIT_S: Final = 0.5
 
@@ -95,69 +101,86 @@ class TableHandler(Protocol):
     def report(self, partitions: Collection[int]) -> None: ...
 
 
-# (registry, dead letters, persisted) -> the service's handler.
-MakeHandler = Callable[
-    [TablesRegistry, DeadLetterSink, Callable[[], Awaitable[None]]], TableHandler
-]
+class WorkQueue(Protocol):
+    """A queue of tables that hands each to one taker at a time (``take`` ... ``done``)."""
+
+    def take(self) -> Any: ...
+
+    def done(self, table_id: str) -> None: ...
 
 
-class TableLoop:
-    """Runs a table-owning service's consumer until ``stop`` is set (see the module doc).
+class HandlerClass(Protocol):
+    """A service's handler class: it registers tables in ``registry``, queues work on
+    ``queue`` (and calls ``wake``), dead-letters what it cannot use, and awaits ``persisted``
+    before it acts on a registration."""
 
-    ``sources``: the topics it follows and the source each event is handled as, the
-    registrations topic first. ``on_ready`` is called once, after the first assignment (and
-    its recovery) completed."""
+    def __call__(
+        self,
+        *,
+        registry: TablesRegistry,
+        queue: Any,
+        dead_letters: DeadLetterSink,
+        wake: Callable[[], None],
+        persisted: Callable[[], Awaitable[None]],
+    ) -> TableHandler: ...
+
+
+@dataclass(frozen=True)
+class TableService:
+    """What a table-owning service declares (its ``loop.py``): ``sources``, the topics it
+    follows and the source each event is handled as, the registrations topic first;
+    ``topics``, every topic it needs (created at start); ``work``, what its work threads do
+    (their name)."""
+
+    name: str
+    sources: Sequence[tuple[TopicSpec, str]]
+    changelog: TopicSpec
+    topics: Sequence[TopicSpec]
+    handler: HandlerClass
+    work: str
+
+
+class TableLoop(RegistryLoop):
+    """Runs a table-owning service's consumer until ``stop`` is set (see the module doc),
+    its handler ``service.handler`` queueing work on ``queue`` (``wake`` when it did).
+    ``on_ready`` is called once, after the first assignment (and its recovery) completed."""
 
     def __init__(
         self,
         settings: Settings,
+        service: TableService,
         *,
-        service: str,
-        sources: Sequence[tuple[TopicSpec, str]],
-        changelog: TopicSpec,
-        make_handler: MakeHandler,
-        group_id: str,
-        group_instance_id: str | None,
+        queue: WorkQueue,
+        wake: Callable[[], None],
+        group: Group,
         commit_interval_s: float,
         sweep_interval_s: float,
         on_ready: Callable[[], None] = lambda: None,
         codec: EventCodec | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.settings = settings
-        self.service = service
-        self.group_id = group_id
+        # ``range`` assignment: an even share of the registrations partitions each.
+        registrations, changelog = service.sources[0][0], service.changelog
+        super().__init__(
+            settings,
+            group,
+            service=service.name,
+            topics=(registrations.name(settings), changelog.name(settings)),
+            accept=is_registration,
+            on_ready=on_ready,
+            codec=codec,
+        )
         self.commit_interval_s = commit_interval_s
         self.sweep_interval_s = sweep_interval_s
-        self.on_ready = on_ready
-        self.codec = codec or default_codec()
         self.clock = clock
-        self.membership = Membership()
-        self.rebalances = 0
-        self.owned: set[int] = set()  # the registrations partitions assigned here
-        self.sources = {spec.name(settings): source for spec, source in sources}
-        self.registrations_topic = sources[0][0].name(settings)
-        self.changelog_topic = changelog.name(settings)
-        self.consumer = loop_consumer(
-            settings,
-            group_id=group_id,
-            codec=self.codec,
-            group_instance_id=group_instance_id,
-            logger=log,
-            partition_assignment_strategy="range",  # an even share of registrations each
+        self.sources = {spec.name(settings): source for spec, source in service.sources}
+        self.handler = service.handler(
+            registry=self.registry,
+            queue=queue,
+            dead_letters=self.dead_letters,
+            wake=wake,
+            persisted=self.persisted,
         )
-        # A registration is waited for before the next event: no linger.
-        self.producer = loop_producer(settings, linger_ms=0, logger=log)
-        self.outbox = Outbox(self.producer, timeout_s=settings.kafka.request_timeout_s, logger=log)
-        self.registry = TablesRegistry(
-            produce=self._produce_registration, poll=self.producer.poll, accept=is_registration
-        )
-        dead_letters = DeadLetters(
-            ProducedTopic(self.produce, DLQ.name(settings)),
-            service=service,
-            consumer_group=group_id,
-        )
-        self.handler = make_handler(self.registry, dead_letters, self._persisted)
 
     def run(self, stop: threading.Event) -> None:
         """The loop (see the module doc) until ``stop`` is set; then commit and close.
@@ -165,23 +188,16 @@ class TableLoop:
         Raises:
             EventConsumerError: the consumer failed fatally or the registry could not be read.
         """
-        self.consumer.subscribe(
-            list(self.sources),
-            on_assign=self._on_assign,
-            on_revoke=self._on_revoke,
-            on_lost=self._on_lost,
-        )
+        self.subscribe(list(self.sources))
         last_commit = last_sweep = last_report = self.clock()
         try:
             while not stop.is_set():
-                msg = self.consumer.poll_message(_POLL_S)  # 1.
-                if msg is not None:
-                    for each in [msg, *self.consumer.consume(_DRAIN, 0)]:
-                        self._process(each)  # 2.
+                for msg in self.polled():  # 1.
+                    self._process(msg)  # 2.
                 self.producer.poll(0)  # delivery reports
                 now = self.clock()
                 if now - last_commit >= self.commit_interval_s:
-                    self.outbox.commit(self.consumer)  # 3.
+                    self.commit()  # 3.
                     last_commit = now
                 if now - last_sweep >= self.sweep_interval_s:
                     self.handler.sweep(self.owned)  # 4.
@@ -190,9 +206,7 @@ class TableLoop:
                     self.handler.report(self.owned)
                     last_report = now
         finally:
-            self._close()
-
-    # -- one event -------------------------------------------------------------------------
+            self.close()
 
     def _process(self, msg: Message) -> None:
         message, value = consumed(msg, self.codec)
@@ -203,71 +217,6 @@ class TableLoop:
         self.consumer.store_offsets(
             [TopicPartition(message.topic, message.partition, message.offset + 1)]
         )
-
-    def produce(self, topic: str, key: bytes | None, event: Event) -> None:
-        """Hand ``event`` to librdkafka (a dead letter)."""
-        self.outbox.produce(topic, self.codec.encode(event.name, event.record), key=key)
-
-    def _produce_registration(
-        self,
-        key: bytes,
-        value: bytes,
-        partition: int,
-        on_delivery: Callable[[KafkaError | None, Message], None],
-    ) -> None:
-        self.outbox.produce(
-            self.changelog_topic, value, key=key, partition=partition, on_delivery=on_delivery
-        )
-
-    async def _persisted(self) -> None:
-        self.registry.wait_durable(self.settings.kafka.request_timeout_s)
-
-    # -- rebalances ------------------------------------------------------------------------
-
-    def _on_assign(self, partitions: list[TopicPartition]) -> None:
-        self.rebalances += 1
-        mine = sorted(tp.partition for tp in partitions if tp.topic == self.registrations_topic)
-        records = recover_changelog(
-            self.settings, group_id=self.group_id, topic=self.changelog_topic, partitions=mine
-        )
-        skipped = self.registry.load(records)
-        if skipped:
-            log.error("unreadable registry records skipped", extra={"keys": skipped[:5]})
-        self.owned = set(mine)
-        log.info(
-            "partitions assigned",
-            extra={"partitions": mine, "tables": len(self.registry), "service": self.service},
-        )
-        first = not self.membership.ready
-        self.membership.assigned()
-        if first:
-            self.on_ready()
-
-    def _on_revoke(self, partitions: list[TopicPartition]) -> None:
-        self.membership.revoked()
-        self.outbox.commit(self.consumer)
-        self.owned = set()
-        self.registry.forget_all()
-
-    def _on_lost(self, partitions: list[TopicPartition]) -> None:
-        self.membership.lost()
-        self.owned = set()
-        self.registry.forget_all()
-
-    def _close(self) -> None:
-        try:
-            self.outbox.commit(self.consumer)
-            self.consumer.close()
-        finally:
-            self.producer.flush(self.settings.kafka.request_timeout_s)
-
-
-class WorkQueue(Protocol):
-    """A queue of tables that hands each to one taker at a time (``take`` ... ``done``)."""
-
-    def take(self) -> Any: ...
-
-    def done(self, table_id: str) -> None: ...
 
 
 class WorkPool:
@@ -327,3 +276,44 @@ class WorkPool:
             finally:
                 self.queue.done(item.table_id)
                 self.wake()  # its table may have been queued again meanwhile
+
+
+def serve_tables(
+    service: TableService,
+    settings: Settings,
+    service_settings: ServiceSettings,
+    *,
+    queue: WorkQueue,
+    work: Callable[[Any], object],
+    threads: int,
+    sweep_interval_s: float,
+) -> NoReturn:
+    """Run ``service`` until SIGTERM/SIGINT (``loop_service.serve_loop``): ``work`` on
+    ``threads`` threads takes the tables its handler queues on ``queue``; every owned table is
+    queued at least every ``sweep_interval_s``. The pool outlives a loop built again after a
+    fatal consumer error."""
+    pool = WorkPool(queue, work, threads=threads, name=service.work)
+    pool.start(threading.Event())
+
+    def build() -> TableLoop:
+        return TableLoop(
+            settings,
+            service,
+            queue=queue,
+            wake=pool.wake,
+            group=service_settings.group(service.name, settings),
+            commit_interval_s=service_settings.commit_interval_s,
+            sweep_interval_s=sweep_interval_s,
+        )
+
+    def details(loop: TableLoop) -> dict[str, Any]:
+        return {"tables": len(loop.registry)}
+
+    serve_loop(
+        service.name,
+        service_settings,
+        settings=settings,
+        topics=service.topics,
+        build=build,
+        details=details,
+    )

@@ -25,7 +25,6 @@ from lakewarden_services._common.loop_service import serve_loop
 from lakewarden_services.cancel_manager.app import (
     SERVICE,
     TOPICS,
-    group_id,
     service_settings,
     settings,
 )
@@ -58,7 +57,6 @@ def _coordinator(
 
 
 def main() -> NoReturn:
-    instance = service_settings.instance_id
     loop: Loop | None = None
     made: list[Callable[[], None]] = []
 
@@ -69,14 +67,13 @@ def main() -> NoReturn:
         loop = Loop(
             settings,
             _coordinator(lambda: loop, made),
-            group_id=group_id,
-            group_instance_id=f"{SERVICE}-{instance}" if instance else None,
+            group=service_settings.group(SERVICE, settings),
             commit_interval_s=service_settings.commit_interval_s,
         )
         return loop
 
-    def details() -> dict[str, Any]:
-        return {"tables": len(loop.registry) if loop else 0}
+    def details(running: Loop) -> dict[str, Any]:
+        return {"tables": len(running.registry)}
 
     serve_loop(
         SERVICE, service_settings, settings=settings, topics=TOPICS, build=build, details=details

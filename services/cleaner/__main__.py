@@ -8,30 +8,21 @@ partitions back at once), ``LAKEWARDEN_COMMIT_INTERVAL_S``, ``LAKEWARDEN_LOG_LEV
 ``lakewarden_services.cleaner.settings``. The table lock comes from timeline-lock and liveness
 from heartbeat-monitor, which must be running.
 
-Steps: 1. logfmt logging; 2. the topics exist (created idempotently, the registry's changelog
-compacted); 3. the clean thread starts and the Kafka loop runs; SIGTERM/SIGINT stop the loop
-(producer flushed, offsets committed, group left); 4. once the first assignment and its
-recovery completed, the health endpoint listens.
+Steps (``_common.runner``): 1. logfmt logging; 2. the topics exist (created idempotently, the
+registry's changelog compacted); 3. the clean thread starts and the Kafka loop runs;
+SIGTERM/SIGINT stop the loop (producer flushed, offsets committed, group left); 4. once the
+first assignment and its recovery completed, the health endpoint listens.
 """
 
 from __future__ import annotations
 
 import functools
-import threading
-from typing import Any, NoReturn
+from typing import NoReturn
 
 from lakewarden.table import Coordinator, connect
-from lakewarden_services._common.loop_service import serve_loop
-from lakewarden_services._common.table_loop import TableLoop, WorkPool
-from lakewarden_services.cleaner.app import (
-    SERVICE,
-    TOPICS,
-    cleaner_settings,
-    group_id,
-    service_settings,
-    settings,
-)
-from lakewarden_services.cleaner.loop import build_loop
+from lakewarden_services._common.table_loop import serve_tables
+from lakewarden_services.cleaner.app import cleaner_settings, service_settings, settings
+from lakewarden_services.cleaner.loop import CLEANER
 from lakewarden_services.cleaner.queue import CleanQueue
 from lakewarden_services.cleaner.worker import CleanWorker
 
@@ -44,31 +35,16 @@ def _coordinator() -> Coordinator:
 
 
 def main() -> NoReturn:
-    instance = service_settings.instance_id
-    queue = CleanQueue()
-    worker = CleanWorker(settings, _coordinator, cleaner_settings, instance=instance or "0")
-    cleaning = WorkPool(queue, worker.clean, threads=1, name="clean")
-    cleaning.start(threading.Event())
-    loop: TableLoop | None = None
-
-    def build() -> TableLoop:
-        nonlocal loop
-        loop = build_loop(
-            settings,
-            queue,
-            group_id=group_id,
-            group_instance_id=f"{SERVICE}-{instance}" if instance else None,
-            commit_interval_s=service_settings.commit_interval_s,
-            sweep_interval_s=cleaner_settings.sweep_interval_s,
-            wake=cleaning.wake,
-        )
-        return loop
-
-    def details() -> dict[str, Any]:
-        return {"tables": len(loop.registry) if loop else 0}
-
-    serve_loop(
-        SERVICE, service_settings, settings=settings, topics=TOPICS, build=build, details=details
+    instance = service_settings.instance_id or "0"
+    worker = CleanWorker(settings, _coordinator, cleaner_settings, instance=instance)
+    serve_tables(
+        CLEANER,
+        settings,
+        service_settings,
+        queue=CleanQueue(),
+        work=worker.clean,
+        threads=1,
+        sweep_interval_s=cleaner_settings.sweep_interval_s,
     )
 
 

@@ -9,8 +9,8 @@ records back when it is assigned P. The topic's name and record format (key and 
 are those the faust version of the service wrote (its ``tables`` table's changelog), so its
 state carries over.
 
-The Kafka loop is ``_common.table_loop.TableLoop`` (``loop.build_loop``); cleans run on one
-thread beside it.
+The Kafka loop is ``_common.table_loop.TableLoop`` (``loop.CLEANER``, run by
+``table_loop.serve_tables``); cleans run on one thread beside it.
 """
 
 from __future__ import annotations
@@ -38,4 +38,3 @@ TOPICS: Final = (CLEAN_REQUESTS, TIMELINE, HEARTBEAT_EXPIRED, TABLES_CHANGELOG, 
 settings = Settings()
 service_settings = ServiceSettings()
 cleaner_settings = CleanerSettings()
-group_id = f"{settings.kafka.topic_prefix}{SERVICE}"

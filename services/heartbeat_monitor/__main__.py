@@ -24,7 +24,6 @@ from lakewarden.events.topics import HEARTBEATS
 from lakewarden_services._common.loop_service import serve_loop
 from lakewarden_services.heartbeat_monitor.app import (
     TOPICS,
-    group_id,
     monitor,
     service_settings,
     settings,
@@ -37,20 +36,17 @@ log = logging.getLogger(__name__)
 
 
 def main() -> NoReturn:
-    instance = service_settings.instance_id
-
     def build() -> Worker:
         _warn_unless_log_append_time()
         return Worker(
             settings,
             monitor,
             topics,
-            group_id=group_id,
-            group_instance_id=f"{SERVICE}-{instance}" if instance else None,
+            group=service_settings.group(SERVICE, settings),
             tick_s=settings.heartbeat.monitor_tick_s,
         )
 
-    def details() -> dict[str, Any]:
+    def details(worker: Worker) -> dict[str, Any]:
         return {"instants": len(tracker), "partitions_in_grace": tracker.partitions_in_grace()}
 
     serve_loop(

@@ -23,9 +23,9 @@ new beat revives it: the owner started again on purpose). A terminal timeline tr
 the tracker forget the instant (its record is deleted) and ignore its late beats. Dead and
 ended instants are forgotten ``forget_after_ms`` of broker time later.
 
-Changes to the liveness table are returned per partition: faust writes a table change to the
-changelog partition of the event being processed, so the agent applies the changes of
-partition P only while processing an event of partition P (``advance`` returns them).
+Changes to the liveness table are returned per partition: a change is written to the
+changelog partition of the heartbeats partition it belongs to, so the loop writes the changes
+of partition P only while it owns P (``advance`` returns them).
 """
 
 from __future__ import annotations

@@ -1,12 +1,12 @@
 """heartbeat-monitor's Kafka loop: one consumer, one producer, one thread.
 
-Why not a faust agent like the other services: heartbeats are the one stream that is both
+Why not a faust agent: heartbeats are the one stream that is both
 high-rate and trivial to handle (10,000 instants beating every second is 10,000 messages a
 second of ~100 bytes). faust spends several times more CPU on a message before an agent sees
 it than librdkafka's batched consume, the decoding and the tracker spend together
 (``python -m benchmarks heartbeat`` runs a no-op faust agent beside this loop). So the loop is
 a plain loop over ``EventConsumer`` batches (raw messages: the ``Monitor`` decodes and
-dead-letters), and it keeps what a faust service would give: a consumer group whose members
+dead-letters), and it keeps what every service loop has: a consumer group whose members
 split the partitions (``range`` assignment keeps partition P of ``heartbeats`` and of
 ``timeline`` together), state recovered from a compacted changelog on assignment,
 at-least-once processing (offsets are committed only after everything the processed messages
@@ -41,12 +41,12 @@ from confluent_kafka import (
 )
 
 from lakewarden.clients.liveness import SERVICE
-from lakewarden.events import EventCodec, EventConsumerError, default_codec
+from lakewarden.events import EventCodec, EventConsumerError
 from lakewarden.settings import Settings
 from lakewarden_services._common.changelog import recover_changelog
 from lakewarden_services._common.dlq import DEAD_LETTERS
-from lakewarden_services._common.loop_service import loop_consumer, loop_producer
-from lakewarden_services._common.membership import Membership
+from lakewarden_services._common.loop_service import LoopState, loop_producer
+from lakewarden_services._common.settings import Group
 from lakewarden_services.heartbeat_monitor.monitor import Consumed, Effects, Monitor
 
 log = logging.getLogger(__name__)
@@ -79,7 +79,7 @@ class Topics:
         self.expired_partitions = expired_partitions
 
 
-class Worker:
+class Worker(LoopState):
     """Runs the monitor until ``stop`` is set (see the module doc). ``on_ready`` is called
     once, after the first assignment (and its recovery) completed."""
 
@@ -89,29 +89,19 @@ class Worker:
         monitor: Monitor,
         topics: Topics,
         *,
-        group_id: str,
-        group_instance_id: str | None,
+        group: Group,
         tick_s: float,
         on_ready: Callable[[], None] = lambda: None,
         codec: EventCodec | None = None,
     ) -> None:
-        self.settings = settings
+        super().__init__(settings, group, codec=codec, on_ready=on_ready)
         self.monitor = monitor
         self.topics = topics
-        self.group_id = group_id
         self.tick_s = tick_s
-        self.on_ready = on_ready
-        self.codec = codec or default_codec()
-        self.membership = Membership()
-        self.rebalances = 0
         # Offsets by hand (step 4); messages raw: the Monitor decodes and dead-letters them
         # as effects, written in order with the changelog (step 3).
-        self.consumer = loop_consumer(
-            settings,
-            group_id=group_id,
-            codec=self.codec,
-            group_instance_id=group_instance_id,
-            logger=log,
+        self.consumer = self.group_consumer(
+            log,
             # A new group starts now: old beats say nothing a tolerance window will not.
             auto_offset_reset="latest",
             partition_assignment_strategy="range",
@@ -267,10 +257,7 @@ class Worker:
             "partitions assigned",
             extra={"partitions": mine, "records": len(records), "service": "heartbeat-monitor"},
         )
-        first = not self.membership.ready
-        self.membership.assigned()
-        if first:
-            self.on_ready()
+        self.ready()
 
     def _on_revoke(self, partitions: list[TopicPartition]) -> None:
         self.membership.revoked()

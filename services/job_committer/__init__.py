@@ -12,12 +12,13 @@ without reading storage (checked against one listing of the saved manifests). It
 the timeline entries it appends to ``timeline``.
 
 ``protocol`` holds the record conversions, ``held`` the announced manifests, ``worker`` the
-blocking commit (run on a worker thread), ``handler`` what the agents do, ``app`` and
-``agents`` the faust declarations, ``metrics`` the Prometheus metrics. Tests crash it at the
-fault points of ``lakewarden.faults`` (``LAKEWARDEN_FAULT_PLAN``).
+blocking commit, ``handler`` what is done with one event, ``loop`` the Kafka loop (commits on
+one lane, manifests on another, so neither waits for the other), ``app`` the declarations,
+``metrics`` the Prometheus metrics. Tests crash it at the fault points of
+``lakewarden.faults`` (``LAKEWARDEN_FAULT_PLAN``).
 
-Why faust, with no faust table: the state that matters is in storage (the timeline, the
-saved manifests and the job's ``_SUCCESS``), so a restarted or rebalanced instance needs
-nothing but the requests it has not answered, which Kafka redelivers (offsets are committed
-only past answered requests); the manifests held from events are a cache it may lose.
+It keeps no state of its own: the state that matters is in storage (the timeline, the saved
+manifests and the job's ``_SUCCESS``), so a restarted or rebalanced instance needs nothing but
+the requests it has not answered, which Kafka redelivers (offsets are committed only past
+answered requests); the manifests held from events are a cache it may lose.
 """

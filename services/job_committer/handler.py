@@ -1,4 +1,4 @@
-"""What job-committer's agents do, apart from faust (so tests can drive it directly).
+"""What job-committer does with one event, apart from Kafka (so tests drive it directly).
 
 ``RequestHandler.handle`` takes one message of ``job.requests``:
 
@@ -8,15 +8,18 @@
 2. take the accepted attempts' manifests held from their ``TaskManifest`` events
    (``HeldManifests``), waiting up to ``manifest_wait_s`` for events sent before the request
    but not read yet;
-3. run the job commit on a worker thread (``CommitWorker.run``; the event loop stays free):
-   it loads the held manifests and reads storage for the others;
+3. run the job commit (``CommitWorker.run``, on the commit lane's thread: the loop's consumer
+   goes on): it loads the held manifests and reads storage for the others;
 4. publish the ``TimelineTransition`` of the entry the service appended, then the
    ``JobCommitResult``, and drop the job's held manifests.
 
 Delivery is at-least-once and every step is idempotent: a request redelivered after a crash
 resumes the job commit where it stopped, and a duplicate request for a finished job is
 answered with the recorded result. The offset of a request is committed only after its
-answer was produced (faust flushes the producer before committing offsets).
+answer was produced and the producer flushed (``loop``).
+
+The handlers are coroutines in which nothing suspends (``_common.loop_service``): the loop
+steps each to its end on its lane's thread, and unit tests run them with ``asyncio.run``.
 
 ``ManifestHandler.handle`` takes one ``TaskManifest``: the audit trail (a log line and a
 counter per event), early validation of the manifest (the event's copy, or the saved one
@@ -30,8 +33,6 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from faust.types import Message
-
 import lakewarden.faults as faults
 from lakewarden.clients.timeline_events import transition_record
 from lakewarden.commit import AnnouncedManifest, CommitError
@@ -40,7 +41,7 @@ from lakewarden.events.manifests import announced_manifest
 from lakewarden.settings import Settings
 from lakewarden.storage import open_storage
 from lakewarden.table.job_commit import CommitRequest
-from lakewarden_services._common.dlq import DeadLetterSink, dead_letter_failures
+from lakewarden_services._common.dlq import DeadLetterSink, Message, dead_letter_failures
 from lakewarden_services.job_committer import metrics
 from lakewarden_services.job_committer.held import HeldManifests
 from lakewarden_services.job_committer.protocol import (
@@ -118,7 +119,9 @@ class RequestHandler:
             extra={"table": job.table_id, "instant": job.instant, "job_id": job.job_id},
         )
         accepted = [str(a) for a in job.accepted]
-        await self.held.wait_for(job.table_id, job.job_id, accepted, self.manifest_wait_s)  # 2.
+        await self.run_blocking(  # 2.
+            lambda: self.held.wait_for(job.table_id, job.job_id, accepted, self.manifest_wait_s)
+        )
         announced = self.held.take(job.table_id, job.job_id, accepted)
         outcome: Outcome = await self.run_blocking(lambda: self.worker.run(job, announced))  # 3.
         await self._publish(job, outcome)  # 4.
@@ -127,7 +130,7 @@ class RequestHandler:
         _log(job, outcome)
 
     async def _publish(self, job: CommitRequest, outcome: Outcome) -> None:
-        if faults.planned(PUBLISH_POINT):  # a test's plan: its pause must not block the loop
+        if faults.planned(PUBLISH_POINT):  # a test's plan (a pause, a kill)
             await self.run_blocking(lambda: faults.point(PUBLISH_POINT))
         for entry in outcome.entries:
             record = transition_record(entry, table_id=job.table_id, producer_id=self.producer_id)

@@ -9,7 +9,8 @@ commit; the job commit then loads those from memory and reads storage only for t
 Why this is safe to lose: the manifests in storage stay the durable record. A restarted or
 rebalanced instance holds nothing for the jobs it did not see and reads them from storage,
 as it would without events. job.requests and task.manifests have the same partition count
-and key (the table id), so faust assigns a table's partitions of both to one instance.
+and key (the table id), and the loop's ``range`` assignment gives a table's partitions of both
+to one instance.
 
 Bounded: at most ``max_bytes`` of manifests (the oldest jobs are dropped first), and a job
 whose commit request never came (its driver died) is dropped after ``max_age_s``.
@@ -17,7 +18,6 @@ whose commit request never came (its driver died) is dropped after ``max_age_s``
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 from collections import OrderedDict
@@ -70,7 +70,8 @@ class _Job:
 
 
 class HeldManifests:
-    """Announced manifests by job. Thread-safe (events are added on a worker thread)."""
+    """Announced manifests by job. Thread-safe (added on the manifest lane, taken on the
+    commit lane)."""
 
     def __init__(
         self,
@@ -83,6 +84,7 @@ class HeldManifests:
         self.max_age_s = max_age_s
         self.clock = clock
         self._lock = threading.Lock()
+        self._added = threading.Condition(self._lock)
         self._jobs: OrderedDict[JobKey, _Job] = OrderedDict()
         self._size = 0
 
@@ -116,15 +118,18 @@ class HeldManifests:
             job.size += added
             self._size += added
             self._evict(keep=key)
+            self._added.notify_all()
 
     def known(self, table_id: str, job_id: str, attempts: Iterable[str]) -> bool:
         """Whether every one of ``attempts`` was announced (with its manifest or a pointer)."""
-        wanted = list(attempts)
         with self._lock:
-            job = self._jobs.get((table_id, job_id))
-            if job is None:
-                return not wanted
-            return all(a in job.manifests for a in wanted)
+            return self._known(table_id, job_id, list(attempts))
+
+    def _known(self, table_id: str, job_id: str, wanted: list[str]) -> bool:
+        job = self._jobs.get((table_id, job_id))
+        if job is None:
+            return not wanted
+        return all(a in job.manifests for a in wanted)
 
     def take(
         self, table_id: str, job_id: str, attempts: Iterable[str]
@@ -144,18 +149,20 @@ class HeldManifests:
             if job is not None:
                 self._size -= job.size
 
-    async def wait_for(
+    def wait_for(
         self, table_id: str, job_id: str, attempts: Iterable[str], timeout_s: float
     ) -> bool:
-        """Wait up to ``timeout_s`` (on the event loop, so the manifest agent keeps reading)
-        until every one of ``attempts`` was announced; whether they all were."""
+        """Wait up to ``timeout_s`` (on the commit lane's thread, while the manifest lane
+        keeps reading) until every one of ``attempts`` was announced; whether they all were."""
         wanted = list(attempts)
-        deadline = self.clock() + timeout_s
-        while not self.known(table_id, job_id, wanted):
-            if self.clock() >= deadline:
-                return False
-            await asyncio.sleep(0.005)
-        return True
+        deadline = time.monotonic() + timeout_s
+        with self._added:
+            while not self._known(table_id, job_id, wanted):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._added.wait(left)
+            return True
 
     def _expire(self, now: float) -> None:
         while self._jobs:

@@ -1,8 +1,9 @@
 """The blocking part of a job commit: open the table, run ``commit_instant``, say how it ended.
 
-``CommitWorker.run(job)`` runs on a worker thread (never on the faust event loop):
+``CommitWorker.run(job)`` runs on the commit lane's thread (never the loop's):
 
-1. open the table from ``job.table_uri`` and check that it is the table the event is keyed by;
+1. open the table from ``job.table_uri`` (a ``TableHandle`` with the service's coordinator,
+   as every writer opens one) and check that it is the table the event is keyed by;
 2. resume the instant's write transaction (``WriteTransaction.resume``) and check that its
    ``requested`` plan, when it names a job, names this one;
 3. ``commit_instant`` with the job's committer: the same function ``Table.write`` and the
@@ -22,6 +23,7 @@ import socket
 import time
 from collections.abc import Callable, Mapping
 
+from lakewarden.api.connection import Connection
 from lakewarden.commit import (
     AnnouncedManifest,
     CommitError,
@@ -35,11 +37,10 @@ from lakewarden.commit.layout import is_reserved
 from lakewarden.commit.manifest import parse_manifest
 from lakewarden.commit.stages.load import FROM_EVENTS, FROM_STORAGE
 from lakewarden.errors import CommitStateUnknownError, LakewardenError, RetryableError
-from lakewarden.publish import attach
+from lakewarden.handle import TableHandle
 from lakewarden.settings import Settings
 from lakewarden.storage import NotFoundError, Storage, open_storage
 from lakewarden.table.config import load_config
-from lakewarden.table.coordinator import Coordinator
 from lakewarden.table.instant import Transition
 from lakewarden.table.job_commit import (
     STAGE_CHECK_INSTANT,
@@ -68,18 +69,19 @@ def actor() -> str:
 
 
 class CommitWorker:
-    """Runs job commits; one per service process (thread-safe: it holds no per-job state)."""
+    """Runs job commits; one per service process (thread-safe: it holds no per-job state).
+    ``connection`` gives the service's coordinator (made on the first commit)."""
 
     def __init__(
         self,
         settings: Settings,
-        coordinator: Callable[[], Coordinator],
+        connection: Callable[[], Connection],
         *,
         attempts: int = 3,
         retry_delay_s: float = 1.0,
     ) -> None:
         self.settings = settings
-        self.coordinator = coordinator
+        self.connection = connection
         self.attempts = attempts
         self.retry_delay_s = retry_delay_s
         self.actor = actor()
@@ -92,12 +94,13 @@ class CommitWorker:
         reads storage for the others)."""
         progress = CommitProgress(stage=STAGE_OPEN_TABLE)
         try:
-            storage, timeline = self._open(job)  # 1.
+            table = self._open(job)  # 1.
         except Exception as err:
             return _failed(err, STAGE_OPEN_TABLE)
+        timeline = table.timeline_log
         for attempt in range(1, self.attempts + 1):
             try:
-                return self._commit(job, storage, timeline, progress, announced or {})
+                return self._commit(job, table, progress, announced or {})
             except InstantFinishedError as err:
                 return _finished(err, timeline, job)
             except (RetryableError, CommitStateUnknownError) as err:
@@ -110,12 +113,13 @@ class CommitWorker:
                     err,
                     extra={"job_id": job.job_id, "instant": job.instant},
                 )
-                time.sleep(self.retry_delay_s * attempt)  # a worker thread, not the loop
+                time.sleep(self.retry_delay_s * attempt)  # the commit lane's thread
             except Exception as err:
                 return self._failed(err, progress, timeline, job)
         raise AssertionError("unreachable")
 
-    def _open(self, job: CommitRequest) -> tuple[Storage, Timeline]:
+    def _open(self, job: CommitRequest) -> TableHandle:
+        connection = self.connection()
         storage = open_storage(job.table_uri, self.settings)
         config = load_config(storage)
         if config.table_id != job.table_id:
@@ -125,15 +129,19 @@ class CommitWorker:
                 table=job.table_id,
                 instant=job.instant,
             )
-        timeline = Timeline(storage, table=config.name)
-        attach(storage, config, timeline)  # publishing on: the commit publishes its version
-        return storage, timeline
+        # Publishing on: the commit publishes its version (``TableHandle`` attaches it).
+        return TableHandle(
+            storage,
+            config,
+            coordinator=connection.coordinator,
+            actor=self.actor,
+            settings=self.settings,
+        )
 
     def _commit(
         self,
         job: CommitRequest,
-        storage: Storage,
-        timeline: Timeline,
+        table: TableHandle,
         progress: CommitProgress,
         announced: Mapping[str, AnnouncedManifest],
     ) -> Outcome:
@@ -141,8 +149,8 @@ class CommitWorker:
         # The handler publishes the entries the service appends (before the result, and again
         # after a crash), so the coordinator does not announce them a second time.
         txn = WriteTransaction.resume(  # 2.
-            timeline,
-            self.coordinator(),
+            table.timeline_log,
+            table.coordinator,
             job.table_id,
             job.instant,
             actor=self.actor,
@@ -150,7 +158,7 @@ class CommitWorker:
         )
         _check_plan(txn, job)
         committer = ManifestCommitter(
-            storage,
+            table.storage,
             job.job_id,
             job_attempt=job.job_attempt,
             options=CommitterOptions.from_settings(self.settings.committer, job.committer),
@@ -162,7 +170,7 @@ class CommitWorker:
             stats=done.stats,
             recorded=done.recorded,
             summary_key=done.summary_key or committer.layout.summary_key,
-            entries=_appended(timeline, job.instant),
+            entries=_appended(table.timeline_log, job.instant),
             placed=done.placed,
             resumed=done.resumed,
             manifests_from_events=committer.statistics.counter(FROM_EVENTS),

@@ -8,8 +8,8 @@ that owns partition P owns the tables registered there and reads their records b
 assigned P. The topic's name and record format (key and value JSON) are those the faust
 version of the service wrote, so its state carries over.
 
-The Kafka loop is ``_common.table_loop.TableLoop`` (``loop.build_loop``); syncs run on a pool
-of threads beside it.
+The Kafka loop is ``_common.table_loop.TableLoop`` (``loop.PUBLISHER``, run by
+``table_loop.serve_tables``); syncs run on a pool of threads beside it.
 """
 
 from __future__ import annotations
@@ -30,4 +30,3 @@ TOPICS: Final = (CLEAN_REQUESTS, TIMELINE, TABLES_CHANGELOG, DLQ)
 settings = Settings()
 service_settings = ServiceSettings()
 publisher_settings = PublisherSettings()
-group_id = f"{settings.kafka.topic_prefix}{SERVICE}"

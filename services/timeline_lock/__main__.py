@@ -20,7 +20,6 @@ from typing import Any, NoReturn
 from lakewarden_services._common.loop_service import serve_loop
 from lakewarden_services.timeline_lock.app import (
     TOPICS,
-    group_id,
     service_settings,
     settings,
     topics,
@@ -32,23 +31,17 @@ log = logging.getLogger(__name__)
 
 
 def main() -> NoReturn:
-    instance = service_settings.instance_id
-    worker: Worker | None = None
-
     def build() -> Worker:
-        nonlocal worker
-        worker = Worker(
+        return Worker(
             settings,
             topics,
-            group_id=group_id,
-            group_instance_id=f"{SERVICE}-{instance}" if instance else None,
+            group=service_settings.group(SERVICE, settings),
             commit_interval_s=service_settings.commit_interval_s,
             changelog_interval_s=service_settings.lock_changelog_interval_s,
         )
-        return worker
 
-    def details() -> dict[str, Any]:
-        return {"tables": len(worker.locks) if worker else 0}
+    def details(worker: Worker) -> dict[str, Any]:
+        return {"tables": len(worker.locks)}
 
     serve_loop(
         SERVICE, service_settings, settings=settings, topics=TOPICS, build=build, details=details

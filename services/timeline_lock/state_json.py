@@ -1,7 +1,7 @@
-"""The stored form of a table's lock: what the faust table holds and its changelog carries.
+"""The stored form of a table's lock: what the lock table holds and its changelog carries.
 
-A ``TableLock`` is stored as a JSON-able dict (faust serialises it as JSON), so the changelog
-stays readable with any tool. ``lock_from_json(lock_to_json(x)) == x``.
+A ``TableLock`` is stored as a JSON-able dict (as the faust version of the service stored
+it), so the changelog stays readable with any tool. ``lock_from_json(lock_to_json(x)) == x``.
 """
 
 from __future__ import annotations

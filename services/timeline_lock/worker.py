@@ -47,11 +47,11 @@ from typing import Any, Final
 from confluent_kafka import KafkaError, Message, TopicPartition
 
 from lakewarden.clients import table_partition
-from lakewarden.events import EventCodec, EventConsumerError, default_codec
+from lakewarden.events import EventCodec, EventConsumerError
 from lakewarden.settings import Settings
 from lakewarden_services._common.changelog import recover_changelog
-from lakewarden_services._common.loop_service import loop_consumer, loop_producer
-from lakewarden_services._common.membership import Membership
+from lakewarden_services._common.loop_service import LoopState, loop_producer
+from lakewarden_services._common.settings import Group
 from lakewarden_services.timeline_lock import metrics
 from lakewarden_services.timeline_lock.deferred import Covered, DeferredChangelog
 from lakewarden_services.timeline_lock.handler import (
@@ -101,7 +101,7 @@ def changelog_key(table_id: str) -> bytes:
     return json.dumps(table_id).encode()
 
 
-class Worker:
+class Worker(LoopState):
     """Runs timeline-lock until ``stop`` is set (see the module doc). ``on_ready`` is called
     once, after the first assignment (and its recovery) completed. ``changelog_interval_s``:
     how long a changed lock may wait for its changelog record (longer: fewer records, more
@@ -112,22 +112,16 @@ class Worker:
         settings: Settings,
         topics: Topics,
         *,
-        group_id: str,
-        group_instance_id: str | None,
+        group: Group,
         commit_interval_s: float,
         changelog_interval_s: float = CHANGELOG_INTERVAL_S,
         on_ready: Callable[[], None] = lambda: None,
         codec: EventCodec | None = None,
     ) -> None:
-        self.settings = settings
+        super().__init__(settings, group, codec=codec, on_ready=on_ready)
         self.topics = topics
-        self.group_id = group_id
         self.commit_interval_s = commit_interval_s
         self.changelog_interval_s = changelog_interval_s
-        self.on_ready = on_ready
-        self.codec = codec or default_codec()
-        self.membership = Membership()
-        self.rebalances = 0
         self.assigned_at_ms = wall_clock_ms()
         self.locks: dict[str, Any] = {}  # table id -> lock_to_json value, owned partitions only
         self.handler = RequestHandler(
@@ -135,7 +129,7 @@ class Worker:
             reply_topic=topics.replies,
             partitions=lambda: topics.partitions,
             reply_partitions=lambda: topics.reply_partitions,
-            consumer_group=group_id,
+            consumer_group=group.id,
             codec=self.codec,
         )
         self.scanner = ExpiryScanner(
@@ -146,13 +140,7 @@ class Worker:
             expirable=self._expirable,
         )
         # A new group applies the whole request log (from the earliest offset).
-        self.consumer = loop_consumer(
-            settings,
-            group_id=group_id,
-            codec=self.codec,
-            group_instance_id=group_instance_id,
-            logger=log,
-        )
+        self.consumer = self.group_consumer(log)
         # A client waits for each reply: no linger.
         self.producer = loop_producer(settings, linger_ms=0, logger=log)
         self.commits = CommitTracker()
@@ -313,10 +301,7 @@ class Worker:
             "partitions assigned",
             extra={"partitions": mine, "locks": len(recovered), "service": SERVICE},
         )
-        first = not self.membership.ready
-        self.membership.assigned()
-        if first:
-            self.on_ready()
+        self.ready()
 
     def _on_revoke(self, partitions: list[TopicPartition]) -> None:
         self.membership.revoked()

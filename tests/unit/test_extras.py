@@ -234,11 +234,11 @@ def test_a_service_script_without_the_services_extra_fails_in_one_line() -> None
 
     timeline_lock()
     """
-    done = run_without(["faust", "prometheus_client"], script)
+    done = run_without(["prometheus_client"], script)
     assert done.returncode == 1
     assert done.stderr.strip().splitlines() == [
-        "Error: Running the lakewarden services needs the Python package 'faust', which is not "
-        "installed. Help: pip install 'lakewarden[services]'"
+        "Error: Running the lakewarden services needs the Python package 'prometheus_client', "
+        "which is not installed. Help: pip install 'lakewarden[services]'"
     ]
 
 

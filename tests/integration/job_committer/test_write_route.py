@@ -20,8 +20,8 @@ from lakewarden.clients.committer_presence import job_committer_group
 from lakewarden.settings import KafkaSettings, Settings
 from lakewarden.table import Table
 from lakewarden.table.instant import Transition
-from lakewarden_services._common.app import app_id
 from lakewarden_services._common.process import ServiceProcess
+from lakewarden_services._common.settings import service_group
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.usefixtures("lock_service")]
 
@@ -47,8 +47,8 @@ def data_files(root: Path) -> list[Path]:
     return [p for p in root.rglob("*") if p.is_file() and ".lakewarden" not in p.parts]
 
 
-def test_the_group_asked_for_is_job_committers_faust_app_id(jc_settings: Settings) -> None:
-    assert job_committer_group(jc_settings) == app_id("job-committer", jc_settings)
+def test_the_group_asked_for_is_job_committers_group(jc_settings: Settings) -> None:
+    assert job_committer_group(jc_settings) == service_group("job-committer", jc_settings)
 
 
 def test_without_job_committer_a_write_fails_named_rolled_back_and_loses_nothing(

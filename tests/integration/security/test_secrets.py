@@ -20,7 +20,6 @@ from lakewarden.cli import cli
 from lakewarden.events import ensure_topics
 from lakewarden.events.topics import HEARTBEAT_EXPIRED, HEARTBEATS, TIMELINE
 from lakewarden.settings import Settings
-from lakewarden_services._common.app import broker_credentials
 from lakewarden_services._common.process import ServiceProcess
 
 S3_KEY_ID = "AKIASENTINEL7Q2Z9XKEY"
@@ -77,10 +76,6 @@ def test_settings_never_show_their_secrets(monkeypatch: pytest.MonkeyPatch) -> N
     # the clients do get them (otherwise this test could not fail for the right reason)
     monkeypatch.setenv("LAKEWARDEN_KAFKA__BOOTSTRAP_SERVERS", "127.0.0.1:1")
     assert Settings().kafka.librdkafka_config()["sasl.password"] == SASL_PASSWORD
-    monkeypatch.setenv("LAKEWARDEN_KAFKA__SECURITY_PROTOCOL", "SASL_PLAINTEXT")
-    credentials = broker_credentials(Settings())
-    assert credentials is not None
-    assert_no_secret(repr(credentials), "faust's credentials repr")
 
 
 def test_service_health_metrics_and_logs_show_no_secret(monitor: ServiceProcess) -> None:

@@ -1,4 +1,4 @@
-"""cancel-manager's parsing and handlers, driven without faust or Kafka: every status of a
+"""cancel-manager's parsing and handlers, driven without Kafka: every status of a
 CancelResult, the transitions published before it, dead letters for bad events, and the
 execute_cancel it runs by itself when a cancel-requested plan's executor dies."""
 
@@ -14,7 +14,6 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from faust.types import Message
 
 from lakewarden.api.table import Table
 from lakewarden.events import Event, EventDecodeError, Undecodable, decode, encode, make_event
@@ -29,6 +28,7 @@ from lakewarden.table.merge import stamped
 from lakewarden.table.stats import CommitStats, WorkloadProfile, WriteStat
 from lakewarden.table.transaction import WriteTransaction
 from lakewarden_services._common.dlq import DeadLetters
+from lakewarden_services._common.loop_service import Consumed
 from lakewarden_services.cancel_manager.handler import ExpiryHandler, RequestHandler
 from lakewarden_services.cancel_manager.worker import CancelWorker
 
@@ -55,7 +55,7 @@ class Harness:
         self.transitions: list[Event] = []
         letters = DeadLetters(self.dlq, service="cancel-manager", consumer_group="g")  # type: ignore[arg-type]
         self.worker = CancelWorker(Settings(), lambda: coordinator, retry_delay_s=0)
-        self.registry: dict[str, Any] = {}  # the service's faust table, shared by both agents
+        self.registry: dict[str, Any] = {}  # the service's registry, shared by both handlers
         self.persisted: list[int] = []
         self.requests = RequestHandler(
             worker=self.worker,
@@ -89,7 +89,7 @@ class Harness:
         self.transitions.append(event)
 
     def feed(self, value: bytes, *, key: bytes | None, expiry: bool = False) -> None:
-        message = Message("t", 0, self.offset, 0.0, 0, None, key, value, None)
+        message = Consumed("t", 0, self.offset, key, value, 0.0)
         self.offset += 1
         if not expiry:
             self.requests.lock_ahead(key)  # as the loop does, before decoding
@@ -331,7 +331,7 @@ def test_an_expiry_after_a_restart_finds_the_table_in_the_recovered_registry(
     instant = str(table.schedule_clustering(cancellable=True))
     before.ask(table, instant, "request")
     after = Harness()
-    after.registry.update(before.registry)  # what faust recovers from the changelog
+    after.registry.update(before.registry)  # what the loop recovers from the changelog
     after.expire(table, instant)
     mine = table.state().get(instant)
     assert mine is not None and mine.state is Transition.ABORTED

@@ -1,5 +1,5 @@
-"""The shared service scaffolding: the faust app factory, health/metrics endpoint, readiness,
-logfmt logging and dead letters (no broker needed)."""
+"""The shared service scaffolding: the health/metrics endpoint, the service settings and
+group, logfmt logging and dead letters (no broker needed)."""
 
 from __future__ import annotations
 
@@ -11,16 +11,15 @@ import urllib.request
 from typing import Any
 
 import pytest
-from faust.types import Message
 from prometheus_client import CollectorRegistry, Counter
 
 from lakewarden.events import Event, EventDecodeError, Undecodable
 from lakewarden.settings import KafkaSettings, Settings
-from lakewarden_services._common.app import ServiceSettings, app_id, broker_urls, make_app
 from lakewarden_services._common.dlq import DeadLetters
 from lakewarden_services._common.health import HealthServer
 from lakewarden_services._common.logs import setup_logging
-from lakewarden_services._common.runner import Lifecycle
+from lakewarden_services._common.loop_service import Consumed
+from lakewarden_services._common.settings import ServiceSettings, service_group
 
 
 def _get(port: int, path: str) -> tuple[int, str]:
@@ -51,27 +50,11 @@ def test_health_server_serves_health_metrics_and_404_on_loopback_only() -> None:
     server.stop()  # idempotent
 
 
-def test_make_app_applies_the_shared_choices() -> None:
-    settings = Settings(
-        kafka=KafkaSettings(bootstrap_servers="127.0.0.1:1234,127.0.0.1:1235", topic_prefix="x.")
-    )
-    app = make_app("svc", settings, partitions=6, instance_id="7", commit_interval_s=2.5)
-    assert app.conf.id == app_id("svc", settings) == "x.svc"
-    assert [str(url) for url in app.conf.broker] == [
-        "kafka://127.0.0.1:1234",
-        "kafka://127.0.0.1:1235",
-    ]
-    assert app.conf.web_enabled is False
-    assert app.conf.topic_partitions == 6 and app.conf.table_standby_replicas == 0
-    assert app.conf.broker_commit_interval == 2.5
-    assert app.conf.consumer_group_instance_id == "svc-7"
-    assert app.conf.producer_acks == -1
-
-
-def test_broker_urls_without_kafka_are_a_placeholder_that_never_connects() -> None:
-    assert broker_urls(Settings(kafka=KafkaSettings(bootstrap_servers=None))) == [
-        "kafka://127.0.0.1:9"
-    ]
+def test_a_service_group_is_named_under_the_topic_prefix() -> None:
+    settings = Settings(kafka=KafkaSettings(topic_prefix="x."))
+    assert service_group("svc", settings) == "x.svc"  # the faust app id the services had
+    assert ServiceSettings(instance_id="7").group_instance_id("svc") == "svc-7"
+    assert ServiceSettings(instance_id=None).group_instance_id("svc") is None
 
 
 def test_service_settings_come_from_the_dev_stack_environment(
@@ -90,9 +73,9 @@ def test_setup_logging_writes_logfmt_with_the_service_name(
     saved = (list(root.handlers), root.level)
     try:
         setup_logging("svc-x", "INFO")
-        logging.getLogger("faust.worker").info("started", extra={"pid": 42})
+        logging.getLogger("confluent_kafka.consumer").info("started", extra={"pid": 42})
         err = capsys.readouterr().err
-        assert "logger=faust.worker msg=started" in err
+        assert "logger=confluent_kafka.consumer msg=started" in err
         assert "pid=42" in err and "service=svc-x" in err and "level=info" in err
     finally:
         root.handlers[:] = saved[0]
@@ -110,7 +93,7 @@ class _Topic:
 def test_dead_letters_keep_the_bytes_the_reason_and_where_they_came_from() -> None:
     topic = _Topic()
     letters = DeadLetters(topic, service="svc", consumer_group="grp")  # type: ignore[arg-type]
-    message = Message("src", 3, 17, 0.0, 0, None, b"tbl", b"\x00bad", None)
+    message = Consumed("src", 3, 17, b"tbl", b"\x00bad", 0.0)
     error = EventDecodeError("too_short", "4 bytes")
     asyncio.run(letters.undecodable(message, Undecodable(error, b"\x00bad")))
     asyncio.run(letters.reject(message, reason="invalid_request", detail="no owner"))
@@ -126,21 +109,3 @@ def test_dead_letters_keep_the_bytes_the_reason_and_where_they_came_from() -> No
     assert second.record["reason"] == "invalid_request"
     assert second.record["detail"] == "no owner" and second.record["consumer_group"] == "grp"
     assert second.record["envelope"]["table_id"] == "tbl"
-
-
-def test_lifecycle_is_ready_after_the_first_completed_rebalance() -> None:
-    app = make_app("svc", Settings(), partitions=6)
-    lifecycle = Lifecycle(app, "svc")
-    started: list[int] = []
-    lifecycle.on_first_ready(lambda: started.append(1))
-    assert lifecycle.probe() == (False, lifecycle.probe()[1])
-    assert lifecycle.probe()[1]["status"] == "starting"
-    before = lifecycle.assigned_at_ms
-    lifecycle._assigned(app, set(), signal=None)  # type: ignore[arg-type]  # noqa: SLF001
-    assert lifecycle.assigned_at_ms >= before and not lifecycle.probe()[0]
-    lifecycle._complete(app, signal=None)  # type: ignore[arg-type]  # noqa: SLF001
-    assert lifecycle.probe()[0] and started == [1]
-    lifecycle._revoked(app, set(), signal=None)  # type: ignore[arg-type]  # noqa: SLF001
-    assert lifecycle.probe()[1]["status"] == "rebalancing"
-    lifecycle._complete(app, signal=None)  # type: ignore[arg-type]  # noqa: SLF001
-    assert lifecycle.probe()[0] and started == [1]  # the ready callbacks run once

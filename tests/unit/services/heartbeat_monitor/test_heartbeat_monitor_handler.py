@@ -8,6 +8,7 @@ import pytest
 
 from lakewarden.clients.liveness import LivenessRecord, record_key
 from lakewarden.events import decode, encode, make_event
+from lakewarden_services._common.settings import Group
 from lakewarden_services.heartbeat_monitor import metrics
 from lakewarden_services.heartbeat_monitor.monitor import Consumed, Monitor, expiry_event_id
 from lakewarden_services.heartbeat_monitor.tracker import Tracker
@@ -347,7 +348,7 @@ def test_a_closed_worker_gives_up_its_partitions_so_a_rebuilt_one_starts_clean(
     names = {k: k for k in ("heartbeats", "timeline", "expired", "dlq", "changelog")}
     topics = Topics(**names, partitions=2, expired_partitions=2)
     unreachable = Settings(kafka=KafkaSettings(bootstrap_servers="127.0.0.1:1"))
-    worker = Worker(unreachable, h.monitor, topics, group_id="g", group_instance_id=None, tick_s=1)
+    worker = Worker(unreachable, h.monitor, topics, group=Group("g"), tick_s=1)
     worker.consumer.close()
     worker.producer.flush(0)
     worker.consumer = worker.producer = _Closable()  # type: ignore[assignment]

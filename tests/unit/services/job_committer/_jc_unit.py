@@ -8,8 +8,10 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from lakewarden.api.connection import Connection
 from lakewarden.api.table import Table
 from lakewarden.commit import ManifestCommitter, new_job_id
+from lakewarden.settings import Settings
 from lakewarden.table.bucket import route
 from lakewarden.table.config import META_FILE_NAME
 from lakewarden.table.coordinator import EmbeddedCoordinator
@@ -21,6 +23,11 @@ from lakewarden.table.writer import merge, stamped
 
 SCHEMA = pa.schema([("id", pa.int64()), ("region", pa.string()), ("v", pa.string())])
 COORDINATOR = EmbeddedCoordinator()
+
+
+def connection() -> Connection:
+    """The worker's connection: the tests' embedded coordinator, storage by URI."""
+    return Connection(Settings(), COORDINATOR)
 
 
 def rows(*items: tuple[int, str, str]) -> pa.Table:

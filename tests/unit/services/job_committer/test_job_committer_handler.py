@@ -1,4 +1,4 @@
-"""job-committer's request parsing and handlers, driven without faust or Kafka: dead letters
+"""job-committer's request parsing and handlers, driven without Kafka: dead letters
 for every kind of bad event, refusals for invalid requests, results and transitions."""
 
 from __future__ import annotations
@@ -10,8 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _jc_unit import COORDINATOR, Job, make_table, open_job, rows
-from faust.types import Message
+from _jc_unit import Job, connection, make_table, open_job, rows
 
 from lakewarden.clients import CommitRequest
 from lakewarden.clients.commit import request_record
@@ -27,6 +26,7 @@ from lakewarden.events import (
 from lakewarden.settings import CommitterSettings, Settings
 from lakewarden.table.stats import MicroBatch
 from lakewarden_services._common.dlq import DeadLetters
+from lakewarden_services._common.loop_service import Consumed
 from lakewarden_services.job_committer.handler import ManifestHandler, RequestHandler
 from lakewarden_services.job_committer.protocol import parse_request
 from lakewarden_services.job_committer.worker import CommitWorker
@@ -53,7 +53,7 @@ class Harness:
         self.transitions: list[tuple[str, Event]] = []
         letters = DeadLetters(self.dlq, service="job-committer", consumer_group="g")  # type: ignore[arg-type]
         self.requests = RequestHandler(
-            worker=CommitWorker(Settings(), lambda: COORDINATOR),
+            worker=CommitWorker(Settings(), connection),
             run_blocking=_inline,
             send_result=self._result,
             send_transition=self._transition,
@@ -72,7 +72,7 @@ class Harness:
         self.transitions.append((table_id, event))
 
     def feed(self, value: bytes, *, key: bytes | None, manifests: bool = False) -> None:
-        message = Message(TOPIC, 0, self.offset, 0.0, 0, None, key, value, None)
+        message = Consumed(TOPIC, 0, self.offset, key, value, 0.0)
         self.offset += 1
         try:
             decoded: Any = decode(value)

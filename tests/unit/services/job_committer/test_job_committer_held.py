@@ -4,11 +4,12 @@ of a held manifest, storage for a pointer; the held store is bounded and forgets
 from __future__ import annotations
 
 import asyncio
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
-from _jc_unit import COORDINATOR, Job, make_table, open_job, rows
+from _jc_unit import Job, connection, make_table, open_job, rows
 from test_job_committer_handler import FakeTopic, _inline, commit_request, encoded
 
 from lakewarden.commit import AnnouncedManifest, SavedManifest
@@ -19,6 +20,7 @@ from lakewarden.settings import Settings
 from lakewarden.storage import Storage
 from lakewarden.testing import CallRecorder, ManualClock
 from lakewarden_services._common.dlq import DeadLetters
+from lakewarden_services._common.loop_service import Consumed
 from lakewarden_services.job_committer import worker as worker_module
 from lakewarden_services.job_committer.handler import ManifestHandler, RequestHandler
 from lakewarden_services.job_committer.held import HeldManifests
@@ -33,7 +35,7 @@ class Service:
         self.results: list[Any] = []
         letters = DeadLetters(FakeTopic(), service="job-committer", consumer_group="g")  # type: ignore[arg-type]
         self.requests = RequestHandler(
-            worker=CommitWorker(Settings(), lambda: COORDINATOR),
+            worker=CommitWorker(Settings(), connection),
             run_blocking=_inline,
             send_result=self._result,
             send_transition=self._ignore,
@@ -53,9 +55,7 @@ class Service:
         return None
 
     def feed(self, value: bytes, key: bytes, *, manifests: bool) -> None:
-        from faust.types import Message
-
-        message = Message("t", 0, 0, 0.0, 0, None, key, value, None)
+        message = Consumed("t", 0, 0, key, value, 0.0)
         handler = self.manifests if manifests else self.requests
         asyncio.run(handler.handle(message, decode(value)))
 
@@ -156,17 +156,11 @@ def test_the_held_manifests_are_bounded_by_bytes_and_age() -> None:
 
 def test_a_request_waits_briefly_for_announcements_not_read_yet() -> None:
     held = HeldManifests()
-
-    async def scenario() -> tuple[bool, bool]:
-        async def announce_later() -> None:
-            await asyncio.sleep(0.02)
-            held.add("t", "j", "a1", None)
-
-        task = asyncio.create_task(announce_later())
-        arrived = await held.wait_for("t", "j", ["a1"], 2.0)
-        await task
-        missing = await held.wait_for("t", "j", ["a1", "a2"], 0.01)
-        assert await held.wait_for("t", "empty-job", [], 60)  # nothing to wait for
-        return arrived, missing
-
-    assert asyncio.run(scenario()) == (True, False)
+    announcing = threading.Timer(0.02, lambda: held.add("t", "j", "a1", None))
+    announcing.start()  # the manifest lane, while the commit lane waits
+    try:
+        assert held.wait_for("t", "j", ["a1"], 60)  # woken by the announcement
+    finally:
+        announcing.join()
+    assert not held.wait_for("t", "j", ["a1", "a2"], 0.01)
+    assert held.wait_for("t", "empty-job", [], 60)  # nothing to wait for

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from _jc_unit import COORDINATOR, Job, as_set, data_files, make_table, open_job, rows
+from _jc_unit import COORDINATOR, Job, as_set, connection, data_files, make_table, open_job, rows
 
 from lakewarden.api.table import Table
 from lakewarden.commit import ManifestCommitter
@@ -60,7 +60,7 @@ def table(tmp_path: Path) -> Table:
 
 @pytest.fixture
 def worker() -> CommitWorker:
-    return CommitWorker(Settings(), lambda: COORDINATOR, retry_delay_s=0.01)
+    return CommitWorker(Settings(), connection, retry_delay_s=0.01)
 
 
 def state_of(table: Table, instant: str) -> Transition:
