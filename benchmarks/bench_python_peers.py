@@ -13,7 +13,10 @@ Per round, the two variants in rotated order (``_rounds``), each on a fresh tabl
   ``DeltaTable(uri).to_pyarrow_table()``;
 - **small insert**: ``SMALL_ROWS`` rows appended to a table of their own, ``SMALL_WRITES``
   times in a row after one untimed first write (it creates the Delta table), the median
-  write: the fixed cost of a write, which a user writing small batches feels.
+  write: the fixed cost of a write, which a user writing small batches feels;
+- **small insert into the big table**: the same ``SMALL_WRITES`` appends of ``SMALL_ROWS``
+  rows, timed after the read, into the table that holds all N rows: whether a small write's
+  cost grows with the table it lands in.
 
 Each figure is lakewarden's median seconds against delta-rs's median in the same run (below
 1.0: lakewarden ahead); bytes on disk after the upsert are a figure of their own. The details
@@ -47,7 +50,7 @@ from benchmarks._rounds import rotated_rounds
 from benchmarks.bench_spark import SCHEMA
 
 PARTITION = "region"
-OPERATIONS = ("insert", "upsert", "read", "small_insert")
+OPERATIONS = ("insert", "upsert", "read", "small_insert", "small_insert_big")
 SMALL_ROWS = 500
 SMALL_WRITES = 5
 REGIONS = ("eu", "us", "apac", "latam")
@@ -99,16 +102,23 @@ def _timed(func: Callable[[], Any], figures: dict[str, float], operation: str) -
 
 
 def _small_inserts(
-    write: Callable[[pa.Table], Any], data: pa.Table, figures: dict[str, float]
+    write: Callable[[pa.Table], Any],
+    data: pa.Table,
+    figures: dict[str, float],
+    operation: str = "small_insert",
+    *,
+    first: bool = True,
 ) -> None:
-    """The median of ``SMALL_WRITES`` appends of ``SMALL_ROWS`` rows, after one untimed."""
-    write(data.slice(0, SMALL_ROWS))
+    """The median of ``SMALL_WRITES`` appends of ``SMALL_ROWS`` rows under ``operation``,
+    after one untimed (``first``: the write that creates a Delta table)."""
+    if first:
+        write(data.slice(0, SMALL_ROWS))
     timed: list[dict[str, float]] = []
     for i in range(1, SMALL_WRITES + 1):
         one: dict[str, float] = {}
-        _timed(lambda i=i: write(data.slice(i * SMALL_ROWS, SMALL_ROWS)), one, "small_insert")
+        _timed(lambda i=i: write(data.slice(i * SMALL_ROWS, SMALL_ROWS)), one, operation)
         timed.append(one)
-    for key in ("small_insert", "small_insert_cpu"):
+    for key in (operation, f"{operation}_cpu"):
         figures[key] = statistics.median(t[key] for t in timed)
 
 
@@ -151,7 +161,11 @@ def measure(rows: int, rounds: int) -> dict[str, Any]:
         read: list[pa.Table] = []
         _timed(lambda: read.append(lakewarden.read(uri)), figures, "read")
         assert read[0].num_rows == data.num_rows, (read[0].num_rows, data.num_rows)
-        return {**figures, "bytes": _size(path)}
+        size = _size(path)
+        _small_inserts(
+            lambda rows: table.write(rows, "insert"), data, figures, "small_insert_big", first=False
+        )
+        return {**figures, "bytes": size}
 
     def delta(path: Path, data: pa.Table, changed: pa.Table) -> dict[str, float]:
         uri = str(path)
@@ -180,7 +194,15 @@ def measure(rows: int, rounds: int) -> dict[str, Any]:
         read: list[pa.Table] = []
         _timed(lambda: read.append(DeltaTable(uri).to_pyarrow_table()), figures, "read")
         assert read[0].num_rows == data.num_rows, (read[0].num_rows, data.num_rows)
-        return {**figures, "bytes": _size(path)}
+        size = _size(path)
+        _small_inserts(
+            lambda rows: write_deltalake(uri, rows, mode="append", partition_by=[PARTITION]),
+            data,
+            figures,
+            "small_insert_big",
+            first=False,
+        )
+        return {**figures, "bytes": size}
 
     variants = {"lakewarden": ours, "delta": delta}
     small = data.slice(0, 10_000)
@@ -225,11 +247,14 @@ def results(measured: dict[str, Any]) -> list[Result]:
         "rounds": runs,
     }
     small = f"{SMALL_ROWS} rows appended, median of {SMALL_WRITES} writes in a row"
+    labels = {
+        "small_insert": small,
+        "small_insert_big": f"{small}, into the table of {measured['rows']:,} rows",
+    }
     found = [
         Result(
             benchmark="python_peers",
-            metric=f"{operation}: lakewarden vs delta-rs, "
-            + (small if operation == "small_insert" else shape),
+            metric=f"{operation}: lakewarden vs delta-rs, " + labels.get(operation, shape),
             unit="s",
             value=med["lakewarden"][operation],
             baseline=med["delta"][operation],

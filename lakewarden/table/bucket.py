@@ -22,13 +22,15 @@ value with Hive's unsafe characters (``/``, ``=``, ``%``, ``:``, ``#``, control 
 escaped as ``%XX``; null and the empty string map to ``__HIVE_DEFAULT_PARTITION__`` as in Hive.
 
 **The file groups of a bucket.** Bucket ``b`` of a partition is one *canonical* file group,
-``<b:08d>-0000`` (``lakewarden.table.files.bucket_file_id``), which merges (upsert, delete,
-insert by ``Table.write`` or the Spark helper) rewrite. Spark appends cannot use it: without a
-shuffle several tasks hold rows of one bucket, and a file group gets one new base file per
-instant. So each task of an append writes its rows of bucket ``b`` into an **append group** of
-its own, ``<b:08d>-<instant>-<task>`` (``append_group``): still named by the bucket, so a key
-lives in its bucket's file groups, and unique per instant and task, so appends never overlap
-each other. ``BucketSlices`` finds, in a snapshot, the slices of a bucket in a partition.
+``<b:08d>-0000`` (``lakewarden.table.files.bucket_file_id``), which merges (upsert, delete)
+rewrite. Inserts do not use it: without a shuffle several Spark tasks hold rows of one bucket,
+a file group gets one new base file per instant, and an insert that rewrote the bucket would
+cost as much as the bucket. So each task of an insert (Spark's, ``Table.write``'s single
+task, the error table's) writes its rows of bucket ``b`` into an **append group** of its own,
+``<b:08d>-<instant>-<task>`` (``append_group``): still named by the bucket, so a key lives in
+its bucket's file groups, and unique per instant and task, so inserts never overlap each
+other nor a merge (which replaces only the append groups its snapshot had).
+``BucketSlices`` finds, in a snapshot, the slices of a bucket in a partition.
 
 A merge of bucket ``b`` reads the canonical group *and* every append group of ``b`` in the
 partition, writes the merged records to the canonical group and lists the append groups in

@@ -1,23 +1,25 @@
-"""The Python copy-on-write writer: ``Table.write(data, operation=...)``.
+"""The Python writer: ``Table.write(data, operation=...)``.
 
 A write is one transaction on the timeline (``lakewarden.table.transaction``):
 
 1. validate the input against the table schema: every record has a non-null record key and
    non-null values for required fields, else ``InvalidRecordError`` naming the record; nothing
    has touched the table yet, so nothing is committed;
-2. route every record to its bucket's canonical file group: partition path (Hive style) x
-   bucket (hash of the record key, ``lakewarden.table.bucket``); the file id of bucket ``b``
-   is fixed, so two writers of one bucket name the same file group and the conflict rules see
-   them overlap;
+2. route every record to its bucket: partition path (Hive style) x bucket (hash of the record
+   key, ``lakewarden.table.bucket``), whose canonical file group has a fixed file id;
 3. ``requested``, then load the snapshot as of that entry (the base this write builds on);
-4. ``inflight`` with the workload profile: per bucket touched, its canonical group and the
-   append groups Spark appends left beside it (``BucketSlices.file_groups``);
-5. per bucket, read the current base files of all its slices (canonical and append groups),
-   merge, and write a new base file of the canonical group with a fresh write token into the
-   write's manifest-committer task attempt (``lakewarden.commit``: a private file on a local
+4. ``inflight`` with the workload profile: for an insert, the new *append group* of every
+   bucket touched (``append_group(canonical, instant, 0)``, ``<bucket:08d>-<instant>-00000``,
+   as Spark's inserts and the error table name theirs); for an upsert or delete, per bucket
+   touched, its canonical group and the append groups beside it (``BucketSlices.file_groups``);
+5. per bucket, write one new base file with a fresh write token into the write's
+   manifest-committer task attempt (``lakewarden.commit``: a private file on a local
    filesystem, a pending multipart upload to its final key on S3); the attempt then saves its
-   manifest. The append groups read are replaced: their records are now in the canonical group
-   (``merge_bucket``);
+   manifest. An **insert** writes only its own rows, as the first base file of the bucket's
+   new append group: no base file of the table is read, so its cost is the input's, not the
+   table's. An **upsert or delete** reads the current base files of all the bucket's slices
+   (canonical and append groups), merges, and writes the canonical group; the append groups
+   read are replaced, their records now in the canonical group (``merge_bucket``);
 6. job commit and ``completed`` with the write statistics: ``lakewarden.table.job_commit.
    commit_instant``, the same function the Spark driver and the job-committer service run
    (the files are put in place, then ``completed`` is appended after the conflict rules). On a
@@ -38,6 +40,14 @@ A store that can neither rename nor hold back uploads (the in-memory test store)
 private staging: files go straight to their final keys (invisible until ``completed`` names
 them) and are deleted after a rollback.
 
+Conflicts follow from the groups each write names. Two inserts into one bucket name different
+new append groups, so both commit. An insert and an upsert (or delete) of one bucket also do
+not overlap: the merge replaces only the append groups its snapshot had, so an insert that
+completes before or after it keeps its group and its rows (insert does not deduplicate: a
+key inserted beside an upsert of the same key is stored twice, as with any insert of a key
+already present, until an upsert of that key). Two merges of one bucket always overlap in
+the canonical group.
+
 Merge semantics are in ``lakewarden.table.merge``; input validation in
 ``lakewarden.table.write_input``.
 
@@ -45,13 +55,14 @@ Every data file carries the meta columns ``_lw_commit_time`` (instant that wrote
 ``_lw_record_key`` (key text), ``_lw_partition_path`` and ``_lw_file_name``, before the user
 columns; readers strip them unless asked.
 
-On a merge-on-read table (``table_type="mor"``) every write is a ``deltacommit``. An upsert
-or delete of a bucket whose only slice is its canonical group with a base file appends one log
-block to that slice instead of rewriting it (``lakewarden.table.mor``: appended in place on a
-local filesystem, a new log file version on S3; written at the final key, since a block is
-invisible until the statistics name its attempt). Inserts, and buckets with no base file yet or
-with append groups beside the canonical one, are merged and written as base files as above
-(the merge reads each slice with its log blocks merged in).
+On a merge-on-read table (``table_type="mor"``) every write is a ``deltacommit``. An insert
+writes base files into new append groups as above. An upsert or delete of a bucket whose
+only slice is its canonical group with a base file appends one log block to that slice
+instead of rewriting it (``lakewarden.table.mor``: appended in place on a local filesystem, a
+new log file version on S3; written at the final key, since a block is invisible until the
+statistics name its attempt). Buckets with no base file yet or with append groups beside the
+canonical one are merged and written as base files as above (the merge reads each slice with
+its log blocks merged in).
 """
 
 from __future__ import annotations
@@ -68,7 +79,7 @@ from lakewarden.commit.stages.task import TaskCommitResult
 from lakewarden.errors import CommitStateUnknownError
 from lakewarden.storage import Storage
 from lakewarden.table._pool import shared_pool
-from lakewarden.table.bucket import BucketSlices, Routed, route_lazily
+from lakewarden.table.bucket import BucketSlices, Routed, append_group, route_lazily
 from lakewarden.table.config import META_FILE_NAME, TableConfig
 from lakewarden.table.coordinator import Coordinator, JobCommits
 from lakewarden.table.files import BaseFileName, WriteToken, file_key
@@ -77,7 +88,7 @@ from lakewarden.table.merge import BucketMerge, Merged, merge, merge_bucket, sta
 from lakewarden.table.mor import ingestion_action, log_slice, write_blocks
 from lakewarden.table.parquet_options import write_parquet
 from lakewarden.table.snapshot import snapshot_as_of_request
-from lakewarden.table.stats import CommitStats, WorkloadProfile, WriteStat
+from lakewarden.table.stats import CommitStats, FileGroupId, WorkloadProfile, WriteStat
 from lakewarden.table.timeline import Timeline
 from lakewarden.table.transaction import WriteTransaction
 from lakewarden.table.write_input import (
@@ -170,8 +181,8 @@ def write(
             state = ctx.timeline.load()
             base = snapshot_as_of_request(state, txn.instant, table=ctx.config.name)
             buckets = BucketSlices(base)
-            touched = dict.fromkeys(g for c in groups.groups for g in buckets.file_groups(c))
-            txn.inflight(WorkloadProfile(operation=operation, file_groups=tuple(touched)))  # 4
+            touched = _touched(buckets, groups.groups, operation, txn.instant)
+            txn.inflight(WorkloadProfile(operation=operation, file_groups=touched))  # 4
             attempt = _attempt(job)
             stats = _write_groups(ctx, txn.instant, buckets, groups, operation, attempt, written)
             committed = _commit_attempt(attempt)  # 5
@@ -241,6 +252,16 @@ def _by_service(
     )
 
 
+def _touched(
+    buckets: BucketSlices, canonical: Sequence[FileGroupId], operation: str, instant: str
+) -> tuple[FileGroupId, ...]:
+    """The workload profile's file groups (step 4): an insert's new append groups, else
+    every group of each bucket a merge reads and replaces (``BucketSlices.file_groups``)."""
+    if operation == "insert":
+        return tuple(append_group(c, instant, 0) for c in canonical)
+    return tuple(dict.fromkeys(g for c in canonical for g in buckets.file_groups(c)))
+
+
 def _write_groups(
     ctx: WriteContext,
     instant: str,
@@ -250,8 +271,9 @@ def _write_groups(
     attempt: TaskAttempt | None,
     written: list[str],
 ) -> CommitStats:
-    """Gather, merge and encode every bucket and write its canonical group into the task
-    attempt, in parallel (pyarrow releases the GIL in the gather and the encoding)."""
+    """Gather, merge and encode every bucket and write its new base file into the task
+    attempt (an insert's rows into a new append group, a merge into the canonical group), in
+    parallel (pyarrow releases the GIL in the gather and the encoding)."""
     groups = routed.groups
 
     attempt_id = str(attempt.attempt_id) if attempt is not None else f"{instant}-direct"
@@ -273,15 +295,20 @@ def _write_groups(
                 written=written,  # a failed write deletes its log files as its base files
             )
             return BucketMerge(Merged(None, deletes=stat.num_deletes)), stat
-        result = merge_bucket(
-            ctx.storage,
-            ctx.config,
-            group,
-            buckets.of(group),
-            incoming,
-            operation=operation,
-            instant=instant,
-        )
+        if operation == "insert":  # no base file is read: the rows alone, in a new group
+            rows = stamped(incoming, instant, ctx.config, operation)
+            result = BucketMerge(merge(operation, None, rows, ctx.config.ordering_field))
+            group = append_group(group, instant, 0)
+        else:
+            result = merge_bucket(
+                ctx.storage,
+                ctx.config,
+                group,
+                buckets.of(group),
+                incoming,
+                operation=operation,
+                instant=instant,
+            )
         merged = result.merged
         if not merged.changed or merged.table is None:
             return result, None

@@ -66,7 +66,7 @@ def test_retried_attempts_append_blocks_yet_every_committed_record_is_read_once(
     table = make_mor_table(table_dir)
     uri = str(table_dir)
     base = rows(range(40), ts=1)
-    table.write(base, "insert")  # base files in every bucket: the upsert appends log blocks
+    table.write(base, "upsert")  # canonical base files: the upsert appends log blocks
     update = rows(range(0, 40, 2), ts=2, note="v2")
     # Attempt 0 of every task dies: partition 0 right after appending its log block,
     # partition 1 after its task commit (its blocks and its manifest exist). Spark retries.
@@ -99,7 +99,7 @@ def test_the_accepted_attempt_wins_where_hudis_sequence_rule_loses_data(table_di
     speculative one finishes later (and, with a non-deterministic input, wrote other values).
     HUDI-6758's rule keeps the latest of equal sequences: the attempt Spark rejected."""
     table = make_mor_table(table_dir, buckets=1)
-    table.write(rows(range(10), ts=1), "insert")
+    table.write(rows(range(10), ts=1), "upsert")
     handle = _job.TableHandle.open(str(table_dir), None)
     spec, _ = _job.open_write(handle, "upsert", settings_json=None, merge=True)
     accepted = _attempt(spec, 0, rows(range(5), ts=2, note="accepted"))
@@ -156,7 +156,7 @@ def test_on_s3_each_attempt_writes_its_own_log_version_and_only_the_accepted_one
         table_type="merge_on_read",
         settings=s3_settings,
     )
-    table.write(rows(range(6), ts=1), "insert")
+    table.write(rows(range(6), ts=1), "upsert")
     encoded = encode_settings(s3_settings)
     handle = _job.TableHandle.open(uri, encoded)
     spec, _ = _job.open_write(handle, "upsert", settings_json=encoded, merge=True)
@@ -175,7 +175,7 @@ def _filtered_table(table_dir: Path) -> Table:
     """A merge-on-read table where an upsert changes which records match note == "x": every
     slice has log blocks (ids 0..11: region us for multiples of 3, eu otherwise)."""
     table = make_mor_table(table_dir)
-    table.write(rows(range(12), ts=1, note="x"), "insert")
+    table.write(rows(range(12), ts=1, note="x"), "upsert")
     table.write(rows(range(0, 12, 2), ts=2, note="y"), "upsert")
     table.write(rows([1, 3], ts=3, note="x"), "upsert")
     return table
@@ -209,8 +209,8 @@ def test_the_filters_option_prunes_slices_at_planning_and_filters_after_the_merg
 
 def test_the_filters_option_prunes_and_filters_plain_parquet_files_too(table_dir: Path) -> None:
     table = make_mor_table(table_dir)
-    table.write(rows(range(12), ts=1, note="x"), "insert")  # base files, no logs
-    table.write(rows(range(0, 12, 2), ts=2, note="y"), "insert")  # merged into base files
+    table.write(rows(range(12), ts=1, note="x"), "insert")  # base files (append groups), no logs
+    table.write(rows(range(0, 12, 2), ts=2, note="y"), "insert")  # more append groups
     spec = ReadSpec.parse({"path": str(table_dir), "filters": FILTERS, "columns": "id"})
     reader = LakewardenReader(spec, table_schema(spec))
     parts = reader.partitions()

@@ -158,7 +158,7 @@ def test_merge_on_read_compaction_runs_on_spark(
         settings=settings,
     )
     table = Table.open(uri, settings=settings)
-    table.write(rows(range(40)), "insert")
+    table.write(rows(range(40)), "upsert")
     table.write(rows(range(0, 40, 3), ts=2, note="v2"), "upsert")
     table.write(rows(range(1, 40, 7), ts=3), "delete")
     assert all(s.log_files for s in table.snapshot().slices.values())
@@ -194,7 +194,7 @@ def test_a_compaction_on_spark_sets_aside_what_the_evolved_schema_cannot_hold(
         table_type="merge_on_read",
     )
     table = Table.open(uri, settings=Settings())
-    table.write(rows(range(40)), "insert")
+    table.write(rows(range(40)), "upsert")
     table.write(rows(range(0, 40, 2), ts=2, note="v2"), "upsert")
     assert all(s.log_files for s in table.snapshot().slices.values())
     narrowed = pa.schema(

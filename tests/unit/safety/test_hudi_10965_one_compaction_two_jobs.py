@@ -39,7 +39,7 @@ from lakewarden.testing import ManualClock
 
 def test_hudi_10965_two_jobs_on_one_compaction_plan_commit_it_once(tmp_path: Path) -> None:
     table = new_table(tmp_path, table_type="merge_on_read")
-    table.write(rows("base", range(12)), "insert")
+    table.write(rows("base", range(12)), "upsert")
     table.write(rows("update", range(0, 12, 3), ts=2))
     expected = by_id(table)
     instant = str(table.schedule_compaction())

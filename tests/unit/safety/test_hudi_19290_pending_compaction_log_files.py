@@ -27,7 +27,7 @@ def test_hudi_19290_clean_keeps_every_log_file_a_pending_compaction_reads(
     tmp_path: Path, policy: CleanPolicy
 ) -> None:
     table = new_table(tmp_path / "t", table_type="mor")
-    table.write(rows("v0"), "insert")  # base files
+    table.write(rows("v0"), "upsert")  # base files
     for n in range(1, 4):  # log files on them
         table.write(rows(f"v{n}", range(0, 8, 2), ts=n + 1), "upsert")
     before = sorted(table.read().to_pylist(), key=lambda r: r["id"])
@@ -58,10 +58,13 @@ def test_hudi_19290_a_planned_slice_older_than_the_current_base_survives_too(
     compaction reads a slice whose base file a later write superseded. Every clean policy
     would delete that slice (it is in no retained snapshot) but for the pending plan."""
     table = new_table(tmp_path / "t", table_type="mor", buckets=1, partition_by=[])
-    first = table.write(rows("v0"), "insert").instant
+    first = table.write(rows("v0"), "upsert").instant
     table.write(rows("v1", range(0, 8, 2), ts=2), "upsert")  # a log file on that base
     old = table.snapshot().slices
-    table.write(rows("v2", ts=3), "insert")  # a new base: the old slice is superseded
+    table.write(rows("v2", range(8, 9), ts=3), "insert")  # an append group beside it
+    table.write(rows("v2", ts=3), "upsert")  # folds it: a new base, the old slice superseded
+    assert set(table.snapshot().slices) == set(old)
+    assert table.snapshot().slices != old
     compaction = WriteTransaction.begin(
         table.timeline_log,
         table.coordinator,

@@ -94,7 +94,8 @@ def test_changes_until_a_cleaned_instant_raises_the_named_error(
 ) -> None:
     table = make_table(store, table_type=table_type)
     first = table.write(batch("v0"), operation="insert").instant
-    table.write(batch("v1"), operation="insert")  # rewrites the file group: v0's file superseded
+    # The upsert folds the insert's append group into the canonical one: v0's file superseded.
+    table.write(batch("v1"), operation="upsert")
     assert table.clean(NO_WINDOW).files_deleted >= 1
     with pytest.raises(InstantCleanedError) as err:
         table.changes(None, until=first)

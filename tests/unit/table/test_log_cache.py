@@ -45,7 +45,7 @@ def log_paths(table: Table) -> list[str]:
 @pytest.fixture
 def table(tmp_path: Path) -> Table:
     table = Table.create(str(tmp_path / "t"), **ARGS)
-    table.write(rows((1, "eu", 1), (2, "eu", 1), (3, "us", 1)), "insert")
+    table.write(rows((1, "eu", 1), (2, "eu", 1), (3, "us", 1)), "upsert")
     table.write(rows((1, "eu", 2), (3, "us", 2)), "upsert")
     return table
 
@@ -92,7 +92,7 @@ def test_stores_without_direct_file_access_scan_every_time() -> None:
     config = TableConfig.new(**(ARGS | {"table_type": "mor"}))
     save_new_config(storage, config)
     table = Table(storage, config, coordinator=EmbeddedCoordinator())
-    table.write(rows((1, "eu", 1)), "insert")
+    table.write(rows((1, "eu", 1)), "upsert")
     table.write(rows((1, "eu", 2)), "upsert")
     for _ in range(2):
         assert as_set(table.read()) == {(1, "eu", 2)}

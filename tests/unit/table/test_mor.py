@@ -23,7 +23,7 @@ from lakewarden.logfile import MissingCommittedBlockError, scan_log
 from lakewarden.settings import Settings
 from lakewarden.storage import NotFoundError
 from lakewarden.table import mor as mor_module
-from lakewarden.table.bucket import route
+from lakewarden.table.bucket import append_group, route
 from lakewarden.table.clean import MissingDataFileError
 from lakewarden.table.config import TableConfig, save_new_config
 from lakewarden.table.coordinator import EmbeddedCoordinator
@@ -103,7 +103,7 @@ def log_stats(table: Table, instant: str) -> list[Any]:
 def test_upserts_and_deletes_are_deltacommits_that_append_log_blocks(make_table: MakeTable) -> None:
     table = make_table()
     assert table.config.table_type == "mor"
-    first = table.write(rows((1, "eu", 1, "a"), (2, "eu", 1, "b"), (3, "us", 1, "c")), "insert")
+    first = table.write(rows((1, "eu", 1, "a"), (2, "eu", 1, "b"), (3, "us", 1, "c")), "upsert")
     assert log_stats(table, first.instant) == []  # new file groups: base files
     second = table.write(rows((1, "eu", 2, "a2"), (3, "us", 0, "stale")), "upsert")
     third = table.write(rows((2, "eu", 9, "")), "delete")
@@ -129,7 +129,7 @@ def test_upserts_and_deletes_are_deltacommits_that_append_log_blocks(make_table:
 
 def test_every_deltacommit_writes_log_files_named_by_its_instant(make_table: MakeTable) -> None:
     table = make_table(buckets=1)
-    table.write(rows((1, "eu", 1, "a")), "insert")
+    table.write(rows((1, "eu", 1, "a")), "upsert")
     instants = [table.write(rows((1, "eu", ts, f"v{ts}")), "upsert").instant for ts in (2, 3, 4)]
     (file_slice,) = table.snapshot().slices.values()
     names = [LogFileName.parse(split_key(s.path)[1]) for s in file_slice.log_files]
@@ -146,7 +146,7 @@ def test_the_cleaner_rolls_back_a_failed_deltacommit_and_deletes_exactly_its_log
     make_table: MakeTable,
 ) -> None:
     table = make_table(buckets=1)
-    table.write(rows((1, "eu", 1, "a"), (2, "eu", 1, "b")), "insert")
+    table.write(rows((1, "eu", 1, "a"), (2, "eu", 1, "b")), "upsert")
     table.write(rows((1, "eu", 2, "a2")), "upsert")
     (committed,) = [s.path for sl in table.snapshot().slices.values() for s in sl.log_files]
     # A deltacommit whose tasks wrote log blocks (two attempts) and whose driver died.
@@ -190,7 +190,7 @@ def test_the_cleaner_rolls_back_a_failed_deltacommit_and_deletes_exactly_its_log
 
 def test_blocks_of_an_uncommitted_attempt_in_the_log_file_are_invisible(tmp_path: Path) -> None:
     table = Table.create(str(tmp_path / "t"), **(ARGS | {"table_type": "mor", "buckets": 1}))
-    table.write(rows((1, "eu", 1, "a"), (2, "eu", 1, "b")), "insert")
+    table.write(rows((1, "eu", 1, "a"), (2, "eu", 1, "b")), "upsert")
     table.write(rows((1, "eu", 2, "a2")), "upsert")
     (path,) = {s.path for sl in table.snapshot().slices.values() for s in sl.log_files}
     data = table.storage.read(path)
@@ -204,16 +204,24 @@ def test_blocks_of_an_uncommitted_attempt_in_the_log_file_are_invisible(tmp_path
         table.read()
 
 
-def test_a_merge_on_read_insert_into_a_slice_with_logs_rewrites_the_base_file(
+def test_a_merge_on_read_insert_writes_an_append_group_the_next_upsert_folds(
     make_table: MakeTable,
 ) -> None:
     table = make_table(buckets=1)
-    table.write(rows((1, "eu", 1, "a")), "insert")
+    table.write(rows((1, "eu", 1, "a")), "upsert")
     table.write(rows((1, "eu", 2, "b")), "upsert")
-    table.write(rows((2, "eu", 1, "c")), "insert")
+    inserted = table.write(rows((2, "eu", 1, "c")), "insert")
+    canonical, appended = sorted(
+        table.snapshot().slices.values(), key=lambda s: s.file_group.file_id
+    )
+    assert canonical.log_files != ()  # the slice with logs is left as it is
+    assert appended.file_group == append_group(canonical.file_group, inserted.instant, 0)
+    assert appended.log_files == () and appended.base_file is not None
+    assert as_set(table.read()) == {(1, "eu", 2, "b"), (2, "eu", 1, "c")}
+    table.write(rows((3, "eu", 1, "d")), "upsert")  # merged: one base file again
     (file_slice,) = table.snapshot().slices.values()
     assert file_slice.log_files == () and file_slice.base_file is not None
-    assert as_set(table.read()) == {(1, "eu", 2, "b"), (2, "eu", 1, "c")}
+    assert as_set(table.read()) == {(1, "eu", 2, "b"), (2, "eu", 1, "c"), (3, "eu", 1, "d")}
 
 
 def test_filters_apply_after_the_merge_and_partition_filters_skip_slices(
@@ -221,7 +229,7 @@ def test_filters_apply_after_the_merge_and_partition_filters_skip_slices(
 ) -> None:
     cow, mor = make_table("cow"), make_table()
     for table in (cow, mor):
-        table.write(rows((1, "eu", 1, "x"), (2, "eu", 1, "y"), (3, "us", 1, "x")), "insert")
+        table.write(rows((1, "eu", 1, "x"), (2, "eu", 1, "y"), (3, "us", 1, "x")), "upsert")
         # 1 stops matching v == "x", 2 starts matching, 3 (another partition) too.
         table.write(rows((1, "eu", 2, "y"), (2, "eu", 2, "x"), (3, "us", 2, "x")), "upsert")
     matching = pc.field("v") == "x"
@@ -253,7 +261,7 @@ def test_read_slices_gives_read_slice_of_every_slice_in_order(where: str, tmp_pa
     # file in the middle included.
     args = ARGS | {"table_type": "mor"}
     table = Table.create(str(tmp_path / "t"), **args) if where == "local" else memory_table("mor")
-    table.write(rows(*((i, ("eu", "us")[i % 2], 1, f"v{i}") for i in range(12))), "insert")
+    table.write(rows(*((i, ("eu", "us")[i % 2], 1, f"v{i}") for i in range(12))), "upsert")
     table.write(rows((1, "us", 2, "one"), (2, "eu", 0, "stale"), (4, "eu", 3, "four")), "upsert")
     table.write(rows((3, "us", 9, ""), (6, "eu", 9, "")), "delete")
     slices = list(table.snapshot().slices.values())
@@ -271,7 +279,7 @@ def test_read_slices_gives_read_slice_of_every_slice_in_order(where: str, tmp_pa
 def test_read_slices_reads_a_base_file_without_rows(tmp_path: Path) -> None:
     # A base file of no rows yields no batch from the scan: its slice still gets its logs.
     table = Table.create(str(tmp_path / "t"), **(ARGS | {"table_type": "mor", "buckets": 1}))
-    table.write(rows((1, "eu", 1, "a"), (2, "us", 1, "b"), (3, "us", 1, "c")), "insert")
+    table.write(rows((1, "eu", 1, "a"), (2, "us", 1, "b"), (3, "us", 1, "c")), "upsert")
     table.write(rows((1, "eu", 2, "a2"), (2, "us", 2, "b2")), "upsert")
     eu, us = sorted(table.snapshot().slices.values(), key=lambda s: s.file_group.partition_path)
     assert eu.base_file is not None
@@ -297,7 +305,7 @@ def test_partition_columns_the_path_fixes_are_added_after_the_merge_not_decoded(
     # every merged record gets its slice's value. A slice of records without a region (a
     # null partition value fixes nothing) makes the read carry the column for every slice.
     table = Table.create(str(tmp_path / "t"), **(ARGS | {"table_type": "mor"}))
-    table.write(rows(*((i, ("eu", "us")[i % 2], 1, f"v{i}") for i in range(8))), "insert")
+    table.write(rows(*((i, ("eu", "us")[i % 2], 1, f"v{i}") for i in range(8))), "upsert")
     table.write(rows((1, "us", 2, "one"), (2, "eu", 2, "two")), "upsert")
     scanned: list[list[str]] = []
     real = mor_module._scan_bases
@@ -331,7 +339,7 @@ def test_an_error_preparing_a_slices_logs_is_raised_by_the_read_and_stops_its_wo
     # Log sides are prepared by a worker thread: its error reaches the reader, and the
     # worker does not outlive the read.
     table = Table.create(str(tmp_path / "t"), **(ARGS | {"table_type": "mor"}))
-    table.write(rows(*((i, ("eu", "us")[i % 2], 1, f"v{i}") for i in range(8))), "insert")
+    table.write(rows(*((i, ("eu", "us")[i % 2], 1, f"v{i}") for i in range(8))), "upsert")
     table.write(rows(*((i, ("eu", "us")[i % 2], 2, f"w{i}") for i in range(8))), "upsert")
     paths = sorted({s.path for sl in table.snapshot().slices.values() for s in sl.log_files})
     assert len(paths) >= 2
@@ -343,7 +351,7 @@ def test_an_error_preparing_a_slices_logs_is_raised_by_the_read_and_stops_its_wo
 
 def test_a_memory_mapped_log_file_that_is_gone_is_a_named_error(tmp_path: Path) -> None:
     table = Table.create(str(tmp_path / "t"), **(ARGS | {"table_type": "mor", "buckets": 1}))
-    table.write(rows((1, "eu", 1, "a")), "insert")
+    table.write(rows((1, "eu", 1, "a")), "upsert")
     table.write(rows((1, "eu", 2, "a2")), "upsert")
     (path,) = {s.path for sl in table.snapshot().slices.values() for s in sl.log_files}
     table.storage.delete(path)

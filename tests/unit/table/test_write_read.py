@@ -335,7 +335,7 @@ def _eu_group(key: int, buckets: int) -> FileGroupId:
 
 def test_upsert_and_delete_merge_every_append_group_of_a_bucket(make_table: MakeTable) -> None:
     table = make_table(buckets=1)  # one bucket per partition: every "eu" key shares it
-    table.write(rows((1, "eu", 1, "a"), (2, "eu", 1, "b")), "insert")
+    table.write(rows((1, "eu", 1, "a"), (2, "eu", 1, "b")), "upsert")
     appended = append_like_spark(
         table,
         rows((3, "eu", 1, "c"), (1, "eu", 0, "a-again")),  # inserts may duplicate keys

@@ -37,7 +37,7 @@ from lakewarden.testing import SimulatedCrash
 def mor_table(make: MakeTable) -> tuple[Table, list[dict[str, Any]]]:
     """A merge-on-read table with log blocks in every slice it has, and what it reads as."""
     table = make(table_type="merge_on_read")
-    table.write(rows(*[(i, "eu" if i % 2 else "us", 1, f"a{i}") for i in range(12)]), "insert")
+    table.write(rows(*[(i, "eu" if i % 2 else "us", 1, f"a{i}") for i in range(12)]), "upsert")
     table.write(rows(*[(i, "eu" if i % 2 else "us", 2, f"b{i}") for i in range(0, 12, 3)]))
     table.write(rows(*[(i, "eu" if i % 2 else "us", 0, "") for i in range(1, 12, 4)]), "delete")
     table.write(rows((2, "us", 0, "stale"), (5, "eu", 3, "c5")))
@@ -70,7 +70,7 @@ def test_compaction_merges_log_blocks_into_base_files_and_changes_no_read(
 
 def test_copy_on_write_and_log_free_slices_have_nothing_to_compact(make_table: MakeTable) -> None:
     table = make_table(table_type="merge_on_read")
-    table.write(rows((1, "eu", 1, "a")), "insert")
+    table.write(rows((1, "eu", 1, "a")), "upsert")
     assert table.schedule_compaction() is None
 
 
@@ -151,7 +151,7 @@ def test_lakewarden_compact_schedule_and_run(tmp_path: Any) -> None:
         ordering_field="ts",
         table_type="merge_on_read",
     )
-    table.write(rows((1, "eu", 1, "a"), (2, "us", 1, "b")), "insert")
+    table.write(rows((1, "eu", 1, "a"), (2, "us", 1, "b")), "upsert")
     table.write(rows((1, "eu", 2, "a2")))
     runner = CliRunner()
     scheduled = runner.invoke(cli, ["compact", "schedule", uri])
@@ -184,7 +184,7 @@ def test_compact_schedule_takes_the_cancellation_policy_that_cluster_schedule_ta
         ordering_field="ts",
         table_type="merge_on_read",
     )
-    table.write(rows((1, "eu", 1, "a"), (2, "us", 1, "b")), "insert")
+    table.write(rows((1, "eu", 1, "a"), (2, "us", 1, "b")), "upsert")
     table.write(rows((1, "eu", 2, "a2"), (2, "us", 2, "b2")))
     args = ["compact", "schedule", uri, "--cancellable", "--max-age", "2h", "--max-instants", "5"]
     scheduled = CliRunner().invoke(cli, [*args, "--partition", "region=eu"])

@@ -70,7 +70,7 @@ def is_base_of(instant: str) -> Callable[[str], bool]:
 def mor_table(make: MakeTable) -> tuple[Table, dict[int, dict[str, Any]]]:
     """Base files and log blocks in both buckets of both partitions; records by id."""
     table = make(table_type="merge_on_read")
-    table.write(rows(*[(i, "eu" if i % 2 else "us", 1, f"a{i}") for i in range(12)]), "insert")
+    table.write(rows(*[(i, "eu" if i % 2 else "us", 1, f"a{i}") for i in range(12)]), "upsert")
     table.write(rows(*[(i, "eu" if i % 2 else "us", 2, f"b{i}") for i in range(0, 12, 3)]))
     assert all(s.log_files for s in table.snapshot().slices.values())
     return table, {r["id"]: r for r in as_sorted(table.read())}
