@@ -48,7 +48,6 @@ from lakewarden.errortable.table import (
 )
 from lakewarden.handle import TableHandle
 from lakewarden.table.bucket import append_group, route
-from lakewarden.table.config import META_FILE_NAME
 from lakewarden.table.coordinator import Liveness
 from lakewarden.table.files import BaseFileName, WriteToken, file_key
 from lakewarden.table.instant import Transition
@@ -230,8 +229,7 @@ def _write_file(
     name = BaseFileName(group.file_id, WriteToken(n, 0, 0), instant).render()
     key = file_key(group.partition_path, name)
     rows = stamped(part, instant, config, OPERATION)
-    rows = rows.append_column(META_FILE_NAME, pa.repeat(pa.scalar(name), len(rows)))
-    rows = rows.select(config.file_schema.names).cast(config.file_schema)
+    rows = config.stored_rows(rows, name)
     buffer = io.BytesIO()
     write_parquet(rows, buffer)
     attempt.write_file(key, buffer.getvalue())

@@ -147,7 +147,7 @@ def write(
                 data, keyed = _clustered(df, table, spec, txn, partitions)
             if native:
                 _native.write_files(df, table.config, spec, table.storage)
-                adopted = _native.adopt_files(table.storage, spec)
+                adopted = _native.adopt_files(table.storage, table.config, spec)
             else:
                 _save(data, spec, options or {}, encoded)
         except Exception as err:

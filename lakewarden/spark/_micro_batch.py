@@ -240,7 +240,7 @@ class MicroBatchWriter:
                     with clock.stage("spark_write"):
                         _native.write_files(rows, table.config, spec, table.storage, self._columns)
                     with clock.stage("adopt"):
-                        messages = [_native.adopt_files(table.storage, spec)]
+                        messages = [_native.adopt_files(table.storage, table.config, spec)]
                     client = session.commit_client() if self._by_service else None
                     with clock.stage("commit"):
                         _job.commit_write(

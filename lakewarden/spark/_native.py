@@ -44,9 +44,12 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -70,8 +73,9 @@ from lakewarden.spark._native_columns import (
 )
 from lakewarden.spark._options import WriteSpec
 from lakewarden.storage import Storage
+from lakewarden.table.bucket import append_group
 from lakewarden.table.config import META_FILE_NAME, META_PARTITION_PATH, TableConfig
-from lakewarden.table.files import BaseFileName, file_key
+from lakewarden.table.files import BaseFileName, WriteToken, bucket_file_id, file_key
 from lakewarden.table.parquet_options import COMPRESSION
 from lakewarden.table.stats import FileGroupId, WriteStat
 
@@ -154,7 +158,7 @@ def file_group_columns(
     return _native_columns.file_group_columns(df, config, spec.uri, spec.instant)
 
 
-def adopt_files(storage: Storage, spec: WriteSpec) -> TaskCommitMessage:
+def adopt_files(storage: Storage, config: TableConfig, spec: WriteSpec) -> TaskCommitMessage:
     """Step 3: Spark's promoted files as the task attempt 0 of task 0, committed. Each file's
     footer read and fsync run in a thread pool (they wait on the disk, not the interpreter;
     a micro-batch has tens of small files), the renames in order.
@@ -163,8 +167,10 @@ def adopt_files(storage: Storage, spec: WriteSpec) -> TaskCommitMessage:
     attempt = ManifestCommitter(storage, spec.job_id).task_attempt(0, 0)
     attempt.setup()
     files = list(_data_files(Path(_staging_path(storage, spec))))
+    root = Path(_staging_path(storage, spec))
+    named = partial(_durable_identity, root=root, config=config, instant=spec.instant)
     with ThreadPoolExecutor(max_workers=_ADOPT_THREADS, thread_name_prefix="lw-adopt") as pool:
-        found = list(pool.map(_durable_identity, files))
+        found = list(pool.map(named, files))
     stats: list[WriteStat] = []
     rows = 0
     for path, identity in zip(files, found, strict=True):
@@ -198,15 +204,22 @@ def adopt_files(storage: Storage, spec: WriteSpec) -> TaskCommitMessage:
     )
 
 
-def _durable_identity(path: Path) -> tuple[str, str, int] | None:
-    """(partition path, file name, rows) of one of Spark's files, fsynced (Spark does not;
-    the manifest must only name durable files); None for a file without rows.
+def _durable_identity(
+    path: Path, *, root: Path, config: TableConfig, instant: str
+) -> tuple[str, str, int] | None:
+    """(partition path, file name, rows) of one of Spark's files under ``root``, fsynced
+    (Spark does not; the manifest must only name durable files); None for a file without
+    rows. A table that stores the two meta columns (format version 1) has them read from
+    the file; else they come from the file's place (``_path_identity``).
 
     Raises: NativeWriteError."""
     meta = pq.ParquetFile(path).metadata
     if meta.num_rows == 0:
         return None
-    partition_path, name = _identity(path, meta)
+    if META_FILE_NAME in config.virtual_columns:
+        partition_path, name = _path_identity(path, root, instant)
+    else:
+        partition_path, name = _identity(path, meta)
     fsync_file(path)
     return partition_path, name, meta.num_rows
 
@@ -223,6 +236,44 @@ def _data_files(root: Path) -> Iterator[Path]:
         relative = path.relative_to(root).parts
         if not any(part.startswith(("_temporary", ".")) for part in relative):
             yield path
+
+
+# Spark's name for a task's file: ``part-<task partition id:05d>-<job uuid>.c<n>...``.
+_SPARK_FILE = re.compile(r"part-(\d+)-")
+# The directory value Spark writes for a null or empty partition value.
+_SPARK_NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
+
+
+def _path_identity(path: Path, root: Path, instant: str) -> tuple[str, str]:
+    """(partition path, file name) of one of Spark's files from where Spark put it: the
+    hidden partition directories ``<PATH_COLUMN>=<escaped path>/<BUCKET_COLUMN>=<bucket>``
+    and the task number in its name. The name is the one the SQL expressions of
+    ``_native_columns`` give a format version 1 file (the task's append group, token
+    ``<task>-0-0``).
+
+    Raises: NativeWriteError."""
+    parts = path.relative_to(root).parts
+    found = _SPARK_FILE.match(parts[-1]) if len(parts) == 3 else None
+    path_dir, bucket_dir = parts[:2] if found is not None else ("", "")
+    if (
+        found is None
+        or not path_dir.startswith(f"{PATH_COLUMN}=")
+        or not bucket_dir.startswith(f"{BUCKET_COLUMN}=")
+        or not bucket_dir.split("=", 1)[1].isdigit()
+    ):
+        raise NativeWriteError(
+            f"Spark wrote {path} outside the layout <{PATH_COLUMN}=...>/<{BUCKET_COLUMN}=...>/"
+            "part-<task>-...: its file group is unknown. Help: this is a bug in lakewarden's "
+            "Spark writer; nothing was committed."
+        )
+    escaped = path_dir.split("=", 1)[1]
+    # Spark escapes a partition directory's value as %XX (ExternalCatalogUtils): '%' itself
+    # included, so percent-decoding gives the value back.
+    partition_path = "" if escaped == _SPARK_NULL_PARTITION else unquote(escaped)
+    bucket, task = int(bucket_dir.split("=", 1)[1]), int(found.group(1))
+    canonical = FileGroupId(partition_path=partition_path, file_id=bucket_file_id(bucket))
+    group = append_group(canonical, instant, task)
+    return partition_path, BaseFileName(group.file_id, WriteToken(task, 0, 0), instant).render()
 
 
 def _identity(path: Path, meta: pq.FileMetaData) -> tuple[str, str]:

@@ -1,6 +1,6 @@
-"""The DataFrame Spark's own Parquet writer writes (``_native``): the table's file schema (the
-meta columns, then the table's columns in its types, each checked) plus two hidden partition
-columns (the row's partition path and bucket).
+"""The DataFrame Spark's own Parquet writer writes (``_native``): the table's stored schema (the
+meta columns a file stores, then the table's columns in its types, each checked) plus two
+hidden partition columns (the row's partition path and bucket).
 
 Building these column expressions costs a Py4J round trip for every ``F.*`` call: about 600
 for a ten-column table, which a streaming query paid for every micro-batch (22% of the
@@ -28,6 +28,7 @@ from lakewarden.table.bucket import (
     partition_codes,
 )
 from lakewarden.table.config import (
+    META_COLUMNS,
     META_COMMIT_TIME,
     META_FILE_NAME,
     META_PARTITION_PATH,
@@ -144,6 +145,10 @@ def _columns(build: _Build) -> list[Column]:
         path.alias(META_PARTITION_PATH),
         name.alias(META_FILE_NAME),
     ]
+    # From format version 2 the file's key gives these two (``TableConfig.virtual_columns``):
+    # the driver names the file from its hidden partition directories (``_native``).
+    virtual = set(config.virtual_columns)
+    columns = [c for c, n in zip(columns, META_COLUMNS, strict=True) if n not in virtual]
     for field in config.pa_schema:
         required = field.name == config.record_key or not field.nullable
         columns.append(_conformed(build, field.name, required=required).alias(field.name))

@@ -43,7 +43,7 @@ from lakewarden.spark._messages import TaskCommitMessage
 from lakewarden.spark._options import WriteSpec
 from lakewarden.storage import Storage, open_storage
 from lakewarden.table.bucket import BucketSlices, append_group, route
-from lakewarden.table.config import META_FILE_NAME, TableConfig, load_config
+from lakewarden.table.config import TableConfig, load_config
 from lakewarden.table.files import BaseFileName, WriteToken, file_key
 from lakewarden.table.merge import Merged, merge_bucket, stamped
 from lakewarden.table.mor import log_slice, write_blocks
@@ -232,7 +232,7 @@ class _OpenFile:
         self.group = group
         self.name, self.key = task.file_name(group)
         self.sink, self.handle = task.open(self.key)
-        self.writer = parquet_writer(self.sink, task.config.file_schema)
+        self.writer = parquet_writer(self.sink, task.config.stored_schema)
         self.records = 0
         self._pending: list[pa.Table] = []
         self._pending_rows = 0
@@ -290,8 +290,7 @@ def _append_rows(
 
 
 def _file_rows(table: pa.Table, name: str, config: TableConfig) -> pa.Table:
-    table = table.append_column(META_FILE_NAME, pa.repeat(pa.scalar(name), len(table)))
-    return table.select(config.file_schema.names).cast(config.file_schema)
+    return config.stored_rows(table, name)
 
 
 def _stat(

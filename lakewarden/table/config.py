@@ -27,7 +27,9 @@ from lakewarden.names import InvalidNameError, check_table_name
 from lakewarden.storage import AlreadyExistsError, NotFoundError, Storage
 from lakewarden.table.clean.policy import CleanPolicy
 
-FORMAT_VERSION = 1
+# 1: every data file stores the four meta columns. 2: base files leave out the two that their
+# path gives (``VIRTUAL_META_COLUMNS``); readers fill them from it.
+FORMAT_VERSION = 2
 CONFIG_KEY = ".lakewarden/table.json"
 
 # Columns the writer adds to every data file (Hudi's ``_hoodie_*`` meta columns).
@@ -36,6 +38,9 @@ META_RECORD_KEY = "_lw_record_key"
 META_PARTITION_PATH = "_lw_partition_path"
 META_FILE_NAME = "_lw_file_name"
 META_COLUMNS = (META_COMMIT_TIME, META_RECORD_KEY, META_PARTITION_PATH, META_FILE_NAME)
+# The meta columns a base file's key gives (``<partition path>/<file name>``): from format
+# version 2 they are not stored, and every reader fills them from the key (``with_virtual``).
+VIRTUAL_META_COLUMNS = (META_PARTITION_PATH, META_FILE_NAME)
 
 
 class NotATableError(NonRetryableError):
@@ -165,7 +170,7 @@ class TableConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    format_version: int = FORMAT_VERSION
+    format_version: int = Field(default=FORMAT_VERSION, ge=1, le=FORMAT_VERSION)
     table_id: str = Field(description="uuid4 string; the table's identity on the timeline")
     name: str = Field(min_length=1)
     table_type: TableType = "cow"
@@ -214,16 +219,20 @@ class TableConfig(BaseModel):
         clean_policy: CleanPolicy | None = None,
         publish_delta: bool = False,
         error_table: ErrorTableChoice | None = None,
+        format_version: int = FORMAT_VERSION,
     ) -> TableConfig:
         """A config with a fresh table id; ``table_type`` is ``cow``/``copy_on_write`` or
         ``mor``/``merge_on_read``; ``publish_delta`` publishes every completed instant as a
-        Delta Lake version from the start. Raises: InvalidTableConfigError."""
+        Delta Lake version from the start; ``format_version`` 1 makes a table whose files
+        store every meta column (for readers of lakewarden before version 2).
+        Raises: InvalidTableConfigError."""
         try:
             if name:  # empty: the field's own rule says so, with the other field errors
                 check_table_name(name)
         except InvalidNameError as err:
             raise InvalidTableConfigError(f"invalid table config: name: {err}") from err
         return _validated(
+            format_version=format_version,
             clean_policy=clean_policy or CleanPolicy(),
             publish=PublishConfig(delta=publish_delta),
             error_table=error_table,
@@ -243,6 +252,53 @@ class TableConfig(BaseModel):
         """The schema of every data file: the meta columns, then the table's columns."""
         meta = [pa.field(name, pa.string(), nullable=False) for name in META_COLUMNS]
         return pa.schema(meta + list(self.pa_schema), metadata=self.pa_schema.metadata)
+
+    @property
+    def virtual_columns(self) -> tuple[str, ...]:
+        """The meta columns base files leave out (none before format version 2)."""
+        return VIRTUAL_META_COLUMNS if self.format_version >= 2 else ()
+
+    @cached_property
+    def stored_schema(self) -> pa.Schema:
+        """The schema a base file stores: ``file_schema`` without ``virtual_columns``."""
+        schema = self.file_schema
+        for name in self.virtual_columns:
+            schema = schema.remove(schema.get_field_index(name))
+        return schema
+
+    def stored_rows(self, table: pa.Table, name: str) -> pa.Table:
+        """``table`` (the file schema, with or without ``_lw_file_name``) as the base file
+        ``name`` stores it: in ``stored_schema``, ``_lw_file_name`` set to ``name`` where it
+        is stored."""
+        if META_FILE_NAME in table.schema.names:
+            table = table.drop_columns([META_FILE_NAME])
+        if META_FILE_NAME not in self.virtual_columns:
+            table = table.append_column(META_FILE_NAME, pa.repeat(pa.scalar(name), len(table)))
+        return table.select(self.stored_schema.names).cast(self.stored_schema)
+
+    def with_virtual(
+        self,
+        table: pa.Table,
+        key: str,
+        partition_path: str,
+        columns: Sequence[str] | None = None,
+    ) -> pa.Table:
+        """``table`` (columns read from the base file at ``key``, in file schema order) with
+        the virtual meta columns among ``columns`` (None: all) added where missing, at their
+        file schema positions: the values a format version 1 file stores for them."""
+        wanted = self.virtual_columns if columns is None else columns
+        names = table.schema.names
+        missing = [n for n in self.virtual_columns if n in wanted and n not in names]
+        if not missing:
+            return table
+        values = {META_PARTITION_PATH: partition_path, META_FILE_NAME: key.rsplit("/", 1)[-1]}
+        for name in missing:
+            position = self.file_schema.get_field_index(name)
+            index = self.file_schema.get_field_index
+            before = sum(1 for n in table.schema.names if index(n) < position)
+            column = pa.repeat(pa.scalar(values[name], pa.string()), len(table))
+            table = table.add_column(before, self.file_schema.field(name), column)
+        return table
 
     @property
     def merge_on_read(self) -> bool:

@@ -128,7 +128,8 @@ def _slice_records(storage: Storage, config: TableConfig, file_slice: FileSlice)
     if not file_slice.log_files:
         if file_slice.base_file is None:
             return config.file_schema.empty_table()
-        return read_data_file(storage, file_slice.base_file.path)
+        base = file_slice.base_file
+        return read_data_file(storage, config, base.path, base.file_group.partition_path)
     # Imported here: lakewarden.table.mor merges with this module's ``merge``.
     from lakewarden.table.mor import read_slice
 

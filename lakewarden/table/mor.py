@@ -234,7 +234,7 @@ def read_slice(
     carried = merge_columns(schema, wanted, key=key, ordering=config.ordering_field)
     base: pa.Table | None = None
     if file_slice.base_file is not None:
-        base = _read_base(storage, file_slice.base_file.path, carried)
+        base = _read_base(storage, config, file_slice.base_file, carried)
     if file_slice.log_files:
         selection = slice_selection(storage, file_slice)
         selection.report()
@@ -353,14 +353,19 @@ def _as_table(batches: Sequence[pa.RecordBatch], schema: pa.Schema) -> pa.Table:
     return table if table.schema.equals(schema) else table.select(schema.names).cast(schema)
 
 
-def _read_base(storage: Storage, key: str, schema: pa.Schema) -> pa.Table:
+def _read_base(
+    storage: Storage, config: TableConfig, stat: WriteStat, schema: pa.Schema
+) -> pa.Table:
     """The ``schema`` columns of a base file. One ``ParquetFile`` read (memory-mapped when the
     file is local) costs a tenth less than ``pyarrow.parquet.read_table``, which builds a
     dataset around the file first; the base file is most of a merged read's cost.
 
     Raises: StorageError, pyarrow.ArrowInvalid (not a Parquet file)."""
+    key = stat.path
     path = storage.local_path(key)
     source: Any = path if path is not None else pa.BufferReader(storage.read(key))
+    virtual = set(config.virtual_columns)
     with pq.ParquetFile(source, memory_map=path is not None) as parquet:
-        table = parquet.read(columns=schema.names)
+        table = parquet.read(columns=[n for n in schema.names if n not in virtual])
+    table = config.with_virtual(table, key, stat.file_group.partition_path, schema.names)
     return table if table.schema.equals(schema) else table.select(schema.names).cast(schema)

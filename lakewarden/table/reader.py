@@ -34,7 +34,13 @@ import pyarrow.parquet as pq
 from lakewarden.errors import NonRetryableError
 from lakewarden.storage import Storage
 from lakewarden.table.bucket import MalformedPartitionPathError, parse_partition_path
-from lakewarden.table.config import META_COLUMNS, META_COMMIT_TIME, TableConfig
+from lakewarden.table.config import (
+    META_COLUMNS,
+    META_COMMIT_TIME,
+    META_FILE_NAME,
+    META_PARTITION_PATH,
+    TableConfig,
+)
 from lakewarden.table.log_cache import LogCache
 from lakewarden.table.snapshot import Changes, FileSlice, Snapshot
 from lakewarden.table.stats import WriteStat
@@ -62,17 +68,27 @@ class UnsupportedSliceError(NonRetryableError):
     routed through the Python merge)."""
 
 
-def read_data_file(storage: Storage, key: str, *, columns: Sequence[str] | None = None) -> pa.Table:
-    """One whole data file (the writer reads base files to merge them)."""
+def read_data_file(
+    storage: Storage,
+    config: TableConfig,
+    key: str,
+    partition_path: str,
+    *,
+    columns: Sequence[str] | None = None,
+) -> pa.Table:
+    """One whole base file in the file schema, or its ``columns`` (the writer reads base files
+    to merge them); the meta columns it leaves out are filled from ``key``."""
     path = storage.local_path(key)
     source: Any = path if path is not None else pa.BufferReader(storage.read(key))
-    selected = list(columns) if columns is not None else None
+    virtual = set(config.virtual_columns)
+    selected = [c for c in columns if c not in virtual] if columns is not None else None
     # One file, so ``ParquetFile``, not ``pq.read_table``: that builds a dataset per call
     # (filesystem resolution, discovery), half the cost of reading a small base file, and a
     # small write reads one per bucket. No partitioning either: a path under "k=v/" must
     # not grow a dictionary column "k".
     with pq.ParquetFile(source) as file:
-        return file.read(columns=selected)
+        table = file.read(columns=selected)
+    return config.with_virtual(table, key, partition_path, columns)
 
 
 def read_snapshot(
@@ -277,12 +293,25 @@ def _dataset(
         parquet.make_fragment(
             to_path(stat.path),
             filesystem=filesystem,
-            partition_expression=partition_expression(config, stat.file_group.partition_path),
+            partition_expression=_file_expression(config, stat),
             file_size=stat.size_bytes,
         )
         for stat in files
     ]
     return ds.FileSystemDataset(fragments, schema, parquet, filesystem)
+
+
+def _file_expression(config: TableConfig, stat: WriteStat) -> pc.Expression:
+    """What every record of the file ``stat`` satisfies: its partition values and, for the
+    meta columns the file leaves out (``TableConfig.virtual_columns``), the values its key
+    gives; the scan fills a column missing from a file from this expression."""
+    partition = stat.file_group.partition_path
+    condition = partition_expression(config, partition)
+    if META_PARTITION_PATH in config.virtual_columns:
+        condition = condition & (pc.field(META_PARTITION_PATH) == partition)
+    if META_FILE_NAME in config.virtual_columns:
+        condition = condition & (pc.field(META_FILE_NAME) == stat.path.rsplit("/", 1)[-1])
+    return condition
 
 
 def _columns(config: TableConfig, columns: Sequence[str] | None, with_meta: bool) -> list[str]:

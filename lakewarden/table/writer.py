@@ -80,7 +80,7 @@ from lakewarden.errors import CommitStateUnknownError
 from lakewarden.storage import Storage
 from lakewarden.table._pool import shared_pool
 from lakewarden.table.bucket import BucketSlices, Routed, append_group, route_lazily
-from lakewarden.table.config import META_FILE_NAME, TableConfig
+from lakewarden.table.config import TableConfig
 from lakewarden.table.coordinator import Coordinator, JobCommits
 from lakewarden.table.files import BaseFileName, WriteToken, file_key
 from lakewarden.table.job_commit import STAGE_WRITE_FILES, CommitRequest, abandon, commit_instant
@@ -351,8 +351,7 @@ def _write_groups(
 
 
 def _file_bytes(config: TableConfig, name: str, table: pa.Table) -> bytes:
-    table = table.append_column(META_FILE_NAME, pa.repeat(pa.scalar(name), len(table)))
-    table = table.select(config.file_schema.names).cast(config.file_schema)
+    table = config.stored_rows(table, name)
     # An Arrow buffer, not io.BytesIO: the encoder writes its pages without taking the GIL.
     buffer = pa.BufferOutputStream()
     write_parquet(table, buffer)

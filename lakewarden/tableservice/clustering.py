@@ -138,7 +138,10 @@ class ClusteringStrategy(FileGroupStrategy):
 
     def _records(self, job: RewriteJob, slices: Sequence[PlannedSlice]) -> pa.Table:
         tables = [
-            stored(read_data_file(job.storage, path), job.config)
+            stored(
+                read_data_file(job.storage, job.config, path, s.file_group.partition_path),
+                job.config,
+            )
             for s in slices
             for path in s.paths
         ]

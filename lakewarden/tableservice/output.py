@@ -22,7 +22,7 @@ import pyarrow as pa
 
 from lakewarden.commit import CommitterOptions, ManifestCommitter, TaskAttempt
 from lakewarden.storage import Storage
-from lakewarden.table.config import META_FILE_NAME, TableConfig
+from lakewarden.table.config import TableConfig
 from lakewarden.table.files import BaseFileName, WriteToken, file_key
 from lakewarden.table.job_commit import check_statistics
 from lakewarden.table.parquet_options import write_parquet
@@ -55,9 +55,8 @@ def service_job_id(instant: str, attempt: int) -> str:
 
 
 def file_bytes(config: TableConfig, name: str, table: pa.Table) -> bytes:
-    """A base file's bytes: ``table`` (the merge schema) with ``_lw_file_name`` set."""
-    table = table.append_column(META_FILE_NAME, pa.repeat(pa.scalar(name), len(table)))
-    table = table.select(config.file_schema.names).cast(config.file_schema)
+    """A base file's bytes: ``table`` (the merge schema) as the file ``name`` stores it."""
+    table = config.stored_rows(table, name)
     buffer = io.BytesIO()
     write_parquet(table, buffer)
     return buffer.getvalue()

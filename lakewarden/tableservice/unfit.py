@@ -208,6 +208,7 @@ def _wide_merge(job: RewriteJob, file_slice: FileSlice) -> tuple[pa.Table, Selec
         path = file_slice.base_file.path
         try:
             base = _read_parquet(job.storage, path, config.file_schema.names)
+            base = config.with_virtual(base, path, file_slice.file_group.partition_path)
         except OSError:
             raise
         except _ARROW_ERRORS as err:
