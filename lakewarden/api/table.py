@@ -42,7 +42,13 @@ from lakewarden.table.clean import (
     check_not_cleaned,
     read_past_cleans,
 )
-from lakewarden.table.config import ErrorTableChoice, TableConfig, load_config, save_new_config
+from lakewarden.table.config import (
+    FORMAT_VERSION,
+    ErrorTableChoice,
+    TableConfig,
+    load_config,
+    save_new_config,
+)
 from lakewarden.table.coordinator import Coordinator
 from lakewarden.table.log_cache import LogCache
 from lakewarden.table.reader import (
@@ -101,6 +107,7 @@ class Table(TableHandle):
         coordinator: Coordinator | None = None,
         settings: Settings | None = None,
         error_table: ErrorTableChoice | Literal["local", "global"] | None = None,
+        format_version: int = FORMAT_VERSION,
     ) -> Table:
         """Create a table at ``uri`` (a path, ``file://`` or ``s3://bucket/prefix``). Without a
         ``coordinator``, the shared one ``settings`` call for (see the module docstring).
@@ -109,6 +116,8 @@ class Table(TableHandle):
         ``error_table``: where its failed records go, recorded in its config (``"local"``,
         ``"global"``, or an ``ErrorTableChoice`` naming the suffix, or the global name and
         base path); None leaves it to the settings of each writer and of the error-sink.
+        ``format_version``: 1 makes base files store every meta column, as lakewarden did
+        before version 2 (for readers that predate it).
 
         Raises: InvalidTableConfigError, TableAlreadyExistsError, ConfigurationError,
         UnpublishableSchemaError."""
@@ -125,6 +134,7 @@ class Table(TableHandle):
             error_table=ErrorTableChoice(kind=error_table)
             if isinstance(error_table, str)
             else error_table,
+            format_version=format_version,
         )
         if publish_delta:
             schema_string(config.pa_schema)  # a schema Delta cannot express: refused up front
