@@ -9,6 +9,7 @@ from typing import Any
 import pyarrow as pa
 
 from lakewarden.api.table import Table
+from lakewarden.table.config import FORMAT_VERSION
 from lakewarden.table.instant import Transition
 
 SCHEMA = pa.schema(
@@ -22,7 +23,9 @@ SCHEMA = pa.schema(
 )
 
 
-def make_table(path: Path, *, buckets: int = 2, partitioned: bool = True) -> Table:
+def make_table(
+    path: Path, *, buckets: int = 2, partitioned: bool = True, format_version: int = FORMAT_VERSION
+) -> Table:
     return Table.create(
         str(path),
         name="orders",
@@ -31,6 +34,7 @@ def make_table(path: Path, *, buckets: int = 2, partitioned: bool = True) -> Tab
         partition_by=["region"] if partitioned else [],
         ordering_field="ts",
         buckets=buckets,
+        format_version=format_version,
     )
 
 

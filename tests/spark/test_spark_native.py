@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 from _spark_helpers import (
@@ -28,7 +29,12 @@ import lakewarden.spark
 from lakewarden.settings import ErrorTableSettings, Settings
 from lakewarden.spark import InvalidOptionError, SparkWriteError
 from lakewarden.table.bucket import bucket_prefix
-from lakewarden.table.config import META_COLUMNS, META_FILE_NAME
+from lakewarden.table.config import (
+    FORMAT_VERSION,
+    META_COLUMNS,
+    META_FILE_NAME,
+    META_PARTITION_PATH,
+)
 from lakewarden.table.files import BaseFileName
 from lakewarden.table.instant import Transition
 from lakewarden.testing.faults import fault_plan, first_attempt
@@ -36,18 +42,20 @@ from lakewarden.testing.faults import fault_plan, first_attempt
 pytestmark = pytest.mark.spark
 
 
-def _meta_rows(root: Path, table: lakewarden.Table) -> list[dict[str, Any]]:
-    """The record key text and partition path of every committed row, with its id."""
-    parts = [
-        pq.read_table(root / path, columns=["id", *META_COLUMNS[1:3]], partitioning=None)
-        for path in committed_files(table)
-    ]
-    return sorted(pa.concat_tables(parts).to_pylist(), key=lambda row: int(row["id"]))
+def _meta_rows(table: lakewarden.Table) -> list[dict[str, Any]]:
+    """The record key text and partition path of every committed row, with its id, as the
+    table's reader gives them (format version 2 files do not store the partition path)."""
+    read = lakewarden.read(table.uri, columns=["id", *META_COLUMNS[1:3]])
+    return sorted(read.to_pylist(), key=lambda row: int(row["id"]))
 
 
-def test_native_bulk_insert_writes_what_the_python_path_writes(spark: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize("version", [1, FORMAT_VERSION])
+def test_native_bulk_insert_writes_what_the_python_path_writes(
+    spark: Any, tmp_path: Path, version: int
+) -> None:
     data = rows(range(300))
-    native, python = make_table(tmp_path / "native"), make_table(tmp_path / "python")
+    native = make_table(tmp_path / "native", format_version=version)
+    python = make_table(tmp_path / "python", format_version=version)
     done = lakewarden.spark.write(
         spark_df(spark, data), native.uri, "bulk_insert", options={"writer": "spark"}
     )
@@ -58,10 +66,11 @@ def test_native_bulk_insert_writes_what_the_python_path_writes(spark: Any, tmp_p
     assert states(native) == [Transition.COMPLETED]
     assert sorted_rows(lakewarden.read(native.uri)) == sorted_rows(data)
     # The meta columns (record key text, partition path) are the Python path's.
-    assert _meta_rows(tmp_path / "native", native) == _meta_rows(tmp_path / "python", python)
+    assert _meta_rows(native) == _meta_rows(python)
     assert files_on_disk(tmp_path / "native") == committed_files(native)
     stats = done.stats.write_stats
     assert sum(s.num_records for s in stats) == 300 == sum(s.num_inserts for s in stats)
+    by_file = lakewarden.read(native.uri, columns=list(META_COLUMNS[2:]))
     for stat in stats:
         name = BaseFileName.parse(stat.path.rsplit("/", 1)[-1])
         assert name.file_id == stat.file_group.file_id and name.instant == done.instant
@@ -69,10 +78,16 @@ def test_native_bulk_insert_writes_what_the_python_path_writes(spark: Any, tmp_p
         assert str(name.write_token).endswith("-0-0")
         file = pq.read_table(tmp_path / "native" / stat.path, partitioning=None)
         assert file.num_rows == stat.num_records
-        assert set(file.column(META_FILE_NAME).to_pylist()) == {stat.path.rsplit("/", 1)[-1]}
-        assert set(file.column("_lw_partition_path").to_pylist()) == {
-            stat.file_group.partition_path
-        }
+        # What the file stores (read without lakewarden), and what readers give for it.
+        assert file.schema.names == native.config.stored_schema.names
+        # A file name is unique within its partition: the key is both.
+        mine = by_file.filter(
+            (pc.field(META_PARTITION_PATH) == stat.file_group.partition_path)
+            & (pc.field(META_FILE_NAME) == name.render())
+        )
+        assert mine.num_rows == stat.num_records
+        if version == 1:
+            assert set(file.column(META_FILE_NAME).to_pylist()) == {name.render()}
     # An upsert after it merges the append groups, as after a Python-path bulk_insert.
     lakewarden.spark.write(spark_df(spark, rows(range(0, 300, 2), ts=2, note="v2")), native.uri)
     expected = {r["id"]: r for r in sorted_rows(data)}
@@ -80,6 +95,35 @@ def test_native_bulk_insert_writes_what_the_python_path_writes(spark: Any, tmp_p
     assert sorted_rows(lakewarden.read(native.uri)) == sorted(
         expected.values(), key=lambda r: r["id"]
     )
+
+
+@pytest.mark.parametrize("partitioned", [True, False])
+def test_native_file_names_come_from_spark_directories(
+    spark: Any, tmp_path: Path, partitioned: bool
+) -> None:
+    """A format version 2 file is named from Spark's hidden partition directories, whose
+    values Spark escapes ('/', '=', '%'; an unpartitioned table's empty path is Hive's
+    default partition): the names and partition paths are the Python path's."""
+    data = rows(range(60))
+    regions = ["us/west=1", "a%41b", "eu", "x y"]
+    data = data.set_column(1, "region", pa.array([regions[i % 4] for i in range(60)]))
+    native = make_table(tmp_path / "native", partitioned=partitioned)
+    python = make_table(tmp_path / "python", partitioned=partitioned)
+    done = lakewarden.spark.write(
+        spark_df(spark, data), native.uri, "bulk_insert", options={"writer": "spark"}
+    )
+    lakewarden.spark.write(
+        spark_df(spark, data), python.uri, "bulk_insert", options={"writer": "python"}
+    )
+    assert sorted_rows(lakewarden.read(native.uri)) == sorted_rows(data)
+    assert _meta_rows(native) == _meta_rows(python)
+    paths = {s.file_group.partition_path for s in done.stats.write_stats}
+    assert paths == (
+        {"region=us%2Fwest%3D1", "region=a%2541b", "region=eu", "region=x y"}
+        if partitioned
+        else {""}
+    )
+    assert files_on_disk(tmp_path / "native") == committed_files(native)
 
 
 def test_a_failed_attempt_is_retried_and_never_duplicates(spark: Any, tmp_path: Path) -> None:
