@@ -32,7 +32,6 @@ import pyarrow.parquet as pq
 from benchmarks._registry import BenchContext, Result, benchmark
 from lakewarden.api.table import Table
 from lakewarden.table.bucket import append_group, bucket_prefix, route
-from lakewarden.table.config import META_FILE_NAME
 from lakewarden.table.files import BaseFileName, WriteToken, file_key
 from lakewarden.table.merge import stamped
 from lakewarden.table.stats import CommitStats, WorkloadProfile, WriteStat
@@ -74,9 +73,8 @@ def _spark_like_append(table: Table, rows_per_task: int) -> int:
             name = BaseFileName(group.file_id, WriteToken(task, 0, 0), txn.instant).render()
             key = file_key(group.partition_path, name)
             data = stamped(part, txn.instant, config, "insert")
-            data = data.append_column(META_FILE_NAME, pa.repeat(pa.scalar(name), len(part)))
             buffer = io.BytesIO()
-            pq.write_table(data.select(config.file_schema.names), buffer)
+            pq.write_table(config.stored_rows(data, name), buffer)
             table.storage.write_if_absent(key, buffer.getvalue())
             written.append(
                 WriteStat(

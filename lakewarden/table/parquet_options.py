@@ -17,9 +17,9 @@ the bytes beside Spark's own files). Two causes, neither inherent to copy-on-wri
   at a similar speed, and every engine that reads Parquet reads it (Spark, DuckDB, Polars,
   pandas, Trino).
 
-What remains inherent: the meta columns (``_lw_record_key`` repeats the key as text; the other
-three are one dictionary entry per file), and copy-on-write's rewrite of every file group an
-upsert touches until the cleaner deletes the superseded slices.
+What remains inherent: the stored meta columns (``_lw_record_key`` repeats the key as text;
+``_lw_commit_time`` is one dictionary entry per file), and copy-on-write's rewrite of every
+file group an upsert touches until the cleaner deletes the superseded slices.
 """
 
 from __future__ import annotations

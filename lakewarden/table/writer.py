@@ -51,9 +51,11 @@ the canonical group.
 Merge semantics are in ``lakewarden.table.merge``; input validation in
 ``lakewarden.table.write_input``.
 
-Every data file carries the meta columns ``_lw_commit_time`` (instant that wrote the record),
+Every record has the meta columns ``_lw_commit_time`` (instant that wrote the record),
 ``_lw_record_key`` (key text), ``_lw_partition_path`` and ``_lw_file_name``, before the user
-columns; readers strip them unless asked.
+columns; readers strip them unless asked. A base file stores the first two (at table format
+version 1, all four); the last two are its key's, and readers fill them from it
+(``TableConfig.stored_schema``, ``TableConfig.with_virtual``).
 
 On a merge-on-read table (``table_type="mor"``) every write is a ``deltacommit``. An insert
 writes base files into new append groups as above. An upsert or delete of a bucket whose

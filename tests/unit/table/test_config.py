@@ -116,7 +116,9 @@ def test_newer_format_version_is_named_before_validation() -> None:
     raw = json.loads(make().to_json())
     raw["format_version"] = FORMAT_VERSION + 1
     raw["a_field_from_the_future"] = {"x": 1}
-    with pytest.raises(UnsupportedFormatVersionError, match=f"format_version {FORMAT_VERSION + 1}") as info:
+    with pytest.raises(
+        UnsupportedFormatVersionError, match=f"format_version {FORMAT_VERSION + 1}"
+    ) as info:
         parse_config(json.dumps(raw).encode(), location="s3://b/t")
     assert "Help: upgrade lakewarden" in str(info.value)
     assert isinstance(info.value, NonRetryableError)

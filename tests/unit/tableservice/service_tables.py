@@ -12,7 +12,6 @@ import pyarrow.parquet as pq
 
 from lakewarden.api.table import Table
 from lakewarden.table.bucket import append_group, route
-from lakewarden.table.config import META_FILE_NAME
 from lakewarden.table.coordinator import Coordinator
 from lakewarden.table.files import BaseFileName, WriteToken, file_key
 from lakewarden.table.instant import Action
@@ -64,11 +63,8 @@ def append(table: Table, *shares: pa.Table, complete: bool = True) -> WriteTrans
             name = BaseFileName(group.file_id, WriteToken(task, 0, 0), txn.instant).render()
             key = file_key(group.partition_path, name)
             records = stamped(part, txn.instant, config, "insert")
-            records = records.append_column(META_FILE_NAME, pa.repeat(pa.scalar(name), len(part)))
             buffer = io.BytesIO()
-            pq.write_table(
-                records.select(config.file_schema.names).cast(config.file_schema), buffer
-            )
+            pq.write_table(config.stored_rows(records, name), buffer)
             table.storage.write_if_absent(key, buffer.getvalue())
             written.append(
                 WriteStat(
