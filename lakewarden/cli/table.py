@@ -23,6 +23,7 @@ import pyarrow as pa
 
 from lakewarden.api.table import Table
 from lakewarden.settings import Settings
+from lakewarden.table.config import FORMAT_VERSION
 from lakewarden.table.timeline_state import InstantState, TimelineEntry, TimelineState
 
 _LAST_INSTANTS = 10
@@ -77,6 +78,13 @@ def command() -> None:
     default=False,
     help="Publish every commit as a Delta Lake version in _delta_log/.",
 )
+@click.option(
+    "--format-version",
+    default=FORMAT_VERSION,
+    show_default=True,
+    type=click.IntRange(min=1, max=FORMAT_VERSION),
+    help="1: base files store every meta column (for lakewarden installs older than 2).",
+)
 def create(
     uri: str,
     record_key: str,
@@ -87,6 +95,7 @@ def create(
     table_type: str,
     name: str | None,
     publish_delta: bool,
+    format_version: int,
 ) -> None:
     """Create a table at URI (fails if one exists)."""
     table = Table.create(
@@ -99,6 +108,7 @@ def create(
         table_type=cast(Literal["cow", "mor"], table_type),
         buckets=buckets,
         publish_delta=publish_delta,
+        format_version=format_version,
         settings=Settings(),
     )
     click.echo(f"created table {table.name} ({table.table_id}) at {table.uri}")

@@ -67,3 +67,16 @@ def test_payload_summary_is_generic() -> None:
         "operation=compaction cancellable=True plan={service} file_groups=[2]"
     )
     assert payload_summary({"reason": "r" * 300}).endswith("...")
+
+
+def test_create_at_format_version_1(tmp_path: Path) -> None:
+    uri = str(tmp_path / "legacy")
+    _run("table", "create", uri, "--record-key", "id", "--column", "id:int64",
+         "--format-version", "1")  # fmt: skip
+    assert Table.open(uri).config.format_version == 1
+    assert "format version 1" in _run("table", "show", uri)
+    refused = CliRunner().invoke(
+        cli, ["table", "create", str(tmp_path / "t"), "--record-key", "id", "--column",
+              "id:int64", "--format-version", "3"]
+    )  # fmt: skip
+    assert refused.exit_code == 2 and "format-version" in refused.output
