@@ -32,7 +32,7 @@ from lakewarden.table.clean.policy import CleanPolicy
 FORMAT_VERSION = 2
 CONFIG_KEY = ".lakewarden/table.json"
 
-# Columns the writer adds to every data file (Hudi's ``_hoodie_*`` meta columns).
+# The meta columns of every record (Hudi's ``_hoodie_*`` meta columns), before the table's.
 META_COMMIT_TIME = "_lw_commit_time"
 META_RECORD_KEY = "_lw_record_key"
 META_PARTITION_PATH = "_lw_partition_path"
@@ -292,9 +292,9 @@ class TableConfig(BaseModel):
         if not missing:
             return table
         values = {META_PARTITION_PATH: partition_path, META_FILE_NAME: key.rsplit("/", 1)[-1]}
+        index = self.file_schema.get_field_index
         for name in missing:
-            position = self.file_schema.get_field_index(name)
-            index = self.file_schema.get_field_index
+            position = index(name)
             before = sum(1 for n in table.schema.names if index(n) < position)
             column = pa.repeat(pa.scalar(values[name], pa.string()), len(table))
             table = table.add_column(before, self.file_schema.field(name), column)
