@@ -11,7 +11,8 @@ from heartbeat-monitor, which must be running.
 Steps: 1. logfmt logging; 2. the topics exist (created idempotently, the registry's changelog
 compacted); 3. the clean thread starts and the Kafka loop runs; SIGTERM/SIGINT stop the loop
 (producer flushed, offsets committed, group left); 4. once the first assignment and its
-recovery completed, the health endpoint listens.
+recovery completed, the health endpoint listens. Once the topics exist, a thread connects the
+clean's Kafka clients (``CleanWorker.warm_up``) so that the first clean does not wait for them.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from lakewarden_services.cleaner.worker import CleanWorker
 @functools.cache
 def _coordinator() -> Coordinator:
     # The table lock is timeline-lock's lease, liveness heartbeat-monitor's: Kafka or refuse.
-    # Built on the first clean, on the clean thread: no network IO before the loop runs.
+    # Built and connected by the warm-up thread once the topics exist (or by the first clean).
     return connect(settings, require_kafka=True).coordinator
 
 
@@ -51,8 +52,13 @@ def main() -> NoReturn:
     cleaning.start(threading.Event())
     loop: TableLoop | None = None
 
+    warmed = False
+
     def build() -> TableLoop:
-        nonlocal loop
+        nonlocal loop, warmed
+        if not warmed:  # the topics exist now: connect the clean's clients beside the loop
+            warmed = True
+            threading.Thread(target=worker.warm_up, name="clean-warm-up", daemon=True).start()
         loop = build_loop(
             settings,
             queue,
