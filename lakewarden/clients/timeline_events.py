@@ -79,7 +79,7 @@ class TimelinePublisher:
         Never raises: a failure is logged, and the first ``publish`` tries again."""
         with self._guard:
             try:
-                self._client()
+                self._client().connect(TIMELINE, _FLUSH_TIMEOUT_S)
             except LakewardenError as err:
                 log.warning("timeline announcer not connected yet: %s", err)
 
