@@ -132,11 +132,13 @@ class EventHandler:
             if entry and entry.get("partition") in partitions
         )
 
-    def sweep(self, partitions: Collection[int], *, why: str = "periodic sweep") -> int:
-        """Queue every owned table (behind the triggered ones); returns how many."""
+    def sweep(self, partitions: Collection[int], *, source: str = "sweep") -> int:
+        """Queue every table registered in ``partitions`` (behind the triggered ones): the
+        periodic sweep (``sweep``) or partitions just gained (``assigned``); how many."""
         owned = self.owned(partitions)
-        metrics.TABLES_OWNED.set(len(owned))
-        source = "sweep" if why == "periodic sweep" else "assigned"
+        if source == "sweep":  # all of them: else only the gained ones
+            metrics.TABLES_OWNED.set(len(owned))
+        why = "periodic sweep" if source == "sweep" else "partition assigned"
         for table_id in owned:
             self.enqueue(Trigger(table_id, why), source)
         return len(owned)
@@ -150,7 +152,7 @@ class EventHandler:
         gained, self._partitions = now - self._partitions, now
         mine = set(self.owned(now))
         dropped = self.queue.retain(mine.__contains__)
-        queued = self.sweep(gained, why="partition assigned") if gained else 0
+        queued = self.sweep(gained, source="assigned") if gained else 0
         metrics.QUEUED.set(len(self.queue))
         log.info(
             "assignment followed",
