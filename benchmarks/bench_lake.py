@@ -390,6 +390,9 @@ def _scaling_burst(lake: _Lake, cleans: _Cleans, ids: list[str], uris: list[str]
     cpu = {c.pid: _cpu_s(c.pid) for c in lake.cleaners if c.pid is not None}
     phases = {c.instance_id: _phases(c) for c in lake.cleaners}
     producer = EventProducer(lake.settings, producer_id="bench-lake")
+    # Connected before the clock starts: the burst is the cleaners' time, not this client's
+    # connection to the broker (created at its first send otherwise).
+    producer.connect(CLEAN_REQUESTS)
     started = time.time()
     # A sweep may clean a table between its new garbage and the burst: it counts as done.
     early = len(cleans.cleaned_since(ids, garbage))
