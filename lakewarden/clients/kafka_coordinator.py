@@ -38,7 +38,7 @@ from lakewarden.clients.liveness import LivenessUnavailableError
 from lakewarden.clients.lock import LockClient, LockLease, Pending
 from lakewarden.clients.service_commits import ServiceJobCommits
 from lakewarden.clients.timeline_events import TimelinePublisher
-from lakewarden.errors import ConfigurationError
+from lakewarden.errors import ConfigurationError, LakewardenError
 from lakewarden.events.topics import (
     HEARTBEATS,
     LOCK_REPLIES,
@@ -228,6 +228,17 @@ class KafkaCoordinator(Coordinator):
     def check_heartbeat(self, table_id: str, instant: str) -> None:
         """Raises: HeartbeatLostError when this process's heartbeat of the instant is lost."""
         self.heartbeats.check(table_id, instant)
+
+    def connect(self) -> None:
+        """Connect the lock client and the timeline announcer now, rather than at the first
+        lock and the first announcement: a long-running service (the cleaner) pays for the
+        connections at start, not in its first table's clean. Never raises: what did not
+        connect connects at first use (and raises there)."""
+        try:
+            self.client.connect()
+        except LakewardenError as err:
+            log.warning("lock client not connected yet: %s", err)
+        self.timeline_events.connect()
 
     def close(self) -> None:
         """Close what this coordinator created (the lock client releases held leases)."""

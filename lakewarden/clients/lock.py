@@ -271,6 +271,15 @@ class LockClient:
             io.send_untracked("release", lease.table_id, owner=lease.owner, token=lease.token)
         _lock_shared.detach(self._transport, io)
 
+    def connect(self) -> None:
+        """Connect the transport now rather than at the first ``acquire`` (a service that will
+        take locks pays the connection before its first caller waits on it). Idempotent.
+
+        Raises:
+            LockServiceUnavailableError: the lock topics cannot be reached.
+        """
+        self._started()
+
     def __enter__(self) -> LockClient:
         return self
 

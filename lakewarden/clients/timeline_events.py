@@ -74,6 +74,15 @@ class TimelinePublisher:
                     extra={"table": table_id, "instant": entry.instant, "seq": entry.seq},
                 )
 
+    def connect(self) -> None:
+        """Check the topic and create the producer now rather than at the first ``publish``.
+        Never raises: a failure is logged, and the first ``publish`` tries again."""
+        with self._guard:
+            try:
+                self._client().connect(TIMELINE, _FLUSH_TIMEOUT_S)
+            except LakewardenError as err:
+                log.warning("timeline announcer not connected yet: %s", err)
+
     def close(self) -> None:
         """Close an owned producer (flushing what is queued, best effort)."""
         with self._guard:

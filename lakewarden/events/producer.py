@@ -163,6 +163,22 @@ class EventProducer:
             raise RetryableError(f"Local producer queue stayed full for 10 s (topic {topic})")
         producer.poll(0)
 
+    def connect(self, topic: TopicSpec | str, timeout_s: float | None = None) -> None:
+        """Create the client and fetch ``topic``'s metadata now, rather than at the first
+        ``send``: a caller that waits for each send's delivery (the timeline announcer) pays
+        for the connection before its first wait.
+
+        Raises:
+            RetryableError: the broker did not answer within ``timeout_s`` (default: the
+                settings' request timeout).
+        """
+        name = topic if isinstance(topic, str) else topic.name(self.settings)
+        timeout = self.settings.kafka.request_timeout_s if timeout_s is None else timeout_s
+        try:
+            self._client().list_topics(name, timeout=timeout)
+        except KafkaException as err:
+            raise RetryableError(f"Cannot reach the broker for {name}: {err}") from err
+
     def flush(self, timeout_s: float | None = None) -> None:
         """Wait until every queued message is delivered or failed.
 

@@ -287,15 +287,20 @@ def serve_tables(
     work: Callable[[Any], object],
     threads: int,
     sweep_interval_s: float,
+    warm_up: Callable[[], None] | None = None,
 ) -> NoReturn:
     """Run ``service`` until SIGTERM/SIGINT (``loop_service.serve_loop``): ``work`` on
     ``threads`` threads takes the tables its handler queues on ``queue``; every owned table is
     queued at least every ``sweep_interval_s``. The pool outlives a loop built again after a
-    fatal consumer error."""
+    fatal consumer error. ``warm_up`` (connecting the work's own clients) runs once on a thread
+    of its own when the first loop is built: the topics exist by then."""
     pool = WorkPool(queue, work, threads=threads, name=service.work)
     pool.start(threading.Event())
+    warm = [warm_up] if warm_up is not None else []
 
     def build() -> TableLoop:
+        while warm:
+            threading.Thread(target=warm.pop(), name=f"{service.work}-warm-up", daemon=True).start()
         return TableLoop(
             settings,
             service,

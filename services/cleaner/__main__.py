@@ -11,7 +11,9 @@ from heartbeat-monitor, which must be running.
 Steps (``_common.runner``): 1. logfmt logging; 2. the topics exist (created idempotently, the
 registry's changelog compacted); 3. the clean thread starts and the Kafka loop runs;
 SIGTERM/SIGINT stop the loop (producer flushed, offsets committed, group left); 4. once the
-first assignment and its recovery completed, the health endpoint listens.
+first assignment and its recovery completed, the health endpoint listens. Once the topics
+exist, a thread connects the clean's Kafka clients (``CleanWorker.warm_up``) so that the first
+clean does not wait for them.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ def main() -> NoReturn:
         work=worker.clean,
         threads=1,
         sweep_interval_s=cleaner_settings.sweep_interval_s,
+        warm_up=worker.warm_up,
     )
 
 

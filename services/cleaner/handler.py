@@ -15,7 +15,16 @@ loop, ``loop.Loop``, runs each ``handle`` to its end on its own thread).
    (whose periodic sweep cleans it: events of one table may reach a non-owner when producers
    partition differently).
 
-``sweep`` queues every table of the partitions this instance owns.
+``sweep`` queues every table of the partitions this instance owns, behind every triggered
+table (``queue.CleanQueue``).
+
+``report`` (every second, with the partitions owned) also follows the assignment: when it
+changed, the queued tables this instance no longer owns are dropped (their new owner cleans
+them: otherwise the old owner would spend its time on them after a rebalance, racing the new
+one, and its own tables would wait), and the tables of the partitions gained are queued as a
+sweep (what the old owner had queued for them is not lost, only made a sweep's work). A
+moment without partitions (the eager rebalance revokes everything before it assigns) changes
+nothing: the next assignment is compared with the last one.
 
 Nothing in ``handle`` suspends when the loop runs it (the registry's ``wait_durable`` polls the
 producer, dead letters are produced): see ``_common.loop_service``.
@@ -37,6 +46,9 @@ from lakewarden_services.cleaner.queue import CleanQueue
 log = logging.getLogger(__name__)
 
 Registry = MutableMapping[str, Any]
+
+# Sources that only may have work: queued behind the triggered tables.
+_SWEEPS = frozenset({"sweep", "assigned"})
 
 
 async def _nothing_to_wait_for() -> None:
@@ -65,6 +77,7 @@ class EventHandler:
         self.dead_letters = dead_letters
         self.wake = wake
         self.clock = clock
+        self._partitions: frozenset[int] = frozenset()  # the last non-empty assignment seen
 
     async def handle(self, message: Message, value: Any, *, source: str) -> None:
         """Process one message (see the module docstring); a failure of the service itself
@@ -105,7 +118,8 @@ class EventHandler:
             log.debug("no URI known here for table %s: left to its owner", trigger.table_id)
             return False
         metrics.TRIGGERS.labels(source).inc()
-        self.queue.add(trigger, str(entry["uri"]), self.clock())
+        swept = source in _SWEEPS
+        self.queue.add(trigger, str(entry["uri"]), self.clock(), swept=swept)
         metrics.QUEUED.set(len(self.queue))
         self.wake()
         return True
@@ -118,16 +132,37 @@ class EventHandler:
             if entry and entry.get("partition") in partitions
         )
 
-    def sweep(self, partitions: Collection[int]) -> int:
-        """Queue every owned table; returns how many."""
+    def sweep(self, partitions: Collection[int], *, source: str = "sweep") -> int:
+        """Queue every table registered in ``partitions`` (behind the triggered ones): the
+        periodic sweep (``sweep``) or partitions just gained (``assigned``); how many."""
         owned = self.owned(partitions)
-        metrics.TABLES_OWNED.set(len(owned))
+        if source == "sweep":  # all of them: else only the gained ones
+            metrics.TABLES_OWNED.set(len(owned))
+        why = "periodic sweep" if source == "sweep" else "partition assigned"
         for table_id in owned:
-            self.enqueue(Trigger(table_id, "periodic sweep"), "sweep")
+            self.enqueue(Trigger(table_id, why), source)
         return len(owned)
 
+    def follow_assignment(self, partitions: Collection[int]) -> None:
+        """When the partitions owned changed (and are not none): drop the queued tables no
+        longer owned, queue the tables of the partitions gained as a sweep."""
+        now = frozenset(partitions)
+        if not now or now == self._partitions:
+            return
+        gained, self._partitions = now - self._partitions, now
+        mine = set(self.owned(now))
+        dropped = self.queue.retain(mine.__contains__)
+        queued = self.sweep(gained, source="assigned") if gained else 0
+        metrics.QUEUED.set(len(self.queue))
+        log.info(
+            "assignment followed",
+            extra={"partitions": sorted(now), "dropped": dropped, "queued": queued},
+        )
+
     def report(self, partitions: Collection[int]) -> None:
-        """The gauges: tables owned (those registered in ``partitions``), queued, lag."""
+        """Follow the assignment (``follow_assignment``); the gauges: tables owned (those
+        registered in ``partitions``), queued, lag."""
+        self.follow_assignment(partitions)
         metrics.TABLES_OWNED.set(len(self.owned(partitions)))
         metrics.LAG.set(self.queue.oldest_age(self.clock()))
         metrics.QUEUED.set(len(self.queue))

@@ -3,9 +3,10 @@
 (``WorkPool``): a clean blocks on storage and the table lock, and one at a time per instance
 keeps an instance's load on the store and on timeline-lock bounded (instances scale out).
 
-A table is cleaned only by the instance that owns it, except around a rebalance (a queued
-table of a revoked partition is still cleaned): the table lock and the clean instant make
-that safe.
+A table is cleaned only by the instance that owns it, except around a rebalance (a clean
+already running when its partition is revoked finishes; the queued tables of revoked
+partitions are dropped and their new owner queues them, ``EventHandler.follow_assignment``):
+the table lock and the clean instant make an overlap safe.
 """
 
 from __future__ import annotations

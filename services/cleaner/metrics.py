@@ -31,7 +31,8 @@ LAG = Gauge(
 QUEUED = Gauge("lakewarden_cleaner_tables_queued", "Tables waiting to be cleaned")
 TRIGGERS = Counter(
     "lakewarden_cleaner_triggers_total",
-    "Reasons to clean, by source (request, transition, expired, sweep; unknown: a table whose "
+    "Reasons to clean, by source (request, transition, expired, sweep, assigned: a partition "
+    "gained; unknown: a table whose "
     "URI this instance has not learned yet, left to its owner's sweep)",
     ["source"],
 )
@@ -39,4 +40,11 @@ DURATION = Histogram(
     "lakewarden_cleaner_clean_duration_seconds",
     "One table's clean, from taking it off the queue",
     buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
+)
+PHASE = Histogram(
+    "lakewarden_cleaner_phase_seconds",
+    "Where a clean's time goes, by phase (queue_wait, lock_acquire, lock_release, announce, "
+    "liveness, storage: see lakewarden_services.cleaner.phases)",
+    ["phase"],
+    buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
 )

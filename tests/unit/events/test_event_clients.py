@@ -92,6 +92,12 @@ def test_undelivered_messages_fail_the_flush() -> None:
     producer.flush()  # failures are reported once
 
 
+def test_connecting_a_producer_to_an_unreachable_broker_is_retryable() -> None:
+    producer = EventProducer(UNREACHABLE, producer_id="p")
+    with pytest.raises(RetryableError, match="Cannot reach the broker for lakewarden.timeline"):
+        producer.connect(TIMELINE, timeout_s=0.5)
+
+
 def test_consumer_does_no_io_until_first_poll() -> None:
     consumer = EventConsumer(NO_KAFKA, group_id="g", topics=TOPICS)
     assert consumer.topics[0] == "lakewarden.lock.requests"
