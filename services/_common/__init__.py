@@ -6,11 +6,10 @@ A service is a package ``services/<name>/``, laid out the same way in all of the
 - ``app.py``: its declarations (settings, topics, consumer group), no IO at import;
 - ``loop.py``: its runtime, a plain confluent-kafka loop (``loop_service``: one consumer in
   a group, offsets committed by hand after the work they cover is durable, one idempotent
-  producer; ``table_loop`` for the services that own tables; heartbeat-monitor and
-  timeline-lock still call theirs ``worker.py``);
+  producer; ``table_loop`` for the services that own tables);
 - ``handler.py``: what to do with one decoded event, tested without Kafka;
 - ``protocol.py``: its events, parsed and built;
-- ``work.py`` / ``worker.py``: the blocking work (storage, the table lock);
+- ``worker.py``: the blocking work (storage, the table lock);
 - ``__main__.py``: runs it until SIGTERM (``loop_service.serve_loop``);
 
 and one ``ServiceSpec`` line in ``lakewarden/devstack/services.py``. State that must survive

@@ -30,7 +30,7 @@ from lakewarden_services.heartbeat_monitor.app import (
     topics,
     tracker,
 )
-from lakewarden_services.heartbeat_monitor.worker import Worker
+from lakewarden_services.heartbeat_monitor.loop import Worker
 
 log = logging.getLogger(__name__)
 

@@ -21,9 +21,9 @@ from lakewarden.events.topics import DLQ, HEARTBEAT_EXPIRED, HEARTBEATS, TIMELIN
 from lakewarden.settings import Settings
 from lakewarden_services._common import ServiceSettings
 from lakewarden_services.heartbeat_monitor import metrics
+from lakewarden_services.heartbeat_monitor.loop import Topics
 from lakewarden_services.heartbeat_monitor.monitor import Monitor, wall_clock_ms
 from lakewarden_services.heartbeat_monitor.tracker import Tracker
-from lakewarden_services.heartbeat_monitor.worker import Topics
 
 TOPICS: Final = (HEARTBEATS, HEARTBEAT_EXPIRED, TIMELINE, LIVENESS_CHANGELOG, DLQ)
 

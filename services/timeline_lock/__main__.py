@@ -25,7 +25,7 @@ from lakewarden_services.timeline_lock.app import (
     topics,
 )
 from lakewarden_services.timeline_lock.handler import SERVICE
-from lakewarden_services.timeline_lock.worker import Worker
+from lakewarden_services.timeline_lock.loop import Worker
 
 log = logging.getLogger(__name__)
 

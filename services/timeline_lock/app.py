@@ -21,7 +21,7 @@ from lakewarden.events.topics import DLQ, FOREVER, LOCK_REPLIES, LOCK_REQUESTS, 
 from lakewarden.settings import Settings
 from lakewarden_services._common import ServiceSettings
 from lakewarden_services.timeline_lock.handler import SERVICE
-from lakewarden_services.timeline_lock.worker import CHANGELOG_INTERVAL_S, Topics
+from lakewarden_services.timeline_lock.loop import CHANGELOG_INTERVAL_S, Topics
 
 LOCKS_CHANGELOG: Final = TopicSpec(
     f"{SERVICE}-locks-changelog", LOCK_REQUESTS.partitions, FOREVER, cleanup_policy="compact"

@@ -343,7 +343,7 @@ def test_a_closed_worker_gives_up_its_partitions_so_a_rebuilt_one_starts_clean(
     from confluent_kafka import TopicPartition
 
     from lakewarden.settings import KafkaSettings, Settings
-    from lakewarden_services.heartbeat_monitor.worker import Topics, Worker
+    from lakewarden_services.heartbeat_monitor.loop import Topics, Worker
 
     names = {k: k for k in ("heartbeats", "timeline", "expired", "dlq", "changelog")}
     topics = Topics(**names, partitions=2, expired_partitions=2)
