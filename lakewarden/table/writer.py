@@ -89,7 +89,7 @@ from lakewarden.table.job_commit import STAGE_WRITE_FILES, CommitRequest, abando
 from lakewarden.table.merge import BucketMerge, Merged, merge, merge_bucket, stamped
 from lakewarden.table.mor import ingestion_action, log_slice, write_blocks
 from lakewarden.table.parquet_options import write_parquet
-from lakewarden.table.snapshot import snapshot_as_of_request
+from lakewarden.table.snapshot import FileSlice, snapshot_as_of_request
 from lakewarden.table.stats import CommitStats, FileGroupId, WorkloadProfile, WriteStat
 from lakewarden.table.timeline import Timeline
 from lakewarden.table.transaction import WriteTransaction
@@ -254,13 +254,25 @@ def _by_service(
     )
 
 
+def _write_target(
+    buckets: BucketSlices, canonical: FileGroupId, operation: str, instant: str
+) -> tuple[FileGroupId, Sequence[FileSlice]]:
+    """The group a write of ``canonical``'s bucket writes, and the slices it merges in (step
+    5): an insert's new append group and none (its rows alone: no base file is read); an
+    upsert's or delete's canonical group and every slice of the bucket."""
+    if operation == "insert":
+        return append_group(canonical, instant, 0), ()
+    return canonical, buckets.of(canonical)
+
+
 def _touched(
     buckets: BucketSlices, canonical: Sequence[FileGroupId], operation: str, instant: str
 ) -> tuple[FileGroupId, ...]:
-    """The workload profile's file groups (step 4): an insert's new append groups, else
-    every group of each bucket a merge reads and replaces (``BucketSlices.file_groups``)."""
+    """The workload profile's file groups (step 4): an insert's new append groups
+    (``_write_target``), else every group of each bucket a merge reads and replaces
+    (``BucketSlices.file_groups``)."""
     if operation == "insert":
-        return tuple(append_group(c, instant, 0) for c in canonical)
+        return tuple(_write_target(buckets, c, operation, instant)[0] for c in canonical)
     return tuple(dict.fromkeys(g for c in canonical for g in buckets.file_groups(c)))
 
 
@@ -297,20 +309,16 @@ def _write_groups(
                 written=written,  # a failed write deletes its log files as its base files
             )
             return BucketMerge(Merged(None, deletes=stat.num_deletes)), stat
-        if operation == "insert":  # no base file is read: the rows alone, in a new group
-            rows = stamped(incoming, instant, ctx.config, operation)
-            result = BucketMerge(merge(operation, None, rows, ctx.config.ordering_field))
-            group = append_group(group, instant, 0)
-        else:
-            result = merge_bucket(
-                ctx.storage,
-                ctx.config,
-                group,
-                buckets.of(group),
-                incoming,
-                operation=operation,
-                instant=instant,
-            )
+        group, merged_in = _write_target(buckets, group, operation, instant)
+        result = merge_bucket(
+            ctx.storage,
+            ctx.config,
+            group,
+            merged_in,
+            incoming,
+            operation=operation,
+            instant=instant,
+        )
         merged = result.merged
         if not merged.changed or merged.table is None:
             return result, None
