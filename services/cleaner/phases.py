@@ -76,24 +76,29 @@ class TimedCoordinator(Coordinator):
         self.clock = clock
 
     @contextmanager
+    def _timed(self, phase: str) -> Iterator[None]:
+        started = self.clock()
+        try:
+            yield
+        finally:
+            _add(phase, self.clock() - started)
+
+    @contextmanager
     def lock(self, table_id: str, *, ttl_s: float = 30.0, wait_s: float = 30.0) -> Iterator[Lease]:
         section = self.inner.lock(table_id, ttl_s=ttl_s, wait_s=wait_s)
-        started = self.clock()
-        lease = section.__enter__()
-        _add("lock_acquire", self.clock() - started)
+        with self._timed("lock_acquire"):
+            lease = section.__enter__()
         # The block's own time is the caller's (storage): only entering and leaving count.
         try:
             yield lease
         except BaseException as err:
-            started = self.clock()
-            suppress = section.__exit__(type(err), err, err.__traceback__)
-            _add("lock_release", self.clock() - started)
+            with self._timed("lock_release"):
+                suppress = section.__exit__(type(err), err, err.__traceback__)
             if not suppress:
                 raise
         else:
-            started = self.clock()
-            section.__exit__(None, None, None)
-            _add("lock_release", self.clock() - started)
+            with self._timed("lock_release"):
+                section.__exit__(None, None, None)
 
     def lock_ahead(self, table_id: str, *, ttl_s: float = 30.0) -> None:
         self.inner.lock_ahead(table_id, ttl_s=ttl_s)
@@ -108,28 +113,19 @@ class TimedCoordinator(Coordinator):
         self.inner.check_heartbeat(table_id, instant)
 
     def liveness(self, table_id: str, instant: str) -> Liveness:
-        started = self.clock()
-        try:
+        with self._timed("liveness"):
             return self.inner.liveness(table_id, instant)
-        finally:
-            _add("liveness", self.clock() - started)
 
     def executor_of(self, table_id: str, instant: str) -> str | None:
-        started = self.clock()
-        try:
+        with self._timed("liveness"):
             return self.inner.executor_of(table_id, instant)
-        finally:
-            _add("liveness", self.clock() - started)
 
     def monitors_liveness(self) -> bool:
         return self.inner.monitors_liveness()
 
     def never_heard_of(self, table_id: str, instant: str) -> bool:
-        started = self.clock()
-        try:
+        with self._timed("liveness"):
             return self.inner.never_heard_of(table_id, instant)
-        finally:
-            _add("liveness", self.clock() - started)
 
     def heartbeat_tolerance_s(self, table_id: str) -> float:
         return self.inner.heartbeat_tolerance_s(table_id)
@@ -141,11 +137,8 @@ class TimedCoordinator(Coordinator):
         self.inner.before_requested(table_id, actor)
 
     def announce(self, table_id: str, entry: TimelineEntry) -> None:
-        started = self.clock()
-        try:
+        with self._timed("announce"):
             self.inner.announce(table_id, entry)
-        finally:
-            _add("announce", self.clock() - started)
 
     def job_commits(self) -> JobCommits | None:
         return self.inner.job_commits()
