@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import secrets
 import signal
 import socket
 import time
@@ -179,16 +180,47 @@ def wait_for(check: Callable[[], bool], *, timeout_s: float, interval_s: float =
         time.sleep(interval_s)
 
 
-def free_port(host: str = LOOPBACK) -> int:
-    """A TCP port that is free on ``host`` right now (the OS picks it from the ephemeral range).
+# Where listening ports are drawn from: below the kernel's ephemeral range. A port the OS hands
+# out for ``bind(0)`` is an ephemeral one, and so is the local port of every outgoing connection;
+# a broker that binds its second listener seconds after its ports were picked (KRaft brings the
+# broker listener up only once the quorum forms) can then find a client socket sitting on it.
+_LISTEN_PORT_FLOOR = 20000
+_EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 
-    Another process may take it before the caller binds it; starters detect that as a failed
-    start and say so, with the log.
+
+def _ephemeral_floor() -> int:
+    """The first port of the kernel's ephemeral range (32768 where Linux does not say)."""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        return int(_EPHEMERAL_RANGE_FILE.read_text().split()[0])
+    return 32768
+
+
+def free_port(host: str = LOOPBACK) -> int:
+    """A TCP port that is free on ``host`` right now, drawn at random from below the ephemeral
+    range so that no outgoing connection can take it before the caller binds it.
+
+    Another process may still pick the same port first; starters detect that as a failed start
+    and say so, with the log.
     """
+    ceiling = _ephemeral_floor()
+    if ceiling - _LISTEN_PORT_FLOOR >= 1000:
+        for _ in range(100):
+            port = _LISTEN_PORT_FLOOR + secrets.randbelow(ceiling - _LISTEN_PORT_FLOOR)
+            if _bindable(host, port):
+                return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
-        port: int = sock.getsockname()[1]
-        return port
+        chosen: int = sock.getsockname()[1]
+        return chosen
+
+
+def _bindable(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+        return True
 
 
 def port_answers(port: int, *, host: str = LOOPBACK, timeout_s: float = 0.5) -> bool:

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from lakewarden.devstack.processes import free_port
 from lakewarden.testing import wait_until
 
 WORKER_HOSTS = ("127.0.0.1", "127.0.0.2")
@@ -31,12 +31,6 @@ def spark_home() -> str:
     import pyspark
 
     return os.path.dirname(pyspark.__file__)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def worker_env() -> dict[str, str]:
