@@ -113,7 +113,9 @@ class ManifestCommitter:
         self.layout = JobLayout(job_id, job_attempt)
         self.options = options or CommitterOptions()
         self.store = CommitStore(storage)
-        self.reports = ReportWriter(self.options.summary_report_directory, None, self.store.stats)
+        self.reports = ReportWriter(
+            storage, self.options.summary_report_directory, None, self.store.stats
+        )
         self._stage_hook = stage_hook
         self.announced: Mapping[str, AnnouncedManifest] = announced or {}
         self._nonce = uuid.uuid4().hex

@@ -8,6 +8,9 @@
   ``<directory>/<jobId>/<manifest file name>`` as they are read (no extra read), so they
   survive the job's cleanup.
 
+Each directory is opened the way the table's storage is (``Storage.open_location``): an
+``s3://`` report directory of a table on S3 uses the table's endpoint and credentials.
+
 Both are best effort, as in Hadoop: a copy that cannot be written is logged and counted
 (``report.failures``) and never fails the commit it describes.
 """
@@ -17,18 +20,23 @@ from __future__ import annotations
 import logging
 
 from lakewarden.commit.statistics import CommitStatistics
-from lakewarden.storage import Storage, open_storage
+from lakewarden.storage import Storage
 
 log = logging.getLogger(__name__)
 
 
 class ReportWriter:
     """Writes the copies into the directories the options name (None: that copy is off).
-    Storages are opened on first use."""
+    Each is opened on first use, from the table's ``storage``."""
 
     def __init__(
-        self, summary_dir: str | None, manifest_dir: str | None, stats: CommitStatistics
+        self,
+        storage: Storage,
+        summary_dir: str | None,
+        manifest_dir: str | None,
+        stats: CommitStatistics,
     ) -> None:
+        self.storage = storage
         self.summary_dir = summary_dir
         self.manifest_dir = manifest_dir
         self.stats = stats
@@ -50,7 +58,7 @@ class ReportWriter:
         try:
             store = self._stores.get(directory)
             if store is None:
-                store = self._stores.setdefault(directory, open_storage(directory))
+                store = self._stores.setdefault(directory, self.storage.open_location(directory))
             store.write(key, data)
         except Exception as err:  # noqa: BLE001 - a report never fails what it reports
             self.stats.increment("report.failures")

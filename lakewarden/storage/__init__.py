@@ -233,6 +233,13 @@ class Storage(abc.ABC):
         """A filesystem path for the key when the backend is local (pyarrow reads it directly),
         else None."""
 
+    def open_location(self, uri: str) -> Storage:
+        """Another location (a report directory, say), reached the way this storage is: an
+        ``s3://`` URI with this storage's endpoint and credentials when it is itself on S3,
+        with the environment's settings otherwise. Raises: ConfigurationError (as
+        ``open_storage``)."""
+        return open_storage(uri)
+
     # -- temporary files (local); a backend without them has none ---------------------------
 
     def list_temporary(self, prefix: str = "") -> Iterator[ObjectInfo]:

@@ -76,6 +76,10 @@ class ForwardingStorage(Storage):
         """The wrapped storage's, without direct file access: calls must come through here."""
         return self.inner.capabilities.wrapped()
 
+    def open_location(self, uri: str) -> Storage:
+        """The wrapped storage's (a wrapper's metering and faults are for this location)."""
+        return self.inner.open_location(uri)
+
     def _invoke(self, op: Operation, key: str, call: Callable[[], T]) -> T:
         """Run ``call`` (the forwarded operation ``op`` on ``key``); subclasses wrap it."""
         return call()

@@ -38,7 +38,7 @@ from typing import Any
 from pydantic import SecretStr
 
 from lakewarden.extras import missing_extra
-from lakewarden.settings import S3Settings
+from lakewarden.settings import S3Settings, Settings
 from lakewarden.storage import (
     AlreadyExistsError,
     NotFoundError,
@@ -51,6 +51,7 @@ from lakewarden.storage import (
     StorageIOError,
     UnsupportedOperationError,
     UploadedPart,
+    open_storage,
 )
 from lakewarden.storage._keys import check_directory_prefix, check_key, check_prefix
 from lakewarden.storage._walk import LevelEntry, ordered_walk
@@ -270,6 +271,11 @@ class S3Storage(Storage):
     def local_path(self, key: str) -> str | None:
         check_key(key)
         return None
+
+    def open_location(self, uri: str) -> Storage:
+        """``uri`` with this storage's endpoint and credentials (an ``s3://`` one; a path is
+        local as everywhere)."""
+        return open_storage(uri, Settings(s3=self.settings))
 
     # -- multipart uploads --------------------------------------------------------------------
 

@@ -250,7 +250,9 @@ class LoadManifestsStage(Stage[LoadArgs, LoadedManifests]):
         rules = EntryRules(self.layout, upload_mode=upload_mode, bucket=bucket, prefix=prefix)
         spill = args.spill
         options = self.config.options
-        self._reports = ReportWriter(None, options.diagnostics_manifest_directory, self.store.stats)
+        self._reports = ReportWriter(
+            self.store.storage, None, options.diagnostics_manifest_directory, self.store.stats
+        )
         digests: array[int] = array("q")
         directories: set[str] = set()
         lock = threading.Lock()

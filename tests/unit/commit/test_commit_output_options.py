@@ -21,7 +21,9 @@ from lakewarden.commit import (
 from lakewarden.commit.errors import EtagMismatchError
 from lakewarden.commit.layout import TEMPORARY_DIR
 from lakewarden.commit.statistics import aggregate_iostatistics
+from lakewarden.devstack.processes import free_port
 from lakewarden.settings import CommitterSettings, Settings
+from lakewarden.storage.s3 import S3Storage
 
 VALIDATE = "job_stage_optional_validate_output"
 
@@ -177,6 +179,25 @@ def test_summary_reports_and_manifest_copies_go_where_the_options_say(
     assert report["state"] == "COMMITTED" and report["jobId"] == job
     copied = sorted(p.name for p in (manifests / job).iterdir())
     assert copied == sorted(f"{a.attempt_id}-manifest.json" for a in attempts)  # type: ignore[attr-defined]
+
+
+@pytest.mark.s3
+def test_an_s3_report_directory_is_reached_with_the_tables_settings(
+    s3_table: Table, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The environment names no S3 endpoint the reports could reach: the copy must use the
+    endpoint and credentials of the storage the table was opened with."""
+    monkeypatch.setenv("LAKEWARDEN_S3__ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")
+    monkeypatch.setenv("LAKEWARDEN_S3__ACCESS_KEY_ID", "not-the-tables")
+    storage = s3_table.storage
+    assert isinstance(storage, S3Storage)
+    reports = f"s3://{storage.bucket}/{storage.prefix}-reports"
+    committer, attempts = _commit(s3_table, CommitterOptions(summary_report_directory=reports))
+    committer.commit_job([a.attempt_id for a in attempts])  # type: ignore[attr-defined]
+    job = committer.job_id  # type: ignore[attr-defined]
+    copy = S3Storage(storage.bucket, f"{storage.prefix}-reports", storage.settings)
+    assert json.loads(copy.read(f"summary-{job}.json"))["state"] == "COMMITTED"
+    copy.delete(f"summary-{job}.json")
 
 
 def test_a_failed_jobs_summary_is_reported_too(table: Table, tmp_path: Path) -> None:
