@@ -42,7 +42,12 @@ from lakewarden.spark._options import ReadSpec
 from lakewarden.spark._pushdown import filters_expression
 from lakewarden.spark._read_plan import plan_read
 from lakewarden.storage import Storage, open_storage
-from lakewarden.table.config import META_COMMIT_TIME, TableConfig, load_config
+from lakewarden.table.config import (
+    META_COMMIT_TIME,
+    VIRTUAL_META_COLUMNS,
+    TableConfig,
+    load_config,
+)
 from lakewarden.table.mor import read_slice
 from lakewarden.table.reader import ColumnNotFoundError, prune_files, prune_slices
 from lakewarden.table.snapshot import FileSlice
@@ -55,10 +60,17 @@ class FilePartition(InputPartition):
     """One base file to read (picklable)."""
 
     def __init__(
-        self, key: str, size_bytes: int, num_records: int, instants: tuple[str, ...] | None
+        self,
+        key: str,
+        size_bytes: int,
+        num_records: int,
+        instants: tuple[str, ...] | None,
+        partition_path: str = "",
     ) -> None:
         super().__init__(key)
         self.key = key
+        # The file's partition: ``_lw_partition_path`` where the file leaves it out.
+        self.partition_path = partition_path
         self.size_bytes = size_bytes
         self.num_records = num_records
         # Incremental reads: keep only the records these instants wrote.
@@ -131,7 +143,10 @@ class LakewardenReader(DataSourceReader):
         files = prune_files(storage, config, files, condition)
         merged = prune_slices(storage, config, merged, condition)
         plain: list[InputPartition] = [
-            FilePartition(f.path, f.size_bytes, f.num_records, instants) for f in files
+            FilePartition(
+                f.path, f.size_bytes, f.num_records, instants, f.file_group.partition_path
+            )
+            for f in files
         ]
         return plain + [SlicePartition(s, instants) for s in merged]
 
@@ -144,9 +159,10 @@ class LakewardenReader(DataSourceReader):
             return  # no files: Spark plans one partition of its own, which reads nothing
         storage = open_storage(self.spec.uri, self.spec.settings())
         condition = filters_expression(self.spec.filters)
-        columns = list(self.arrow_schema.names)
-        if condition is not None:  # what the filter names may be outside the columns read
-            columns = list(load_config(storage).pa_schema.names)
+        names = list(self.arrow_schema.names)
+        virtual = any(n in VIRTUAL_META_COLUMNS for n in names)
+        config = load_config(storage) if condition is not None or virtual else None
+        columns = _file_columns(config, names, filtered=condition is not None)
         instants = partition.instants
         if instants is not None:
             columns.append(META_COMMIT_TIME)
@@ -157,9 +173,13 @@ class LakewardenReader(DataSourceReader):
                     batch = batch.filter(pc.is_in(batch.column(META_COMMIT_TIME), wanted))
                 if condition is not None:
                     batch = batch.filter(condition)
-                batch = batch.select(self.arrow_schema.names)
-                if batch.num_rows:
-                    yield batch.cast(self.arrow_schema)
+                if not batch.num_rows:
+                    continue
+                if config is not None and virtual:  # not in the file: from its key
+                    table = pa.Table.from_batches([batch])
+                    table = config.with_virtual(table, partition.key, partition.partition_path)
+                    batch = table.combine_chunks().to_batches()[0]
+                yield batch.select(names).cast(self.arrow_schema)
 
     def _read_slice(self, partition: SlicePartition) -> Iterator[pa.RecordBatch]:
         storage = open_storage(self.spec.uri, self.spec.settings())
@@ -177,6 +197,16 @@ class LakewardenReader(DataSourceReader):
             records = records.filter(condition)
         records = records.select(self.arrow_schema.names).cast(self.arrow_schema)
         yield from records.to_batches(max_chunksize=BATCH_ROWS)
+
+
+def _file_columns(config: TableConfig | None, names: Sequence[str], *, filtered: bool) -> list[str]:
+    """The columns to read from a base file for the output ``names``: with a filter, every
+    table column too (a filter may name columns outside the output); never a column the
+    file leaves out (``TableConfig.virtual_columns``: filled from the file's key)."""
+    if config is None:
+        return list(names)
+    wanted = [*config.pa_schema.names, *names] if filtered else names
+    return [c for c in dict.fromkeys(wanted) if c not in config.virtual_columns]
 
 
 def _source(storage: Storage, key: str) -> Any:

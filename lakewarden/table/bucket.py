@@ -12,7 +12,10 @@ record.
 
 **Routing** (``route_lazily``) hashes the keys and sorts the rows' group numbers once; each
 file group's rows are gathered when its writer asks for them (``Routed.rows``), so the
-gather of the rows runs in the writer's threads beside the Parquet encoding.
+gather of the rows runs in the writer's threads beside the Parquet encoding. Given the
+writer's threads, routing hashes the keys in chunks on them while it computes the partition
+codes: nothing can be encoded before every row is routed (the workload profile names the
+groups first), so this part is kept short.
 
 Keys are unique per partition (Hudi's non-global bucket index): the same key in two partitions
 is two records.
@@ -45,6 +48,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from concurrent.futures import Executor
 
 import numpy as np
 import pyarrow as pa
@@ -338,13 +342,25 @@ class Routed:
         return rows.add_column(1, META_PARTITION_PATH, path)
 
 
-def route_lazily(data: pa.Table, config: TableConfig) -> Routed:
+def route_lazily(data: pa.Table, config: TableConfig, pool: Executor | None = None) -> Routed:
     """``data`` split by file group, vectorised: one hash of the keys, one stable sort of
-    the rows' group numbers; the rows themselves are gathered per group (``Routed.rows``)."""
-    text = _key_text(data.column(config.record_key))
-    keys = text if pa.types.is_string(text.type) else pc.cast(text, pa.string())
-    codes, paths = partition_codes(data, config.partition_by)
-    buckets = _buckets_of_hashes(_hashes(text), config.buckets)
+    the rows' group numbers; the rows themselves are gathered per group (``Routed.rows``).
+
+    With ``pool`` the keys are cast and hashed in chunks of ``HASH_CHUNK_ROWS`` on its
+    threads (numpy and Arrow release the GIL) while this thread computes the partition codes:
+    routing is the part of a write that runs before any file is encoded."""
+    keys = data.column(config.record_key)
+    if pool is None or len(keys) <= HASH_CHUNK_ROWS:
+        codes, paths = partition_codes(data, config.partition_by)
+        text, hashes = _keyed(keys)
+    else:
+        chunks = range(0, len(keys), HASH_CHUNK_ROWS)
+        futures = [pool.submit(_keyed, keys.slice(i, HASH_CHUNK_ROWS)) for i in chunks]
+        codes, paths = partition_codes(data, config.partition_by)  # meanwhile, here
+        keyed = [future.result() for future in futures]
+        text = pa.concat_arrays([t for t, _ in keyed])
+        hashes = np.concatenate([h for _, h in keyed])
+    buckets = _buckets_of_hashes(hashes, config.buckets)
     group_code = codes.to_numpy() * config.buckets + buckets
     # Stable: a group's rows keep their input order (a later duplicate wins an upsert's tie).
     order = pc.sort_indices(pa.array(group_code))
@@ -357,7 +373,24 @@ def route_lazily(data: pa.Table, config: TableConfig) -> Routed:
         length = int(counts[code])
         spans[group] = (start, length)
         start += length
-    return Routed(data.add_column(0, META_RECORD_KEY, keys), order, spans)
+    return Routed(data.add_column(0, META_RECORD_KEY, text), order, spans)
+
+
+# Keys cast and hashed per task when routing on a pool: large enough that a task's overhead
+# is small, small enough that a 2M-row write keeps every thread busy.
+HASH_CHUNK_ROWS = 1 << 18
+
+
+def _keyed(keys: pa.Array | pa.ChunkedArray) -> tuple[pa.Array, np.ndarray]:
+    """The text of ``keys`` as one ``string`` array (``_lw_record_key``) and their FNV-1a
+    hashes."""
+    text = _key_text(keys)
+    hashes = _hashes(text)
+    if not pa.types.is_string(text.type):
+        text = pc.cast(text, pa.string())
+    if isinstance(text, pa.ChunkedArray):
+        text = text.combine_chunks()
+    return text, hashes
 
 
 def route(data: pa.Table, config: TableConfig) -> dict[FileGroupId, pa.Table]:

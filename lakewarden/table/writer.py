@@ -164,7 +164,7 @@ def write(
         data, bad = validate_input(data, ctx.config, operation), None  # 1
     else:
         data, bad = split_bad_records(data, ctx.config, operation)  # 1
-    groups = route_lazily(data, ctx.config)  # 2
+    groups = route_lazily(data, ctx.config, shared_pool(ctx.max_threads))  # 2
     action = ingestion_action(ctx.config)
     txn = WriteTransaction.begin(  # 3
         ctx.timeline,

@@ -7,6 +7,7 @@ promoted task attempt's files may become visible.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +95,40 @@ def test_native_bulk_insert_writes_what_the_python_path_writes(
     expected.update({r["id"]: r for r in sorted_rows(rows(range(0, 300, 2), ts=2, note="v2"))})
     assert sorted_rows(lakewarden.read(native.uri)) == sorted(
         expected.values(), key=lambda r: r["id"]
+    )
+
+
+def test_python_source_fills_the_virtual_meta_columns_of_a_version_2_table(
+    spark: Any, tmp_path: Path
+) -> None:
+    """A schema given to ``spark.read.format("lakewarden")`` sends the read to the Python
+    source (the JVM side plans only the schema it infers). A format version 2 file does not
+    store ``_lw_partition_path`` nor ``_lw_file_name``: the source fills them from the file's
+    key, with the values ``lakewarden.read`` gives, for files of Spark's writer and Python's,
+    with and without a ``filters`` option."""
+    table = make_table(tmp_path / "t", format_version=FORMAT_VERSION)
+    assert set(table.config.virtual_columns) == {META_PARTITION_PATH, META_FILE_NAME}
+    data = rows(range(60))
+    lakewarden.spark.write(
+        spark_df(spark, data), table.uri, "bulk_insert", options={"writer": "spark"}
+    )
+    table.write(rows(range(40, 80), ts=2, note="v2"), "upsert")
+    columns = [META_PARTITION_PATH, META_FILE_NAME, "id", "region"]
+    schema = f"{META_PARTITION_PATH} string, {META_FILE_NAME} string, id long, region string"
+
+    def spark_read(**options: str) -> list[dict[str, Any]]:
+        reader = spark.read.format("lakewarden").schema(schema)
+        for key, value in options.items():
+            reader = reader.option(key, value)
+        return sorted((r.asDict() for r in reader.load(table.uri).collect()), key=str)
+
+    expected = lakewarden.read(table.uri, columns=columns).to_pylist()
+    assert {r[META_PARTITION_PATH] for r in expected} == {"region=eu", "region=us"}
+    assert all(r[META_PARTITION_PATH] == f"region={r['region']}" for r in expected)
+    assert spark_read() == sorted(expected, key=str)
+    only_us = json.dumps([["region", "=", "us"]])
+    assert spark_read(filters=only_us) == sorted(
+        (r for r in expected if r["region"] == "us"), key=str
     )
 
 

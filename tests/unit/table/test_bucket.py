@@ -11,12 +11,14 @@ import os
 import subprocess
 import sys
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 
 import pyarrow as pa
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from lakewarden.table import bucket
 from lakewarden.table.bucket import (
     DEFAULT_PARTITION,
     BucketSlices,
@@ -233,6 +235,41 @@ def test_routed_groups_gather_their_rows_in_input_order_with_the_meta_columns() 
     assert {g: t.to_pylist() for g, t in route(table, config).items()} == {
         g: routed.rows(g).to_pylist() for g in routed.groups
     }
+
+
+@pytest.mark.parametrize(
+    "keys",
+    [
+        [7, -3, 0, 2**63 - 1, -(2**63), 11, 7, 123456789, -1, 40, 5],
+        ["a", "é", "", "longer-key", "a", "ß-x", "zz", "0", "k9", "b", "c"],
+    ],
+)
+def test_routing_on_a_pool_hashes_in_chunks_to_what_routing_alone_gives(
+    keys: list[object], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a pool the keys are cast and hashed in chunks on its threads: the groups, their
+    rows and their order are the same as without one (chunks of 3 keys cut the input in
+    the middle of an input chunk too)."""
+    key_type = pa.int64() if isinstance(keys[0], int) else pa.string()
+    config = TableConfig.new(
+        name="t",
+        record_key="k",
+        schema=pa.schema([pa.field("k", key_type, nullable=False), ("r", pa.string())]),
+        partition_by=["r"],
+        buckets=4,
+    )
+    regions = [["a", "b", None][i % 3] for i in range(len(keys))]
+    column = pa.chunked_array([pa.array(keys[:5], key_type), pa.array(keys[5:], key_type)])
+    table = pa.table({"k": column, "r": regions})
+    alone = route_lazily(table, config)
+    monkeypatch.setattr(bucket, "HASH_CHUNK_ROWS", 3)
+    with ThreadPoolExecutor(2) as pool:
+        pooled = route_lazily(table, config, pool)
+    assert pooled.groups == alone.groups
+    for group in alone.groups:
+        assert pooled.rows(group).to_pylist() == alone.rows(group).to_pylist()
+        for key in pooled.rows(group).column(META_RECORD_KEY).to_pylist():
+            assert group.file_id == bucket_file_id(bucket_of(key, 4))
 
 
 # -- the file groups of a bucket ------------------------------------------------------------
