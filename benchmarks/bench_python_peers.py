@@ -16,7 +16,10 @@ Per round, the two variants in rotated order (``_rounds``), each on a fresh tabl
   write: the fixed cost of a write, which a user writing small batches feels;
 - **small insert into the big table**: the same ``SMALL_WRITES`` appends of ``SMALL_ROWS``
   rows, timed after the read, into the table that holds all N rows: whether a small write's
-  cost grows with the table it lands in.
+  cost grows with the table it lands in;
+- **small insert with fsync off** (lakewarden only, a diagnostic): the small inserts again
+  with ``os.fsync`` a no-op, against delta-rs's small insert, which calls no fsync: how much
+  of the gap is the durability a lakewarden write has when it returns.
 
 Each figure is lakewarden's median seconds against delta-rs's median in the same run (below
 1.0: lakewarden ahead); bytes on disk after the upsert are a figure of their own. The details
@@ -31,13 +34,14 @@ with every round printed: ``python -m benchmarks.bench_python_peers [--rows N] [
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +57,7 @@ PARTITION = "region"
 OPERATIONS = ("insert", "upsert", "read", "small_insert", "small_insert_big")
 SMALL_ROWS = 500
 SMALL_WRITES = 5
+UNSYNCED = "small_insert_unsynced"
 REGIONS = ("eu", "us", "apac", "latam")
 
 
@@ -101,6 +106,24 @@ def _timed(func: Callable[[], Any], figures: dict[str, float], operation: str) -
     figures[f"{operation}_cpu"] = time.process_time() - cpu
 
 
+@contextlib.contextmanager
+def _fsync_off() -> Iterator[None]:
+    """``os.fsync`` a no-op (every fsync lakewarden makes goes through it): what its
+    durability costs a small write. Not a setting: delta-rs calls no fsync at all (strace of
+    ``write_deltalake`` to a local path shows none), so the figure says how much of the gap
+    is the durability lakewarden gives and delta-rs does not."""
+    real = os.fsync
+
+    def skip(fd: int | Any) -> None:
+        del fd
+
+    os.fsync = skip
+    try:
+        yield
+    finally:
+        os.fsync = real
+
+
 def _small_inserts(
     write: Callable[[pa.Table], Any],
     data: pa.Table,
@@ -133,29 +156,28 @@ def measure(rows: int, rounds: int) -> dict[str, Any]:
     changed = changed_rows(data)
     root = Path(tempfile.mkdtemp(prefix="lakewarden-bench-python-peers-"))
 
+    def create(uri: str) -> Table:
+        return Table.create(
+            uri,
+            name=Path(uri).name,
+            record_key="id",
+            schema=SCHEMA,
+            partition_by=[PARTITION],
+            ordering_field="ts",
+            buckets=4,
+        )
+
     def ours(path: Path, data: pa.Table, changed: pa.Table) -> dict[str, float]:
         uri = str(path)
-        table = Table.create(
-            uri,
-            name=path.name,
-            record_key="id",
-            schema=SCHEMA,
-            partition_by=[PARTITION],
-            ordering_field="ts",
-            buckets=4,
-        )
-        small = Table.create(
-            f"{uri}-small",
-            name=f"{path.name}-small",
-            record_key="id",
-            schema=SCHEMA,
-            partition_by=[PARTITION],
-            ordering_field="ts",
-            buckets=4,
-        )
+        table = create(uri)
         figures: dict[str, float] = {}
+        small = create(f"{uri}-small")
         _small_inserts(lambda rows: small.write(rows, "insert"), data, figures)
         shutil.rmtree(f"{uri}-small", ignore_errors=True)
+        unsynced = create(f"{uri}-unsynced")
+        with _fsync_off():
+            _small_inserts(lambda rows: unsynced.write(rows, "insert"), data, figures, UNSYNCED)
+        shutil.rmtree(f"{uri}-unsynced", ignore_errors=True)
         _timed(lambda: table.write(data, "insert"), figures, "insert")
         _timed(lambda: table.write(changed, "upsert"), figures, "upsert")
         read: list[pa.Table] = []
@@ -264,6 +286,16 @@ def results(measured: dict[str, Any]) -> list[Result]:
         )
         for operation in OPERATIONS
     ]
+    found.append(
+        Result(
+            benchmark="python_peers",
+            metric=f"small_insert with fsync off (diagnostic, not a setting) vs delta-rs, {small}",
+            unit="s",
+            value=med["lakewarden"][UNSYNCED],
+            baseline=med["delta"]["small_insert"],
+            baseline_label="delta-rs (deltalake), which calls no fsync",
+        )
+    )
     found.append(
         Result(
             benchmark="python_peers",
