@@ -440,9 +440,12 @@ class BucketSlices:
         if prefix is None:
             return []
         found = self._by_bucket.get((canonical.partition_path, prefix), [])
-        own = [s for s in found if s.file_group == canonical]
+        # One partition here: the file id tells the canonical slice (a string comparison,
+        # not a model's, for a bucket that holds many append groups).
+        own = [s for s in found if s.file_group.file_id == canonical.file_id]
         others = sorted(
-            (s for s in found if s.file_group != canonical), key=lambda s: s.file_group.file_id
+            (s for s in found if s.file_group.file_id != canonical.file_id),
+            key=lambda s: s.file_group.file_id,
         )
         return own + others
 
