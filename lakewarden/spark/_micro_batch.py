@@ -220,6 +220,8 @@ class MicroBatchWriter:
             log.info("micro-batch %s committed by %s already: skipped", key.batch_id, done.instant)
             return BatchOutcome(key.batch_id, done.instant, skipped=True, writer="")
         native = self._native(table)
+        if native and self._by_service:
+            session.connect_ahead()  # the first batch's write overlaps the client's start
         try:
             with clock.stage("open"):
                 spec, txn = self._open(table, key)  # 2.
