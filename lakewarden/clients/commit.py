@@ -48,7 +48,7 @@ from lakewarden.events import (
     make_event,
 )
 from lakewarden.events.manifests import task_manifest_event
-from lakewarden.events.topics import JOB_RESULTS
+from lakewarden.events.topics import JOB_REQUESTS, JOB_RESULTS, TASK_MANIFESTS
 from lakewarden.extras import missing_extra
 from lakewarden.settings import CommitterSettings, Settings
 from lakewarden.storage import NotFoundError, open_storage
@@ -171,6 +171,23 @@ class CommitClient:
                     return reply
             raise _unknown(request, f"no answer from job-committer within {timeout_s:g} s")
 
+    def connect(self) -> None:
+        """Do now what the first ``commit`` would do before sending: assign the results
+        consumer at the topic's end and connect the producer to the request topics. A
+        caller with other work to do first (a streaming query's first micro-batch) runs this
+        beside it, so that its first commit costs a request's round trip, not the clients'
+        start. A ``commit`` meanwhile waits for it.
+
+        Raises:
+            CommitServiceUnavailableError: the results topic cannot be read.
+            RetryableError: the broker did not answer the producer in time.
+        """
+        with self._guard:
+            self._listen()
+            producer = self._request_producer()
+            for topic in (TASK_MANIFESTS, JOB_REQUESTS):
+                producer.connect(topic)
+
     def close(self) -> None:
         """Close the Kafka clients (a later ``commit`` opens new ones)."""
         with self._guard:
@@ -204,15 +221,19 @@ class CommitClient:
         )
         return self._consumer
 
-    def _send(self, request: CommitRequest, manifests: Sequence[AttemptManifest]) -> None:
+    def _request_producer(self) -> EventProducer:
         if self._producer is None:
             self._producer = EventProducer(self.settings, producer_id=self.producer_id, linger_ms=0)
+        return self._producer
+
+    def _send(self, request: CommitRequest, manifests: Sequence[AttemptManifest]) -> None:
+        producer = self._request_producer()
         for manifest in manifests:
             record = manifest_record(request, manifest, self.producer_id)
-            self._producer.send("TaskManifest", record)
-        self._producer.send("JobCommitRequest", request_record(request, self.producer_id))
+            producer.send("TaskManifest", record)
+        producer.send("JobCommitRequest", request_record(request, self.producer_id))
         try:
-            self._producer.flush()
+            producer.flush()
         except EventDeliveryError as err:
             raise _unknown(request, f"the request's delivery is unknown ({err})") from err
 

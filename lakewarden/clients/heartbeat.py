@@ -112,6 +112,7 @@ class Heartbeat:
         self._clock = clock
         self._producer_config = producer_config
         self._producer: Producer | None = None
+        self._shared: Producer | None = None  # another's producer (``share``)
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._guard = threading.Lock()
@@ -128,6 +129,14 @@ class Heartbeat:
     def tolerance_s(self) -> float:
         return self.policy.tolerance_s
 
+    def share(self, producer: Producer) -> None:
+        """Beat through ``producer``, which its owner keeps open (``Heartbeats``), instead of
+        a producer of this heartbeat's own: ``stop`` leaves the final beat to it rather than
+        waiting for its delivery. Call before ``start``."""
+        if self._thread is not None:
+            raise RuntimeError("share() comes before start()")
+        self._shared = producer
+
     def start(self, *, wait_first_s: float | None = None) -> Heartbeat:
         """Start beating; wait until the first beat is acknowledged (at most ``wait_first_s``,
         default the tolerance), so the monitor knows the instant before any work starts.
@@ -138,7 +147,9 @@ class Heartbeat:
         """
         if self._thread is not None:
             raise RuntimeError("this Heartbeat was started already")
-        self._producer = kafka_producer(self.settings, logger=log, **self._producer_options())
+        self._producer = self._shared or kafka_producer(
+            self.settings, logger=log, **self.producer_options()
+        )
         self._started_at = self._clock.monotonic()
         self._thread = threading.Thread(
             target=self._run, name=f"heartbeat-{self.table_id}-{self.instant}", daemon=True
@@ -164,6 +175,11 @@ class Heartbeat:
             return
         try:
             self._produce(producer, "final")
+            if self._shared is not None:
+                # The producer outlives this heartbeat and delivers the final beat meanwhile;
+                # whoever polls it next (the next heartbeat's thread) runs the callback.
+                producer.poll(0)
+                return
             remaining = producer.flush(_FINAL_FLUSH_S)
         except Exception:  # a courtesy: leaving the block must not fail because of it
             log.exception("final heartbeat failed", extra={"instant": self.instant})
@@ -331,9 +347,10 @@ class Heartbeat:
                 log.exception("on_lost callback failed")
 
     def _librdkafka_config(self) -> dict[str, Any]:
-        return producer_config(self.settings, logger=log, **self._producer_options())
+        return producer_config(self.settings, logger=log, **self.producer_options())
 
-    def _producer_options(self) -> dict[str, Any]:
+    def producer_options(self) -> dict[str, Any]:
+        """The librdkafka settings of this heartbeat's producer (``kafka_producer``)."""
         # A beat that cannot be delivered within an interval (at least 1 s, so that a busy
         # broker does not fail every beat) is dropped rather than sent late. Not idempotent
         # (librdkafka's default).
@@ -359,6 +376,14 @@ class Heartbeats:
 
     ``options`` are passed to every ``Heartbeat`` (``interval_s``, ``on_lost``, ...).
     Thread-safe.
+
+    The heartbeats share one producer per producer configuration (one per heartbeat policy
+    in practice), made at the first ``hold`` and kept until ``close``: a writer that opens an
+    instant after another (a streaming query, one per micro-batch) would otherwise pay a
+    producer's start and its connection to the broker before every write. Each instant is
+    still proven alive on its own: its heartbeat's thread, its beats, and its first beat
+    acknowledged before ``hold`` enters the block. Its final beat is left to the producer
+    (not waited for).
     """
 
     def __init__(self, settings: Settings, **options: Any) -> None:
@@ -366,6 +391,7 @@ class Heartbeats:
         self._options = options
         self._guard = threading.Lock()
         self._held: dict[tuple[str, str], Heartbeat] = {}
+        self._producers: dict[str, Producer] = {}
 
     @contextmanager
     def hold(self, table_id: str, instant: str, owner: str) -> Iterator[Heartbeat]:
@@ -380,6 +406,17 @@ class Heartbeats:
         with self._guard:
             if key in self._held:
                 raise RuntimeError(f"already beating for instant {instant} of table {table_id}")
+            options = heartbeat.producer_options()
+            options.pop("client_id")
+            config = repr(sorted(options.items()))
+            if config not in self._producers:
+                self._producers[config] = kafka_producer(
+                    self.settings,
+                    logger=log,
+                    client_id=f"heartbeats-{uuid.uuid4().hex[:8]}",
+                    **options,
+                )
+            heartbeat.share(self._producers[config])
             self._held[key] = heartbeat
         try:
             with heartbeat:
@@ -387,6 +424,17 @@ class Heartbeats:
         finally:
             with self._guard:
                 self._held.pop(key, None)
+
+    def close(self) -> None:
+        """Deliver what the shared producers hold (final beats; bounded wait) and drop them:
+        a later ``hold`` makes a new one."""
+        with self._guard:
+            producers, self._producers = list(self._producers.values()), {}
+        for producer in producers:
+            try:
+                producer.flush(_FINAL_FLUSH_S)
+            except Exception:  # a courtesy, as the final beat is
+                log.exception("flushing the heartbeat producer failed")
 
     def get(self, table_id: str, instant: str) -> Heartbeat | None:
         """The heartbeat held for the instant, if any."""

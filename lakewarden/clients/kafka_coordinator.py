@@ -76,6 +76,7 @@ class KafkaCoordinator(Coordinator):
         self.client = client if client is not None else LockClient(settings, owner=owner)
         self._owns_client = client is None
         self.heartbeats = heartbeats if heartbeats is not None else Heartbeats(settings)
+        self._owns_heartbeats = heartbeats is None
         self.liveness_view = liveness_view if liveness_view is not None else LivenessView(settings)
         self._owns_view = liveness_view is None
         self.timeline_events = timeline_events or TimelinePublisher(settings)
@@ -248,6 +249,8 @@ class KafkaCoordinator(Coordinator):
             self.client.withdraw(pending)
         if self._owns_client:
             self.client.close()
+        if self._owns_heartbeats:
+            self.heartbeats.close()
         if self._owns_view:
             self.liveness_view.close()
         if self._owns_timeline_events:

@@ -14,8 +14,9 @@ for a batch write, and the table, coordinator and commit client stay open across
    naming the batch (``SparkTransaction.begin_batch``, which finds the pending instant of
    this run's batch instead of opening a second one);
 3. **write** under the instant's heartbeat, held by the driver (one heartbeat from the write
-   to the end of the commit: every heartbeat started costs a Kafka producer and a first beat
-   acknowledged by the broker):
+   to the end of the commit: every heartbeat started waits for its first beat to be
+   acknowledged by the broker; the batches' heartbeats share the driver's heartbeat producer,
+   ``lakewarden.clients.heartbeat.Heartbeats``):
    - ``spark`` (``_native``): Spark's own Parquet writer writes the rows; its committer
      promotes one attempt per task, which the driver adopts as a task attempt of the job;
    - ``python``: the ``lakewarden`` format's batch writer joins the instant (the only way for
@@ -35,7 +36,8 @@ table, its storage and settings and no bad-record columns travel with the rows, 
 ``python``.
 
 What the ``spark`` writer keeps per query, because every batch would pay it again: the
-write's column expressions (``_native.meta_columns``: about 600 Py4J round trips to build,
+job-committer client (``_stream_session``; the first batch connects it while its write runs),
+the write's column expressions (``_native.meta_columns``: about 600 Py4J round trips to build,
 reused while the batch's schema is the same; the instant enters as a literal column). A batch
 of at most ``single_task_rows`` records (a setting, off by default; counted from the
 checkpoint's offsets, ``_stream_offsets``, else bounded by ``max_batch_rows``) is written by
@@ -220,6 +222,8 @@ class MicroBatchWriter:
             log.info("micro-batch %s committed by %s already: skipped", key.batch_id, done.instant)
             return BatchOutcome(key.batch_id, done.instant, skipped=True, writer="")
         native = self._native(table)
+        if native and self._by_service:
+            session.connect_ahead()  # the first batch's write overlaps the client's start
         try:
             with clock.stage("open"):
                 spec, txn = self._open(table, key)  # 2.

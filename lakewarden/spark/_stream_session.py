@@ -10,7 +10,8 @@ for the next one in the process that opened it, instead of being rebuilt per bat
   read only the entries appended since), in task and commit workers alike;
 - the job-committer client (its producer and its consumer, assigned at the results topic's
   end), in the commit worker only: it is created by ``commit_client()``, which only the
-  driver's ``commit`` calls, so no executor ever opens one.
+  driver's ``commit`` calls, so no executor ever opens one. ``foreachBatch`` on the driver
+  (``_micro_batch``) connects it while the query's first write runs (``connect_ahead``).
 
 The coordinator (lock, heartbeats) is the process's shared connection already
 (``lakewarden.api.connection.shared_connection``).
@@ -58,6 +59,7 @@ class StreamSession:
     last_used: float
     busy: int = 0  # calls using it right now: never closed under them
     _client: CommitClient | None = field(default=None, repr=False)
+    _connecting: threading.Thread | None = field(default=None, repr=False)
     _closed: bool = field(default=False, repr=False)
 
     def commit_client(self) -> CommitClient:
@@ -67,6 +69,24 @@ class StreamSession:
 
             self._client = CommitClient(load_settings(self.key[1]), producer_id=actor())
         return self._client
+
+    def connect_ahead(self) -> None:
+        """Connect the commit client in a background thread, once per session: the first
+        micro-batch's write runs meanwhile, and its commit then waits for no client start
+        (``CommitClient.connect``). A failure is logged; the commit connects again and
+        raises it there."""
+        if self._connecting is not None:
+            return
+        client = self.commit_client()
+
+        def connect() -> None:
+            try:
+                client.connect()
+            except Exception as err:  # noqa: BLE001 - the commit connects and raises itself
+                log.warning("commit client not connected ahead: %s", err)
+
+        self._connecting = threading.Thread(target=connect, name="lw-commit-connect", daemon=True)
+        self._connecting.start()
 
     @property
     def closed(self) -> bool:

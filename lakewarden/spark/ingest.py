@@ -75,6 +75,7 @@ from lakewarden.spark._ingest_records import (
 )
 from lakewarden.spark._micro_batch import SINGLE_TASK_ROWS, MicroBatchWriter, MicroBatchWriterKind
 from lakewarden.spark._options import encode_settings
+from lakewarden.spark._query_progress import ProgressReader
 from lakewarden.spark._transaction import BatchKey, completed_batch
 from lakewarden.storage import Storage, open_storage
 from lakewarden.table.config import ErrorTableChoice, TableConfig, load_config
@@ -276,6 +277,7 @@ class IngestJob:
         self.timeline = Timeline(storage, table=config.name)
         self.totals = IngestTotals()
         self._seen = -1
+        self._progress = ProgressReader(query)
 
     @classmethod
     def start(cls, spark: SparkSession, spec: IngestSpec) -> IngestJob:
@@ -343,7 +345,7 @@ class IngestJob:
         # id of the batch to come and no addBatch.
         progress = [
             p
-            for p in self.query.recentProgress
+            for p in self._progress.new()
             if p.batchId > self._seen and "addBatch" in (p.durationMs or {})
         ]
         reports = [self._report(p) for p in sorted(progress, key=lambda p: p.batchId)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import zipfile
 from pathlib import Path
 
@@ -134,6 +135,7 @@ def test_a_missing_bootstrap_is_a_usage_error(monkeypatch: pytest.MonkeyPatch) -
 class _Progress:
     def __init__(self, batch: int, rows: int, executed: bool) -> None:
         self.batchId, self.numInputRows = batch, rows
+        self.runId = "run-1"
         self.durationMs = {"triggerExecution": 900, **({"addBatch": 700} if executed else {})}
         self.timestamp = "2025-03-14T09:26:53.589Z"
 
@@ -166,3 +168,72 @@ def test_poll_reports_executed_batches_once_and_skips_idle_progress(tmp_path: Pa
     assert (report.batch_id, report.input_rows, report.duration_ms) == (1, 7, 900)
     assert report.started_ms == 1741944413589
     assert (job.totals.batches, job.totals.input_rows) == (2, 12)
+
+
+class _JvmProgress:
+    """A progress update as the JVM holds it: its JSON costs a Py4J round trip (counted)."""
+
+    calls = 0
+
+    def __init__(self, batch: int, rows: int, executed: bool, second: int) -> None:
+        self.text = json.dumps(
+            {
+                "id": "9d6a2f0e-0000-4000-8000-000000000001",
+                "runId": "9d6a2f0e-0000-4000-8000-000000000002",
+                "name": "q",
+                "timestamp": f"2025-03-14T09:26:{second:02d}.589Z",
+                "batchId": batch,
+                "batchDuration": 900,
+                "durationMs": {"triggerExecution": 900, **({"addBatch": 700} if executed else {})},
+                "numInputRows": rows,
+                "stateOperators": [],
+                "sources": [],
+                "sink": {"description": "ForeachBatchSink", "numOutputRows": -1},
+            }
+        )
+
+    def json(self) -> str:
+        _JvmProgress.calls += 1
+        return self.text
+
+
+class _JvmQuery:
+    """``StreamingQuery._jsq``: the JVM's list of recent updates (a copy per call)."""
+
+    def __init__(self) -> None:
+        self.updates: list[_JvmProgress] = []
+
+    def recentProgress(self) -> list[_JvmProgress]:  # noqa: N802 - the JVM's name
+        return list(self.updates)
+
+
+class _ClassicQuery(_Query):
+    def __init__(self) -> None:
+        super().__init__()
+        self._jsq = _JvmQuery()
+
+
+def test_poll_reads_only_the_progress_updates_it_has_not_seen(tmp_path: Path) -> None:
+    """A poll converts the updates since the last one (one JSON each), not every update Spark
+    keeps: ``recentProgress`` would cost hundreds of Py4J round trips per update and poll."""
+    from _spark_helpers import make_table
+
+    from lakewarden.spark.ingest import IngestJob, IngestSpec
+
+    table = make_table(tmp_path / "t")
+    spec = IngestSpec(topic="t", table=table.uri, bootstrap="-", checkpoint=tmp_path / "cp")
+    query = _ClassicQuery()
+    job = IngestJob(None, spec, query, table.storage, table.config)  # type: ignore[arg-type]
+    updates = query._jsq.updates
+    updates.extend(_JvmProgress(b, 5, True, b) for b in range(30))
+    updates.append(_JvmProgress(30, 0, False, 40))  # an idle trigger: batch 30 is to come
+    assert [r.batch_id for r in job.poll()] == list(range(30))
+    _JvmProgress.calls = 0
+    assert job.poll() == []
+    assert _JvmProgress.calls == 1  # the newest update only: nothing new behind it
+    updates.append(_JvmProgress(30, 7, True, 41))
+    updates.append(_JvmProgress(31, 3, True, 42))
+    _JvmProgress.calls = 0
+    assert [(r.batch_id, r.input_rows) for r in job.poll()] == [(30, 7), (31, 3)]
+    assert _JvmProgress.calls == 3  # two new, and the one it had seen
+    assert job.totals.batches == 32

@@ -162,3 +162,30 @@ def test_micro_batches_of_one_query_commit_through_one_kept_table(tmp_path: Path
         assert isinstance(writer._open_batch_of(session.table, rerun), SkippedBatchMessage)
     assert [i.state for i in table.timeline()] == [Transition.COMPLETED] * 2
     assert lakewarden.read(uri).num_rows == 20
+
+
+class ConnectingClient(FakeClient):
+    def __init__(self, fails: bool = False) -> None:
+        super().__init__()
+        self.connects = 0
+        self.fails = fails
+
+    def connect(self) -> None:
+        self.connects += 1
+        if self.fails:
+            raise RuntimeError("broker away")
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_the_commit_client_is_connected_ahead_once_per_session(fails: bool) -> None:
+    """The first micro-batch's write runs while the client connects; later batches do not
+    connect again, and a failure is left for the commit to meet (not raised here)."""
+    sessions = _sessions(ManualClock(), [])
+    client = ConnectingClient(fails)
+    with sessions.use("/t", None, "q") as session:
+        session._client = client  # type: ignore[assignment]  # what commit_client() keeps
+        session.connect_ahead()
+        session.connect_ahead()
+        assert session._connecting is not None
+        session._connecting.join(timeout=10)
+    assert client.connects == 1

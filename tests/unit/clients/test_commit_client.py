@@ -140,6 +140,29 @@ def test_missing_topics_mean_the_service_is_unavailable_and_nothing_is_sent(
     assert _read_all(settings, JOB_REQUESTS.name(settings)) == []
 
 
+def test_connect_listens_and_connects_ahead_and_sends_nothing(kafka_settings: Settings) -> None:
+    """``connect`` starts what the first commit would (the results consumer at the topic's
+    end, the producer): that commit keeps them, so its request is all it pays."""
+    settings = isolated(kafka_settings)
+    ensure_topics(settings, specs=[JOB_REQUESTS, JOB_RESULTS])
+    with CommitClient(settings) as client:
+        client.connect()
+        consumer, producer = client._consumer, client._producer
+        assert consumer is not None and consumer.assignment() and producer is not None
+        with pytest.raises(CommitStateUnknownError):
+            client.commit(request(), timeout_s=1)
+        assert (client._consumer, client._producer) == (consumer, producer)
+    assert len(_read_all(settings, JOB_REQUESTS.name(settings))) == 1  # the commit's only
+
+
+def test_connect_without_the_topics_says_the_service_is_unavailable(
+    kafka_settings: Settings,
+) -> None:
+    with CommitClient(isolated(kafka_settings)) as client:
+        with pytest.raises(CommitServiceUnavailableError):
+            client.connect()
+
+
 def _read_all(settings: Settings, topic: str) -> list[bytes]:
     from confluent_kafka import Consumer, TopicPartition
 

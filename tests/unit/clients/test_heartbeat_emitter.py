@@ -263,3 +263,37 @@ def test_heartbeats_holder_checks_the_instant_it_beats_for(settings: Settings) -
             beats.check("t1", INSTANT)
     assert beats.get("t1", INSTANT) is None
     beats.check("t1", INSTANT)
+
+
+def test_heartbeats_share_one_producer_and_prove_each_instant_alive(settings: Settings) -> None:
+    """Instants beaten one after another (a streaming query's micro-batches) go through one
+    producer, made once; each still has its first beat acknowledged before its block runs,
+    its own beats while it runs, and a final beat when it ends."""
+    beats = Heartbeats(settings, **FAST)
+    instants = ["20250314092653589", "20250314092654001", "20250314092655002"]
+    for instant in instants:
+        with beats.hold("t1", instant, "w1") as beat:
+            assert beat.delivered >= 1 and beat.is_healthy()
+            records = PRODUCERS[0].records
+            assert records[-1]["instant"] == instant and records[-1]["kind"] == "beat"
+    assert len(PRODUCERS) == 1
+    by_instant = {
+        i: [r["kind"] for r in PRODUCERS[0].records if r["instant"] == i] for i in instants
+    }
+    assert all(kinds[0] == "beat" and kinds[-1] == "final" for kinds in by_instant.values())
+    beats.close()
+    with beats.hold("t1", "20250314092656003", "w1"):
+        assert len(PRODUCERS) == 2  # closed: the next hold makes another producer
+
+
+def test_a_shared_producer_that_stops_acknowledging_loses_the_instant_it_beats_for(
+    settings: Settings,
+) -> None:
+    beats = Heartbeats(settings, **FAST)
+    with beats.hold("t1", INSTANT, "w1"):
+        pass
+    with beats.hold("t1", "20250314092654001", "w1") as beat:
+        PRODUCERS[0].acks = False
+        wait_until(lambda: not beat.is_healthy())
+        with pytest.raises(HeartbeatLostError):
+            beats.check("t1", "20250314092654001")
