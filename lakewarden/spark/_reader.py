@@ -163,6 +163,8 @@ class LakewardenReader(DataSourceReader):
         virtual = any(n in VIRTUAL_META_COLUMNS for n in names)
         config = load_config(storage) if condition is not None or virtual else None
         columns = _file_columns(config, names, filtered=condition is not None)
+        # What the file leaves out is filled from its key before the filter, which may name it.
+        fill = config is not None and bool(config.virtual_columns)
         instants = partition.instants
         if instants is not None:
             columns.append(META_COMMIT_TIME)
@@ -171,15 +173,15 @@ class LakewardenReader(DataSourceReader):
             for batch in parquet.iter_batches(batch_size=BATCH_ROWS, columns=columns):
                 if instants is not None:
                     batch = batch.filter(pc.is_in(batch.column(META_COMMIT_TIME), wanted))
-                if condition is not None:
-                    batch = batch.filter(condition)
                 if not batch.num_rows:
                     continue
-                if config is not None and virtual:  # not in the file: from its key
-                    table = pa.Table.from_batches([batch])
-                    table = config.with_virtual(table, partition.key, partition.partition_path)
-                    batch = table.combine_chunks().to_batches()[0]
-                yield batch.select(names).cast(self.arrow_schema)
+                if fill:
+                    assert config is not None
+                    batch = _with_virtual(config, batch, partition)
+                if condition is not None:
+                    batch = batch.filter(condition)
+                if batch.num_rows:
+                    yield batch.select(names).cast(self.arrow_schema)
 
     def _read_slice(self, partition: SlicePartition) -> Iterator[pa.RecordBatch]:
         storage = open_storage(self.spec.uri, self.spec.settings())
@@ -207,6 +209,17 @@ def _file_columns(config: TableConfig | None, names: Sequence[str], *, filtered:
         return list(names)
     wanted = [*config.pa_schema.names, *names] if filtered else names
     return [c for c in dict.fromkeys(wanted) if c not in config.virtual_columns]
+
+
+def _with_virtual(
+    config: TableConfig, batch: pa.RecordBatch, partition: FilePartition
+) -> pa.RecordBatch:
+    """``batch`` of the file ``partition`` reads, with the meta columns the file leaves out
+    filled from its key (``TableConfig.with_virtual``)."""
+    table = config.with_virtual(
+        pa.Table.from_batches([batch]), partition.key, partition.partition_path
+    )
+    return table.combine_chunks().to_batches()[0]
 
 
 def _source(storage: Storage, key: str) -> Any:

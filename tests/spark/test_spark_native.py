@@ -105,7 +105,7 @@ def test_python_source_fills_the_virtual_meta_columns_of_a_version_2_table(
     source (the JVM side plans only the schema it infers). A format version 2 file does not
     store ``_lw_partition_path`` nor ``_lw_file_name``: the source fills them from the file's
     key, with the values ``lakewarden.read`` gives, for files of Spark's writer and Python's,
-    with and without a ``filters`` option."""
+    with and without a ``filters`` option, which may itself name them."""
     table = make_table(tmp_path / "t", format_version=FORMAT_VERSION)
     assert set(table.config.virtual_columns) == {META_PARTITION_PATH, META_FILE_NAME}
     data = rows(range(60))
@@ -127,9 +127,11 @@ def test_python_source_fills_the_virtual_meta_columns_of_a_version_2_table(
     assert all(r[META_PARTITION_PATH] == f"region={r['region']}" for r in expected)
     assert spark_read() == sorted(expected, key=str)
     only_us = json.dumps([["region", "=", "us"]])
-    assert spark_read(filters=only_us) == sorted(
-        (r for r in expected if r["region"] == "us"), key=str
-    )
+    us = sorted((r for r in expected if r["region"] == "us"), key=str)
+    assert spark_read(filters=only_us) == us
+    # A filter may name a column the files leave out: it is filled before the filter runs.
+    by_path = json.dumps([[META_PARTITION_PATH, "=", "region=us"]])
+    assert spark_read(filters=by_path) == us
 
 
 @pytest.mark.parametrize("partitioned", [True, False])
