@@ -131,8 +131,7 @@ class Heartbeat:
 
     def share(self, producer: Producer) -> None:
         """Beat through ``producer``, which its owner keeps open (``Heartbeats``), instead of
-        a producer of this heartbeat's own: ``stop`` leaves the final beat to it rather than
-        waiting for its delivery. Call before ``start``."""
+        a producer of this heartbeat's own. Call before ``start``."""
         if self._thread is not None:
             raise RuntimeError("share() comes before start()")
         self._shared = producer
@@ -175,11 +174,8 @@ class Heartbeat:
             return
         try:
             self._produce(producer, "final")
-            if self._shared is not None:
-                # The producer outlives this heartbeat and delivers the final beat meanwhile;
-                # whoever polls it next (the next heartbeat's thread) runs the callback.
-                producer.poll(0)
-                return
+            # Waited for (bounded) even on a shared producer: a process may exit right after
+            # the block, and the monitor must not see a finished instant's beats just stop.
             remaining = producer.flush(_FINAL_FLUSH_S)
         except Exception:  # a courtesy: leaving the block must not fail because of it
             log.exception("final heartbeat failed", extra={"instant": self.instant})
@@ -382,8 +378,8 @@ class Heartbeats:
     instant after another (a streaming query, one per micro-batch) would otherwise pay a
     producer's start and its connection to the broker before every write. Each instant is
     still proven alive on its own: its heartbeat's thread, its beats, and its first beat
-    acknowledged before ``hold`` enters the block. Its final beat is left to the producer
-    (not waited for).
+    acknowledged before ``hold`` enters the block, and its final beat delivered (a bounded
+    wait) before ``hold`` leaves it.
     """
 
     def __init__(self, settings: Settings, **options: Any) -> None:

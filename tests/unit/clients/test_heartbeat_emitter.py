@@ -30,6 +30,7 @@ class FakeProducer:
         self.pending: list[Any] = []
         self.acks = True
         self.fail: BaseException | None = None
+        self.flushes = 0
         self.lock = threading.Lock()
         PRODUCERS.append(self)
 
@@ -49,6 +50,7 @@ class FakeProducer:
         return len(callbacks)
 
     def flush(self, timeout: float) -> int:
+        self.flushes += 1
         self.poll(0)
         return len(self.pending)
 
@@ -276,6 +278,10 @@ def test_heartbeats_share_one_producer_and_prove_each_instant_alive(settings: Se
             assert beat.delivered >= 1 and beat.is_healthy()
             records = PRODUCERS[0].records
             assert records[-1]["instant"] == instant and records[-1]["kind"] == "beat"
+            flushed = PRODUCERS[0].flushes
+        # Its final beat was waited for before the block was left: a process may exit next.
+        assert PRODUCERS[0].records[-1]["kind"] == "final"
+        assert PRODUCERS[0].flushes == flushed + 1
     assert len(PRODUCERS) == 1
     by_instant = {
         i: [r["kind"] for r in PRODUCERS[0].records if r["instant"] == i] for i in instants
