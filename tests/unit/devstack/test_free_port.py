@@ -22,14 +22,20 @@ def test_ports_come_from_below_the_ephemeral_range_and_are_free() -> None:
 
 
 def test_a_port_in_use_is_never_handed_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first draw lands on a port a listener holds: the next draw is taken instead."""
+    real_draw = processes.secrets.randbelow
     with socket.socket() as held:
         held.bind((processes.LOOPBACK, 0))
         taken = held.getsockname()[1]
         held.listen()
-        draws = iter([taken - processes._LISTEN_PORT_FLOOR, 0])
+        draws = iter([taken - processes._LISTEN_PORT_FLOOR])
         monkeypatch.setattr(processes, "_ephemeral_floor", lambda: 65000)
-        monkeypatch.setattr(processes.secrets, "randbelow", lambda _n: next(draws))
-        assert processes.free_port() == processes._LISTEN_PORT_FLOOR
+        monkeypatch.setattr(processes.secrets, "randbelow", lambda n: next(draws, real_draw(n)))
+        port = processes.free_port()
+        assert next(draws, None) is None  # the held port was drawn first
+        assert port != taken
+        with socket.socket() as sock:
+            sock.bind((processes.LOOPBACK, port))
 
 
 def test_without_a_range_to_draw_from_the_os_picks(
