@@ -164,7 +164,7 @@ class LakewardenReader(DataSourceReader):
         config = load_config(storage) if condition is not None or virtual else None
         columns = _file_columns(config, names, filtered=condition is not None)
         # What the file leaves out is filled from its key before the filter, which may name it.
-        fill = config is not None and bool(config.virtual_columns)
+        filling = config if config is not None and config.virtual_columns else None
         instants = partition.instants
         if instants is not None:
             columns.append(META_COMMIT_TIME)
@@ -175,9 +175,8 @@ class LakewardenReader(DataSourceReader):
                     batch = batch.filter(pc.is_in(batch.column(META_COMMIT_TIME), wanted))
                 if not batch.num_rows:
                     continue
-                if fill:
-                    assert config is not None
-                    batch = _with_virtual(config, batch, partition)
+                if filling is not None:
+                    batch = _with_virtual(filling, batch, partition)
                 if condition is not None:
                     batch = batch.filter(condition)
                 if batch.num_rows:
