@@ -34,16 +34,16 @@ with every round printed: ``python -m benchmarks.bench_python_peers [--rows N] [
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import shutil
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import numpy as np
 import pyarrow as pa
@@ -106,24 +106,6 @@ def _timed(func: Callable[[], Any], figures: dict[str, float], operation: str) -
     figures[f"{operation}_cpu"] = time.process_time() - cpu
 
 
-@contextlib.contextmanager
-def _fsync_off() -> Iterator[None]:
-    """``os.fsync`` a no-op (every fsync lakewarden makes goes through it): what its
-    durability costs a small write. Not a setting: delta-rs calls no fsync at all (strace of
-    ``write_deltalake`` to a local path shows none), so the figure says how much of the gap
-    is the durability lakewarden gives and delta-rs does not."""
-    real = os.fsync
-
-    def skip(fd: int | Any) -> None:
-        del fd
-
-    os.fsync = skip
-    try:
-        yield
-    finally:
-        os.fsync = real
-
-
 def _small_inserts(
     write: Callable[[pa.Table], Any],
     data: pa.Table,
@@ -175,7 +157,9 @@ def measure(rows: int, rounds: int) -> dict[str, Any]:
         _small_inserts(lambda rows: small.write(rows, "insert"), data, figures)
         shutil.rmtree(f"{uri}-small", ignore_errors=True)
         unsynced = create(f"{uri}-unsynced")
-        with _fsync_off():
+        # Every fsync lakewarden makes goes through os.fsync; delta-rs calls none (strace of
+        # write_deltalake to a local path shows none): the gap durability accounts for.
+        with mock.patch.object(os, "fsync"):
             _small_inserts(lambda rows: unsynced.write(rows, "insert"), data, figures, UNSYNCED)
         shutil.rmtree(f"{uri}-unsynced", ignore_errors=True)
         _timed(lambda: table.write(data, "insert"), figures, "insert")
