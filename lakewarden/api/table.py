@@ -184,7 +184,10 @@ class Table(TableHandle):
         """The files of the table as of a completed instant (default: the latest).
 
         Raises: InstantNotCompletedError."""
-        return build_snapshot(self.state().completed(), as_of)
+        completed = self.state().completed()
+        if as_of is None:
+            return self.snapshots.latest(completed)
+        return build_snapshot(completed, as_of)
 
     # -- write and read -----------------------------------------------------------------------
 
@@ -223,6 +226,7 @@ class Table(TableHandle):
             self.coordinator,
             self.actor,
             committer=CommitterOptions.from_settings(self.settings.committer),
+            snapshots=self.snapshots,
         )
         if bad_records == "fail":
             return write(ctx, data, operation)
