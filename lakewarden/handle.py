@@ -30,7 +30,7 @@ from lakewarden.settings import Settings
 from lakewarden.storage import Storage
 from lakewarden.table.config import TableConfig
 from lakewarden.table.coordinator import Coordinator
-from lakewarden.table.snapshot import SnapshotCache
+from lakewarden.table.snapshot import shared_cache
 from lakewarden.table.timeline import Timeline, TimelineState
 
 
@@ -53,8 +53,9 @@ class TableHandle:
         self.settings = settings if settings is not None else Settings()
         self.actor = actor or f"python-writer@{socket.gethostname()}:{os.getpid()}"
         self.timeline_log = Timeline(storage, table=config.name)
-        # The latest snapshots its writes and read manifests build on, kept between them.
-        self.snapshots = SnapshotCache()
+        # The latest snapshots its writes and read manifests build on, kept between them and
+        # shared with the other handles of this table in this process.
+        self.snapshots = shared_cache(storage.uri, config.table_id)
         attach(storage, config, self.timeline_log, self.snapshots)  # 1.
         coordinator.register_table(config.table_id, storage.uri)  # 2.
 

@@ -24,6 +24,7 @@ latest slices they wrote (see ``lakewarden.table.reader``).
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
@@ -187,6 +188,29 @@ class SnapshotCache:
             return Snapshot(as_of=None)
         with self._lock:
             return next(self._builder.steps(completed, start=len(completed) - 1))[1]
+
+
+# Handles opened on one table in one process share a cache: the Spark driver and job-committer
+# open a handle per commit, and a fresh cache would replay the table's whole history each time.
+SHARED_CACHES = 32
+_shared: OrderedDict[tuple[str, str], SnapshotCache] = OrderedDict()
+_shared_lock = threading.Lock()
+
+
+def shared_cache(uri: str, table_id: str) -> SnapshotCache:
+    """This process's ``SnapshotCache`` of the table ``table_id`` at ``uri``, shared by every
+    handle opened on it; the ``SHARED_CACHES`` tables asked for most recently keep theirs.
+    Sharing is safe: the completed instants of a table come in one order wherever they were
+    loaded, so a handle loaded to an older tail costs a rebuild, never a wrong snapshot."""
+    key = (uri, table_id)
+    with _shared_lock:
+        cache = _shared.get(key)
+        if cache is None:
+            cache = _shared[key] = SnapshotCache()
+        _shared.move_to_end(key)
+        while len(_shared) > SHARED_CACHES:
+            _shared.popitem(last=False)
+        return cache
 
 
 def snapshot_as_of_request(

@@ -45,3 +45,28 @@ def test_a_write_applies_only_the_instants_completed_since_the_last(
     # manifest after that write applied it); the manifest after this write applies its own.
     assert applied.call_count <= 2, f"{applied.call_count} instants applied"
     assert table.snapshot().num_records == 2 * (HISTORY + 1)
+
+
+def test_a_handle_opened_per_commit_applies_only_what_is_new(tmp_path: Path) -> None:
+    # The Spark driver and job-committer open a handle per commit: they share the process's
+    # cache of the table instead of replaying its history with a fresh one.
+    storage = LocalStorage(str(tmp_path))
+    first = _table(storage)
+    for i in range(HISTORY):
+        Table(storage, first.config, coordinator=EmbeddedCoordinator()).write(_batch(i), "upsert")
+    with mock.patch.object(snapshot, "_apply", wraps=snapshot._apply) as applied:
+        opened = Table(storage, first.config, coordinator=EmbeddedCoordinator())
+        opened.write(_batch(HISTORY), "upsert")
+    assert applied.call_count <= 2, f"{applied.call_count} instants applied"
+    assert opened.snapshot().num_records == first.snapshot().num_records == 2 * (HISTORY + 1)
+
+
+def test_the_shared_caches_are_per_table_and_location_and_bounded() -> None:
+    table_id = "5a1f6c3e-8f51-4f7e-9d7e-2b1c0e3d4f5a"
+    cache = snapshot.shared_cache("file:///a", table_id)
+    assert snapshot.shared_cache("file:///a", table_id) is cache
+    # A copy of a table's directory elsewhere keeps its id but has a history of its own.
+    assert snapshot.shared_cache("file:///copy", table_id) is not cache
+    for i in range(snapshot.SHARED_CACHES):
+        snapshot.shared_cache(f"file:///other-{i}", table_id)
+    assert snapshot.shared_cache("file:///a", table_id) is not cache  # the oldest went
