@@ -17,6 +17,10 @@ Per round, the two variants in rotated order (``_rounds``), each on a fresh tabl
 - **small insert into the big table**: the same ``SMALL_WRITES`` appends of ``SMALL_ROWS``
   rows, timed after the read, into the table that holds all N rows: whether a small write's
   cost grows with the table it lands in;
+- **small insert series**: ``SERIES_WRITES`` appends of ``SMALL_ROWS`` rows in a row into a
+  table of their own, through one kept handle on each side (a ``Table``; a ``DeltaTable``
+  passed to ``write_deltalake``), the mean write: what a pipeline writing small batches
+  feels as the table's history grows (the last quarter's mean is in the details);
 - **small insert with fsync off** (lakewarden only, a diagnostic): the small inserts again
   with ``os.fsync`` a no-op, against delta-rs's small insert, which calls no fsync: how much
   of the gap is the durability a lakewarden write has when it returns.
@@ -54,9 +58,10 @@ from benchmarks._rounds import rotated_rounds
 from benchmarks.bench_spark import SCHEMA
 
 PARTITION = "region"
-OPERATIONS = ("insert", "upsert", "read", "small_insert", "small_insert_big")
+OPERATIONS = ("insert", "upsert", "read", "small_insert", "small_insert_big", "small_insert_series")
 SMALL_ROWS = 500
 SMALL_WRITES = 5
+SERIES_WRITES = 200
 UNSYNCED = "small_insert_unsynced"
 REGIONS = ("eu", "us", "apac", "latam")
 
@@ -127,6 +132,21 @@ def _small_inserts(
         figures[key] = statistics.median(t[key] for t in timed)
 
 
+def _series(write: Callable[[pa.Table], Any], data: pa.Table, figures: dict[str, float]) -> None:
+    """The mean of ``SERIES_WRITES`` appends of ``SMALL_ROWS`` rows (wall and CPU), and the
+    mean of the last quarter (``small_insert_series_last``); the rows wrap around ``data``."""
+    starts = range(0, data.num_rows - SMALL_ROWS, SMALL_ROWS)
+    walls: list[float] = []
+    cpu = time.process_time()
+    for i in range(SERIES_WRITES):
+        start = time.perf_counter()
+        write(data.slice(starts[i % len(starts)], SMALL_ROWS))
+        walls.append(time.perf_counter() - start)
+    figures["small_insert_series_cpu"] = (time.process_time() - cpu) / SERIES_WRITES
+    figures["small_insert_series"] = statistics.mean(walls)
+    figures["small_insert_series_last"] = statistics.mean(walls[-SERIES_WRITES // 4 :])
+
+
 def measure(rows: int, rounds: int) -> dict[str, Any]:
     """Seconds per operation, variant and round, and bytes after the upsert."""
     from deltalake import DeltaTable, write_deltalake
@@ -162,6 +182,9 @@ def measure(rows: int, rounds: int) -> dict[str, Any]:
         with mock.patch.object(os, "fsync"):
             _small_inserts(lambda rows: unsynced.write(rows, "insert"), data, figures, UNSYNCED)
         shutil.rmtree(f"{uri}-unsynced", ignore_errors=True)
+        series = create(f"{uri}-series")
+        _series(lambda rows: series.write(rows, "insert"), data, figures)
+        shutil.rmtree(f"{uri}-series", ignore_errors=True)
         _timed(lambda: table.write(data, "insert"), figures, "insert")
         _timed(lambda: table.write(changed, "upsert"), figures, "upsert")
         read: list[pa.Table] = []
@@ -191,6 +214,14 @@ def measure(rows: int, rounds: int) -> dict[str, Any]:
             figures,
         )
         shutil.rmtree(f"{uri}-small", ignore_errors=True)
+        write_deltalake(f"{uri}-series", data.slice(0, 0), mode="append", partition_by=[PARTITION])
+        series = DeltaTable(f"{uri}-series")  # kept, as lakewarden's Table is
+        _series(
+            lambda rows: write_deltalake(series, rows, mode="append", partition_by=[PARTITION]),
+            data,
+            figures,
+        )
+        shutil.rmtree(f"{uri}-series", ignore_errors=True)
         _timed(
             lambda: write_deltalake(uri, data, mode="append", partition_by=[PARTITION]),
             figures,
@@ -256,6 +287,17 @@ def results(measured: dict[str, Any]) -> list[Result]:
     labels = {
         "small_insert": small,
         "small_insert_big": f"{small}, into the table of {measured['rows']:,} rows",
+        "small_insert_series": (
+            f"{SMALL_ROWS} rows appended {SERIES_WRITES} times in a row through one kept "
+            "handle, mean write"
+        ),
+    }
+    extra_details = {
+        "insert": details,
+        "small_insert_series": {
+            "last_quarter_mean_s": {v: med[v]["small_insert_series_last"] for v in med},
+            "cpu_s": {v: med[v]["small_insert_series_cpu"] for v in med},
+        },
     }
     found = [
         Result(
@@ -266,7 +308,7 @@ def results(measured: dict[str, Any]) -> list[Result]:
             baseline=med["delta"][operation],
             baseline_label="delta-rs (deltalake) on the same rows",
             goal=1.0,
-            details=details if operation == "insert" else {},
+            details=extra_details.get(operation, {}),
         )
         for operation in OPERATIONS
     ]

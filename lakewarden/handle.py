@@ -30,6 +30,7 @@ from lakewarden.settings import Settings
 from lakewarden.storage import Storage
 from lakewarden.table.config import TableConfig
 from lakewarden.table.coordinator import Coordinator
+from lakewarden.table.snapshot import shared_cache
 from lakewarden.table.timeline import Timeline, TimelineState
 
 
@@ -52,7 +53,10 @@ class TableHandle:
         self.settings = settings if settings is not None else Settings()
         self.actor = actor or f"python-writer@{socket.gethostname()}:{os.getpid()}"
         self.timeline_log = Timeline(storage, table=config.name)
-        attach(storage, config, self.timeline_log)  # 1.
+        # The latest snapshots its writes and read manifests build on, kept between them and
+        # shared with the other handles of this table in this process.
+        self.snapshots = shared_cache(storage.uri, config.table_id)
+        attach(storage, config, self.timeline_log, self.snapshots)  # 1.
         coordinator.register_table(config.table_id, storage.uri)  # 2.
 
     @property

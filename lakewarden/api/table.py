@@ -184,7 +184,15 @@ class Table(TableHandle):
         """The files of the table as of a completed instant (default: the latest).
 
         Raises: InstantNotCompletedError."""
-        return build_snapshot(self.state().completed(), as_of)
+        return self._snapshot(self.state(), as_of)
+
+    def _snapshot(self, state: TimelineState, as_of: str | None) -> Snapshot:
+        """The snapshot of ``state`` as of ``as_of``; the latest from the table's cache
+        (``TableHandle.snapshots``: only what completed since the last one is applied)."""
+        completed = state.completed()
+        if as_of is None:
+            return self.snapshots.latest(completed)
+        return build_snapshot(completed, as_of)
 
     # -- write and read -----------------------------------------------------------------------
 
@@ -223,6 +231,7 @@ class Table(TableHandle):
             self.coordinator,
             self.actor,
             committer=CommitterOptions.from_settings(self.settings.committer),
+            snapshots=self.snapshots,
         )
         if bad_records == "fail":
             return write(ctx, data, operation)
@@ -266,7 +275,7 @@ class Table(TableHandle):
         no clean deleted), ColumnNotFoundError."""
 
         def pick(state: TimelineState) -> Snapshot:
-            snapshot = build_snapshot(state.completed(), as_of)
+            snapshot = self._snapshot(state, as_of)
             if as_of is not None:
                 check_not_cleaned(state, snapshot, table=self.name)
             return snapshot
@@ -310,7 +319,7 @@ class Table(TableHandle):
                 table=self.name,
             )
         state = self.state()
-        snapshot = build_snapshot(state.completed(), as_of)
+        snapshot = self._snapshot(state, as_of)
         if as_of is not None:
             check_not_cleaned(state, snapshot, table=self.name)
         return files_dataset(

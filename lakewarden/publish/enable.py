@@ -20,6 +20,7 @@ import os
 from lakewarden.storage import Storage
 from lakewarden.table import read_manifest
 from lakewarden.table.config import CONFIG_KEY, PublishConfig, TableConfig
+from lakewarden.table.snapshot import SnapshotCache
 from lakewarden.table.timeline import Timeline, TimelineEntry
 
 from .publisher import DeltaPublisher, PublishResult
@@ -53,13 +54,15 @@ def publishes_on_commit() -> bool:
     return value not in ("false", "0", "no", "off")
 
 
-def attach(storage: Storage, config: TableConfig, timeline: Timeline) -> None:
+def attach(
+    storage: Storage, config: TableConfig, timeline: Timeline, snapshots: SnapshotCache
+) -> None:
     """Make ``timeline`` publish after each ``completed`` entry this process appends, when the
     table publishes (``Timeline.after_completed``) and the process publishes on commit
     (``publishes_on_commit``); and, for every table on local storage, write the latest
     snapshot's read manifest (``lakewarden.table.read_manifest``: what the JVM side of the
-    Spark format reads)."""
-    manifest = read_manifest.hook(storage, config, timeline)
+    Spark format reads; from the table's ``snapshots``)."""
+    manifest = read_manifest.hook(storage, config, timeline, snapshots)
     if not (config.publish.delta and publishes_on_commit()):
         timeline.after_completed = manifest
         return

@@ -46,6 +46,7 @@ the conflict rules, whichever append groups each of them saw.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 from concurrent.futures import Executor
@@ -423,15 +424,21 @@ def append_group(canonical: FileGroupId, instant: str, task: int) -> FileGroupId
 
 class BucketSlices:
     """The slices of a snapshot indexed by bucket: ``of(canonical)`` is every slice of that
-    bucket in its partition (built once per snapshot; merges look up many buckets)."""
+    bucket in its partition (indexed once per snapshot, at the first lookup: merges look up
+    many buckets, and an insert none, so it does not pay for an index of every file)."""
 
     def __init__(self, snapshot: Snapshot) -> None:
-        self._by_bucket: dict[tuple[str, str], list[FileSlice]] = {}
-        for group, file_slice in snapshot.slices.items():
+        self._snapshot = snapshot
+
+    @functools.cached_property
+    def _by_bucket(self) -> dict[tuple[str, str], list[FileSlice]]:
+        by_bucket: dict[tuple[str, str], list[FileSlice]] = {}
+        for group, file_slice in self._snapshot.slices.items():
             prefix = bucket_prefix(group.file_id)
             if prefix is not None:
                 key = (group.partition_path, prefix)
-                self._by_bucket.setdefault(key, []).append(file_slice)
+                by_bucket.setdefault(key, []).append(file_slice)
+        return by_bucket
 
     def of(self, canonical: FileGroupId) -> list[FileSlice]:
         """The slices of ``canonical``'s bucket in its partition: the canonical one first (if

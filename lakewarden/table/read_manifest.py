@@ -49,7 +49,7 @@ import pyarrow as pa
 from lakewarden.storage import AlreadyExistsError, Storage
 from lakewarden.storage._keys import TEMP_PREFIX
 from lakewarden.table.config import CONFIG_KEY, TableConfig
-from lakewarden.table.snapshot import SnapshotBuilder, build_snapshot
+from lakewarden.table.snapshot import SnapshotCache, build_snapshot
 from lakewarden.table.timeline import Timeline, TimelineEntry
 
 log = logging.getLogger("lakewarden.read_manifest")
@@ -114,28 +114,25 @@ def write_latest(
     timeline: Timeline,
     *,
     prune: bool = True,
-    builder: SnapshotBuilder | None = None,
+    snapshots: SnapshotCache | None = None,
 ) -> str | None:
     """Write the manifest of the latest snapshot (when Spark's reader can read it exactly)
     and, with ``prune``, delete all but the newest ``KEEP``; the key written, or None. A
-    ``builder`` kept between calls applies only the instants completed since the last one
-    (without it the whole timeline is replayed).
+    ``snapshots`` cache kept between calls applies only the instants completed since the
+    last one (without it the whole timeline is replayed).
 
     Raises: StorageError, TimelineError."""
     state = timeline.load()
     completed = state.completed()
-    if builder is None or not completed:
-        snapshot = build_snapshot(completed)
-    else:
-        snapshot = next(builder.steps(completed, start=len(completed) - 1))[1]
+    snapshot = snapshots.latest(completed) if snapshots else build_snapshot(completed)
     schema = spark_schema_json(config.pa_schema)
     slices = list(snapshot.slices.values())
     if snapshot.as_of is None or schema is None or any(s.log_files for s in slices):
         return None
-    files = sorted(
-        (s.base_file for s in slices if s.base_file is not None),
-        key=lambda f: (f.file_group.partition_path, f.file_group.file_id),
-    )
+    # In the snapshot's order, not sorted: a function of the timeline prefix too (the order in
+    # which its instants added and replaced slices), and sorting every file of a large table
+    # was most of the cost a commit paid for its manifest.
+    files = [s.base_file for s in slices if s.base_file is not None]
     body = {
         "format_version": FORMAT_VERSION,
         "table": config.name,
@@ -191,22 +188,22 @@ def wanted(storage: Storage) -> bool:
 
 
 def hook(
-    storage: Storage, config: TableConfig, timeline: Timeline
+    storage: Storage, config: TableConfig, timeline: Timeline, snapshots: SnapshotCache
 ) -> Callable[[TimelineEntry], None] | None:
     """A ``Timeline.after_completed`` callable writing the manifest after each completion,
     never raising (a manifest is a cache: without one, reads take the Python source); None
-    where no manifest is wanted (``wanted``)."""
+    where no manifest is wanted (``wanted``). ``snapshots``: the opened table's cache (a
+    commit applies its own instant, not the whole timeline)."""
     if not wanted(storage):
         return None
     written = itertools.count()
-    builder = SnapshotBuilder()  # a commit applies its own instant, not the whole timeline
-    lock = threading.Lock()  # threads writing one table share the builder
+    lock = threading.Lock()  # one manifest at a time from the threads writing one table
 
     def after_completed(entry: TimelineEntry) -> None:
         try:
             with lock:
                 prune = next(written) % KEEP == 0
-                write_latest(storage, config, timeline, prune=prune, builder=builder)
+                write_latest(storage, config, timeline, prune=prune, snapshots=snapshots)
         except Exception:  # noqa: BLE001 - best effort: storage and the timeline are the truth
             log.warning("table %s: read manifest after %s not written", config.name, entry.instant)
 

@@ -13,6 +13,9 @@ The conflict rules guarantee that two instants touching one file group are order
 completion order is the order in which their slices were built on each other.
 
 A writer builds on ``snapshot_as_of_request``: the snapshot as of its own ``requested`` entry.
+An opened table keeps a ``SnapshotCache``, so that its writes and its read manifests apply only
+the instants completed since the last one instead of replaying the whole timeline: without it,
+the cost of a small write grows with the table's history.
 
 Incremental reads use ``changes_since``: the instants completed after a given one and the
 latest slices they wrote (see ``lakewarden.table.reader``).
@@ -20,6 +23,8 @@ latest slices they wrote (see ``lakewarden.table.reader``).
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
@@ -165,12 +170,60 @@ def snapshot_steps(
     return SnapshotBuilder().steps(completed, start=start)
 
 
+class SnapshotCache:
+    """The latest snapshot of a prefix of the completed instants, kept between calls by an
+    opened table (``TableHandle.snapshots``) and shared by its threads: each call applies only
+    the instants completed since the call before (``SnapshotBuilder``). A call with a shorter
+    prefix than the last (a writer whose request came before another's completion) rebuilds
+    from the start, so the answer is always ``build_snapshot(completed)``."""
+
+    def __init__(self) -> None:
+        self._builder = SnapshotBuilder()
+        self._lock = threading.Lock()
+
+    def latest(self, completed: Sequence[CompletedInstant]) -> Snapshot:
+        """``build_snapshot(completed)``: the snapshot as of the last of ``completed`` (in
+        completion order)."""
+        if not completed:
+            return Snapshot(as_of=None)
+        with self._lock:
+            return next(self._builder.steps(completed, start=len(completed) - 1))[1]
+
+
+# Handles opened on one table in one process share a cache: the Spark driver and job-committer
+# open a handle per commit, and a fresh cache would replay the table's whole history each time.
+SHARED_CACHES = 32
+_shared: OrderedDict[tuple[str, str], SnapshotCache] = OrderedDict()
+_shared_lock = threading.Lock()
+
+
+def shared_cache(uri: str, table_id: str) -> SnapshotCache:
+    """This process's ``SnapshotCache`` of the table ``table_id`` at ``uri``, shared by every
+    handle opened on it; the ``SHARED_CACHES`` tables asked for most recently keep theirs.
+    Sharing is safe: the completed instants of a table come in one order wherever they were
+    loaded, so a handle loaded to an older tail costs a rebuild, never a wrong snapshot."""
+    key = (uri, table_id)
+    with _shared_lock:
+        cache = _shared.get(key)
+        if cache is None:
+            cache = _shared[key] = SnapshotCache()
+        _shared.move_to_end(key)
+        while len(_shared) > SHARED_CACHES:
+            _shared.popitem(last=False)
+        return cache
+
+
 def snapshot_as_of_request(
-    state: TimelineState, instant: str, *, table: str | None = None
+    state: TimelineState,
+    instant: str,
+    *,
+    table: str | None = None,
+    cache: SnapshotCache | None = None,
 ) -> Snapshot:
     """The snapshot ``instant`` builds on: the instants completed before its ``requested``
     entry. What a writer merges with and an overwrite replaces; a completion after that entry
     on a file group the instant touches is a conflict anyway (``lakewarden.table.conflicts``).
+    With a ``cache``, only the instants completed since its last call are applied.
 
     Raises: InstantNotOnTimelineError (``state`` has no ``requested`` entry of ``instant``)."""
     mine = state.get(instant)
@@ -182,7 +235,7 @@ def snapshot_as_of_request(
             instant=instant,
         )
     before = [s for s in state.completed() if (s.completed_seq or 0) < mine.requested_seq]
-    return build_snapshot(before)
+    return cache.latest(before) if cache is not None else build_snapshot(before)
 
 
 def _apply(slices: dict[FileGroupId, FileSlice], instant: str, commit: CommitStats) -> None:

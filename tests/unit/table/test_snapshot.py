@@ -11,6 +11,7 @@ from lakewarden.table.instant import Action, Transition
 from lakewarden.table.snapshot import (
     InstantNotCompletedError,
     InstantNotOnTimelineError,
+    SnapshotCache,
     build_snapshot,
     changes_since,
     snapshot_as_of_request,
@@ -184,3 +185,36 @@ def test_snapshot_as_of_request_holds_what_completed_before_the_request() -> Non
     assert snapshot_as_of_request(timeline, T1).as_of is None  # nothing completed before T1
     with pytest.raises(InstantNotOnTimelineError, match=f"instant {T4} is not on the timeline"):
         snapshot_as_of_request(timeline, T4, table="t")
+
+
+def test_a_kept_cache_gives_the_replay_of_every_prefix_it_is_asked_for() -> None:
+    """Growing prefixes (a table's writes one after another), the same prefix again, shorter
+    ones (a writer whose request came before another's completion), then growing again."""
+    cache = SnapshotCache()
+    for end in (0, 1, 2, 2, 4, 1, 3, 4, 0, 4):
+        got = cache.latest(HISTORY[:end])
+        want = build_snapshot(HISTORY[:end])
+        assert (got.as_of, list(got.slices.items())) == (want.as_of, list(want.slices.items()))
+
+
+def test_a_cached_snapshot_is_not_changed_by_later_calls() -> None:
+    cache = SnapshotCache()
+    first = cache.latest(HISTORY[:1])
+    cache.latest(HISTORY)
+    assert (first.as_of, set(first.slices)) == (T1, {EU, US})
+    assert first.slices[EU].base_instant == T1
+
+
+def test_snapshot_as_of_request_through_a_cache() -> None:
+    timeline = TimelineState(
+        instants={
+            T1: _state(T1, 0, 2, commit(base(EU, T1))),
+            T2: _state(T2, 1, 5, commit(base(US, T2))),
+            T3: _state(T3, 3, None, None),
+        },
+        tail_seq=5,
+    )
+    cache = SnapshotCache()
+    assert set(snapshot_as_of_request(timeline, T3, cache=cache).slices) == {EU}
+    assert snapshot_as_of_request(timeline, T2, cache=cache).as_of is None  # requested first
+    assert set(snapshot_as_of_request(timeline, T3, cache=cache).slices) == {EU}
