@@ -48,7 +48,7 @@ from lakewarden.table.files import BaseFileName, WriteToken, file_key
 from lakewarden.table.merge import Merged, merge_bucket, stamped
 from lakewarden.table.mor import log_slice, write_blocks
 from lakewarden.table.parquet_options import parquet_writer
-from lakewarden.table.snapshot import Snapshot, snapshot_as_of_request
+from lakewarden.table.snapshot import Snapshot, shared_cache, snapshot_as_of_request
 from lakewarden.table.stats import FileGroupId, WriteStat
 from lakewarden.table.timeline import Timeline
 
@@ -318,11 +318,14 @@ def _stat(
 
 
 def base_snapshot(storage: Storage, config: TableConfig, instant: str) -> Snapshot:
-    """The snapshot as of the instant's ``requested`` entry (what the write builds on).
+    """The snapshot as of the instant's ``requested`` entry (what the write builds on), from
+    the process's cache of the table (``shared_cache``: a Python worker that Spark reuses for
+    the tasks and micro-batches after this one applies only what completed since).
 
     Raises: InstantNotOnTimelineError."""
     state = Timeline(storage, table=config.name).load()
-    return snapshot_as_of_request(state, instant, table=config.name)
+    cache = shared_cache(storage.uri, config.table_id)
+    return snapshot_as_of_request(state, instant, table=config.name, cache=cache)
 
 
 def _merge_rows(

@@ -173,12 +173,19 @@ def snapshot_steps(
 class SnapshotCache:
     """The latest snapshot of a prefix of the completed instants, kept between calls by an
     opened table (``TableHandle.snapshots``) and shared by its threads: each call applies only
-    the instants completed since the call before (``SnapshotBuilder``). A call with a shorter
-    prefix than the last (a writer whose request came before another's completion) rebuilds
-    from the start, so the answer is always ``build_snapshot(completed)``."""
+    the instants completed since the call before (``SnapshotBuilder``). The ``RECENT``
+    snapshots returned last are kept too, so a writer asking for the prefix before its own
+    request, just after the completion that followed it was applied, does not rebuild; any
+    other shorter prefix rebuilds from the start. The answer is always
+    ``build_snapshot(completed)``."""
+
+    RECENT = 4
 
     def __init__(self) -> None:
         self._builder = SnapshotBuilder()
+        # (length, last instant) of a prefix -> its snapshot: a table's completed instants
+        # come in one order, so the two name the prefix.
+        self._recent: OrderedDict[tuple[int, str], Snapshot] = OrderedDict()
         self._lock = threading.Lock()
 
     def latest(self, completed: Sequence[CompletedInstant]) -> Snapshot:
@@ -186,8 +193,15 @@ class SnapshotCache:
         completion order)."""
         if not completed:
             return Snapshot(as_of=None)
+        prefix = (len(completed), completed[-1].instant)
         with self._lock:
-            return next(self._builder.steps(completed, start=len(completed) - 1))[1]
+            found = self._recent.get(prefix)
+            if found is None:
+                found = next(self._builder.steps(completed, start=len(completed) - 1))[1]
+                self._recent[prefix] = found
+                while len(self._recent) > self.RECENT:
+                    self._recent.popitem(last=False)
+            return found
 
 
 # Handles opened on one table in one process share a cache: the Spark driver and job-committer

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from unittest import mock
 
 import pytest
 
+from lakewarden.table import snapshot as snapshot_module
 from lakewarden.table.files import BaseFileName, LogFileName, WriteToken, file_key
 from lakewarden.table.instant import Action, Transition
 from lakewarden.table.snapshot import (
@@ -195,6 +197,18 @@ def test_a_kept_cache_gives_the_replay_of_every_prefix_it_is_asked_for() -> None
         got = cache.latest(HISTORY[:end])
         want = build_snapshot(HISTORY[:end])
         assert (got.as_of, list(got.slices.items())) == (want.as_of, list(want.slices.items()))
+
+
+def test_a_recent_prefix_is_answered_without_a_rebuild() -> None:
+    # A writer asks for the prefix before its request after the completion that followed it
+    # was applied (by its read manifest, or another thread's write).
+    cache = SnapshotCache()
+    before = cache.latest(HISTORY[:3])
+    cache.latest(HISTORY)
+    with mock.patch.object(snapshot_module, "_apply", wraps=snapshot_module._apply) as applied:
+        assert cache.latest(HISTORY[:3]) is before
+        cache.latest(HISTORY)
+    assert applied.call_count == 0
 
 
 def test_a_cached_snapshot_is_not_changed_by_later_calls() -> None:

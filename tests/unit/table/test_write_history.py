@@ -70,3 +70,17 @@ def test_the_shared_caches_are_per_table_and_location_and_bounded() -> None:
     for i in range(snapshot.SHARED_CACHES):
         snapshot.shared_cache(f"file:///other-{i}", table_id)
     assert snapshot.shared_cache("file:///a", table_id) is not cache  # the oldest went
+
+
+def test_a_spark_task_builds_on_the_processs_cache_of_the_table(tmp_path: Path) -> None:
+    # Spark reuses a Python worker for the tasks and micro-batches after one: each task's
+    # merge base applies only what completed since the worker's last.
+    from lakewarden.spark._task import base_snapshot
+
+    storage = LocalStorage(str(tmp_path))
+    table = _table(storage)
+    results = [table.write(_batch(i), "upsert") for i in range(HISTORY)]
+    with mock.patch.object(snapshot, "_apply", wraps=snapshot._apply) as applied:
+        base = base_snapshot(LocalStorage(str(tmp_path)), table.config, results[-1].instant)
+    assert applied.call_count <= 1, f"{applied.call_count} instants applied"
+    assert base.as_of == results[-2].instant
