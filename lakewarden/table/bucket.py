@@ -56,7 +56,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lakewarden.errors import NonRetryableError
-from lakewarden.table.config import META_PARTITION_PATH, META_RECORD_KEY, TableConfig
+from lakewarden.table.config import META_PARTITION_PATH, META_RECORD_KEY, TableConfig, meta_field
 from lakewarden.table.files import bucket_file_id
 from lakewarden.table.snapshot import FileSlice, Snapshot
 from lakewarden.table.stats import FileGroupId
@@ -340,7 +340,7 @@ class Routed:
         start, length = self._spans[group]
         rows = self._data.take(self._order.slice(start, length))
         path = pa.repeat(pa.scalar(group.partition_path, pa.string()), length)
-        return rows.add_column(1, META_PARTITION_PATH, path)
+        return rows.add_column(1, meta_field(META_PARTITION_PATH), path)
 
 
 def route_lazily(data: pa.Table, config: TableConfig, pool: Executor | None = None) -> Routed:
@@ -374,7 +374,7 @@ def route_lazily(data: pa.Table, config: TableConfig, pool: Executor | None = No
         length = int(counts[code])
         spans[group] = (start, length)
         start += length
-    return Routed(data.add_column(0, META_RECORD_KEY, text), order, spans)
+    return Routed(data.add_column(0, meta_field(META_RECORD_KEY), text), order, spans)
 
 
 # Keys cast and hashed per task when routing on a pool: large enough that a task's overhead

@@ -43,6 +43,24 @@ META_COLUMNS = (META_COMMIT_TIME, META_RECORD_KEY, META_PARTITION_PATH, META_FIL
 VIRTUAL_META_COLUMNS = (META_PARTITION_PATH, META_FILE_NAME)
 
 
+def meta_field(name: str) -> pa.Field:
+    """The field of meta column ``name`` in every file schema (text, never null): a column
+    added under it needs no cast into the file schema."""
+    return pa.field(name, pa.string(), nullable=False)
+
+
+def cast_table(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``table.cast(schema)``, which is ``table`` itself when it has ``schema`` already (then
+    only the cast's null check of non-nullable fields remains, kept here). Writers conform
+    every file's rows this way; a cast of a table already in shape costs a cast call per
+    column, which a write of many small files feels."""
+    if table.schema.equals(schema, check_metadata=True) and not any(
+        table.column(i).null_count for i, field in enumerate(schema) if not field.nullable
+    ):
+        return table
+    return table.cast(schema)
+
+
 class NotATableError(NonRetryableError):
     """The location holds no ``.lakewarden/table.json``."""
 
@@ -250,8 +268,15 @@ class TableConfig(BaseModel):
     @cached_property
     def file_schema(self) -> pa.Schema:
         """The schema of every data file: the meta columns, then the table's columns."""
-        meta = [pa.field(name, pa.string(), nullable=False) for name in META_COLUMNS]
+        meta = [meta_field(name) for name in META_COLUMNS]
         return pa.schema(meta + list(self.pa_schema), metadata=self.pa_schema.metadata)
+
+    @cached_property
+    def merge_schema(self) -> pa.Schema:
+        """The schema merges work in: ``file_schema`` without ``_lw_file_name`` (set when a
+        file is written)."""
+        schema = self.file_schema
+        return schema.remove(schema.get_field_index(META_FILE_NAME))
 
     @property
     def virtual_columns(self) -> tuple[str, ...]:
@@ -273,8 +298,9 @@ class TableConfig(BaseModel):
         if META_FILE_NAME in table.schema.names:
             table = table.drop_columns([META_FILE_NAME])
         if META_FILE_NAME not in self.virtual_columns:
-            table = table.append_column(META_FILE_NAME, pa.repeat(pa.scalar(name), len(table)))
-        return table.select(self.stored_schema.names).cast(self.stored_schema)
+            names = pa.repeat(pa.scalar(name), len(table))
+            table = table.append_column(meta_field(META_FILE_NAME), names)
+        return cast_table(table.select(self.stored_schema.names), self.stored_schema)
 
     def with_virtual(
         self,

@@ -23,7 +23,14 @@ import pyarrow.compute as pc
 
 from lakewarden.storage import Storage
 from lakewarden.table.bucket import replaced_by_merge
-from lakewarden.table.config import META_COMMIT_TIME, META_FILE_NAME, META_RECORD_KEY, TableConfig
+from lakewarden.table.config import (
+    META_COMMIT_TIME,
+    META_FILE_NAME,
+    META_RECORD_KEY,
+    TableConfig,
+    cast_table,
+    meta_field,
+)
 from lakewarden.table.reader import read_data_file
 from lakewarden.table.snapshot import FileSlice
 from lakewarden.table.stats import FileGroupId
@@ -44,20 +51,19 @@ class Merged:
 
 def merge_schema(config: TableConfig) -> pa.Schema:
     """The schema merges work in: the file schema without ``_lw_file_name`` (set on write)."""
-    schema = config.file_schema
-    return schema.remove(schema.get_field_index(META_FILE_NAME))
+    return config.merge_schema
 
 
 def stamped(incoming: pa.Table, instant: str, config: TableConfig, operation: str) -> pa.Table:
     """Routed input with ``_lw_commit_time``; in the merge schema unless it is a delete."""
     times = pa.repeat(pa.scalar(instant), len(incoming))
-    incoming = incoming.add_column(0, META_COMMIT_TIME, times)
-    return incoming if operation == "delete" else incoming.cast(merge_schema(config))
+    incoming = incoming.add_column(0, meta_field(META_COMMIT_TIME), times)
+    return incoming if operation == "delete" else cast_table(incoming, config.merge_schema)
 
 
 def stored(existing: pa.Table, config: TableConfig) -> pa.Table:
     """A base file's records in the merge schema."""
-    return existing.drop_columns([META_FILE_NAME]).cast(merge_schema(config))
+    return cast_table(existing.drop_columns([META_FILE_NAME]), config.merge_schema)
 
 
 def merge(

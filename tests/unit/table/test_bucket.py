@@ -38,10 +38,18 @@ from lakewarden.table.bucket import (
     route_lazily,
     unescape_partition_value,
 )
-from lakewarden.table.config import META_PARTITION_PATH, META_RECORD_KEY, TableConfig
+from lakewarden.table.config import (
+    META_COMMIT_TIME,
+    META_PARTITION_PATH,
+    META_RECORD_KEY,
+    TableConfig,
+    meta_field,
+)
 from lakewarden.table.files import bucket_file_id
+from lakewarden.table.merge import stamped
 from lakewarden.table.snapshot import FileSlice, Snapshot
 from lakewarden.table.stats import FileGroupId, WriteStat
+from lakewarden.table.write_input import validate_input
 
 
 def test_fnv1a64_published_vectors() -> None:
@@ -235,6 +243,26 @@ def test_routed_groups_gather_their_rows_in_input_order_with_the_meta_columns() 
     assert {g: t.to_pylist() for g, t in route(table, config).items()} == {
         g: routed.rows(g).to_pylist() for g in routed.groups
     }
+
+
+def test_routed_rows_stamped_are_in_the_merge_schema_without_a_cast() -> None:
+    # A write conforms each file's rows to the file schema; rows already in it skip the cast
+    # (a cast call per column per file, which a small write of many files feels).
+    config = TableConfig.new(
+        name="t",
+        record_key="id",
+        schema=pa.schema([pa.field("id", pa.int64(), nullable=False), ("r", pa.string())]),
+        partition_by=["r"],
+        buckets=2,
+    )
+    data = validate_input(pa.table({"id": [1, 2, 3], "r": ["a", "b", "a"]}), config, "insert")
+    routed = route_lazily(data, config)
+    for group in routed.groups:
+        rows = routed.rows(group)
+        times = pa.repeat(pa.scalar("20260101000000000"), len(rows))
+        with_time = rows.add_column(0, meta_field(META_COMMIT_TIME), times)
+        assert with_time.schema.equals(config.merge_schema, check_metadata=True)
+        assert stamped(rows, "20260101000000000", config, "insert").equals(with_time)
 
 
 @pytest.mark.parametrize(

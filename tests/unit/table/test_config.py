@@ -17,6 +17,7 @@ from lakewarden.table.config import (
     TableAlreadyExistsError,
     TableConfig,
     UnsupportedFormatVersionError,
+    cast_table,
     decode_schema,
     encode_schema,
     load_config,
@@ -144,3 +145,20 @@ def test_save_then_load_and_create_twice_is_an_error() -> None:
 def test_loading_a_non_table_is_named() -> None:
     with pytest.raises(NotATableError, match="'mem://' is not a lakewarden table"):
         load_config(MemStorage())
+
+
+def test_cast_table_is_a_cast_that_keeps_a_table_already_in_shape() -> None:
+    schema = pa.schema(
+        [pa.field("k", pa.string(), nullable=False), ("v", pa.int32())], {b"a": b"b"}
+    )
+    shaped = pa.Table.from_arrays([pa.array(["x"]), pa.array([1], pa.int32())], schema=schema)
+    assert cast_table(shaped, schema) is shaped
+    loose = pa.table({"k": ["x"], "v": pa.array([1], pa.int64())})
+    cast = cast_table(loose, schema)
+    assert cast.schema.equals(schema, check_metadata=True) and cast.equals(loose.cast(schema))
+    # A table claiming a non-nullable field it breaks is refused as Table.cast refuses it.
+    lying = pa.Table.from_arrays(
+        [pa.array([None], pa.string()), pa.array([1], pa.int32())], schema=schema
+    )
+    with pytest.raises(ValueError, match="non-nullable"):
+        cast_table(lying, schema)
