@@ -49,11 +49,6 @@ class Merged:
     changed: bool = True
 
 
-def merge_schema(config: TableConfig) -> pa.Schema:
-    """The schema merges work in: the file schema without ``_lw_file_name`` (set on write)."""
-    return config.merge_schema
-
-
 def stamped(incoming: pa.Table, instant: str, config: TableConfig, operation: str) -> pa.Table:
     """Routed input with ``_lw_commit_time``; in the merge schema unless it is a delete."""
     times = pa.repeat(pa.scalar(instant), len(incoming))

@@ -132,8 +132,12 @@ def test_data_and_directories_are_durable_before_the_completed_entry(
     completed = timeline[-1]
     assert result.instant in completed.read_text()
     entry_ino = completed.stat().st_ino
+    # Found by its name: an inode freed earlier in the write (a staging record the job commit
+    # deleted) can come back as the entry's, so an earlier link may show the same inode.
     linked = next(
-        i for i, (event, ino, _) in enumerate(log.events) if event == "link" and ino == entry_ino
+        i
+        for i, (event, _, path) in enumerate(log.events)
+        if event == "link" and path == os.fspath(completed)
     )
     assert synced[entry_ino] < linked  # the entry's content is durable before its name
     for stat_ in result.stats.write_stats:  # every file it names, before the entry exists
