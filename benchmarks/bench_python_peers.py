@@ -23,7 +23,12 @@ Per round, the two variants in rotated order (``_rounds``), each on a fresh tabl
   feels as the table's history grows (the last quarter's mean is in the details);
 - **small insert with fsync off** (lakewarden only, a diagnostic): the small inserts again
   with ``os.fsync`` a no-op, against delta-rs's small insert, which calls no fsync: how much
-  of the gap is the durability a lakewarden write has when it returns.
+  of the gap is the durability a lakewarden write has when it returns;
+- **small insert with one bucket per partition** (lakewarden only, a diagnostic): the small
+  inserts again into a table created with ``buckets=1``, which writes one file per partition
+  as delta-rs does (against delta-rs's small insert): how much of the gap is the bucket
+  layout. It is a table setting, not a free one: an upsert of such a table rewrites every
+  file of each partition it touches.
 
 Each figure is lakewarden's median seconds against delta-rs's median in the same run (below
 1.0: lakewarden ahead); bytes on disk after the upsert are a figure of their own. The details
@@ -63,6 +68,7 @@ SMALL_ROWS = 500
 SMALL_WRITES = 5
 SERIES_WRITES = 200
 UNSYNCED = "small_insert_unsynced"
+ONE_BUCKET = "small_insert_one_bucket"
 REGIONS = ("eu", "us", "apac", "latam")
 
 
@@ -158,7 +164,7 @@ def measure(rows: int, rounds: int) -> dict[str, Any]:
     changed = changed_rows(data)
     root = Path(tempfile.mkdtemp(prefix="lakewarden-bench-python-peers-"))
 
-    def create(uri: str) -> Table:
+    def create(uri: str, buckets: int = 4) -> Table:
         return Table.create(
             uri,
             name=Path(uri).name,
@@ -166,7 +172,7 @@ def measure(rows: int, rounds: int) -> dict[str, Any]:
             schema=SCHEMA,
             partition_by=[PARTITION],
             ordering_field="ts",
-            buckets=4,
+            buckets=buckets,
         )
 
     def ours(path: Path, data: pa.Table, changed: pa.Table) -> dict[str, float]:
@@ -182,6 +188,9 @@ def measure(rows: int, rounds: int) -> dict[str, Any]:
         with mock.patch.object(os, "fsync"):
             _small_inserts(lambda rows: unsynced.write(rows, "insert"), data, figures, UNSYNCED)
         shutil.rmtree(f"{uri}-unsynced", ignore_errors=True)
+        one_bucket = create(f"{uri}-one-bucket", buckets=1)
+        _small_inserts(lambda rows: one_bucket.write(rows, "insert"), data, figures, ONE_BUCKET)
+        shutil.rmtree(f"{uri}-one-bucket", ignore_errors=True)
         series = create(f"{uri}-series")
         _series(lambda rows: series.write(rows, "insert"), data, figures)
         shutil.rmtree(f"{uri}-series", ignore_errors=True)
@@ -320,6 +329,19 @@ def results(measured: dict[str, Any]) -> list[Result]:
             value=med["lakewarden"][UNSYNCED],
             baseline=med["delta"]["small_insert"],
             baseline_label="delta-rs (deltalake), which calls no fsync",
+        )
+    )
+    found.append(
+        Result(
+            benchmark="python_peers",
+            metric=(
+                "small_insert into a table of one bucket per partition (diagnostic, a table "
+                f"setting) vs delta-rs, {small}"
+            ),
+            unit="s",
+            value=med["lakewarden"][ONE_BUCKET],
+            baseline=med["delta"]["small_insert"],
+            baseline_label="delta-rs (deltalake), one file per partition as this table",
         )
     )
     found.append(
