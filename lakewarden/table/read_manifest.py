@@ -40,7 +40,7 @@ import logging
 import os
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +50,7 @@ from lakewarden.storage import AlreadyExistsError, Storage
 from lakewarden.storage._keys import TEMP_PREFIX
 from lakewarden.table.config import CONFIG_KEY, TableConfig
 from lakewarden.table.snapshot import SnapshotCache, build_snapshot
+from lakewarden.table.stats import WriteStat
 from lakewarden.table.timeline import Timeline, TimelineEntry
 
 log = logging.getLogger("lakewarden.read_manifest")
@@ -108,6 +109,25 @@ def spark_schema_json(schema: pa.Schema) -> str | None:
     return json.dumps({"type": "struct", "fields": fields}, separators=(",", ":"))
 
 
+class EncodedFiles:
+    """The JSON of each ``files`` entry of the last manifest written, by path (a file's size
+    never changes), kept by the hook between commits: most files of a table's next manifest
+    were in its last, and encoding every entry again was most of a commit's manifest cost."""
+
+    def __init__(self) -> None:
+        self._by_path: dict[str, str] = {}
+
+    def array(self, files: Sequence[WriteStat]) -> str:
+        """The JSON array of ``files``' entries; the entries kept are now these."""
+        entries = [self._by_path.get(f.path) or _file_entry(f) for f in files]
+        self._by_path = dict(zip((f.path for f in files), entries, strict=True))
+        return "[" + ",".join(entries) + "]"
+
+
+def _file_entry(file: WriteStat) -> str:
+    return json.dumps({"path": file.path, "size": file.size_bytes}, separators=(",", ":"))
+
+
 def write_latest(
     storage: Storage,
     config: TableConfig,
@@ -115,11 +135,13 @@ def write_latest(
     *,
     prune: bool = True,
     snapshots: SnapshotCache | None = None,
+    encoded: EncodedFiles | None = None,
 ) -> str | None:
     """Write the manifest of the latest snapshot (when Spark's reader can read it exactly)
     and, with ``prune``, delete all but the newest ``KEEP``; the key written, or None. A
     ``snapshots`` cache kept between calls applies only the instants completed since the
-    last one (without it the whole timeline is replayed).
+    last one (without it the whole timeline is replayed), and ``encoded`` encodes only the
+    files the last manifest did not list.
 
     Raises: StorageError, TimelineError."""
     state = timeline.load()
@@ -133,18 +155,20 @@ def write_latest(
     # which its instants added and replaced slices), and sorting every file of a large table
     # was most of the cost a commit paid for its manifest.
     files = [s.base_file for s in slices if s.base_file is not None]
-    body = {
+    head = {
         "format_version": FORMAT_VERSION,
         "table": config.name,
         "seq": state.tail_seq,
         "as_of": snapshot.as_of,
         "config_sha256": hashlib.sha256(storage.read(CONFIG_KEY)).hexdigest(),
         "schema": schema,
-        "files": [{"path": f.path, "size": f.size_bytes} for f in files],
     }
+    array = (encoded or EncodedFiles()).array(files)
+    # The object with "files" last, as json.dumps of the whole body would write it.
+    text = json.dumps(head, separators=(",", ":"))[:-1] + ',"files":' + array + "}"
     key = manifest_key(state.tail_seq, snapshot.as_of)
     try:
-        _create(storage, key, json.dumps(body, separators=(",", ":")).encode())
+        _create(storage, key, text.encode())
     except AlreadyExistsError:
         pass  # another process wrote the same snapshot: the same bytes
     if prune:
@@ -197,13 +221,16 @@ def hook(
     if not wanted(storage):
         return None
     written = itertools.count()
+    encoded = EncodedFiles()
     lock = threading.Lock()  # one manifest at a time from the threads writing one table
 
     def after_completed(entry: TimelineEntry) -> None:
         try:
             with lock:
                 prune = next(written) % KEEP == 0
-                write_latest(storage, config, timeline, prune=prune, snapshots=snapshots)
+                write_latest(
+                    storage, config, timeline, prune=prune, snapshots=snapshots, encoded=encoded
+                )
         except Exception:  # noqa: BLE001 - best effort: storage and the timeline are the truth
             log.warning("table %s: read manifest after %s not written", config.name, entry.instant)
 
@@ -212,6 +239,7 @@ def hook(
 
 __all__ = [
     "FORMAT_VERSION",
+    "EncodedFiles",
     "KEEP",
     "PREFIX",
     "hook",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from unittest import mock
 
 import pyarrow as pa
 import pytest
@@ -103,3 +104,30 @@ def test_a_manifest_already_written_is_kept_and_no_temporary_file_is_left(tmp_pa
     assert read_manifest.write_latest(storage, table.config, table.timeline_log) is not None
     assert path.read_bytes() == before
     assert sorted(p.name for p in path.parent.iterdir()) == [name]
+
+
+def test_the_hooks_manifest_is_the_bytes_of_one_written_from_scratch(tmp_path: Path) -> None:
+    # The hook keeps each file's entry between commits (EncodedFiles) and splices the array
+    # in: a manifest written without either must be the same bytes (racing writers agree).
+    storage = LocalStorage(str(tmp_path))
+    table = _table(storage)
+    for i in range(4):
+        table.write(_batch(10 * i), "insert" if i % 2 else "upsert")
+    newest = tmp_path / read_manifest.PREFIX / _manifests(tmp_path)[-1]
+    hooked = newest.read_bytes()
+    newest.unlink()
+    assert read_manifest.write_latest(storage, table.config, table.timeline_log) is not None
+    assert newest.read_bytes() == hooked
+    body = json.loads(hooked)
+    assert list(body)[-1] == "files" and all(set(f) == {"path", "size"} for f in body["files"])
+
+
+def test_a_commit_encodes_only_the_files_the_last_manifest_did_not_list(tmp_path: Path) -> None:
+    table = _table(LocalStorage(str(tmp_path)))
+    table.write(_batch(0), "insert")
+    table.write(_batch(10), "insert")  # another append group in each bucket it has rows for
+    with mock.patch.object(
+        read_manifest, "_file_entry", wraps=read_manifest._file_entry
+    ) as encoded:
+        result = table.write(_batch(20), "insert")
+    assert encoded.call_count == len(result.stats.write_stats)
