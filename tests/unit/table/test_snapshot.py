@@ -171,9 +171,10 @@ def _state(
     )
 
 
-def test_snapshot_as_of_request_holds_what_completed_before_the_request() -> None:
-    """T1 completed before T3 was requested, T2 after: T3 builds on T1 alone."""
-    timeline = TimelineState(
+def _requested_around_completions() -> TimelineState:
+    """T1 requested (0) and completed (2), T2 requested (1) and completed (5), T3 requested
+    (3) and pending."""
+    return TimelineState(
         instants={
             T1: _state(T1, 0, 2, commit(base(EU, T1))),
             T2: _state(T2, 1, 5, commit(base(US, T2))),
@@ -181,6 +182,11 @@ def test_snapshot_as_of_request_holds_what_completed_before_the_request() -> Non
         },
         tail_seq=5,
     )
+
+
+def test_snapshot_as_of_request_holds_what_completed_before_the_request() -> None:
+    """T1 completed before T3 was requested, T2 after: T3 builds on T1 alone."""
+    timeline = _requested_around_completions()
     snapshot = snapshot_as_of_request(timeline, T3)
     assert snapshot.as_of == T1
     assert set(snapshot.slices) == {EU}
@@ -220,14 +226,7 @@ def test_a_cached_snapshot_is_not_changed_by_later_calls() -> None:
 
 
 def test_snapshot_as_of_request_through_a_cache() -> None:
-    timeline = TimelineState(
-        instants={
-            T1: _state(T1, 0, 2, commit(base(EU, T1))),
-            T2: _state(T2, 1, 5, commit(base(US, T2))),
-            T3: _state(T3, 3, None, None),
-        },
-        tail_seq=5,
-    )
+    timeline = _requested_around_completions()
     cache = SnapshotCache()
     assert set(snapshot_as_of_request(timeline, T3, cache=cache).slices) == {EU}
     assert snapshot_as_of_request(timeline, T2, cache=cache).as_of is None  # requested first
