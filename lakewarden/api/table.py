@@ -231,7 +231,6 @@ class Table(TableHandle):
             self.coordinator,
             self.actor,
             committer=CommitterOptions.from_settings(self.settings.committer),
-            snapshots=self.snapshots,
         )
         if bad_records == "fail":
             return write(ctx, data, operation)

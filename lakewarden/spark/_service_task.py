@@ -30,13 +30,12 @@ import pyarrow as pa
 from lakewarden.commit import ManifestCommitter, TaskAttempt
 from lakewarden.spark._messages import TaskCommitMessage
 from lakewarden.spark._options import load_settings
-from lakewarden.spark._task import TaskIdentity, current_task
+from lakewarden.spark._task import TaskIdentity, base_snapshot, current_task
 from lakewarden.storage import open_storage
 from lakewarden.table.config import TableConfig, load_config
 from lakewarden.table.files import WriteToken
 from lakewarden.table.instant import Transition
 from lakewarden.table.plans import ServicePlan
-from lakewarden.table.snapshot import shared_cache, snapshot_as_of_request
 from lakewarden.table.stats import FileGroupId, WriteStat
 from lakewarden.table.timeline import Timeline
 from lakewarden.tableservice.errors import UnknownStrategyError
@@ -126,8 +125,7 @@ def rewrite_unit_task(
     table, instant = config.table_id, spec.instant
     found = strategy_for(spec.plan, table=table, instant=instant)
     strategy = file_group_strategy(found, spec.plan, table=table, instant=instant)
-    cache = shared_cache(storage.uri, config.table_id)  # a reused worker applies what is new
-    base = snapshot_as_of_request(state, spec.instant, table=config.name, cache=cache)
+    base = base_snapshot(storage, config, spec.instant, state)
     attempt = ManifestCommitter(storage, spec.job_id).task_attempt(task, identity.attempt)
     attempt.setup()  # 2.
     output = TaskOutput(spec, config, attempt, identity.attempt)

@@ -50,7 +50,7 @@ from lakewarden.table.mor import log_slice, write_blocks
 from lakewarden.table.parquet_options import parquet_writer
 from lakewarden.table.snapshot import Snapshot, shared_cache, snapshot_as_of_request
 from lakewarden.table.stats import FileGroupId, WriteStat
-from lakewarden.table.timeline import Timeline
+from lakewarden.table.timeline import Timeline, TimelineState
 
 if TYPE_CHECKING:
     from lakewarden.spark._bad_rows import BadRows
@@ -317,13 +317,17 @@ def _stat(
 # -- merges -----------------------------------------------------------------------------------
 
 
-def base_snapshot(storage: Storage, config: TableConfig, instant: str) -> Snapshot:
+def base_snapshot(
+    storage: Storage, config: TableConfig, instant: str, state: TimelineState | None = None
+) -> Snapshot:
     """The snapshot as of the instant's ``requested`` entry (what the write builds on), from
     the process's cache of the table (``shared_cache``: a Python worker that Spark reuses for
-    the tasks and micro-batches after this one applies only what completed since).
+    the tasks and micro-batches after this one applies only what completed since). ``state``:
+    the timeline the caller loaded already (default: loaded here).
 
     Raises: InstantNotOnTimelineError."""
-    state = Timeline(storage, table=config.name).load()
+    if state is None:
+        state = Timeline(storage, table=config.name).load()
     cache = shared_cache(storage.uri, config.table_id)
     return snapshot_as_of_request(state, instant, table=config.name, cache=cache)
 
@@ -344,7 +348,7 @@ def _merge_rows(
     replaced: list[FileGroupId] = []
     deletes = 0
     for group, incoming in route(pa.concat_tables(tables), config).items():
-        target = log_slice(config, buckets.of(group), group, spec.operation)
+        target = log_slice(config, buckets, group, spec.operation)
         if target is not None:
             stat = write_blocks(
                 task.storage,

@@ -44,6 +44,7 @@ from lakewarden.logfile import (
 )
 from lakewarden.storage import AlreadyExistsError, Storage
 from lakewarden.table._mor_read import FixedColumns, LogSides
+from lakewarden.table.bucket import BucketSlices
 from lakewarden.table.config import (
     META_COMMIT_TIME,
     META_PARTITION_PATH,
@@ -97,13 +98,15 @@ def ingestion_action(config: TableConfig) -> Action:
 
 
 def log_slice(
-    config: TableConfig, slices: Sequence[FileSlice], canonical: FileGroupId, operation: str
+    config: TableConfig, buckets: BucketSlices, canonical: FileGroupId, operation: str
 ) -> FileSlice | None:
     """The slice an upsert or delete of ``canonical``'s bucket appends a log block to on a
     merge-on-read table: the bucket's canonical slice, when it has a base file and no append
-    group beside it (else the bucket is merged and rewritten as a base file)."""
+    group beside it (else the bucket is merged and rewritten as a base file). Anything else
+    (an insert, a copy-on-write table) looks up no slice: the snapshot is not indexed for it."""
     if not config.merge_on_read or operation not in ("upsert", "delete"):
         return None
+    slices = buckets.of(canonical)
     if len(slices) != 1 or slices[0].file_group != canonical or slices[0].base_file is None:
         return None
     return slices[0]

@@ -89,7 +89,7 @@ from lakewarden.table.job_commit import STAGE_WRITE_FILES, CommitRequest, abando
 from lakewarden.table.merge import BucketMerge, Merged, merge, merge_bucket, stamped
 from lakewarden.table.mor import ingestion_action, log_slice, write_blocks
 from lakewarden.table.parquet_options import write_parquet
-from lakewarden.table.snapshot import FileSlice, SnapshotCache, snapshot_as_of_request
+from lakewarden.table.snapshot import FileSlice, shared_cache, snapshot_as_of_request
 from lakewarden.table.stats import CommitStats, FileGroupId, WorkloadProfile, WriteStat
 from lakewarden.table.timeline import Timeline
 from lakewarden.table.transaction import WriteTransaction
@@ -147,8 +147,6 @@ class WriteContext:
     max_threads: int = 8
     # The job commit's options (``Settings.committer``; the service applies its own and these).
     committer: CommitterOptions = field(default_factory=CommitterOptions)
-    # The table's latest snapshots, kept between writes (``TableHandle.snapshots``).
-    snapshots: SnapshotCache = field(default_factory=SnapshotCache)
 
 
 def write(
@@ -183,9 +181,9 @@ def write(
         job = _job(ctx.storage, txn.instant, ctx.committer, shared_pool(ctx.max_threads))
         with txn.heartbeat():
             state = ctx.timeline.load()
-            base = snapshot_as_of_request(
-                state, txn.instant, table=ctx.config.name, cache=ctx.snapshots
-            )
+            # The process's cache of the table (``TableHandle.snapshots`` is the same one).
+            cache = shared_cache(ctx.storage.uri, ctx.config.table_id)
+            base = snapshot_as_of_request(state, txn.instant, table=ctx.config.name, cache=cache)
             buckets = BucketSlices(base)
             touched = _touched(buckets, groups.groups, operation, txn.instant)
             txn.inflight(WorkloadProfile(operation=operation, file_groups=touched))  # 4
@@ -299,12 +297,7 @@ def _write_groups(
     def one(task: int) -> tuple[BucketMerge, WriteStat | None]:
         group = groups[task]
         incoming = routed.rows(group)
-        # An insert's rows go to a new append group: it looks up no slice of the snapshot.
-        target = (
-            None
-            if operation == "insert"
-            else log_slice(ctx.config, buckets.of(group), group, operation)
-        )
+        target = log_slice(ctx.config, buckets, group, operation)
         if target is not None:
             records = stamped(incoming, instant, ctx.config, operation)
             stat = write_blocks(

@@ -14,6 +14,7 @@ from _memstore import MemStorage
 from lakewarden.api.table import Table
 from lakewarden.storage.local import LocalStorage
 from lakewarden.table import snapshot
+from lakewarden.table.bucket import BucketSlices
 from lakewarden.table.config import TableConfig, save_new_config
 from lakewarden.table.coordinator import EmbeddedCoordinator
 
@@ -84,3 +85,19 @@ def test_a_spark_task_builds_on_the_processs_cache_of_the_table(tmp_path: Path) 
         base = base_snapshot(LocalStorage(str(tmp_path)), table.config, results[-1].instant)
     assert applied.call_count <= 1, f"{applied.call_count} instants applied"
     assert base.as_of == results[-2].instant
+
+
+@pytest.mark.parametrize("table_type", ["cow", "mor"])
+def test_an_insert_looks_up_no_bucket_of_the_snapshot(tmp_path: Path, table_type: str) -> None:
+    # Its rows go to new append groups: indexing every file of the snapshot by bucket would
+    # be work that grows with the table for nothing.
+    storage = LocalStorage(str(tmp_path))
+    config = TableConfig.new(
+        name="t", record_key="id", schema=SCHEMA, buckets=2, table_type=table_type
+    )
+    save_new_config(storage, config)
+    table = Table(storage, config, coordinator=EmbeddedCoordinator())
+    table.write(_batch(0), "insert")
+    with mock.patch.object(BucketSlices, "of", side_effect=AssertionError("a bucket looked up")):
+        table.write(_batch(1), "insert")
+    assert table.snapshot().num_records == 4
