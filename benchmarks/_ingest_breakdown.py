@@ -25,7 +25,8 @@ def breakdown(reports: list[Any], outcomes: list[Any], uri: str) -> dict[str, li
     """Where each micro-batch's time went (ms), in order: ``trigger_to_call`` (Spark's planning
     and the Kafka fetch until ``foreachBatch`` is called), the writer's own steps
     (``MicroBatchWriter``'s stage clock: ``skip_check``, ``open`` = committer job set up + lock +
-    ``requested``, ``spark_write``, ``adopt``, ``commit``), the commit split by the timeline's
+    ``requested``, ``plan``, ``heartbeat_start``, ``python_write`` (or ``spark_write`` and
+    ``adopt`` with ``writer="spark"``), ``commit``), the commit split by the timeline's
     wall times (``commit_to_inflight``, ``inflight_to_completed`` = the job-committer's round
     trip and job commit, ``completed_to_return``), ``untimed`` (the call less its steps:
     heartbeat start/stop, the first batch's writer choice) and ``call_to_end`` (Spark's commit

@@ -15,7 +15,10 @@ every run is the same 10 micro-batches of the same records through the same pars
 (``parse_records`` + ``route_bad_records(..., "fail")``); figures are medians over rounds:
 
 - **throughput**: N / wall seconds from ``start()`` to the query's end (records/s), against
-  the Parquet sink and against Delta's sink (partitioned by ``region`` like the table);
+  the Parquet sink and against Delta's sink (partitioned by ``region`` like the table); the
+  same for ``writeStream.format("lakewarden")`` into the same kind of table (its tasks open
+  each batch's instant), and, as a diagnostic, ``lakewarden ingest`` with ``writer="spark"``
+  (Spark's own Parquet writer instead of the default's Python tasks);
 - **micro-batch latency** p50/p99: Spark's ``triggerExecution`` per batch;
 - **batch commit latency** p50/p99, the driver's commit after the tasks: for lakewarden the
   wall time between the batch instant's ``inflight`` and ``completed`` entries (job commit of
@@ -60,6 +63,8 @@ BATCHES = 10
 JOB_COMMITTER = "lakewarden_services.job_committer"
 LATENCY_RATES = (1_000, 10_000)  # events/s of the end-to-end latency runs
 PARTITIONS = 2
+FORMAT = "lakewarden_format"  # writeStream.format("lakewarden"), beside ``lakewarden ingest``
+SPARK_WRITER = "lakewarden_spark_writer"  # ``lakewarden ingest`` with writer="spark"
 PROFILE_ENV = "LAKEWARDEN_BENCH_PROFILE_DIR"
 
 
@@ -104,7 +109,13 @@ def _commit_ms(uri: str) -> list[float]:
 
 
 def _lakewarden_run(
-    spark: Any, settings: Settings, topic: str, root: Path, per_batch: int, policy: str
+    spark: Any,
+    settings: Settings,
+    topic: str,
+    root: Path,
+    per_batch: int,
+    policy: str,
+    writer: str = "auto",
 ) -> dict[str, Any]:
     from lakewarden.demo import create_table
     from lakewarden.spark.ingest import IngestJob, IngestSpec
@@ -122,6 +133,7 @@ def _lakewarden_run(
         max_records_per_batch=per_batch,
         bad_records="skip" if policy == "skip" else "fail",
         settings=settings,
+        writer=writer,  # type: ignore[arg-type]
     )
     started = time.perf_counter()
     job = IngestJob.start(spark, spec)
@@ -162,6 +174,41 @@ def _file_sink_run(
         "records": sum(int(p.numInputRows) for p in progress),
         "batch_ms": [float(p.durationMs.get("triggerExecution", 0)) for p in progress],
         "commit_ms": commit_ms(out, sink),
+    }
+
+
+def _format_sink_run(
+    spark: Any, settings: Settings, bootstrap: str, topic: str, root: Path, per_batch: int
+) -> dict[str, Any]:
+    """The topic into ``writeStream.format("lakewarden")``, available-now: the table
+    ``lakewarden ingest`` writes (``demo.create_table``), the same settings (its services),
+    Spark's Python data source writing the rows in its Python workers."""
+    from benchmarks._ingest_sinks import parsed_stream
+    from lakewarden.api.table import Table
+    from lakewarden.demo import create_table
+    from lakewarden.spark._options import OPT_SETTINGS, encode_settings
+
+    name = f"lw-format-{uuid.uuid4().hex[:6]}"
+    table = root / name
+    create_table(table)
+    config = Table.open(str(table)).config
+    good = parsed_stream(spark, bootstrap, topic, config, root / f"{name}-bad", per_batch)
+    writer = (
+        good.writeStream.format("lakewarden")
+        .option("checkpointLocation", str(root / f"{name}-checkpoint"))
+        .option(OPT_SETTINGS, encode_settings(settings))
+        .trigger(availableNow=True)
+    )
+    started = time.perf_counter()
+    query = writer.start(str(table))
+    query.awaitTermination()
+    wall = time.perf_counter() - started
+    progress = [p for p in query.recentProgress if p.numInputRows > 0]
+    return {
+        "wall_s": wall,
+        "records": sum(int(p.numInputRows) for p in progress),
+        "batch_ms": [float(p.durationMs.get("triggerExecution", 0)) for p in progress],
+        "commit_ms": _commit_ms(str(table)),
     }
 
 
@@ -233,9 +280,11 @@ def measure(
             spark = session(root / "spark")
             try:
                 warm = _lakewarden_run(spark, settings, warmup, root, 1_000, "fail")
+                _lakewarden_run(spark, settings, warmup, root, 1_000, "fail", "spark")
                 config = Table.open(warm["table"]).config
                 for sink in ("parquet", "delta"):
                     _file_sink_run(spark, sink, bootstrap, warmup, root, 1_000, config)
+                _format_sink_run(spark, settings, bootstrap, warmup, root, 1_000)
 
                 def file_sink(sink: str) -> Callable[[int], dict[str, Any]]:
                     return lambda _: _file_sink_run(
@@ -249,6 +298,12 @@ def measure(
                         "delta": file_sink("delta"),
                         "lakewarden": lambda _: _lakewarden_run(
                             spark, settings, topic, root, per_batch, "fail"
+                        ),
+                        FORMAT: lambda _: _format_sink_run(
+                            spark, settings, bootstrap, topic, root, per_batch
+                        ),
+                        SPARK_WRITER: lambda _: _lakewarden_run(
+                            spark, settings, topic, root, per_batch, "fail", "spark"
                         ),
                     },
                 )
@@ -271,7 +326,7 @@ def measure(
         shutil.rmtree(root, ignore_errors=True)
         if save_profile is not None:
             save_profile()
-    for run in [*runs["parquet"], *runs["delta"], *runs["lakewarden"], skip]:
+    for run in [*(run for side in runs.values() for run in side), skip]:
         assert run["records"] == records, run
     return {
         "records": records,
@@ -346,6 +401,10 @@ def results(numbers: dict[str, Any]) -> list[Result]:
         "lakewarden_columns_reused_batches": [r["columns_reused_batches"] for r in ours],
         "lakewarden_skip_records_per_s": _rate(skip),
         "lakewarden_skip_batch_p50_ms": statistics.median(skip["batch_ms"]),
+        "batch_p50_ms": {
+            sink: [statistics.median(r["batch_ms"]) for r in side] for sink, side in runs.items()
+        },
+        "spark_writer_batch_breakdown_p50_ms": [r["breakdown_p50_ms"] for r in runs[SPARK_WRITER]],
     }
     found = [
         Result(
@@ -371,6 +430,7 @@ def results(numbers: dict[str, Any]) -> list[Result]:
             goal=1.0,
         ),
     ]
+    found.extend(_other_writers(runs, shape, rounds))
     for q in (0.5, 0.99):
         label = f"p{round(q * 100)}"
         found.append(
@@ -397,6 +457,47 @@ def results(numbers: dict[str, Any]) -> list[Result]:
         )
     found.extend(_latency_results(numbers["latency"], rounds, numbers["job_commits"]))
     return found
+
+
+def _other_writers(runs: dict[str, Any], shape: str, rounds: str) -> list[Result]:
+    """``writeStream.format("lakewarden")`` against both sinks, and ``lakewarden ingest`` with
+    Spark's Parquet writer (``writer="spark"``, a diagnostic) against the Parquet sink."""
+    delta_label = f"the same stream into writeStream.format('delta'); {rounds}"
+    parquet_label = f"the same stream into writeStream.format('parquet'); {rounds}"
+    rate = {sink: _median_of(side, _rate) for sink, side in runs.items()}
+    return [
+        Result(
+            benchmark="ingest",
+            metric=f"writeStream.format('lakewarden') throughput vs Delta's sink, {shape}",
+            unit="records/s",
+            value=rate[FORMAT],
+            baseline=rate["delta"],
+            baseline_label=delta_label,
+            lower_is_better=False,
+            goal=1.0,
+        ),
+        Result(
+            benchmark="ingest",
+            metric=f"writeStream.format('lakewarden') throughput vs the Parquet sink, {shape}",
+            unit="records/s",
+            value=rate[FORMAT],
+            baseline=rate["parquet"],
+            baseline_label=parquet_label,
+            lower_is_better=False,
+            goal=0.9,
+        ),
+        Result(
+            benchmark="ingest",
+            metric="lakewarden ingest with writer='spark' (Spark's Parquet writer, a "
+            f"diagnostic) throughput vs the Parquet sink, {shape}",
+            unit="records/s",
+            value=rate[SPARK_WRITER],
+            baseline=rate["parquet"],
+            baseline_label=parquet_label,
+            lower_is_better=False,
+            details={"default_writer_records_per_s": rate["lakewarden"]},
+        ),
+    ]
 
 
 def _latency_results(latency: dict[str, Any], rounds: str, job_commits: str) -> list[Result]:

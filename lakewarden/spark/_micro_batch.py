@@ -1,9 +1,8 @@
 """Micro-batches committed from the driver: the ``foreachBatch`` function of a streaming query.
 
 ``writeStream.format("lakewarden")`` cannot open a micro-batch's instant before its tasks run
-(PySpark gives a stream writer no driver hook that knows the batch id), so its tasks do, and
-every batch pays Spark's planning of a Python stream writer (a planner worker builds it) and a
-lock taken from a task. ``foreachBatch`` runs on the driver with the batch id, so here the
+(PySpark gives a stream writer no driver hook that knows the batch id), so its tasks do, with
+a lock taken from a task. ``foreachBatch`` runs on the driver with the batch id, so here the
 driver owns each batch's instant from first to last entry, as ``lakewarden.spark.write`` does
 for a batch write, and the table, coordinator and commit client stay open across batches
 (``_stream_session``, in the driver process):
@@ -17,11 +16,11 @@ for a batch write, and the table, coordinator and commit client stay open across
    to the end of the commit: every heartbeat started waits for its first beat to be
    acknowledged by the broker; the batches' heartbeats share the driver's heartbeat producer,
    ``lakewarden.clients.heartbeat.Heartbeats``):
+   - ``python`` (``_python_tasks``): the ``lakewarden`` format's task code writes the rows in
+     Spark's Python workers (pyarrow, the error table's bad-record routing, S3 uploads), each
+     task committing its attempt, and returns the attempt's commit message to the driver;
    - ``spark`` (``_native``): Spark's own Parquet writer writes the rows; its committer
      promotes one attempt per task, which the driver adopts as a task attempt of the job;
-   - ``python``: the ``lakewarden`` format's batch writer joins the instant (the only way for
-     what needs Python per row: the error table's bad-record routing, S3 uploads, column
-     types Spark encodes differently); its commit carries the batch key;
 4. **commit**: job commit of the accepted attempts, then ``completed`` with the batch key
    (``CommitStats.batch``), refused when another instant completed the batch (the ``once`` rule,
    re-checked after every rebase, by the driver or by job-committer);
@@ -31,18 +30,22 @@ for a batch write, and the table, coordinator and commit client stay open across
    stops: the cleaner rolls it back; a driver killed after step 4 leaves a completed batch
    that the restart skips in step 1.
 
-Which writer (``writer``): ``auto`` (default) takes ``spark`` where ``_native`` can run for the
-table, its storage and settings and no bad-record columns travel with the rows, else
-``python``.
+Which writer (``writer``): ``auto`` (default) and ``python`` take ``python``; ``spark`` takes
+Spark's writer where ``_native`` can run for the table, its storage and settings and no
+bad-record columns travel with the rows, and refuses the stream otherwise. ``python`` is the
+default because it is the faster for micro-batches: Spark's writer pays for every file it
+opens (a writer, its committer's task and job renames, the driver's adoption), and a
+micro-batch writes one small file per task and file group (``python -m benchmarks ingest``
+reports the per-batch times of both).
 
 What the ``spark`` writer keeps per query, because every batch would pay it again: the
-job-committer client (``_stream_session``; the first batch connects it while its write runs),
-the write's column expressions (``_native.meta_columns``: about 600 Py4J round trips to build,
-reused while the batch's schema is the same; the instant enters as a literal column). A batch
-of at most ``single_task_rows`` records (a setting, off by default; counted from the
-checkpoint's offsets, ``_stream_offsets``, else bounded by ``max_batch_rows``) is written by
-one task, so it writes one file per file group instead of one per task and file group (fewer,
-larger files; measured no faster on local[2]).
+write's column expressions (``_native.meta_columns``: about 600 Py4J round trips to build,
+reused while the batch's schema is the same; the instant enters as a literal column). Either
+writer keeps the job-committer client (``_stream_session``; the first batch connects it while
+its write runs). A batch of at most ``single_task_rows`` records (a setting, off by default;
+counted from the checkpoint's offsets, ``_stream_offsets``, else bounded by
+``max_batch_rows``) is written by one task, so it writes one file per file group instead of
+one per task and file group (fewer, larger files; measured no faster on local[2]).
 """
 
 from __future__ import annotations
@@ -59,14 +62,9 @@ from typing import Literal, NamedTuple
 from pyspark.sql import DataFrame
 
 import lakewarden.faults as faults
-from lakewarden.spark import _job, _native
+from lakewarden.spark import _job, _native, _python_tasks
 from lakewarden.spark._native_columns import MetaColumns
 from lakewarden.spark._options import (
-    OPT_BATCH,
-    OPT_INGEST_ERRORS,
-    OPT_INSTANT,
-    OPT_JOB,
-    OPT_SETTINGS,
     InvalidOptionError,
     WriteSpec,
     load_settings,
@@ -166,7 +164,7 @@ class MicroBatchWriter:
     # table's config, else the settings.
     error_table: ErrorTableChoice | None = None
     outcomes: deque[BatchOutcome] = field(default_factory=lambda: deque(maxlen=1000))
-    _native_reason: str | None = field(default=None, init=False, repr=False)
+    _spark_writes: bool = field(default=False, init=False, repr=False)
     _columns: MetaColumns | None = field(default=None, init=False, repr=False)
     _decided: bool = field(default=False, init=False, repr=False)
     _by_service: bool = field(default=False, init=False, repr=False)
@@ -222,37 +220,39 @@ class MicroBatchWriter:
             log.info("micro-batch %s committed by %s already: skipped", key.batch_id, done.instant)
             return BatchOutcome(key.batch_id, done.instant, skipped=True, writer="")
         native = self._native(table)
-        if native and self._by_service:
+        if self._by_service:
             session.connect_ahead()  # the first batch's write overlaps the client's start
         try:
             with clock.stage("open"):
                 spec, txn = self._open(table, key)  # 2.
         except BatchAlreadyCommittedError as err:  # completed since step 1 (another query)
             return BatchOutcome(key.batch_id, err.committed_by, skipped=True, writer="")
-        reused = one_task = False
+        reused = False
         try:
-            if native:  # 3. and 4. under one heartbeat (its stop falls in "untimed")
-                with clock.stage("plan"):
+            with clock.stage("plan"):
+                one_task = self.one_task(key.batch_id)
+                rows = df.coalesce(1) if one_task else df
+                if native:
                     kept = self._columns
                     self._columns = _native.meta_columns(df, table.config, spec, kept)
                     reused = self._columns is kept
-                    one_task = self.one_task(key.batch_id)
-                    rows = df.coalesce(1) if one_task else df
-                with ExitStack() as beating:
-                    with clock.stage("heartbeat_start"):
-                        beating.enter_context(txn.heartbeat())
+            # 3. and 4. under one heartbeat (its stop falls in "untimed")
+            with ExitStack() as beating:
+                with clock.stage("heartbeat_start"):
+                    beating.enter_context(txn.heartbeat())
+                if native:
                     with clock.stage("spark_write"):
                         _native.write_files(rows, table.config, spec, table.storage, self._columns)
                     with clock.stage("adopt"):
                         messages = [_native.adopt_files(table.storage, table.config, spec)]
-                    client = session.commit_client() if self._by_service else None
-                    with clock.stage("commit"):
-                        _job.commit_write(
-                            spec, messages, batch=key, table=table, client=client, beating=True
-                        )
-            else:  # 3. (the python writer's own commit does 4., carrying the key)
-                with txn.heartbeat(), clock.stage("python_write"):
-                    _save(df, spec, key)
+                else:
+                    with clock.stage("python_write"):
+                        messages = _python_tasks.write(rows, spec, table.config)
+                client = session.commit_client() if self._by_service else None
+                with clock.stage("commit"):
+                    _job.commit_write(
+                        spec, messages, batch=key, table=table, client=client, beating=True
+                    )
         except BaseException as err:
             settled = self._settled(table, spec, key, err)
             if settled is not None:
@@ -293,23 +293,23 @@ class MicroBatchWriter:
         return spec, table.transaction(spec)
 
     def _native(self, table: _job.TableHandle) -> bool:
-        """Whether the rows go through Spark's Parquet writer (decided once per query).
+        """Whether the rows go through Spark's Parquet writer: only when asked for
+        (``writer="spark"``); decided once per query.
 
         Raises: InvalidOptionError (``writer="spark"`` where it cannot run)."""
         if not self._decided:
             settings = load_settings(self.settings_json)
             self._by_service = settings.kafka.commits_by_service
-            reason = _native.unsupported_reason(table.config, settings, table.storage)
-            if reason is None and self.ingest_errors:
-                reason = "bad records go to the error table (routed in Python)"
-            if self.writer == "python":
-                reason = reason or "writer=python"
-            elif reason is not None and self.writer == "spark":
-                raise InvalidOptionError(f"writer=spark cannot be used for this stream: {reason}")
-            if reason is not None:
-                log.info("micro-batches through the Python data source: %s", reason)
-            self._native_reason, self._decided = reason, True
-        return self._native_reason is None
+            if self.writer == "spark":
+                reason = _native.unsupported_reason(table.config, settings, table.storage)
+                if reason is None and self.ingest_errors:
+                    reason = "bad records go to the error table (routed in Python)"
+                if reason is not None:
+                    raise InvalidOptionError(
+                        f"writer=spark cannot be used for this stream: {reason}"
+                    )
+            self._spark_writes, self._decided = self.writer == "spark", True
+        return self._spark_writes
 
     def _settled(
         self, table: _job.TableHandle, spec: WriteSpec, key: BatchKey, err: BaseException
@@ -330,53 +330,6 @@ class MicroBatchWriter:
         if mine is not None and mine.is_pending:
             _job.abandon(table, spec, err)
         return None
-
-
-def _save(df: DataFrame, spec: WriteSpec, key: BatchKey) -> None:
-    """Step 3, ``python``: the format's batch writer joins the instant; its ``commit`` (in a
-    commit worker) completes it with the batch key. Raises: whatever Spark raises."""
-    writer = df.write.format("lakewarden").mode("append")
-    writer = writer.option(OPT_INSTANT, spec.instant).option(OPT_JOB, spec.job_id)
-    writer = writer.option(OPT_BATCH, batch_option(key))
-    if spec.ingest_errors:
-        writer = writer.option(OPT_INGEST_ERRORS, "true")
-    if spec.settings_json is not None:
-        writer = writer.option(OPT_SETTINGS, spec.settings_json)
-    writer.save(spec.uri)
-
-
-def batch_option(key: BatchKey) -> str:
-    """``key`` as the text of option ``lakewarden.batch`` (``parse_batch_option``)."""
-    import json
-
-    return json.dumps(
-        {
-            "query_id": key.query_id,
-            "run_id": key.run_id,
-            "batch_id": key.batch_id,
-            "checkpoint": key.checkpoint,
-        }
-    )
-
-
-def parse_batch_option(text: str | None) -> BatchKey | None:
-    """The ``BatchKey`` of option ``lakewarden.batch``, or None without it.
-
-    Raises: InvalidOptionError (not the JSON ``batch_option`` writes)."""
-    import json
-
-    if text is None:
-        return None
-    try:
-        raw = json.loads(text)
-        return BatchKey(
-            query_id=str(raw["query_id"]),
-            run_id=str(raw["run_id"]),
-            batch_id=int(raw["batch_id"]),
-            checkpoint=str(raw.get("checkpoint", "")),
-        )
-    except (ValueError, KeyError, TypeError) as err:
-        raise InvalidOptionError(f"option {OPT_BATCH} is not a micro-batch key: {text!r}") from err
 
 
 def _kind(native: bool) -> str:

@@ -77,7 +77,6 @@ OPT_PROFILED = "lakewarden.profiled"
 OPT_TABLE_TYPE = "table_type"
 OPT_INGEST_ERRORS = "lakewarden.ingest_errors"
 # A write joining a streaming micro-batch's instant: its ``BatchKey`` (``_micro_batch``).
-OPT_BATCH = "lakewarden.batch"
 OPT_UNTIL = "lakewarden.until"
 OPT_SLICES = "lakewarden.slices"
 SLICES_MERGED = "merged"

@@ -20,14 +20,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
 from lakewarden.spark._options import (
-    OPT_BATCH,
     OPT_INSTANT,
     OPT_JOB,
     OPT_MERGE,
@@ -44,16 +42,12 @@ from lakewarden.spark._options import (
 )
 from lakewarden.spark._task import current_task, write_task
 
-if TYPE_CHECKING:
-    from lakewarden.spark._transaction import BatchKey
-
 
 class LakewardenWriter(DataSourceArrowWriter):
     """One write = one instant; see ``lakewarden.spark._job`` for the protocol."""
 
-    def __init__(self, spec: WriteSpec, batch: BatchKey | None = None) -> None:
+    def __init__(self, spec: WriteSpec) -> None:
         self.spec = spec
-        self.batch = batch  # a streaming micro-batch's key (``_micro_batch``): commit once
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
         """One task attempt (on an executor). Raises: InvalidRecordError and the rest of
@@ -64,7 +58,7 @@ class LakewardenWriter(DataSourceArrowWriter):
         """Job commit of the accepted attempts, then ``completed`` (driver)."""
         from lakewarden.spark import _job
 
-        _job.commit_write(self.spec, messages, batch=self.batch)
+        _job.commit_write(self.spec, messages)
 
     def abort(self, messages: Sequence[WriterCommitMessage | None]) -> None:
         """``rolled_back``, then job abort; nothing if the instant completed (driver)."""
@@ -85,7 +79,6 @@ def create_writer(
     from lakewarden.spark._bad_rows import INGEST_COLUMNS
     from lakewarden.spark._create import prepare_table
     from lakewarden.spark._keeper import keep_alive
-    from lakewarden.spark._micro_batch import parse_batch_option
     from lakewarden.table.timeline import Timeline
 
     uri = table_uri(options)
@@ -113,7 +106,7 @@ def create_writer(
             committer=committer,
             error_table=errors_to,
         )
-        return LakewardenWriter(spec, parse_batch_option(get_option(options, OPT_BATCH)))
+        return LakewardenWriter(spec)
     spec, txn = _job.open_write(table, operation, settings_json=encoded)
     spec = dataclasses.replace(
         spec, ingest_errors=diverts, committer=committer, error_table=errors_to

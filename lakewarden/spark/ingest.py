@@ -33,10 +33,10 @@ One Structured Streaming query; each micro-batch goes through these steps:
      instant accepted, so each bad record is in the error table once even when a batch is
      rerun. ``BatchReport.bad_rows`` is the commit's ``failed_records``;
 5. **write** the good rows in ``foreachBatch`` (``_micro_batch.MicroBatchWriter``): the driver
-   opens one instant per micro-batch (one lock and one append), Spark's own Parquet writer
-   writes the rows where it can (else the format's Python writer joins the instant: the
-   error table, S3), and the commit records (query id, batch id) so a batch is committed once
-   per query even across restarts and kills. The table, coordinator and commit client stay
+   opens one instant per micro-batch (one lock and one append), the format's task code writes
+   the rows in Spark's Python workers and returns each task's commit message to the driver,
+   and the driver's commit records (query id, batch id) so a batch is committed once per query
+   even across restarts and kills. The table, coordinator and commit client stay
    open for the next batch.
 
 The checkpoint location defaults to ``<state dir>/ingest/<table name>-<table id>/<topic>``

@@ -18,9 +18,8 @@ from _spark_helpers import SCHEMA, make_table, rows, sorted_rows
 
 import lakewarden
 from lakewarden.api.table import Table
-from lakewarden.spark._micro_batch import MicroBatchWriter, batch_option, parse_batch_option
+from lakewarden.spark._micro_batch import MicroBatchWriter
 from lakewarden.spark._options import InvalidOptionError
-from lakewarden.spark._transaction import BatchKey
 from lakewarden.table.config import META_COMMIT_TIME, META_FILE_NAME, META_PARTITION_PATH
 from lakewarden.table.instant import Transition
 from lakewarden.testing import wait_until
@@ -111,12 +110,12 @@ def test_failed_and_restarted_query_commits_every_batch_exactly_once(
     rolled_back = [i for i in table.timeline() if i.state is Transition.ROLLED_BACK]
     assert len(rolled_back) == 1  # batch 2 of run 2: its files are gone with its job
     assert not list((tmp_path / "table").glob("_temporary/manifest_*/spark"))
-    if kind == "spark":  # batch 3 reused batch 2's column expressions; each ran as one task
-        assert [(o.columns_reused, o.one_task) for o in third.outcomes] == [
-            (False, True),
-            (True, True),
-        ]
-    _assert_meta_names_their_instants(table, one_file_per_group=kind == "spark")
+    # Each ran as one task; batch 3 reused batch 2's column expressions (Spark's writer).
+    assert [(o.columns_reused, o.one_task) for o in third.outcomes] == [
+        (False, True),
+        (kind == "spark", True),
+    ]
+    _assert_meta_names_their_instants(table, one_file_per_group=True)
 
 
 def _assert_meta_names_their_instants(table: Table, *, one_file_per_group: bool) -> None:
@@ -196,11 +195,6 @@ def test_a_driver_killed_after_the_commit_is_skipped_by_the_restart(
     assert len(queries) == 1
 
 
-def test_the_batch_option_round_trips_and_refuses_garbage() -> None:
-    key = BatchKey(query_id="q", run_id="r", batch_id=7, checkpoint="/cp")
-    assert parse_batch_option(batch_option(key)) == key
-    assert parse_batch_option(None) is None
-    with pytest.raises(InvalidOptionError, match="not a micro-batch key"):
-        parse_batch_option('{"query_id": "q"}')
+def test_an_unknown_writer_is_refused() -> None:
     with pytest.raises(InvalidOptionError, match="writer must be"):
         MicroBatchWriter("/t", writer="jvm")  # type: ignore[arg-type]

@@ -26,10 +26,12 @@ def _handle(tmp_path: Path, settings: Settings | None = None) -> tuple[str, str 
     return str(tmp_path / "table"), encoded
 
 
-def test_auto_takes_sparks_writer_where_it_can_run(tmp_path: Path) -> None:
+def test_auto_takes_the_python_tasks_where_sparks_writer_could_run_too(tmp_path: Path) -> None:
     uri, encoded = _handle(tmp_path)
-    writer = MicroBatchWriter(uri, settings_json=encoded)
-    assert writer._native(TableHandle.open(uri, encoded))
+    auto = MicroBatchWriter(uri, settings_json=encoded)
+    assert not auto._native(TableHandle.open(uri, encoded))
+    spark = MicroBatchWriter(uri, settings_json=encoded, writer="spark")
+    assert spark._native(TableHandle.open(uri, encoded))
 
 
 @pytest.mark.parametrize("kind", ["auto", "python"])
