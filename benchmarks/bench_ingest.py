@@ -166,15 +166,7 @@ def _file_sink_run(
     good = parsed_stream(spark, bootstrap, topic, config, root / f"{name}-bad", per_batch)
     started = time.perf_counter()
     query = start_sink(good, sink, out, root / f"{name}-checkpoint", {"availableNow": True})
-    query.awaitTermination()
-    wall = time.perf_counter() - started
-    progress = [p for p in query.recentProgress if p.numInputRows > 0]
-    return {
-        "wall_s": wall,
-        "records": sum(int(p.numInputRows) for p in progress),
-        "batch_ms": [float(p.durationMs.get("triggerExecution", 0)) for p in progress],
-        "commit_ms": commit_ms(out, sink),
-    }
+    return {**_until_done(query, started), "commit_ms": commit_ms(out, sink)}
 
 
 def _format_sink_run(
@@ -201,6 +193,12 @@ def _format_sink_run(
     )
     started = time.perf_counter()
     query = writer.start(str(table))
+    return {**_until_done(query, started), "commit_ms": _commit_ms(str(table))}
+
+
+def _until_done(query: Any, started: float) -> dict[str, Any]:
+    """Wait for an available-now ``query`` started at ``started`` (``perf_counter``): its wall
+    seconds, the records it read and Spark's ``triggerExecution`` of each batch with rows."""
     query.awaitTermination()
     wall = time.perf_counter() - started
     progress = [p for p in query.recentProgress if p.numInputRows > 0]
@@ -208,7 +206,6 @@ def _format_sink_run(
         "wall_s": wall,
         "records": sum(int(p.numInputRows) for p in progress),
         "batch_ms": [float(p.durationMs.get("triggerExecution", 0)) for p in progress],
-        "commit_ms": _commit_ms(str(table)),
     }
 
 
@@ -462,42 +459,31 @@ def results(numbers: dict[str, Any]) -> list[Result]:
 def _other_writers(runs: dict[str, Any], shape: str, rounds: str) -> list[Result]:
     """``writeStream.format("lakewarden")`` against both sinks, and ``lakewarden ingest`` with
     Spark's Parquet writer (``writer="spark"``, a diagnostic) against the Parquet sink."""
-    delta_label = f"the same stream into writeStream.format('delta'); {rounds}"
-    parquet_label = f"the same stream into writeStream.format('parquet'); {rounds}"
     rate = {sink: _median_of(side, _rate) for sink, side in runs.items()}
-    return [
-        Result(
+
+    def throughput(what: str, side: str, sink: str, goal: float | None) -> Result:
+        return Result(
             benchmark="ingest",
-            metric=f"writeStream.format('lakewarden') throughput vs Delta's sink, {shape}",
+            metric=f"{what} throughput vs {SINK_NAMES[sink]}, {shape}",
             unit="records/s",
-            value=rate[FORMAT],
-            baseline=rate["delta"],
-            baseline_label=delta_label,
+            value=rate[side],
+            baseline=rate[sink],
+            baseline_label=f"the same stream into writeStream.format('{sink}'); {rounds}",
             lower_is_better=False,
-            goal=1.0,
-        ),
-        Result(
-            benchmark="ingest",
-            metric=f"writeStream.format('lakewarden') throughput vs the Parquet sink, {shape}",
-            unit="records/s",
-            value=rate[FORMAT],
-            baseline=rate["parquet"],
-            baseline_label=parquet_label,
-            lower_is_better=False,
-            goal=0.9,
-        ),
-        Result(
-            benchmark="ingest",
-            metric="lakewarden ingest with writer='spark' (Spark's Parquet writer, a "
-            f"diagnostic) throughput vs the Parquet sink, {shape}",
-            unit="records/s",
-            value=rate[SPARK_WRITER],
-            baseline=rate["parquet"],
-            baseline_label=parquet_label,
-            lower_is_better=False,
+            goal=goal,
             details={"default_writer_records_per_s": rate["lakewarden"]},
-        ),
+        )
+
+    form = "writeStream.format('lakewarden')"
+    spark_writer = "lakewarden ingest with writer='spark' (Spark's Parquet writer, a diagnostic)"
+    return [
+        throughput(form, FORMAT, "delta", 1.0),
+        throughput(form, FORMAT, "parquet", 0.9),
+        throughput(spark_writer, SPARK_WRITER, "parquet", None),
     ]
+
+
+SINK_NAMES = {"delta": "Delta's sink", "parquet": "the Parquet sink"}
 
 
 def _latency_results(latency: dict[str, Any], rounds: str, job_commits: str) -> list[Result]:
