@@ -12,19 +12,21 @@ owns the instant from first to last entry:
    b. the workload profile: the distinct file groups, plus the append groups of their buckets
       (which the merge consolidates), appended as ``inflight``;
    c. repartition by (partition path, bucket) so each file group lands in exactly one task,
-      and write through the data source, joining this instant; the tasks merge, the data
-      source's ``commit`` runs the job commit and completes the instant;
+      whose rows the format's task code merges and writes in a Python worker
+      (``_python_tasks``), returning the attempt's commit message;
+   d. the job commit of the attempts Spark accepted and ``completed``, in this process;
 3. read the outcome from the timeline: a completed instant is the result; otherwise the
    instant is abandoned (``rolled_back``, job abort) if still pending, and the failure raised:
    the named conflict when a conflict rule explains it, else ``SparkWriteError`` with the
    instant, the rollback reason and Spark's message.
 
 ``bulk_insert`` skips 2a-2c (no shuffle: append groups, as the plain format writes), and
-with option ``writer``: ``python`` (default: the Python Data Source), ``spark`` (Spark's own
-Parquet writer, ``_native``: no row goes through Python, the bucket is computed by a Java UDF;
-refused with the reason where it cannot run) or ``auto`` (``spark`` where it can run, else
-``python``). ``python`` is the default because it is the faster of the two, in wall time
-and in CPU (``python -m benchmarks spark`` measures both against ``df.write.parquet``).
+with option ``writer``: ``python`` (default: the format's task code, as in 2c), ``spark``
+(Spark's own Parquet writer, ``_native``: no row goes through Python, the bucket is computed
+by a Java UDF; refused with the reason where it cannot run) or ``auto`` (``spark`` where it
+can run, else ``python``). ``python`` is the default because it is the faster of the two, in
+wall time and in CPU (``python -m benchmarks spark`` measures both against
+``df.write.parquet``).
 """
 
 from __future__ import annotations
@@ -42,19 +44,13 @@ from pyspark.sql.types import IntegerType, StringType, StructField, StructType
 
 from lakewarden.errors import NonRetryableError
 from lakewarden.settings import Settings
-from lakewarden.spark import _job, _jvm_udf, _native
+from lakewarden.spark import _job, _jvm_udf, _native, _python_tasks
 from lakewarden.spark._arrow import check_write_schema, conform
 from lakewarden.spark._bad_rows import typed_bad_rows
 from lakewarden.spark._create import prepare_table
 from lakewarden.spark._messages import TaskCommitMessage
 from lakewarden.spark._options import (
     HELPER_OPERATIONS,
-    OPT_HELPER_OPERATION,
-    OPT_INSTANT,
-    OPT_JOB,
-    OPT_MERGE,
-    OPT_PROFILED,
-    OPT_SETTINGS,
     InvalidOptionError,
     WriteSpec,
     check_table_type,
@@ -139,7 +135,7 @@ def write(
     )
     keyed: DataFrame | None = None
     failure: Exception | None = None
-    adopted: TaskCommitMessage | None = None
+    messages: list[TaskCommitMessage]
     with txn.heartbeat():  # 2.
         try:
             data = df
@@ -147,19 +143,15 @@ def write(
                 data, keyed = _clustered(df, table, spec, txn, partitions)
             if native:
                 _native.write_files(df, table.config, spec, table.storage)
-                adopted = _native.adopt_files(table.storage, table.config, spec)
+                messages = [_native.adopt_files(table.storage, table.config, spec)]
             else:
-                _save(data, spec, options or {}, encoded)
+                messages = _python_tasks.write(data, spec, table.config)
+            _job.commit_write(spec, messages, table=table, beating=True)  # 2d.
         except Exception as err:
             failure = err
         finally:
             if keyed is not None:
                 keyed.unpersist()
-    if adopted is not None:
-        try:
-            _job.commit_write(spec, [adopted])  # the data source's commit(), in this process
-        except Exception as err:
-            failure = err
     return _outcome(table, spec, failure)  # 3.
 
 
@@ -186,19 +178,6 @@ def _native_writer(
     if reason is not None:
         log.info("bulk_insert through the Python data source: %s", reason)
     return reason is None
-
-
-def _save(
-    data: DataFrame, spec: WriteSpec, options: Mapping[str, str], encoded: str | None
-) -> None:
-    merge = str(spec.merge).lower()
-    writer = data.write.format("lakewarden").mode("append").options(**options)
-    writer = writer.option(OPT_INSTANT, spec.instant).option(OPT_JOB, spec.job_id)
-    writer = writer.option(OPT_HELPER_OPERATION, spec.operation)
-    writer = writer.option(OPT_MERGE, merge).option(OPT_PROFILED, str(spec.profiled).lower())
-    if encoded is not None:
-        writer = writer.option(OPT_SETTINGS, encoded)
-    writer.save(spec.uri)
 
 
 def _clustered(

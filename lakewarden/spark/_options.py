@@ -19,10 +19,8 @@ Options (case-insensitive):
 ``lakewarden.settings``                    JSON of ``lakewarden.settings.Settings`` for workers
                                            without S3 credentials (default: each process reads
                                            ``LAKEWARDEN_*`` env)
-``lakewarden.instant`` / ``lakewarden.job`` set by ``lakewarden.spark.write``: join the instant
-                                           it opened instead of opening one
-``lakewarden.ingest_errors``               set by ``lakewarden ingest --bad-records error-table``:
-                                           rows carry ``_bad_rows.INGEST_COLUMNS``; the bad
+``lakewarden.ingest_errors``               ``true``: the rows carry ``_bad_rows.INGEST_COLUMNS``
+                                           (``route_bad_records(..., "error-table")``); the bad
                                            ones go to the error table
 ``lakewarden.until`` / ``lakewarden.slices`` set by ``lakewarden.spark.read``: pin a ``since``
                                            read's last instant; ``merged`` reads only the
@@ -67,16 +65,10 @@ OPT_AS_OF = "as_of"
 OPT_SINCE = "since"
 OPT_COLUMNS = "columns"
 OPT_SETTINGS = "lakewarden.settings"
-OPT_INSTANT = "lakewarden.instant"
-OPT_JOB = "lakewarden.job"
-OPT_HELPER_OPERATION = "lakewarden.helper_operation"
-OPT_MERGE = "lakewarden.merge"
-OPT_PROFILED = "lakewarden.profiled"
 # The table type the writer expects ("copy_on_write"/"cow" or "merge_on_read"/"mor"): a write
 # to a table of the other type is refused before anything is written.
 OPT_TABLE_TYPE = "table_type"
 OPT_INGEST_ERRORS = "lakewarden.ingest_errors"
-# A write joining a streaming micro-batch's instant: its ``BatchKey`` (``_micro_batch``).
 OPT_UNTIL = "lakewarden.until"
 OPT_SLICES = "lakewarden.slices"
 SLICES_MERGED = "merged"
@@ -258,9 +250,6 @@ class WriteSpec:
 def write_operation(options: Mapping[str, str], overwrite: bool) -> str:
     """The operation of a plain-format write. Raises: InvalidOptionError."""
     operation = (get_option(options, OPT_OPERATION) or "insert").lower()
-    helper_operation = get_option(options, OPT_HELPER_OPERATION)
-    if helper_operation is not None:
-        return helper_operation
     if operation not in FORMAT_OPERATIONS:
         raise InvalidOptionError(
             f"operation {operation!r} is not supported by df.write.format('lakewarden'): use "

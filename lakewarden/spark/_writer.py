@@ -7,8 +7,9 @@ client or an open file; every method opens what it needs.
 
 ``create_writer`` is where a plain-format write opens its instant (``lakewarden.spark._job``),
 after checking the DataFrame's schema against the table's, so a mismatch fails before the
-table is touched. A write started by ``lakewarden.spark.write`` passes the instant it opened
-in the ``lakewarden.instant`` / ``lakewarden.job`` options and is joined instead.
+table is touched. The writes whose instant the driver opened itself (``lakewarden.spark.write``,
+``lakewarden ingest``'s micro-batches) run the same task code without the format
+(``_python_tasks``) and commit in the driver's process.
 
 Each Spark task unpickles the writer in a Python worker, which imports this module: so it
 imports at the top only what ``write`` needs (``_task``), and the driver's side (the job, the
@@ -26,15 +27,10 @@ from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
 from lakewarden.spark._options import (
-    OPT_INSTANT,
-    OPT_JOB,
-    OPT_MERGE,
-    OPT_PROFILED,
     WriteSpec,
     check_table_type,
     committer_options,
     error_table_choice,
-    get_option,
     ingest_errors,
     settings_json,
     table_uri,
@@ -70,7 +66,7 @@ class LakewardenWriter(DataSourceArrowWriter):
 def create_writer(
     options: Mapping[str, str], schema: StructType, overwrite: bool
 ) -> LakewardenWriter:
-    """Create the table if absent (``_create``), then open (or join) the write's instant.
+    """Create the table if absent (``_create``), then open the write's instant.
 
     Raises: InvalidOptionError, NotATableError, TableOptionsMismatchError,
     InvalidTableConfigError, SchemaMismatchError, LockTimeoutError."""
@@ -92,21 +88,6 @@ def create_writer(
     check_write_schema(schema, table.config, operation, ignore=ignore)
     committer = committer_options(options)
     errors_to = error_table_choice(options)
-    instant, job_id = get_option(options, OPT_INSTANT), get_option(options, OPT_JOB)
-    if instant is not None and job_id is not None:
-        spec = WriteSpec(
-            uri,
-            instant,
-            job_id,
-            operation,
-            encoded,
-            merge=get_option(options, OPT_MERGE) == "true",
-            profiled=get_option(options, OPT_PROFILED) == "true",
-            ingest_errors=diverts,
-            committer=committer,
-            error_table=errors_to,
-        )
-        return LakewardenWriter(spec)
     spec, txn = _job.open_write(table, operation, settings_json=encoded)
     spec = dataclasses.replace(
         spec, ingest_errors=diverts, committer=committer, error_table=errors_to
