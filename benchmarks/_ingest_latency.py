@@ -6,7 +6,8 @@ For each rate (events/s) and each sink, on a topic and table of their own:
 1. start the query with a processing-time trigger of 0 (a micro-batch starts as soon as the
    previous one ended: the pipeline's own latency, no trigger interval added) and wait until
    its first, empty trigger ran: ``lakewarden ingest``'s query (``IngestJob``), or the same
-   stream into Spark's Parquet sink or Delta Lake's streaming sink (``_ingest_sinks``);
+   stream into ``writeStream.format("lakewarden")``, Spark's Parquet sink or Delta Lake's
+   streaming sink (``_ingest_sinks``);
 2. produce ``rate`` JSON order events a second for ``duration_s`` from a thread, paced every
    10 ms; each carries its produce time (epoch ms) in ``updated_at``;
 3. wait until the query read every event (or ``timeout_s``), then stop it;
@@ -25,6 +26,7 @@ import json
 import statistics
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -91,7 +93,8 @@ def _summary(latencies: list[float], produced: dict[str, Any], batches: int) -> 
     }
 
 
-SINKS = ("parquet", "delta", "lakewarden")
+SINKS = ("parquet", "delta", "lakewarden", "lakewarden_format")
+TRIGGER = {"processingTime": "0 seconds"}
 
 
 def measure_latency(
@@ -108,6 +111,8 @@ def measure_latency(
     ``SINKS``), on a topic of its own."""
     if sink == "lakewarden":
         return _lakewarden_latency(spark, settings, root, rate, duration_s, timeout_s)
+    if sink == "lakewarden_format":
+        return _format_latency(spark, settings, root, rate, duration_s, timeout_s)
     return _file_sink_latency(spark, settings, root, sink, rate, duration_s, timeout_s)
 
 
@@ -128,7 +133,7 @@ def _file_sink_latency(
     duration_s: float,
     timeout_s: float,
 ) -> dict[str, Any]:
-    from benchmarks._ingest_sinks import file_latencies, parsed_stream, start_sink
+    from benchmarks._ingest_sinks import file_latencies, start_sink
     from lakewarden.demo import ORDERS_SCHEMA
     from lakewarden.table.config import TableConfig
 
@@ -138,32 +143,83 @@ def _file_sink_latency(
     config = TableConfig.new(
         name="orders", record_key="order_id", schema=ORDERS_SCHEMA, partition_by=["region"]
     )
-    good = parsed_stream(spark, bootstrap, topic, config, root / f"{name}-bad", None)
-    checkpoint = root / f"{name}-checkpoint"
-
-    def start() -> Any:
-        return start_sink(good, sink, out, checkpoint, {"processingTime": "0 seconds"})
-
-    def read_so_far(query: Any) -> int:
-        return sum(int(p.numInputRows) for p in query.recentProgress)
-
-    produced = _run_and_measure(
-        start, lambda: _produce_at_rate(bootstrap, topic, rate, duration_s), read_so_far, timeout_s
+    produced = _parsed_into(
+        spark,
+        (bootstrap, topic, config),
+        root / name,
+        lambda good, checkpoint: start_sink(good, sink, out, checkpoint, TRIGGER),
+        (rate, duration_s, timeout_s),
     )
     latencies, batches = file_latencies(out, sink)
     return _summary(latencies, produced, batches)
 
 
+def _format_latency(
+    spark: Any, settings: Any, root: Path, rate: int, duration_s: float, timeout_s: float
+) -> dict[str, Any]:
+    """``writeStream.format("lakewarden")`` into a table like ``lakewarden ingest``'s."""
+    from benchmarks._ingest_sinks import lakewarden_latencies, start_format_sink
+    from lakewarden.api.table import Table
+
+    name = f"latency-format-{rate}-{uuid.uuid4().hex[:6]}"
+    bootstrap, topic, table = _topic_and_table(settings, root, name)
+    config = Table.open(str(table)).config
+    produced = _parsed_into(
+        spark,
+        (bootstrap, topic, config),
+        root / name,
+        lambda good, checkpoint: start_format_sink(good, table, checkpoint, settings, TRIGGER),
+        (rate, duration_s, timeout_s),
+    )
+    latencies, instants = lakewarden_latencies(str(table))
+    return _summary(latencies, produced, instants)
+
+
+def _topic_and_table(settings: Any, root: Path, name: str) -> tuple[str, str, Path]:
+    """(bootstrap servers, a topic of its own, the demo's table at ``root/name``)."""
+    from lakewarden.demo import create_table
+
+    table = root / name
+    create_table(table)
+    return settings.kafka.bootstrap_servers, _topic(settings, name), table
+
+
+def _parsed_into(
+    spark: Any,
+    source: tuple[str, str, Any],
+    work: Path,
+    start: Callable[[Any, Path], Any],
+    pace: tuple[int, float, float],
+) -> dict[str, Any]:
+    """Steps 1-3 for a query of Spark's: the topic (``source``: bootstrap servers, topic, the
+    table config its records parse into) parsed as every sink parses it, into the query
+    ``start(parsed, checkpoint)`` starts (``work``: where its checkpoint and bad records go);
+    ``pace``: rate, duration and timeout. Returns what the producer reported."""
+    from benchmarks._ingest_sinks import parsed_stream
+
+    bootstrap, topic, config = source
+    rate, duration_s, timeout_s = pace
+    good = parsed_stream(spark, bootstrap, topic, config, work.with_name(f"{work.name}-bad"), None)
+    checkpoint = work.with_name(f"{work.name}-checkpoint")
+
+    def read_so_far(query: Any) -> int:
+        return sum(int(p.numInputRows) for p in query.recentProgress)
+
+    return _run_and_measure(
+        lambda: start(good, checkpoint),
+        lambda: _produce_at_rate(bootstrap, topic, rate, duration_s),
+        read_so_far,
+        timeout_s,
+    )
+
+
 def _lakewarden_latency(
     spark: Any, settings: Any, root: Path, rate: int, duration_s: float, timeout_s: float
 ) -> dict[str, Any]:
-    from lakewarden.demo import create_table
     from lakewarden.spark.ingest import IngestJob, IngestSpec
 
-    bootstrap = settings.kafka.bootstrap_servers
     name = f"latency-{rate}-{uuid.uuid4().hex[:6]}"
-    topic, table = _topic(settings, name), root / name
-    create_table(table)
+    bootstrap, topic, table = _topic_and_table(settings, root, name)
     spec = IngestSpec(
         topic=topic,
         table=str(table),

@@ -84,6 +84,21 @@ def start_sink(good: Any, sink: str, out: Path, checkpoint: Path, trigger: dict[
     return writer.trigger(**trigger).start(str(out))
 
 
+def start_format_sink(
+    good: Any, table: Path, checkpoint: Path, settings: Any, trigger: dict[str, Any]
+) -> Any:
+    """Start ``good`` into ``writeStream.format("lakewarden")`` at ``table`` with the run's
+    ``settings`` (its services)."""
+    from lakewarden.spark._options import OPT_SETTINGS, encode_settings
+
+    writer = (
+        good.writeStream.format("lakewarden")
+        .option("checkpointLocation", str(checkpoint))
+        .option(OPT_SETTINGS, encode_settings(settings))
+    )
+    return writer.trigger(**trigger).start(str(table))
+
+
 def commits(out: Path, sink: str) -> Iterator[tuple[float, list[Path]]]:
     """(commit file mtime in epoch ms, the data files it makes visible) per batch of the
     ``parquet`` or ``delta`` sink at ``out``, oldest first; each data file once."""
