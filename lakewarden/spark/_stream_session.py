@@ -22,8 +22,10 @@ so a session unused for ``IDLE_CLOSE_S`` is closed (its Kafka clients with it) b
 thread, and whatever is open is closed at interpreter exit. (PySpark's daemon ends its
 workers with ``os._exit``, which runs no exit handler: such a worker's client dies with it,
 which loses nothing, as every request it sent was flushed and answered before ``commit``
-returned, and its consumer belongs to no consumer group.) A query that resumes after a longer
-pause opens a new session; a closed session is never handed out, nor closed while in use.
+returned, and its consumer belongs to no consumer group.) The driver that stopped its own
+query closes that query's sessions at once (``close_query_sessions``, from
+``IngestJob.stop``). A query that resumes after a longer pause opens a new session; a closed
+session is never handed out, nor closed while in use.
 """
 
 from __future__ import annotations
@@ -153,6 +155,17 @@ class StreamSessions:
             _close(session)
         return [session.key for session in idle]
 
+    def close_query(self, query_id: str) -> list[SessionKey]:
+        """Close and forget the sessions of streaming query ``query_id`` that no call is using
+        (its owner stopped the query); return their keys."""
+        with self._guard:
+            done = [s for s in self._sessions.values() if s.key[2] == query_id and not s.busy]
+            for session in done:
+                del self._sessions[session.key]
+        for session in done:
+            _close(session)
+        return [session.key for session in done]
+
     def close_all(self) -> None:
         with self._guard:
             sessions = list(self._sessions.values())
@@ -204,3 +217,13 @@ def stream_session(
             atexit.register(_process_sessions.close_all)
         sessions = _process_sessions
     return sessions.use(uri, settings_json, query_id)
+
+
+def close_query_sessions(query_id: str) -> None:
+    """Close this process's sessions of streaming query ``query_id`` now, with their Kafka
+    clients, instead of after ``IDLE_CLOSE_S``: for the owner of a query it has stopped (a
+    client left open would keep reconnecting to a broker that may be stopping too)."""
+    with _process_guard:
+        sessions = _process_sessions
+    if sessions is not None:
+        sessions.close_query(query_id)

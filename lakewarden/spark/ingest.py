@@ -76,6 +76,7 @@ from lakewarden.spark._ingest_records import (
 from lakewarden.spark._micro_batch import SINGLE_TASK_ROWS, MicroBatchWriter, MicroBatchWriterKind
 from lakewarden.spark._options import encode_settings
 from lakewarden.spark._query_progress import ProgressReader
+from lakewarden.spark._stream_session import close_query_sessions
 from lakewarden.spark._transaction import BatchKey, completed_batch
 from lakewarden.storage import Storage, open_storage
 from lakewarden.table.config import ErrorTableChoice, TableConfig, load_config
@@ -392,8 +393,11 @@ class IngestJob:
         return self.totals
 
     def stop(self) -> None:
+        """Stop the query, then close what its micro-batches kept open in this process (the
+        table and the job-committer client: ``_stream_session``)."""
         if self.query.isActive:
             self.query.stop()
+        close_query_sessions(self.query_id)
 
     def _report(self, progress: Any) -> BatchReport:
         batch = int(progress.batchId)

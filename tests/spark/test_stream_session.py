@@ -189,3 +189,19 @@ def test_the_commit_client_is_connected_ahead_once_per_session(fails: bool) -> N
         assert session._connecting is not None
         session._connecting.join(timeout=10)
     assert client.connects == 1
+
+
+def test_a_stopped_query_s_sessions_are_closed_at_once_and_no_others() -> None:
+    """The owner of a stopped query closes its sessions without waiting for the idle time:
+    their commit clients would otherwise keep reconnecting to a broker that may be gone."""
+    sessions = _sessions(ManualClock(), [])
+    stopped, running = FakeClient(), FakeClient()
+    with sessions.use("/t", None, "stopped") as mine, sessions.use("/t", None, "running") as other:
+        mine._client = stopped  # type: ignore[assignment]
+        other._client = running  # type: ignore[assignment]
+    with sessions.use("/u", None, "stopped") as busy:
+        assert sessions.close_query("stopped") == [("/t", None, "stopped")]
+        assert not busy.closed  # in use by a call: never closed under it
+    assert stopped.closed == 1 and mine.closed
+    assert running.closed == 0 and not other.closed
+    assert sessions.close_query("stopped") == [("/u", None, "stopped")]
