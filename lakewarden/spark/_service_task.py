@@ -126,7 +126,7 @@ def rewrite_unit_task(
     found = strategy_for(spec.plan, table=table, instant=instant)
     strategy = file_group_strategy(found, spec.plan, table=table, instant=instant)
     base = base_snapshot(storage, config, spec.instant, state)
-    attempt = ManifestCommitter(storage, spec.job_id).task_attempt(task, identity.attempt)
+    attempt = ManifestCommitter(storage, spec.job_id).task_attempt(task, identity.committer_attempt)
     attempt.setup()  # 2.
     output = TaskOutput(spec, config, attempt, identity.attempt)
     job = RewriteJob(storage, config, spec.instant, spec.plan, base, output, attempt=spec.attempt)

@@ -65,6 +65,16 @@ class TaskIdentity:
     partition: int
     attempt: int
     stage: int
+    # Spark's task attempt id, unique in the application (None outside Spark: tests). It names
+    # the committer's attempt, whose directory and manifest must be the attempt's own: Spark
+    # numbers the attempts of a retried stage from 0 again (SPARK-24552), and the task commit
+    # takes every file in its attempt's directory.
+    task_attempt_id: int | None = None
+
+    @property
+    def committer_attempt(self) -> int:
+        """The attempt number of this attempt in lakewarden's manifest committer."""
+        return self.attempt if self.task_attempt_id is None else self.task_attempt_id
 
     @property
     def write_token(self) -> WriteToken:
@@ -81,7 +91,7 @@ def current_task() -> TaskIdentity:
     ctx = TaskContext.get()
     if ctx is None:
         raise RuntimeError("lakewarden task code runs inside a Spark task only")
-    return TaskIdentity(ctx.partitionId(), ctx.attemptNumber(), ctx.stageId())
+    return TaskIdentity(ctx.partitionId(), ctx.attemptNumber(), ctx.stageId(), ctx.taskAttemptId())
 
 
 @dataclass
@@ -99,7 +109,7 @@ class _Task:
         """Task setup. Raises: StageFailedError (JobNotActiveError: a zombie attempt)."""
         storage = open_storage(spec.uri, spec.settings())
         committer = ManifestCommitter(storage, spec.job_id)
-        attempt = committer.task_attempt(identity.partition, identity.attempt)
+        attempt = committer.task_attempt(identity.partition, identity.committer_attempt)
         attempt.setup()
         task = cls(spec, identity, storage, load_config(storage), attempt)
         # An ingestion that sends its bad records to the error table chose it for bad rows too.

@@ -113,3 +113,24 @@ def test_zombie_attempt_after_the_job_committed_is_refused(table_dir: Path) -> N
     with pytest.raises(Exception, match="not set up, or already committed"):
         write_task(spec, TaskIdentity(0, 1, 3), iter(rows(range(10)).to_batches()))
     assert files_on_disk(table_dir) == {s.path for s in first.write_stats}
+
+
+def test_attempts_of_a_retried_stage_keep_their_own_files(table_dir: Path) -> None:
+    """Spark numbers the attempts of a retried stage from 0 again (SPARK-24552): partition 0
+    runs as attempt 0 in stage attempt 0 (task attempt id 11) and again as attempt 0 in stage
+    attempt 1 (task attempt id 23), with other rows (a shuffle's retry need not repeat them).
+    Each writes and commits in a committer attempt of its own; the accepted one's rows, and
+    only its files, become the table."""
+    table = make_table(table_dir)
+    handle = _job.TableHandle.open(str(table_dir), None)
+    spec, _ = _job.open_write(handle, "insert", settings_json=None)
+    first_rows, retried_rows = rows(range(0, 50)), rows(range(100, 130))
+
+    first = write_task(spec, TaskIdentity(0, 0, 7, 11), iter(first_rows.to_batches(16)))
+    retried = write_task(spec, TaskIdentity(0, 0, 7, 23), iter(retried_rows.to_batches(16)))
+    assert first.attempt_id != retried.attempt_id
+    _job.commit_write(spec, [retried])
+
+    assert states(table) == [Transition.COMPLETED]
+    assert sorted_rows(lakewarden.read(str(table_dir))) == sorted_rows(retried_rows)
+    assert files_on_disk(table_dir) == committed_files(table)  # the first attempt's: gone
