@@ -143,23 +143,16 @@ class StreamSessions:
     def close_idle(self) -> list[SessionKey]:
         """Close and forget the sessions unused for ``idle_s``; return their keys."""
         now = self._clock()
-        with self._guard:
-            idle = [
-                s
-                for s in self._sessions.values()
-                if not s.busy and now - s.last_used >= self._idle_s
-            ]
-            for session in idle:
-                del self._sessions[session.key]
-        for session in idle:
-            _close(session)
-        return [session.key for session in idle]
+        return self._close_unused(lambda s: now - s.last_used >= self._idle_s)
 
     def close_query(self, query_id: str) -> list[SessionKey]:
         """Close and forget the sessions of streaming query ``query_id`` that no call is using
         (its owner stopped the query); return their keys."""
+        return self._close_unused(lambda s: s.key[2] == query_id)
+
+    def _close_unused(self, chosen: Callable[[StreamSession], bool]) -> list[SessionKey]:
         with self._guard:
-            done = [s for s in self._sessions.values() if s.key[2] == query_id and not s.busy]
+            done = [s for s in self._sessions.values() if not s.busy and chosen(s)]
             for session in done:
                 del self._sessions[session.key]
         for session in done:
