@@ -42,11 +42,14 @@ def _source(tmp_path: Path) -> tuple[Path, pa.Table]:
     return source, pa.concat_tables(batches)
 
 
-def _run(spark: Any, source: Path, checkpoint: Path, writer: MicroBatchWriter) -> bool:
-    """One run of the query until its input is consumed; False if it failed."""
+def _run(
+    spark: Any, source: Path, checkpoint: Path, writer: MicroBatchWriter, files_per_batch: int = 1
+) -> bool:
+    """One run of the query until its input is consumed (``files_per_batch`` source files per
+    micro-batch, each one input partition); False if it failed."""
     query = (
         spark.readStream.schema(STREAM_SCHEMA)
-        .option("maxFilesPerTrigger", 1)
+        .option("maxFilesPerTrigger", files_per_batch)
         .parquet(str(source))
         .writeStream.foreachBatch(writer)
         .option("checkpointLocation", str(checkpoint))
@@ -118,10 +121,33 @@ def test_failed_and_restarted_query_commits_every_batch_exactly_once(
     _assert_meta_names_their_instants(table, one_file_per_group=True)
 
 
+@pytest.mark.parametrize("single_task_rows", [2 * ROWS_PER_FILE, 0])
+def test_a_small_batch_of_several_partitions_is_written_by_one_task(
+    spark: Any, tmp_path: Path, single_task_rows: int
+) -> None:
+    """Two source files per micro-batch are two input partitions, so two tasks each write
+    their rows of every file group; at most ``single_task_rows`` records, one task writes one
+    file per file group (the Python writer, the default)."""
+    table = make_table(tmp_path / "table")
+    uri = str(tmp_path / "table")
+    source, everything = _source(tmp_path)
+    writer = MicroBatchWriter(
+        uri,
+        checkpoint=str(tmp_path / "checkpoint"),
+        max_batch_rows=2 * ROWS_PER_FILE,
+        single_task_rows=single_task_rows,
+    )
+    assert _run(spark, source, tmp_path / "checkpoint", writer, files_per_batch=2)
+    one_task = single_task_rows > 0
+    assert [(o.writer, o.one_task) for o in writer.outcomes] == [("python", one_task)] * 2
+    assert sorted_rows(lakewarden.read(uri)) == sorted_rows(everything)
+    _assert_meta_names_their_instants(table, one_file_per_group=one_task)
+
+
 def _assert_meta_names_their_instants(table: Table, *, one_file_per_group: bool) -> None:
     """Every row's commit time is a completed instant, named by its file; with
     ``one_file_per_group``, each instant wrote one file per file group (its rows' partition
-    path and bucket)."""
+    path and bucket), else some instant wrote more files than file groups."""
     meta = table.read(with_meta=True)
     completed = {i.instant for i in table.timeline() if i.state is Transition.COMPLETED}
     files: dict[str, set[tuple[str, str]]] = {}  # (partition path, file name): names repeat
@@ -133,10 +159,12 @@ def _assert_meta_names_their_instants(table: Table, *, one_file_per_group: bool)
         files.setdefault(instant, set()).add((row[META_PARTITION_PATH], name))
         groups.setdefault(instant, set()).add((row[META_PARTITION_PATH], name.split("-")[0]))
     assert set(files) == completed
+    files_per_instant = {instant: len(names) for instant, names in files.items()}
+    groups_per_instant = {instant: len(found) for instant, found in groups.items()}
     if one_file_per_group:
-        assert {instant: len(names) for instant, names in files.items()} == {
-            instant: len(found) for instant, found in groups.items()
-        }
+        assert files_per_instant == groups_per_instant
+    else:
+        assert files_per_instant != groups_per_instant
 
 
 @pytest.mark.timeout(900)  # a second Spark (the killed driver's) starts on a loaded machine
