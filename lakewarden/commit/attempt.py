@@ -156,7 +156,13 @@ class _LocalFile(io.RawIOBase):
         super().__init__()
         self._path = path
         self._tmp = os.path.join(os.path.dirname(path), f"{TEMP_PREFIX}{uuid.uuid4().hex}")
-        self._file = open(self._tmp, "xb")  # noqa: SIM115 (closed by close())
+        try:
+            self._file = open(self._tmp, "xb")  # noqa: SIM115 (closed by close())
+        except BaseException:
+            # Nothing was created: closed now, so that collecting this object (``__del__``)
+            # has nothing to discard.
+            super().close()
+            raise
         self._finished = False
 
     def writable(self) -> bool:

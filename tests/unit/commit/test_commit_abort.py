@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import gc
 import json
+import shutil
+import sys
+from pathlib import Path
 
 import pytest
 from _commit_helpers import Table, crash_at, job_files, run_task
@@ -14,6 +18,7 @@ from lakewarden.commit import (
     ManifestCommitter,
     StageFailedError,
 )
+from lakewarden.storage.local import LocalStorage
 from lakewarden.testing import SimulatedCrash
 
 
@@ -131,3 +136,24 @@ def test_upload_at_the_table_root_without_a_recorded_id_is_reported_unresolved(
     result = committer.abort_job()
     assert result.unresolved_uploads == 1
     assert table.pending_uploads() == ["root-level.parquet"]  # the fixture's cleanup aborts it
+
+
+def test_a_local_file_that_could_not_be_created_leaves_nothing_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The directory of an attempt's file gone before the file is opened (a clean removing a
+    fenced executor's work area): ``create_file`` raises the OS error, and the half-made file
+    object, once collected, raises nothing. It raised AttributeError from ``__del__``, which
+    pytest reports in whichever test the garbage collector happens to run in."""
+    committer = ManifestCommitter(LocalStorage(str(tmp_path)), "job-gone")
+    committer.setup_job()
+    attempt = committer.task_attempt(0)
+    attempt.setup()
+    shutil.rmtree(attempt.store.path(attempt.layout.task_attempt_dir(attempt.attempt_id)))
+    monkeypatch.setattr(attempt.store, "make_dirs", lambda key, staging=False: None)
+    unraisable: list[object] = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+    with pytest.raises(FileNotFoundError):
+        attempt.create_file("p=0/gone.parquet")
+    gc.collect()
+    assert unraisable == []
