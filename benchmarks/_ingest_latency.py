@@ -137,16 +137,14 @@ def _file_sink_latency(
     from lakewarden.demo import ORDERS_SCHEMA
     from lakewarden.table.config import TableConfig
 
-    bootstrap = settings.kafka.bootstrap_servers
-    name = f"latency-{sink}-{rate}-{uuid.uuid4().hex[:6]}"
-    topic, out = _topic(settings, name), root / name
+    out = root / f"latency-{sink}-{rate}-{uuid.uuid4().hex[:6]}"
     config = TableConfig.new(
         name="orders", record_key="order_id", schema=ORDERS_SCHEMA, partition_by=["region"]
     )
     produced = _parsed_into(
         spark,
-        (bootstrap, topic, config),
-        root / name,
+        settings,
+        (out, config),
         lambda good, checkpoint: start_sink(good, sink, out, checkpoint, TRIGGER),
         (rate, duration_s, timeout_s),
     )
@@ -161,13 +159,11 @@ def _format_latency(
     from benchmarks._ingest_sinks import lakewarden_latencies, start_format_sink
     from lakewarden.api.table import Table
 
-    name = f"latency-format-{rate}-{uuid.uuid4().hex[:6]}"
-    bootstrap, topic, table = _topic_and_table(settings, root, name)
-    config = Table.open(str(table)).config
+    table = _demo_table(root / f"latency-format-{rate}-{uuid.uuid4().hex[:6]}")
     produced = _parsed_into(
         spark,
-        (bootstrap, topic, config),
-        root / name,
+        settings,
+        (table, Table.open(str(table)).config),
         lambda good, checkpoint: start_format_sink(good, table, checkpoint, settings, TRIGGER),
         (rate, duration_s, timeout_s),
     )
@@ -175,30 +171,31 @@ def _format_latency(
     return _summary(latencies, produced, instants)
 
 
-def _topic_and_table(settings: Any, root: Path, name: str) -> tuple[str, str, Path]:
-    """(bootstrap servers, a topic of its own, the demo's table at ``root/name``)."""
+def _demo_table(path: Path) -> Path:
+    """The demo's table (``lakewarden ingest``'s) created at ``path``."""
     from lakewarden.demo import create_table
 
-    table = root / name
-    create_table(table)
-    return settings.kafka.bootstrap_servers, _topic(settings, name), table
+    create_table(path)
+    return path
 
 
 def _parsed_into(
     spark: Any,
-    source: tuple[str, str, Any],
-    work: Path,
+    settings: Any,
+    target: tuple[Path, Any],
     start: Callable[[Any, Path], Any],
     pace: tuple[int, float, float],
 ) -> dict[str, Any]:
-    """Steps 1-3 for a query of Spark's: the topic (``source``: bootstrap servers, topic, the
-    table config its records parse into) parsed as every sink parses it, into the query
-    ``start(parsed, checkpoint)`` starts (``work``: where its checkpoint and bad records go);
-    ``pace``: rate, duration and timeout. Returns what the producer reported."""
+    """Steps 1-3 for a query of Spark's: a topic of its own, parsed as every sink parses it
+    into the columns of ``target``'s table config, into the query ``start(parsed,
+    checkpoint)`` starts (``target``'s path names the topic and lies beside its checkpoint
+    and bad records); ``pace``: rate, duration and timeout. Returns what the producer
+    reported."""
     from benchmarks._ingest_sinks import parsed_stream
 
-    bootstrap, topic, config = source
+    work, config = target
     rate, duration_s, timeout_s = pace
+    bootstrap, topic = settings.kafka.bootstrap_servers, _topic(settings, work.name)
     good = parsed_stream(spark, bootstrap, topic, config, work.with_name(f"{work.name}-bad"), None)
     checkpoint = work.with_name(f"{work.name}-checkpoint")
 
@@ -219,7 +216,8 @@ def _lakewarden_latency(
     from lakewarden.spark.ingest import IngestJob, IngestSpec
 
     name = f"latency-{rate}-{uuid.uuid4().hex[:6]}"
-    bootstrap, topic, table = _topic_and_table(settings, root, name)
+    bootstrap, topic = settings.kafka.bootstrap_servers, _topic(settings, name)
+    table = _demo_table(root / name)
     spec = IngestSpec(
         topic=topic,
         table=str(table),
