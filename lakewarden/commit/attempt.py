@@ -163,7 +163,6 @@ class _LocalFile(io.RawIOBase):
             # has nothing to discard.
             super().close()
             raise
-        self._finished = False
 
     def writable(self) -> bool:
         return True

@@ -48,7 +48,6 @@ from lakewarden.spark import _job, _jvm_udf, _native, _python_tasks
 from lakewarden.spark._arrow import check_write_schema, conform
 from lakewarden.spark._bad_rows import typed_bad_rows
 from lakewarden.spark._create import prepare_table
-from lakewarden.spark._messages import TaskCommitMessage
 from lakewarden.spark._options import (
     HELPER_OPERATIONS,
     InvalidOptionError,
@@ -135,7 +134,6 @@ def write(
     )
     keyed: DataFrame | None = None
     failure: Exception | None = None
-    messages: list[TaskCommitMessage]
     with txn.heartbeat():  # 2.
         try:
             data = df
