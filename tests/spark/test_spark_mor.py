@@ -75,15 +75,20 @@ def test_retried_attempts_append_blocks_yet_every_committed_record_is_read_once(
 
     assert table.state().get(result.instant).action is Action.DELTACOMMIT  # type: ignore[union-attr]
     logs = [s for s in result.stats.write_stats if s.is_log]
-    # Each committed block names its committer attempt (Spark's task attempt id: the
-    # retries'; the failed attempts' blocks are on disk and not committed, below).
-    assert logs and all(s.log_attempt for s in logs)
     # The failed attempts' blocks are on disk (a first log file is created per attempt; later
     # appends share the file, see the next test)...
     on_disk = [p for p in files_on_disk(table_dir) if is_log_file(Path(p).name)]
     attempts = set().union(*(attempts_in(table, p) for p in on_disk))
     assert len(on_disk) > len(log_paths(table))
-    assert attempts > {s.log_attempt for s in logs}
+    assert logs and attempts > {s.log_attempt for s in logs}
+    # ... and each committed block is its task's retry: the committer attempt is named
+    # attempt_<job>_<task>_<Spark's task attempt id>, which grows with every attempt.
+    latest: dict[int, int] = {}
+    for attempt in attempts - {None}:
+        task, number = (int(part) for part in str(attempt).rsplit("_", 2)[1:])
+        latest[task] = max(latest.get(task, number), number)
+    committed = {tuple(int(p) for p in str(s.log_attempt).rsplit("_", 2)[1:]) for s in logs}
+    assert committed == set(latest.items())
     # ... and change nothing: every record once, the update applied once.
     expected = {r["id"]: r for r in sorted_rows(base)} | {r["id"]: r for r in sorted_rows(update)}
     back = spark_rows(spark.read.format("lakewarden").load(uri))
