@@ -52,6 +52,7 @@ def service_runner(use_spark: bool, master: str, settings: Settings) -> Iterator
     from pyspark.sql import SparkSession
 
     import lakewarden.spark
+    from lakewarden.spark.daemon import DAEMON_MODULE, DAEMON_OPTION
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers run this interpreter
     # A session already running in this process (an embedding program) is used, not stopped.
@@ -60,6 +61,7 @@ def service_runner(use_spark: bool, master: str, settings: Settings) -> Iterator
         SparkSession.builder.master(master)
         .appName("lakewarden-table-service")
         .config("spark.ui.showConsoleProgress", "false")
+        .config(DAEMON_OPTION, DAEMON_MODULE)  # workers forked with lakewarden imported
         .getOrCreate()
     )
     if started:

@@ -157,8 +157,11 @@ def ingest_session(
 ) -> SparkSession:
     """A local SparkSession with the Kafka source jars (local files, never Ivy) and the
     ``lakewarden`` format; ``conf``: more session settings (another sink's extensions, say).
-    Python workers run this interpreter. Raises: KafkaJarsMissingError."""
+    Python workers run this interpreter and are forked from lakewarden's daemon
+    (``lakewarden.spark.daemon``: a worker Spark starts after an idle minute does not import
+    lakewarden again). Raises: KafkaJarsMissingError."""
     from lakewarden.spark import register
+    from lakewarden.spark.daemon import DAEMON_MODULE, DAEMON_OPTION
 
     paths = jars if jars is not None else kafka_jars()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -176,7 +179,7 @@ def ingest_session(
     )
     if local_dir is not None:
         builder = builder.config("spark.local.dir", str(local_dir))
-    for name, value in (conf or {}).items():
+    for name, value in {DAEMON_OPTION: DAEMON_MODULE, **(conf or {})}.items():
         builder = builder.config(name, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
