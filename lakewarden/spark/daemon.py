@@ -8,18 +8,19 @@
 a worker that has been idle for a minute (``PythonWorkerFactory``'s idle timeout, fixed in
 Spark 4). A new worker imports what its task needs on its first task: for a lakewarden write,
 pandas and pyarrow (PySpark's Arrow path imports both), pyspark's SQL modules and lakewarden's
-task code, about 0.5 s of CPU. So a streaming query pays it again on the first micro-batch
-after every minute without Python tasks (a trigger interval of a minute or more, a quiet
-topic, another query of the session that ran meanwhile), once per worker, on 2 cores as
-about a second of latency for that batch. The idle timeout cannot be configured; which
-modules the daemon imports can (``spark.python.daemon.module``).
+task code. So a streaming query pays those imports again on the first micro-batch after every
+minute without Python tasks (a trigger interval of a minute or more, a quiet topic, another
+query of the session that ran meanwhile), in every new worker: the performance page's
+``worker_start`` has what that adds to a micro-batch. The idle timeout cannot be configured;
+which modules the daemon imports can (``spark.python.daemon.module``).
 
-**What it does.** ``main`` imports those modules once, in the daemon, and then runs
-``pyspark.daemon``'s own loop: every worker it forks has them already (copy-on-write pages,
-so the workers also share that memory). It then calls ``importlib.invalidate_caches()``
-once, so that the check ``_zip_cache`` installs has read every zip archive on the path and a
-new worker's first task re-reads none of them. Nothing else changes: the workers run
-PySpark's own worker code, and a task imports anything else it needs as before.
+**What it does.** ``main`` imports those modules once, in the daemon; calls
+``importlib.invalidate_caches()`` once, so that the check ``_zip_cache`` installs has read
+every zip archive on the path and a new worker's first task re-reads none of them; and then
+runs ``pyspark.daemon``'s own loop. Every worker it forks has the modules already, in pages it
+shares with the daemon until it writes to them (so the daemon is larger than PySpark's, and
+the workers together smaller). Nothing else changes: the workers run PySpark's own worker
+code, and a task imports anything else it needs as before.
 
 **Fork safety.** The daemon only imports: it starts no thread, pool or client of its own
 before forking (a forked child keeps only the thread that forked). Importing pyarrow starts
