@@ -40,21 +40,19 @@ import importlib
 DAEMON_OPTION = "spark.python.daemon.module"
 DAEMON_MODULE = "lakewarden.spark.daemon"
 
-# What a worker's first lakewarden task or planner call would import: PySpark's Arrow path
-# (pandas, pyarrow's pandas bridge), lakewarden's sides of tasks (writes, streaming writes,
-# reads, table services) and of the format's planner calls on the driver (the data source,
-# opening and committing a write's job).
+# What a worker's first lakewarden task would import: PySpark's Arrow path (pandas, pyarrow's
+# pandas bridge) and lakewarden's sides of tasks: writes, streaming writes (whose first task
+# opens the batch's instant with the job's code), reads, table services. Spark forks the
+# format's planner calls (its writer's creation, its commit) from ``pyspark.daemon`` whatever
+# the option says, so nothing here is for them.
 PRELOADED = (
     "pandas",
     "pyarrow.pandas_compat",
     "pyspark.sql.pandas.serializers",
-    "lakewarden.spark._create",
     "lakewarden.spark._job",
-    "lakewarden.spark._keeper",
     "lakewarden.spark._python_tasks",
     "lakewarden.spark._reader",
     "lakewarden.spark._service_task",
-    "lakewarden.spark._source",
     "lakewarden.spark._stream",
     "lakewarden.spark._task",
     "lakewarden.spark._writer",
