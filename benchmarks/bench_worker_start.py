@@ -24,7 +24,6 @@ Run with ``python -m benchmarks worker_start [--quick]`` (quick: one round).
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -36,12 +35,13 @@ from typing import Any
 
 from benchmarks._registry import BenchContext, Result, benchmark
 from benchmarks._rounds import rotated_rounds
+from lakewarden.spark.daemon import DAEMON_MODULE, DAEMON_OPTION
 
 ROWS = 2_000
 # Spark stops Python workers once none ran a task for 60 s, checking every 10 s.
 IDLE_S = 75.0
 TABLE = {"record_key": "id", "partition_by": "region"}
-DAEMONS = {"lakewarden": "lakewarden.spark.daemon", "pyspark": "pyspark.daemon"}
+DAEMONS = {"lakewarden": DAEMON_MODULE, "pyspark": "pyspark.daemon"}
 
 
 def _append(spark: Any, uri: str, first: int) -> float:
@@ -65,7 +65,7 @@ def measure(daemon: str, work: Path) -> dict[str, float]:
         master="local[2]",
         jars=[],
         local_dir=work / "spark",
-        conf={"spark.python.daemon.module": daemon},
+        conf={DAEMON_OPTION: daemon},
     )
     try:
         uri = str(work / "table")
@@ -86,7 +86,6 @@ def _side(daemon: str) -> dict[str, float]:
             capture_output=True,
             text=True,
             timeout=900,
-            env={**os.environ, "PYSPARK_PYTHON": sys.executable},
         )
     if result.returncode != 0:
         raise RuntimeError(f"bench_worker_start child failed: {result.stderr[-3000:]}")

@@ -19,6 +19,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from lakewarden.spark.daemon import DAEMON_OPTION  # noqa: E402
 from lakewarden.spark.ingest import ingest_session  # noqa: E402
 
 TASKS = 2
@@ -34,7 +35,7 @@ def probe(_: Any) -> Any:
 
 
 def main() -> None:
-    conf = {"spark.python.daemon.module": sys.argv[1]} if len(sys.argv) > 1 else None
+    conf = {DAEMON_OPTION: sys.argv[1]} if len(sys.argv) > 1 else None
     spark = ingest_session(master=f"local[{TASKS}]", jars=[], conf=conf)
     try:
         found = spark.sparkContext.parallelize(range(TASKS), TASKS).mapPartitions(probe).collect()

@@ -7,7 +7,6 @@ forked from lakewarden's daemon, with lakewarden's task code imported before the
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -26,7 +25,6 @@ def _workers(tmp_path: Path, *daemon: str) -> list[dict[str, object]]:
         capture_output=True,
         text=True,
         cwd=tmp_path,
-        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
         timeout=300,
         check=False,
     )
