@@ -56,6 +56,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
@@ -389,11 +390,20 @@ class IngestJob:
                     or (deadline is not None and time.monotonic() >= deadline)
                 ):
                     break
-                time.sleep(poll_s)
+                self._wait_for_end(poll_s)
         finally:
             self.stop()
         self._raise_if_failed()
         return self.totals
+
+    def _wait_for_end(self, seconds: float) -> None:
+        """Up to ``seconds``, returning as soon as the query ends: an available-now run is
+        done when its last batch is, not up to a poll interval later."""
+        try:
+            # Seconds as a float, though PySpark's hint says int: it waits int(timeout * 1000) ms.
+            self.query.awaitTermination(seconds)  # type: ignore[arg-type]
+        except StreamingQueryException:
+            pass  # the query failed: the next poll raises it, as IngestError
 
     def stop(self) -> None:
         """Stop the query, then close what its micro-batches kept open in this process (the

@@ -10,11 +10,15 @@ import click
 import pyspark
 import pytest
 from click.testing import CliRunner
+from pyspark.errors import StreamingQueryException
 
 from lakewarden.cli import cli
 from lakewarden.cli.ingest import batch_line, parse_trigger, summary
 from lakewarden.spark.ingest import (
     BatchReport,
+    IngestError,
+    IngestJob,
+    IngestSpec,
     IngestTotals,
     KafkaJarsMissingError,
     kafka_jars,
@@ -237,3 +241,55 @@ def test_poll_reads_only_the_progress_updates_it_has_not_seen(tmp_path: Path) ->
     assert [(r.batch_id, r.input_rows) for r in job.poll()] == [(30, 7), (31, 3)]
     assert _JvmProgress.calls == 3  # two new, and the one it had seen
     assert job.totals.batches == 32
+
+
+class _EndingQuery(_Query):
+    """A query whose available-now run ends during the first wait (``failure``: with it)."""
+
+    def __init__(self, failure: Exception | None = None) -> None:
+        super().__init__()
+        self.failure = failure
+        self.waits: list[float] = []
+
+    def awaitTermination(self, timeout: float) -> bool:  # noqa: N802 - Spark's name
+        self.waits.append(timeout)
+        self.isActive = False
+        if self.failure is not None:
+            raise StreamingQueryException(message=str(self.failure))
+        self.recentProgress.append(_Progress(0, 5, True))
+        return True
+
+    def exception(self) -> Exception | None:  # type: ignore[override]
+        return self.failure if not self.isActive else None
+
+
+def _ending_job(tmp_path: Path, query: _Query) -> IngestJob:
+    from _spark_helpers import make_table
+
+    table = make_table(tmp_path / "t")
+    spec = IngestSpec(topic="t", table=table.uri, bootstrap="-", checkpoint=tmp_path / "cp")
+    return IngestJob(None, spec, query, table.storage, table.config)  # type: ignore[arg-type]
+
+
+def test_run_returns_when_the_query_ends_not_a_poll_interval_later(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``run`` waits on the query's end itself: an available-now run returns when its last
+    batch is done, without sleeping out the rest of ``poll_s``."""
+
+    def no_sleep(seconds: float) -> None:
+        raise AssertionError(f"run slept {seconds} s instead of waiting on the query")
+
+    monkeypatch.setattr("lakewarden.spark.ingest.time.sleep", no_sleep)
+    query = _EndingQuery()
+    totals = _ending_job(tmp_path, query).run(poll_s=30)
+    assert query.waits == [30]
+    assert (totals.batches, totals.input_rows) == (1, 5)
+
+
+def test_run_raises_a_query_that_failed_while_waited_on_as_ingest_error(tmp_path: Path) -> None:
+    bad = "lakewarden ingest: bad record at topic t partition 0 offset 7: not a JSON object"
+    query = _EndingQuery(failure=RuntimeError(bad))
+    with pytest.raises(IngestError, match="bad record at topic t partition 0 offset 7"):
+        _ending_job(tmp_path, query).run(poll_s=30)
+    assert query.waits == [30]
