@@ -155,15 +155,19 @@ class _Query:
         return None
 
 
-def test_poll_reports_executed_batches_once_and_skips_idle_progress(tmp_path: Path) -> None:
+def _job(tmp_path: Path, query: _Query) -> IngestJob:
+    """An ``IngestJob`` of a new table around ``query`` (no session: ``poll`` and ``run`` only
+    talk to the query)."""
     from _spark_helpers import make_table
-
-    from lakewarden.spark.ingest import IngestJob, IngestSpec
 
     table = make_table(tmp_path / "t")
     spec = IngestSpec(topic="t", table=table.uri, bootstrap="-", checkpoint=tmp_path / "cp")
+    return IngestJob(None, spec, query, table.storage, table.config)  # type: ignore[arg-type]
+
+
+def test_poll_reports_executed_batches_once_and_skips_idle_progress(tmp_path: Path) -> None:
     query = _Query()
-    job = IngestJob(None, spec, query, table.storage, table.config)  # type: ignore[arg-type]
+    job = _job(tmp_path, query)
     query.recentProgress = [_Progress(0, 5, True), _Progress(1, 0, False)]  # 1: idle trigger
     assert [(r.batch_id, r.input_rows, r.instant) for r in job.poll()] == [(0, 5, None)]
     assert job.poll() == []
@@ -220,14 +224,8 @@ class _ClassicQuery(_Query):
 def test_poll_reads_only_the_progress_updates_it_has_not_seen(tmp_path: Path) -> None:
     """A poll converts the updates since the last one (one JSON each), not every update Spark
     keeps: ``recentProgress`` would cost hundreds of Py4J round trips per update and poll."""
-    from _spark_helpers import make_table
-
-    from lakewarden.spark.ingest import IngestJob, IngestSpec
-
-    table = make_table(tmp_path / "t")
-    spec = IngestSpec(topic="t", table=table.uri, bootstrap="-", checkpoint=tmp_path / "cp")
     query = _ClassicQuery()
-    job = IngestJob(None, spec, query, table.storage, table.config)  # type: ignore[arg-type]
+    job = _job(tmp_path, query)
     updates = query._jsq.updates
     updates.extend(_JvmProgress(b, 5, True, b) for b in range(30))
     updates.append(_JvmProgress(30, 0, False, 40))  # an idle trigger: batch 30 is to come
@@ -263,14 +261,6 @@ class _EndingQuery(_Query):
         return self.failure if not self.isActive else None
 
 
-def _ending_job(tmp_path: Path, query: _Query) -> IngestJob:
-    from _spark_helpers import make_table
-
-    table = make_table(tmp_path / "t")
-    spec = IngestSpec(topic="t", table=table.uri, bootstrap="-", checkpoint=tmp_path / "cp")
-    return IngestJob(None, spec, query, table.storage, table.config)  # type: ignore[arg-type]
-
-
 def test_run_returns_when_the_query_ends_not_a_poll_interval_later(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -282,7 +272,7 @@ def test_run_returns_when_the_query_ends_not_a_poll_interval_later(
 
     monkeypatch.setattr("lakewarden.spark.ingest.time.sleep", no_sleep)
     query = _EndingQuery()
-    totals = _ending_job(tmp_path, query).run(poll_s=30)
+    totals = _job(tmp_path, query).run(poll_s=30)
     assert query.waits == [30]
     assert (totals.batches, totals.input_rows) == (1, 5)
 
@@ -291,5 +281,5 @@ def test_run_raises_a_query_that_failed_while_waited_on_as_ingest_error(tmp_path
     bad = "lakewarden ingest: bad record at topic t partition 0 offset 7: not a JSON object"
     query = _EndingQuery(failure=RuntimeError(bad))
     with pytest.raises(IngestError, match="bad record at topic t partition 0 offset 7"):
-        _ending_job(tmp_path, query).run(poll_s=30)
+        _job(tmp_path, query).run(poll_s=30)
     assert query.waits == [30]
