@@ -9,7 +9,8 @@ function an in-process write runs), or rolls it back, and answers with a ``JobCo
 on ``job.results``. It also reads ``task.manifests``: the audit trail, early validation, and
 the manifests the events carry, which it holds (``held``) so that a job commit loads them
 without reading storage (checked against one listing of the saved manifests). It publishes
-the timeline entries it appends to ``timeline``.
+the timeline entries it appends to ``timeline`` and, once it has answered, the Delta version
+of a table that publishes one.
 
 ``protocol`` holds the record conversions, ``held`` the announced manifests, ``worker`` the
 blocking commit, ``handler`` what is done with one event, ``loop`` the Kafka loop (commits on
