@@ -13,10 +13,10 @@ the timeline entries it appends to ``timeline`` and, once it has answered, the D
 of a table that publishes one.
 
 ``protocol`` holds the record conversions, ``held`` the announced manifests, ``worker`` the
-blocking commit, ``handler`` what is done with one event, ``loop`` the Kafka loop (commits on
-one lane, manifests on another, so neither waits for the other), ``app`` the declarations,
-``metrics`` the Prometheus metrics. Tests crash it at the fault points of
-``lakewarden.faults`` (``LAKEWARDEN_FAULT_PLAN``).
+blocking commit, ``pools`` the committer threads the commits share, ``handler`` what is done
+with one event, ``loop`` the Kafka loop (commits on one lane, manifests on another, so neither
+waits for the other), ``app`` the declarations, ``metrics`` the Prometheus metrics. Tests
+crash it at the fault points of ``lakewarden.faults`` (``LAKEWARDEN_FAULT_PLAN``).
 
 It keeps no state of its own: the state that matters is in storage (the timeline, the saved
 manifests and the job's ``_SUCCESS``), so a restarted or rebalanced instance needs nothing but

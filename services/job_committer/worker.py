@@ -10,9 +10,10 @@
    ``requested`` plan, when it names a job, names this one;
 3. ``commit_instant`` with the job's committer: the same function ``Table.write`` and the
    in-process Spark commit run (job commit, conflict-checked ``completed`` followed by the
-   read manifest, or rollback then job abort). A request redelivered after a crash resumes
-   (the committer recognises the renames already done); a request for a finished instant gets
-   its recorded outcome;
+   read manifest, or rollback then job abort). Its stages' threads are the service's
+   (``pools``) when the job asks for the service's thread count. A request redelivered after
+   a crash resumes (the committer recognises the renames already done); a request for a
+   finished instant gets its recorded outcome;
 4. a retryable failure (lock timeout, a store fault, an unknown append outcome) that left the
    instant pending is tried again, up to ``attempts`` times; then it is reported;
 5. the outcome, with the timeline entry the service appended (to publish) and, when the
@@ -23,6 +24,8 @@
 6. publish the Delta versions the table lacks, best effort (a failure is logged: the
    publisher service, the next commit's publish or a ``sync`` catches up, since a sync writes
    every missing version in order). Not at all with ``LAKEWARDEN_PUBLISH_ON_COMMIT=false``.
+
+``close`` stops the service's committer threads when the service stops.
 """
 
 from __future__ import annotations
@@ -63,6 +66,7 @@ from lakewarden.table.job_commit import (
 )
 from lakewarden.table.timeline import Timeline, TimelineEntry
 from lakewarden.table.transaction import WriteTransaction
+from lakewarden_services.job_committer.pools import CommitPools
 from lakewarden_services.job_committer.protocol import ManifestNotice, Outcome
 
 log = logging.getLogger(__name__)
@@ -81,7 +85,8 @@ def actor() -> str:
 
 class CommitWorker:
     """Runs job commits; one per service process (thread-safe: it holds no per-job state).
-    ``connection`` gives the service's coordinator (made on the first commit)."""
+    ``connection`` gives the service's coordinator (made on the first commit); the committer
+    threads it keeps (``pools``) are stopped by ``close``."""
 
     def __init__(
         self,
@@ -96,6 +101,7 @@ class CommitWorker:
         self.attempts = attempts
         self.retry_delay_s = retry_delay_s
         self.actor = actor()
+        self.pools = CommitPools(CommitterOptions.from_settings(settings.committer))
 
     def run(
         self, job: CommitRequest, announced: Mapping[str, AnnouncedManifest] | None = None
@@ -143,6 +149,10 @@ class CommitWorker:
                 err,
             )
 
+    def close(self) -> None:
+        """Stop the committer threads (the service stopped: no commit runs)."""
+        self.pools.close()
+
     def _open(self, job: CommitRequest) -> TableHandle:
         connection = self.connection()
         storage = open_storage(job.table_uri, self.settings)
@@ -184,12 +194,14 @@ class CommitWorker:
             announce=False,
         )
         _check_plan(txn, job)
+        options = CommitterOptions.from_settings(self.settings.committer, job.committer)
         committer = ManifestCommitter(
             table.storage,
             job.job_id,
             job_attempt=job.job_attempt,
-            options=CommitterOptions.from_settings(self.settings.committer, job.committer),
+            options=options,
             announced=announced,
+            pool=self.pools.for_job(options, table.storage),
         )
         done = commit_instant(committer, txn, job, progress=progress)  # 3.
         return Outcome(
