@@ -26,6 +26,8 @@ Points (``where`` keys in brackets):
                                       ``check_instant``, ``job_commit``, ``check_statistics``,
                                       ``complete_instant``)
 ``job_committer.publish_result``      job-committer finished a commit, its answer not yet sent
+``job_committer.publish_delta``       job-committer answered a commit, its Delta version not
+                                      published yet
 ``spark.task.before_write``           a Spark task attempt starts writing [partition, attempt]
 ``spark.task.after_commit``           a Spark task attempt saved its manifest [partition,
                                       attempt] (on Spark's own Parquet writer: while writing)
@@ -69,6 +71,7 @@ POINTS = frozenset(
         "commit.stage.end",
         "commit_instant.step",
         "job_committer.publish_result",
+        "job_committer.publish_delta",
         "spark.task.before_write",
         "spark.task.after_commit",
         "spark.task.after_log_append",

@@ -7,9 +7,9 @@ An opened table is its storage, its config, its timeline log, the coordinator it
 the lock from, the actor its entries name and the settings of this process. Opening one also
 does what every writer of the table must do before its first entry:
 
-1. the timeline publishes after each ``completed`` entry this process appends (the read
-   manifest the JVM side reads; the Delta log when the table publishes:
-   ``lakewarden.publish.attach``);
+1. the timeline publishes after each ``completed`` entry this process appends
+   (``lakewarden.publish.attach``): the read manifest the JVM side reads, and the Delta log
+   when the table publishes, unless the opener publishes it itself later (``defer_publish``);
 2. the coordinator learns where the table lives (``Coordinator.register_table``: the Kafka
    coordinator registers it with the cleaner).
 
@@ -45,7 +45,11 @@ class TableHandle:
         coordinator: Coordinator,
         actor: str | None = None,
         settings: Settings | None = None,
+        defer_publish: bool = False,
     ) -> None:
+        """``defer_publish``: the Delta versions of this handle's commits are left to the
+        caller (``lakewarden.publish.publisher_on_commit``), which publishes them when it
+        chooses: job-committer answers the writer first."""
         self.storage = storage
         self.config = config
         self.coordinator = coordinator
@@ -56,7 +60,8 @@ class TableHandle:
         # The latest snapshots its writes and read manifests build on, kept between them and
         # shared with the other handles of this table in this process.
         self.snapshots = shared_cache(storage.uri, config.table_id)
-        attach(storage, config, self.timeline_log, self.snapshots)  # 1.
+        publish = not defer_publish
+        attach(storage, config, self.timeline_log, self.snapshots, publish=publish)  # 1.
         coordinator.register_table(config.table_id, storage.uri)  # 2.
 
     @property

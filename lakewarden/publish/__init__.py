@@ -6,14 +6,14 @@ completed instant, so engines that read Delta (delta-rs, Polars, DuckDB, Spark, 
 - ``stats``: per-file stats from Parquet footers, partition values;
 - ``log``: reading the ``_delta_log/`` directory;
 - ``publisher``: ``DeltaPublisher.sync``, exactly once and in order;
-- ``enable``: turning publishing on for an existing table;
+- ``enable``: turning publishing on for an existing table, and publishing on commit;
 - ``gate``: what a clean may delete (only files whose ``remove`` is published);
 - ``retention``: the log trimmed after a clean, as far as lakewarden's retention went.
 """
 
 from __future__ import annotations
 
-from .enable import attach, enable
+from .enable import attach, enable, publisher_on_commit
 from .log import DeltaLogCorruptError, last_version, version_key
 from .publisher import DeltaPublisher, PublishResult, PublishStatus
 from .schema import UnpublishableSchemaError, schema_string
@@ -32,6 +32,7 @@ __all__ = [
     "last_version",
     "plan_versions",
     "published_instants",
+    "publisher_on_commit",
     "schema_string",
     "version_key",
 ]

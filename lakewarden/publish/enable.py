@@ -11,6 +11,10 @@
    ``txn``, which is the word every publisher goes by), then any instant completed since.
 
 Enabling a table that publishes already only syncs.
+
+A process that commits publishes the versions its ``completed`` entries make
+(``publisher_on_commit``): right after each entry (``attach``, as every ``TableHandle`` opens
+a table), or, for job-committer, once it has answered the writer.
 """
 
 from __future__ import annotations
@@ -54,25 +58,42 @@ def publishes_on_commit() -> bool:
     return value not in ("false", "0", "no", "off")
 
 
-def attach(
-    storage: Storage, config: TableConfig, timeline: Timeline, snapshots: SnapshotCache
-) -> None:
-    """Make ``timeline`` publish after each ``completed`` entry this process appends, when the
-    table publishes (``Timeline.after_completed``) and the process publishes on commit
-    (``publishes_on_commit``); and, for every table on local storage, write the latest
-    snapshot's read manifest (``lakewarden.table.read_manifest``: what the JVM side of the
-    Spark format reads; from the table's ``snapshots``)."""
-    manifest = read_manifest.hook(storage, config, timeline, snapshots)
+def publisher_on_commit(
+    storage: Storage, config: TableConfig, timeline: Timeline
+) -> DeltaPublisher | None:
+    """The publisher of the versions this process's commits complete: None when the table does
+    not publish, or the process leaves publishing to the publisher service
+    (``publishes_on_commit``)."""
     if not (config.publish.delta and publishes_on_commit()):
+        return None
+    return DeltaPublisher(storage, config, timeline)
+
+
+def attach(
+    storage: Storage,
+    config: TableConfig,
+    timeline: Timeline,
+    snapshots: SnapshotCache,
+    *,
+    publish: bool = True,
+) -> None:
+    """Make ``timeline`` publish after each ``completed`` entry this process appends
+    (``Timeline.after_completed``; ``publisher_on_commit`` says whether it does); and, for
+    every table on local storage, write the latest snapshot's read manifest
+    (``lakewarden.table.read_manifest``: what the JVM side of the Spark format reads; from the
+    table's ``snapshots``). ``publish=False``: the read manifest only, for a caller that
+    publishes later itself (job-committer answers its writer first)."""
+    manifest = read_manifest.hook(storage, config, timeline, snapshots)
+    publisher = publisher_on_commit(storage, config, timeline) if publish else None
+    if publisher is None:
         timeline.after_completed = manifest
         return
-    publish = DeltaPublisher(storage, config, timeline).after_completed
     if manifest is None:
-        timeline.after_completed = publish
+        timeline.after_completed = publisher.after_completed
         return
 
     def after_completed(entry: TimelineEntry) -> None:
-        publish(entry)
+        publisher.after_completed(entry)
         manifest(entry)
 
     timeline.after_completed = after_completed

@@ -9,13 +9,14 @@ function an in-process write runs), or rolls it back, and answers with a ``JobCo
 on ``job.results``. It also reads ``task.manifests``: the audit trail, early validation, and
 the manifests the events carry, which it holds (``held``) so that a job commit loads them
 without reading storage (checked against one listing of the saved manifests). It publishes
-the timeline entries it appends to ``timeline``.
+the timeline entries it appends to ``timeline`` and, once it has answered, the Delta version
+of a table that publishes one.
 
 ``protocol`` holds the record conversions, ``held`` the announced manifests, ``worker`` the
-blocking commit, ``handler`` what is done with one event, ``loop`` the Kafka loop (commits on
-one lane, manifests on another, so neither waits for the other), ``app`` the declarations,
-``metrics`` the Prometheus metrics. Tests crash it at the fault points of
-``lakewarden.faults`` (``LAKEWARDEN_FAULT_PLAN``).
+blocking commit, ``pools`` the committer threads the commits share, ``handler`` what is done
+with one event, ``loop`` the Kafka loop (commits on one lane, manifests on another, so neither
+waits for the other), ``app`` the declarations, ``metrics`` the Prometheus metrics. Tests
+crash it at the fault points of ``lakewarden.faults`` (``LAKEWARDEN_FAULT_PLAN``).
 
 It keeps no state of its own: the state that matters is in storage (the timeline, the saved
 manifests and the job's ``_SUCCESS``), so a restarted or rebalanced instance needs nothing but

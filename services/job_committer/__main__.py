@@ -9,8 +9,8 @@ timeline-lock service, which must be running.
 
 Steps (``_common.runner``): 1. logfmt logging; 2. the topics exist; 3. the loop runs;
 SIGTERM/SIGINT stop it (the commit in progress finished and answered, the producer flushed,
-offsets committed, group left); 4. once the first assignment completed, the health endpoint
-listens.
+offsets committed, group left), then the worker's committer threads stop; 4. once the first
+assignment completed, the health endpoint listens.
 """
 
 from __future__ import annotations
@@ -59,9 +59,17 @@ def main() -> NoReturn:
     def details(loop: Loop) -> dict[str, Any]:
         return {**loop.pending(), "held_manifest_bytes": held.size}
 
-    serve_loop(
-        SERVICE, service_settings, settings=settings, topics=TOPICS, build=build, details=details
-    )
+    try:
+        serve_loop(
+            SERVICE,
+            service_settings,
+            settings=settings,
+            topics=TOPICS,
+            build=build,
+            details=details,
+        )
+    finally:  # the loop stopped (its commit in progress finished): no commit uses the threads
+        worker.close()
 
 
 if __name__ == "__main__":

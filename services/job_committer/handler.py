@@ -11,12 +11,19 @@
 3. run the job commit (``CommitWorker.run``, on the commit lane's thread: the loop's consumer
    goes on): it loads the held manifests and reads storage for the others;
 4. publish the ``TimelineTransition`` of the entry the service appended, then the
-   ``JobCommitResult``, and drop the job's held manifests.
+   ``JobCommitResult``, and drop the job's held manifests;
+5. then, on the same lane, publish the table's Delta version (``CommitWorker.publish``, best
+   effort). The writer (a streaming ingestion waits once per micro-batch) does not wait for
+   it: publishing never decided a commit's outcome, and nothing promised the version before
+   the answer (the publisher service publishes from the timeline topic on its own time).
 
 Delivery is at-least-once and every step is idempotent: a request redelivered after a crash
 resumes the job commit where it stopped, and a duplicate request for a finished job is
 answered with the recorded result. The offset of a request is committed only after its
-answer was produced and the producer flushed (``loop``).
+answer was produced and the producer flushed (``loop``), and after step 5: a crash between the
+answer and the Delta version redelivers the request, whose recorded answer publishes it (as
+do the next commit's step 5, the publisher service, or ``lakewarden publish sync``, each of
+which writes every missing version in order).
 
 The handlers are coroutines in which nothing suspends (``_common.loop_service``): the loop
 steps each to its end on its lane's thread, and unit tests run them with ``asyncio.run``.
@@ -65,6 +72,8 @@ SendEvent = Callable[[str, Event], Awaitable[None]]
 # A test's fault plan (``lakewarden.faults``) may crash the service here: the commit is done,
 # its answer not sent.
 PUBLISH_POINT = "job_committer.publish_result"
+# ... or here: the answer sent, the Delta version not published.
+PUBLISH_DELTA_POINT = "job_committer.publish_delta"
 
 
 class RequestHandler:
@@ -124,20 +133,25 @@ class RequestHandler:
         )
         announced = self.held.take(job.table_id, job.job_id, accepted)
         outcome: Outcome = await self.run_blocking(lambda: self.worker.run(job, announced))  # 3.
-        await self._publish(job, outcome)  # 4.
+        await self._answer(job, outcome)  # 4.
         self.held.forget(job.table_id, job.job_id)
         _count(outcome, time.monotonic() - started)
         _log(job, outcome)
+        await self._point(PUBLISH_DELTA_POINT)
+        await self.run_blocking(lambda: self.worker.publish(outcome))  # 5.
 
-    async def _publish(self, job: CommitRequest, outcome: Outcome) -> None:
-        if faults.planned(PUBLISH_POINT):  # a test's plan (a pause, a kill)
-            await self.run_blocking(lambda: faults.point(PUBLISH_POINT))
+    async def _answer(self, job: CommitRequest, outcome: Outcome) -> None:
+        await self._point(PUBLISH_POINT)
         for entry in outcome.entries:
             record = transition_record(entry, table_id=job.table_id, producer_id=self.producer_id)
             await self.send_transition(job.table_id, Event("TimelineTransition", record))
             metrics.TRANSITIONS.labels(str(entry.transition)).inc()
         record = result_record(job, outcome, producer_id=self.producer_id)
         await self.send_result(job.table_id, Event("JobCommitResult", record))
+
+    async def _point(self, name: str) -> None:
+        if faults.planned(name):  # a test's plan (a pause, a kill)
+            await self.run_blocking(lambda: faults.point(name))
 
 
 def _count(outcome: Outcome, elapsed_s: float) -> None:

@@ -9,13 +9,14 @@ only ever sees a well-formed ``CommitRequest``.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
 
 from lakewarden.commit import InvalidIdError, JobLayout, TaskAttemptId, TaskId
 from lakewarden.events import InvalidEvent, make_event
+from lakewarden.publish import DeltaPublisher
 from lakewarden.settings import CommitterSettings
 from lakewarden.table.job_commit import CommitRequest
 from lakewarden.table.stats import CommitStats
@@ -39,6 +40,9 @@ class Outcome:
     # Where the job commit's manifests came from (TaskManifest events, or storage reads).
     manifests_from_events: int = 0
     manifests_from_storage: int = 0
+    # The table's Delta publisher when the instant is completed and this process publishes
+    # (``publisher_on_commit``): the worker publishes after the answer was sent.
+    publisher: DeltaPublisher | None = field(default=None, compare=False, repr=False)
 
     @property
     def committed(self) -> bool:

@@ -3,16 +3,29 @@
 ``CommitWorker.run(job)`` runs on the commit lane's thread (never the loop's):
 
 1. open the table from ``job.table_uri`` (a ``TableHandle`` with the service's coordinator,
-   as every writer opens one) and check that it is the table the event is keyed by;
+   as every writer opens one, but which does not publish the Delta version when the instant
+   completes: step 6 does, after the answer) and check that it is the table the event is
+   keyed by;
 2. resume the instant's write transaction (``WriteTransaction.resume``) and check that its
    ``requested`` plan, when it names a job, names this one;
 3. ``commit_instant`` with the job's committer: the same function ``Table.write`` and the
-   in-process Spark commit run (job commit, conflict-checked ``completed``, or rollback then
-   job abort). A request redelivered after a crash resumes (the committer recognises the
-   renames already done); a request for a finished instant gets its recorded outcome;
+   in-process Spark commit run (job commit, conflict-checked ``completed`` followed by the
+   read manifest, or rollback then job abort). Its stages' threads are the service's
+   (``pools``) when the job asks for the service's thread count. A request redelivered after
+   a crash resumes (the committer recognises the renames already done); a request for a
+   finished instant gets its recorded outcome;
 4. a retryable failure (lock timeout, a store fault, an unknown append outcome) that left the
    instant pending is tried again, up to ``attempts`` times; then it is reported;
-5. the outcome, with the timeline entry the service appended (to publish).
+5. the outcome, with the timeline entry the service appended (to publish) and, when the
+   instant is completed and the table publishes, its Delta publisher.
+
+``CommitWorker.publish(outcome)``, once the handler has answered (same lane):
+
+6. publish the Delta versions the table lacks, best effort (a failure is logged: the
+   publisher service, the next commit's publish or a ``sync`` catches up, since a sync writes
+   every missing version in order). Not at all with ``LAKEWARDEN_PUBLISH_ON_COMMIT=false``.
+
+``close`` stops the service's committer threads when the service stops.
 """
 
 from __future__ import annotations
@@ -38,6 +51,7 @@ from lakewarden.commit.manifest import parse_manifest
 from lakewarden.commit.stages.load import FROM_EVENTS, FROM_STORAGE
 from lakewarden.errors import CommitStateUnknownError, LakewardenError, RetryableError
 from lakewarden.handle import TableHandle
+from lakewarden.publish import publisher_on_commit
 from lakewarden.settings import Settings
 from lakewarden.storage import NotFoundError, Storage, open_storage
 from lakewarden.table.config import load_config
@@ -52,6 +66,7 @@ from lakewarden.table.job_commit import (
 )
 from lakewarden.table.timeline import Timeline, TimelineEntry
 from lakewarden.table.transaction import WriteTransaction
+from lakewarden_services.job_committer.pools import CommitPools
 from lakewarden_services.job_committer.protocol import ManifestNotice, Outcome
 
 log = logging.getLogger(__name__)
@@ -70,7 +85,8 @@ def actor() -> str:
 
 class CommitWorker:
     """Runs job commits; one per service process (thread-safe: it holds no per-job state).
-    ``connection`` gives the service's coordinator (made on the first commit)."""
+    ``connection`` gives the service's coordinator (made on the first commit); the committer
+    threads it keeps (``pools``) are stopped by ``close``."""
 
     def __init__(
         self,
@@ -85,6 +101,7 @@ class CommitWorker:
         self.attempts = attempts
         self.retry_delay_s = retry_delay_s
         self.actor = actor()
+        self.pools = CommitPools(CommitterOptions.from_settings(settings.committer))
 
     def run(
         self, job: CommitRequest, announced: Mapping[str, AnnouncedManifest] | None = None
@@ -118,6 +135,24 @@ class CommitWorker:
                 return self._failed(err, progress, timeline, job)
         raise AssertionError("unreachable")
 
+    def publish(self, outcome: Outcome) -> None:
+        """Step 6 of the module docstring: never raises (the request is answered already; a
+        failure here must not dead-letter it)."""
+        if outcome.publisher is None:
+            return
+        try:
+            outcome.publisher.sync()
+        except Exception as err:  # noqa: BLE001 - best effort: a sync catches up later
+            log.warning(
+                "table %s: publishing the Delta log failed (%s)",
+                outcome.publisher.config.name,
+                err,
+            )
+
+    def close(self) -> None:
+        """Stop the committer threads (the service stopped: no commit runs)."""
+        self.pools.close()
+
     def _open(self, job: CommitRequest) -> TableHandle:
         connection = self.connection()
         storage = open_storage(job.table_uri, self.settings)
@@ -129,13 +164,15 @@ class CommitWorker:
                 table=job.table_id,
                 instant=job.instant,
             )
-        # Publishing on: the commit publishes its version (``TableHandle`` attaches it).
+        # The read manifest is written after ``completed``, before the answer (a Spark read
+        # right after it plans from the manifest); the Delta version after the answer (6.).
         return TableHandle(
             storage,
             config,
             coordinator=connection.coordinator,
             actor=self.actor,
             settings=self.settings,
+            defer_publish=True,
         )
 
     def _commit(
@@ -157,12 +194,14 @@ class CommitWorker:
             announce=False,
         )
         _check_plan(txn, job)
+        options = CommitterOptions.from_settings(self.settings.committer, job.committer)
         committer = ManifestCommitter(
             table.storage,
             job.job_id,
             job_attempt=job.job_attempt,
-            options=CommitterOptions.from_settings(self.settings.committer, job.committer),
+            options=options,
             announced=announced,
+            pool=self.pools.for_job(options, table.storage),
         )
         done = commit_instant(committer, txn, job, progress=progress)  # 3.
         return Outcome(
@@ -175,6 +214,7 @@ class CommitWorker:
             resumed=done.resumed,
             manifests_from_events=committer.statistics.counter(FROM_EVENTS),
             manifests_from_storage=committer.statistics.counter(FROM_STORAGE),
+            publisher=publisher_on_commit(table.storage, table.config, table.timeline_log),
         )
 
     def _failed(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -39,7 +40,7 @@ def as_set(table: pa.Table) -> set[tuple[object, ...]]:
     return {tuple(r.values()) for r in table.select(["id", "region", "v"]).to_pylist()}
 
 
-def make_table(uri: str) -> Table:
+def make_table(uri: str, *, publish_delta: bool = False) -> Table:
     return Table.create(
         uri,
         name="orders",
@@ -47,7 +48,13 @@ def make_table(uri: str) -> Table:
         schema=SCHEMA,
         partition_by=["region"],
         coordinator=COORDINATOR,
+        publish_delta=publish_delta,
     )
+
+
+def delta_versions(root: Path) -> list[int]:
+    """The versions of the table's published Delta log (``[0]``: only the create's)."""
+    return sorted(int(p.stem) for p in (root / "_delta_log").glob("*.json"))
 
 
 def data_files(table: Table) -> list[str]:

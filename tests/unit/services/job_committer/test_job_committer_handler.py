@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _jc_unit import Job, connection, make_table, open_job, rows
+from _jc_unit import Job, connection, delta_versions, make_table, open_job, rows
 
 from lakewarden.clients import CommitRequest
 from lakewarden.clients.commit import request_record
@@ -24,10 +24,16 @@ from lakewarden.events import (
     make_event,
 )
 from lakewarden.settings import CommitterSettings, Settings
+from lakewarden.table.read_manifest import PREFIX as READ_MANIFESTS
 from lakewarden.table.stats import MicroBatch
+from lakewarden.testing import Fault, SimulatedCrash, fault_plan
 from lakewarden_services._common.dlq import DeadLetters
 from lakewarden_services._common.loop_service import Consumed
-from lakewarden_services.job_committer.handler import ManifestHandler, RequestHandler
+from lakewarden_services.job_committer.handler import (
+    PUBLISH_DELTA_POINT,
+    ManifestHandler,
+    RequestHandler,
+)
 from lakewarden_services.job_committer.protocol import parse_request
 from lakewarden_services.job_committer.worker import CommitWorker
 
@@ -120,6 +126,87 @@ def test_a_request_is_committed_and_answered_with_its_transition(job: Job) -> No
     assert h.dlq.sent == []
     h.feed(encoded(commit_request(job)), key=job.table.table_id.encode())
     assert h.results[-1][1].record["recorded"] is True
+
+
+# -- the Delta version, published after the answer ---------------------------------------------
+
+
+@pytest.fixture
+def published(tmp_path: Path) -> Job:
+    """A pending job of a table that publishes a Delta log (version 0: the create's)."""
+    table = make_table(str(tmp_path / "orders"), publish_delta=True)
+    return open_job(table, rows((1, "eu", "a")))
+
+
+def _read_manifest_of(job: Job) -> bool:
+    keys = [o.key for o in job.table.storage.list(READ_MANIFESTS)]
+    return any(key.endswith(f"_{job.instant}.json") for key in keys)
+
+
+def _record_sends(h: Harness, job: Job, root: Path) -> list[tuple[str, list[int], bool]]:
+    """What stood in storage as each event was sent: (event, Delta versions, whether the read
+    manifest of the job's instant was written)."""
+    seen: list[tuple[str, list[int], bool]] = []
+
+    def recording(send: Callable[[str, Event], Any]) -> Callable[[str, Event], Any]:
+        async def send_and_record(table_id: str, event: Event) -> None:
+            seen.append((event.name, delta_versions(root), _read_manifest_of(job)))
+            await send(table_id, event)
+
+        return send_and_record
+
+    h.requests.send_result = recording(h.requests.send_result)
+    h.requests.send_transition = recording(h.requests.send_transition)
+    return seen
+
+
+def test_the_answer_is_sent_before_the_delta_version_and_after_the_read_manifest(
+    published: Job, tmp_path: Path
+) -> None:
+    h = Harness()
+    seen = _record_sends(h, published, tmp_path / "orders")
+    h.feed(encoded(commit_request(published)), key=published.table.table_id.encode())
+    assert [r.record["status"] for _, r in h.results] == ["committed"]
+    # Answered with only the create's version published; the read manifest was written first.
+    assert seen == [("TimelineTransition", [0], True), ("JobCommitResult", [0], True)]
+    assert delta_versions(tmp_path / "orders") == [0, 1]
+
+
+def test_with_publish_on_commit_off_job_committer_publishes_nothing(
+    published: Job, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LAKEWARDEN_PUBLISH_ON_COMMIT", "false")
+    h = Harness()
+    key = published.table.table_id.encode()
+    h.feed(encoded(commit_request(published)), key=key)
+    h.feed(encoded(commit_request(published)), key=key)  # a duplicate: the recorded answer
+    assert [r.record["recorded"] for _, r in h.results] == [False, True]
+    assert delta_versions(tmp_path / "orders") == [0]
+    assert _read_manifest_of(published)  # the read manifest is not publishing: still written
+
+
+@pytest.mark.parametrize("then", ["redelivered", "next_commit"])
+def test_a_crash_after_the_answer_leaves_no_version_missing_for_long(
+    published: Job, tmp_path: Path, then: str
+) -> None:
+    """Killed between the answer and the Delta version: the redelivered request (its offset
+    was not committed) or the next commit of the table publishes every missing version."""
+    h = Harness()
+    key = published.table.table_id.encode()
+    root = tmp_path / "orders"
+    with fault_plan(Fault(point=PUBLISH_DELTA_POINT, action="crash")):
+        with pytest.raises(SimulatedCrash):
+            h.feed(encoded(commit_request(published)), key=key)
+    [(_, result)] = h.results
+    assert result.record["status"] == "committed" and delta_versions(root) == [0]
+    if then == "redelivered":
+        h.feed(encoded(commit_request(published)), key=key)
+        assert h.results[-1][1].record["recorded"] is True
+        assert delta_versions(root) == [0, 1]
+    else:
+        second = open_job(published.table, rows((2, "us", "b")))
+        h.feed(encoded(commit_request(second)), key=key)
+        assert delta_versions(root) == [0, 1, 2]
 
 
 def test_undecodable_and_misfit_events_are_dead_lettered(job: Job) -> None:

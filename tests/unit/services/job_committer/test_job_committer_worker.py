@@ -3,7 +3,11 @@ duplicates, every kind of failure with its stage, resumption after store faults,
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 from _jc_unit import COORDINATOR, Job, as_set, connection, data_files, make_table, open_job, rows
@@ -11,7 +15,7 @@ from _jc_unit import COORDINATOR, Job, as_set, connection, data_files, make_tabl
 from lakewarden.api.table import Table
 from lakewarden.commit import ManifestCommitter
 from lakewarden.errors import CommitStateUnknownError
-from lakewarden.settings import Settings
+from lakewarden.settings import CommitterSettings, Settings
 from lakewarden.storage.faults import FaultyStorage
 from lakewarden.table.conflicts import OverlappingCommitConflict
 from lakewarden.table.instant import Transition
@@ -25,6 +29,7 @@ from lakewarden.table.job_commit import (
 from lakewarden.table.stats import CommitStats, MicroBatch
 from lakewarden.table.transaction import UnknownInstantError, WriteTransaction
 from lakewarden.testing import Fault, SimulatedCrash, fault_plan
+from lakewarden_services.job_committer.pools import THREAD_NAME_PREFIX
 from lakewarden_services.job_committer.worker import ACTOR_PREFIX, CommitWorker
 
 
@@ -59,8 +64,10 @@ def table(tmp_path: Path) -> Table:
 
 
 @pytest.fixture
-def worker() -> CommitWorker:
-    return CommitWorker(Settings(), connection, retry_delay_s=0.01)
+def worker() -> Iterator[CommitWorker]:
+    worker = CommitWorker(Settings(), connection, retry_delay_s=0.01)
+    yield worker
+    worker.close()
 
 
 def state_of(table: Table, instant: str) -> Transition:
@@ -232,6 +239,58 @@ def test_a_commit_crashed_at_a_planned_point_is_resumed_by_the_next_run(
     outcome = worker.run(request(job))  # the redelivered request, in the next process
     assert outcome.status == "committed" and outcome.resumed
     assert state_of(table, job.instant) is Transition.COMPLETED
+
+
+def _pools_made(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The thread count of every ``ThreadPoolExecutor`` made in this process from now on."""
+    made: list[int] = []
+    real = ThreadPoolExecutor.__init__
+
+    def init(self: ThreadPoolExecutor, *args: Any, **kwargs: Any) -> None:
+        made.append(args[0] if args else kwargs["max_workers"])
+        real(self, *args, **kwargs)
+
+    monkeypatch.setattr(ThreadPoolExecutor, "__init__", init)
+    return made
+
+
+def _commit_threads() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if t.name.startswith(THREAD_NAME_PREFIX)}
+
+
+def _two_task_job(table: Table, n: int) -> Job:
+    """Two task attempts: the job commit loads their manifests in parallel, on a pool."""
+    return open_job(table, rows((n, "eu", "a")), rows((n + 1, "us", "b")))
+
+
+def test_the_worker_runs_every_commit_on_one_pool_and_stops_it_on_close(table: Table) -> None:
+    others = _commit_threads()  # other tests' workers, not closed
+    mine = CommitWorker(Settings(), connection)
+    assert mine.run(request(_two_task_job(table, 0))).committed  # the pool starts here
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        made = _pools_made(monkeypatch)
+        for n in range(2, 8, 2):
+            assert mine.run(request(_two_task_job(table, n))).committed
+    assert made == []  # no pool started (and no thread) per commit
+    threads = _commit_threads() - others
+    assert threads  # the job commits' work ran on the worker's pool
+    mine.close()
+    assert not any(t.is_alive() for t in threads)
+    assert len(data_files(table)) == 8
+
+
+def test_a_job_asking_for_another_thread_count_gets_a_pool_of_its_own(
+    table: Table, worker: CommitWorker
+) -> None:
+    """The service's pool has its own settings' count (4 threads on a local table by
+    default); a request for 2 is committed as before, on a pool started for the job."""
+    two = CommitterSettings(threads=2)
+    assert worker.run(request(_two_task_job(table, 0), committer=two)).committed
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        made = _pools_made(monkeypatch)
+        for n in range(2, 6, 2):
+            assert worker.run(request(_two_task_job(table, n), committer=two)).committed
+    assert made == [2, 2]
 
 
 # -- Table.write runs the same protocol in-process --------------------------------------------
