@@ -42,7 +42,9 @@ Options (case-insensitive):
 
 from __future__ import annotations
 
+import functools
 import json
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
@@ -130,7 +132,27 @@ def load_settings(encoded: str | None) -> Settings:
     from boto3's credential chain: ``encode_settings`` never puts them in the option (JSON
     written by hand that holds them is still honoured when the environment has none).
 
+    Built once per option value and ``LAKEWARDEN_*`` environment in a process (``Settings``
+    is frozen, so callers share it): building one reads and validates the environment (about
+    4 ms), and a write task or a micro-batch's driver asks several times.
+
     Raises: InvalidOptionError."""
+    return _load_settings(encoded, _lakewarden_environment())
+
+
+def _lakewarden_environment() -> tuple[tuple[str, str], ...]:
+    """The variables ``Settings`` reads (its prefix, in any case, as pydantic-settings
+    matches them)."""
+    return tuple(sorted((k, v) for k, v in os.environ.items() if k.upper().startswith(_PREFIX)))
+
+
+_PREFIX = "LAKEWARDEN_"
+
+
+@functools.lru_cache(maxsize=32)
+def _load_settings(encoded: str | None, environment: tuple[tuple[str, str], ...]) -> Settings:
+    """``load_settings`` for ``encoded`` in ``environment`` (the cache key: the environment is
+    read again by ``Settings()``)."""
     own = Settings()
     if encoded is None:
         return own

@@ -76,6 +76,20 @@ def test_the_settings_option_carries_no_secret(monkeypatch: pytest.MonkeyPatch) 
     assert from_env.s3.secret_access_key.get_secret_value() == "env-secret"
 
 
+def test_settings_are_built_once_per_option_and_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A task asks for its settings several times: the same option in the same environment
+    is one ``Settings``; a changed ``LAKEWARDEN_*`` variable (any case) is read again."""
+    encoded = encode_settings(Settings(s3=S3Settings(endpoint_url="http://x")))
+    first = load_settings(encoded)
+    assert load_settings(encoded) is first
+    assert load_settings(None) is load_settings(None)
+    monkeypatch.setenv("lakewarden_state_dir", "/elsewhere")
+    changed = load_settings(encoded)
+    assert changed is not first and load_settings(None).state_dir == Path("/elsewhere")
+
+
 def test_schema_check_names_missing_extra_and_uncastable(tmp_path: Path) -> None:
     config = make_table(tmp_path).config
     spark_schema = StructType(
