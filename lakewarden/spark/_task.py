@@ -28,7 +28,8 @@ Two ways to write (``lakewarden.table.bucket`` explains the file groups of a buc
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from concurrent.futures import wait
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, BinaryIO
 
@@ -42,6 +43,7 @@ from lakewarden.spark._arrow import conform
 from lakewarden.spark._messages import TaskCommitMessage
 from lakewarden.spark._options import WriteSpec
 from lakewarden.storage import Storage, open_storage
+from lakewarden.table._pool import shared_pool
 from lakewarden.table.bucket import BucketSlices, append_group, route
 from lakewarden.table.config import TableConfig, load_config
 from lakewarden.table.files import BaseFileName, WriteToken, file_key
@@ -289,14 +291,33 @@ def _append_rows(
                 out = files.get(group) or files.setdefault(group, _OpenFile(task, group))
                 stamped_part = stamped(part, spec.instant, config, spec.operation)
                 out.append(_file_rows(stamped_part, out.name, config))
-        stats = [
-            _stat(out, out.close(), spec.instant, inserts=out.records) for out in files.values()
-        ]
+        closed = _close_all(list(files.values()))
+        stats = [_stat(out, size, spec.instant, inserts=out.records) for out, size in closed]
     finally:
         for out in files.values():
             if out.writer.is_open:
                 out.writer.close()
     return stats, [], {"input": rows}
+
+
+# Threads that close a task's files side by side (``_close_all``).
+CLOSE_THREADS = 4
+
+
+def _close_all(files: Sequence[_OpenFile]) -> list[tuple[_OpenFile, int]]:
+    """Close every file of the task (encode what it buffered, sync it): ``(file, size)``.
+
+    A task's rows are buffered until its input ends (``_OpenFile``), so most of the encoding
+    and every ``fsync`` come after the last batch, one file per file group, on the task's
+    critical path; pyarrow's encoder and ``fsync`` release the GIL, so the files are closed
+    on the process's threads side by side. Every close ends before a failure is raised (the
+    caller then closes the writers still open)."""
+    if len(files) <= 1:
+        return [(out, out.close()) for out in files]
+    pool = shared_pool(CLOSE_THREADS)
+    futures = [pool.submit(out.close) for out in files]
+    wait(futures)
+    return [(out, future.result()) for out, future in zip(files, futures, strict=True)]
 
 
 def _file_rows(table: pa.Table, name: str, config: TableConfig) -> pa.Table:

@@ -4,6 +4,8 @@ exactly-once micro-batches, abandoning an instant, and Python writes after a Spa
 from __future__ import annotations
 
 import os
+import threading
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -27,7 +29,7 @@ from lakewarden.spark._options import (
     load_settings,
     write_operation,
 )
-from lakewarden.spark._task import TaskIdentity, write_task
+from lakewarden.spark._task import TaskIdentity, _close_all, write_task
 from lakewarden.spark._transaction import (
     BatchAlreadyCommittedError,
     BatchKey,
@@ -327,3 +329,35 @@ def test_a_tasks_data_files_are_durable_before_its_task_commit(
     files = committed_files(table)
     assert files
     assert {os.stat(tmp_path / key).st_ino for key in files} <= synced
+
+
+class _SlowFile:
+    """Stands in for a task's open file: its close takes a while (an encode, an fsync)."""
+
+    def __init__(self, size: int, delay_s: float, started: threading.Barrier | None = None):
+        self.size, self.delay_s, self.started = size, delay_s, started
+        self.closed = False
+
+    def close(self) -> int:
+        if self.started is not None:
+            self.started.wait(timeout=10)  # every close is running at the same time
+        time.sleep(self.delay_s)
+        if self.size < 0:
+            raise OSError("disk full")
+        self.closed = True
+        return self.size
+
+
+def test_a_tasks_files_are_closed_side_by_side_in_order() -> None:
+    together = threading.Barrier(3)
+    files = [_SlowFile(size, 0.0, together) for size in (10, 20, 30)]
+    closed = _close_all(files)  # type: ignore[arg-type]
+    assert [(id(out), size) for out, size in closed] == [(id(f), f.size) for f in files]
+    assert all(out.closed for out in files)
+
+
+def test_a_failed_close_is_raised_after_every_other_close_ended() -> None:
+    files = [_SlowFile(-1, 0.0), _SlowFile(20, 0.2), _SlowFile(30, 0.2)]
+    with pytest.raises(OSError, match="disk full"):
+        _close_all(files)  # type: ignore[arg-type]
+    assert files[1].closed and files[2].closed
