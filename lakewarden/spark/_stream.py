@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import logging
 from collections.abc import Iterator, Mapping, Sequence
 
 import pyarrow as pa
@@ -29,6 +30,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 import lakewarden.faults as faults
+from lakewarden.api.connection import shared_connection
 from lakewarden.settings import CommitterSettings
 from lakewarden.spark import _job
 from lakewarden.spark._arrow import check_write_schema
@@ -36,7 +38,7 @@ from lakewarden.spark._bad_rows import INGEST_COLUMNS
 from lakewarden.spark._create import prepare_table
 from lakewarden.spark._keeper import keep_alive
 from lakewarden.spark._messages import EmptyTaskMessage, SkippedBatchMessage, TaskCommitMessage
-from lakewarden.spark._options import InvalidOptionError, WriteSpec
+from lakewarden.spark._options import InvalidOptionError, WriteSpec, load_settings
 from lakewarden.spark._stream_session import stream_session
 from lakewarden.spark._task import current_task, write_task
 from lakewarden.spark._transaction import (
@@ -46,6 +48,8 @@ from lakewarden.spark._transaction import (
     pending_of_checkpoint,
 )
 from lakewarden.table.config import ErrorTableChoice
+
+log = logging.getLogger("lakewarden.spark")
 
 OPERATION = "insert"
 
@@ -62,6 +66,22 @@ def batch_key(checkpoint: str) -> BatchKey:
     # Structured Streaming runs every job of a run in the job group named by its run id.
     run = ctx.getLocalProperty("spark.jobGroup.id") or "unknown-run"
     return BatchKey(query_id=query, run_id=run, batch_id=int(batch), checkpoint=checkpoint)
+
+
+def warm_coordinator(settings_json: str | None) -> None:
+    """Start this process's Kafka clients (the shared coordinator's lock client and timeline
+    announcer) during a batch without rows, so the first batch that carries rows does not.
+
+    Spark runs a stream's tasks and its commits in Python processes of their own; in each,
+    the first lock and the first announcement would otherwise start those clients inside a
+    batch with rows, about a second each (a task that opens the batch's instant, the
+    planner's ``inflight``), which is the end-to-end latency of that batch's records. A
+    query's first trigger has no rows, so its tasks and commit warm them instead. Never
+    raises: what did not connect connects at first use, and raises there."""
+    try:
+        shared_connection(load_settings(settings_json)).coordinator.connect()
+    except Exception as err:  # noqa: BLE001 - a warm-up: the batch with rows reports it
+        log.warning("stream clients not started ahead: %s", err)
 
 
 class LakewardenStreamWriter(DataSourceStreamWriter, DataSourceArrowWriter):
@@ -88,6 +108,7 @@ class LakewardenStreamWriter(DataSourceStreamWriter, DataSourceArrowWriter):
         identity, key = current_task(), batch_key(self.checkpoint)
         first = next(iterator, None)
         if first is None:
+            warm_coordinator(self.settings_json)
             return EmptyTaskMessage()
         spec = self._open_batch(key)
         if isinstance(spec, SkippedBatchMessage):
@@ -139,6 +160,7 @@ class LakewardenStreamWriter(DataSourceStreamWriter, DataSourceArrowWriter):
         """Commit the micro-batch's instant once (driver)."""
         spec, key = self._spec(messages)
         if spec is None or key is None:
+            warm_coordinator(self.settings_json)
             return  # no rows, or committed by an earlier run
         try:
             # The table and the commit client stay open for the query's next batch.

@@ -231,6 +231,12 @@ class Coordinator(TableLock, Heartbeating, ExecutorLiveness, TimelineAudit):
         job-committer when the settings say so (``kafka.commits_by_service``)."""
         return None
 
+    def connect(self) -> None:
+        """Start the coordinator's clients now rather than at their first use (a process that
+        will write pays for them before its first write waits on them). Never raises: what
+        did not connect connects at first use. The embedded one has none."""
+        return None
+
     def close(self) -> None:
         """Release what the coordinator holds (leases, clients); the embedded one holds none."""
         return None

@@ -205,3 +205,47 @@ def test_a_stopped_query_s_sessions_are_closed_at_once_and_no_others() -> None:
     assert stopped.closed == 1 and mine.closed
     assert running.closed == 0 and not other.closed
     assert sessions.close_query("stopped") == [("/u", None, "stopped")]
+
+
+class _Connecting:
+    """Stands in for the process's shared connection: counts its coordinator's connects."""
+
+    def __init__(self, fails: bool = False) -> None:
+        self.coordinator = self
+        self.connects = 0
+        self.fails = fails
+
+    def connect(self) -> None:
+        self.connects += 1
+        if self.fails:
+            raise RuntimeError("broker away")
+
+
+def test_a_commit_without_rows_starts_the_processs_clients(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The format's first trigger has no rows: its commit starts the Kafka clients that the
+    first commit with rows would otherwise start (a lock, an announcement)."""
+    from lakewarden.spark import _stream
+    from lakewarden.spark._messages import EmptyTaskMessage
+
+    connection = _Connecting()
+    monkeypatch.setattr(_stream, "shared_connection", lambda settings: connection)
+    writer = _stream.LakewardenStreamWriter("file:///nowhere", None)
+    writer.commit([EmptyTaskMessage(), None], 0)
+    assert connection.connects == 1
+
+
+def test_warming_the_clients_never_fails_a_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+    from lakewarden.spark import _stream
+
+    connection = _Connecting(fails=True)
+    monkeypatch.setattr(_stream, "shared_connection", lambda settings: connection)
+    _stream.warm_coordinator(None)  # logged, not raised: the batch with rows connects again
+    assert connection.connects == 1
+
+
+def test_the_embedded_coordinator_has_nothing_to_start() -> None:
+    from lakewarden.table.coordinator import EmbeddedCoordinator
+
+    assert EmbeddedCoordinator().connect() is None
