@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -207,18 +208,9 @@ def test_a_stopped_query_s_sessions_are_closed_at_once_and_no_others() -> None:
     assert sessions.close_query("stopped") == [("/u", None, "stopped")]
 
 
-class _Connecting:
-    """Stands in for the process's shared connection: counts its coordinator's connects."""
-
-    def __init__(self, fails: bool = False) -> None:
-        self.coordinator = self
-        self.connects = 0
-        self.fails = fails
-
-    def connect(self) -> None:
-        self.connects += 1
-        if self.fails:
-            raise RuntimeError("broker away")
+def _connection(fails: bool = False) -> Any:
+    """Stands in for the process's shared connection: its coordinator counts connects."""
+    return SimpleNamespace(coordinator=ConnectingClient(fails))
 
 
 def test_a_commit_without_rows_starts_the_processs_clients(
@@ -229,23 +221,25 @@ def test_a_commit_without_rows_starts_the_processs_clients(
     from lakewarden.spark import _stream
     from lakewarden.spark._messages import EmptyTaskMessage
 
-    connection = _Connecting()
+    connection = _connection()
     monkeypatch.setattr(_stream, "shared_connection", lambda settings: connection)
     writer = _stream.LakewardenStreamWriter("file:///nowhere", None)
     writer.commit([EmptyTaskMessage(), None], 0)
-    assert connection.connects == 1
+    assert connection.coordinator.connects == 1
 
 
 def test_warming_the_clients_never_fails_a_batch(monkeypatch: pytest.MonkeyPatch) -> None:
     from lakewarden.spark import _stream
 
-    connection = _Connecting(fails=True)
+    connection = _connection(fails=True)
     monkeypatch.setattr(_stream, "shared_connection", lambda settings: connection)
     _stream.warm_coordinator(None)  # logged, not raised: the batch with rows connects again
-    assert connection.connects == 1
+    assert connection.coordinator.connects == 1
 
 
 def test_the_embedded_coordinator_has_nothing_to_start() -> None:
     from lakewarden.table.coordinator import EmbeddedCoordinator
 
-    assert EmbeddedCoordinator().connect() is None
+    before = threading.active_count()
+    EmbeddedCoordinator().connect()
+    assert threading.active_count() == before
