@@ -220,6 +220,7 @@ class Coordinator(TableLock, Heartbeating, ExecutorLiveness, TimelineAudit):
                           step)
     ``TimelineAudit``     register_table, before_requested, announce
     ``job_commits``       where ``Table.write`` hands its job commit
+    ``connect``, ``close`` its clients started ahead, and released
 
     A function that needs one role takes that role (``death.verdict`` takes an
     ``ExecutorLiveness``, the Spark driver's heartbeat keeper a ``Heartbeating``); one that

@@ -1,8 +1,9 @@
 """The coordinator is the sum of a few roles, and code that needs one role takes only it.
 
 Every public method of ``Coordinator`` belongs to exactly one role (or is the coordinator's
-own: ``job_commits``, ``close``), so a new method has to say which role it extends; and the
-functions typed with one role run with an object that implements only that role.
+own: ``job_commits``, ``connect``, ``close``), so a new method has to say which role it
+extends; and the functions typed with one role run with an object that implements only that
+role.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from lakewarden.table.death import verdict
 from lakewarden.table.timeline_state import TimelineState
 
 ROLES = (TableLock, Heartbeating, ExecutorLiveness, TimelineAudit)
-OWN = {"job_commits", "close"}
+OWN = {"job_commits", "connect", "close"}
 
 
 def _public(cls: type) -> set[str]:
