@@ -60,8 +60,7 @@ class TableHandle:
         # The latest snapshots its writes and read manifests build on, kept between them and
         # shared with the other handles of this table in this process.
         self.snapshots = shared_cache(storage.uri, config.table_id)
-        publish = not defer_publish
-        attach(storage, config, self.timeline_log, self.snapshots, publish=publish)  # 1.
+        attach(storage, config, self.timeline_log, self.snapshots, publish=not defer_publish)  # 1.
         coordinator.register_table(config.table_id, storage.uri)  # 2.
 
     @property
