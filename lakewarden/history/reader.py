@@ -222,12 +222,17 @@ def _read(
             kind, stamp = msg.timestamp()
             broker_ms = None if kind == TIMESTAMP_NOT_AVAILABLE else stamp
             part = remaining.get(where)
-            if part is not None:
-                part.next = offset + 1
-                if offset == part.low and part.first_kept_ms is None:
-                    part.first_kept_ms = broker_ms
-                if part.next >= part.high:
-                    del remaining[where]
+            if part is None or offset >= part.high:
+                # Past the end planned in step 2: the consumer keeps fetching a partition
+                # that is done while others are read, and one batch may run past an end.
+                # Kept, a later event (a grant) would come without its cause on another
+                # topic (the release read before that topic's end), or past ``until_ms``.
+                continue
+            part.next = offset + 1
+            if offset == part.low and part.first_kept_ms is None:
+                part.first_kept_ms = broker_ms
+            if part.next >= part.high:
+                del remaining[where]
             value, key = msg.value() or b"", msg.key()
             if key == table_key:  # 4., decode_message's common case inlined
                 try:
