@@ -46,7 +46,7 @@ from lakewarden.extras import missing_extra
 from lakewarden.settings import HeartbeatPolicy, Settings
 
 try:
-    from confluent_kafka import KafkaError, Message, Producer
+    from confluent_kafka import KafkaError, KafkaException, Message, Producer
 except ImportError as err:
     raise missing_extra("kafka", "Kafka support", err) from err
 
@@ -402,17 +402,7 @@ class Heartbeats:
         with self._guard:
             if key in self._held:
                 raise RuntimeError(f"already beating for instant {instant} of table {table_id}")
-            options = heartbeat.producer_options()
-            options.pop("client_id")
-            config = repr(sorted(options.items()))
-            if config not in self._producers:
-                self._producers[config] = kafka_producer(
-                    self.settings,
-                    logger=log,
-                    client_id=f"heartbeats-{uuid.uuid4().hex[:8]}",
-                    **options,
-                )
-            heartbeat.share(self._producers[config])
+            heartbeat.share(self._producer_for(heartbeat))
             self._held[key] = heartbeat
         try:
             with heartbeat:
@@ -420,6 +410,36 @@ class Heartbeats:
         finally:
             with self._guard:
                 self._held.pop(key, None)
+
+    def connect(self) -> None:
+        """Make the producer of the default heartbeat policy and connect it to the broker now,
+        rather than in the first ``hold``: the first beat of a process's first instant would
+        otherwise wait for a new producer's metadata and connection. A table with a policy
+        of its own gets its producer at its first ``hold``. Never raises: what did not
+        connect connects then."""
+        with self._guard:
+            producer = self._producer_for(Heartbeat(self.settings, "", "", "", **self._options))
+        try:
+            producer.list_topics(
+                HEARTBEATS.name(self.settings), self.settings.kafka.request_timeout_s
+            )
+        except KafkaException as err:
+            log.warning("heartbeat producer not connected yet: %s", err)
+
+    def _producer_for(self, heartbeat: Heartbeat) -> Producer:
+        """The shared producer of ``heartbeat``'s settings (made on first use; under
+        ``_guard``)."""
+        options = heartbeat.producer_options()
+        options.pop("client_id")
+        config = repr(sorted(options.items()))
+        if config not in self._producers:
+            self._producers[config] = kafka_producer(
+                self.settings,
+                logger=log,
+                client_id=f"heartbeats-{uuid.uuid4().hex[:8]}",
+                **options,
+            )
+        return self._producers[config]
 
     def close(self) -> None:
         """Deliver what the shared producers hold (final beats; bounded wait) and drop them:

@@ -231,15 +231,16 @@ class KafkaCoordinator(Coordinator):
         self.heartbeats.check(table_id, instant)
 
     def connect(self) -> None:
-        """Connect the lock client and the timeline announcer now, rather than at the first
-        lock and the first announcement: a long-running service (the cleaner) pays for the
-        connections at start, not in its first table's clean. Never raises: what did not
-        connect connects at first use (and raises there)."""
+        """Connect the lock client, the timeline announcer and the heartbeat producer now,
+        rather than at the first lock, announcement and heartbeat: a long-running service
+        (the cleaner) pays for the connections at start, not in its first table's clean.
+        Never raises: what did not connect connects at first use (and raises there)."""
         try:
             self.client.connect()
         except LakewardenError as err:
             log.warning("lock client not connected yet: %s", err)
         self.timeline_events.connect()
+        self.heartbeats.connect()
 
     def close(self) -> None:
         """Close what this coordinator created (the lock client releases held leases)."""

@@ -69,8 +69,9 @@ def batch_key(checkpoint: str) -> BatchKey:
 
 
 def warm_coordinator(settings_json: str | None) -> None:
-    """Start this process's Kafka clients (the shared coordinator's lock client and timeline
-    announcer) during a batch without rows, so the first batch that carries rows does not.
+    """Start this process's Kafka clients (the shared coordinator's lock client, timeline
+    announcer and heartbeat producer) during a batch without rows, so the first batch that
+    carries rows does not.
 
     Spark runs a stream's tasks and its commits in Python processes of their own; in each,
     the first lock and the first announcement would otherwise start those clients inside a

@@ -10,6 +10,7 @@ import threading
 from typing import Any
 
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 
 import lakewarden.events.producer as producer_module
 from lakewarden.clients.heartbeat import Heartbeat, HeartbeatLostError, Heartbeats
@@ -31,6 +32,7 @@ class FakeProducer:
         self.acks = True
         self.fail: BaseException | None = None
         self.flushes = 0
+        self.listed: list[str] = []
         self.lock = threading.Lock()
         PRODUCERS.append(self)
 
@@ -53,6 +55,9 @@ class FakeProducer:
         self.flushes += 1
         self.poll(0)
         return len(self.pending)
+
+    def list_topics(self, topic: str, timeout: float) -> None:
+        self.listed.append(topic)
 
 
 PRODUCERS: list[FakeProducer] = []
@@ -303,3 +308,28 @@ def test_a_shared_producer_that_stops_acknowledging_loses_the_instant_it_beats_f
         wait_until(lambda: not beat.is_healthy())
         with pytest.raises(HeartbeatLostError):
             beats.check("t1", "20250314092654001")
+
+
+def test_connect_makes_the_producer_the_first_hold_beats_through(settings: Settings) -> None:
+    """A streaming task connects on a batch without rows: its first instant then starts no
+    producer and waits for no broker metadata."""
+    beats = Heartbeats(settings, **FAST)
+    beats.connect()
+    assert len(PRODUCERS) == 1 and PRODUCERS[0].listed == ["lakewarden.heartbeats"]
+    with beats.hold("t1", INSTANT, "w1") as beat:
+        assert beat.delivered >= 1
+    assert len(PRODUCERS) == 1 and PRODUCERS[0].records[-1]["kind"] == "final"
+
+
+def test_a_failing_connect_is_logged_and_the_hold_still_beats(
+    settings: Settings, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def unreachable(self: FakeProducer, topic: str, timeout: float) -> None:
+        raise KafkaException(KafkaError(KafkaError._TRANSPORT))
+
+    monkeypatch.setattr(FakeProducer, "list_topics", unreachable)
+    beats = Heartbeats(settings, **FAST)
+    beats.connect()
+    assert "heartbeat producer not connected yet" in caplog.text
+    with beats.hold("t1", INSTANT, "w1") as beat:
+        assert beat.delivered >= 1
