@@ -118,6 +118,18 @@ class CleanerRegistration:
                 return False
             return self._register(table_id, uri, actor)
 
+    def connect(self) -> None:
+        """Make sure of the topic and connect the producer now, rather than at the first
+        registration: a process's first ``requested`` entry would otherwise wait about half
+        a second for an admin request, a new producer and its first delivery (a streaming
+        task's or commit's first batch with rows). Never raises: the first registration
+        tries again."""
+        with self._guard:
+            try:
+                self._client().connect(CLEAN_REQUESTS, _FLUSH_TIMEOUT_S)
+            except LakewardenError as err:
+                log.warning("cleaner registration not connected yet: %s", err)
+
     def close(self) -> None:
         """Close an owned producer (best effort)."""
         with self._guard:
@@ -130,10 +142,7 @@ class CleanerRegistration:
 
     def _publish(self, table_id: str, uri: str, actor: str) -> None:
         """Raises: RetryableError, EventDeliveryError."""
-        if self._producer is None:
-            # Like the timeline topic: made here with its retention rather than by auto-create.
-            ensure_topics(self.settings, specs=(CLEAN_REQUESTS,), timeout_s=_FLUSH_TIMEOUT_S)
-            self._producer = EventProducer(self.settings, producer_id="cleaner-registration")
+        producer = self._client()
         who = f"{REGISTERED_BY}:{actor}"
         record = make_event(
             "CleanRequest",
@@ -144,8 +153,18 @@ class CleanerRegistration:
             delete_orphans=False,
             requested_by=who,
         )
-        self._producer.send("CleanRequest", record, topic=CLEAN_REQUESTS)
-        self._producer.flush(_FLUSH_TIMEOUT_S)
+        producer.send("CleanRequest", record, topic=CLEAN_REQUESTS)
+        producer.flush(_FLUSH_TIMEOUT_S)
+
+    def _client(self) -> EventProducer:
+        """The producer, made at first use (the caller holds ``_guard``).
+
+        Raises: RetryableError (the broker did not answer the topic check)."""
+        if self._producer is None:
+            # Like the timeline topic: made here with its retention rather than by auto-create.
+            ensure_topics(self.settings, specs=(CLEAN_REQUESTS,), timeout_s=_FLUSH_TIMEOUT_S)
+            self._producer = EventProducer(self.settings, producer_id="cleaner-registration")
+        return self._producer
 
 
 __all__ = ["CleanerRegistration", "REGISTERED_BY"]

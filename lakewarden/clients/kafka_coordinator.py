@@ -231,16 +231,18 @@ class KafkaCoordinator(Coordinator):
         self.heartbeats.check(table_id, instant)
 
     def connect(self) -> None:
-        """Connect the lock client, the timeline announcer and the heartbeat producer now,
-        rather than at the first lock, announcement and heartbeat: a long-running service
-        (the cleaner) pays for the connections at start, not in its first table's clean.
-        Never raises: what did not connect connects at first use (and raises there)."""
+        """Connect the lock client, the timeline announcer, the heartbeat producer and the
+        cleaner registration now, rather than at their first use: a long-running service
+        (the cleaner) pays for the connections at start, not in its first table's clean, and
+        a streaming query's process on a batch without rows, not in its first batch with
+        rows. Never raises: what did not connect connects at first use (and raises there)."""
         try:
             self.client.connect()
         except LakewardenError as err:
             log.warning("lock client not connected yet: %s", err)
         self.timeline_events.connect()
         self.heartbeats.connect()
+        self.registration.connect()
 
     def close(self) -> None:
         """Close what this coordinator created (the lock client releases held leases)."""

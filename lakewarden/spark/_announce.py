@@ -98,6 +98,21 @@ def announce_manifest(
     return True
 
 
+def connect_announcer(settings: Settings) -> None:
+    """Make this worker's producer and reach the topic now, rather than at its first
+    announcement: a new producer's topic check, start and first delivery take about half a
+    second, inside the write of a task's first batch. Never raises: the first announcement
+    tries again (and the driver announces what a task could not)."""
+    if not settings.kafka.commits_by_service:
+        return
+    from lakewarden.events.topics import TASK_MANIFESTS
+
+    try:
+        _producer(settings).connect(TASK_MANIFESTS, ANNOUNCE_TIMEOUT_S)
+    except Exception as err:  # noqa: BLE001 - a warm-up: the first announcement reports it
+        log.warning("task manifest announcer not connected yet: %s", err)
+
+
 def _producer(settings: Settings) -> EventProducer:
     """The worker's producer for ``settings``, created on first use after making sure the
     topic exists (without it every announcement would wait its whole timeout for nothing).

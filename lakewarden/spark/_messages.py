@@ -63,7 +63,11 @@ class SkippedBatchMessage(WriterCommitMessage):
 
 @dataclass(frozen=True)
 class EmptyTaskMessage(WriterCommitMessage):
-    """Streaming: the attempt had no rows (it opened no instant and wrote nothing)."""
+    """Streaming: the attempt had no rows (it opened no instant and wrote nothing). ``batch``
+    names the micro-batch, so that a commit without rows can still open the query's session
+    ahead of the first batch with rows."""
+
+    batch: BatchKey | None = None
 
 
 def accepted_messages(

@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import logging
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 
 import pyarrow as pa
@@ -33,6 +34,7 @@ import lakewarden.faults as faults
 from lakewarden.api.connection import shared_connection
 from lakewarden.settings import CommitterSettings
 from lakewarden.spark import _job
+from lakewarden.spark._announce import connect_announcer
 from lakewarden.spark._arrow import check_write_schema
 from lakewarden.spark._bad_rows import INGEST_COLUMNS
 from lakewarden.spark._create import prepare_table
@@ -68,21 +70,45 @@ def batch_key(checkpoint: str) -> BatchKey:
     return BatchKey(query_id=query, run_id=run, batch_id=int(batch), checkpoint=checkpoint)
 
 
-def warm_coordinator(settings_json: str | None) -> None:
-    """Start this process's Kafka clients (the shared coordinator's lock client, timeline
-    announcer and heartbeat producer) during a batch without rows, so the first batch that
-    carries rows does not.
-
-    Spark runs a stream's tasks and its commits in Python processes of their own; in each,
-    the first lock and the first announcement would otherwise start those clients inside a
-    batch with rows, about a second each (a task that opens the batch's instant, the
-    planner's ``inflight``), which is the end-to-end latency of that batch's records. A
-    query's first trigger has no rows, so its tasks and commit warm them instead. Never
-    raises: what did not connect connects at first use, and raises there."""
+def warm_clients(settings_json: str | None, *, announces_manifests: bool) -> None:
+    """Start this process's Kafka clients now, rather than at their first use in a batch
+    with rows: the shared coordinator's (lock, timeline announcer, heartbeats, cleaner
+    registration) and, in a write task, the task-manifest announcer. Never raises: what did
+    not connect connects at first use, and raises there."""
     try:
-        shared_connection(load_settings(settings_json)).coordinator.connect()
+        settings = load_settings(settings_json)
+        shared_connection(settings).coordinator.connect()
+        if announces_manifests:
+            connect_announcer(settings)
     except Exception as err:  # noqa: BLE001 - a warm-up: the batch with rows reports it
         log.warning("stream clients not started ahead: %s", err)
+
+
+_warmed: set[tuple[str | None, bool]] = set()  # what this process warmed its clients for
+_warmed_guard = threading.Lock()
+
+
+def warm_ahead(settings_json: str | None, *, announces_manifests: bool) -> None:
+    """``warm_clients`` on a daemon thread, once per process, settings and role.
+
+    Spark runs a stream's tasks and its commits in Python processes of their own; in each,
+    the first lock, announcement, heartbeat and registration would otherwise start their
+    clients inside a batch with rows, about half a second each (a task that opens the
+    batch's instant or announces its manifest, the planner's ``inflight``), which is the
+    end-to-end latency of that batch's records. A task starts the warm-up before it waits
+    for its first rows (Spark's read of the batch runs meanwhile); a commit without rows (a
+    query's first trigger) starts it for the planner's batches after."""
+    with _warmed_guard:
+        if (settings_json, announces_manifests) in _warmed:
+            return
+        _warmed.add((settings_json, announces_manifests))
+    threading.Thread(
+        target=warm_clients,
+        args=(settings_json,),
+        kwargs={"announces_manifests": announces_manifests},
+        name="lw-warm-clients",
+        daemon=True,
+    ).start()
 
 
 class LakewardenStreamWriter(DataSourceStreamWriter, DataSourceArrowWriter):
@@ -107,10 +133,10 @@ class LakewardenStreamWriter(DataSourceStreamWriter, DataSourceArrowWriter):
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
         """One task attempt of one micro-batch (on an executor)."""
         identity, key = current_task(), batch_key(self.checkpoint)
+        warm_ahead(self.settings_json, announces_manifests=True)
         first = next(iterator, None)
         if first is None:
-            warm_coordinator(self.settings_json)
-            return EmptyTaskMessage()
+            return EmptyTaskMessage(batch=key)
         spec = self._open_batch(key)
         if isinstance(spec, SkippedBatchMessage):
             return spec
@@ -161,7 +187,7 @@ class LakewardenStreamWriter(DataSourceStreamWriter, DataSourceArrowWriter):
         """Commit the micro-batch's instant once (driver)."""
         spec, key = self._spec(messages)
         if spec is None or key is None:
-            warm_coordinator(self.settings_json)
+            self._warm_planner(messages)
             return  # no rows, or committed by an earlier run
         try:
             # The table and the commit client stay open for the query's next batch.
@@ -171,6 +197,20 @@ class LakewardenStreamWriter(DataSourceStreamWriter, DataSourceArrowWriter):
         except BatchAlreadyCommittedError:
             return  # our instant was rolled back; the batch is in the table exactly once
         faults.point("spark.stream.after_batch_commit", batch=batchId)
+
+    def _warm_planner(self, messages: Sequence[WriterCommitMessage | None]) -> None:
+        """A commit without rows starts the planner process's clients and its session of the
+        query (the table, the job-committer client) for the first commit with rows. Never
+        raises: that commit opens what could not be opened here, and reports it."""
+        warm_ahead(self.settings_json, announces_manifests=False)
+        key = next((m.batch for m in messages if isinstance(m, EmptyTaskMessage)), None)
+        if key is None:
+            return
+        try:
+            with stream_session(self.uri, self.settings_json, key.query_id) as session:
+                session.connect_ahead()
+        except Exception as err:  # noqa: BLE001 - a warm-up: the batch with rows reports it
+            log.warning("stream session not opened ahead: %s", err)
 
     def abort(  # type: ignore[override]  # streaming signature (DataSourceStreamWriter)
         self,

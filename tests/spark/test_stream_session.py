@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -13,6 +15,7 @@ import pytest
 
 import lakewarden
 from lakewarden.spark._stream_session import StreamSessions
+from lakewarden.spark._transaction import BatchKey
 from lakewarden.testing import ManualClock
 
 
@@ -213,19 +216,61 @@ def _connection(fails: bool = False) -> Any:
     return SimpleNamespace(coordinator=ConnectingClient(fails))
 
 
-def test_a_commit_without_rows_starts_the_processs_clients(
+def _join_warm_ups() -> None:
+    for thread in threading.enumerate():
+        if thread.name == "lw-warm-clients":
+            thread.join(timeout=10)
+
+
+def test_a_commit_without_rows_starts_the_processs_clients_once(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The format's first trigger has no rows: its commit starts the Kafka clients that the
-    first commit with rows would otherwise start (a lock, an announcement)."""
+    """The format's first trigger has no rows: its commit starts, in the background, the
+    Kafka clients that the first commit with rows would otherwise start (a lock, an
+    announcement, a heartbeat, a registration); later batches of the process start none."""
     from lakewarden.spark import _stream
     from lakewarden.spark._messages import EmptyTaskMessage
 
     connection = _connection()
     monkeypatch.setattr(_stream, "shared_connection", lambda settings: connection)
+    monkeypatch.setattr(_stream, "_warmed", set())
     writer = _stream.LakewardenStreamWriter("file:///nowhere", None)
     writer.commit([EmptyTaskMessage(), None], 0)
+    _join_warm_ups()
+    writer.commit([EmptyTaskMessage(), None], 1)
+    _join_warm_ups()
     assert connection.coordinator.connects == 1
+    _stream.warm_ahead('{"kafka": {}}', announces_manifests=False)  # other settings
+    _join_warm_ups()
+    assert connection.coordinator.connects == 2
+
+
+def test_a_commit_without_rows_opens_the_querys_session_ahead(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Its empty tasks name the batch, so the planner opens the query's session (the table,
+    the job-committer client, connected in the background) before the first batch with rows
+    commits."""
+    from lakewarden.spark import _stream
+    from lakewarden.spark._messages import EmptyTaskMessage
+
+    opened: list[tuple[str, str | None, str]] = []
+    session = SimpleNamespace(connects_ahead=0)
+    session.connect_ahead = lambda: setattr(session, "connects_ahead", session.connects_ahead + 1)
+
+    @contextmanager
+    def stream_session(uri: str, settings_json: str | None, query_id: str) -> Iterator[Any]:
+        opened.append((uri, settings_json, query_id))
+        yield session
+
+    monkeypatch.setattr(_stream, "shared_connection", lambda settings: _connection())
+    monkeypatch.setattr(_stream, "_warmed", set())
+    monkeypatch.setattr(_stream, "stream_session", stream_session)
+    key = BatchKey(query_id="q1", run_id="r1", batch_id=0, checkpoint="/cp")
+    writer = _stream.LakewardenStreamWriter("file:///t", None)
+    writer.commit([EmptyTaskMessage(batch=key), None], 0)
+    _join_warm_ups()
+    assert opened == [("file:///t", None, "q1")] and session.connects_ahead == 1
 
 
 def test_warming_the_clients_never_fails_a_batch(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -233,7 +278,7 @@ def test_warming_the_clients_never_fails_a_batch(monkeypatch: pytest.MonkeyPatch
 
     connection = _connection(fails=True)
     monkeypatch.setattr(_stream, "shared_connection", lambda settings: connection)
-    _stream.warm_coordinator(None)  # logged, not raised: the batch with rows connects again
+    _stream.warm_clients(None, announces_manifests=True)  # logged, not raised
     assert connection.coordinator.connects == 1
 
 

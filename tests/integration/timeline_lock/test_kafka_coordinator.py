@@ -11,6 +11,7 @@ import pyarrow as pa
 import pytest
 from _job_committers import JobCommitters
 
+import lakewarden.events.producer as producer_module
 from lakewarden.clients import KafkaCoordinator, LockClient
 from lakewarden.errors import ConfigurationError
 from lakewarden.events import ensure_topics
@@ -25,6 +26,8 @@ from lakewarden.table import (
     connect,
     shared_connection,
 )
+from lakewarden.table.instant import Action, Transition
+from lakewarden.table.timeline_state import TimelineEntry
 from lakewarden.testing import wait_until
 from lakewarden_services._common.process import ServiceProcess
 
@@ -132,6 +135,38 @@ def test_liveness_is_alive_while_this_process_beats_and_unknown_without_a_monito
     with coordinator.heartbeat("orders", instant, "writer-1"):
         assert coordinator.liveness("orders", instant) is Liveness.ALIVE
     assert coordinator.liveness("orders", instant) is Liveness.UNKNOWN
+
+
+def test_connect_starts_every_client_a_first_write_needs(
+    coordinator: KafkaCoordinator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After ``connect`` (a streaming process's batch without rows), a first write's steps
+    make no producer: its lock, registration, announcement and heartbeat wait for one round
+    trip each, not for a client's start."""
+    coordinator.connect()
+    made: list[dict[str, object]] = []
+    real = producer_module.Producer
+    monkeypatch.setattr(
+        producer_module, "Producer", lambda config: made.append(config) or real(config)
+    )
+    entry = TimelineEntry(
+        seq=0,
+        instant="20260101000000000",
+        action=Action.COMMIT,
+        transition=Transition.REQUESTED,
+        actor="writer-1",
+        lock_token=1,
+        wall_time_ms=1_767_225_600_000,
+        payload={},
+    )
+    coordinator.register_table("first-write", "/data/first-write")
+    coordinator.before_requested("first-write", "writer-1")
+    with coordinator.lock("first-write"):
+        coordinator.announce("first-write", entry)
+    with coordinator.heartbeat("first-write", entry.instant, "writer-1"):
+        pass
+    assert made == []
+    assert coordinator.registration.failed == 0 and coordinator.timeline_events.failed == 0
 
 
 def test_connect_picks_kafka_when_configured(shared_lock_settings: Settings) -> None:

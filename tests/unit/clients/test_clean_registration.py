@@ -9,11 +9,14 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pytest
 
 from lakewarden.clients import KafkaCoordinator
 from lakewarden.clients.clean_registration import REGISTERED_BY, CleanerRegistration
 from lakewarden.clients.timeline_events import TimelinePublisher
+from lakewarden.errors import RetryableError
 from lakewarden.events import EventDeliveryError, default_codec
+from lakewarden.events.topics import CLEAN_REQUESTS
 from lakewarden.settings import Settings
 from lakewarden.storage.local import LocalStorage
 from lakewarden.table import EmbeddedCoordinator, Table
@@ -41,6 +44,7 @@ def _entry(
 class _Producer:
     def __init__(self, *, fail: bool = False) -> None:
         self.sent: list[tuple[str, dict[str, Any]]] = []
+        self.connected: list[object] = []
         self.fail = fail
 
     def send(self, event: str, record: dict[str, Any], **_: object) -> None:
@@ -49,6 +53,11 @@ class _Producer:
     def flush(self, timeout_s: float | None = None) -> None:
         if self.fail:
             raise EventDeliveryError([("lakewarden.clean.requests", "broker down")], 1)
+
+    def connect(self, topic: object, timeout_s: float | None = None) -> None:
+        if self.fail:
+            raise RetryableError("Cannot reach the broker for lakewarden.clean.requests")
+        self.connected.append(topic)
 
 
 def _registration(producer: _Producer) -> CleanerRegistration:
@@ -222,3 +231,20 @@ def test_requested_left_behind_a_writer_killed_after_its_first_append_registered
     except SimulatedCrash:
         pass
     assert coordinator.calls == ["before_requested", "announce requested"]
+
+
+def test_connect_reaches_the_topic_ahead_and_registers_nothing() -> None:
+    """A streaming process connects on a batch without rows, so its first ``requested``
+    entry waits for one delivery, not for a new producer."""
+    producer = _Producer()
+    registration = _registration(producer)
+    registration.locate("table-1", "/data/t1")
+    registration.connect()
+    assert producer.connected == [CLEAN_REQUESTS] and producer.sent == []
+    assert registration.before_first_entry("table-1", "writer-1")
+
+
+def test_a_failing_connect_is_logged_not_raised(caplog: pytest.LogCaptureFixture) -> None:
+    registration = _registration(_Producer(fail=True))
+    registration.connect()
+    assert "cleaner registration not connected yet" in caplog.text
