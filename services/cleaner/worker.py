@@ -53,9 +53,10 @@ class CleanWorker:
 
     def warm_up(self) -> None:
         """Build the coordinator and connect its clients (the lock's transport, the timeline
-        announcer, the heartbeat producer) now, so that the instance's first clean does not pay for them: a new
-        instance's first clean otherwise waits about a second for its connections, while the
-        tables it just took over wait. Never raises (what failed connects at first use)."""
+        announcer, the heartbeat producer) now, so that the instance's first clean does not
+        pay for them: a new instance's first clean otherwise waits about a second for its
+        connections, while the tables it just took over wait. Never raises (what failed
+        connects at first use)."""
         try:
             self._coordinator().connect()
         except Exception:
