@@ -230,19 +230,21 @@ class KafkaCoordinator(Coordinator):
         """Raises: HeartbeatLostError when this process's heartbeat of the instant is lost."""
         self.heartbeats.check(table_id, instant)
 
-    def connect(self) -> None:
-        """Connect the lock client, the timeline announcer, the heartbeat producer and the
-        cleaner registration now, rather than at their first use: a long-running service
-        (the cleaner) pays for the connections at start, not in its first table's clean, and
-        a streaming query's process on a batch without rows, not in its first batch with
-        rows. Never raises: what did not connect connects at first use (and raises there)."""
+    def connect(self, *, writes: bool = True) -> None:
+        """Connect the lock client and the timeline announcer now, and with ``writes`` the
+        heartbeat producer and the cleaner registration, rather than at their first use: a
+        long-running service (the cleaner, which neither beats nor registers) pays for the
+        connections at start, not in its first table's clean, and a streaming query's
+        process before its first batch with rows, not in it. Never raises: what did not
+        connect connects at first use (and raises there)."""
         try:
             self.client.connect()
         except LakewardenError as err:
             log.warning("lock client not connected yet: %s", err)
         self.timeline_events.connect()
-        self.heartbeats.connect()
-        self.registration.connect()
+        if writes:
+            self.heartbeats.connect()
+            self.registration.connect()
 
     def close(self) -> None:
         """Close what this coordinator created (the lock client releases held leases)."""

@@ -232,10 +232,12 @@ class Coordinator(TableLock, Heartbeating, ExecutorLiveness, TimelineAudit):
         job-committer when the settings say so (``kafka.commits_by_service``)."""
         return None
 
-    def connect(self) -> None:
+    def connect(self, *, writes: bool = True) -> None:
         """Start the coordinator's clients now rather than at their first use (a process that
-        will write pays for them before its first write waits on them). Never raises: what
-        did not connect connects at first use. The embedded one has none."""
+        will write pays for them before its first write waits on them). ``writes``: also the
+        clients only a writer uses (heartbeats, the cleaner registration); a service that
+        appends no writes' entries (the cleaner) passes False. Never raises: what did not
+        connect connects at first use. The embedded one has none."""
         return None
 
     def close(self) -> None:

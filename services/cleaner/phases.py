@@ -143,11 +143,8 @@ class TimedCoordinator(Coordinator):
     def job_commits(self) -> JobCommits | None:
         return self.inner.job_commits()
 
-    def connect(self) -> None:
-        """Connect the wrapped coordinator's clients now, if it has any (the Kafka one)."""
-        connect = getattr(self.inner, "connect", None)
-        if callable(connect):
-            connect()
+    def connect(self, *, writes: bool = True) -> None:
+        self.inner.connect(writes=writes)
 
     def close(self) -> None:
         self.inner.close()

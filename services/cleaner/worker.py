@@ -52,13 +52,14 @@ class CleanWorker:
             return self._timed
 
     def warm_up(self) -> None:
-        """Build the coordinator and connect its clients (the lock's transport, the timeline
-        announcer, the heartbeat producer) now, so that the instance's first clean does not
-        pay for them: a new instance's first clean otherwise waits about a second for its
-        connections, while the tables it just took over wait. Never raises (what failed
+        """Build the coordinator and connect the clients a clean uses (the lock's transport,
+        the timeline announcer) now, so that the instance's first clean does not pay for
+        them: a new instance's first clean otherwise waits about a second for its
+        connections, while the tables it just took over wait. A clean neither beats nor
+        registers tables, so the writers' clients are left. Never raises (what failed
         connects at first use)."""
         try:
-            self._coordinator().connect()
+            self._coordinator().connect(writes=False)
         except Exception:
             log.exception("clean worker not warmed up; its first clean connects")
 

@@ -248,3 +248,31 @@ def test_a_failing_connect_is_logged_not_raised(caplog: pytest.LogCaptureFixture
     registration = _registration(_Producer(fail=True))
     registration.connect()
     assert "cleaner registration not connected yet" in caplog.text
+
+
+class _Connects:
+    """Stands in for one of the coordinator's clients: counts ``connect``."""
+
+    def __init__(self) -> None:
+        self.connects = 0
+
+    def connect(self) -> None:
+        self.connects += 1
+
+
+def test_the_coordinator_connects_the_writers_clients_only_for_a_writer() -> None:
+    """The cleaner connects with ``writes=False``: it neither beats nor registers tables, so
+    it keeps no idle heartbeat producer or registration producer."""
+    lock, timeline, heartbeats, registration = _Connects(), _Connects(), _Connects(), _Connects()
+    coordinator = KafkaCoordinator(
+        Settings(),
+        client=lock,  # type: ignore[arg-type]
+        timeline_events=timeline,  # type: ignore[arg-type]
+        heartbeats=heartbeats,  # type: ignore[arg-type]
+        registration=registration,  # type: ignore[arg-type]
+    )
+    coordinator.connect(writes=False)
+    assert (lock.connects, timeline.connects) == (1, 1)
+    assert (heartbeats.connects, registration.connects) == (0, 0)
+    coordinator.connect()
+    assert (heartbeats.connects, registration.connects) == (1, 1)
