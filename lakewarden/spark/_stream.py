@@ -84,12 +84,34 @@ def warm_clients(settings_json: str | None, *, announces_manifests: bool) -> Non
         log.warning("stream clients not started ahead: %s", err)
 
 
-_warmed: set[tuple[str | None, bool]] = set()  # what this process warmed its clients for
+def register_table(uri: str, settings_json: str | None, query_id: str) -> None:
+    """Open the query's session and register its table with the cleaner now, as the first
+    ``requested`` entry of this process would (``Coordinator.before_requested``, once per
+    process and table): the registration's first delivery is otherwise paid inside the
+    first batch with rows of a task process that joins a running query (up to about 0.4 s,
+    while another task may wait for the table lock behind it). Never raises: the batch
+    with rows opens and registers the table itself, and reports what failed."""
+    try:
+        with stream_session(uri, settings_json, query_id) as session:
+            table = session.table
+            table.coordinator.before_requested(table.config.table_id, _job.actor())
+    except Exception as err:  # noqa: BLE001 - a warm-up: the batch with rows reports it
+        log.warning("table not registered ahead: %s", err)
+
+
+_warmed: set[tuple[str | None, ...]] = set()  # the warm-ups this process started
 _warmed_guard = threading.Lock()
 
 
-def warm_ahead(settings_json: str | None, *, announces_manifests: bool) -> None:
-    """``warm_clients`` on a daemon thread, once per process, settings and role.
+def warm_ahead(
+    settings_json: str | None,
+    *,
+    announces_manifests: bool,
+    query_table: tuple[str, str] | None = None,
+) -> None:
+    """On a daemon thread, ``warm_clients`` once per process, settings and role, then, for
+    a write task (which names its ``query_table``: the table URI and the streaming query
+    id), ``register_table`` once per process, table and query.
 
     Spark runs a stream's tasks and its commits in Python processes of their own; in each,
     the first lock, announcement, heartbeat and registration would otherwise start their
@@ -98,17 +120,24 @@ def warm_ahead(settings_json: str | None, *, announces_manifests: bool) -> None:
     end-to-end latency of that batch's records. A task starts the warm-up before it waits
     for its first rows (Spark's read of the batch runs meanwhile); a commit without rows (a
     query's first trigger) starts it for the planner's batches after."""
+    clients = ("clients", settings_json, str(announces_manifests))
+    table = ("table", settings_json, *query_table) if query_table is not None else None
     with _warmed_guard:
-        if (settings_json, announces_manifests) in _warmed:
-            return
-        _warmed.add((settings_json, announces_manifests))
-    threading.Thread(
-        target=warm_clients,
-        args=(settings_json,),
-        kwargs={"announces_manifests": announces_manifests},
-        name="lw-warm-clients",
-        daemon=True,
-    ).start()
+        warm_clients_now = clients not in _warmed
+        register_now = table is not None and table not in _warmed
+        _warmed.add(clients)
+        if table is not None:
+            _warmed.add(table)
+    if not (warm_clients_now or register_now):
+        return
+
+    def warm() -> None:
+        if warm_clients_now:
+            warm_clients(settings_json, announces_manifests=announces_manifests)
+        if register_now and query_table is not None:
+            register_table(query_table[0], settings_json, query_table[1])
+
+    threading.Thread(target=warm, name="lw-warm-clients", daemon=True).start()
 
 
 class LakewardenStreamWriter(DataSourceStreamWriter, DataSourceArrowWriter):
@@ -133,7 +162,9 @@ class LakewardenStreamWriter(DataSourceStreamWriter, DataSourceArrowWriter):
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
         """One task attempt of one micro-batch (on an executor)."""
         identity, key = current_task(), batch_key(self.checkpoint)
-        warm_ahead(self.settings_json, announces_manifests=True)
+        warm_ahead(
+            self.settings_json, announces_manifests=True, query_table=(self.uri, key.query_id)
+        )
         first = next(iterator, None)
         if first is None:
             return EmptyTaskMessage(batch=key)

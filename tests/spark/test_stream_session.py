@@ -273,6 +273,59 @@ def test_a_commit_without_rows_opens_the_querys_session_ahead(
     assert opened == [("file:///t", None, "q1")] and session.connects_ahead == 1
 
 
+def test_a_task_registers_its_querys_table_before_its_rows_come(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A task process that joins a running query would otherwise pay the cleaner
+    registration's first delivery inside its first batch with rows, on the way to the table
+    lock; its warm-up registers the table, once per process and query."""
+    from lakewarden.spark import _stream
+
+    registered: list[tuple[str, str]] = []
+    coordinator = SimpleNamespace(
+        connect=lambda: None,
+        before_requested=lambda table_id, actor: registered.append((table_id, actor)),
+    )
+    table = SimpleNamespace(config=SimpleNamespace(table_id="tid-1"), coordinator=coordinator)
+    opened: list[tuple[str, str | None, str]] = []
+
+    @contextmanager
+    def stream_session(uri: str, settings_json: str | None, query_id: str) -> Iterator[Any]:
+        opened.append((uri, settings_json, query_id))
+        yield SimpleNamespace(table=table)
+
+    monkeypatch.setattr(_stream, "shared_connection", lambda settings: _connection())
+    monkeypatch.setattr(_stream, "connect_announcer", lambda settings: None)
+    monkeypatch.setattr(_stream, "stream_session", stream_session)
+    monkeypatch.setattr(_stream, "_warmed", set())
+    monkeypatch.setattr(_stream, "current_task", lambda: None)
+    key = BatchKey(query_id="q1", run_id="r1", batch_id=4, checkpoint="/cp")
+    monkeypatch.setattr(_stream, "batch_key", lambda checkpoint: key)
+    writer = _stream.LakewardenStreamWriter("file:///t", None)
+    writer.write(iter([]))  # a batch without rows for this task: it warms up all the same
+    _join_warm_ups()
+    writer.write(iter([]))
+    _join_warm_ups()
+    assert opened == [("file:///t", None, "q1")]
+    assert [table_id for table_id, _ in registered] == ["tid-1"]
+    _stream.warm_ahead(None, announces_manifests=True, query_table=("file:///t", "q2"))
+    _join_warm_ups()
+    assert opened[-1] == ("file:///t", None, "q2") and len(registered) == 2
+
+
+def test_registering_ahead_never_fails_a_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+    from lakewarden.spark import _stream
+    from lakewarden.table.config import NotATableError
+
+    @contextmanager
+    def stream_session(uri: str, settings_json: str | None, query_id: str) -> Iterator[Any]:
+        raise NotATableError(f"no table at {uri}")
+        yield
+
+    monkeypatch.setattr(_stream, "stream_session", stream_session)
+    _stream.register_table("file:///nowhere", None, "q1")  # logged, not raised
+
+
 def test_warming_the_clients_never_fails_a_batch(monkeypatch: pytest.MonkeyPatch) -> None:
     from lakewarden.spark import _stream
 
