@@ -3,10 +3,11 @@
 PySpark 4.0 gives a streaming writer no hook on the driver that knows the batch id before the
 tasks run (``streamWriter()`` is called per batch, but without it), so the *tasks* open the
 batch's instant: the first task attempt of a batch with rows appends ``requested`` naming the
-(query id, run id, batch id), the others find it (``SparkTransaction.begin_batch``). A task
-that finds the batch completed by an earlier run of the query writes nothing. ``commit``
-completes the instant with the batch recorded in ``CommitStats.batch``, refusing if
-the batch completed already; see ``lakewarden.spark._transaction``.
+(query id, run id, batch id) under the table lock (``SparkTransaction.begin_batch``); the
+others find it, without the lock when the timeline shows it already, else under the lock. A
+task that finds the batch completed by an earlier run of the query writes nothing. ``commit``
+completes the instant with the batch recorded in ``CommitStats.batch``, refusing if the batch
+completed already; see ``lakewarden.spark._transaction``.
 
 The writer also subclasses ``DataSourceArrowWriter``: PySpark's write worker checks for it and
 then hands ``write`` Arrow batches instead of rows, for streams as for batch writes.
@@ -47,6 +48,7 @@ from lakewarden.spark._transaction import (
     BatchAlreadyCommittedError,
     BatchKey,
     completed_batch,
+    pending_batch,
     pending_of_checkpoint,
 )
 from lakewarden.table.config import ErrorTableChoice
@@ -181,9 +183,16 @@ class LakewardenStreamWriter(DataSourceStreamWriter, DataSourceArrowWriter):
     def _open_batch_of(
         self, table: _job.TableHandle, key: BatchKey
     ) -> WriteSpec | SkippedBatchMessage:
-        done = completed_batch(table.timeline.load(), key)
+        state = table.timeline.load()
+        done = completed_batch(state, key)
         if done is not None:
             return SkippedBatchMessage(done.instant, key.query_id, key.batch_id)
+        found = pending_batch(state, key)
+        if found is not None:
+            # Another task of the batch opened its instant already: joining it takes no
+            # lease (the locked path would find the same instant and append nothing), and
+            # no staging set up only to be aborted.
+            return self._write_spec(*found)
         try:
             batch = _job.open_batch(table, key, OPERATION)
         except BatchAlreadyCommittedError as err:
@@ -199,10 +208,14 @@ class LakewardenStreamWriter(DataSourceStreamWriter, DataSourceArrowWriter):
                 batch.instant,
                 _job.actor(),
             )
+        return self._write_spec(batch.instant, batch.job_id)
+
+    def _write_spec(self, instant: str, job_id: str) -> WriteSpec:
+        """What a task writes the batch's rows under: its instant and job."""
         return WriteSpec(
             self.uri,
-            batch.instant,
-            batch.job_id,
+            instant,
+            job_id,
             OPERATION,
             self.settings_json,
             ingest_errors=self.ingest_errors,

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 import lakewarden
+from lakewarden.spark._messages import SkippedBatchMessage
 from lakewarden.spark._stream_session import StreamSessions
 from lakewarden.spark._transaction import BatchKey
 from lakewarden.testing import ManualClock
@@ -209,6 +210,36 @@ def test_a_stopped_query_s_sessions_are_closed_at_once_and_no_others() -> None:
     assert stopped.closed == 1 and mine.closed
     assert running.closed == 0 and not other.closed
     assert sessions.close_query("stopped") == [("/u", None, "stopped")]
+
+
+def test_a_task_joins_its_batchs_open_instant_without_the_lock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first task of a micro-batch opens its instant under the table lock; a task that
+    comes after finds it in the timeline and joins it without a lease (the locked path would
+    append nothing), so it does not queue behind other writers for the lock."""
+    from _spark_helpers import make_table
+
+    from lakewarden.spark import _job, _stream_session
+    from lakewarden.spark._stream import LakewardenStreamWriter
+
+    make_table(tmp_path)
+    uri, query = str(tmp_path), f"query-{tmp_path.name}"
+    writer = LakewardenStreamWriter(uri, None, checkpoint="/checkpoint")
+    key = BatchKey(query, "run-1", 0, "/checkpoint")
+    with _stream_session.stream_session(uri, None, query) as session:
+        table = session.table
+        first = writer._open_batch_of(table, key)
+
+        def no_lock(*args: object, **kwargs: object) -> None:
+            raise AssertionError("the lock was taken to join an open instant")
+
+        monkeypatch.setattr(table.coordinator, "lock", no_lock)
+        monkeypatch.setattr(_job, "open_batch", no_lock)
+        second = writer._open_batch_of(table, key)
+    assert not isinstance(first, SkippedBatchMessage)
+    assert not isinstance(second, SkippedBatchMessage)
+    assert (second.instant, second.job_id) == (first.instant, first.job_id)
 
 
 def _connection(fails: bool = False) -> Any:
