@@ -86,7 +86,7 @@ def warm_clients(settings_json: str | None, *, announces_manifests: bool) -> Non
         log.warning("stream clients not started ahead: %s", err)
 
 
-def register_table(uri: str, settings_json: str | None, query_id: str) -> None:
+def register_table_ahead(uri: str, settings_json: str | None, query_id: str) -> None:
     """Open the query's session and register its table with the cleaner now, as the first
     ``requested`` entry of this process would (``Coordinator.before_requested``, once per
     process and table): the registration's first delivery is otherwise paid inside the
@@ -113,7 +113,7 @@ def warm_ahead(
 ) -> None:
     """On a daemon thread, ``warm_clients`` once per process, settings and role, then, for
     a write task (which names its ``query_table``: the table URI and the streaming query
-    id), ``register_table`` once per process, table and query.
+    id), ``register_table_ahead`` once per process, table and query.
 
     Spark runs a stream's tasks and its commits in Python processes of their own; in each,
     the first lock, announcement, heartbeat and registration would otherwise start their
@@ -137,7 +137,7 @@ def warm_ahead(
         if warm_clients_now:
             warm_clients(settings_json, announces_manifests=announces_manifests)
         if register_now and query_table is not None:
-            register_table(query_table[0], settings_json, query_table[1])
+            register_table_ahead(query_table[0], settings_json, query_table[1])
 
     threading.Thread(target=warm, name="lw-warm-clients", daemon=True).start()
 

@@ -354,7 +354,7 @@ def test_registering_ahead_never_fails_a_batch(monkeypatch: pytest.MonkeyPatch) 
         yield
 
     monkeypatch.setattr(_stream, "stream_session", stream_session)
-    _stream.register_table("file:///nowhere", None, "q1")  # logged, not raised
+    _stream.register_table_ahead("file:///nowhere", None, "q1")  # logged, not raised
 
 
 def test_warming_the_clients_never_fails_a_batch(monkeypatch: pytest.MonkeyPatch) -> None:
