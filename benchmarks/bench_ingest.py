@@ -8,10 +8,9 @@ partitions holding N JSON order events (``lakewarden.demo.order_events``), one l
 session (``local[2]``) with the Kafka source's and Delta Lake 4.0's jars
 (``_ingest_sinks.session``). Each sink first ingests a small topic once (JIT, Python workers,
 codecs), untimed; then every sink runs one full rotated round that is not counted. Without
-that round each sink's first timed run was its slowest (Parquet's at 25k records/s against 38-40k
-after, its batch's write job 530 ms against 315 ms), and with five sinks in three rounds the
-rotation cannot put every sink equally often early: a JVM still compiling the shared Kafka read
-and JSON parse biased the ratios by the order.
+that round each sink's first timed run was its slowest, its ``addBatch`` too (likely a JVM
+still compiling the Kafka read and JSON parse every sink shares), and with five sinks in three
+rounds the rotation cannot put every sink equally often early: the order biased the ratios.
 
 Timed runs, in rotated rounds (``_rounds.rotation``: each sink goes first in turn), each from a
 fresh checkpoint with the ``available-now`` trigger and ``maxOffsetsPerTrigger`` = N/10, so

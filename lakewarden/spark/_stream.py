@@ -90,9 +90,9 @@ def register_table_ahead(uri: str, settings_json: str | None, query_id: str) -> 
     """Open the query's session and register its table with the cleaner now, as the first
     ``requested`` entry of this process would (``Coordinator.before_requested``, once per
     process and table): the registration's first delivery is otherwise paid inside the
-    first batch with rows of a task process that joins a running query (up to about 0.4 s,
-    while another task may wait for the table lock behind it). Never raises: the batch
-    with rows opens and registers the table itself, and reports what failed."""
+    first batch with rows of a task process that joins a running query, on its way to the
+    table lock. Never raises: the batch with rows opens and registers the table itself, and
+    reports what failed."""
     try:
         with stream_session(uri, settings_json, query_id) as session:
             table = session.table
@@ -101,8 +101,16 @@ def register_table_ahead(uri: str, settings_json: str | None, query_id: str) -> 
         log.warning("table not registered ahead: %s", err)
 
 
-_warmed: set[tuple[str | None, ...]] = set()  # the warm-ups this process started
+_warmed: set[tuple[object, ...]] = set()  # the warm-ups this process started
 _warmed_guard = threading.Lock()
+
+
+def _first_time(warm_up: tuple[object, ...]) -> bool:
+    """Whether this process starts ``warm_up`` now (never before); it is started from now on."""
+    with _warmed_guard:
+        new = warm_up not in _warmed
+        _warmed.add(warm_up)
+        return new
 
 
 def warm_ahead(
@@ -117,27 +125,23 @@ def warm_ahead(
 
     Spark runs a stream's tasks and its commits in Python processes of their own; in each,
     the first lock, announcement, heartbeat and registration would otherwise start their
-    clients inside a batch with rows, about half a second each (a task that opens the
-    batch's instant or announces its manifest, the planner's ``inflight``), which is the
-    end-to-end latency of that batch's records. A task starts the warm-up before it waits
-    for its first rows (Spark's read of the batch runs meanwhile); a commit without rows (a
-    query's first trigger) starts it for the planner's batches after."""
-    clients = ("clients", settings_json, str(announces_manifests))
-    table = ("table", settings_json, *query_table) if query_table is not None else None
-    with _warmed_guard:
-        warm_clients_now = clients not in _warmed
-        register_now = table is not None and table not in _warmed
-        _warmed.add(clients)
-        if table is not None:
-            _warmed.add(table)
-    if not (warm_clients_now or register_now):
+    clients inside a batch with rows (a task that opens the batch's instant or announces its
+    manifest, the planner's ``inflight``), which is the end-to-end latency of that batch's
+    records. A task starts the warm-up before it waits for its first rows (Spark's read of
+    the batch runs meanwhile); a commit without rows (a query's first trigger) starts it for
+    the planner's batches after."""
+    clients = _first_time(("clients", settings_json, announces_manifests))
+    table = query_table
+    if table is not None and not _first_time(("table", settings_json, *table)):
+        table = None
+    if not clients and table is None:
         return
 
     def warm() -> None:
-        if warm_clients_now:
+        if clients:
             warm_clients(settings_json, announces_manifests=announces_manifests)
-        if register_now and query_table is not None:
-            register_table_ahead(query_table[0], settings_json, query_table[1])
+        if table is not None:
+            register_table_ahead(table[0], settings_json, table[1])
 
     threading.Thread(target=warm, name="lw-warm-clients", daemon=True).start()
 
