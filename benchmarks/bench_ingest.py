@@ -6,11 +6,12 @@ job-committer processes under a topic prefix of this run (so every lakewarden co
 real lease, beats to the real monitor and is committed by the service), a topic with 2
 partitions holding N JSON order events (``lakewarden.demo.order_events``), one local Spark
 session (``local[2]``) with the Kafka source's and Delta Lake 4.0's jars
-(``_ingest_sinks.session``). Each sink first ingests a small topic once (JIT, Python workers,
-codecs), untimed; then every sink runs one full rotated round that is not counted. Without
-that round each sink's first timed run was its slowest, its ``addBatch`` too (likely a JVM
-still compiling the Kafka read and JSON parse every sink shares), and with five sinks in three
-rounds the rotation cannot put every sink equally often early: the order biased the ratios.
+(``_ingest_sinks.session``). ``lakewarden ingest`` first ingests a small topic once, untimed,
+to make the table config the other sinks parse with; then every sink runs one full rotated
+round that is not counted (JIT, Python workers, codecs). Without that round each sink's first
+timed run was its slowest, its ``addBatch`` too (likely a JVM still compiling the Kafka read
+and JSON parse every sink shares), and with five sinks in three rounds the rotation cannot put
+every sink equally often early: the order biased the ratios.
 
 Timed runs, in rotated rounds (``_rounds.rotation``: each sink goes first in turn), each from a
 fresh checkpoint with the ``available-now`` trigger and ``maxOffsetsPerTrigger`` = N/10, so
@@ -282,12 +283,10 @@ def measure(
                 produce(bootstrap, name, order_events(count, malformed=False))
             spark = session(root / "spark")
             try:
+                # The table config the file sinks parse with; the JIT and the Python workers
+                # warm up in the uncounted round.
                 warm = _lakewarden_run(spark, settings, warmup, root, 1_000, "fail")
-                _lakewarden_run(spark, settings, warmup, root, 1_000, "fail", "spark")
                 config = Table.open(warm["table"]).config
-                for sink in ("parquet", "delta"):
-                    _file_sink_run(spark, sink, bootstrap, warmup, root, 1_000, config)
-                _format_sink_run(spark, settings, bootstrap, warmup, root, 1_000)
 
                 def file_sink(sink: str) -> Callable[[int], dict[str, Any]]:
                     return lambda _: _file_sink_run(

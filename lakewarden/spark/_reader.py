@@ -37,6 +37,7 @@ import pyarrow.parquet as pq
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
+from lakewarden.spark import _worker_heap
 from lakewarden.spark._arrow import spark_arrow_schema, spark_schema
 from lakewarden.spark._options import ReadSpec
 from lakewarden.spark._pushdown import filters_expression
@@ -152,6 +153,7 @@ class LakewardenReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Raises: MissingCommittedBlockError (merge-on-read), StorageError."""
+        _worker_heap.settle()
         if isinstance(partition, SlicePartition):
             yield from self._read_slice(partition)
             return

@@ -16,6 +16,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from lakewarden.spark import _worker_heap
 from lakewarden.spark._options import (
     ReadSpec,
     committer_options,
@@ -47,17 +48,20 @@ class LakewardenDataSource(DataSource):
     def reader(self, schema: StructType) -> DataSourceReader:
         from lakewarden.spark._reader import LakewardenReader
 
+        _worker_heap.settle()
         return LakewardenReader(ReadSpec.parse(self.options), schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         """Opens the write's instant (see ``_writer.create_writer``)."""
         from lakewarden.spark._writer import create_writer
 
+        _worker_heap.settle()
         return create_writer(self.options, schema, overwrite)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:  # noqa: N802
         from lakewarden.spark._stream import LakewardenStreamWriter, check_stream_target
 
+        _worker_heap.settle()  # the stream's commits call this first, in a planner worker
         uri, encoded = table_uri(self.options), settings_json(self.options)
         diverts = ingest_errors(self.options)
         check_stream_target(uri, encoded, schema, overwrite, self.options, ingest_errors=diverts)

@@ -38,6 +38,7 @@ import pyarrow as pa
 import lakewarden.faults as faults
 from lakewarden.commit import ManifestCommitter, TaskAttempt
 from lakewarden.commit._localfs import fsync_file
+from lakewarden.spark import _worker_heap
 from lakewarden.spark._announce import announce_manifest
 from lakewarden.spark._arrow import conform
 from lakewarden.spark._messages import TaskCommitMessage
@@ -202,6 +203,7 @@ def write_task(
 
     Raises: InvalidRecordError (the first bad row; the job fails), SchemaMismatchError,
     StageFailedError (the committer), InjectedFaultError (tests)."""
+    _worker_heap.settle()
     faults.point("spark.task.before_write", partition=identity.partition, attempt=identity.attempt)
     task = _Task.start(spec, identity)
     try:

@@ -26,6 +26,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
+from lakewarden.spark import _worker_heap
 from lakewarden.spark._options import (
     WriteSpec,
     check_table_type,
@@ -54,12 +55,14 @@ class LakewardenWriter(DataSourceArrowWriter):
         """Job commit of the accepted attempts, then ``completed`` (driver)."""
         from lakewarden.spark import _job
 
+        _worker_heap.settle()  # a planner worker's call of its own (``_worker_heap``)
         _job.commit_write(self.spec, messages)
 
     def abort(self, messages: Sequence[WriterCommitMessage | None]) -> None:
         """``rolled_back``, then job abort; nothing if the instant completed (driver)."""
         from lakewarden.spark import _job
 
+        _worker_heap.settle()
         _job.abort_write(self.spec, "the Spark write job failed and was aborted")
 
 

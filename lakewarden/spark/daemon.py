@@ -33,7 +33,10 @@ daemon that cannot start fails every Python task of the application.
 
 from __future__ import annotations
 
+import gc
 import importlib
+
+from lakewarden.spark import _worker_heap
 
 # The session option naming this daemon. Spark reads it when it starts the daemon: set it
 # when the session is built (the builder, or ``spark-submit --conf``).
@@ -60,10 +63,14 @@ PRELOADED = (
 
 
 def preload() -> None:
-    """Import ``PRELOADED`` and record the zip archives' signatures (module docstring)."""
+    """Import ``PRELOADED``, record the zip archives' signatures and freeze what the imports
+    made (module docstring)."""
     for name in PRELOADED:
         importlib.import_module(name)
     importlib.invalidate_caches()
+    if _worker_heap.enabled():
+        gc.collect()
+        gc.freeze()
 
 
 def main() -> None:

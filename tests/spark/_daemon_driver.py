@@ -5,8 +5,9 @@ daemon is fixed when it starts, so the tests' shared session cannot show it)::
 
 With an argument, the session is given that daemon in ``ingest_session``'s ``conf``. Runs one
 task per local core and prints, as one JSON line, what each task's Python worker found at the
-start of its task: the command line of the process that forked it (the daemon) and whether
-lakewarden's task code was imported already. The probe references no lakewarden module, so
+start of its task: the command line of the process that forked it (the daemon), whether
+lakewarden's task code was imported already, and how many objects its garbage collector skips
+as frozen (``gc.get_freeze_count``). The probe references no lakewarden module, so
 unpickling it imports none.
 """
 
@@ -26,12 +27,17 @@ TASKS = 2
 
 
 def probe(_: Any) -> Any:
+    import gc
     import os
     import sys
 
     with open(f"/proc/{os.getppid()}/cmdline", "rb") as cmdline:
         parent = cmdline.read().replace(b"\0", b" ").decode().strip()
-    yield {"parent": parent, "task_code_imported": "lakewarden.spark._task" in sys.modules}
+    yield {
+        "parent": parent,
+        "task_code_imported": "lakewarden.spark._task" in sys.modules,
+        "frozen": gc.get_freeze_count(),
+    }
 
 
 def main() -> None:

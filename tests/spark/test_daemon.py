@@ -1,6 +1,7 @@
 """``lakewarden.spark.daemon``: the Python workers of a session ``ingest_session`` builds are
 forked from lakewarden's daemon, with lakewarden's task code imported before their first task
-(so a worker Spark starts after an idle minute imports nothing again); a session's own
+(so a worker Spark starts after an idle minute imports nothing again) and frozen
+(``_worker_heap``: PySpark's collection after each task skips them); a session's own
 ``spark.python.daemon.module`` wins. Each case is a session in a process of its own
 (``_daemon_driver.py``)."""
 
@@ -38,9 +39,11 @@ def test_an_ingest_session_forks_its_workers_with_lakewarden_imported(tmp_path: 
     for worker in _workers(tmp_path):
         assert "-m lakewarden.spark.daemon" in str(worker["parent"]), worker
         assert worker["task_code_imported"] is True, worker
+        assert int(str(worker["frozen"])) > 10_000, worker  # the preloaded modules' objects
 
 
 def test_a_daemon_given_in_the_session_conf_is_the_one_used(tmp_path: Path) -> None:
     for worker in _workers(tmp_path, "pyspark.daemon"):
         assert "-m pyspark.daemon" in str(worker["parent"]), worker
         assert worker["task_code_imported"] is False, worker
+        assert worker["frozen"] == 0, worker
