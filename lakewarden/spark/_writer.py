@@ -55,7 +55,7 @@ class LakewardenWriter(DataSourceArrowWriter):
         """Job commit of the accepted attempts, then ``completed`` (driver)."""
         from lakewarden.spark import _job
 
-        _worker_heap.settle()  # a planner worker's call of its own (``_worker_heap``)
+        _worker_heap.settle()  # the commit is a planner worker's call of its own
         _job.commit_write(self.spec, messages)
 
     def abort(self, messages: Sequence[WriterCommitMessage | None]) -> None:

@@ -73,6 +73,7 @@ from lakewarden.storage import Storage
 from lakewarden.table.config import META_COMMIT_TIME, META_FILE_NAME, TableConfig
 from lakewarden.table.files import file_key, split_key
 from lakewarden.table.job_commit import StatisticsMismatchError
+from lakewarden.table.merge import in_key_order
 from lakewarden.table.mor import read_slice, slice_selection
 from lakewarden.table.mor_merge import merge_key, merge_slice
 from lakewarden.table.snapshot import FileSlice
@@ -102,7 +103,8 @@ def compact_slice(job: RewriteJob, file_slice: FileSlice, *, task: int) -> Compa
     Raises: UnwritableRecordsError (records the schema cannot hold, ``bad_records="fail"``),
     UndivertibleRecordsError, MissingCommittedBlockError, StorageError."""
     try:
-        return CompactedSlice(read_slice(job.storage, job.config, file_slice))
+        merged = read_slice(job.storage, job.config, file_slice)
+        return CompactedSlice(in_key_order(merged, job.config))
     except (LakewardenError, OSError):
         raise  # a missing file is the executor's to name, never a record's fault
     except _ARROW_ERRORS:
@@ -131,7 +133,7 @@ def compact_slice(job: RewriteJob, file_slice: FileSlice, *, task: int) -> Compa
     except _ARROW_ERRORS as err:
         raise _undivertible(job, group, f"the records left do not fit the schema: {err}") from err
     rows = _error_rows(job, file_slice, merged, bad, selection, task=task)
-    return CompactedSlice(fitted, rows)
+    return CompactedSlice(in_key_order(fitted, job.config), rows)
 
 
 def spool_failed(
