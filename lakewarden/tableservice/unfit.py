@@ -103,12 +103,13 @@ def compact_slice(job: RewriteJob, file_slice: FileSlice, *, task: int) -> Compa
     Raises: UnwritableRecordsError (records the schema cannot hold, ``bad_records="fail"``),
     UndivertibleRecordsError, MissingCommittedBlockError, StorageError."""
     try:
-        merged = read_slice(job.storage, job.config, file_slice)
-        return CompactedSlice(in_key_order(merged, job.config))
+        records = read_slice(job.storage, job.config, file_slice)
     except (LakewardenError, OSError):
         raise  # a missing file is the executor's to name, never a record's fault
     except _ARROW_ERRORS:
         pass  # judged record by record below
+    else:
+        return CompactedSlice(in_key_order(records, job.config))
     merged, selection = _wide_merge(job, file_slice)
     bad = unfit_records(merged, job.config.file_schema)
     group = str(file_slice.file_group)
