@@ -20,10 +20,9 @@ every zip archive on the path and a new worker's first task re-reads none of the
 what the imports made (``gc.freeze()``), so that the collection PySpark runs after each of a
 worker's tasks skips it (``_worker_heap``); and then runs ``pyspark.daemon``'s own loop.
 Every worker it forks has the modules already, in pages it shares with the daemon until it
-writes to them (so the daemon is larger than PySpark's, and the workers together smaller; a
-frozen object's pages stay shared longer, as no collection writes to its header). Nothing
-else changes: the workers run PySpark's own worker code, and a task imports anything else it
-needs as before.
+writes to them (so the daemon is larger than PySpark's, and the workers together smaller).
+Nothing else changes: the workers run PySpark's own worker code, and a task imports anything
+else it needs as before.
 
 **Fork safety.** The daemon only imports: it starts no thread, pool or client of its own
 before forking (a forked child keeps only the thread that forked). Importing pyarrow starts

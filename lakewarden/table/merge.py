@@ -26,12 +26,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from lakewarden.storage import Storage
-from lakewarden.table._key_match import integer_values
+from lakewarden.table._key_match import KeyIndex, key_order
 from lakewarden.table.bucket import replaced_by_merge
 from lakewarden.table.config import (
     META_COMMIT_TIME,
@@ -187,11 +186,11 @@ def merge_bucket(
 
 def in_key_order(records: pa.Table, config: TableConfig) -> pa.Table:
     """``records`` in ascending order of the record key when it is an integer field without
-    nulls (module docstring), equal keys in the order they came; otherwise, or when already
-    in that order, ``records`` as they are."""
-    if config.record_key not in records.column_names:
+    nulls (``_key_match.key_order``: stable, equal keys in the order they came), unless a
+    ``KeyIndex`` of them searches already; otherwise ``records`` as they are (module
+    docstring)."""
+    keys = records.column(config.record_key).combine_chunks()
+    if KeyIndex(keys).binary_search:
         return records
-    values = integer_values(records.column(config.record_key).combine_chunks())
-    if values is None or len(values) < 2 or bool(np.all(values[1:] >= values[:-1])):
-        return records
-    return records.take(pa.array(np.argsort(values, kind="stable")))
+    order = key_order(keys)
+    return records if order is None else records.take(pa.array(order))
